@@ -1,0 +1,1 @@
+"""Benchmarks: datasets, answer extraction and grading, the eval runner, sample pools."""

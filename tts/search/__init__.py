@@ -1,0 +1,1 @@
+"""Test-time search strategies: each turns problems and a budget into Solutions."""

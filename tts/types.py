@@ -1,0 +1,153 @@
+"""Frozen value types that flow between the layers of tts.
+
+Every arrow in the evaluation flow (benchmark -> strategy -> generator -> solution -> grade) passes
+one of these values. They are plain frozen dataclasses so that they are cheap to build in bulk,
+hashable where useful, and serialisable with :func:`to_jsonable`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One question with a checkable answer.
+
+    Args:
+        id: Stable identifier, unique within its benchmark (used for resume and joins).
+        question: The text shown to the model.
+        answer: The gold answer as a string, or None when unknown (serving time).
+        metadata: Extra fields from the source (level, subject, ...); never read by strategies.
+    """
+
+    id: str
+    question: str
+    answer: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """The token shape of one generation request: what the cost model needs to price it.
+
+    Args:
+        prompt_tokens: Tokens in the prompt (including any continued partial answer).
+        cached_prompt_tokens: Of those, tokens served from the prefix cache.
+        completion_tokens: Generated tokens of each of the request's samples (N = len of it).
+    """
+
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Compute spent by one or more generator/verifier calls.
+
+    Usages add up with ``+``; ``shapes`` keeps the per-request structure (prompt length, N samples,
+    generated lengths) so that the cost model can price FLOPs and memory traffic exactly.
+    """
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_seconds: float = 0.0
+    calls: int = 0
+    shapes: tuple[RequestShape, ...] = ()
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            wall_seconds=self.wall_seconds + other.wall_seconds,
+            calls=self.calls + other.calls,
+            shapes=self.shapes + other.shapes,
+        )
+
+    @staticmethod
+    def total(usages: list[Usage] | tuple[Usage, ...]) -> Usage:
+        """Sum of many usages (the empty sum is zero usage)."""
+        out = Usage()
+        for u in usages:
+            out = out + u
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One generated completion.
+
+    Args:
+        text: The generated text.
+        answer: The answer extracted from it, or None when none could be found.
+        completion_tokens: Number of generated tokens.
+        mean_logprob: Mean token log-probability, when the backend returned logprobs.
+        finish_reason: "stop", "length", ... as reported by the backend.
+    """
+
+    text: str
+    answer: str | None = None
+    completion_tokens: int = 0
+    mean_logprob: float | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """What a strategy did to reach its answer, kept for inspection and re-analysis.
+
+    Args:
+        strategy: Registry name of the strategy.
+        samples: All samples drawn, in generation order.
+        scores: One selection score per sample (verifier score, mean logprob, ...), if any.
+        votes: Answer -> (weighted) vote, for voting strategies.
+        selected: Index into ``samples`` of the chosen one, if a single sample was chosen.
+    """
+
+    strategy: str
+    samples: tuple[Sample, ...] = ()
+    scores: tuple[float, ...] = ()
+    votes: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    selected: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    """A strategy's final output for one problem.
+
+    Args:
+        problem_id: The problem's id.
+        answer: The chosen answer, None when no sample yielded one.
+        confidence: Share of the vote (or normalised score) behind ``answer``, in [0, 1].
+        usage: All compute spent on the problem, verifier calls included.
+        trace: The samples, scores and votes behind the answer.
+    """
+
+    problem_id: str
+    answer: str | None
+    confidence: float
+    usage: Usage
+    trace: Trace
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn nested tts values (dataclasses, tuples) into JSON-ready dicts and lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
