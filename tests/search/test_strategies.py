@@ -1,0 +1,103 @@
+"""Strategies on the scripted backend, where the vote outcome can be worked out by hand."""
+
+from __future__ import annotations
+
+from tts.backends.scripted import ScriptedGenerator
+from tts.config import BestOfNConfig, SamplingConfig, SelfConsistencyConfig, WeightedVoteConfig
+from tts.prompts import MATH_PROMPT
+from tts.search.base import vote
+from tts.search.best_of_n import BestOfN
+from tts.search.self_consistency import SelfConsistency
+from tts.search.weighted_vote import WeightedVote
+from tts.types import Problem, Sample
+
+PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
+
+
+def _accuracy(solutions):
+    gold = {p.id: p.answer for p in PROBLEMS}
+    return sum(s.answer == gold[s.problem_id] for s in solutions) / len(solutions)
+
+
+def test_self_consistency_beats_single_samples_when_the_gold_answer_is_the_mode():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.45, seed=1)
+    one = SelfConsistency(SelfConsistencyConfig(n=1), gen, MATH_PROMPT.render).solve(PROBLEMS)
+    many = SelfConsistency(SelfConsistencyConfig(n=32), gen, MATH_PROMPT.render).solve(PROBLEMS)
+    assert _accuracy(many) > _accuracy(one) + 0.2
+    assert _accuracy(many) >= 0.75
+
+
+def test_solution_carries_votes_confidence_usage_and_trace():
+    gen = ScriptedGenerator({"p0": {"0": 0.5, "1": 0.3}}, seed=3)
+    sol = SelfConsistency(SelfConsistencyConfig(n=16), gen, MATH_PROMPT.render).solve(PROBLEMS[:1])[0]
+    assert len(sol.trace.samples) == 16
+    assert sol.confidence == max(sol.trace.votes.values()) / 16
+    assert sol.usage.completion_tokens == sum(s.completion_tokens for s in sol.trace.samples)
+    assert sol.usage.calls == 1 and len(sol.usage.shapes) == 1 and len(sol.usage.shapes[0].completion_tokens) == 16
+    assert sol.trace.samples[sol.trace.selected].answer == sol.answer
+
+
+def test_same_seed_same_answers_and_different_seed_differs():
+    a = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.3, seed=7)
+    b = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.3, seed=7)
+    c = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.3, seed=8)
+    cfg = SelfConsistencyConfig(n=4)
+    ra = [s.trace.samples for s in SelfConsistency(cfg, a, MATH_PROMPT.render).solve(PROBLEMS)]
+    rb = [s.trace.samples for s in SelfConsistency(cfg, b, MATH_PROMPT.render).solve(PROBLEMS)]
+    rc = [s.trace.samples for s in SelfConsistency(cfg, c, MATH_PROMPT.render).solve(PROBLEMS)]
+    assert ra == rb and ra != rc
+
+
+def test_vote_ties_go_to_the_answer_seen_first_and_abstentions_count_in_the_share():
+    samples = [Sample("", "5"), Sample("", None), Sample("", "4"), Sample("", "4"), Sample("", "5")]
+    answer, share, votes, idx = vote(samples)
+    assert answer == "5" and idx == 0 and share == 2 / 5 and votes == {"5": 2.0, "4": 2.0}
+
+
+def test_vote_merges_surface_variants_of_one_answer():
+    samples = [Sample("", "7.0"), Sample("", "$7$"), Sample("", "8")]
+    answer, share, _, _ = vote(samples)
+    assert answer == "7.0" and share == 2 / 3
+
+
+def test_no_answer_anywhere_gives_none_with_zero_confidence():
+    gen = ScriptedGenerator({}, seed=0)  # every sample abstains
+    for cls, cfg in ((SelfConsistency, SelfConsistencyConfig(n=4)), (BestOfN, BestOfNConfig(n=4)),
+                     (WeightedVote, WeightedVoteConfig(n=4))):
+        sol = cls(cfg, gen, MATH_PROMPT.render).solve(PROBLEMS[:1])[0]
+        assert sol.answer is None and sol.confidence == 0.0
+
+
+def test_best_of_n_picks_the_highest_mean_logprob_answered_sample():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=2)
+    sols = BestOfN(BestOfNConfig(n=8), gen, MATH_PROMPT.render).solve(PROBLEMS)
+    for sol in sols:
+        answered = [i for i, s in enumerate(sol.trace.samples) if s.answer is not None]
+        best = max(answered, key=lambda i: sol.trace.scores[i])
+        assert sol.trace.selected == best and sol.answer == sol.trace.samples[best].answer
+
+
+def test_weighted_vote_uses_logprob_weights():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=4)
+    sol = WeightedVote(WeightedVoteConfig(n=8), gen, MATH_PROMPT.render).solve(PROBLEMS[:1])[0]
+    assert all(0 < w <= 1 for w in sol.trace.scores)
+    assert abs(sum(sol.trace.votes.values()) - sum(
+        w for w, s in zip(sol.trace.scores, sol.trace.samples) if s.answer is not None)) < 1e-9
+
+
+def test_max_tokens_caps_samples_and_strategies_never_mutate_configs():
+    cfg = SelfConsistencyConfig(n=4)
+    gen = ScriptedGenerator.for_problems(PROBLEMS, seed=0, mean_tokens=200)
+    sol = SelfConsistency(cfg, gen, MATH_PROMPT.render, SamplingConfig(max_tokens=20)).solve(PROBLEMS[:1])[0]
+    assert all(s.completion_tokens <= 20 and s.finish_reason == "length" for s in sol.trace.samples)
+    assert cfg == SelfConsistencyConfig(n=4)
+
+
+def test_smaller_n_on_a_prefix_of_samples_matches_drawing_that_prefix():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=5)
+    sc16 = SelfConsistency(SelfConsistencyConfig(n=16), gen, MATH_PROMPT.render)
+    res = gen.generate([sc16.request(PROBLEMS[0])])[0]
+    sol4 = sc16.aggregate_result("p0", res, n=4)
+    assert sol4.trace.samples == tuple(sc16.aggregate_result("p0", res).trace.samples[:4])
+    assert sol4.usage.completion_tokens == sum(s.completion_tokens for s in sol4.trace.samples)
+    assert sol4.usage.prompt_tokens == res.usage.prompt_tokens

@@ -1,0 +1,123 @@
+"""The Generator protocol: batched, order-preserving text generation with usage accounting.
+
+Every backend (the offline vLLM engine, an OpenAI-compatible server, the scripted test backend)
+takes a list of requests and returns one result per request, in the same order. A strategy sends
+all the requests of one search step in a single call so that the engine can batch them and share
+prompt prefixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from tts.types import RequestShape, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message (role is "system", "user" or "assistant")."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One prompt to sample ``n`` completions from.
+
+    Args:
+        messages: The chat so far; the backend applies the model's chat template.
+        n: Number of samples sharing this prompt.
+        temperature: Sampling temperature (0 = greedy).
+        top_p: Nucleus sampling mass.
+        max_tokens: Cap on generated tokens per sample.
+        stop: Strings that end a sample (not included in the text).
+        seed: Per-request seed, where the backend supports it (see each backend's notes).
+        logprobs: Ask for token log-probabilities (fills ``Completion.mean_logprob``).
+        continuation: A partial assistant message to continue rather than start a new one
+            (step-wise search continues a partial solution this way).
+        key: The caller's label for the request (usually the problem id); backends that need a
+            stable identity (the scripted one) use it, others ignore it.
+    """
+
+    messages: tuple[Message, ...]
+    n: int = 1
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    continuation: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"GenerationRequest.n must be >= 1, got {self.n}")
+        if self.max_tokens < 1:
+            raise ValueError(f"GenerationRequest.max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sampled continuation: text, its token count, mean token logprob, why it stopped."""
+
+    text: str
+    completion_tokens: int
+    mean_logprob: float | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """The ``n`` completions of one request and the compute they cost."""
+
+    completions: tuple[Completion, ...]
+    usage: Usage
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Anything that turns a batch of requests into results, one per request, in order."""
+
+    model_name: str
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Generate for all requests at once (one engine call where the backend allows)."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine, server connection or worker processes."""
+        ...
+
+
+class BackendError(RuntimeError):
+    """A backend failed in a way the user can fix (unreachable server, bad model, ...)."""
+
+
+def request_usage(
+    prompt_tokens: int, cached_tokens: int, completion_tokens: Sequence[int], wall_seconds: float
+) -> Usage:
+    """Usage of one request: the prompt is counted once for its ``n`` samples."""
+    lengths = tuple(int(t) for t in completion_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        cached_prompt_tokens=cached_tokens,
+        completion_tokens=sum(lengths),
+        wall_seconds=wall_seconds,
+        calls=1,
+        shapes=(RequestShape(prompt_tokens, cached_tokens, lengths),),
+    )
+
+
+def split_wall_time(total_seconds: float, weights: Sequence[int]) -> list[float]:
+    """Share the wall time of one batched call among its requests, by generated tokens.
+
+    A batched engine call has no per-request wall time; tokens are the best proxy for who used it.
+    """
+    total = sum(weights)
+    if total <= 0:
+        return [total_seconds / max(len(weights), 1)] * len(weights)
+    return [total_seconds * w / total for w in weights]

@@ -1,0 +1,67 @@
+"""Summaries of a run's results: accuracy with a 95% interval, coverage, no-answer rate, cost."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (good at small n and near 0 or 1)."""
+    if trials == 0:
+        return (0.0, 0.0)
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """Aggregate numbers for one strategy config over the problems of a run."""
+
+    config: str
+    strategy: str
+    n: int
+    problems: int
+    accuracy: float
+    accuracy_low: float
+    accuracy_high: float
+    coverage: float
+    no_answer_rate: float
+    tokens_per_problem: float
+    completion_tokens_per_problem: float
+    wall_seconds: float
+
+
+def summarize(rows: Iterable[dict[str, Any]]) -> list[ConfigSummary]:
+    """One summary per strategy config, ordered by strategy then n."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["config"], []).append(r)
+    out = []
+    for label, rs in groups.items():
+        k = len(rs)
+        correct = sum(1 for r in rs if r["correct"])
+        lo, hi = wilson_interval(correct, k)
+        usage = [r["usage"] for r in rs]
+        out.append(
+            ConfigSummary(
+                config=label,
+                strategy=rs[0]["strategy"]["kind"],
+                n=rs[0]["strategy"]["n"],
+                problems=k,
+                accuracy=correct / k,
+                accuracy_low=lo,
+                accuracy_high=hi,
+                coverage=sum(1 for r in rs if r["coverage"]) / k,
+                no_answer_rate=sum(1 for r in rs if r["outcome"] == "no_answer") / k,
+                tokens_per_problem=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage) / k,
+                completion_tokens_per_problem=sum(u["completion_tokens"] for u in usage) / k,
+                wall_seconds=sum(u["wall_seconds"] for u in usage),
+            )
+        )
+    return sorted(out, key=lambda s: (s.strategy, s.n))

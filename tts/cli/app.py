@@ -1,0 +1,42 @@
+"""The ``tts`` command: a typer app whose sub-commands live one per module in this package.
+
+Only typer is imported here; each command imports the library (and through it vLLM/torch) inside
+its function, so ``tts --help`` answers in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from tts.cli import budget, cost, eval as eval_cmd, models
+
+app = typer.Typer(
+    name="tts",
+    help="Test-time compute scaling for LLMs: strategies, budgets and a cost model on vLLM.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command("eval")(eval_cmd.eval_command)
+app.add_typer(models.app, name="models", help="Prepare models for the engine (GGUF -> safetensors).")
+app.add_typer(cost.app, name="cost", help="Price a strategy in FLOPs, bytes, eFLOPs and GPU-seconds.")
+app.add_typer(budget.app, name="budget", help="Budget allocation: replay the allocator on a sample pool.")
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")) -> None:
+    level = logging.INFO if verbose else logging.WARNING
+    try:
+        from rich.logging import RichHandler
+
+        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
+    except ImportError:  # pragma: no cover - rich is a dependency
+        logging.basicConfig(level=level)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(app())

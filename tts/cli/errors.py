@@ -1,0 +1,52 @@
+"""Turning library errors into one-line messages and exit code 2, without tracebacks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import typer
+from rich.console import Console
+
+err_console = Console(stderr=True)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from pydantic import ValidationError
+
+    from tts.backends.base import BackendError
+    from tts.benchmarks.datasets import DatasetError
+    from tts.benchmarks.store import RunMismatchError
+    from tts.models import ModelError
+    from tts.registry import UnknownNameError
+
+    return (ValidationError, BackendError, DatasetError, RunMismatchError, ModelError, UnknownNameError,
+            FileNotFoundError)
+
+
+def format_error(exc: BaseException) -> str:
+    """A readable message; pydantic errors become "field: problem" lines."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        lines = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"] if not isinstance(x, int)) or "config"
+            lines.append(f"{loc}: {e['msg']}")
+        return "Invalid configuration:\n  " + "\n  ".join(lines)
+    return str(exc)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` in red to stderr and return the exit to raise (code 2)."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Report expected errors (bad input, unreachable server, ...) as messages, not tracebacks."""
+    try:
+        yield
+    except _user_errors() as exc:
+        raise fail(format_error(exc)) from None

@@ -1,0 +1,148 @@
+"""``tts eval``: run strategies on a benchmark, grade, store, report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tts.cli.errors import fail, user_errors
+
+_DEFAULT_N = [8]
+
+
+def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
+    """Merge a YAML config file (if any) with the options given on the command line."""
+    import yaml
+
+    from tts.config import EvalConfig
+    from tts.registry import BACKENDS, BENCHMARKS, STRATEGIES
+
+    base: dict[str, Any] = {}
+    if config_file is not None:
+        if not config_file.is_file():
+            raise fail(f"Config file {config_file} does not exist.")
+        try:
+            base = yaml.safe_load(config_file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise fail(f"{config_file} is not valid YAML: {exc}") from None
+        if not isinstance(base, dict):
+            raise fail(f"{config_file} must hold a mapping of EvalConfig fields.")
+    data = dict(base.get("data", {}))
+    for key, name in (("benchmark", "benchmark"), ("path", "data"), ("limit", "limit"), ("id_field", "id_field"),
+                      ("question_field", "question_field"), ("answer_field", "answer_field")):
+        if opts[name] is not None:
+            data[key] = opts[name]
+    if "benchmark" in data:
+        BENCHMARKS.check(data["benchmark"])
+    if data.get("path") and "benchmark" not in data:
+        data["benchmark"] = "jsonl"
+    backend = dict(base.get("backend", {}))
+    if opts["backend"] is not None:
+        if backend.get("kind") != opts["backend"]:
+            backend = {k: v for k, v in backend.items() if k == "model"}
+        backend["kind"] = opts["backend"]
+    backend.setdefault("kind", "vllm")
+    BACKENDS.check(backend["kind"])
+    if opts["model"] is not None:
+        backend["model"] = opts["model"]
+    if opts["base_url"] is not None:
+        if backend["kind"] != "openai":
+            raise fail("--base-url only applies to --backend openai.")
+        backend["base_url"] = opts["base_url"]
+    sampling = dict(base.get("sampling", {}))
+    for key in ("temperature", "max_tokens"):
+        if opts[key] is not None:
+            sampling[key] = opts[key]
+    strategies = base.get("strategies")
+    if opts["strategy"] or opts["n"] or strategies is None:
+        names = opts["strategy"] or sorted({s["kind"] for s in strategies or []}) or ["self_consistency"]
+        ns = opts["n"] or sorted({s.get("n", 8) for s in strategies or []}) or _DEFAULT_N
+        for name in names:
+            STRATEGIES.check(name)
+        for n in ns:
+            if n < 1:
+                raise fail(f"-n must be at least 1 (got {n}): it is the number of samples per problem.")
+        strategies = [{"kind": name, "n": n} for name in names for n in ns]
+    merged = {**base, "data": data, "backend": backend, "sampling": sampling, "strategies": strategies}
+    for key in ("batch_size", "seed"):
+        if opts[key] is not None:
+            merged[key] = opts[key]
+    merged.pop("out", None)
+    return EvalConfig.model_validate(merged)
+
+
+def default_out(config: Any) -> Path:
+    """``runs/<benchmark>-<model>-<hash>``: the same command maps to the same directory (resume)."""
+    key = config.model_dump(mode="json", exclude={"out", "batch_size"})
+    key["data"].pop("limit", None)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    model = Path(str(config.backend.model)).name.replace("/", "_")
+    return Path("runs") / f"{config.data.benchmark}-{model}-{digest}"
+
+
+def print_summary(result: Any) -> None:
+    """The results table: accuracy with 95% interval beside coverage, no-answer rate and cost."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result.problems} problems -> {result.out}")
+    for col in ("strategy", "n", "accuracy [95% CI]", "coverage pass@n", "no answer", "tokens/problem", "wall s"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for s in result.summaries:
+        table.add_row(
+            s.strategy,
+            str(s.n),
+            f"{s.accuracy:.3f} [{s.accuracy_low:.3f}, {s.accuracy_high:.3f}]",
+            f"{s.coverage:.3f}",
+            f"{s.no_answer_rate:.3f}",
+            f"{s.tokens_per_problem:,.0f}",
+            f"{s.wall_seconds:,.1f}",
+        )
+    console = Console()
+    console.print(table)
+    if result.skipped:
+        console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
+    console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
+
+
+def eval_command(
+    benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="demo, math500, aime2024, aime2025, amc2023, gsm8k, jsonl."),
+    strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable: self_consistency, best_of_n, weighted_vote."),
+    n: list[int] | None = typer.Option(None, "-n", help="Samples per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
+    backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
+    base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),
+    data: Path | None = typer.Option(None, "--data", help="Local JSONL/Parquet/HF-dataset dir instead of the hub copy."),
+    id_field: str | None = typer.Option(None, "--id-field", help="Field with the problem id."),
+    question_field: str | None = typer.Option(None, "--question-field", help="Field with the question."),
+    answer_field: str | None = typer.Option(None, "--answer-field", help="Field with the gold answer."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use the first K problems."),
+    temperature: float | None = typer.Option(None, "--temperature", help="Sampling temperature."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Max generated tokens per sample."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Problems per engine call."),
+    seed: int | None = typer.Option(None, "--seed", help="Run seed."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/<benchmark>-<model>-<hash>); re-run to resume."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with the same settings (flags override it)."),
+) -> None:
+    """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
+    opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
+                data=data, id_field=id_field, question_field=question_field, answer_field=answer_field,
+                limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
+    with user_errors():
+        cfg = _config_from_options(opts, config)
+        run_dir = out or cfg.out or default_out(cfg)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        from tts.benchmarks.runner import load_problems, run_eval
+
+        _, problems = load_problems(cfg)
+        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), transient=False) as bar:
+            task = bar.add_task("eval", total=len(problems))
+            result = run_eval(cfg, run_dir, problems=problems,
+                              progress=lambda done, total: bar.update(task, completed=done, total=total))
+    print_summary(result)

@@ -1,0 +1,166 @@
+"""Pydantic configs, one per concern, discriminated by ``kind``.
+
+Configs are frozen inputs: strategies and backends never mutate them; derive variants with
+``config.model_copy(update=...)``. Each field's docstring is what ``--help`` and error messages
+build on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tts.models import DEFAULT_MODEL
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SamplingConfig(_Frozen):
+    """How each sample is drawn."""
+
+    temperature: float = Field(0.7, ge=0.0, le=5.0)
+    """Sampling temperature; 0 is greedy (then n > 1 gives identical samples)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    max_tokens: int = Field(256, ge=1)
+    """Cap on generated tokens per sample."""
+
+
+class _StrategyBase(_Frozen):
+    n: int = Field(8, ge=1, le=4096)
+    """Samples per problem."""
+
+    @property
+    def label(self) -> str:
+        """Short stable name of this config, e.g. ``self_consistency@8``; keys the results."""
+        return f"{self.kind}@{self.n}"  # type: ignore[attr-defined]
+
+
+class BestOfNConfig(_StrategyBase):
+    """Sample n, keep the one with the best selection score."""
+
+    kind: Literal["best_of_n"] = "best_of_n"
+    score: Literal["mean_logprob"] = "mean_logprob"
+    """Selection score. Until verifiers exist, the sample's mean token log-probability."""
+
+
+class SelfConsistencyConfig(_StrategyBase):
+    """Sample n, return the most frequent extracted answer (Wang et al., 2023)."""
+
+    kind: Literal["self_consistency"] = "self_consistency"
+
+
+class WeightedVoteConfig(_StrategyBase):
+    """Sample n, vote with weights exp(mean token logprob) per sample."""
+
+    kind: Literal["weighted_vote"] = "weighted_vote"
+    weight: Literal["mean_logprob"] = "mean_logprob"
+    """Where weights come from: exp(mean logprob) of the sample, a confidence in (0, 1]."""
+
+
+StrategyConfig = Annotated[
+    BestOfNConfig | SelfConsistencyConfig | WeightedVoteConfig, Field(discriminator="kind")
+]
+
+
+class VLLMBackendConfig(_Frozen):
+    """The offline vLLM engine in this process."""
+
+    kind: Literal["vllm"] = "vllm"
+    model: str = DEFAULT_MODEL
+    """Model alias, local directory, .gguf file or Hugging Face hub id."""
+    dtype: str = "auto"
+    """"auto" picks float32 on CPUs without bf16 support (3x faster there), else the model's own."""
+    max_model_len: int = Field(2048, ge=64)
+    """Longest prompt + completion the engine accepts."""
+    kv_cache_gib: float = Field(2.0, gt=0)
+    """KV-cache memory on CPU, in GiB (vLLM's GPU default of 92% of memory fails on CPU)."""
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    """Fraction of GPU memory for weights + KV cache (GPU machines only)."""
+    enforce_eager: bool | None = None
+    """Skip graph compilation; default True on CPU (start-up 40 s instead of 200 s)."""
+    seed: int = 0
+    """Engine seed; with a fixed request order runs repeat exactly."""
+
+
+class OpenAIBackendConfig(_Frozen):
+    """Any OpenAI-compatible server, e.g. ``vllm serve``."""
+
+    kind: Literal["openai"] = "openai"
+    model: str = DEFAULT_MODEL
+    """Model name the server serves (as in its /v1/models)."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Server URL up to and including /v1."""
+    api_key: str = "EMPTY"
+    """API key; local vLLM servers accept anything."""
+    timeout: float = Field(120.0, gt=0)
+    """Seconds to wait for one HTTP response."""
+    max_retries: int = Field(3, ge=0, le=20)
+    """Retries with exponential back-off on 429, 5xx and connection errors."""
+    concurrency: int = Field(8, ge=1)
+    """Requests in flight at once."""
+
+
+class ScriptedBackendConfig(_Frozen):
+    """The deterministic test backend: each problem answered right with probability ``accuracy``."""
+
+    kind: Literal["scripted"] = "scripted"
+    model: str = "scripted"
+    accuracy: float = Field(0.4, ge=0, le=0.9)
+    """Probability that one sample carries the gold answer."""
+    seed: int = 0
+
+
+BackendConfig = Annotated[
+    VLLMBackendConfig | OpenAIBackendConfig | ScriptedBackendConfig, Field(discriminator="kind")
+]
+
+
+class DataConfig(_Frozen):
+    """Where problems come from and which fields hold what."""
+
+    benchmark: str = "demo"
+    """Registered benchmark name (demo, math500, aime2024, aime2025, amc2023, gsm8k)."""
+    path: Path | None = None
+    """Local JSONL/Parquet file or HF dataset directory instead of the hub copy."""
+    id_field: str | None = None
+    """Field holding a problem id (default: the benchmark's, else the row number)."""
+    question_field: str | None = None
+    """Field holding the question text (default: the benchmark's, else "problem")."""
+    answer_field: str | None = None
+    """Field holding the gold answer (default: the benchmark's, else "answer")."""
+    limit: int | None = Field(None, ge=1)
+    """Use only the first ``limit`` problems."""
+
+
+class EvalConfig(_Frozen):
+    """Everything ``tts eval`` needs; also loadable from YAML with ``--config``."""
+
+    data: DataConfig = DataConfig()
+    strategies: list[StrategyConfig] = Field(default_factory=lambda: [SelfConsistencyConfig()])
+    """Strategy configs to evaluate. Configs that only aggregate samples (best_of_n,
+    self_consistency, weighted_vote) share one set of max(n) samples per problem."""
+    backend: BackendConfig = VLLMBackendConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    out: Path | None = None
+    """Run directory for results.jsonl and run.json; re-running with it resumes."""
+    batch_size: int = Field(16, ge=1)
+    """Problems per engine call; a killed run loses at most this batch."""
+    seed: int = 0
+    """Seed recorded in the manifest and passed to the backend."""
+    grading_timeout: int = Field(5, ge=1)
+    """Seconds allowed for one math-verify comparison."""
+
+    @field_validator("strategies")
+    @classmethod
+    def _non_empty_unique(cls, v: list) -> list:
+        if not v:
+            raise ValueError("give at least one strategy")
+        labels = [s.label for s in v]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"strategy configs repeat: {labels}")
+        return v

@@ -1,0 +1,90 @@
+"""Name -> implementation registries, resolved lazily so that listing names imports nothing heavy.
+
+Each registry maps a short name to ``"module:attribute"``. Third-party packages add entries through
+the entry-point group ``tts.<registry>`` (e.g. ``tts.strategies``), so a plugin needs no change here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+
+class UnknownNameError(ValueError):
+    """A name that is not in a registry; the message lists the valid names."""
+
+
+class Registry:
+    """A named set of lazily imported implementations.
+
+    Args:
+        kind: What the entries are ("strategy", "backend", "benchmark"), used in messages.
+        entries: name -> "module:attribute".
+    """
+
+    def __init__(self, kind: str, entries: dict[str, str]) -> None:
+        self.kind = kind
+        self._entries = dict(entries)
+        self._plugins_loaded = False
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=f"tts.{self.kind}"):
+            self._entries.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        self._load_plugins()
+        return sorted(self._entries)
+
+    def check(self, name: str) -> str:
+        """Return ``name`` if registered, else raise with the valid names and a close match."""
+        self._load_plugins()
+        if name in self._entries:
+            return name
+        close = difflib.get_close_matches(name, self._entries, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UnknownNameError(
+            f"Unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."
+        )
+
+    def load(self, name: str) -> Any:
+        """Import and return the implementation registered as ``name``."""
+        module, _, attr = self._entries[self.check(name)].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+STRATEGIES = Registry(
+    "strategy",
+    {
+        "best_of_n": "tts.search.best_of_n:BestOfN",
+        "self_consistency": "tts.search.self_consistency:SelfConsistency",
+        "weighted_vote": "tts.search.weighted_vote:WeightedVote",
+    },
+)
+
+BACKENDS = Registry(
+    "backend",
+    {
+        "vllm": "tts.backends.vllm:VLLMGenerator",
+        "openai": "tts.backends.openai:OpenAIGenerator",
+        "scripted": "tts.backends.scripted:ScriptedGenerator",
+    },
+)
+
+BENCHMARKS = Registry(
+    "benchmark",
+    {
+        "demo": "tts.benchmarks.demo:DemoBenchmark",
+        "math500": "tts.benchmarks.datasets:MATH500",
+        "aime2024": "tts.benchmarks.datasets:AIME2024",
+        "aime2025": "tts.benchmarks.datasets:AIME2025",
+        "amc2023": "tts.benchmarks.datasets:AMC2023",
+        "gsm8k": "tts.benchmarks.datasets:GSM8K",
+        "jsonl": "tts.benchmarks.datasets:FileBenchmark",
+    },
+)
