@@ -1,0 +1,107 @@
+"""Architecture loading and parameter counting from config.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tts.budgets.architecture import ModelArchitecture, load_architecture, shipped_model_ids
+
+TINY = {
+    "model_type": "llama", "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "intermediate_size": 16, "vocab_size": 32,
+    "tie_word_embeddings": False, "torch_dtype": "float32",
+}
+
+
+def test_tiny_config_parameter_count_by_hand(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    arch = load_architecture(path)
+    # head_dim is absent: hidden / heads = 4. Per layer: q 8*8 + k 8*4 + v 8*4 + o 8*8 = 192,
+    # MLP 3*8*16 = 384, two norms 16 -> 592; two layers 1184; embedding 256 + LM head 256 + final
+    # norm 8.
+    assert arch.head_dim == 4
+    assert arch.params == 1184 + 256 + 256 + 8 == 1704
+    assert arch.active_params == arch.params
+    assert arch.flop_params == 1704 - 256  # the input embedding is a lookup, not a matmul
+    assert arch.dtype_bytes == 4
+    assert arch.kv_bytes_per_token == 2 * 2 * 1 * 4 * 4
+
+
+def test_tied_embeddings_counted_once():
+    tied = ModelArchitecture.from_config({**TINY, "tie_word_embeddings": True})
+    assert tied.params == 1704 - 256
+    assert tied.flop_params == tied.params  # the shared table still does the LM-head matmul
+
+
+@pytest.mark.parametrize("name, published, tol", [
+    ("Qwen/Qwen3-8B", 8.19e9, 0.03),
+    ("meta-llama/Llama-3.1-8B-Instruct", 8.03e9, 0.03),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct", 135e6, 0.03),
+    ("Qwen/Qwen3-30B-A3B", 30.5e9, 0.03),
+    ("Qwen/Qwen2.5-7B-Instruct", 7.61e9, 0.03),
+    ("meta-llama/Llama-3.1-70B-Instruct", 70.6e9, 0.03),
+])
+def test_parameter_counts_match_published_sizes(name, published, tol):
+    assert load_architecture(name).params == pytest.approx(published, rel=tol)
+
+
+def test_moe_active_parameters():
+    arch = load_architecture("Qwen/Qwen3-30B-A3B")
+    assert arch.is_moe and arch.num_experts == 128 and arch.experts_per_token == 8
+    assert arch.active_params == pytest.approx(3.3e9, rel=0.03)
+    # Reading weights for one token touches 8 of 128 experts; a big batch touches nearly all.
+    one = arch.weight_bytes_per_step(1)
+    many = arch.weight_bytes_per_step(4096)
+    assert one == pytest.approx(arch.flop_params * arch.dtype_bytes)
+    assert many == pytest.approx((arch.params - arch.embedding_params) * arch.dtype_bytes, rel=1e-6)
+
+
+@pytest.mark.parametrize("alias", ["Qwen/Qwen3-8B", "qwen3-8b", "QWEN/QWEN3-8B", "Qwen3-8B"])
+def test_aliases_resolve_case_insensitively(alias):
+    assert load_architecture(alias).name == "Qwen/Qwen3-8B"
+
+
+def test_instruct_suffix_optional():
+    assert load_architecture("smollm2-135m").name == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert load_architecture("HuggingFaceTB/SmolLM2-135M-Instruct").layers == 30
+    assert load_architecture("llama-3.1-8b").name == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_every_shipped_config_loads():
+    ids = shipped_model_ids()
+    assert len(ids) == 21
+    for hf_id in ids:
+        arch = load_architecture(hf_id)
+        assert arch.params >= arch.active_params > 0
+        assert arch.heads % arch.kv_heads == 0
+
+
+def test_directory_with_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    assert load_architecture(tmp_path).params == 1704
+
+
+def test_directory_without_config_names_config_json(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        load_architecture(tmp_path)
+
+
+def test_unknown_model_offline_names_config_json(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"--model path/to/config.json"):
+        load_architecture("someone/not-a-real-model-xyz")
+
+
+def test_config_missing_keys_is_a_clear_error(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match="hidden_size"):
+        load_architecture(path)
+
+
+def test_dtype_override():
+    assert load_architecture("qwen3-8b").dtype_bytes == 2
+    assert load_architecture("qwen3-8b", dtype_bytes=4).dtype_bytes == 4

@@ -1,0 +1,226 @@
+"""``tts cost``: price a strategy's generation on a GPU before running it; ``tts cost calibrate``.
+
+Examples:
+    tts cost --model Qwen/Qwen3-8B --gpu h100 --strategy self_consistency -n 32 --gen 8000
+    tts cost -m qwen3-0.6b -m qwen3-8b -m qwen3-32b --gpu b200 -n 8 --gen 16000
+    tts cost calibrate --engine --model HuggingFaceTB/SmolLM2-135M-Instruct
+
+Library imports (numpy, scipy) happen inside the commands so that ``tts --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="Price generation in FLOPs, bytes, Kinetics eFLOPs and roofline seconds.")
+
+
+class Strategy(str, Enum):
+    """Strategies whose cost is N samples sharing one prompt."""
+
+    self_consistency = "self_consistency"
+    best_of_n = "best_of_n"
+    single = "single"
+
+
+def _si(x: float, unit: str = "") -> str:
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"),
+                           (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.3g}{prefix}{unit}"
+    return f"{x:.3g}{unit}"
+
+
+def _seconds(x: float) -> str:
+    return f"{x * 1e3:.3g}ms" if x < 1 else f"{x:.4g}s" if x < 600 else f"{x / 60:.4g}min"
+
+
+def _console() -> Any:
+    """A rich console; wide when writing to a pipe or file so that tables never wrap."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+@app.callback(invoke_without_command=True)
+def cost(
+    ctx: typer.Context,
+    model: Annotated[list[str] | None, typer.Option(
+        "--model", "-m", help="HF id, shipped alias (qwen3-8b) or path/to/config.json; repeat "
+        "to compare models.")] = None,
+    gpu: Annotated[str, typer.Option(help="Device: h100, h100-pcie, h200, b200, a100-40gb, "
+                                     "a100-80gb, l40s, rtx-4090, or cpu (calibrated).")] = "h100",
+    strategy: Annotated[Strategy, typer.Option(help="How the samples share the prompt.")
+                        ] = Strategy.self_consistency,
+    n: Annotated[int, typer.Option("-n", "--n", min=1, help="Samples per prompt.")] = 1,
+    prompt: Annotated[int, typer.Option(min=0, help="Prompt tokens.")] = 200,
+    gen: Annotated[int, typer.Option(min=0, help="Generated tokens per sample.")] = 8000,
+    cached: Annotated[int, typer.Option(min=0, help="Prompt tokens already in the prefix cache.")
+                      ] = 0,
+    sparse_kv: Annotated[int | None, typer.Option(
+        "--sparse-kv", min=1, help="Sparse attention KV budget B (positions per token).")] = None,
+    sparse_block: Annotated[int | None, typer.Option(
+        min=1, help="Block size for block top-k sparse attention (needs --sparse-kv).")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        min=1, help="Sequences in flight sharing each weight read (default: this request's).")
+                           ] = None,
+    dtype_bytes: Annotated[int | None, typer.Option(
+        min=1, help="Override bytes per weight/KV element (default: the config's dtype).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
+                       ] = False,
+) -> None:
+    """Cost of N samples of GEN tokens on one prompt, per model, on one device."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from tts.budgets.architecture import load_architecture
+    from tts.budgets.cost_model import CostModel
+    from tts.budgets.hardware import get_hardware
+
+    if not model:
+        raise typer.BadParameter("pass at least one --model (e.g. --model Qwen/Qwen3-8B)",
+                                 param_hint="--model")
+    if strategy is Strategy.single and n != 1:
+        raise typer.BadParameter("strategy 'single' draws one sample; drop -n or pick "
+                                 "self_consistency / best_of_n", param_hint="-n")
+    if cached > prompt:
+        raise typer.BadParameter(f"--cached {cached} exceeds --prompt {prompt}",
+                                 param_hint="--cached")
+    try:
+        hardware = get_hardware(gpu)
+        archs = [load_architecture(m, dtype_bytes=dtype_bytes) for m in model]
+        models = [CostModel(a, hardware, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
+                  for a in archs]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+    rows: list[dict[str, Any]] = []
+    for arch, cm in zip(archs, models):
+        c = cm.cost_request(prompt, [gen] * n, cached_prompt_tokens=cached,
+                            concurrency=concurrency)
+        rows.append({
+            "model": arch.name, "params": arch.params, "active_params": arch.active_params,
+            "hardware": hardware.name, "ridge": hardware.ridge, "strategy": strategy.value,
+            "n": n, "prompt_tokens": prompt, "gen_tokens": gen, "sparse_kv": sparse_kv,
+            "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
+            "param_flops": c.param_flops, "attention_flops": c.attention_flops,
+            "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "dominant": c.dominant,
+            "attention_share": c.attention_share, "eflops_per_token": c.eflops_per_token,
+        })
+    if as_json:
+        typer.echo(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+        return
+    _print_rows(rows, hardware.name, hardware.ridge)
+
+
+def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
+    from rich.table import Table
+
+    first = rows[0]
+    title = (f"{first['strategy']}: n={first['n']}, prompt={first['prompt_tokens']}, "
+             f"gen={first['gen_tokens']} on {hw_name} (I = {ridge:.4g} FLOP/byte)")
+    if first["sparse_kv"]:
+        title += f", sparse KV budget {first['sparse_kv']}"
+    console = _console()
+    if len(rows) == 1:
+        table = Table("quantity", "value", "breakdown", title=title)
+        r = first
+        table.add_row("params", _si(r["params"]), f"active {_si(r['active_params'])}")
+        table.add_row("FLOPs", _si(r["flops"]), f"params {_si(r['param_flops'])}, "
+                      f"attention {_si(r['attention_flops'])}")
+        table.add_row("bytes", _si(r["bytes"], "B"), f"weights {_si(r['weight_bytes'], 'B')}, "
+                      f"KV {_si(r['kv_bytes'], 'B')}")
+        table.add_row("eFLOPs", _si(r["eflops"]), f"attention/KV share {r['attention_share']:.1%}"
+                      f", {_si(r['eflops_per_token'])} per generated token")
+        table.add_row("seconds", _seconds(r["seconds"]), "roofline, summed over decode steps")
+        table.add_row("dominant", r["dominant"], "compute = FLOPs, memory = I x bytes")
+    else:
+        table = Table("model", "params", "FLOPs", "bytes", "eFLOPs", "attn/KV", "eFLOP/tok",
+                      "seconds", "bound", title=title,
+                      caption="attn/KV: share of eFLOPs spent on attention and KV-cache traffic")
+        for r in rows:
+            params = _si(r["params"])
+            if r["active_params"] != r["params"]:
+                params += f" ({_si(r['active_params'])})"
+            table.add_row(r["model"].rpartition("/")[2], params, _si(r["flops"]),
+                          _si(r["bytes"], "B"), _si(r["eflops"]), f"{r['attention_share']:.0%}",
+                          _si(r["eflops_per_token"]), _seconds(r["seconds"]), r["dominant"])
+    console.print(table)
+
+
+@app.command()
+def calibrate(
+    engine: Annotated[bool, typer.Option(
+        help="Also time real decoding on the vLLM engine and compare with the predictions.")
+                      ] = False,
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="Model for --engine (HF id, alias or config.json path).")
+                     ] = "HuggingFaceTB/SmolLM2-135M-Instruct",
+    gpu: Annotated[str, typer.Option(help="Device to predict for with --engine (default: this "
+                                     "machine's calibrated CPU).")] = "cpu",
+    dtype_bytes: Annotated[int | None, typer.Option(
+        min=1, help="Bytes per element the engine runs at (e.g. 4 for float32 on CPU).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")
+                       ] = False,
+) -> None:
+    """Measure this CPU's matmul FLOP/s and memory bandwidth (cached for --gpu cpu)."""
+    from tts.budgets.hardware import calibrate_cpu
+
+    cpu = calibrate_cpu(refresh=True)
+    out: dict[str, Any] = {"cpu": {"peak_flops": cpu.peak_flops, "bandwidth": cpu.bandwidth,
+                                   "ridge": cpu.ridge, "source": cpu.source}}
+    if engine:
+        out["engine"] = _engine_report(model, gpu, dtype_bytes)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    from rich.table import Table
+
+    console = _console()
+    table = Table("quantity", "value", title="CPU calibration")
+    table.add_row("matmul FLOP/s (float32)", _si(cpu.peak_flops, "FLOP/s"))
+    table.add_row("memory bandwidth", _si(cpu.bandwidth, "B/s"))
+    table.add_row("ridge I", f"{cpu.ridge:.3g} FLOP/byte")
+    console.print(table)
+    if engine:
+        rep = out["engine"]
+        t = Table("n", "gen", "tokens", "predicted", "measured", "measured/predicted",
+                  title=f"{rep['model']} on {rep['hardware']}: predicted vs measured decode")
+        for p in rep["points"]:
+            t.add_row(str(p["n"]), str(p["gen_len"]), str(p["generated_tokens"]),
+                      _seconds(p["predicted_seconds"]), _seconds(p["measured_seconds"]),
+                      f"{p['measured_seconds'] / p['predicted_seconds']:.3g}"
+                      if p["predicted_seconds"] else "-")
+        console.print(t)
+        console.print(f"Spearman rho = {rep['spearman']:.3f}, median relative error = "
+                      f"{rep['median_relative_error']:.1%}, median measured/predicted = "
+                      f"{rep['median_ratio']:.3g}")
+
+
+def _engine_report(model: str, gpu: str, dtype_bytes: int | None) -> dict[str, Any]:
+    import dataclasses
+
+    from tts.budgets.architecture import load_architecture
+    from tts.budgets.calibration import compare_predictions, default_points
+    from tts.budgets.cost_model import CostModel
+    from tts.budgets.hardware import get_hardware
+
+    try:
+        from tts.backends.vllm_timing import measure_decode
+    except ImportError as exc:
+        typer.echo(f"--engine needs tts.backends.vllm_timing.measure_decode (the vLLM backend) "
+                   f"and vLLM installed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        cm = CostModel(load_architecture(model, dtype_bytes=dtype_bytes), get_hardware(gpu))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    report = compare_predictions(default_points(), measure_decode(model), cm)
+    return {"model": cm.arch.name, "hardware": cm.hardware.name,
+            "points": [dataclasses.asdict(p) for p in report.points],
+            "spearman": report.spearman, "median_relative_error": report.median_relative_error,
+            "median_ratio": report.median_ratio}
