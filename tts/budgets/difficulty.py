@@ -1,0 +1,295 @@
+"""Difficulty estimators: how likely is one sample of a model to solve a problem?
+
+Every estimator returns :class:`DifficultyEstimate` values whose ``score`` is an estimated pass
+rate in [0, 1] (higher = easier) and whose ``bin`` is a difficulty bin (0 = easiest).
+
+* ``"pilot"``: from k pilot samples drawn at run time, the share of the majority answer (no answer
+  counts as disagreement), or the mean verifier score ("model-predicted difficulty", Snell et al.
+  2024, "Scaling LLM Test-Time Compute Optimally can be More Effective than Scaling Model
+  Parameters", Sec. 3.2).
+* ``"oracle"``: the ground-truth pass rate. Analysis only; never feed it to an allocator whose
+  result is reported as achievable.
+* ``"learned"``: an L2-regularised logistic regression, fitted on a past run, from features known
+  at run time (prompt length, pilot agreement, pilot confidence, level, ...) to P(correct).
+
+Binning: quantiles of the score (Snell et al. use 5 bins) or absolute pass-rate thresholds (Liu et
+al. 2025, "Can 1B LLM Surpass 405B LLM?": easy > 50%, medium 10-50%, hard < 10%).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit
+
+logger = logging.getLogger(__name__)
+
+Source = Literal["pilot", "oracle", "learned"]
+LIU_THRESHOLDS = (0.5, 0.1)
+"""Pass-rate thresholds of Liu et al. (2025): easy > 0.5 >= medium >= 0.1 > hard."""
+
+
+@dataclass(frozen=True, slots=True)
+class DifficultyEstimate:
+    """The estimated difficulty of one problem.
+
+    Args:
+        problem_id: The problem's id.
+        score: Estimated pass rate of one sample, in [0, 1] (higher = easier).
+        bin: Difficulty bin, 0 = easiest.
+        source: "pilot", "oracle" (ground truth: analysis only) or "learned".
+    """
+
+    problem_id: str
+    score: float
+    bin: int
+    source: Source
+
+
+# --- binning -------------------------------------------------------------------------------------
+
+
+def quantile_edges(scores: Sequence[float] | np.ndarray, n_bins: int = 5) -> np.ndarray:
+    """Score cut points that split ``scores`` into ``n_bins`` bins of (nearly) equal size.
+
+    Fit the edges on one set of problems and apply them to others with :func:`assign_bins`.
+    Tied scores stay in one bin, so fewer than ``n_bins`` bins may be used.
+    """
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    s = np.asarray(scores, dtype=float)
+    if s.size == 0:
+        raise ValueError("cannot fit quantile bins on zero problems; pass at least one score")
+    return np.unique(np.quantile(s, np.linspace(0, 1, n_bins + 1)[1:-1]))
+
+
+def assign_bins(scores: Sequence[float] | np.ndarray, edges: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Bin index per score given ascending cut points; 0 = the highest scores (easiest).
+
+    A score equal to an edge goes to the easier side.
+    """
+    s = np.asarray(scores, dtype=float)
+    e = np.sort(np.asarray(edges, dtype=float))
+    return (len(e) - np.searchsorted(e, s, side="right")).astype(np.int64)
+
+
+def quantile_bins(scores: Sequence[float] | np.ndarray, n_bins: int = 5) -> np.ndarray:
+    """Bins by quantiles of the scores themselves (Snell et al.: 5 bins); 0 = easiest."""
+    return assign_bins(scores, quantile_edges(scores, n_bins))
+
+
+def threshold_bins(
+    scores: Sequence[float] | np.ndarray, thresholds: Sequence[float] = LIU_THRESHOLDS
+) -> np.ndarray:
+    """Bins by absolute pass-rate thresholds; default easy (0) > 0.5, medium (1), hard (2) < 0.1.
+
+    A score exactly on a threshold goes to the harder side (Liu et al.: easy is *above* 50%).
+    """
+    t = np.sort(np.asarray(thresholds, dtype=float))
+    s = np.asarray(scores, dtype=float)
+    return (len(t) - np.searchsorted(t, s, side="left")).astype(np.int64)
+
+
+def _bin(scores: np.ndarray, binning: Literal["quantile", "threshold"], n_bins: int,
+         thresholds: Sequence[float]) -> np.ndarray:
+    if binning == "quantile":
+        return quantile_bins(scores, n_bins)
+    if binning == "threshold":
+        return threshold_bins(scores, thresholds)
+    raise ValueError(f"binning must be 'quantile' or 'threshold', got {binning!r}")
+
+
+def _estimates(problem_ids: Sequence[str], scores: np.ndarray, bins: np.ndarray,
+               source: Source) -> list[DifficultyEstimate]:
+    if len(problem_ids) != len(scores):
+        raise ValueError(f"{len(problem_ids)} problem ids but {len(scores)} rows of samples/features")
+    return [DifficultyEstimate(str(p), float(s), int(b), source)
+            for p, s, b in zip(problem_ids, scores, bins)]
+
+
+# --- pilot sampling --------------------------------------------------------------------------------
+
+
+def majority_share(answers: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """Share of the most common answer among each row's samples; no answer (-1) never counts.
+
+    Args:
+        answers: ``(n_problems, k)`` integer answer ids, -1 = no answer.
+        mask: Which slots hold real samples (default: all).
+
+    Returns:
+        ``(n_problems,)`` floats in [0, 1]; 0 for a row without any answer.
+    """
+    a = np.asarray(answers)
+    m = np.ones(a.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    n = m.sum(axis=1)
+    valid = m & (a >= 0)
+    width = int(a.max(initial=-1)) + 1
+    if width == 0:
+        return np.zeros(a.shape[0])
+    onehot = np.zeros((a.shape[0], width), dtype=np.int64)
+    rows = np.nonzero(valid)[0]
+    np.add.at(onehot, (rows, a[valid]), 1)
+    return onehot.max(axis=1) / np.maximum(n, 1)
+
+
+def pilot_difficulty(
+    problem_ids: Sequence[str],
+    answers: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
+    method: Literal["agreement", "score"] = "agreement",
+    binning: Literal["quantile", "threshold"] = "quantile",
+    n_bins: int = 5,
+    thresholds: Sequence[float] = LIU_THRESHOLDS,
+) -> list[DifficultyEstimate]:
+    """Difficulty from k pilot samples per problem.
+
+    Args:
+        problem_ids: One id per row.
+        answers: ``(n_problems, k)`` answer ids of the pilot samples, -1 = no answer.
+        mask: Real-sample slots (default: all).
+        scores: ``(n_problems, k)`` verifier scores in [0, 1], needed for ``method="score"``.
+        method: "agreement" = majority-answer share; "score" = mean verifier score (Snell et al.).
+        binning: "quantile" (``n_bins`` bins) or "threshold" (``thresholds``).
+
+    Returns:
+        One estimate per problem, source "pilot".
+    """
+    if method == "agreement":
+        s = majority_share(answers, mask)
+    elif method == "score":
+        if scores is None:
+            raise ValueError("method='score' needs the pilot samples' verifier scores; pass scores=")
+        sc = np.asarray(scores, dtype=float)
+        m = np.isfinite(sc) if mask is None else (np.asarray(mask, dtype=bool) & np.isfinite(sc))
+        s = np.where(m, sc, 0.0).sum(axis=1) / np.maximum(m.sum(axis=1), 1)
+    else:
+        raise ValueError(f"method must be 'agreement' or 'score', got {method!r}")
+    return _estimates(problem_ids, s, _bin(s, binning, n_bins, thresholds), "pilot")
+
+
+def oracle_difficulty(
+    problem_ids: Sequence[str],
+    correct: np.ndarray,
+    *,
+    mask: np.ndarray | None = None,
+    binning: Literal["quantile", "threshold"] = "threshold",
+    n_bins: int = 5,
+    thresholds: Sequence[float] = LIU_THRESHOLDS,
+) -> list[DifficultyEstimate]:
+    """Ground-truth pass-rate difficulty, labelled "oracle": for analysis, never for allocation."""
+    c = np.asarray(correct, dtype=bool)
+    m = np.ones(c.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    s = (c & m).sum(axis=1) / np.maximum(m.sum(axis=1), 1)
+    return _estimates(problem_ids, s, _bin(s, binning, n_bins, thresholds), "oracle")
+
+
+# --- learned ---------------------------------------------------------------------------------------
+
+
+def pilot_features(
+    answers: np.ndarray,
+    tokens: np.ndarray | None = None,
+    scores: np.ndarray | None = None,
+    *,
+    prompt_lengths: Sequence[float] | None = None,
+    levels: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Run-time features per problem for :class:`LearnedDifficulty`.
+
+    Columns: majority-answer share, share without an answer, then when given: log mean pilot
+    tokens, mean pilot score, log prompt length, benchmark level.
+    """
+    a = np.asarray(answers)
+    cols = [majority_share(a), (a < 0).mean(axis=1)]
+    if tokens is not None:
+        cols.append(np.log1p(np.nanmean(np.asarray(tokens, dtype=float), axis=1)))
+    if scores is not None:
+        cols.append(np.nanmean(np.asarray(scores, dtype=float), axis=1))
+    if prompt_lengths is not None:
+        cols.append(np.log1p(np.asarray(prompt_lengths, dtype=float)))
+    if levels is not None:
+        cols.append(np.asarray(levels, dtype=float))
+    return np.column_stack(cols)
+
+
+class LearnedDifficulty:
+    """Logistic regression from run-time features to P(one sample is correct).
+
+    Fitted with L-BFGS on the L2-regularised mean log loss; features are standardised on the
+    training set (the intercept is not penalised).
+
+    Example:
+        >>> est = LearnedDifficulty(l2=1.0).fit(X_train, y_train)       # doctest: +SKIP
+        >>> est.estimate(ids, X_test, edges=est.quantile_edges(X_train))  # doctest: +SKIP
+    """
+
+    def __init__(self, l2: float = 1.0) -> None:
+        if not l2 >= 0:
+            raise ValueError(f"l2 must be >= 0, got {l2}")
+        self.l2 = float(l2)
+        self.coef_: np.ndarray | None = None
+        self.intercept_: float = 0.0
+        self._mu: np.ndarray | None = None
+        self._sd: np.ndarray | None = None
+
+    def fit(self, features: np.ndarray, targets: np.ndarray, weights: np.ndarray | None = None
+            ) -> LearnedDifficulty:
+        """Fit on ``(n, d)`` features and targets in [0, 1] (0/1 outcomes or pass rates).
+
+        Pass rates as targets with ``weights`` = sample counts give the binomial likelihood.
+        """
+        x = np.asarray(features, dtype=float)
+        y = np.asarray(targets, dtype=float)
+        if x.ndim != 2 or len(x) != len(y) or len(y) == 0:
+            raise ValueError(f"need (n, d) features and n targets, got {x.shape} and {y.shape}")
+        if np.any((y < 0) | (y > 1)):
+            raise ValueError("targets must lie in [0, 1] (outcomes or pass rates)")
+        w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
+        w = w / w.sum()
+        self._mu = x.mean(axis=0)
+        self._sd = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+        z = (x - self._mu) / self._sd
+        d = z.shape[1]
+
+        def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            logits = z @ theta[:d] + theta[d]
+            # log(1 + e^t) - y t, written stably.
+            nll = np.sum(w * (np.logaddexp(0.0, logits) - y * logits))
+            r = w * (expit(logits) - y)
+            grad = np.concatenate([z.T @ r + self.l2 * theta[:d] / len(y), [r.sum()]])
+            return nll + 0.5 * self.l2 * float(theta[:d] @ theta[:d]) / len(y), grad
+
+        res = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B")
+        if not res.success:
+            logger.warning("logistic difficulty fit did not converge: %s", res.message)
+        self.coef_, self.intercept_ = res.x[:d], float(res.x[d])
+        return self
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """Predicted P(correct) per row."""
+        if self.coef_ is None:
+            raise RuntimeError("call fit() before predict()")
+        z = (np.asarray(features, dtype=float) - self._mu) / self._sd
+        return expit(z @ self.coef_ + self.intercept_)
+
+    def estimate(
+        self,
+        problem_ids: Sequence[str],
+        features: np.ndarray,
+        *,
+        edges: Sequence[float] | None = None,
+        thresholds: Sequence[float] = LIU_THRESHOLDS,
+    ) -> list[DifficultyEstimate]:
+        """Estimates with source "learned": binned by ``edges`` (e.g. training-set quantiles,
+        see :func:`quantile_edges`) or, when None, by absolute ``thresholds``."""
+        s = self.predict(features)
+        bins = assign_bins(s, edges) if edges is not None else threshold_bins(s, thresholds)
+        return _estimates(problem_ids, s, bins, "learned")

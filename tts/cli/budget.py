@@ -1,0 +1,114 @@
+"""`tts budget ...`: replay the compute allocator on a sample pool.
+
+Heavy modules (numpy, scipy, the pool reader) are imported inside the commands so that
+`tts --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="Compute budgets: allocate samples across problems and replay the savings.",
+                  no_args_is_help=True)
+
+
+class ModeChoice(str, Enum):
+    offline = "offline"
+    online = "online"
+    both = "both"
+
+
+@app.callback()
+def _group() -> None:
+    """Compute budgets: allocate samples across problems and replay the savings."""
+
+
+def _parse_target(target: str) -> int:
+    strategy, _, n = target.partition("@")
+    if strategy != "self_consistency" or not n.isdigit() or int(n) < 1:
+        raise typer.BadParameter(
+            f"{target!r}: write the uniform baseline as self_consistency@N with N >= 1, "
+            "e.g. self_consistency@64", param_hint="--target")
+    return int(n)
+
+
+def _fmt_iv(iv, fmt: str) -> str:
+    if iv is None:
+        return "not reached"
+    return f"{format(iv.mean, fmt)}  [{format(iv.lo, fmt)}, {format(iv.hi, fmt)}]"
+
+
+@app.command()
+def simulate(
+    pool: Path = typer.Option(..., "--pool", help="Sample pool (.jsonl or .jsonl.gz).", exists=True,
+                              dir_okay=False),
+    model: str | None = typer.Option(None, "--model", help="Model in the pool (default: the first)."),
+    target: str = typer.Option("self_consistency@64", "--target",
+                               help="Uniform baseline, run on every problem."),
+    orderings: int = typer.Option(20, "--orderings", min=2, help="Random sample orderings to replay."),
+    seed: int = typer.Option(0, "--seed", help="Seed for orderings, folds and bootstrap."),
+    mode: ModeChoice = typer.Option(ModeChoice.both, "--mode", help="Allocator mode(s) to replay."),
+    pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
+    folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
+    tolerance: float = typer.Option(0.0, "--tolerance", min=0.0,
+                                    help="Match uniform accuracy up to this many accuracy points."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Replay uniform self-consistency and the allocator on a sample pool, at matched accuracy.
+
+    Every allocator decision uses only run-time information (answers, token counts, scores) and
+    curves fitted on other problems (cross-fitting); `correct` only grades the outcome.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from tts.benchmarks.pool import PoolError, load_pool
+    from tts.budgets.simulate import SimulateConfig
+    from tts.budgets.simulate import simulate as run_simulation
+
+    err = Console(stderr=True)
+    target_n = _parse_target(target)
+    modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
+    try:
+        sample_pool = load_pool(pool)
+        note = None
+        if model is None:
+            model = sample_pool.models[0]
+            if len(sample_pool.models) > 1:
+                note = (f"no --model given: using the first model, {model!r} "
+                        f"(the pool has {len(sample_pool.models)}: {', '.join(sample_pool.models)})")
+                err.print(f"[yellow]{note}[/yellow]")
+        if model not in sample_pool.by_model:
+            raise ValueError(f"model {model!r} is not in {pool}; choose one of {list(sample_pool.models)}")
+        cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
+                             folds=folds, pilot=pilot, confidence=confidence, tolerance=tolerance)
+        result = run_simulation(sample_pool[model], cfg)
+    except (PoolError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+    if as_json:
+        out = result.to_json()
+        out["note"] = note
+        typer.echo(json.dumps(out))
+        return
+    table = Table(title=f"{model}: uniform {target} vs allocator, {orderings} orderings (95% intervals)")
+    table.add_column("")
+    table.add_column("tokens", justify="right")
+    table.add_column("accuracy", justify="right")
+    table.add_column("uniform / allocator tokens", justify="right")
+    table.add_row(f"uniform {target}", _fmt_iv(result.uniform_tokens, ",.0f"),
+                  _fmt_iv(result.uniform_acc, ".4f"), "1")
+    for name, m in result.modes.items():
+        table.add_row(f"{name}: to match uniform accuracy", _fmt_iv(m.tokens_to_match, ",.0f"),
+                      f">= {result.uniform_acc.mean - tolerance:.4f}", _fmt_iv(m.token_ratio, ".2f"))
+        table.add_row(f"{name}: at uniform's tokens", _fmt_iv(m.tokens_at_uniform_budget, ",.0f"),
+                      _fmt_iv(m.acc_at_uniform_tokens, ".4f"), "")
+    Console().print(table)
+    Console().print("Decisions use answers, token counts and curves fitted on other problems only; "
+                    "the pool's `correct` field only grades the outcome.")
