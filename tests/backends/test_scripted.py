@@ -1,0 +1,29 @@
+from tts.backends.base import GenerationRequest, Message
+from tts.backends.scripted import ScriptedGenerator
+
+
+def _req(**kw):
+    return GenerationRequest(messages=(Message("user", "What is 2 + 2?"),), key="p", **kw)
+
+
+def test_answers_follow_the_given_distribution():
+    gen = ScriptedGenerator({"p": {"4": 0.7, "5": 0.2}}, seed=0)
+    res = gen.generate([_req(n=2000)])[0]
+    answers = [c.text.rsplit("\\boxed{", 1)[-1].rstrip("}.") if "\\boxed" in c.text else None for c in res.completions]
+    share4 = answers.count("4") / 2000
+    share_none = answers.count(None) / 2000
+    assert 0.66 < share4 < 0.74 and 0.07 < share_none < 0.13
+
+
+def test_usage_counts_prompt_once_and_repeated_prompts_as_cached():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0)
+    first, second = gen.generate([_req(n=3), _req(n=3)])
+    assert first.usage.cached_prompt_tokens == 0 and second.usage.cached_prompt_tokens == second.usage.prompt_tokens
+    assert first.usage.completion_tokens == sum(c.completion_tokens for c in first.completions)
+    assert first.usage.shapes[0].completion_tokens == tuple(c.completion_tokens for c in first.completions)
+
+
+def test_logprobs_only_when_asked():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0)
+    assert gen.generate([_req(n=2)])[0].completions[0].mean_logprob is None
+    assert gen.generate([_req(n=2, logprobs=True)])[0].completions[0].mean_logprob < 0

@@ -1,0 +1,77 @@
+"""``tts eval`` as a user runs it: scripted backend end to end, and bad input refused clearly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from tts.cli.app import app
+
+runner = CliRunner()
+
+
+def _eval(*args):
+    return runner.invoke(app, ["eval", *args])
+
+
+def test_scripted_eval_prints_the_table_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    args = ["--backend", "scripted", "--benchmark", "demo", "--limit", "6", "-n", "1", "-n", "4", "-s",
+            "self_consistency", "-s", "best_of_n", "--out", str(out)]
+    r = _eval(*args)
+    assert r.exit_code == 0, r.output
+    assert "self_consistency" in r.output and "coverage" in r.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6 * 4
+    r2 = _eval(*args)
+    assert r2.exit_code == 0 and "resumed: 6 problems" in r2.output
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6 * 4
+
+
+def test_math500_from_local_file(tmp_path, shared_data):
+    r = _eval("--backend", "scripted", "--benchmark", "math500", "--data", str(shared_data / "benchmarks/math500.jsonl"),
+              "--limit", "5", "--out", str(tmp_path / "m"))
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "m" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and rows[0]["gold"] == "\\left( 3, \\frac{\\pi}{2} \\right)"
+
+
+def test_config_file_is_read(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data: {benchmark: demo, limit: 3}\nbackend: {kind: scripted}\nstrategies:\n  - {kind: weighted_vote, n: 2}\n")
+    r = _eval("--config", str(cfg), "--out", str(tmp_path / "c"))
+    assert r.exit_code == 0, r.output
+    assert "weighted_vote" in r.output
+
+
+def test_bad_input_is_refused_with_what_to_change(tmp_path):
+    cases = [
+        (["--strategy", "majority"], "Unknown strategy 'majority'"),
+        (["-n", "0"], "-n must be at least 1"),
+        (["--benchmark", "mmlu"], "Unknown benchmark 'mmlu'"),
+        (["--benchmark", "jsonl", "--data", str(tmp_path / "missing.jsonl")], "does not exist"),
+    ]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "1+1", "answer": "2"}\n{oops\n')
+    cases.append((["--data", str(bad)], "bad.jsonl, line 2: not valid JSON"))
+    for extra, message in cases:
+        r = _eval("--backend", "scripted", "--out", str(tmp_path / "x"), *extra)
+        assert r.exit_code == 2, (extra, r.output)
+        assert message in r.output, (extra, r.output)
+        assert "Traceback" not in r.output
+
+
+def test_unreachable_server_is_reported(tmp_path):
+    r = _eval("--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--limit", "1", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 2
+    assert "Cannot reach an OpenAI-compatible server at http://127.0.0.1:9/v1" in r.output
+
+
+def test_help_imports_no_engine():
+    # `tts --help` must not pay for vllm/torch imports (its speed is measured in benchmarks/).
+    code = "import sys, tts.cli.app; assert not any(m in sys.modules for m in ('vllm', 'torch', 'transformers'))"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    out = subprocess.run([sys.executable, "-m", "tts.cli", "--help"], check=True, capture_output=True, text=True)
+    assert "eval" in out.stdout and "cost" in out.stdout
