@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from tts.cli.app import app
 
-runner = CliRunner()
+runner = CliRunner(env={"COLUMNS": "220"})
 
 
 def _eval(*args):

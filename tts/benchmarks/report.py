@@ -25,7 +25,7 @@ class ConfigSummary:
 
     config: str
     strategy: str
-    n: int
+    n: float
     problems: int
     accuracy: float
     accuracy_low: float
@@ -52,7 +52,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[ConfigSummary]:
             ConfigSummary(
                 config=label,
                 strategy=rs[0]["strategy"]["kind"],
-                n=rs[0]["strategy"]["n"],
+                n=sum(r["strategy"]["n"] for r in rs) / k,  # varies per problem under allocation
                 problems=k,
                 accuracy=correct / k,
                 accuracy_low=lo,

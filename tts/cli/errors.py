@@ -39,7 +39,7 @@ def format_error(exc: BaseException) -> str:
 
 def fail(message: str) -> typer.Exit:
     """Print ``message`` in red to stderr and return the exit to raise (code 2)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 

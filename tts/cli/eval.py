@@ -84,26 +84,61 @@ def default_out(config: Any) -> Path:
     return Path("runs") / f"{config.data.benchmark}-{model}-{digest}"
 
 
-def print_summary(result: Any) -> None:
-    """The results table: accuracy with 95% interval beside coverage, no-answer rate and cost."""
+def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], str | None]:
+    """Price the run on ``gpu``; returns ({} , reason) when the model's architecture is unknown."""
+    if not gpu:
+        return {}, None
+    from tts.budgets.ledger import cost_model_for, price_rows
+
+    try:
+        cm = cost_model_for(model, gpu)
+    except ValueError as exc:
+        return {}, f"no cost columns: {exc}"
+    return price_rows(result.rows, cm), None
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
+    """The results table: accuracy with 95% interval beside coverage, no-answer rate and cost.
+
+    With ``gpu``, each config's usage is priced by the cost model: FLOPs, eFLOPs and predicted
+    GPU-seconds per problem, next to the wall time measured here.
+    """
     from rich.console import Console
     from rich.table import Table
 
+    ledger, why = _ledger(result, model, gpu)
     table = Table(title=f"{result.problems} problems -> {result.out}")
-    for col in ("strategy", "n", "accuracy [95% CI]", "coverage pass@n", "no answer", "tokens/problem", "wall s"):
+    cols = ["strategy", "n", "accuracy [95% CI]", "coverage pass@n", "no answer", "tokens/problem"]
+    if ledger:
+        cols += ["FLOPs/problem", "eFLOPs/problem", f"{gpu} s/problem"]
+    cols.append("wall s (here)")
+    for col in cols:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in result.summaries:
-        table.add_row(
+        cells = [
             s.strategy,
-            str(s.n),
+            f"{s.n:.3g}",
             f"{s.accuracy:.3f} [{s.accuracy_low:.3f}, {s.accuracy_high:.3f}]",
             f"{s.coverage:.3f}",
             f"{s.no_answer_rate:.3f}",
             f"{s.tokens_per_problem:,.0f}",
-            f"{s.wall_seconds:,.1f}",
-        )
+        ]
+        if ledger:
+            per = ledger[s.config].per_problem
+            cells += [_si(per.flops), _si(per.eflops), f"{per.seconds:.3g}"]
+        cells.append(f"{s.wall_seconds:,.1f}")
+        table.add_row(*cells)
     console = Console()
     console.print(table)
+    if why:
+        console.print(why)
     if result.skipped:
         console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
@@ -127,6 +162,11 @@ def eval_command(
     seed: int | None = typer.Option(None, "--seed", help="Run seed."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/<benchmark>-<model>-<hash>); re-run to resume."),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with the same settings (flags override it)."),
+    gpu: str = typer.Option("h100", "--gpu", help="Price the run's usage on this GPU (h100, h200, a100-80gb, ...; '' to skip)."),
+    allocate: bool = typer.Option(False, "--allocate", help="Spend --budget adaptively (online adaptive self-consistency)."),
+    budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6."),
+    budget_unit: str = typer.Option("tokens", "--budget-unit", help="tokens, eflops or gpu_seconds (priced on --gpu)."),
+    n_max: int = typer.Option(64, "--n-max", min=1, help="Most samples one problem may get under --allocate."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
     opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
@@ -140,9 +180,27 @@ def eval_command(
         from tts.benchmarks.runner import load_problems, run_eval
 
         _, problems = load_problems(cfg)
-        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), transient=False) as bar:
-            task = bar.add_task("eval", total=len(problems))
-            result = run_eval(cfg, run_dir, problems=problems,
-                              progress=lambda done, total: bar.update(task, completed=done, total=total))
-    print_summary(result)
+        if allocate or budget is not None:
+            if budget is None:
+                raise fail("--allocate needs --budget (a positive number in --budget-unit).")
+            if budget_unit not in ("tokens", "eflops", "gpu_seconds"):
+                raise fail(f"--budget-unit must be tokens, eflops or gpu_seconds, got {budget_unit!r}.")
+            from tts.benchmarks.allocated import BudgetError, run_allocated_eval
+
+            with Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TimeElapsedColumn()) as bar:
+                task = bar.add_task("alloc", total=budget)
+                try:
+                    result = run_allocated_eval(
+                        cfg, run_dir if out or cfg.out else run_dir.with_name(run_dir.name + "-allocated"),
+                        budget, budget_unit, gpu or "h100", n_max, problems=problems,  # type: ignore[arg-type]
+                        progress=lambda spent, total: bar.update(task, completed=spent))
+                except BudgetError as exc:
+                    raise fail(str(exc)) from None
+        else:
+            with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TimeRemainingColumn(), transient=False) as bar:
+                task = bar.add_task("eval", total=len(problems))
+                result = run_eval(cfg, run_dir, problems=problems,
+                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+    print_summary(result, cfg.backend.model, gpu or None)

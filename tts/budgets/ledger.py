@@ -1,0 +1,86 @@
+"""The usage ledger: price what a run spent (tokens -> FLOPs, bytes, eFLOPs, GPU-seconds).
+
+Every generator call records a Usage with per-request shapes; every Solution carries the sum of
+its calls (verifier calls included, when a strategy uses one). The ledger prices those usages on
+a chosen GPU with the Kinetics-style :class:`~tts.budgets.cost_model.CostModel`, so a run report
+can show predicted GPU cost next to the wall time measured on the machine that ran it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tts.budgets.cost_model import Cost, CostModel
+from tts.types import RequestShape, Usage
+
+logger = logging.getLogger(__name__)
+
+
+def usage_from_json(data: Mapping[str, Any]) -> Usage:
+    """Rebuild a Usage from its JSON form in results.jsonl."""
+    shapes = tuple(
+        RequestShape(int(s["prompt_tokens"]), int(s["cached_prompt_tokens"]), tuple(int(t) for t in s["completion_tokens"]))
+        for s in data.get("shapes", ())
+    )
+    return Usage(
+        prompt_tokens=int(data.get("prompt_tokens", 0)),
+        cached_prompt_tokens=int(data.get("cached_prompt_tokens", 0)),
+        completion_tokens=int(data.get("completion_tokens", 0)),
+        wall_seconds=float(data.get("wall_seconds", 0.0)),
+        calls=int(data.get("calls", 0)),
+        shapes=shapes,
+    )
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """Total and per-problem cost of one strategy config over a run."""
+
+    config: str
+    problems: int
+    cost: Cost
+    wall_seconds: float
+
+    @property
+    def per_problem(self) -> Cost:
+        """Mean cost of one problem."""
+        k = max(self.problems, 1)
+        c = self.cost
+        return Cost(**{f: getattr(c, f) / k for f in ("flops", "bytes", "eflops", "seconds", "param_flops",
+                                                      "attention_flops", "weight_bytes", "kv_bytes",
+                                                      "param_eflops", "attention_eflops")},
+                    generated_tokens=round(c.generated_tokens / k))
+
+
+def price_rows(rows: Iterable[Mapping[str, Any]], cost_model: CostModel) -> dict[str, LedgerEntry]:
+    """Price each result row's usage and sum per strategy config.
+
+    Args:
+        rows: results.jsonl rows (with ``config`` and ``usage``).
+        cost_model: The model + hardware to price on.
+
+    Returns:
+        config label -> LedgerEntry.
+    """
+    costs: dict[str, list[Cost]] = {}
+    walls: dict[str, float] = {}
+    for row in rows:
+        usage = usage_from_json(row["usage"])
+        costs.setdefault(row["config"], []).append(cost_model.cost_usage(usage))
+        walls[row["config"]] = walls.get(row["config"], 0.0) + usage.wall_seconds
+    return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k]) for k, v in costs.items()}
+
+
+def cost_model_for(model: str, gpu: str) -> CostModel:
+    """The cost model of a tts model name (alias, directory, hub id) on a named GPU.
+
+    Raises:
+        ValueError: The architecture or GPU is unknown; the message says how to pass a config.json.
+    """
+    from tts.budgets.architecture import load_architecture
+    from tts.budgets.hardware import get_hardware
+
+    return CostModel(load_architecture(model), get_hardware(gpu))
