@@ -27,3 +27,10 @@ def test_logprobs_only_when_asked():
     gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0)
     assert gen.generate([_req(n=2)])[0].completions[0].mean_logprob is None
     assert gen.generate([_req(n=2, logprobs=True)])[0].completions[0].mean_logprob < 0
+
+
+def test_repeating_a_request_draws_fresh_samples_like_one_larger_request():
+    one_big = ScriptedGenerator({"p": {"4": 0.5, "5": 0.3}}, seed=1).generate([_req(n=6)])[0].completions
+    gen = ScriptedGenerator({"p": {"4": 0.5, "5": 0.3}}, seed=1)
+    small = [gen.generate([_req(n=1)])[0].completions[0] for _ in range(6)]
+    assert list(one_big) == small and len(set(c.text for c in small)) > 1

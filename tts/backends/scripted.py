@@ -2,8 +2,9 @@
 
 It behaves like a model whose answer to each problem is a random draw from a distribution you
 specify (``{"42": 0.6, "41": 0.3}``; the missing mass means "no answer"), with realistic token
-counts and log-probabilities. The same seed, key and request give the same samples, so strategy
-tests are exact, and voting gains can be computed by hand.
+counts and log-probabilities. The same seed and the same sequence of requests give the same
+samples, so strategy tests are exact; asking the same prompt again draws fresh samples (one
+request for n = 16 equals sixteen requests for n = 1), as a real engine's random state would.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class ScriptedGenerator:
         self.prompt_tokens_per_char = prompt_tokens_per_char
         self.model_name = model_name
         self._seen_prefixes: set[str] = set()
+        # Samples already drawn per (key, prompt): a repeated request continues the sequence
+        # rather than replaying it, as a real engine's random state would.
+        self._drawn: dict[tuple[str, str], int] = {}
 
     @classmethod
     def for_problems(
@@ -125,7 +129,9 @@ class ScriptedGenerator:
         for req in requests:
             start = time.perf_counter()
             prompt = "\n".join(f"{m.role}: {m.content}" for m in req.messages) + req.continuation
-            completions = tuple(self._sample(req, i, prompt) for i in range(req.n))
+            offset = self._drawn.get((req.key, prompt), 0)
+            self._drawn[(req.key, prompt)] = offset + req.n
+            completions = tuple(self._sample(req, offset + i, prompt) for i in range(req.n))
             prompt_tokens = max(1, int(len(prompt) * self.prompt_tokens_per_char))
             cached = prompt_tokens if prompt in self._seen_prefixes else 0
             self._seen_prefixes.add(prompt)

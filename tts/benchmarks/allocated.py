@@ -101,8 +101,8 @@ def run_allocated_eval(
     generator = generator or create_generator(config.backend, loaded)
     sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, prompt.render, config.sampling, seed=config.seed)
     # Prior expected cost of one sample: half the token cap plus the prompt, priced; refined as we go.
-    prompt_chars = sum(len(m.content) for m in sc.request(loaded[0]).messages)
-    prior = price(request_usage(prompt_chars // 4, 0, [config.sampling.max_tokens // 2], 0.0))
+    first_chars = sum(len(m.content) for m in sc.request(loaded[0]).messages)
+    prior = price(request_usage(first_chars // 4, 0, [config.sampling.max_tokens // 2], 0.0))
     need = prior * len(loaded)
     if budget < need:
         raise BudgetError(
@@ -110,27 +110,52 @@ def run_allocated_eval(
             f"{len(loaded)} problems); raise it or lower --limit."
         )
     alloc = OnlineAllocator(budget=budget, expected_cost=prior, n_max=n_max)
-    samples: dict[str, list[tuple[Any, Usage]]] = {p.id: [] for p in loaded}
+    samples: dict[str, list[tuple[Sample, Usage]]] = {p.id: [] for p in loaded}
+    finished = False
     # 1. Replay what a killed run already paid for.
     if log_path.exists():
-        for line in log_path.read_text().splitlines():
+        good = 0
+        for line in log_path.read_bytes().splitlines(keepends=True):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                break  # half-written last line
+                break  # half-written last line: cut it off below
+            if not line.endswith(b"\n"):
+                break
+            good += len(line)
+            if rec.get("event") == "finished":
+                finished = True
+                continue
             s, u = Sample(**rec["sample"]), usage_from_json(rec["usage"])
             samples[rec["problem_id"]].append((s, u))
             alloc.record(rec["problem_id"], s.answer and normalize_answer(s.answer), price(u))
+        with log_path.open("r+b") as fh:
+            fh.truncate(good)
+    # A sample can cost at most its prompt (uncached) plus max_tokens: rounds are trimmed so that
+    # even the worst case fits what is left, which makes "never over budget" a guarantee.
+    prompt_chars = {p.id: sum(len(m.content) for m in sc.request(p).messages) for p in loaded}
+
+    def worst_case(pid: str) -> float:
+        seen = [u.prompt_tokens for _, u in samples[pid]]
+        prompt = max(seen) if seen else prompt_chars[pid]  # <= 1 token per character
+        return price(request_usage(prompt, 0, [config.sampling.max_tokens], 0.0))
+
     try:
         with log_path.open("a", encoding="utf-8") as log:
             # 2. Rounds: one batched call per round for the problems the allocator picks.
             ids = [p.id for p in loaded]
-            while True:
+            while not finished:
                 drawn = [u for v in samples.values() for _, u in v]
                 if drawn:
                     alloc.expected_cost = sum(price(u) for u in drawn) / len(drawn)
-                chosen = alloc.next_round(ids)
+                chosen, room = [], budget - alloc.spent
+                for pid in alloc.next_round(ids):
+                    if worst_case(pid) > room:
+                        break
+                    chosen.append(pid)
+                    room -= worst_case(pid)
                 if not chosen:
+                    log.write(json.dumps({"event": "finished"}) + "\n")
                     break
                 requests: list[GenerationRequest] = [sc.request(by_id[pid]) for pid in chosen]
                 for pid, res in zip(chosen, generator.generate(requests), strict=True):
