@@ -1,0 +1,37 @@
+"""Cost model vs the real engine on this CPU: does the roofline rank workloads like the clock does?
+
+Times >= 12 (N samples, generated length) points on the vLLM-CPU engine with the embedded model
+(EOS ignored, so lengths are exact), prices each point's recorded Usage with the cost model on
+this machine's calibrated FLOP/s and bandwidth, and prints Spearman's rank correlation, the
+median relative error and the per-point measured/predicted ratio. The target is rho >= 0.9.
+
+    python benchmarks/cost_model_vs_engine.py
+"""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from tts.backends.vllm_timing import measure_decode
+    from tts.budgets.architecture import load_architecture
+    from tts.budgets.calibration import compare_predictions, default_points
+    from tts.budgets.cost_model import CostModel
+    from tts.budgets.hardware import calibrate_cpu
+
+    hw = calibrate_cpu(refresh=True)
+    print(f"this CPU: {hw.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), {hw.bandwidth / 1e9:.1f} GB/s, ridge {hw.ridge:.2f}")
+    # The engine runs float32 on this CPU: 4 bytes per weight and KV element.
+    cm = CostModel(load_architecture("smollm2-135m", dtype_bytes=4), hw)
+    report = compare_predictions(default_points(), measure_decode("smollm2-135m"), cm)
+    print(f"{'n':>3} {'gen':>5} {'predicted s':>12} {'measured s':>11} {'measured/predicted':>19}")
+    for p in report.points:
+        print(f"{p.n:>3} {p.gen_len:>5} {p.predicted_seconds:>12.3f} {p.measured_seconds:>11.3f} "
+              f"{p.measured_seconds / p.predicted_seconds:>19.2f}")
+    verdict = "meets" if report.spearman >= 0.9 else "MISSES"
+    print(f"Spearman rho = {report.spearman:.3f} over {len(report.points)} points ({verdict} the 0.9 target); "
+          f"median relative error {report.median_relative_error:.1%}; median measured/predicted "
+          f"{report.median_ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
