@@ -28,4 +28,4 @@ def vllm_generator():
     from tts.backends.vllm import VLLMGenerator
     from tts.config import VLLMBackendConfig
 
-    return VLLMGenerator(VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1.0))
+    return VLLMGenerator(VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1))

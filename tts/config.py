@@ -77,8 +77,8 @@ class VLLMBackendConfig(_Frozen):
     """"auto" picks float32 on CPUs without bf16 support (3x faster there), else the model's own."""
     max_model_len: int = Field(2048, ge=64)
     """Longest prompt + completion the engine accepts."""
-    kv_cache_gib: float = Field(2.0, gt=0)
-    """KV-cache memory on CPU, in GiB (vLLM's GPU default of 92% of memory fails on CPU)."""
+    kv_cache_gib: int = Field(2, ge=1)
+    """KV-cache memory on CPU, in whole GiB (vLLM's GPU default of 92% of memory fails on CPU)."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     """Fraction of GPU memory for weights + KV cache (GPU machines only)."""
     enforce_eager: bool | None = None

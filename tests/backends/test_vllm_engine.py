@@ -48,7 +48,7 @@ def test_eval_on_vllm_writes_the_same_schema_as_scripted(vllm_generator, tmp_pat
 
     spec = {"data": {"benchmark": "demo", "limit": 3}, "strategies": [{"kind": "self_consistency", "n": 2},
             {"kind": "best_of_n", "n": 2}], "sampling": {"max_tokens": 32}}
-    cfg_v = EvalConfig.model_validate({**spec, "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1.0}})
+    cfg_v = EvalConfig.model_validate({**spec, "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1}})
     cfg_s = EvalConfig.model_validate({**spec, "backend": {"kind": "scripted"}})
     run_eval(cfg_v, tmp_path / "v", generator=vllm_generator)
     run_eval(cfg_s, tmp_path / "s")

@@ -74,6 +74,10 @@ def _engine(config: VLLMBackendConfig) -> tuple[Any, Any, bool]:
             "engine per process. Use the same backend config, or a separate process."
         )
     model = prepare_model(config.model)
+    # vLLM logs every engine detail at INFO; keep the user's terminal for progress and results
+    # unless they asked for vLLM's logs.
+    if not logger.isEnabledFor(logging.INFO):
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     on_gpu = cuda_available()
     if model.local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

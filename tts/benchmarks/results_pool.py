@@ -1,0 +1,175 @@
+"""A past ``tts eval`` run as a sample pool: every drawn sample once, with its grade and length.
+
+An eval run writes one ``results.jsonl`` row per (problem, strategy config); the row's trace holds
+the samples that config aggregated. Configs of one run share one list of samples per problem (the
+runner draws max(n) samples once and each config takes the first n), so the row with the MOST
+samples holds all of them and the others hold prefixes of it. :func:`pool_rows_from_results` keeps
+that row per (model, problem) and emits one pool row per sample::
+
+    {"problem_id", "model", "sample_idx", "answer", "correct", "num_tokens", "score", "gold_answer"}
+
+``sample_idx`` is the sample's position in generation order, ``correct`` comes from the sample's
+graded ``outcome`` (``"no_answer"`` counts as wrong), ``num_tokens`` from its
+``completion_tokens`` and ``score`` from its ``mean_logprob`` (or null). The result is an ordinary
+pool (:mod:`tts.benchmarks.pool`), so a past run can calibrate the offline allocator
+(:mod:`tts.budgets.offline_plan`) or be replayed by ``tts budget simulate``.
+
+Example:
+    >>> pool = load_results_as_pool("runs/math500-sc")                     # doctest: +SKIP
+    >>> mp = pool[pool.models[0]]                                           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from tts.benchmarks.pool import PoolError, SamplePool, load_pool
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.jsonl"
+ScoreField = Literal["mean_logprob", "none"]
+_CORRECT = {"correct": True, "wrong": False, "no_answer": False}
+
+
+def _samples(row: dict[str, Any]) -> list[dict[str, Any]]:
+    trace = row.get("trace")
+    samples = trace.get("samples") if isinstance(trace, dict) else None
+    return samples if isinstance(samples, list) else []
+
+
+def _is_prefix(short: list[dict[str, Any]], long: list[dict[str, Any]]) -> bool:
+    keys = ("text", "answer", "completion_tokens")
+    return all(tuple(a.get(k) for k in keys) == tuple(b.get(k) for k in keys) for a, b in zip(short, long))
+
+
+def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "mean_logprob"
+                           ) -> list[dict[str, Any]]:
+    """Sample-pool rows from eval result rows, one per drawn sample.
+
+    Args:
+        rows: ``results.jsonl`` rows (dicts) of one or more runs.
+        score: Which sample field becomes the pool's ``score``: ``"mean_logprob"`` (null where the
+            backend returned no logprobs) or ``"none"`` (always null).
+
+    Returns:
+        Pool rows grouped by (model, problem) in order of first appearance, samples in generation
+        order. Per (model, problem) only the result row with the most samples is used.
+
+    Raises:
+        PoolError: A row lacks ``problem_id``, or no row has any trace samples.
+    """
+    if score not in ("mean_logprob", "none"):
+        raise ValueError(f"score must be 'mean_logprob' or 'none', got {score!r}")
+    # 1. Per (model, problem), the row with the most samples (the first such row on ties).
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    not_prefix = 0
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or "problem_id" not in row:
+            raise PoolError(f"result row {i + 1} has no problem_id; pass rows of a tts eval results.jsonl")
+        key = (str(row.get("model") or "unknown"), str(row["problem_id"]))
+        kept = best.get(key)
+        if kept is None or len(_samples(row)) > len(_samples(kept)):
+            best[key] = row
+        if kept is not None:
+            short, long = sorted((_samples(row), _samples(kept)), key=len)
+            not_prefix += not _is_prefix(short, long)
+    if not_prefix:
+        logger.warning("%d result rows hold samples that are not a prefix of their problem's longest "
+                       "trace; only the longest trace of each problem becomes the pool", not_prefix)
+    # 2. One pool row per sample of the kept rows.
+    out: list[dict[str, Any]] = []
+    for (model, pid), row in best.items():
+        for idx, s in enumerate(_samples(row)):
+            tokens = s.get("completion_tokens")
+            logprob = s.get("mean_logprob") if score == "mean_logprob" else None
+            out.append({
+                "problem_id": pid,
+                "model": model,
+                "sample_idx": idx,
+                "answer": s.get("answer"),
+                "correct": _CORRECT.get(s.get("outcome")),
+                "num_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+                "score": float(logprob) if isinstance(logprob, (int, float)) else None,
+                "gold_answer": row.get("gold"),
+            })
+    if not out:
+        raise PoolError("none of the result rows has trace samples; a pool needs a run of a sampling "
+                        "strategy (self_consistency, best_of_n, weighted_vote) that kept its traces")
+    skipped = sum(not _samples(r) for r in best.values())
+    if skipped:
+        logger.warning("%d problems have no trace samples and are left out of the pool", skipped)
+    return out
+
+
+def write_pool(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write pool rows as JSON lines; gzip-compressed when ``path`` ends in ``.gz``.
+
+    Returns:
+        The path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def read_results(source: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``results.jsonl`` (``source`` = the run directory or the file itself).
+
+    A half-written last line (a run killed mid-write) is dropped with a warning, as on resume.
+
+    Raises:
+        PoolError: The file is missing or a line other than the last is not a JSON object.
+    """
+    path = Path(source)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.is_file():
+        raise PoolError(f"{path}: no such results file; pass a tts eval run directory or its {RESULTS_FILE}")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if lineno == len(lines):
+                logger.warning("%s: dropping a half-written last line", path)
+                break
+            raise PoolError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or delete that line") from None
+        if not isinstance(row, dict):
+            raise PoolError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def load_results_as_pool(source: str | Path, score: ScoreField = "mean_logprob") -> SamplePool:
+    """Load a past eval run as a validated :class:`SamplePool`.
+
+    Args:
+        source: The run directory (holding ``results.jsonl``) or the results file.
+        score: See :func:`pool_rows_from_results`.
+
+    Returns:
+        The pool, validated and packed by :func:`tts.benchmarks.pool.load_pool`; its ``path`` is
+        the results file.
+    """
+    path = Path(source)
+    path = path / RESULTS_FILE if path.is_dir() else path
+    rows = pool_rows_from_results(read_results(path), score=score)
+    # The pool loader validates and packs files; a temporary file keeps one parser for both.
+    with tempfile.TemporaryDirectory(prefix="tts-pool-") as tmp:
+        pool = load_pool(write_pool(rows, Path(tmp) / "pool.jsonl"))
+    return dataclasses.replace(pool, path=str(path))
