@@ -9,7 +9,7 @@ import pytest
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.allocated import BudgetError, run_allocated_eval
 from tts.benchmarks.demo import generate_problems
-from tts.config import EvalConfig
+from tts.config import EvalConfig, SelfConsistencyConfig
 
 PROBLEMS = generate_problems(20)
 CFG = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 20}, "backend": {"kind": "scripted"},
@@ -80,3 +80,31 @@ def test_eflops_budget_is_priced_by_the_cost_model(tmp_path):
     spent = sum(r["budget_spent"] for r in res.rows)
     assert 0 < spent <= 5e14
     assert json.loads((tmp_path / "run.json").read_text())["config"]["allocate"]["unit"] == "eflops"
+
+
+def test_offline_mode_plans_from_pilot_and_a_past_run(tmp_path):
+    from tts.benchmarks.runner import run_eval
+
+    # A past run of the "same model" on other problems is the calibration pool.
+    past = tmp_path / "past"
+    others = generate_problems(60)[20:]
+    dists = {p.id: ({p.answer: 1.0} if i % 2 == 0 else {p.answer: 0.4, "0": 0.3, "1": 0.25})
+             for i, p in enumerate(others)}
+    past_cfg = CFG.model_copy(update={"strategies": [SelfConsistencyConfig(n=16)]})
+    run_eval(past_cfg, past, generator=ScriptedGenerator(dists, seed=9, mean_tokens=40), problems=others)
+
+    budget = 20 * 40 * 8
+    res = run_allocated_eval(CFG, tmp_path / "run", budget, "tokens", generator=_generator(), problems=PROBLEMS,
+                             mode="offline", calibration=past, pilot=4)
+    rows = {r["problem_id"]: r for r in res.rows}
+    assert all(r["strategy"]["n"] >= 4 for r in rows.values())
+    easy = [rows[p.id]["strategy"]["n"] for i, p in enumerate(PROBLEMS) if i % 2 == 0]
+    hard = [rows[p.id]["strategy"]["n"] for i, p in enumerate(PROBLEMS) if i % 2 == 1]
+    assert sum(hard) > sum(easy)
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert plan["pilot"] == 4
+
+
+def test_offline_mode_needs_a_calibration_source(tmp_path):
+    with pytest.raises(BudgetError, match="needs --calibration"):
+        run_allocated_eval(CFG, tmp_path, 1e5, "tokens", generator=_generator(), problems=PROBLEMS, mode="offline")

@@ -75,3 +75,16 @@ def test_help_imports_no_engine():
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "tts.cli", "--help"], check=True, capture_output=True, text=True)
     assert "eval" in out.stdout and "cost" in out.stdout
+
+
+def test_allocate_spends_a_token_budget_and_refuses_bad_budgets(tmp_path):
+    base = ["--backend", "scripted", "--limit", "6", "--max-tokens", "48"]
+    r = _eval(*base, "--allocate", "--budget", "3000", "--out", str(tmp_path / "a"))
+    assert r.exit_code == 0, r.output
+    assert "allocated-online" in r.output
+    rows = [json.loads(x) for x in (tmp_path / "a" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and sum(row["budget_spent"] for row in rows) <= 3000
+    for budget, message in (("0", "--budget must be a positive number"), ("-1", "--budget must be a positive number"),
+                            ("10", "smaller than one sample per problem")):
+        r = _eval(*base, "--allocate", "--budget", budget, "--out", str(tmp_path / f"b{budget}"))
+        assert r.exit_code == 2 and message in r.output, r.output

@@ -92,8 +92,9 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
 
     try:
         cm = cost_model_for(model, gpu)
-    except ValueError as exc:
-        return {}, f"no cost columns: {exc}"
+    except ValueError:
+        return {}, (f"(no GPU cost columns: the architecture of {model!r} is unknown; "
+                    "`tts cost --model path/to/config.json` prices a model from its config)")
     return price_rows(result.rows, cm), None
 
 
@@ -123,7 +124,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in result.summaries:
         cells = [
-            s.strategy,
+            s.config.rsplit("@", 1)[0],  # the strategy, or e.g. "allocated-online"
             f"{s.n:.3g}",
             f"{s.accuracy:.3f} [{s.accuracy_low:.3f}, {s.accuracy_high:.3f}]",
             f"{s.coverage:.3f}",
@@ -163,7 +164,10 @@ def eval_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/<benchmark>-<model>-<hash>); re-run to resume."),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with the same settings (flags override it)."),
     gpu: str = typer.Option("h100", "--gpu", help="Price the run's usage on this GPU (h100, h200, a100-80gb, ...; '' to skip)."),
-    allocate: bool = typer.Option(False, "--allocate", help="Spend --budget adaptively (online adaptive self-consistency)."),
+    allocate: bool = typer.Option(False, "--allocate", help="Spend --budget per problem instead of a fixed n."),
+    allocate_mode: str = typer.Option("online", "--allocate-mode", help="online (adaptive stopping) or offline (pilot + plan from --calibration)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--allocate offline: a past run dir of this model, or a sample-pool file."),
+    pilot: int = typer.Option(4, "--pilot", min=1, help="--allocate offline: pilot samples per problem."),
     budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6."),
     budget_unit: str = typer.Option("tokens", "--budget-unit", help="tokens, eflops or gpu_seconds (priced on --gpu)."),
     n_max: int = typer.Option(64, "--n-max", min=1, help="Most samples one problem may get under --allocate."),
@@ -183,6 +187,11 @@ def eval_command(
         if allocate or budget is not None:
             if budget is None:
                 raise fail("--allocate needs --budget (a positive number in --budget-unit).")
+            mode = allocate_mode
+            if mode not in ("online", "offline"):
+                raise fail(f"--allocate-mode must be online or offline, got {mode!r}.")
+            if not budget > 0:
+                raise fail(f"--budget must be a positive number, got {budget:g}.")
             if budget_unit not in ("tokens", "eflops", "gpu_seconds"):
                 raise fail(f"--budget-unit must be tokens, eflops or gpu_seconds, got {budget_unit!r}.")
             from tts.benchmarks.allocated import BudgetError, run_allocated_eval
@@ -194,7 +203,8 @@ def eval_command(
                     result = run_allocated_eval(
                         cfg, run_dir if out or cfg.out else run_dir.with_name(run_dir.name + "-allocated"),
                         budget, budget_unit, gpu or "h100", n_max, problems=problems,  # type: ignore[arg-type]
-                        progress=lambda spent, total: bar.update(task, completed=spent))
+                        progress=lambda spent, total: bar.update(task, completed=spent),
+                        mode=mode, calibration=calibration, pilot=pilot)  # type: ignore[arg-type]
                 except BudgetError as exc:
                     raise fail(str(exc)) from None
         else:
