@@ -20,8 +20,12 @@ def main() -> None:
 
     hw = calibrate_cpu(refresh=True)
     print(f"this CPU: {hw.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), {hw.bandwidth / 1e9:.1f} GB/s, ridge {hw.ridge:.2f}")
-    # The engine runs float32 on this CPU: 4 bytes per weight and KV element.
-    cm = CostModel(load_architecture("smollm2-135m", dtype_bytes=4), hw)
+    from tts.backends.vllm import choose_dtype
+
+    # Price at the engine's own dtype (bf16 where the CPU has bf16 instructions, else float32).
+    dtype = choose_dtype("auto", on_gpu=False)
+    cm = CostModel(load_architecture("smollm2-135m", dtype_bytes=2 if dtype == "bfloat16" else 4), hw)
+    print(f"engine dtype: {dtype}")
     report = compare_predictions(default_points(), measure_decode("smollm2-135m"), cm)
     print(f"{'n':>3} {'gen':>5} {'predicted s':>12} {'measured s':>11} {'measured/predicted':>19}")
     for p in report.points:

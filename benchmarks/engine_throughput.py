@@ -18,6 +18,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=32)
     parser.add_argument("-n", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--dtype", default="auto", help="auto, float32 or bfloat16")
     args = parser.parse_args()
 
     from tts.backends.vllm import VLLMGenerator
@@ -26,7 +27,7 @@ def main() -> None:
     from tts.search.self_consistency import SelfConsistency
 
     start = time.perf_counter()
-    gen = VLLMGenerator(VLLMBackendConfig(max_model_len=1024))
+    gen = VLLMGenerator(VLLMBackendConfig(max_model_len=1024, dtype=args.dtype))
     startup = time.perf_counter() - start
     bench = DemoBenchmark()
     problems = bench.load(limit=args.problems)
@@ -44,6 +45,9 @@ def main() -> None:
     t_looped = time.perf_counter() - t
     tok_looped = sum(r.usage.completion_tokens for r in looped)
 
+    from tts.backends.vllm import choose_dtype
+
+    print(f"dtype: {choose_dtype(args.dtype, on_gpu=gen.on_gpu)}")
     print(f"engine start-up: {startup:.1f} s")
     print(f"batched: {tok_batched} tokens in {t_batched:.1f} s = {tok_batched / t_batched:.1f} tok/s "
           f"({args.problems} problems x n={args.n} in one engine call)")

@@ -77,7 +77,7 @@ def _engine(config: VLLMBackendConfig) -> tuple[Any, Any, bool]:
     # vLLM logs every engine detail at INFO; keep the user's terminal for progress and results
     # unless they asked for vLLM's logs.
     if not logger.isEnabledFor(logging.INFO):
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     on_gpu = cuda_available()
     if model.local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

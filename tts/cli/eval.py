@@ -115,18 +115,18 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     from rich.table import Table
 
     ledger, why = _ledger(result, model, gpu)
-    table = Table(title=f"{result.problems} problems -> {result.out}")
-    cols = ["strategy", "n", "accuracy [95% CI]", "coverage pass@n", "no answer", "tokens/problem"]
+    table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
+    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer", "tokens/pb"]
     if ledger:
-        cols += ["FLOPs/problem", "eFLOPs/problem", f"{gpu} s/problem"]
-    cols.append("wall s (here)")
+        cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
+    cols.append("wall s")
     for col in cols:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in result.summaries:
         cells = [
             s.config.rsplit("@", 1)[0],  # the strategy, or e.g. "allocated-online"
             f"{s.n:.3g}",
-            f"{s.accuracy:.3f} [{s.accuracy_low:.3f}, {s.accuracy_high:.3f}]",
+            f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]",
             f"{s.coverage:.3f}",
             f"{s.no_answer_rate:.3f}",
             f"{s.tokens_per_problem:,.0f}",
@@ -138,6 +138,9 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         table.add_row(*cells)
     console = Console()
     console.print(table)
+    console.print("pass@n: a correct answer among the n samples (coverage); /pb: per problem; "
+                  f"{gpu} s: roofline seconds predicted by the cost model; wall s: measured here." if ledger else
+                  "pass@n: a correct answer among the n samples (coverage); /pb: per problem; wall s: measured here.")
     if why:
         console.print(why)
     if result.skipped:
