@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/tts eval --benchmark demo --strategy self_consistency --strategy best_of_n \
-		-n 1 -n 4 -n 16 --out runs/demo
+		-n 1 -n 4 -n 16 --max-tokens 64 --out runs/demo
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
