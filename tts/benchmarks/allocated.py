@@ -32,7 +32,7 @@ from tts.backends.base import Generator, request_usage
 from tts.benchmarks.extraction import normalize_answer
 from tts.benchmarks.grading import Grader
 from tts.benchmarks.report import summarize
-from tts.benchmarks.runner import EvalResult, _grade_rows, load_problems
+from tts.benchmarks.runner import EvalResult, grade_rows, load_problems
 from tts.benchmarks.store import ResultsStore
 from tts.budgets.ledger import usage_from_json
 from tts.config import EvalConfig, SelfConsistencyConfig
@@ -293,7 +293,7 @@ def run_allocated_eval(
                     continue
                 got = log.samples[p.id]
                 sol = sc.aggregate(p.id, [s for s, _ in got], Usage.total([u for _, u in got]))
-                row = _grade_rows(p, [(sc, sol)], grader, generator.model_name, config.backend.kind)[0]
+                row = grade_rows(p, [(sc, sol)], grader, generator.model_name, config.backend.kind)[0]
                 row.update(config=label, budget_spent=sum(price(u) for _, u in got),
                            strategy={"kind": "self_consistency", "n": len(got), "allocator": mode,
                                      "budget": budget, "unit": unit})

@@ -139,7 +139,7 @@ def run_eval(
                     rows = []
                     for p, res in zip(batch, results, strict=True):
                         sols = [(s, s.aggregate_result(p.id, res, s.config.n)) for s in strategies]
-                        rows.extend(_grade_rows(p, sols, grader, generator.model_name, config.backend.kind))
+                        rows.extend(grade_rows(p, sols, grader, generator.model_name, config.backend.kind))
                     store.write(rows)
                     if progress:
                         progress(skipped + i + len(batch), len(loaded))
@@ -151,7 +151,7 @@ def run_eval(
             generator.close()
 
 
-def _grade_rows(problem: Problem, sols: list[tuple[SamplingStrategy, Solution]], grader: Grader,
+def grade_rows(problem: Problem, sols: list[tuple[SamplingStrategy, Solution]], grader: Grader,
                 model: str, backend: str) -> list[dict[str, Any]]:
     """Grade each solution's answer and each of its samples (for coverage) in one grader call."""
     gold = problem.answer or ""
