@@ -137,6 +137,8 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         cells.append(f"{s.wall_seconds:,.1f}")
         table.add_row(*cells)
     console = Console()
+    if not console.is_terminal:  # a log file or CI: do not squeeze the table into 80 columns
+        console = Console(width=140)
     console.print(table)
     console.print("pass@n: a correct answer among the n samples (coverage); /pb: per problem; "
                   f"{gpu} s: roofline seconds predicted by the cost model; wall s: measured here." if ledger else
