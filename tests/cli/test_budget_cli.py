@@ -89,3 +89,17 @@ def test_malformed_pool_names_the_line(tmp_path):
     assert result.exit_code == 2
     text = "".join(result.output.split())
     assert "bad.jsonl:1" in text and "missingfield" in text
+
+
+def test_a_past_eval_run_directory_is_accepted_as_the_pool(tmp_path):
+    from tts.benchmarks.runner import run_eval
+    from tts.config import EvalConfig
+
+    cfg = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 30}, "backend": {"kind": "scripted"},
+                                     "strategies": [{"kind": "self_consistency", "n": 8}]})
+    run_eval(cfg, tmp_path / "run")
+    result = runner.invoke(app, ["simulate", "--pool", str(tmp_path / "run"), "--target", "self_consistency@8",
+                                 "--orderings", "3", "--folds", "3", "--pilot", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["model"] == "scripted" and 0 <= out["uniform_acc"] <= 1 and out["uniform_tokens"] > 0

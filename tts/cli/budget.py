@@ -44,8 +44,8 @@ def _fmt_iv(iv, fmt: str) -> str:
 
 @app.command()
 def simulate(
-    pool: Path = typer.Option(..., "--pool", help="Sample pool (.jsonl or .jsonl.gz).", exists=True,
-                              dir_okay=False),
+    pool: Path = typer.Option(..., "--pool", help="Sample pool (.jsonl or .jsonl.gz), or a `tts eval` run "
+                              "directory / its results.jsonl.", exists=True),
     model: str | None = typer.Option(None, "--model", help="Model in the pool (default: the first)."),
     target: str = typer.Option("self_consistency@64", "--target",
                                help="Uniform baseline, run on every problem."),
@@ -75,7 +75,12 @@ def simulate(
     target_n = _parse_target(target)
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
     try:
-        sample_pool = load_pool(pool)
+        if pool.is_dir() or pool.name == "results.jsonl":
+            from tts.benchmarks.results_pool import load_results_as_pool
+
+            sample_pool = load_results_as_pool(pool)
+        else:
+            sample_pool = load_pool(pool)
         note = None
         if model is None:
             model = sample_pool.models[0]
