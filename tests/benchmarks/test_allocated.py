@@ -24,9 +24,11 @@ def _generator():
     return ScriptedGenerator(dists, seed=0, mean_tokens=40)
 
 
-def test_budget_is_never_exceeded_and_goes_to_contested_problems(tmp_path):
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_budget_is_never_exceeded_and_goes_to_contested_problems(tmp_path, chunk):
     budget = 20 * 60 * 8
-    res = run_allocated_eval(CFG, tmp_path, budget, "tokens", n_max=32, generator=_generator(), problems=PROBLEMS)
+    res = run_allocated_eval(CFG, tmp_path, budget, "tokens", n_max=32, generator=_generator(), problems=PROBLEMS,
+                             chunk=chunk)
     rows = {r["problem_id"]: r for r in res.rows}
     assert len(rows) == 20
     assert sum(r["budget_spent"] for r in rows.values()) <= budget

@@ -137,7 +137,7 @@ def _draw(generator: Generator, sc: SelfConsistency, log: SamplesLog, wanted: di
 
 
 def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator: Generator, loaded: list[Problem],
-            budget: float, n_max: int, price: Callable[[Usage], float],
+            budget: float, n_max: int, chunk: int, price: Callable[[Usage], float],
             progress: Callable[[float, float], None] | None) -> None:
     from tts.budgets.online import OnlineAllocator
 
@@ -148,32 +148,39 @@ def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator:
         raise BudgetError(
             f"--budget {budget:g} is smaller than one sample per problem (about {prior * len(loaded):.4g} for "
             f"{len(loaded)} problems); raise it or lower --limit.")
-    alloc = OnlineAllocator(budget=budget, expected_cost=prior, n_max=n_max)
+    alloc = OnlineAllocator(budget=budget, expected_cost=prior * chunk, n_max=n_max)
     for pid, got in log.samples.items():
         for s, u in got:
             alloc.record(pid, s.answer and normalize_answer(s.answer), price(u))
     prompt_chars = {p.id: sum(len(m.content) for m in sc.request(p).messages) for p in loaded}
 
-    def worst_case(pid: str) -> float:
+    def worst_case(pid: str, k: int) -> float:
         seen = [u.prompt_tokens for _, u in log.samples[pid]]
         prompt = max(seen) if seen else prompt_chars[pid]  # <= 1 token per character
-        return price(request_usage(prompt, 0, [config.sampling.max_tokens], 0.0))
+        return price(request_usage(prompt, 0, [config.sampling.max_tokens] * k, 0.0))
 
     ids = [p.id for p in loaded]
+    size = chunk
     while not log.finished:
+        # 1. The allocator reasons in chunks: a chunk's expected cost is `size` observed samples.
         drawn = [price(u) for got in log.samples.values() for _, u in got]
         if drawn:
-            alloc.expected_cost = sum(drawn) / len(drawn)
-        chosen, room = [], budget - alloc.spent
+            alloc.expected_cost = size * sum(drawn) / len(drawn)
+        # 2. Trim the round so that even its worst case fits what is left.
+        wanted, room = {}, budget - alloc.spent
         for pid in alloc.next_round(ids):
-            if worst_case(pid) > room:
+            k = min(size, n_max - len(log.samples[pid]))
+            if worst_case(pid, k) > room:
                 break
-            chosen.append(pid)
-            room -= worst_case(pid)
-        if not chosen:
+            wanted[pid] = k
+            room -= worst_case(pid, k)
+        if not wanted:
+            if size > 1:  # spend the rest one sample at a time
+                size, alloc.exhausted = 1, False
+                continue
             log.finish()
             break
-        for pid, sample, cost in _draw(generator, sc, log, dict.fromkeys(chosen, 1), by_id, price):
+        for pid, sample, cost in _draw(generator, sc, log, wanted, by_id, price):
             alloc.record(pid, sample.answer and normalize_answer(sample.answer), cost)
         if progress:
             progress(min(alloc.spent, budget), budget)
@@ -238,6 +245,7 @@ def run_allocated_eval(
     mode: AllocateMode = "online",
     calibration: Path | None = None,
     pilot: int = 4,
+    chunk: int = 4,
 ) -> EvalResult:
     """Spend ``budget`` over the problems with budget-allocated self-consistency.
 
@@ -254,6 +262,8 @@ def run_allocated_eval(
         mode: "online" (adaptive stopping) or "offline" (pilot + calibrated curves + greedy plan).
         calibration: Offline: a past run directory / results.jsonl of the same model, or a pool file.
         pilot: Offline: pilot samples per problem.
+        chunk: Online: samples a chosen problem gets per round, drawn as one n-sample request so
+            the prompt is paid once per chunk (vLLM caches prompts in whole blocks only).
 
     Raises:
         BudgetError: Budget not positive or too small, or offline settings missing.
@@ -270,8 +280,10 @@ def run_allocated_eval(
     loaded = list(problems) if problems is not None else all_problems
     price = _pricer(unit, config.backend.model, gpu)
     label = f"allocated-{mode}@{budget:g}{unit}"
+    if chunk < 1:
+        raise BudgetError(f"--chunk must be at least 1, got {chunk}.")
     settings = {"mode": mode, "budget": budget, "unit": unit, "gpu": gpu, "n_max": n_max,
-                "calibration": str(calibration) if calibration else None, "pilot": pilot}
+                "calibration": str(calibration) if calibration else None, "pilot": pilot, "chunk": chunk}
     store = ResultsStore(out, {**config.model_dump(mode="json"), "allocate": settings}, config.backend.model)
     log = SamplesLog(Path(out) / SAMPLES_LOG, [p.id for p in loaded])
     owns = generator is None
@@ -280,7 +292,7 @@ def run_allocated_eval(
     try:
         # 1. Sampling under the budget.
         if mode == "online":
-            _online(config, log, sc, generator, loaded, budget, n_max, price, progress)
+            _online(config, log, sc, generator, loaded, budget, n_max, chunk, price, progress)
         else:
             assert calibration is not None  # checked above
             _offline(Path(out), log, sc, generator, loaded, budget, calibration, config.backend.model, pilot, price,

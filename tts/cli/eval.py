@@ -173,6 +173,7 @@ def eval_command(
     allocate_mode: str = typer.Option("online", "--allocate-mode", help="online (adaptive stopping) or offline (pilot + plan from --calibration)."),
     calibration: Path | None = typer.Option(None, "--calibration", help="--allocate offline: a past run dir of this model, or a sample-pool file."),
     pilot: int = typer.Option(4, "--pilot", min=1, help="--allocate offline: pilot samples per problem."),
+    chunk: int = typer.Option(4, "--chunk", min=1, help="--allocate online: samples per problem per round."),
     budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6."),
     budget_unit: str = typer.Option("tokens", "--budget-unit", help="tokens, eflops or gpu_seconds (priced on --gpu)."),
     n_max: int = typer.Option(64, "--n-max", min=1, help="Most samples one problem may get under --allocate."),
@@ -209,7 +210,7 @@ def eval_command(
                         cfg, run_dir if out or cfg.out else run_dir.with_name(run_dir.name + "-allocated"),
                         budget, budget_unit, gpu or "h100", n_max, problems=problems,  # type: ignore[arg-type]
                         progress=lambda spent, total: bar.update(task, completed=spent),
-                        mode=mode, calibration=calibration, pilot=pilot)  # type: ignore[arg-type]
+                        mode=mode, calibration=calibration, pilot=pilot, chunk=chunk)  # type: ignore[arg-type]
                 except BudgetError as exc:
                     raise fail(str(exc)) from None
         else:
