@@ -93,6 +93,12 @@ class Generator(Protocol):
         ...
 
 
+def count_prompt_tokens(generator: object, request: GenerationRequest) -> int | None:
+    """Exact prompt length when the backend can tokenize locally (vLLM, scripted), else None."""
+    counter = getattr(generator, "prompt_tokens", None)
+    return counter(request) if callable(counter) else None
+
+
 class BackendError(RuntimeError):
     """A backend failed in a way the user can fix (unreachable server, bad model, ...)."""
 

@@ -123,6 +123,11 @@ class ScriptedGenerator:
             finish_reason="length" if length_capped else "stop",
         )
 
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        """Prompt length of a request under this backend's length model."""
+        prompt = "\n".join(f"{m.role}: {m.content}" for m in request.messages) + request.continuation
+        return max(1, int(len(prompt) * self.prompt_tokens_per_char))
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Sample every request; usage counts a repeated prompt as cached (like prefix caching)."""
         results = []
@@ -132,7 +137,7 @@ class ScriptedGenerator:
             offset = self._drawn.get((req.key, prompt), 0)
             self._drawn[(req.key, prompt)] = offset + req.n
             completions = tuple(self._sample(req, offset + i, prompt) for i in range(req.n))
-            prompt_tokens = max(1, int(len(prompt) * self.prompt_tokens_per_char))
+            prompt_tokens = self.prompt_tokens(req)
             cached = prompt_tokens if prompt in self._seen_prefixes else 0
             self._seen_prefixes.add(prompt)
             usage = request_usage(

@@ -140,6 +140,10 @@ class VLLMGenerator:
         # The template already holds any BOS the model wants; do not add special tokens twice.
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        """Exact prompt length of a request (budget checks use it before sampling)."""
+        return len(self.render(request))
+
     def _params(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
 

@@ -5,8 +5,11 @@ Two modes:
 * ``online`` (default): the adaptive-consistency allocator
   (:class:`tts.budgets.online.OnlineAllocator`) decides each round which problems get one more
   sample; unanimous problems stop early and the budget they leave goes to contested ones. Each
-  round is ONE generator call. Rounds are trimmed so that even the worst case (every sample at
-  ``max_tokens``) fits what is left: the budget is never exceeded. Budgets in tokens (generated
+  round is ONE generator call, and a chosen problem gets ``chunk`` samples as one request (its
+  prompt is then paid once per chunk). Rounds are trimmed so that even the worst case (every
+  sample at ``max_tokens``, prompt uncached) fits what is left, so the budget is never exceeded;
+  prompt lengths are exact where the backend tokenizes locally (vLLM, scripted) and estimated
+  from observed tokens per character otherwise (OpenAI servers). Budgets in tokens (generated
   plus uncached prompt tokens), Kinetics eFLOPs or predicted GPU-seconds on a named GPU.
 * ``offline``: k pilot samples per problem, difficulty bins from pilot agreement, accuracy-vs-n
   curves per bin from a calibration pool (a past run of the same model, or a sample-pool file),
@@ -28,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tts.backends.base import Generator, request_usage
+from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.extraction import normalize_answer
 from tts.benchmarks.grading import Grader
 from tts.benchmarks.report import summarize
@@ -153,10 +156,20 @@ def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator:
         for s, u in got:
             alloc.record(pid, s.answer and normalize_answer(s.answer), price(u))
     prompt_chars = {p.id: sum(len(m.content) for m in sc.request(p).messages) for p in loaded}
+    exact = {p.id: count_prompt_tokens(generator, sc.request(p)) for p in loaded}
 
     def worst_case(pid: str, k: int) -> float:
-        seen = [u.prompt_tokens for _, u in log.samples[pid]]
-        prompt = max(seen) if seen else prompt_chars[pid]  # <= 1 token per character
+        seen = [u.prompt_tokens for _, u in log.samples[pid] if u.prompt_tokens]
+        if exact[pid] is not None:
+            prompt = exact[pid]
+        elif seen:
+            prompt = max(seen)
+        else:
+            # Unseen prompt: tokens per character observed on other problems, with a 25% margin;
+            # before any observation, 1 token per character (an upper bound for BPE tokenizers).
+            ratios = [u.prompt_tokens / prompt_chars[q] for q, got in log.samples.items() for _, u in got
+                      if u.prompt_tokens]
+            prompt = int(prompt_chars[pid] * min(1.0, 1.25 * max(ratios))) + 1 if ratios else prompt_chars[pid]
         return price(request_usage(prompt, 0, [config.sampling.max_tokens] * k, 0.0))
 
     ids = [p.id for p in loaded]
