@@ -25,6 +25,7 @@ def test_batched_generation_preserves_order_and_counts_usage(vllm_generator):
     assert b.completions[0].mean_logprob is None and b.completions[0].completion_tokens <= 5
     assert a.usage.prompt_tokens > 5 and a.usage.completion_tokens == sum(c.completion_tokens for c in a.completions)
     assert a.usage.shapes[0].completion_tokens == tuple(c.completion_tokens for c in a.completions)
+    assert vllm_generator.prompt_tokens(reqs[0]) == a.usage.prompt_tokens  # budget checks rely on it
 
 
 def test_prefix_cache_is_reported_for_a_repeated_prompt(vllm_generator):
