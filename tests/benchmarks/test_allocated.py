@@ -110,3 +110,13 @@ def test_offline_mode_plans_from_pilot_and_a_past_run(tmp_path):
 def test_offline_mode_needs_a_calibration_source(tmp_path):
     with pytest.raises(BudgetError, match="needs --calibration"):
         run_allocated_eval(CFG, tmp_path, 1e5, "tokens", generator=_generator(), problems=PROBLEMS, mode="offline")
+
+
+def test_a_pessimistic_prior_does_not_starve_later_problems(tmp_path):
+    # max_tokens 256 makes the first cost estimate ~6x the real sample length; the run must still
+    # give every problem a full first chunk once real costs are known.
+    cfg = CFG.model_copy(update={"sampling": CFG.sampling.model_copy(update={"max_tokens": 256})})
+    gen = ScriptedGenerator({p.id: {p.answer: 1.0} for p in PROBLEMS}, seed=0, mean_tokens=20)
+    res = run_allocated_eval(cfg, tmp_path, 20 * 4 * 60 * 1.5, "tokens", n_max=8, generator=gen,
+                             problems=PROBLEMS, chunk=4)
+    assert min(r["strategy"]["n"] for r in res.rows) >= 4

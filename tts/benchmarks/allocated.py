@@ -179,6 +179,9 @@ def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator:
         drawn = [price(u) for got in log.samples.values() for _, u in got]
         if drawn:
             alloc.expected_cost = size * sum(drawn) / len(drawn)
+        # The allocator marks itself exhausted when a round's expected cost runs past the budget;
+        # here the costs are re-estimated every round and the trimming below decides the end.
+        alloc.exhausted = False
         # 2. Trim the round so that even its worst case fits what is left.
         wanted, room = {}, budget - alloc.spent
         for pid in alloc.next_round(ids):
