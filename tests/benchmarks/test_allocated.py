@@ -113,10 +113,19 @@ def test_offline_mode_needs_a_calibration_source(tmp_path):
 
 
 def test_a_pessimistic_prior_does_not_starve_later_problems(tmp_path):
-    # max_tokens 256 makes the first cost estimate ~6x the real sample length; the run must still
-    # give every problem a full first chunk once real costs are known.
+    # max_tokens 256 makes the first cost estimate ~6x the real sample length; once real costs are
+    # known, the problems left out of the first round must still get whole chunks, not single
+    # samples that each pay the prompt again.
     cfg = CFG.model_copy(update={"sampling": CFG.sampling.model_copy(update={"max_tokens": 256})})
-    gen = ScriptedGenerator({p.id: {p.answer: 1.0} for p in PROBLEMS}, seed=0, mean_tokens=20)
-    res = run_allocated_eval(cfg, tmp_path, 20 * 4 * 60 * 1.5, "tokens", n_max=8, generator=gen,
+    sizes = []
+
+    class Counting(ScriptedGenerator):
+        def generate(self, requests):
+            sizes.extend(r.n for r in requests)
+            return super().generate(requests)
+
+    gen = Counting({p.id: {p.answer: 1.0} for p in PROBLEMS}, seed=0, mean_tokens=20)
+    res = run_allocated_eval(cfg, tmp_path, 20 * 8 * 60, "tokens", n_max=8, generator=gen,
                              problems=PROBLEMS, chunk=4)
     assert min(r["strategy"]["n"] for r in res.rows) >= 4
+    assert sizes.count(4) >= len(PROBLEMS)  # every problem's first chunk came as one request
