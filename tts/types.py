@@ -37,11 +37,15 @@ class RequestShape:
         prompt_tokens: Tokens in the prompt (including any continued partial answer).
         cached_prompt_tokens: Of those, tokens served from the prefix cache.
         completion_tokens: Generated tokens of each of the request's samples (N = len of it).
+        batch_sequences: Sequences the engine ran together with this request (all samples of
+            all requests of the same engine call; 0 = unknown). Decode steps read the weights once
+            for the whole batch, so the cost model shares that read among them.
     """
 
     prompt_tokens: int
     cached_prompt_tokens: int
     completion_tokens: tuple[int, ...]
+    batch_sequences: int = 0
 
 
 @dataclass(frozen=True, slots=True)

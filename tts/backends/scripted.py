@@ -145,6 +145,7 @@ class ScriptedGenerator:
                 cached,
                 [c.completion_tokens for c in completions],
                 time.perf_counter() - start,
+                batch_sequences=sum(r.n for r in requests),
             )
             results.append(GenerationResult(completions, usage))
         return results

@@ -186,7 +186,8 @@ class VLLMGenerator:
                     mean_lp = c.cumulative_logprob / n_tok
                 completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason))
             usage = request_usage(
-                len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w
+                len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w,
+                batch_sequences=sum(r.n for r in requests),
             )
             results.append(GenerationResult(tuple(completions), usage))
         return results

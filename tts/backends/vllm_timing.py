@@ -39,7 +39,7 @@ def measure_decode(model: str, max_model_len: int = 1024) -> Callable[[int, int]
         out = gen.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)[0]
         wall = time.perf_counter() - start
         lengths = [len(c.token_ids) for c in out.outputs]
-        return wall, request_usage(len(ids), out.num_cached_tokens or 0, lengths, wall)
+        return wall, request_usage(len(ids), out.num_cached_tokens or 0, lengths, wall, batch_sequences=n)
 
     run(1, 8)  # warm-up: the first call pays one-off allocation
     return run

@@ -121,7 +121,7 @@ def _split_usage(usage: Usage, n: int) -> list[Usage]:
     out = []
     for i, tokens in enumerate(shape.completion_tokens):
         prompt, cached = (shape.prompt_tokens, shape.cached_prompt_tokens) if i == 0 else (0, 0)
-        out.append(request_usage(prompt, cached, [tokens], usage.wall_seconds / max(n, 1)))
+        out.append(request_usage(prompt, cached, [tokens], usage.wall_seconds / max(n, 1), shape.batch_sequences))
     return out
 
 

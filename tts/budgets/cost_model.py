@@ -170,10 +170,15 @@ class CostModel:
         return self._cost(prompt_tokens, cached_prompt_tokens, zeros, lengths, zeros, concurrency)
 
     def cost_usage(self, usage: Usage, concurrency: int | None = None) -> Cost:
-        """Cost of everything recorded in ``usage.shapes`` (one request per shape)."""
+        """Cost of everything recorded in ``usage.shapes`` (one request per shape).
+
+        Without an explicit ``concurrency``, each shape's recorded ``batch_sequences`` (the
+        sequences of its engine call) shares the weight reads; shapes that did not record it
+        are priced as running alone.
+        """
         return Cost.total([
             self.cost_request(s.prompt_tokens, s.completion_tokens, s.cached_prompt_tokens,
-                              concurrency)
+                              concurrency if concurrency is not None else (s.batch_sequences or None))
             for s in usage.shapes
         ])
 

@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 def usage_from_json(data: Mapping[str, Any]) -> Usage:
     """Rebuild a Usage from its JSON form in results.jsonl."""
     shapes = tuple(
-        RequestShape(int(s["prompt_tokens"]), int(s["cached_prompt_tokens"]), tuple(int(t) for t in s["completion_tokens"]))
+        RequestShape(int(s["prompt_tokens"]), int(s["cached_prompt_tokens"]), tuple(int(t) for t in s["completion_tokens"]),
+                     int(s.get("batch_sequences", 0)))
         for s in data.get("shapes", ())
     )
     return Usage(

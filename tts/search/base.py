@@ -61,7 +61,7 @@ def prefix_usage(result_usage: Usage, samples: Sequence[Sample], total_samples: 
         completion_tokens=sum(lengths),
         wall_seconds=result_usage.wall_seconds * sum(lengths) / all_tokens,
         calls=result_usage.calls,
-        shapes=(RequestShape(shape.prompt_tokens, shape.cached_prompt_tokens, lengths),),
+        shapes=(RequestShape(shape.prompt_tokens, shape.cached_prompt_tokens, lengths, shape.batch_sequences),),
     )
 
 

@@ -1,0 +1,35 @@
+"""The usage ledger: a run's recorded usage priced on a GPU."""
+
+from __future__ import annotations
+
+from tts.backends.base import request_usage
+from tts.budgets.cost_model import CostModel
+from tts.budgets.ledger import cost_model_for, price_rows, usage_from_json
+from tts.types import to_jsonable
+
+
+def test_usage_survives_the_json_round_trip():
+    u = request_usage(120, 64, [30, 40, 50], 1.5, batch_sequences=48)
+    assert usage_from_json(to_jsonable(u)) == u
+
+
+def test_rows_are_priced_per_config_and_sum_their_problems():
+    cm = cost_model_for("smollm2-135m", "h100")
+    u1, u2 = request_usage(100, 0, [20, 20], 1.0), request_usage(100, 0, [40], 2.0)
+    rows = [{"config": "sc@2", "usage": to_jsonable(u1)}, {"config": "sc@2", "usage": to_jsonable(u2)},
+            {"config": "bon@1", "usage": to_jsonable(u2)}]
+    ledger = price_rows(rows, cm)
+    assert set(ledger) == {"sc@2", "bon@1"}
+    assert ledger["sc@2"].problems == 2 and ledger["sc@2"].wall_seconds == 3.0
+    expected = cm.cost_usage(u1).eflops + cm.cost_usage(u2).eflops
+    assert abs(ledger["sc@2"].cost.eflops - expected) < 1e-6 * expected
+    assert abs(ledger["sc@2"].per_problem.eflops - expected / 2) < 1e-6 * expected
+
+
+def test_requests_batched_in_one_engine_call_share_the_weight_reads():
+    cm: CostModel = cost_model_for("smollm2-135m", "h100")
+    alone = cm.cost_usage(request_usage(100, 0, [32] * 4, 0.0))
+    batched = cm.cost_usage(request_usage(100, 0, [32] * 4, 0.0, batch_sequences=64))
+    # Decode steps read the weights once for all 64 sequences (prefill still reads them once).
+    assert batched.weight_bytes < alone.weight_bytes / 8
+    assert batched.flops == alone.flops and batched.kv_bytes == alone.kv_bytes
