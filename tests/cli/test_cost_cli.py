@@ -117,6 +117,8 @@ def test_calibrate_engine_compares_predictions(fake_cpu, monkeypatch):
     assert len(engine["points"]) >= 12
     assert engine["spearman"] == pytest.approx(1.0)
     assert 2.9 < engine["median_ratio"] < 3.5
+    # A constant slowdown is what the efficiency factor absorbs: scaled error far below raw error.
+    assert engine["scaled_median_relative_error"] < 0.1 < engine["median_relative_error"]
     assert "Spearman" in runner.invoke(app, ["calibrate", "--engine"]).output
 
 

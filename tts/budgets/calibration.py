@@ -57,12 +57,16 @@ class CalibrationReport:
         spearman: Rank correlation of predicted and measured seconds.
         median_relative_error: Median of |predicted - measured| / measured.
         median_ratio: Median of measured / predicted (how many times slower than the roofline).
+        scaled_median_relative_error: Median relative error once predictions are multiplied by
+            an efficiency factor, each point's factor being the median ratio of the OTHER points
+            (leave-one-out, so the error is not measured on the points that fitted it).
     """
 
     points: tuple[CalibrationPoint, ...]
     spearman: float
     median_relative_error: float
     median_ratio: float
+    scaled_median_relative_error: float = float("nan")
 
 
 def default_points() -> list[tuple[int, int]]:
@@ -103,9 +107,15 @@ def compare_predictions(points: Sequence[tuple[int, int]], measure: Measure,
                     predicted.seconds, seconds)
     rho = spearmanr([r.predicted_seconds for r in rows], [r.measured_seconds for r in rows])
     ratios = [r.measured_seconds / r.predicted_seconds for r in rows if r.predicted_seconds > 0]
+    scaled = []
+    if len(ratios) == len(rows):
+        for i, r in enumerate(rows):
+            factor = statistics.median(ratios[:i] + ratios[i + 1:])
+            scaled.append(abs(factor * r.predicted_seconds - r.measured_seconds) / r.measured_seconds)
     return CalibrationReport(
         points=tuple(rows),
         spearman=float(rho.statistic),
         median_relative_error=statistics.median(r.relative_error for r in rows),
         median_ratio=statistics.median(ratios) if ratios else float("nan"),
+        scaled_median_relative_error=statistics.median(scaled) if scaled else float("nan"),
     )
