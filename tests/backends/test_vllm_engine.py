@@ -44,7 +44,7 @@ def test_continuation_and_stop_strings(vllm_generator):
 
 
 def test_eval_on_vllm_writes_the_same_schema_as_scripted(vllm_generator, tmp_path):
-    from tts.benchmarks.runner import load_problems, run_eval
+    from tts.benchmarks.runner import run_eval
     from tts.config import EvalConfig
 
     spec = {"data": {"benchmark": "demo", "limit": 3}, "strategies": [{"kind": "self_consistency", "n": 2},

@@ -30,3 +30,14 @@ def test_manifest_records_config_and_refuses_a_different_one(tmp_path):
     ResultsStore(tmp_path, {"seed": 0, "batch_size": 8}, "m").close()  # batch size may change
     with pytest.raises(RunMismatchError, match="seed: 0 -> 1"):
         ResultsStore(tmp_path, {"seed": 1, "batch_size": 4}, "m")
+
+
+def test_a_damaged_line_before_the_end_is_refused_not_silently_truncated(tmp_path):
+    s = ResultsStore(tmp_path, {"seed": 0}, "m")
+    s.write([_row("a"), _row("b")])
+    s.close()
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    (tmp_path / "results.jsonl").write_text(lines[0][:10] + "\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match="line 1: not a JSON object"):
+        ResultsStore(tmp_path, {"seed": 0}, "m")
+    assert (tmp_path / "results.jsonl").read_text().count("\n") == 2  # nothing was cut away

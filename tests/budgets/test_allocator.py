@@ -161,3 +161,13 @@ def test_online_respects_the_budget_and_escalates():
     assert stopping_stages("beta", 0.95)[-1][0] == "exact"
     with pytest.raises(ValueError, match="positive"):
         OnlineAllocator(budget=0, expected_cost=1.0)
+
+
+def test_a_new_cost_estimate_reopens_an_exhausted_online_allocator():
+    from tts.budgets.online import OnlineAllocator
+
+    alloc = OnlineAllocator(budget=100.0, expected_cost=60.0, n_max=8)
+    assert alloc.next_round(["a", "b"]) == ["a"] and alloc.exhausted
+    assert alloc.next_round(["a", "b"]) == []
+    alloc.update_expected_cost(30.0)  # real samples turned out cheaper than the prior
+    assert alloc.next_round(["a", "b"]) == ["a", "b"]

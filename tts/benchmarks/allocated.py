@@ -36,7 +36,7 @@ from tts.benchmarks.extraction import normalize_answer
 from tts.benchmarks.grading import Grader
 from tts.benchmarks.report import summarize
 from tts.benchmarks.runner import EvalResult, grade_rows, load_problems
-from tts.benchmarks.store import ResultsStore
+from tts.benchmarks.store import ResultsStore, read_append_log
 from tts.budgets.ledger import usage_from_json
 from tts.config import EvalConfig, SelfConsistencyConfig
 from tts.search.base import to_sample
@@ -76,21 +76,11 @@ class SamplesLog:
         self.samples: dict[str, list[tuple[Sample, Usage]]] = {pid: [] for pid in problem_ids}
         self.finished = False
         if path.exists():
-            good = 0
-            for line in path.read_bytes().splitlines(keepends=True):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break  # half-written last line: cut off below
-                if not line.endswith(b"\n"):
-                    break
-                good += len(line)
+            for rec in read_append_log(path, repair=True):
                 if rec.get("event") == "finished":
                     self.finished = True
                 elif rec["problem_id"] in self.samples:
                     self.samples[rec["problem_id"]].append((Sample(**rec["sample"]), usage_from_json(rec["usage"])))
-            with path.open("r+b") as fh:
-                fh.truncate(good)
         self._fh = path.open("a", encoding="utf-8")
 
     def add(self, problem_id: str, sample: Sample, usage: Usage) -> None:
@@ -177,11 +167,7 @@ def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator:
     while not log.finished:
         # 1. The allocator reasons in chunks: a chunk's expected cost is `size` observed samples.
         drawn = [price(u) for got in log.samples.values() for _, u in got]
-        if drawn:
-            alloc.expected_cost = size * sum(drawn) / len(drawn)
-        # The allocator marks itself exhausted when a round's expected cost runs past the budget;
-        # here the costs are re-estimated every round and the trimming below decides the end.
-        alloc.exhausted = False
+        alloc.update_expected_cost(size * sum(drawn) / len(drawn) if drawn else prior * size)
         # 2. Trim the round so that even its worst case fits what is left.
         wanted, room = {}, budget - alloc.spent
         for pid in alloc.next_round(ids):
@@ -192,7 +178,7 @@ def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator:
             room -= worst_case(pid, k)
         if not wanted:
             if size > 1:  # spend the rest one sample at a time
-                size, alloc.exhausted = 1, False
+                size = 1
                 continue
             log.finish()
             break
@@ -292,8 +278,7 @@ def run_allocated_eval(
     if mode == "offline" and (calibration is None or unit != "tokens"):
         raise BudgetError("--allocate offline needs --calibration (a past run of this model or a sample pool) "
                           "and --budget-unit tokens.")
-    bench, all_problems = load_problems(config)
-    loaded = list(problems) if problems is not None else all_problems
+    bench, loaded = load_problems(config, problems)
     price = _pricer(unit, config.backend.model, gpu)
     label = f"allocated-{mode}@{budget:g}{unit}"
     if chunk < 1:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tts.benchmarks.pool import PoolError, SamplePool, load_pool
+from tts.benchmarks.store import read_append_log
 
 logger = logging.getLogger(__name__)
 
@@ -137,22 +138,10 @@ def read_results(source: str | Path) -> list[dict[str, Any]]:
         path = path / RESULTS_FILE
     if not path.is_file():
         raise PoolError(f"{path}: no such results file; pass a tts eval run directory or its {RESULTS_FILE}")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if lineno == len(lines):
-                logger.warning("%s: dropping a half-written last line", path)
-                break
-            raise PoolError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or delete that line") from None
-        if not isinstance(row, dict):
-            raise PoolError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+    try:
+        return read_append_log(path)
+    except ValueError as exc:
+        raise PoolError(str(exc)) from None
 
 
 def load_results_as_pool(source: str | Path, score: ScoreField = "mean_logprob") -> SamplePool:

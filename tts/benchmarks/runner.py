@@ -45,12 +45,16 @@ class EvalResult:
     wall_seconds: float
 
 
-def load_problems(config: EvalConfig) -> tuple[Benchmark, list[Problem]]:
-    """The benchmark object and its problems, as the data config says."""
+def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None) -> tuple[Benchmark, list[Problem]]:
+    """The benchmark object (its prompt) and its problems, as the data config says.
+
+    ``problems`` already loaded by the caller are used as given, so data is read once.
+    """
     bench: Benchmark = BENCHMARKS.load(config.data.benchmark)()
+    if problems is not None:
+        return bench, list(problems)
     d = config.data
-    problems = bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field)
-    return bench, problems
+    return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field)
 
 
 def build_strategies(
@@ -109,7 +113,7 @@ def run_eval(
 
     start = time.perf_counter()
     # 1. Problems and prompt.
-    bench, loaded = load_problems(config) if problems is None else (BENCHMARKS.load(config.data.benchmark)(), list(problems))
+    bench, loaded = load_problems(config, problems)
     prompt = bench.prompt
     # 2. Store: resume what is done.
     store = ResultsStore(out, config.model_dump(mode="json"), config.backend.model)
@@ -143,7 +147,8 @@ def run_eval(
                     store.write(rows)
                     if progress:
                         progress(skipped + i + len(batch), len(loaded))
-        rows = [r for r in store.rows if r["config"] in labels and r["problem_id"] in {p.id for p in loaded}]
+        ids = {p.id for p in loaded}
+        rows = [r for r in store.rows if r["config"] in labels and r["problem_id"] in ids]
         return EvalResult(out, summarize(rows), rows, len(loaded), skipped, time.perf_counter() - start)
     finally:
         store.close()

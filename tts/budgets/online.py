@@ -149,6 +149,15 @@ class OnlineAllocator:
         ec = self.expected_cost
         return float(ec[pid]) if isinstance(ec, Mapping) else float(ec)
 
+    def update_expected_cost(self, expected_cost: float | Mapping[Hashable, float]) -> None:
+        """Replace the cost estimate of one more sample (e.g. with the mean observed so far).
+
+        An earlier "budget exhausted" verdict was reached under the old estimate, so it is
+        cleared: the next :meth:`next_round` decides again under the new one.
+        """
+        self.expected_cost = expected_cost
+        self.exhausted = False
+
     def record(self, problem_id: Hashable, answer: str | None, cost: float) -> None:
         """Account one drawn sample: its answer (None = no answer) and its actual cost."""
         self.drawn[problem_id] = self.drawn.get(problem_id, 0) + 1

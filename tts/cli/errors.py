@@ -16,11 +16,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from tts.backends.base import BackendError
     from tts.benchmarks.datasets import DatasetError
-    from tts.benchmarks.store import RunMismatchError
+    from tts.benchmarks.store import CorruptLogError, RunMismatchError
     from tts.models import ModelError
     from tts.registry import UnknownNameError
 
-    return (ValidationError, BackendError, DatasetError, RunMismatchError, ModelError, UnknownNameError,
+    return (ValidationError, BackendError, DatasetError, RunMismatchError, CorruptLogError, ModelError, UnknownNameError,
             FileNotFoundError)
 
 

@@ -207,7 +207,7 @@ def eval_command(
                 task = bar.add_task("alloc", total=budget)
                 try:
                     result = run_allocated_eval(
-                        cfg, run_dir if out or cfg.out else run_dir.with_name(run_dir.name + "-allocated"),
+                        cfg, run_dir if out or cfg.out else run_dir.with_name(f"{run_dir.name}-{mode}-{budget:g}{budget_unit}"),
                         budget, budget_unit, gpu or "h100", n_max, problems=problems,  # type: ignore[arg-type]
                         progress=lambda spent, total: bar.update(task, completed=spent),
                         mode=mode, calibration=calibration, pilot=pilot, chunk=chunk)  # type: ignore[arg-type]
