@@ -64,8 +64,8 @@ def solve(
 
 def evaluate(config: Any, out: str | Path, **kwargs: Any) -> Any:
     """Run ``tts eval`` from Python: ``config`` is an EvalConfig or a dict of its fields."""
-    from tts.benchmarks.runner import run_eval
     from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
 
     cfg = config if isinstance(config, EvalConfig) else EvalConfig.model_validate(config)
     return run_eval(cfg, Path(out), **kwargs)

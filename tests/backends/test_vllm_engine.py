@@ -44,8 +44,8 @@ def test_continuation_and_stop_strings(vllm_generator):
 
 
 def test_eval_on_vllm_writes_the_same_schema_as_scripted(vllm_generator, tmp_path):
-    from tts.benchmarks.runner import run_eval
     from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
 
     spec = {"data": {"benchmark": "demo", "limit": 3}, "strategies": [{"kind": "self_consistency", "n": 2},
             {"kind": "best_of_n", "n": 2}], "sampling": {"max_tokens": 32}}

@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 from tts.benchmarks.pool import PoolError, load_pool
-from tts.benchmarks.results_pool import load_results_as_pool, pool_rows_from_results, read_results, write_pool
-from tts.benchmarks.runner import run_eval
+from tts.benchmarks.results_pool import (
+    load_results_as_pool,
+    pool_rows_from_results,
+    read_results,
+    write_pool,
+)
 from tts.config import EvalConfig
+from tts.eval.runner import run_eval
 
 N_PROBLEMS = 8
 

@@ -92,8 +92,8 @@ def test_malformed_pool_names_the_line(tmp_path):
 
 
 def test_a_past_eval_run_directory_is_accepted_as_the_pool(tmp_path):
-    from tts.benchmarks.runner import run_eval
     from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
 
     cfg = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 30}, "backend": {"kind": "scripted"},
                                      "strategies": [{"kind": "self_consistency", "n": 8}]})

@@ -13,7 +13,7 @@ import multiprocessing as mp
 from collections.abc import Iterable
 from enum import Enum
 
-from tts.benchmarks.extraction import normalize_answer
+from tts.answers import normalize_answer
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from tts.benchmarks.append_log import read_append_log
 from tts.benchmarks.pool import PoolError, SamplePool, load_pool
-from tts.benchmarks.store import read_append_log
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pydantic import ValidationError
 
     from tts.backends.base import BackendError
+    from tts.benchmarks.append_log import CorruptLogError
     from tts.benchmarks.datasets import DatasetError
-    from tts.benchmarks.store import CorruptLogError, RunMismatchError
+    from tts.eval.store import RunMismatchError
     from tts.models import ModelError
     from tts.registry import UnknownNameError
 

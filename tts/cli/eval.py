@@ -185,9 +185,16 @@ def eval_command(
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        from tts.benchmarks.runner import load_problems, run_eval
+        from tts.eval.runner import load_problems, run_eval
 
         _, problems = load_problems(cfg)
         if allocate or budget is not None:
@@ -200,7 +207,7 @@ def eval_command(
                 raise fail(f"--budget must be a positive number, got {budget:g}.")
             if budget_unit not in ("tokens", "eflops", "gpu_seconds"):
                 raise fail(f"--budget-unit must be tokens, eflops or gpu_seconds, got {budget_unit!r}.")
-            from tts.benchmarks.allocated import BudgetError, run_allocated_eval
+            from tts.eval.allocated import BudgetError, run_allocated_eval
 
             with Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                           TimeElapsedColumn()) as bar:

@@ -14,8 +14,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from tts.backends.base import Completion, GenerationRequest, GenerationResult, Generator, Message
-from tts.benchmarks.extraction import extract_answer, normalize_answer
+from tts.answers import extract_answer, normalize_answer
+from tts.backends.base import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    Generator,
+    Message,
+)
 from tts.config import SamplingConfig
 from tts.types import RequestShape, Sample, Solution, Usage
 

@@ -31,14 +31,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
+from tts.answers import normalize_answer
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
-from tts.benchmarks.extraction import normalize_answer
+from tts.benchmarks.append_log import read_append_log
 from tts.benchmarks.grading import Grader
-from tts.benchmarks.report import summarize
-from tts.benchmarks.runner import EvalResult, grade_rows, load_problems
-from tts.benchmarks.store import ResultsStore, read_append_log
 from tts.budgets.ledger import usage_from_json
 from tts.config import EvalConfig, SelfConsistencyConfig
+from tts.eval.report import summarize
+from tts.eval.runner import EvalResult, grade_rows, load_problems
+from tts.eval.store import ResultsStore
 from tts.search.base import to_sample
 from tts.search.self_consistency import SelfConsistency
 from tts.types import Problem, Sample, Usage, to_jsonable

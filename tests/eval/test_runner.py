@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from tts.backends.scripted import ScriptedGenerator
-from tts.benchmarks.runner import run_eval
 from tts.config import EvalConfig
+from tts.eval.runner import run_eval
 
 ROW_KEYS = {"problem_id", "config", "strategy", "model", "backend", "answer", "gold", "outcome", "correct",
             "coverage", "confidence", "usage", "trace"}
@@ -37,7 +37,7 @@ class CountingGenerator(ScriptedGenerator):
 
 
 def test_ladder_draws_max_n_once_per_problem_and_writes_one_row_per_config(tmp_path):
-    from tts.benchmarks.runner import load_problems
+    from tts.eval.runner import load_problems
 
     cfg = _config()
     _, problems = load_problems(cfg)
@@ -60,7 +60,7 @@ def test_ladder_draws_max_n_once_per_problem_and_writes_one_row_per_config(tmp_p
 
 
 def test_rerun_resumes_and_each_problem_appears_once(tmp_path):
-    from tts.benchmarks.runner import load_problems
+    from tts.eval.runner import load_problems
 
     cfg = _config()
     _, problems = load_problems(cfg)

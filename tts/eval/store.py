@@ -17,6 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from tts.benchmarks.append_log import read_append_log
+
 logger = logging.getLogger(__name__)
 
 RESULTS = "results.jsonl"
@@ -27,10 +29,6 @@ _RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout"}
 
 class RunMismatchError(ValueError):
     """The run directory holds results of a different configuration."""
-
-
-class CorruptLogError(ValueError):
-    """A results or samples log damaged before its last line (not by a kill mid-write)."""
 
 
 def _versions() -> dict[str, str]:
@@ -52,45 +50,6 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[key] = v
     return flat
-
-
-def read_append_log(path: Path, repair: bool = False) -> list[dict[str, Any]]:
-    """The JSON rows of an append-only log that a killed writer may have left half-written.
-
-    A SIGKILL can only damage the line being written, so a last line that is not a complete JSON
-    object ending in a newline is dropped (with ``repair``, also cut off the file so that later
-    appends start on a clean line). A damaged line anywhere else is not a kill but corruption,
-    and is refused rather than silently dropping what follows it.
-
-    Args:
-        path: The JSONL file.
-        repair: Truncate the damaged last line in place.
-
-    Raises:
-        CorruptLogError: A line before the last is not a JSON object; the message names file and line.
-    """
-    lines = path.read_bytes().splitlines(keepends=True)
-    rows: list[dict[str, Any]] = []
-    good_bytes = 0
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            good_bytes += len(raw)
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError:
-            row = None
-        if not isinstance(row, dict) or not raw.endswith(b"\n"):
-            if lineno < len(lines):
-                raise CorruptLogError(f"{path}, line {lineno}: not a JSON object; fix or delete that line")
-            logger.warning("ignoring a half-written last line of %s", path)
-            if repair:
-                with path.open("r+b") as fh:
-                    fh.truncate(good_bytes)
-            break
-        rows.append(row)
-        good_bytes += len(raw)
-    return rows
 
 
 class ResultsStore:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tts.backends.scripted import ScriptedGenerator
-from tts.benchmarks.allocated import BudgetError, run_allocated_eval
 from tts.benchmarks.demo import generate_problems
 from tts.config import EvalConfig, SelfConsistencyConfig
+from tts.eval.allocated import BudgetError, run_allocated_eval
 
 PROBLEMS = generate_problems(20)
 CFG = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 20}, "backend": {"kind": "scripted"},
@@ -85,7 +85,7 @@ def test_eflops_budget_is_priced_by_the_cost_model(tmp_path):
 
 
 def test_offline_mode_plans_from_pilot_and_a_past_run(tmp_path):
-    from tts.benchmarks.runner import run_eval
+    from tts.eval.runner import run_eval
 
     # A past run of the "same model" on other problems is the calibration pool.
     past = tmp_path / "past"

@@ -1,6 +1,6 @@
 import pytest
 
-from tts.benchmarks.extraction import extract_answer, normalize_answer
+from tts.answers import extract_answer, normalize_answer
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tts.benchmarks.store import ResultsStore, RunMismatchError
+from tts.eval.store import ResultsStore, RunMismatchError
 
 
 def _row(pid, cfg="self_consistency@4"):

@@ -20,9 +20,9 @@ from typing import Any
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
 from tts.benchmarks.grading import Grader, Outcome
-from tts.benchmarks.report import ConfigSummary, summarize
-from tts.benchmarks.store import ResultsStore
 from tts.config import EvalConfig
+from tts.eval.report import ConfigSummary, summarize
+from tts.eval.store import ResultsStore
 from tts.prompts import PromptTemplate
 from tts.registry import BENCHMARKS, STRATEGIES
 from tts.search.base import SamplingStrategy
