@@ -8,6 +8,7 @@ prompt prefixes.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -97,6 +98,17 @@ def count_prompt_tokens(generator: object, request: GenerationRequest) -> int | 
     """Exact prompt length when the backend can tokenize locally (vLLM, scripted), else None."""
     counter = getattr(generator, "prompt_tokens", None)
     return counter(request) if callable(counter) else None
+
+
+def derive_seed(run_seed: int, key: str, drawn: int) -> int:
+    """The seed of one request: distinct for every (run seed, problem key, samples already drawn).
+
+    Engines that honour per-request seeds (vLLM on GPU, ``vllm serve``, the scripted backend)
+    return the same samples for the same seed, so a later round of the same problem must not
+    resend the seed of an earlier one: it would draw the same samples again and fake agreement.
+    """
+    digest = hashlib.sha256(f"{run_seed}|{key}|{drawn}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 class BackendError(RuntimeError):

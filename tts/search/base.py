@@ -21,6 +21,7 @@ from tts.backends.base import (
     GenerationResult,
     Generator,
     Message,
+    derive_seed,
 )
 from tts.config import SamplingConfig
 from tts.types import RequestShape, Sample, Solution, Usage
@@ -101,8 +102,15 @@ class SamplingStrategy(Strategy):
         self.extract = extract
         self.seed = seed
 
-    def request(self, problem: Any, n: int | None = None) -> GenerationRequest:
-        """The generation request for one problem (``n`` defaults to the config's)."""
+    def request(self, problem: Any, n: int | None = None, drawn: int = 0) -> GenerationRequest:
+        """The generation request for one problem.
+
+        Args:
+            problem: The problem.
+            n: Samples to draw (default: the config's).
+            drawn: Samples of this problem already drawn in this run; the request's seed depends
+                on it, so a second round never repeats the first one's samples.
+        """
         return GenerationRequest(
             messages=self.prompt(problem),
             n=n or self.config.n,
@@ -110,7 +118,7 @@ class SamplingStrategy(Strategy):
             top_p=self.sampling.top_p,
             max_tokens=self.sampling.max_tokens,
             logprobs=self.needs_logprobs,
-            seed=self.seed,
+            seed=derive_seed(self.seed, problem.id, drawn),
             key=problem.id,
         )
 
