@@ -23,7 +23,8 @@ def main() -> None:
 
     from tts.backends.vllm import VLLMGenerator
     from tts.benchmarks.demo import DemoBenchmark
-    from tts.config import SamplingConfig, SelfConsistencyConfig, VLLMBackendConfig
+    from tts.config import SamplingConfig, VLLMBackendConfig
+    from tts.search.self_consistency import SelfConsistencyConfig
     from tts.search.self_consistency import SelfConsistency
 
     start = time.perf_counter()

@@ -8,9 +8,10 @@ build on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, field_validator
 
 from tts.models import DEFAULT_MODEL
 
@@ -30,41 +31,53 @@ class SamplingConfig(_Frozen):
     """Cap on generated tokens per sample."""
 
 
-class _StrategyBase(_Frozen):
+class StrategyConfigBase(_Frozen):
+    """What every strategy config has: its registry name. Each strategy module defines its own
+    subclass (``kind: Literal[name]`` plus its knobs); :func:`parse_strategy_config` finds it
+    through the strategy registry, so a new strategy needs no change here."""
+
+    kind: str
+    """Registry name of the strategy."""
+
+    @property
+    def label(self) -> str:
+        """Short stable name of this config, e.g. ``self_consistency@8``; keys the results."""
+        return self.kind
+
+
+class SamplingStrategyConfig(StrategyConfigBase):
+    """Configs of strategies that draw ``n`` independent samples per problem and aggregate them."""
+
     n: int = Field(8, ge=1, le=4096)
     """Samples per problem."""
 
     @property
     def label(self) -> str:
-        """Short stable name of this config, e.g. ``self_consistency@8``; keys the results."""
-        return f"{self.kind}@{self.n}"  # type: ignore[attr-defined]
+        return f"{self.kind}@{self.n}"
 
 
-class BestOfNConfig(_StrategyBase):
-    """Sample n, keep the one with the best selection score."""
+def parse_strategy_config(value: Any) -> StrategyConfigBase:
+    """A strategy config from a dict (YAML, JSON, results rows) or an existing config.
 
-    kind: Literal["best_of_n"] = "best_of_n"
-    score: Literal["mean_logprob"] = "mean_logprob"
-    """Selection score. Until verifiers exist, the sample's mean token log-probability."""
+    The ``kind`` selects the config class its strategy declares (``Strategy.config_class``) in
+    the strategy registry; an unknown kind lists the registered ones.
 
+    Raises:
+        ValueError: No ``kind``, an unknown one, or fields that the strategy's config refuses.
+    """
+    from tts.registry import STRATEGIES
 
-class SelfConsistencyConfig(_StrategyBase):
-    """Sample n, return the most frequent extracted answer (Wang et al., 2023)."""
-
-    kind: Literal["self_consistency"] = "self_consistency"
-
-
-class WeightedVoteConfig(_StrategyBase):
-    """Sample n, vote with weights exp(mean token logprob) per sample."""
-
-    kind: Literal["weighted_vote"] = "weighted_vote"
-    weight: Literal["mean_logprob"] = "mean_logprob"
-    """Where weights come from: exp(mean logprob) of the sample, a confidence in (0, 1]."""
+    if isinstance(value, StrategyConfigBase):
+        return value
+    if not isinstance(value, Mapping) or "kind" not in value:
+        raise ValueError(f"a strategy config is a mapping with a 'kind' (one of: {', '.join(STRATEGIES.names())}), "
+                         f"got {value!r}")
+    cls = STRATEGIES.load(STRATEGIES.check(str(value["kind"]))).config_class
+    return cls.model_validate(dict(value))
 
 
-StrategyConfig = Annotated[
-    BestOfNConfig | SelfConsistencyConfig | WeightedVoteConfig, Field(discriminator="kind")
-]
+StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(parse_strategy_config)]
+"""A field type that accepts any registered strategy's config (dispatched on ``kind``)."""
 
 
 class VLLMBackendConfig(_Frozen):
@@ -141,7 +154,7 @@ class EvalConfig(_Frozen):
     """Everything ``tts eval`` needs; also loadable from YAML with ``--config``."""
 
     data: DataConfig = DataConfig()
-    strategies: list[StrategyConfig] = Field(default_factory=lambda: [SelfConsistencyConfig()])
+    strategies: list[StrategyConfig] = Field(default_factory=lambda: [{"kind": "self_consistency"}], validate_default=True)
     """Strategy configs to evaluate. Configs that only aggregate samples (best_of_n,
     self_consistency, weighted_vote) share one set of max(n) samples per problem."""
     backend: BackendConfig = VLLMBackendConfig()

@@ -21,12 +21,12 @@ class Registry:
 
     Args:
         kind: What the entries are ("strategy", "backend", "benchmark"), used in messages.
-        entries: name -> "module:attribute".
+        entries: name -> "module:attribute" (or the object itself).
     """
 
-    def __init__(self, kind: str, entries: dict[str, str]) -> None:
+    def __init__(self, kind: str, entries: dict[str, Any]) -> None:
         self.kind = kind
-        self._entries = dict(entries)
+        self._entries: dict[str, Any] = dict(entries)
         self._plugins_loaded = False
 
     def _load_plugins(self) -> None:
@@ -52,9 +52,24 @@ class Registry:
             f"Unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."
         )
 
+    def register(self, name: str, target: str | Any) -> None:
+        """Add an entry: ``"module:attribute"`` (imported on first use) or the object itself.
+
+        Packages should prefer the ``tts.<kind>`` entry-point group; this is for code that
+        defines an implementation at run time (notebooks, tests).
+        """
+        self._entries[name] = target
+
+    def unregister(self, name: str) -> None:
+        """Remove an entry added with :meth:`register` (no error if absent)."""
+        self._entries.pop(name, None)
+
     def load(self, name: str) -> Any:
         """Import and return the implementation registered as ``name``."""
-        module, _, attr = self._entries[self.check(name)].partition(":")
+        target = self._entries[self.check(name)]
+        if not isinstance(target, str):
+            return target
+        module, _, attr = target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
 

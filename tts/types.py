@@ -90,6 +90,25 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """A per-problem compute budget that a strategy must stay within.
+
+    Args:
+        samples: Most samples (or search expansions) the problem may get.
+        tokens: Most generated tokens the problem may cost, counted at their worst case.
+    """
+
+    samples: int | None = None
+    tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("samples", "tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"Budget.{name} must be at least 1 (or None for no limit), got {value}")
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One generated completion.
 

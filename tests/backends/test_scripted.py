@@ -29,8 +29,21 @@ def test_logprobs_only_when_asked():
     assert gen.generate([_req(n=2, logprobs=True)])[0].completions[0].mean_logprob < 0
 
 
-def test_repeating_a_request_draws_fresh_samples_like_one_larger_request():
+def test_a_repeated_seed_returns_the_same_samples_like_a_seeded_engine():
+    gen = ScriptedGenerator({"p": {"4": 0.5, "5": 0.3}}, seed=1)
+    first = gen.generate([_req(n=4, seed=11)])[0].completions
+    again = gen.generate([_req(n=4, seed=11)])[0].completions
+    other = gen.generate([_req(n=4, seed=12)])[0].completions
+    assert first == again and first != other
+
+
+def test_without_a_seed_a_repeat_continues_the_stream_like_one_larger_request():
     one_big = ScriptedGenerator({"p": {"4": 0.5, "5": 0.3}}, seed=1).generate([_req(n=6)])[0].completions
     gen = ScriptedGenerator({"p": {"4": 0.5, "5": 0.3}}, seed=1)
     small = [gen.generate([_req(n=1)])[0].completions[0] for _ in range(6)]
     assert list(one_big) == small and len(set(c.text for c in small)) > 1
+
+
+def test_a_backend_without_logprob_support_returns_none_even_when_asked():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0, returns_logprobs=False)
+    assert gen.generate([_req(n=2, logprobs=True)])[0].completions[0].mean_logprob is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tts.backends.base import request_usage
 from tts.budgets.cost_model import CostModel
-from tts.budgets.ledger import cost_model_for, price_rows, usage_from_json
+from tts.budgets.ledger import cost_model_for, price_usages, usage_from_json
 from tts.types import to_jsonable
 
 
@@ -16,9 +16,7 @@ def test_usage_survives_the_json_round_trip():
 def test_rows_are_priced_per_config_and_sum_their_problems():
     cm = cost_model_for("smollm2-135m", "h100")
     u1, u2 = request_usage(100, 0, [20, 20], 1.0), request_usage(100, 0, [40], 2.0)
-    rows = [{"config": "sc@2", "usage": to_jsonable(u1)}, {"config": "sc@2", "usage": to_jsonable(u2)},
-            {"config": "bon@1", "usage": to_jsonable(u2)}]
-    ledger = price_rows(rows, cm)
+    ledger = price_usages([("sc@2", u1), ("sc@2", u2), ("bon@1", u2)], cm)
     assert set(ledger) == {"sc@2", "bon@1"}
     assert ledger["sc@2"].problems == 2 and ledger["sc@2"].wall_seconds == 3.0
     expected = cm.cost_usage(u1).eflops + cm.cost_usage(u2).eflops

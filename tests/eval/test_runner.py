@@ -9,7 +9,7 @@ from tts.config import EvalConfig
 from tts.eval.runner import run_eval
 
 ROW_KEYS = {"problem_id", "config", "strategy", "model", "backend", "answer", "gold", "outcome", "correct",
-            "coverage", "confidence", "usage", "trace"}
+            "coverage", "confidence", "usage", "trace", "allocation", "budget_spent"}
 
 
 def _config(**kw):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from tts.backends.scripted import ScriptedGenerator
-from tts.config import BestOfNConfig, SamplingConfig, SelfConsistencyConfig, WeightedVoteConfig
+from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.search.base import vote
-from tts.search.best_of_n import BestOfN
-from tts.search.self_consistency import SelfConsistency
-from tts.search.weighted_vote import WeightedVote
+from tts.search.best_of_n import BestOfN, BestOfNConfig
+from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Problem, Sample
 
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]

@@ -2,9 +2,11 @@
 
 It behaves like a model whose answer to each problem is a random draw from a distribution you
 specify (``{"42": 0.6, "41": 0.3}``; the missing mass means "no answer"), with realistic token
-counts and log-probabilities. The same seed and the same sequence of requests give the same
-samples, so strategy tests are exact; asking the same prompt again draws fresh samples (one
-request for n = 16 equals sixteen requests for n = 1), as a real engine's random state would.
+counts and log-probabilities. It behaves like a seeded engine (vLLM on GPU, ``vllm serve``): a
+request that carries a seed returns the same samples every time it is sent with that seed, so a
+caller that resends a seed sees its samples repeat in tests exactly as it would on such an engine.
+A request without a seed continues the backend's random stream instead (fresh samples on a
+repeat, like an engine-level seed). The backend's own ``seed`` changes every draw.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class ScriptedGenerator:
         mean_tokens: Mean generated tokens per sample (lognormal spread, capped by max_tokens).
         prompt_tokens_per_char: Prompt length model (about 4 characters per token).
         model_name: Name reported in results.
+        returns_logprobs: Whether logprobs come back when asked (False mimics a server without
+            logprob support).
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -51,6 +55,7 @@ class ScriptedGenerator:
         mean_tokens: int = 120,
         prompt_tokens_per_char: float = 0.25,
         model_name: str = "scripted",
+        returns_logprobs: bool = True,
     ) -> None:
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
@@ -62,9 +67,10 @@ class ScriptedGenerator:
         self.mean_tokens = mean_tokens
         self.prompt_tokens_per_char = prompt_tokens_per_char
         self.model_name = model_name
+        self.returns_logprobs = returns_logprobs
         self._seen_prefixes: set[str] = set()
-        # Samples already drawn per (key, prompt): a repeated request continues the sequence
-        # rather than replaying it, as a real engine's random state would.
+        # Samples already drawn per (key, prompt) by requests without a seed: a repeat continues
+        # the stream rather than replaying it, as an engine-level random state would.
         self._drawn: dict[tuple[str, str], int] = {}
 
     @classmethod
@@ -119,7 +125,7 @@ class ScriptedGenerator:
         return Completion(
             text=text,
             completion_tokens=tokens,
-            mean_logprob=mean_lp if req.logprobs else None,
+            mean_logprob=mean_lp if req.logprobs and self.returns_logprobs else None,
             finish_reason="length" if length_capped else "stop",
         )
 
@@ -134,8 +140,11 @@ class ScriptedGenerator:
         for req in requests:
             start = time.perf_counter()
             prompt = "\n".join(f"{m.role}: {m.content}" for m in req.messages) + req.continuation
-            offset = self._drawn.get((req.key, prompt), 0)
-            self._drawn[(req.key, prompt)] = offset + req.n
+            if req.seed is None:
+                offset = self._drawn.get((req.key, prompt), 0)
+                self._drawn[(req.key, prompt)] = offset + req.n
+            else:
+                offset = 0  # a seeded request is reproducible: same seed, same samples
             completions = tuple(self._sample(req, offset + i, prompt) for i in range(req.n))
             prompt_tokens = self.prompt_tokens(req)
             cached = prompt_tokens if prompt in self._seen_prefixes else 0

@@ -56,11 +56,11 @@ class LedgerEntry:
                     generated_tokens=round(c.generated_tokens / k))
 
 
-def price_rows(rows: Iterable[Mapping[str, Any]], cost_model: CostModel) -> dict[str, LedgerEntry]:
-    """Price each result row's usage and sum per strategy config.
+def price_usages(items: Iterable[tuple[str, Usage]], cost_model: CostModel) -> dict[str, LedgerEntry]:
+    """Price each problem's usage and sum per strategy config.
 
     Args:
-        rows: results.jsonl rows (with ``config`` and ``usage``).
+        items: (config label, one problem's Usage) pairs, e.g. from a run's result rows.
         cost_model: The model + hardware to price on.
 
     Returns:
@@ -68,10 +68,9 @@ def price_rows(rows: Iterable[Mapping[str, Any]], cost_model: CostModel) -> dict
     """
     costs: dict[str, list[Cost]] = {}
     walls: dict[str, float] = {}
-    for row in rows:
-        usage = usage_from_json(row["usage"])
-        costs.setdefault(row["config"], []).append(cost_model.cost_usage(usage))
-        walls[row["config"]] = walls.get(row["config"], 0.0) + usage.wall_seconds
+    for config, usage in items:
+        costs.setdefault(config, []).append(cost_model.cost_usage(usage))
+        walls[config] = walls.get(config, 0.0) + usage.wall_seconds
     return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k]) for k, v in costs.items()}
 
 

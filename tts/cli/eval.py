@@ -88,14 +88,14 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
     """Price the run on ``gpu``; returns ({} , reason) when the model's architecture is unknown."""
     if not gpu:
         return {}, None
-    from tts.budgets.ledger import cost_model_for, price_rows
+    from tts.budgets.ledger import cost_model_for, price_usages
 
     try:
         cm = cost_model_for(model, gpu)
     except ValueError:
         return {}, (f"(no GPU cost columns: the architecture of {model!r} is unknown; "
                     "`tts cost --model path/to/config.json` prices a model from its config)")
-    return price_rows(result.rows, cm), None
+    return price_usages(((r.config, r.usage) for r in result.rows), cm), None
 
 
 def _si(x: float) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from tts.eval.rows import ResultRow
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
@@ -32,36 +33,40 @@ class ConfigSummary:
     accuracy_high: float
     coverage: float
     no_answer_rate: float
+    ungraded: int
+    """Answers whose grading could not finish (timed out, or the grader's worker died); counted
+    as not correct in ``accuracy`` and shown so that a reader knows."""
     tokens_per_problem: float
     completion_tokens_per_problem: float
     wall_seconds: float
 
 
-def summarize(rows: Iterable[dict[str, Any]]) -> list[ConfigSummary]:
-    """One summary per strategy config, ordered by strategy then n."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+def summarize(rows: Iterable[ResultRow]) -> list[ConfigSummary]:
+    """One summary per strategy config, ordered by strategy then n (samples per problem)."""
+    groups: dict[str, list[ResultRow]] = {}
     for r in rows:
-        groups.setdefault(r["config"], []).append(r)
+        groups.setdefault(r.config, []).append(r)
     out = []
     for label, rs in groups.items():
         k = len(rs)
-        correct = sum(1 for r in rs if r["correct"])
+        correct = sum(1 for r in rs if r.correct)
         lo, hi = wilson_interval(correct, k)
-        usage = [r["usage"] for r in rs]
         out.append(
             ConfigSummary(
                 config=label,
-                strategy=rs[0]["strategy"]["kind"],
-                n=sum(r["strategy"]["n"] for r in rs) / k,  # varies per problem under allocation
+                strategy=rs[0].strategy["kind"],
+                # Samples drawn per problem (varies per problem under allocation and search).
+                n=sum(len(r.trace.get("samples", ())) for r in rs) / k,
                 problems=k,
                 accuracy=correct / k,
                 accuracy_low=lo,
                 accuracy_high=hi,
-                coverage=sum(1 for r in rs if r["coverage"]) / k,
-                no_answer_rate=sum(1 for r in rs if r["outcome"] == "no_answer") / k,
-                tokens_per_problem=sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage) / k,
-                completion_tokens_per_problem=sum(u["completion_tokens"] for u in usage) / k,
-                wall_seconds=sum(u["wall_seconds"] for u in usage),
+                coverage=sum(1 for r in rs if r.coverage) / k,
+                no_answer_rate=sum(1 for r in rs if r.outcome == "no_answer") / k,
+                ungraded=sum(1 for r in rs if r.outcome == "ungraded"),
+                tokens_per_problem=sum(r.usage.total_tokens for r in rs) / k,
+                completion_tokens_per_problem=sum(r.usage.completion_tokens for r in rs) / k,
+                wall_seconds=sum(r.usage.wall_seconds for r in rs),
             )
         )
     return sorted(out, key=lambda s: (s.strategy, s.n))

@@ -1,31 +1,32 @@
-"""The eval runner: problems -> strategy -> grading -> results store. Owns I/O, resume and progress.
+"""The eval runner: problems -> strategies -> grading -> results store. Owns I/O, resume and progress.
 
-Strategies that only aggregate samples (best-of-N, self-consistency, weighted vote) share one
-set of samples: for each batch of problems the runner makes ONE generator call with max(n)
-samples per problem, then lets every configured strategy aggregate the first n of them. A ladder
-n = 1, 4, 16 of two strategies therefore costs one n = 16 sampling pass, and the smaller n are
-honest (the first n of 16 i.i.d. samples are n i.i.d. samples).
+The runner relies on one contract only, :meth:`Strategy.solve`; it never builds requests or
+aggregates samples itself. Strategies that can share one draw of samples (best-of-N,
+self-consistency, weighted vote at several n) say so through
+:meth:`Strategy.shares_draw_with`, and the runner hands each such group to
+:meth:`Strategy.solve_together`: a ladder n = 1, 4, 16 of two strategies costs one n = 16 sampling
+pass, and the smaller n are honest (the first n of 16 i.i.d. samples are n i.i.d. samples).
+Coverage (pass@n) comes from grading every sample in each solution's trace.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
 from tts.benchmarks.grading import Grader, Outcome
-from tts.config import EvalConfig
+from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
+from tts.eval.rows import ResultRow
 from tts.eval.store import ResultsStore
 from tts.prompts import PromptTemplate
 from tts.registry import BENCHMARKS, STRATEGIES
-from tts.search.base import SamplingStrategy
+from tts.search.base import Strategy
 from tts.types import Problem, Solution, to_jsonable
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class EvalResult:
 
     out: Path
     summaries: list[ConfigSummary]
-    rows: list[dict[str, Any]]
+    rows: list[ResultRow]
     problems: int
     skipped: int
     wall_seconds: float
@@ -57,37 +58,36 @@ def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None)
     return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field)
 
 
-def build_strategies(
-    config: EvalConfig, generator: Generator, prompt: PromptTemplate
-) -> list[SamplingStrategy]:
+def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTemplate) -> list[Strategy]:
     """One strategy object per configured strategy."""
-    out = []
-    for sc in config.strategies:
-        cls = STRATEGIES.load(sc.kind)
-        out.append(cls(sc, generator, prompt.render, config.sampling, seed=config.seed))
+    return [STRATEGIES.load(sc.kind)(sc, generator, prompt.render, config.sampling, seed=config.seed)
+            for sc in config.strategies]
+
+
+def share_groups(strategies: Sequence[Strategy]) -> list[list[int]]:
+    """Indices of the strategies, grouped so that each group can share one draw."""
+    groups: list[list[int]] = []
+    for i, s in enumerate(strategies):
+        for g in groups:
+            if strategies[g[0]].shares_draw_with(s):
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def solve_all(strategies: Sequence[Strategy], problems: Sequence[Problem]) -> list[list[Solution]]:
+    """Every strategy's solutions for the problems (one list per strategy), sharing draws."""
+    out: list[list[Solution]] = [[] for _ in strategies]
+    for group in share_groups(strategies):
+        members = [strategies[i] for i in group]
+        for i, sols in zip(group, type(members[0]).solve_together(members, problems), strict=True):
+            if len(sols) != len(problems):
+                raise RuntimeError(f"strategy {strategies[i].name} returned {len(sols)} solutions for "
+                                   f"{len(problems)} problems; Strategy.solve must return one per problem")
+            out[i] = sols
     return out
-
-
-def _row(problem: Problem, solution: Solution, strategy: SamplingStrategy, outcome: Outcome,
-         sample_outcomes: list[Outcome], model: str, backend: str) -> dict[str, Any]:
-    trace = to_jsonable(solution.trace)
-    for s, o in zip(trace["samples"], sample_outcomes, strict=True):
-        s["outcome"] = o.value
-    return {
-        "problem_id": problem.id,
-        "config": strategy.config.label,
-        "strategy": strategy.config.model_dump(),
-        "model": model,
-        "backend": backend,
-        "answer": solution.answer,
-        "gold": problem.answer,
-        "outcome": outcome.value,
-        "correct": outcome is Outcome.CORRECT,
-        "coverage": any(o is Outcome.CORRECT for o in sample_outcomes),
-        "confidence": solution.confidence,
-        "usage": to_jsonable(solution.usage),
-        "trace": trace,
-    }
 
 
 def run_eval(
@@ -129,26 +129,20 @@ def run_eval(
         if todo:
             generator = generator or create_generator(config.backend, loaded)
             strategies = build_strategies(config, generator, prompt)
-            n_max = max(s.config.n for s in strategies)
-            needs_logprobs = any(s.needs_logprobs for s in strategies)
             with Grader(timeout=config.grading_timeout) as grader:
-                # 3. One generator call per batch with max(n) samples; every config aggregates.
+                # 3. Per batch: every strategy solves (shared draws where they can), then grading.
                 for i in range(0, len(todo), config.batch_size):
                     batch = todo[i : i + config.batch_size]
-                    requests = [
-                        dataclasses.replace(strategies[0].request(p, n=n_max), logprobs=needs_logprobs)
-                        for p in batch
-                    ]
-                    results = generator.generate(requests)
+                    per_strategy = solve_all(strategies, batch)
                     rows = []
-                    for p, res in zip(batch, results, strict=True):
-                        sols = [(s, s.aggregate_result(p.id, res, s.config.n)) for s in strategies]
+                    for j, p in enumerate(batch):
+                        sols = [(s.config, sols[j]) for s, sols in zip(strategies, per_strategy, strict=True)]
                         rows.extend(grade_rows(p, sols, grader, generator.model_name, config.backend.kind))
                     store.write(rows)
                     if progress:
                         progress(skipped + i + len(batch), len(loaded))
         ids = {p.id for p in loaded}
-        rows = [r for r in store.rows if r["config"] in labels and r["problem_id"] in ids]
+        rows = [r for r in store.rows if r.config in labels and r.problem_id in ids]
         return EvalResult(out, summarize(rows), rows, len(loaded), skipped, time.perf_counter() - start)
     finally:
         store.close()
@@ -156,16 +150,27 @@ def run_eval(
             generator.close()
 
 
-def grade_rows(problem: Problem, sols: list[tuple[SamplingStrategy, Solution]], grader: Grader,
-                model: str, backend: str) -> list[dict[str, Any]]:
-    """Grade each solution's answer and each of its samples (for coverage) in one grader call."""
+def grade_rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]], grader: Grader,
+               model: str, backend: str) -> list[ResultRow]:
+    """Grade each solution's answer and every sample of its trace (for coverage) in one grader call.
+
+    Shared samples (the prefixes of one draw) are graded once: the grader caches (answer, gold).
+    """
     gold = problem.answer or ""
-    # Samples are shared prefixes of one list: grade the longest list once.
-    longest = max((sol.trace.samples for _, sol in sols), key=len)
-    pairs = [(s.answer, gold) for s in longest] + [(sol.answer, gold) for _, sol in sols]
-    outcomes = grader.grade_many(pairs)
-    sample_outcomes, answer_outcomes = outcomes[: len(longest)], outcomes[len(longest) :]
-    return [
-        _row(problem, sol, strat, oc, sample_outcomes[: len(sol.trace.samples)], model, backend)
-        for (strat, sol), oc in zip(sols, answer_outcomes, strict=True)
-    ]
+    pairs = [(sol.answer, gold) for _, sol in sols]
+    pairs += [(s.answer, gold) for _, sol in sols for s in sol.trace.samples]
+    outcomes = iter(grader.grade_many(pairs))
+    answer_outcomes = [next(outcomes) for _ in sols]
+    rows = []
+    for (config, sol), outcome in zip(sols, answer_outcomes, strict=True):
+        sample_outcomes = [next(outcomes) for _ in sol.trace.samples]
+        trace = to_jsonable(sol.trace)
+        for s, o in zip(trace["samples"], sample_outcomes, strict=True):
+            s["outcome"] = o.value
+        rows.append(ResultRow(
+            problem_id=problem.id, config=config.label, strategy=config.model_dump(mode="json"), model=model,
+            backend=backend, answer=sol.answer, gold=problem.answer, outcome=outcome.value,
+            correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o in sample_outcomes),
+            confidence=min(max(sol.confidence, 0.0), 1.0), usage=sol.usage, trace=trace,
+        ))
+    return rows

@@ -17,7 +17,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tts.benchmarks.append_log import read_append_log
+from pydantic import ValidationError
+
+from tts.benchmarks.append_log import CorruptLogError, read_append_log
+from tts.eval.rows import SCHEMA_VERSION, ResultRow
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +70,19 @@ class ResultsStore:
         self.results_path = self.directory / RESULTS
         self.manifest_path = self.directory / MANIFEST
         self._check_manifest(config, model)
-        self.rows: list[dict[str, Any]] = self._read_existing()
-        self.done: set[tuple[str, str]] = {(r["problem_id"], r["config"]) for r in self.rows}
+        self.rows: list[ResultRow] = self._read_existing()
+        self.done: set[tuple[str, str]] = {(r.problem_id, r.config) for r in self.rows}
         self._fh = self.results_path.open("a", encoding="utf-8")
 
     def _check_manifest(self, config: dict[str, Any], model: str) -> None:
         if self.manifest_path.exists():
             old = json.loads(self.manifest_path.read_text())
+            version = old.get("schema_version", 1)
+            if version != SCHEMA_VERSION:
+                raise RunMismatchError(
+                    f"{self.directory} holds results in format version {version}; this tts writes version "
+                    f"{SCHEMA_VERSION}. Pass a new --out directory (the old results stay readable as a sample "
+                    "pool with `tts budget simulate --pool DIR`).")
             a, b = _flatten(old.get("config", {})), _flatten(config)
             diff = sorted(k for k in a.keys() | b.keys() if k not in _RESUMABLE_FIELDS and a.get(k) != b.get(k))
             if diff:
@@ -83,6 +92,7 @@ class ResultsStore:
                     "Pass a new --out directory, or delete the old one to start over."
                 )
         manifest = {
+            "schema_version": SCHEMA_VERSION,
             "config": config,
             "model": model,
             "seed": config.get("seed"),
@@ -93,26 +103,30 @@ class ResultsStore:
         tmp.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp, self.manifest_path)
 
-    def _read_existing(self) -> list[dict[str, Any]]:
+    def _read_existing(self) -> list[ResultRow]:
         if not self.results_path.exists():
             return []
         # Keep one row per key: the first one written wins.
-        unique: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in read_append_log(self.results_path, repair=True):
-            unique.setdefault((r["problem_id"], r["config"]), r)
+        unique: dict[tuple[str, str], ResultRow] = {}
+        for lineno, raw in enumerate(read_append_log(self.results_path, repair=True), start=1):
+            try:
+                row = ResultRow.model_validate(raw)
+            except ValidationError as exc:
+                raise CorruptLogError(f"{self.results_path}, row {lineno} is not a valid result row: {exc}") from None
+            unique.setdefault((row.problem_id, row.config), row)
         return list(unique.values())
 
     def is_done(self, problem_id: str, config_label: str) -> bool:
         """Whether this (problem, config) already has a result."""
         return (problem_id, config_label) in self.done
 
-    def write(self, rows: list[dict[str, Any]]) -> None:
+    def write(self, rows: list[ResultRow]) -> None:
         """Append rows and force them to disk."""
         for row in rows:
-            key = (row["problem_id"], row["config"])
+            key = (row.problem_id, row.config)
             if key in self.done:
                 continue
-            self._fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            self._fh.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
             self.done.add(key)
             self.rows.append(row)
         self._fh.flush()

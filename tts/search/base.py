@@ -1,15 +1,23 @@
-"""The Strategy protocol and the shared machinery of sample-then-aggregate strategies.
+"""The Strategy contract, and the shared machinery of sample-then-aggregate strategies.
 
-Best-of-N, self-consistency and weighted voting all draw n independent samples per problem and
-differ only in how they pick the answer. They share :class:`SamplingStrategy`: one batched
-generator call for all problems, then a per-problem ``aggregate``. Because aggregation only needs
-the samples, the runner can draw max(n) samples once and evaluate smaller n on prefixes of them
-(the first n of N i.i.d. samples are distributed as n samples), which is how ladders of n are
-evaluated at the cost of the largest.
+Every strategy is one class with one contract, :meth:`Strategy.solve`: problems (and optional
+per-problem budgets) in, one Solution per problem out, in order. The runner relies on nothing
+else, so a strategy that makes several dependent engine calls per problem (search, revision, a
+collaboration graph) runs through ``tts eval`` without runner changes.
+
+One capability is optional: strategies that aggregate i.i.d. samples (best-of-N,
+self-consistency, weighted vote) can *share one draw*. :meth:`Strategy.shares_draw_with` says
+whether two strategy objects could be served by the same samples, and
+:meth:`Strategy.solve_together` then draws max(n) samples once and lets each config aggregate the
+first n of them (the first n of N i.i.d. samples are distributed as n samples). A ladder of n is
+thus evaluated at the cost of its largest member, and each member is still *priced* as if it had
+run alone (see :func:`prefix_usage`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -23,21 +31,86 @@ from tts.backends.base import (
     Message,
     derive_seed,
 )
-from tts.config import SamplingConfig
-from tts.types import RequestShape, Sample, Solution, Usage
+from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
+from tts.types import Budget, RequestShape, Sample, Solution, Usage
+
+logger = logging.getLogger(__name__)
 
 PromptFn = Callable[[Any], tuple[Message, ...]]
 ExtractFn = Callable[[str], "str | None"]
 
 
+class StrategyInputError(ValueError):
+    """A strategy cannot work with what it was given (its message says what to change)."""
+
+
+class MissingLogprobsError(StrategyInputError):
+    """A strategy that selects or weights by token log-probabilities got samples without them."""
+
+
 class Strategy(ABC):
-    """Turns problems into Solutions using a generator. Never grades, never writes files."""
+    """Turns problems into Solutions using a generator. Never grades, never writes files.
+
+    Args:
+        config: The strategy's config (an instance of ``config_class``); never mutated.
+        generator: The backend.
+        prompt: Problem -> chat messages (the benchmark's template).
+        sampling: Temperature, top-p, max tokens of each generation.
+        extract: Text -> answer (default: math-verify, then regex rules).
+        seed: The run seed; each request's seed is derived from it (:func:`derive_seed`).
+
+    Class attributes a strategy declares:
+        name: Its registry name.
+        config_class: Its pydantic config (``kind: Literal[name]`` plus knobs).
+        pool_rule: How a sample-pool replay evaluates it without an engine: ``"vote"``
+            (majority over the prefix), ``"best_score"`` (highest pool score), or None (not
+            replayable from a pool).
+    """
 
     name: ClassVar[str]
+    config_class: ClassVar[type[StrategyConfigBase]]
+    pool_rule: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        config: Any,
+        generator: Generator,
+        prompt: PromptFn,
+        sampling: SamplingConfig | None = None,
+        extract: ExtractFn = extract_answer,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}")
+        self.config = config
+        self.generator = generator
+        self.prompt = prompt
+        self.sampling = sampling or SamplingConfig()
+        self.extract = extract
+        self.seed = seed
 
     @abstractmethod
-    def solve(self, problems: Sequence[Any]) -> list[Solution]:
-        """Solve every problem; returns one Solution per problem, in order."""
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        """Solve every problem; one Solution per problem, in order.
+
+        Args:
+            problems: The problems.
+            budgets: Optional per-problem budgets (same length as ``problems``); a strategy
+                must stay within each one, or raise :class:`StrategyInputError` for a budget
+                kind it cannot honour.
+        """
+
+    def shares_draw_with(self, other: Strategy) -> bool:
+        """Whether ``other`` can be served from the same draw of samples (default: no)."""
+        return False
+
+    @classmethod
+    def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
+        """Solutions of several strategies that share a draw; one list per strategy.
+
+        The default solves each alone; sampling strategies override it to draw once.
+        """
+        return [s.solve(problems) for s in strategies]
 
 
 def to_sample(c: Completion, extract: ExtractFn) -> Sample:
@@ -54,53 +127,40 @@ def to_sample(c: Completion, extract: ExtractFn) -> Sample:
 def prefix_usage(result_usage: Usage, samples: Sequence[Sample], total_samples: int) -> Usage:
     """Usage of the first ``len(samples)`` samples of a request that drew ``total_samples``.
 
-    The prompt is paid once whatever n is; generated tokens are those of the prefix; wall time is
-    shared in proportion to generated tokens.
+    Priced as if the prefix had been drawn alone: the prompt is paid once whatever n is,
+    generated tokens are those of the prefix, wall time is shared in proportion to generated
+    tokens, and the engine call's concurrency (``batch_sequences``, which shares each decode
+    step's weight read) shrinks in proportion to n. Inheriting the large draw's concurrency would
+    price n = 1 out of a 256-sequence draw 1.8x (SmolLM2) to 3.9x (Qwen3-8B) too cheap in eFLOPs.
     """
-    shape = result_usage.shapes[0] if result_usage.shapes else RequestShape(0, 0, ())
-    lengths = tuple(s.completion_tokens for s in samples)
     if len(samples) == total_samples:
         return result_usage
+    shape = result_usage.shapes[0] if result_usage.shapes else RequestShape(0, 0, ())
+    lengths = tuple(s.completion_tokens for s in samples)
     all_tokens = max(result_usage.completion_tokens, 1)
+    batch = shape.batch_sequences
+    if batch:
+        # Every request of the shared call drew total_samples; alone, each would draw len(samples).
+        batch = max(len(samples), round(batch * len(samples) / max(total_samples, 1)))
     return Usage(
         prompt_tokens=result_usage.prompt_tokens,
         cached_prompt_tokens=result_usage.cached_prompt_tokens,
         completion_tokens=sum(lengths),
         wall_seconds=result_usage.wall_seconds * sum(lengths) / all_tokens,
         calls=result_usage.calls,
-        shapes=(RequestShape(shape.prompt_tokens, shape.cached_prompt_tokens, lengths, shape.batch_sequences),),
+        shapes=(RequestShape(shape.prompt_tokens, shape.cached_prompt_tokens, lengths, batch),),
     )
 
 
 class SamplingStrategy(Strategy):
     """Sample ``config.n`` completions per problem in one batched call, then aggregate.
 
-    Args:
-        config: The strategy's config (has ``n``).
-        generator: The backend.
-        prompt: Problem -> chat messages.
-        sampling: Temperature, top-p, max tokens.
-        extract: Text -> answer (default: boxed / "the answer is" / last number).
-        seed: Base seed for per-request seeds.
+    A per-problem :class:`~tts.types.Budget` lowers n: ``samples`` caps it directly, ``tokens``
+    caps it at the samples whose worst case (``max_tokens`` each) fits.
     """
 
+    config_class: ClassVar[type[StrategyConfigBase]] = SamplingStrategyConfig
     needs_logprobs: ClassVar[bool] = False
-
-    def __init__(
-        self,
-        config: Any,
-        generator: Generator,
-        prompt: PromptFn,
-        sampling: SamplingConfig | None = None,
-        extract: ExtractFn = extract_answer,
-        seed: int = 0,
-    ) -> None:
-        self.config = config
-        self.generator = generator
-        self.prompt = prompt
-        self.sampling = sampling or SamplingConfig()
-        self.extract = extract
-        self.seed = seed
 
     def request(self, problem: Any, n: int | None = None, drawn: int = 0) -> GenerationRequest:
         """The generation request for one problem.
@@ -122,13 +182,51 @@ class SamplingStrategy(Strategy):
             key=problem.id,
         )
 
-    def solve(self, problems: Sequence[Any]) -> list[Solution]:
-        results = self.generator.generate([self.request(p) for p in problems])
+    def samples_within(self, budget: Budget | None) -> int:
+        """The n this config may draw under ``budget``."""
+        n = self.config.n
+        if budget is None:
+            return n
+        if budget.samples is not None:
+            n = min(n, budget.samples)
+        if budget.tokens is not None:
+            n = min(n, budget.tokens // self.sampling.max_tokens)
+        if n < 1:
+            raise StrategyInputError(
+                f"{self.name}: a budget of {budget} does not cover one sample of up to "
+                f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
+        return n
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        results = self.generator.generate([self.request(p, n=n) for p, n in zip(problems, ns, strict=True)])
         return [self.aggregate_result(p.id, r) for p, r in zip(problems, results, strict=True)]
+
+    def shares_draw_with(self, other: Strategy) -> bool:
+        """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
+        return (isinstance(other, SamplingStrategy) and other.generator is self.generator
+                and other.prompt == self.prompt and other.sampling == self.sampling
+                and other.extract is self.extract and other.seed == self.seed)
+
+    @classmethod
+    def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
+        """ONE generator call with max(n) samples per problem; each config aggregates its first n."""
+        first = strategies[0]
+        if not all(isinstance(s, SamplingStrategy) and first.shares_draw_with(s) for s in strategies):
+            return super().solve_together(strategies, problems)
+        sampling: list[SamplingStrategy] = list(strategies)  # type: ignore[arg-type]
+        n_max = max(s.config.n for s in sampling)
+        logprobs = any(s.needs_logprobs for s in sampling)
+        requests = [dataclasses.replace(sampling[0].request(p, n=n_max), logprobs=logprobs) for p in problems]
+        results = first.generator.generate(requests)
+        return [[s.aggregate_result(p.id, r, s.config.n) for p, r in zip(problems, results, strict=True)]
+                for s in sampling]
 
     def aggregate_result(self, problem_id: str, result: GenerationResult, n: int | None = None) -> Solution:
         """Aggregate the first ``n`` completions of a result (all when ``n`` is None)."""
-        n = n or self.config.n
+        n = n or len(result.completions)
         samples = [to_sample(c, self.extract) for c in result.completions[:n]]
         usage = prefix_usage(result.usage, samples, len(result.completions))
         return self.aggregate(problem_id, samples, usage)
@@ -136,6 +234,25 @@ class SamplingStrategy(Strategy):
     @abstractmethod
     def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage) -> Solution:
         """Choose the answer from the samples."""
+
+
+def require_logprobs(strategy: str, problem_id: str, samples: Sequence[Sample]) -> list[float]:
+    """The samples' mean logprobs; refuses when any is missing, instead of picking silently.
+
+    A backend that returns no logprobs would otherwise make best-of-N "the first sample" and
+    weighted voting a plain vote, with nothing in the results to show it.
+
+    Raises:
+        MissingLogprobsError: Names the problem and how many samples lacked logprobs.
+    """
+    missing = [i for i, s in enumerate(samples) if s.mean_logprob is None]
+    if missing:
+        raise MissingLogprobsError(
+            f"{strategy} ranks samples by token log-probabilities, but {len(missing)} of {len(samples)} samples "
+            f"of problem {problem_id!r} came back without them (first: sample {missing[0]}). Use a backend that "
+            "returns logprobs (vLLM does; an OpenAI-compatible server must support `logprobs`), "
+            "or use self_consistency.")
+    return [float(s.mean_logprob) for s in samples]  # type: ignore[arg-type]
 
 
 def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> tuple[str | None, float, dict[str, float], int | None]:

@@ -1,27 +1,40 @@
 """Best-of-N: keep the single sample with the highest selection score.
 
 The score is a verifier's when one is configured; until then, the sample's mean token
-log-probability (a model-internal confidence). Samples without an answer are only chosen when no
-sample has one. Ties go to the earliest sample.
+log-probability (a model-internal confidence). A backend that returns no logprobs is refused
+(:func:`~tts.search.base.require_logprobs`), never silently turned into "first sample". Samples
+without an answer are only chosen when no sample has one. Ties go to the earliest sample.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar, Literal
 
-from tts.search.base import SamplingStrategy
+from tts.config import SamplingStrategyConfig
+from tts.search.base import SamplingStrategy, require_logprobs
 from tts.types import Sample, Solution, Trace, Usage
+
+
+class BestOfNConfig(SamplingStrategyConfig):
+    """Sample n, keep the one with the best selection score."""
+
+    kind: Literal["best_of_n"] = "best_of_n"
+    score: Literal["mean_logprob"] = "mean_logprob"
+    """Selection score. Until verifiers exist, the sample's mean token log-probability."""
 
 
 class BestOfN(SamplingStrategy):
     """Select the best-scored answered sample; confidence is softmax weight of the selected one."""
 
     name = "best_of_n"
+    config_class: ClassVar[type] = BestOfNConfig
     needs_logprobs = True
+    pool_rule = "best_score"
 
     def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage) -> Solution:
-        scores = [s.mean_logprob if s.mean_logprob is not None else 0.0 for s in samples]
+        scores = require_logprobs(self.name, problem_id, samples)
         answered = [i for i, s in enumerate(samples) if s.answer is not None]
         if not answered:
             trace = Trace(self.name, tuple(samples), scores=tuple(scores))
