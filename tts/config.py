@@ -11,7 +11,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from tts.models import DEFAULT_MODEL
 
@@ -133,6 +133,11 @@ BackendConfig = Annotated[
 ]
 
 
+_BACKEND_CLASSES: dict[str, type[BaseModel]] = {
+    c.model_fields["kind"].default: c for c in (VLLMBackendConfig, OpenAIBackendConfig, ScriptedBackendConfig)
+}
+
+
 class DataConfig(_Frozen):
     """Where problems come from and which fields hold what."""
 
@@ -164,9 +169,27 @@ class EvalConfig(_Frozen):
     batch_size: int = Field(16, ge=1)
     """Problems per engine call; a killed run loses at most this batch."""
     seed: int = 0
-    """Seed recorded in the manifest and passed to the backend."""
+    """The run seed. Every request's seed is derived from it (and the problem and the samples
+    already drawn); it is also the engine seed of backends that have one (vLLM, scripted), unless
+    the backend config sets its own. Changing it changes the samples on every backend."""
     grading_timeout: int = Field(5, ge=1)
     """Seconds allowed for one math-verify comparison."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_reaches_the_engine(cls, data: Any) -> Any:
+        """The run seed becomes the engine seed of backends that have one, unless set there."""
+        if not isinstance(data, Mapping) or "seed" not in data:
+            return data
+        backend = data.get("backend", {"kind": "vllm"})
+        if isinstance(backend, BaseModel):
+            if "seed" in type(backend).model_fields and "seed" not in backend.model_fields_set:
+                data = {**data, "backend": backend.model_copy(update={"seed": data["seed"]})}
+        elif isinstance(backend, Mapping) and "seed" not in backend:
+            backend_class = _BACKEND_CLASSES.get(backend.get("kind", "vllm"))
+            if backend_class is not None and "seed" in backend_class.model_fields:
+                data = {**data, "backend": {**backend, "seed": data["seed"]}}
+        return data
 
     @field_validator("strategies")
     @classmethod

@@ -63,10 +63,19 @@ def test_unknown_model_names_config_json(monkeypatch):
 
 @pytest.mark.parametrize("args", [["--gen", "-5"], ["--prompt", "-1"], ["-n", "0"],
                                   ["--prompt", "10", "--cached", "20"],
-                                  ["--strategy", "single", "-n", "4"]])
+                                  ["--strategy", "no_such_strategy"]])
 def test_bad_numbers_are_usage_errors(args):
     r = runner.invoke(app, ["-m", "qwen3-8b", *args])
     assert r.exit_code == 2, r.output
+
+
+def test_every_registered_sampling_strategy_is_priced_from_its_own_cost_hook():
+    from tts.registry import STRATEGIES
+
+    for name in STRATEGIES.names():
+        r = runner.invoke(app, ["-m", "qwen3-8b", "--strategy", name, "-n", "4", "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["strategy"] == name
 
 
 def test_missing_model_is_a_usage_error():

@@ -88,3 +88,35 @@ def test_allocate_spends_a_token_budget_and_refuses_bad_budgets(tmp_path):
                             ("10", "smaller than one sample per problem")):
         r = _eval(*base, "--allocate", "--budget", budget, "--out", str(tmp_path / f"b{budget}"))
         assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_the_out_field_of_a_config_file_is_where_results_go(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"data: {{benchmark: demo, limit: 2}}\nbackend: {{kind: scripted}}\nout: {tmp_path / 'from-yaml'}\n")
+    r = _eval("--config", str(cfg))
+    assert r.exit_code == 0, r.output
+    assert len((tmp_path / "from-yaml" / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_logprob_strategy_on_a_backend_without_logprobs_is_refused_not_run_as_first_sample(tmp_path, monkeypatch):
+    from tts.backends import scripted
+
+    real = scripted.ScriptedGenerator.from_config.__func__
+
+    def without_logprobs(cls, config, problems=()):
+        gen = real(cls, config, problems)
+        gen.returns_logprobs = False
+        return gen
+
+    monkeypatch.setattr(scripted.ScriptedGenerator, "from_config", classmethod(without_logprobs))
+    r = _eval("--backend", "scripted", "--limit", "2", "-s", "best_of_n", "-n", "4", "--out", str(tmp_path / "b"))
+    assert r.exit_code == 2
+    assert "best_of_n ranks samples by token log-probabilities" in r.output and "Traceback" not in r.output
+
+
+def test_tts_strategies_lists_every_registered_strategy():
+    from tts.registry import STRATEGIES
+
+    r = runner.invoke(app, ["strategies"])
+    assert r.exit_code == 0, r.output
+    assert all(name in r.output for name in STRATEGIES.names())

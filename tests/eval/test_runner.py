@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
+from tts.backends.base import GenerationRequest, Message
 from tts.backends.scripted import ScriptedGenerator
-from tts.config import EvalConfig
+from tts.config import EvalConfig, SamplingStrategyConfig
 from tts.eval.runner import run_eval
+from tts.search.base import Strategy, to_sample
+from tts.types import Solution, Trace
 
 ROW_KEYS = {"problem_id", "config", "strategy", "model", "backend", "answer", "gold", "outcome", "correct",
             "coverage", "confidence", "usage", "trace", "allocation", "budget_spent"}
@@ -72,3 +76,74 @@ def test_rerun_resumes_and_each_problem_appears_once(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     keys = [(r["problem_id"], r["config"]) for r in rows]
     assert len(keys) == len(set(keys)) == 12 * 6
+
+
+class TwoStepConfig(SamplingStrategyConfig):
+    kind: Literal["two_step"] = "two_step"
+
+
+class TwoStep(Strategy):
+    """A toy strategy with two DEPENDENT engine calls per problem: draft, then revise the draft."""
+
+    name = "two_step"
+    config_class = TwoStepConfig
+
+    def solve(self, problems, budgets=None):
+        drafts = self.generator.generate([GenerationRequest(self.prompt(p), n=1, seed=1, key=p.id) for p in problems])
+        revisions = self.generator.generate([
+            GenerationRequest(self.prompt(p) + (Message("assistant", d.completions[0].text),
+                                                Message("user", "Check and answer again.")), n=1, seed=2, key=p.id)
+            for p, d in zip(problems, drafts)])
+        out = []
+        for p, d, r in zip(problems, drafts, revisions):
+            samples = tuple(to_sample(c, self.extract) for c in (d.completions[0], r.completions[0]))
+            out.append(Solution(p.id, samples[-1].answer, 1.0, d.usage + r.usage, Trace(self.name, samples)))
+        return out
+
+
+def test_a_new_strategy_with_dependent_calls_runs_through_eval_and_resumes_without_runner_changes(tmp_path):
+    from tts.registry import STRATEGIES
+
+    STRATEGIES.register("two_step", TwoStep)
+    try:
+        cfg = _config(strategies=[{"kind": "two_step", "n": 1}, {"kind": "self_consistency", "n": 4}],
+                      data={"benchmark": "demo", "limit": 3})
+        from tts.eval.runner import load_problems
+
+        _, problems = load_problems(cfg)
+        gen = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+        result = run_eval(cfg, tmp_path, generator=gen)
+        # Two dependent calls of the toy plus one shared draw of self-consistency per batch.
+        assert len(gen.requests) == 3 * 2 + 3
+        two = [r for r in result.rows if r.config == "two_step@1"]
+        assert len(two) == 3 and all(r.usage.calls == 2 and len(r.trace["samples"]) == 2 for r in two)
+        assert all(r.coverage == any(s["outcome"] == "correct" for s in r.trace["samples"]) for r in two)
+        gen2 = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+        again = run_eval(cfg, tmp_path, generator=gen2)
+        assert again.skipped == 3 and gen2.requests == [] and len(again.rows) == 6
+    finally:
+        STRATEGIES.unregister("two_step")
+
+
+def test_the_run_seed_changes_the_samples_and_the_same_seed_repeats_them(tmp_path):
+    def texts(seed, out):
+        result = run_eval(_config(seed=seed, data={"benchmark": "demo", "limit": 4},
+                                  strategies=[{"kind": "self_consistency", "n": 4}]), out)
+        return [s["text"] for r in result.rows for s in r.trace["samples"]]
+
+    a, b, c = texts(0, tmp_path / "a"), texts(0, tmp_path / "b"), texts(1, tmp_path / "c")
+    assert a == b and a != c
+
+
+def test_n1_evaluated_from_a_shared_draw_costs_what_n1_drawn_alone_costs(tmp_path):
+    from tts.budgets.ledger import cost_model_for
+
+    cm = cost_model_for("smollm2-135m", "h100")
+    ladder = run_eval(_config(strategies=[{"kind": "self_consistency", "n": n} for n in (1, 16)]), tmp_path / "l")
+    alone = run_eval(_config(strategies=[{"kind": "self_consistency", "n": 1}]), tmp_path / "a")
+    shared = {r.problem_id: r for r in ladder.rows if r.config == "self_consistency@1"}
+    for r in alone.rows:
+        s = shared[r.problem_id]
+        assert s.trace["samples"][0]["text"] == r.trace["samples"][0]["text"]  # same first sample
+        assert s.usage.shapes[0].batch_sequences == r.usage.shapes[0].batch_sequences
+        assert abs(cm.cost_usage(s.usage).eflops - cm.cost_usage(r.usage).eflops) < 1e-9 * cm.cost_usage(r.usage).eflops

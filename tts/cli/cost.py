@@ -11,20 +11,11 @@ Library imports (numpy, scipy) happen inside the commands so that ``tts --help``
 from __future__ import annotations
 
 import json
-from enum import Enum
 from typing import Annotated, Any
 
 import typer
 
 app = typer.Typer(help="Price generation in FLOPs, bytes, Kinetics eFLOPs and roofline seconds.")
-
-
-class Strategy(str, Enum):
-    """Strategies whose cost is N samples sharing one prompt."""
-
-    self_consistency = "self_consistency"
-    best_of_n = "best_of_n"
-    single = "single"
 
 
 def _si(x: float, unit: str = "") -> str:
@@ -55,8 +46,9 @@ def cost(
         "to compare models.")] = None,
     gpu: Annotated[str, typer.Option(help="Device: h100, h100-pcie, h200, b200, a100-40gb, "
                                      "a100-80gb, l40s, rtx-4090, or cpu (calibrated).")] = "h100",
-    strategy: Annotated[Strategy, typer.Option(help="How the samples share the prompt.")
-                        ] = Strategy.self_consistency,
+    strategy: Annotated[str, typer.Option(help="A registered strategy that can predict its requests "
+                                          "(self_consistency, best_of_n, weighted_vote, ...).")
+                        ] = "self_consistency",
     n: Annotated[int, typer.Option("-n", "--n", min=1, help="Samples per prompt.")] = 1,
     prompt: Annotated[int, typer.Option(min=0, help="Prompt tokens.")] = 200,
     gen: Annotated[int, typer.Option(min=0, help="Generated tokens per sample.")] = 8000,
@@ -78,15 +70,22 @@ def cost(
     if ctx.invoked_subcommand is not None:
         return
     from tts.budgets.architecture import load_architecture
-    from tts.budgets.cost_model import CostModel
+    from tts.budgets.cost_model import Cost, CostModel
     from tts.budgets.hardware import get_hardware
 
     if not model:
         raise typer.BadParameter("pass at least one --model (e.g. --model Qwen/Qwen3-8B)",
                                  param_hint="--model")
-    if strategy is Strategy.single and n != 1:
-        raise typer.BadParameter("strategy 'single' draws one sample; drop -n or pick "
-                                 "self_consistency / best_of_n", param_hint="-n")
+    from tts.registry import STRATEGIES, UnknownNameError
+
+    try:
+        strategy_class = STRATEGIES.load(strategy)
+    except UnknownNameError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--strategy") from None
+    planned = getattr(strategy_class, "planned_requests", None)
+    if planned is None:
+        raise typer.BadParameter(f"strategy {strategy!r} cannot predict its requests before running; price a "
+                                 "past run instead (`tts eval` prints its cost)", param_hint="--strategy")
     if cached > prompt:
         raise typer.BadParameter(f"--cached {cached} exceeds --prompt {prompt}",
                                  param_hint="--cached")
@@ -100,11 +99,13 @@ def cost(
 
     rows: list[dict[str, Any]] = []
     for arch, cm in zip(archs, models):
-        c = cm.cost_request(prompt, [gen] * n, cached_prompt_tokens=cached,
-                            concurrency=concurrency)
+        shapes = planned(n, prompt, gen, cached)
+        c = Cost.total([cm.cost_request(sh.prompt_tokens, list(sh.completion_tokens),
+                                        cached_prompt_tokens=sh.cached_prompt_tokens, concurrency=concurrency)
+                        for sh in shapes])
         rows.append({
             "model": arch.name, "params": arch.params, "active_params": arch.active_params,
-            "hardware": hardware.name, "ridge": hardware.ridge, "strategy": strategy.value,
+            "hardware": hardware.name, "ridge": hardware.ridge, "strategy": strategy,
             "n": n, "prompt_tokens": prompt, "gen_tokens": gen, "sparse_kv": sparse_kv,
             "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
             "param_flops": c.param_flops, "attention_flops": c.attention_flops,

@@ -20,9 +20,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tts.eval.store import RunMismatchError
     from tts.models import ModelError
     from tts.registry import UnknownNameError
+    from tts.search.base import StrategyInputError
 
     return (ValidationError, BackendError, DatasetError, RunMismatchError, CorruptLogError, ModelError, UnknownNameError,
-            FileNotFoundError)
+            StrategyInputError, FileNotFoundError)
 
 
 def format_error(exc: BaseException) -> str:

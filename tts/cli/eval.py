@@ -71,7 +71,6 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
             merged[key] = opts[key]
-    merged.pop("out", None)
     return EvalConfig.model_validate(merged)
 
 
@@ -116,7 +115,9 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
 
     ledger, why = _ledger(result, model, gpu)
     table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
-    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer", "tokens/pb"]
+    ungraded = any(s.ungraded for s in result.summaries)
+    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer"] + (["ungraded"] if ungraded else []) + [
+        "tokens/pb"]
     if ledger:
         cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
     cols.append("wall s")
@@ -129,6 +130,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
             f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]",
             f"{s.coverage:.3f}",
             f"{s.no_answer_rate:.3f}",
+            *([str(s.ungraded)] if ungraded else []),
             f"{s.tokens_per_problem:,.0f}",
         ]
         if ledger:
@@ -145,6 +147,9 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
                   "pass@n: a correct answer among the n samples (coverage); /pb: per problem; wall s: measured here.")
     if why:
         console.print(why)
+    if ungraded:
+        console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
+                      "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")
     if result.skipped:
         console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
@@ -152,7 +157,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
 
 def eval_command(
     benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="demo, math500, aime2024, aime2025, amc2023, gsm8k, jsonl."),
-    strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable: self_consistency, best_of_n, weighted_vote."),
+    strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable; a registered strategy (`tts strategies` lists them)."),
     n: list[int] | None = typer.Option(None, "-n", help="Samples per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),

@@ -182,6 +182,14 @@ class SamplingStrategy(Strategy):
             key=problem.id,
         )
 
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook: the requests this strategy makes for one problem before it runs (``tts cost``).
+
+        Sampling strategies send one request whose ``n`` samples share the prompt.
+        """
+        return [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)]
+
     def samples_within(self, budget: Budget | None) -> int:
         """The n this config may draw under ``budget``."""
         n = self.config.n

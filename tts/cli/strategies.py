@@ -1,0 +1,19 @@
+"""``tts strategies``: the registered strategies (built-in and plugins) and their settings."""
+
+from __future__ import annotations
+
+
+def strategies_command() -> None:
+    """List every registered strategy with its settings and what it does."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tts.registry import STRATEGIES
+
+    table = Table("strategy", "settings (default)", "what it does", title="registered strategies")
+    for name in STRATEGIES.names():
+        cls = STRATEGIES.load(name)
+        fields = {k: f.default for k, f in cls.config_class.model_fields.items() if k != "kind"}
+        doc = (cls.config_class.__doc__ or cls.__doc__ or "").strip().splitlines()[0]
+        table.add_row(name, ", ".join(f"{k}={v}" for k, v in fields.items()), doc)
+    Console().print(table)
