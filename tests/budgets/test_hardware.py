@@ -31,8 +31,16 @@ def test_unknown_gpu_lists_known_names():
         get_hardware("v100")
 
 
-def test_with_ridge():
-    assert Hardware.with_ridge(562.5).ridge == pytest.approx(562.5)
+def test_a_synthetic_ridge_sets_the_memory_price_in_eflops():
+    # Kinetics: eFLOPs = FLOPs + I * bytes; a device built for ridge I must price bytes at exactly I.
+    from tts.budgets.architecture import load_architecture
+    from tts.budgets.cost_model import CostModel
+
+    arch = load_architecture("qwen3-8b")
+    low, high = (CostModel(arch, Hardware.with_ridge(r)).cost_request(200, [1000] * 4) for r in (100.0, 562.5))
+    assert low.flops == high.flops and low.bytes == high.bytes
+    assert high.eflops == pytest.approx(high.flops + 562.5 * high.bytes)
+    assert high.eflops - low.eflops == pytest.approx(462.5 * high.bytes)
 
 
 def test_rejects_nonpositive_peak():

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.search.base import vote
+from tts.search.base import MissingLogprobsError, StrategyInputError, vote
 from tts.search.best_of_n import BestOfN, BestOfNConfig
 from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
-from tts.types import Problem, Sample
+from tts.types import Budget, Problem, Sample, Usage
 
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
 
@@ -75,6 +79,39 @@ def test_best_of_n_picks_the_highest_mean_logprob_answered_sample():
         answered = [i for i, s in enumerate(sol.trace.samples) if s.answer is not None]
         best = max(answered, key=lambda i: sol.trace.scores[i])
         assert sol.trace.selected == best and sol.answer == sol.trace.samples[best].answer
+
+
+def test_confident_minority_beats_an_unsure_majority_under_weighted_vote_but_not_plain_vote():
+    # Three unsure samples say 4 (weight e^-2 each), two confident ones say 5 (weight e^-0.1 each).
+    samples = [Sample("", "4", 10, -2.0)] * 3 + [Sample("", "5", 10, -0.1)] * 2
+    gen = ScriptedGenerator({}, seed=0)
+    weighted = WeightedVote(WeightedVoteConfig(n=5), gen, MATH_PROMPT.render).aggregate("p", samples, Usage())
+    plain = SelfConsistency(SelfConsistencyConfig(n=5), gen, MATH_PROMPT.render).aggregate("p", samples, Usage())
+    assert plain.answer == "4" and weighted.answer == "5"
+    assert weighted.confidence == pytest.approx(2 * math.exp(-0.1) / (3 * math.exp(-2) + 2 * math.exp(-0.1)))
+
+
+def test_logprob_strategies_refuse_samples_without_logprobs_instead_of_picking_silently():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=2, returns_logprobs=False)
+    for cls, cfg in ((BestOfN, BestOfNConfig(n=4)), (WeightedVote, WeightedVoteConfig(n=4))):
+        with pytest.raises(MissingLogprobsError, match="4 of 4 samples of problem 'p0'"):
+            cls(cfg, gen, MATH_PROMPT.render).solve(PROBLEMS[:1])
+
+
+def test_each_round_of_a_problem_gets_its_own_request_seed():
+    sc = SelfConsistency(SelfConsistencyConfig(n=4), ScriptedGenerator({}), MATH_PROMPT.render, seed=3)
+    seeds = {sc.request(PROBLEMS[0], drawn=d).seed for d in (0, 4, 8)} | {sc.request(PROBLEMS[1]).seed}
+    assert len(seeds) == 4
+    assert sc.request(PROBLEMS[0], drawn=4).seed == sc.request(PROBLEMS[0], drawn=4).seed
+
+
+def test_a_per_problem_budget_lowers_n():
+    gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=2)
+    sc = SelfConsistency(SelfConsistencyConfig(n=8), gen, MATH_PROMPT.render, SamplingConfig(max_tokens=100))
+    sols = sc.solve(PROBLEMS[:3], [Budget(samples=2), None, Budget(tokens=350)])
+    assert [len(s.trace.samples) for s in sols] == [2, 8, 3]
+    with pytest.raises(StrategyInputError, match="does not cover one sample"):
+        sc.solve(PROBLEMS[:1], [Budget(tokens=50)])
 
 
 def test_weighted_vote_uses_logprob_weights():

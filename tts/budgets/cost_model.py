@@ -182,8 +182,6 @@ class CostModel:
             for s in usage.shapes
         ])
 
-    cost = cost_usage
-
     def cost_tree(self, prompt_tokens: int, segments: Sequence[tuple[int | None, int]],
                   cached_prompt_tokens: int = 0, concurrency: int | None = None) -> Cost:
         """Cost of tree-shaped generation (beam search, DVTS, MCTS rollouts) sharing prefix KV.
