@@ -1,4 +1,54 @@
-from tts.benchmarks.grading import Grader, Outcome
+"""Grader: verdicts, "no answer", and surviving checks that hang or kill their worker process."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tts.benchmarks.grading import Grader, Outcome, _verify_in_worker
+
+# Pairs that need math-verify (no string match), with their true verdicts.
+BEFORE = [("\\frac{1}{2}", "0.5"), ("3", "4")]
+AFTER = [("2\\sqrt{2}", "\\sqrt{8}"), ("0.25", "\\frac{1}{4}"), ("9", "10")]
+C, W, U = Outcome.CORRECT, Outcome.WRONG, Outcome.UNGRADED
+
+
+# Fault-injecting checks: module-level so that spawned workers can unpickle them. The answer
+# names a file where the worker writes its pid, so the test can see which processes ran it.
+def _hangs_on_marker(gold: str, answer: str, timeout: int) -> bool:
+    """Hangs forever on answers "hang:<pid file>"; math-verify otherwise."""
+    if answer.startswith("hang:"):
+        Path(answer.removeprefix("hang:")).write_text(str(os.getpid()))
+        while True:
+            time.sleep(1)
+    return _verify_in_worker(gold, answer, timeout)
+
+
+def _dies_on_marker(gold: str, answer: str, timeout: int) -> bool:
+    """Kills its own worker on "die:<pid file>" (every time) and "die-once:<pid file>" (the first
+    time; True after that); math-verify otherwise."""
+    for prefix in ("die:", "die-once:"):
+        if answer.startswith(prefix):
+            pid_file = Path(answer.removeprefix(prefix))
+            if prefix == "die-once:" and pid_file.exists():
+                return True
+            with pid_file.open("a") as f:
+                f.write(f"{os.getpid()}\n")
+            os.kill(os.getpid(), 9)
+    return _verify_in_worker(gold, answer, timeout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _pids(pid_file: Path) -> list[int]:
+    return [int(line) for line in pid_file.read_text().split()]
 
 
 def test_grades_equivalent_forms_and_counts_no_answer_separately():
@@ -13,3 +63,43 @@ def test_grades_equivalent_forms_and_counts_no_answer_separately():
 def test_unparseable_answer_is_wrong_not_an_error():
     with Grader(timeout=2) as g:
         assert g.grade("\\frac{{{", "3") is Outcome.WRONG
+
+
+@pytest.mark.timeout(60)
+def test_a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded(tmp_path):
+    culprit = (f"hang:{tmp_path / 'pid'}", "1")
+    with Grader(timeout=1, deadline=2, check=_hangs_on_marker) as g:
+        start = time.monotonic()
+        out = g.grade_many([*BEFORE, culprit, *AFTER])
+        elapsed = time.monotonic() - start
+        assert out == [C, W, U, C, C, W]
+        assert elapsed < 20  # spawn + deadline + respawn, not the old 3 * timeout + 30 s per hang
+        assert not _alive(int((tmp_path / "pid").read_text())), "the hung worker must be killed"
+        # The same Grader still works; the culprit stays ungraded here without a second wait.
+        start = time.monotonic()
+        assert g.grade_many([culprit, ("1.5", "\\frac{3}{2}"), ("2", "3")]) == [U, C, W]
+        assert time.monotonic() - start < 2
+
+
+@pytest.mark.timeout(60)
+def test_b_check_that_kills_its_worker_is_retried_once_then_ungraded(tmp_path):
+    culprit = (f"die:{tmp_path / 'pids'}", "1")
+    with Grader(timeout=1, workers=2, check=_dies_on_marker) as g:
+        assert g.grade_many([*BEFORE, culprit, *AFTER]) == [C, W, U, C, C, W]
+        pids = _pids(tmp_path / "pids")
+        assert len(set(pids)) == 2, "one retry, on a fresh worker"
+        assert not any(_alive(p) for p in pids)
+        assert g.grade_many([culprit, ("1.5", "\\frac{3}{2}"), ("2", "3")]) == [U, C, W]
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_crash_that_does_not_recur_is_graded_on_retry(tmp_path):
+    flaky = (f"die-once:{tmp_path / 'pids'}", "1")
+    with Grader(timeout=1, check=_dies_on_marker) as g:
+        assert g.grade_many([*BEFORE, flaky, *AFTER]) == [C, W, C, C, C, W]
+    assert len(_pids(tmp_path / "pids")) == 1
+
+
+def test_check_must_be_a_module_level_function():
+    with pytest.raises(TypeError, match="module-level function"):
+        Grader(check=lambda gold, answer, timeout: True)
