@@ -81,7 +81,7 @@ StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(p
 
 
 class VLLMBackendConfig(_Frozen):
-    """The offline vLLM engine in this process."""
+    """An offline vLLM engine in this process (each generator owns one; see tts.backends.vllm)."""
 
     kind: Literal["vllm"] = "vllm"
     model: str = DEFAULT_MODEL
@@ -90,8 +90,10 @@ class VLLMBackendConfig(_Frozen):
     """"auto" picks float32 on CPUs without bf16 support (3x faster there), else the model's own."""
     max_model_len: int = Field(2048, ge=64)
     """Longest prompt + completion the engine accepts."""
-    kv_cache_gib: int = Field(2, ge=1)
-    """KV-cache memory on CPU, in whole GiB (vLLM's GPU default of 92% of memory fails on CPU)."""
+    kv_cache_gib: int | None = Field(None, ge=1)
+    """KV-cache memory on CPU, in whole GiB (vLLM's GPU default of 92% of memory fails on CPU).
+    None: the ``VLLM_CPU_KVCACHE_SPACE`` environment variable if set, else 2. Giving both with
+    different values is an error (vLLM-CPU would silently use the variable)."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     """Fraction of GPU memory for weights + KV cache (GPU machines only)."""
     enforce_eager: bool | None = None
@@ -155,6 +157,71 @@ class DataConfig(_Frozen):
     """Use only the first ``limit`` problems."""
 
 
+_ONLINE_ONLY = ("chunk", "rule", "confidence", "escalate")
+_OFFLINE_ONLY = ("calibration", "pilot")
+
+
+class AllocationConfig(_Frozen):
+    """``tts eval --allocate``: self-consistency under one total budget, spent where it buys accuracy.
+
+    ``online`` samples in rounds and stops a problem once its vote is decided; ``offline`` plans
+    each problem's n from pilot samples and accuracy curves of a past run. Settings of the other
+    mode are refused rather than ignored.
+    """
+
+    mode: Literal["online", "offline"] = "online"
+    """"online" (adaptive stopping, rounds of ``chunk`` samples) or "offline" (pilot samples,
+    then a plan from ``calibration``)."""
+    budget: float = Field(gt=0, allow_inf_nan=False)
+    """Total budget in ``unit`` for all problems together (``--budget``), e.g. 2e6 tokens."""
+    unit: Literal["tokens", "eflops", "gpu_seconds"] = "tokens"
+    """What the budget counts: generated plus uncached prompt tokens, Kinetics eFLOPs, or
+    roofline GPU-seconds; the latter two are priced by the cost model on ``gpu``."""
+    gpu: str = Field("h100", min_length=1)
+    """GPU that prices ``eflops`` and ``gpu_seconds`` budgets: a name of the hardware table
+    (h100, h200, b200, a100-80gb, l40s, ...), as ``tts cost --gpu`` takes it."""
+    n_max: int = Field(64, ge=1, le=4096)
+    """Most samples one problem may get (``-n`` of a fixed-n run)."""
+    chunk: int = Field(4, ge=1, le=4096)
+    """Online: samples a chosen problem gets per round, drawn as one request so that its prompt
+    is paid once per chunk."""
+    rule: Literal["beta", "exact"] = "beta"
+    """Online stopping rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``) or
+    "exact" (stop only when the leader cannot be overtaken within ``n_max``)."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """Online: probability that the leading answer is the majority, at which a vote is decided."""
+    escalate: bool = True
+    """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, then
+    the exact rule) and keep buying samples for the most contested votes."""
+    calibration: Path | None = None
+    """Offline: a past run directory (or its results.jsonl) of the same model on other
+    problems, or a sample-pool file; its accuracy curves price each problem's n."""
+    pilot: int = Field(4, ge=1, le=4096)
+    """Offline: pilot samples per problem that place it in a difficulty bin."""
+
+    @model_validator(mode="after")
+    def _settings_fit_the_mode(self) -> AllocationConfig:
+        # A setting of the other mode that differs from its default would be silently ignored.
+        changed = {f for f in self.model_fields_set if getattr(self, f) != type(self).model_fields[f].default}
+        if self.mode == "offline":
+            if self.calibration is None:
+                raise ValueError("mode offline needs calibration: a past run directory of this model or a "
+                                 "sample-pool file (--calibration PATH), or use mode online")
+            if self.unit != "tokens":
+                raise ValueError(f"mode offline plans in generated tokens; set unit tokens (--budget-unit "
+                                 f"tokens) or use mode online for a budget in {self.unit}")
+            if self.pilot > self.n_max:
+                raise ValueError(f"pilot ({self.pilot}) exceeds n_max ({self.n_max}); lower --pilot or raise --n-max")
+            wrong = [f for f in _ONLINE_ONLY if f in changed]
+        else:
+            wrong = [f for f in _OFFLINE_ONLY if f in changed]
+        if wrong:
+            other = "online" if self.mode == "offline" else "offline"
+            raise ValueError(f"{' and '.join(wrong)} only appl{'ies' if len(wrong) == 1 else 'y'} to mode {other}; "
+                             f"remove {'it' if len(wrong) == 1 else 'them'} or set mode {other}")
+        return self
+
+
 class EvalConfig(_Frozen):
     """Everything ``tts eval`` needs; also loadable from YAML with ``--config``."""
 
@@ -174,6 +241,9 @@ class EvalConfig(_Frozen):
     the backend config sets its own. Changing it changes the samples on every backend."""
     grading_timeout: int = Field(5, ge=1)
     """Seconds allowed for one math-verify comparison."""
+    allocation: AllocationConfig | None = None
+    """Budget allocation (``tts eval --allocate``; YAML ``allocation:``): self-consistency under one
+    total budget instead of a fixed n per problem. Its runs use no other strategy."""
 
     @model_validator(mode="before")
     @classmethod
@@ -200,3 +270,12 @@ class EvalConfig(_Frozen):
         if len(set(labels)) != len(labels):
             raise ValueError(f"strategy configs repeat: {labels}")
         return v
+
+    @model_validator(mode="after")
+    def _allocation_runs_self_consistency(self) -> EvalConfig:
+        if self.allocation is not None:
+            other = sorted({s.kind for s in self.strategies} - {"self_consistency"})
+            if other:
+                raise ValueError(f"allocation runs self_consistency only, but strategies name {', '.join(other)}; "
+                                 "remove them, or drop the allocation section for a fixed-n run")
+        return self

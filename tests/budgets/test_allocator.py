@@ -1,4 +1,4 @@
-"""The offline allocator (budget safety, optimality on concave curves, errors) and online stopping."""
+"""The offline allocator: budget safety, optimality on concave curves, errors."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 
 from tts.budgets.allocator import (
     AccuracyCurve,
+    BudgetError,
+    BudgetTooSmallError,
     Candidate,
     allocate,
     candidate_ladder,
@@ -17,7 +19,6 @@ from tts.budgets.allocator import (
     greedy_path,
     upper_concave_hull,
 )
-from tts.budgets.online import OnlineAllocator, decided, stopping_stages, vote_confidence
 
 LADDER = (1, 2, 4, 8)
 
@@ -97,8 +98,12 @@ def test_hull_drops_points_below_the_concave_envelope():
 def test_impossible_budgets_say_what_to_change(budget):
     costs = np.array([[1.0, 2.0], [3.0, 6.0]])
     accs = np.array([[0.5, 0.6], [0.2, 0.4]])
-    with pytest.raises(ValueError, match="at least 4"):
+    with pytest.raises(BudgetError, match="at least 4") as err:
         greedy_allocate(costs, accs, budget)
+    # Too small and not a positive number are told apart by type, not by message.
+    assert isinstance(err.value, BudgetTooSmallError) == (budget == 3.9)
+    if budget == 3.9:
+        assert err.value.minimum == 4.0
 
 
 def test_allocate_returns_plans_within_budget():
@@ -115,7 +120,7 @@ def test_allocate_returns_plans_within_budget():
     assert sum(p.expected_cost for p in plans) <= 20_000.0
     assert all(p.strategy == "self_consistency" and p.max_tokens == 4096 for p in plans)
     assert min(p.n for p in plans[8:]) > max(p.n for p in plans[:8])  # hard problems get more
-    with pytest.raises(ValueError, match="at least 1800 tokens"):
+    with pytest.raises(BudgetTooSmallError, match="at least 1800 tokens"):
         allocate(ids, bins, 100.0, cands, cost, curves)
     with pytest.raises(ValueError, match="no accuracy curves for difficulty bin 2"):
         allocate(ids[:1], [2], 1e6, cands, cost, curves)
@@ -123,51 +128,14 @@ def test_allocate_returns_plans_within_budget():
         Candidate("best_of_n", 0)
 
 
-def test_beta_criterion_matches_aggarwal_numbers():
-    # Four unanimous votes: P(Beta(5, 1) > 1/2) = 1 - 0.5**5 > 0.95; three are not enough.
-    assert vote_confidence(4, 0) == pytest.approx(1 - 0.5**5)
-    assert vote_confidence(3, 0) < 0.95 < vote_confidence(4, 0)
-    np.testing.assert_array_equal(decided([4, 3, 5], [0, 0, 5], [4, 3, 10], 64), [True, False, False])
-    # Exact rule: a lead larger than the samples left cannot be overtaken.
-    np.testing.assert_array_equal(decided([10, 10], [1, 1], [11, 11], [19, 30], rule="exact"), [True, False])
+def test_candidates_take_any_registered_strategy_name():
+    from tts.registry import STRATEGIES, UnknownNameError
 
-
-def test_online_stops_unanimous_problems_and_feeds_contested_ones():
-    alloc = OnlineAllocator(budget=10_000, expected_cost=10.0, n_max=32, escalate=False)
-    ids = ["easy", "contested"]
-    draws = {"easy": 0, "contested": 0}
-    for _ in range(100):
-        chosen = alloc.next_round(ids)
-        if not chosen:
-            break
-        for pid in chosen:
-            answer = "42" if pid == "easy" or draws[pid] % 2 == 0 else "41"
-            draws[pid] += 1
-            alloc.record(pid, answer, cost=10.0)
-    assert draws["easy"] == 4  # stopped at the first decided vote
-    assert draws["contested"] == 32  # never decided: it gets every allowed sample
-    assert alloc.answer("easy") == ("42", 1.0)
-    assert alloc.spent <= alloc.budget
-
-
-def test_online_respects_the_budget_and_escalates():
-    alloc = OnlineAllocator(budget=100, expected_cost=10.0, n_max=64)
-    ids = ["a", "b", "c"]
-    while chosen := alloc.next_round(ids):
-        for pid in chosen:
-            alloc.record(pid, "1", cost=10.0)
-    assert alloc.spent <= 100
-    assert sum(alloc.drawn.values()) == 10  # unanimous votes still buy samples while budget is left
-    assert stopping_stages("beta", 0.95)[-1][0] == "exact"
-    with pytest.raises(ValueError, match="positive"):
-        OnlineAllocator(budget=0, expected_cost=1.0)
-
-
-def test_a_new_cost_estimate_reopens_an_exhausted_online_allocator():
-    from tts.budgets.online import OnlineAllocator
-
-    alloc = OnlineAllocator(budget=100.0, expected_cost=60.0, n_max=8)
-    assert alloc.next_round(["a", "b"]) == ["a"] and alloc.exhausted
-    assert alloc.next_round(["a", "b"]) == []
-    alloc.update_expected_cost(30.0)  # real samples turned out cheaper than the prior
-    assert alloc.next_round(["a", "b"]) == ["a", "b"]
+    assert Candidate("weighted_vote", 4).strategy == "weighted_vote"
+    with pytest.raises(UnknownNameError, match="Unknown strategy 'majority'"):
+        Candidate("majority", 4)
+    STRATEGIES.register("my_vote", "tts.search.self_consistency:SelfConsistency")
+    try:
+        assert [c.strategy for c in candidate_ladder(["my_vote"], ladder=(1, 2))] == ["my_vote"] * 2
+    finally:
+        STRATEGIES.unregister("my_vote")

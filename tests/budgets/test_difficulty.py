@@ -1,4 +1,4 @@
-"""Difficulty estimators: pilot agreement, oracle pass rates, the learned logistic model, binning."""
+"""Difficulty estimators: pilot agreement, the learned logistic model, binning."""
 
 from __future__ import annotations
 
@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 
 from tts.budgets.difficulty import (
-    DifficultyEstimate,
     LearnedDifficulty,
     assign_bins,
     majority_share,
-    oracle_difficulty,
-    pilot_difficulty,
     pilot_features,
-    quantile_bins,
     quantile_edges,
-    threshold_bins,
 )
 
 
@@ -26,46 +21,15 @@ def test_no_answer_counts_as_disagreement():
     np.testing.assert_allclose(majority_share(answers, mask), [1.0, 1.0, 0.5, 0.0])
 
 
-def test_pilot_agreement_puts_unanimous_problems_in_the_easiest_bin():
-    answers = np.array([[3, 3, 3, 3], [0, 1, 0, 1], [0, 1, 2, -1], [5, 5, 5, 1]])
-    est = pilot_difficulty(["a", "b", "c", "d"], answers, binning="threshold", thresholds=(0.3, 0.6))
-    assert all(isinstance(e, DifficultyEstimate) and e.source == "pilot" for e in est)
-    assert [e.score for e in est] == [1.0, 0.5, 0.25, 0.75]
-    assert [e.bin for e in est] == [0, 1, 2, 0]
-
-
-def test_pilot_score_method_uses_mean_verifier_score():
-    answers = np.zeros((2, 3), dtype=int)
-    scores = np.array([[0.9, 0.8, 0.7], [0.1, np.nan, 0.3]])
-    est = pilot_difficulty(["a", "b"], answers, scores=scores, method="score", n_bins=2)
-    assert est[0].score == pytest.approx(0.8) and est[1].score == pytest.approx(0.2)
-    assert est[0].bin < est[1].bin
-    with pytest.raises(ValueError, match="scores="):
-        pilot_difficulty(["a"], answers[:1], method="score")
-
-
-def test_liu_thresholds_easy_medium_hard():
-    # easy > 50%, medium 10-50%, hard below; a score on a threshold goes to the harder side.
-    np.testing.assert_array_equal(threshold_bins([0.9, 0.51, 0.5, 0.3, 0.1, 0.0]), [0, 0, 1, 1, 2, 2])
-
-
 def test_quantile_bins_are_balanced_and_fit_edges_transfer():
     rng = np.random.default_rng(0)
     s = rng.random(1000)
-    bins = quantile_bins(s, 5)
+    bins = assign_bins(s, quantile_edges(s, 5))
     assert set(bins.tolist()) == {0, 1, 2, 3, 4}
     assert np.all(np.bincount(bins) == 200)
     assert s[bins == 0].min() > s[bins == 4].max()  # bin 0 = highest pass rate = easiest
     edges = quantile_edges(s, 5)
     np.testing.assert_array_equal(assign_bins([1.0, 0.0], edges), [0, 4])
-
-
-def test_oracle_is_labelled_oracle():
-    correct = np.array([[True] * 8, [True, False] * 4, [False] * 8])
-    est = oracle_difficulty(["a", "b", "c"], correct)
-    assert [e.source for e in est] == ["oracle"] * 3
-    assert [e.score for e in est] == [1.0, 0.5, 0.0]
-    assert [e.bin for e in est] == [0, 1, 2]
 
 
 def test_learned_difficulty_recovers_a_logistic_relation():
@@ -75,9 +39,8 @@ def test_learned_difficulty_recovers_a_logistic_relation():
     y = (rng.random(4000) < p).astype(float)
     est = LearnedDifficulty(l2=1e-3).fit(x, y)
     assert np.abs(est.predict(x) - p).mean() < 0.03
-    out = est.estimate([f"q{i}" for i in range(4000)], x, edges=quantile_edges(est.predict(x), 5))
-    assert all(e.source == "learned" and 0 <= e.score <= 1 for e in out)
-    assert np.corrcoef([e.bin for e in out], p)[0, 1] < -0.8  # harder bins have lower pass rates
+    bins = assign_bins(est.predict(x), quantile_edges(est.predict(x), 5))
+    assert np.corrcoef(bins, p)[0, 1] < -0.8  # harder bins have lower pass rates
 
 
 def test_learned_difficulty_on_pilot_features_prefers_agreement():

@@ -84,10 +84,50 @@ def test_allocate_spends_a_token_budget_and_refuses_bad_budgets(tmp_path):
     assert "allocated-online" in r.output
     rows = [json.loads(x) for x in (tmp_path / "a" / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and sum(row["budget_spent"] for row in rows) <= 3000
-    for budget, message in (("0", "--budget must be a positive number"), ("-1", "--budget must be a positive number"),
+    assert {row["strategy"]["kind"] for row in rows} == {"self_consistency"} and rows[0]["allocation"]["chunk"] == 4
+    for budget, message in (("0", "allocation.budget: Input should be greater than 0"),
+                            ("-1", "allocation.budget: Input should be greater than 0"),
                             ("10", "smaller than one sample per problem")):
         r = _eval(*base, "--allocate", "--budget", budget, "--out", str(tmp_path / f"b{budget}"))
         assert r.exit_code == 2 and message in r.output, r.output
+        assert "Traceback" not in r.output
+
+
+def test_allocate_refuses_settings_it_would_ignore(tmp_path):
+    base = ["--backend", "scripted", "--limit", "2", "--out", str(tmp_path / "x")]
+    cases = [
+        (["--allocate", "--budget", "1e4", "-s", "best_of_n"], "--allocate runs self_consistency"),
+        (["--allocate", "--budget", "1e4", "-n", "16"], "drop -n and cap it with --n-max"),
+        (["--chunk", "2"], "--chunk only applies with --allocate"),
+        (["--allocate"], "--allocate needs --budget"),
+        (["--allocate", "--budget", "1e4", "--allocate-mode", "offline"], "mode offline needs calibration"),
+        (["--allocate", "--budget", "1e4", "--pilot", "8"], "pilot only applies to mode offline"),
+        (["--allocate", "--budget", "1e4", "--budget-unit", "bytes"], "allocation.unit: Input should be"),
+    ]
+    for extra, message in cases:
+        r = _eval(*base, *extra)
+        assert r.exit_code == 2, (extra, r.output)
+        assert message in " ".join(r.output.split()), (extra, r.output)
+        assert "Traceback" not in r.output
+    # self_consistency without -n is what allocation runs anyway.
+    r = _eval(*base, "--allocate", "--budget", "2000", "-s", "self_consistency", "--max-tokens", "48")
+    assert r.exit_code == 0, r.output
+
+
+def test_allocation_section_of_a_config_file_merges_with_flags(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data: {benchmark: demo, limit: 4}\nbackend: {kind: scripted}\nsampling: {max_tokens: 48}\n"
+                   "allocation: {budget: 2000, chunk: 2, n_max: 8}\n")
+    r = _eval("--config", str(cfg), "--out", str(tmp_path / "y"))
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "y" / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["config"] == "allocated-online@2000tokens" and rows[0]["allocation"]["chunk"] == 2
+    r = _eval("--config", str(cfg), "--budget", "2500", "--n-max", "6", "--out", str(tmp_path / "z"))
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "z" / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["config"] == "allocated-online@2500tokens"
+    assert rows[0]["allocation"]["chunk"] == 2 and rows[0]["allocation"]["n_max"] == 6
+    assert max(row["strategy"]["n"] for row in rows) <= 6
 
 
 def test_the_out_field_of_a_config_file_is_where_results_go(tmp_path):

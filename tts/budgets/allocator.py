@@ -25,9 +25,10 @@ from typing import Literal
 
 import numpy as np
 
+from tts.registry import STRATEGIES
+
 logger = logging.getLogger(__name__)
 
-StrategyName = Literal["self_consistency", "best_of_n"]
 Unit = Literal["tokens", "eflops", "gpu_seconds"]
 CostFn = Callable[[str, str, int], float]
 """``cost(problem_id, strategy, n) -> float`` in the budget's unit (expected cost of one config)."""
@@ -35,27 +36,56 @@ CostFn = Callable[[str, str, int], float]
 DEFAULT_LADDER = (1, 2, 4, 8, 16, 32, 64)
 
 
+class AllocationError(ValueError):
+    """An allocation that cannot run as asked; the message says what to change."""
+
+
+class BudgetError(AllocationError):
+    """A budget that is not a positive number, or cannot pay what the allocation needs."""
+
+
+class BudgetTooSmallError(BudgetError):
+    """A positive budget below the least the allocation needs.
+
+    Args:
+        message: What to change.
+        minimum: The smallest budget that would do, in the budget's unit.
+    """
+
+    def __init__(self, message: str, minimum: float) -> None:
+        super().__init__(message)
+        self.minimum = minimum
+
+
+class CalibrationError(AllocationError):
+    """Calibration data (a past run or a sample pool) that cannot give the accuracy curves."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One strategy configuration the allocator may choose for a problem.
 
     Args:
-        strategy: "self_consistency" (majority vote) or "best_of_n" (highest verifier score).
+        strategy: A registered strategy name (e.g. "self_consistency", "best_of_n").
         n: Number of samples.
         max_tokens: Generation limit per sample, passed through to the plan (None = default).
+
+    Raises:
+        UnknownNameError: The strategy is not registered (the message lists those that are).
     """
 
-    strategy: StrategyName
+    strategy: str
     n: int
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        STRATEGIES.check(self.strategy)
         if self.n < 1:
             raise ValueError(f"a candidate needs n >= 1 samples, got n={self.n}")
 
 
 def candidate_ladder(
-    strategies: Sequence[StrategyName] = ("self_consistency",),
+    strategies: Sequence[str] = ("self_consistency",),
     ladder: Sequence[int] = DEFAULT_LADDER,
     max_tokens: int | None = None,
 ) -> list[Candidate]:
@@ -71,7 +101,7 @@ class AccuracyCurve:
     held constant.
     """
 
-    strategy: StrategyName
+    strategy: str
     ns: tuple[int, ...]
     accuracy: tuple[float, ...]
 
@@ -100,7 +130,7 @@ class Plan:
     """
 
     problem_id: str
-    strategy: StrategyName
+    strategy: str
     n: int
     max_tokens: int | None
     expected_cost: float
@@ -143,8 +173,9 @@ def greedy_allocate(costs: np.ndarray, accs: np.ndarray, budget: float) -> np.nd
         ``(n_problems,)`` index of the chosen option per problem.
 
     Raises:
-        ValueError: The budget is not a positive number or cannot pay the cheapest option of
-            every problem (the message gives the minimum).
+        BudgetError: The budget is not a positive number (:class:`BudgetTooSmallError`: it
+            cannot pay the cheapest option of every problem; the message gives the minimum).
+        ValueError: Malformed cost or accuracy matrices.
     """
     costs = np.asarray(costs, dtype=float)
     accs = np.asarray(accs, dtype=float)
@@ -211,23 +242,27 @@ def greedy_allocate(costs: np.ndarray, accs: np.ndarray, budget: float) -> np.nd
 
 
 def check_budget(budget: float, cheapest: np.ndarray, unit: str = "") -> None:
-    """Raise ValueError unless ``budget`` is a positive number covering the cheapest options."""
+    """Raise unless ``budget`` is a positive number covering the cheapest options.
+
+    Raises:
+        BudgetError: Not a number, NaN, 0 or negative.
+        BudgetTooSmallError: Below the sum of ``cheapest`` (its ``minimum``).
+    """
     unit_s = f" {unit}" if unit else ""
     try:
         b = float(budget)
     except (TypeError, ValueError):
-        raise ValueError(f"the budget must be a number, got {budget!r}") from None
+        raise BudgetError(f"the budget must be a number, got {budget!r}") from None
     need = math.fsum(np.asarray(cheapest, dtype=float).tolist())
     if math.isnan(b) or b <= 0:
-        raise ValueError(
+        raise BudgetError(
             f"the budget must be a positive number, got {budget!r}; pass at least {need:.6g}{unit_s} "
             "(the cheapest configuration of every problem)"
         )
     if b < need * (1 - 1e-12):  # equal up to float round-off is accepted
-        raise ValueError(
+        raise BudgetTooSmallError(
             f"a budget of {b:.6g}{unit_s} cannot pay even the cheapest configuration of every problem; "
-            f"raise it to at least {need:.6g}{unit_s} or give fewer problems"
-        )
+            f"raise it to at least {need:.6g}{unit_s} or give fewer problems", need)
 
 
 def option_matrices(
@@ -282,18 +317,15 @@ def allocate(
         ``total_budget``.
 
     Raises:
-        ValueError: A budget that is 0, negative, NaN or below the cheapest configuration of every
-            problem (the message gives the minimum), or curves missing for a bin.
+        BudgetError: A budget that is 0, negative, NaN or below the cheapest configuration of
+            every problem (:class:`BudgetTooSmallError`; the message gives the minimum).
+        ValueError: Curves missing for a bin, or no candidates.
     """
     if not candidates:
         raise ValueError("give at least one candidate configuration, e.g. candidate_ladder()")
     costs, accs = option_matrices(problem_ids, bins, candidates, cost, curves)
-    try:
-        choice = greedy_allocate(costs, accs, total_budget)
-    except ValueError as exc:
-        if "budget" in str(exc):  # re-raise with the unit in the message
-            check_budget(total_budget, costs.min(axis=1), unit)
-        raise
+    check_budget(total_budget, costs.min(axis=1), unit)  # first, so that messages carry the unit
+    choice = greedy_allocate(costs, accs, total_budget)
     plans = [
         Plan(pid, candidates[j].strategy, candidates[j].n, candidates[j].max_tokens,
              float(costs[i, j]), float(accs[i, j]))

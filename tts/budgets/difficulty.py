@@ -1,19 +1,18 @@
 """Difficulty estimators: how likely is one sample of a model to solve a problem?
 
-Every estimator returns :class:`DifficultyEstimate` values whose ``score`` is an estimated pass
-rate in [0, 1] (higher = easier) and whose ``bin`` is a difficulty bin (0 = easiest).
+Two estimators, both from information a run has before it decides how much to spend:
 
-* ``"pilot"``: from k pilot samples drawn at run time, the share of the majority answer (no answer
-  counts as disagreement), or the mean verifier score ("model-predicted difficulty", Snell et al.
-  2024, "Scaling LLM Test-Time Compute Optimally can be More Effective than Scaling Model
-  Parameters", Sec. 3.2).
-* ``"oracle"``: the ground-truth pass rate. Analysis only; never feed it to an allocator whose
-  result is reported as achievable.
-* ``"learned"``: an L2-regularised logistic regression, fitted on a past run, from features known
-  at run time (prompt length, pilot agreement, pilot confidence, level, ...) to P(correct).
+* pilot agreement (:func:`majority_share`): the share of the majority answer among k pilot
+  samples drawn at run time (no answer counts as disagreement), Snell et al.'s "model-predicted
+  difficulty" (2024, "Scaling LLM Test-Time Compute Optimally can be More Effective than Scaling
+  Model Parameters", Sec. 3.2). The offline planner bins problems by it.
+* :class:`LearnedDifficulty`: an L2-regularised logistic regression from pilot features
+  (:func:`pilot_features`: agreement, no-answer share, pilot length, pilot score) to P(correct),
+  fitted on *other* problems (the replay's cross-fitting folds).
 
-Binning: quantiles of the score (Snell et al. use 5 bins) or absolute pass-rate thresholds (Liu et
-al. 2025, "Can 1B LLM Surpass 405B LLM?": easy > 50%, medium 10-50%, hard < 10%).
+Binning: quantile edges fitted on one set of problems (:func:`quantile_edges`; Snell et al. use 5
+bins) and applied to others (:func:`assign_bins`). Difficulty from ground truth is not offered:
+an allocator reported as achievable must never see it (DESIGN.md, "Honest simulation").
 """
 
 from __future__ import annotations
@@ -29,9 +28,7 @@ from scipy.special import expit
 
 logger = logging.getLogger(__name__)
 
-Source = Literal["pilot", "oracle", "learned"]
-LIU_THRESHOLDS = (0.5, 0.1)
-"""Pass-rate thresholds of Liu et al. (2025): easy > 0.5 >= medium >= 0.1 > hard."""
+Source = Literal["pilot", "learned"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +39,7 @@ class DifficultyEstimate:
         problem_id: The problem's id.
         score: Estimated pass rate of one sample, in [0, 1] (higher = easier).
         bin: Difficulty bin, 0 = easiest.
-        source: "pilot", "oracle" (ground truth: analysis only) or "learned".
+        source: "pilot" (pilot agreement) or "learned" (:class:`LearnedDifficulty`).
     """
 
     problem_id: str
@@ -78,40 +75,6 @@ def assign_bins(scores: Sequence[float] | np.ndarray, edges: Sequence[float] | n
     return (len(e) - np.searchsorted(e, s, side="right")).astype(np.int64)
 
 
-def quantile_bins(scores: Sequence[float] | np.ndarray, n_bins: int = 5) -> np.ndarray:
-    """Bins by quantiles of the scores themselves (Snell et al.: 5 bins); 0 = easiest."""
-    return assign_bins(scores, quantile_edges(scores, n_bins))
-
-
-def threshold_bins(
-    scores: Sequence[float] | np.ndarray, thresholds: Sequence[float] = LIU_THRESHOLDS
-) -> np.ndarray:
-    """Bins by absolute pass-rate thresholds; default easy (0) > 0.5, medium (1), hard (2) < 0.1.
-
-    A score exactly on a threshold goes to the harder side (Liu et al.: easy is *above* 50%).
-    """
-    t = np.sort(np.asarray(thresholds, dtype=float))
-    s = np.asarray(scores, dtype=float)
-    return (len(t) - np.searchsorted(t, s, side="left")).astype(np.int64)
-
-
-def _bin(scores: np.ndarray, binning: Literal["quantile", "threshold"], n_bins: int,
-         thresholds: Sequence[float]) -> np.ndarray:
-    if binning == "quantile":
-        return quantile_bins(scores, n_bins)
-    if binning == "threshold":
-        return threshold_bins(scores, thresholds)
-    raise ValueError(f"binning must be 'quantile' or 'threshold', got {binning!r}")
-
-
-def _estimates(problem_ids: Sequence[str], scores: np.ndarray, bins: np.ndarray,
-               source: Source) -> list[DifficultyEstimate]:
-    if len(problem_ids) != len(scores):
-        raise ValueError(f"{len(problem_ids)} problem ids but {len(scores)} rows of samples/features")
-    return [DifficultyEstimate(str(p), float(s), int(b), source)
-            for p, s, b in zip(problem_ids, scores, bins)]
-
-
 # --- pilot sampling --------------------------------------------------------------------------------
 
 
@@ -136,59 +99,6 @@ def majority_share(answers: np.ndarray, mask: np.ndarray | None = None) -> np.nd
     rows = np.nonzero(valid)[0]
     np.add.at(onehot, (rows, a[valid]), 1)
     return onehot.max(axis=1) / np.maximum(n, 1)
-
-
-def pilot_difficulty(
-    problem_ids: Sequence[str],
-    answers: np.ndarray,
-    *,
-    mask: np.ndarray | None = None,
-    scores: np.ndarray | None = None,
-    method: Literal["agreement", "score"] = "agreement",
-    binning: Literal["quantile", "threshold"] = "quantile",
-    n_bins: int = 5,
-    thresholds: Sequence[float] = LIU_THRESHOLDS,
-) -> list[DifficultyEstimate]:
-    """Difficulty from k pilot samples per problem.
-
-    Args:
-        problem_ids: One id per row.
-        answers: ``(n_problems, k)`` answer ids of the pilot samples, -1 = no answer.
-        mask: Real-sample slots (default: all).
-        scores: ``(n_problems, k)`` verifier scores in [0, 1], needed for ``method="score"``.
-        method: "agreement" = majority-answer share; "score" = mean verifier score (Snell et al.).
-        binning: "quantile" (``n_bins`` bins) or "threshold" (``thresholds``).
-
-    Returns:
-        One estimate per problem, source "pilot".
-    """
-    if method == "agreement":
-        s = majority_share(answers, mask)
-    elif method == "score":
-        if scores is None:
-            raise ValueError("method='score' needs the pilot samples' verifier scores; pass scores=")
-        sc = np.asarray(scores, dtype=float)
-        m = np.isfinite(sc) if mask is None else (np.asarray(mask, dtype=bool) & np.isfinite(sc))
-        s = np.where(m, sc, 0.0).sum(axis=1) / np.maximum(m.sum(axis=1), 1)
-    else:
-        raise ValueError(f"method must be 'agreement' or 'score', got {method!r}")
-    return _estimates(problem_ids, s, _bin(s, binning, n_bins, thresholds), "pilot")
-
-
-def oracle_difficulty(
-    problem_ids: Sequence[str],
-    correct: np.ndarray,
-    *,
-    mask: np.ndarray | None = None,
-    binning: Literal["quantile", "threshold"] = "threshold",
-    n_bins: int = 5,
-    thresholds: Sequence[float] = LIU_THRESHOLDS,
-) -> list[DifficultyEstimate]:
-    """Ground-truth pass-rate difficulty, labelled "oracle": for analysis, never for allocation."""
-    c = np.asarray(correct, dtype=bool)
-    m = np.ones(c.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    s = (c & m).sum(axis=1) / np.maximum(m.sum(axis=1), 1)
-    return _estimates(problem_ids, s, _bin(s, binning, n_bins, thresholds), "oracle")
 
 
 # --- learned ---------------------------------------------------------------------------------------
@@ -227,8 +137,8 @@ class LearnedDifficulty:
     training set (the intercept is not penalised).
 
     Example:
-        >>> est = LearnedDifficulty(l2=1.0).fit(X_train, y_train)       # doctest: +SKIP
-        >>> est.estimate(ids, X_test, edges=est.quantile_edges(X_train))  # doctest: +SKIP
+        >>> est = LearnedDifficulty(l2=1.0).fit(X_train, y_train)              # doctest: +SKIP
+        >>> bins = assign_bins(est.predict(X_test), quantile_edges(est.predict(X_train)))  # doctest: +SKIP
     """
 
     def __init__(self, l2: float = 1.0) -> None:
@@ -279,17 +189,3 @@ class LearnedDifficulty:
             raise RuntimeError("call fit() before predict()")
         z = (np.asarray(features, dtype=float) - self._mu) / self._sd
         return expit(z @ self.coef_ + self.intercept_)
-
-    def estimate(
-        self,
-        problem_ids: Sequence[str],
-        features: np.ndarray,
-        *,
-        edges: Sequence[float] | None = None,
-        thresholds: Sequence[float] = LIU_THRESHOLDS,
-    ) -> list[DifficultyEstimate]:
-        """Estimates with source "learned": binned by ``edges`` (e.g. training-set quantiles,
-        see :func:`quantile_edges`) or, when None, by absolute ``thresholds``."""
-        s = self.predict(features)
-        bins = assign_bins(s, edges) if edges is not None else threshold_bins(s, thresholds)
-        return _estimates(problem_ids, s, bins, "learned")

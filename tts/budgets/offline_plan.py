@@ -29,7 +29,16 @@ from typing import Any
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
-from tts.budgets.allocator import DEFAULT_LADDER, AccuracyCurve, Candidate, Plan, allocate, check_budget
+from tts.budgets.allocator import (
+    DEFAULT_LADDER,
+    AccuracyCurve,
+    BudgetTooSmallError,
+    CalibrationError,
+    Candidate,
+    Plan,
+    allocate,
+    check_budget,
+)
 from tts.budgets.difficulty import DifficultyEstimate, assign_bins, majority_share, quantile_edges
 from tts.budgets.replay import fit_bin_curves, random_orders, replay_prefixes
 
@@ -156,8 +165,10 @@ def plan_from_pilot(
         ``budget``.
 
     Raises:
-        ValueError: Mismatched inputs, a calibration pool without enough samples, or a budget
-            that is not positive or cannot pay for any problem's first step up from the pilot.
+        CalibrationError: A calibration pool without enough samples (or token counts).
+        BudgetError: A budget that is not positive or cannot pay for any problem's first step
+            up from the pilot (:class:`~tts.budgets.allocator.BudgetTooSmallError`).
+        ValueError: Mismatched inputs.
     """
     ids = [str(p) for p in problem_ids]
     if not ids:
@@ -178,14 +189,14 @@ def plan_from_pilot(
     # 1. Calibration difficulty from each problem's first k samples of random orderings.
     keep = np.nonzero(calibration.counts >= k)[0]
     if len(keep) == 0:
-        raise ValueError(f"no calibration problem has {k} samples; use a calibration run with at least "
-                         f"{k} samples per problem or lower the pilot")
+        raise CalibrationError(f"no calibration problem has {k} samples; use a calibration run with at "
+                               f"least {k} samples per problem or lower the pilot")
     cal = calibration.subset(keep)
     ns = sorted({int(n) for n in ladder if k <= n <= cal.n_samples} | {k})
     if len(ns) < 2:
-        raise ValueError(f"no ladder value lies between the pilot ({k}) and the calibration pool's "
-                         f"{cal.n_samples} samples per problem; lower the pilot or use a larger ladder "
-                         "and calibration run")
+        raise CalibrationError(f"no ladder value lies between the pilot ({k}) and the calibration pool's "
+                               f"{cal.n_samples} samples per problem; lower the pilot or use a larger "
+                               "ladder and calibration run")
     dropped = [int(n) for n in ladder if n > cal.n_samples]
     if dropped:
         logger.info("ladder values %s exceed the calibration pool's %d samples and are dropped",
@@ -208,8 +219,8 @@ def plan_from_pilot(
             own[i] = np.mean(known) if known else np.nan
     if np.isnan(own).any():
         if not cal.has_tokens:
-            raise ValueError("some problems have no pilot token counts and the calibration pool has none "
-                             "either; pass pilot_tokens or a calibration pool with num_tokens")
+            raise CalibrationError("some problems have no pilot token counts and the calibration pool has "
+                                   "none either; pass pilot_tokens or a calibration pool with num_tokens")
         cal_mean = np.tile(np.nanmean(np.where(cal.mask, cal.tokens, np.nan), axis=1), orderings)
         for b in np.unique(live_bins[np.isnan(own)]).tolist():
             in_bin = cal_bins == b
@@ -220,10 +231,10 @@ def plan_from_pilot(
     # 4. Allocate: n = k costs nothing more; budget too small for any upgrade is an error.
     cheapest_step = float(np.min(per_sample) * (ns[1] - k))
     if isinstance(budget, numbers.Real) and 0 < budget < cheapest_step:
-        raise ValueError(f"a budget of {float(budget):.6g} tokens after the pilot cannot buy any step up "
-                         f"from it (the cheapest, n={k} -> {ns[1]}, costs {cheapest_step:.6g} tokens); "
-                         f"raise the budget to at least {cheapest_step:.6g} tokens or add a ladder value "
-                         "just above the pilot")
+        raise BudgetTooSmallError(
+            f"a budget of {float(budget):.6g} tokens after the pilot cannot buy any step up from it (the "
+            f"cheapest, n={k} -> {ns[1]}, costs {cheapest_step:.6g} tokens); raise the budget to at least "
+            f"{cheapest_step:.6g} tokens or add a ladder value just above the pilot", cheapest_step)
     check_budget(budget, np.array([cheapest_step]), "tokens")  # a positive number, else what to pass
     by_bin = {b: [_nearest(curves, b)] for b in np.unique(live_bins).tolist()}
     plans = allocate(ids, live_bins.tolist(), float(budget),

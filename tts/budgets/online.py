@@ -10,21 +10,33 @@ to change its majority answer. Two stopping rules are offered:
 * ``"exact"``: stop only when the leader cannot be overtaken by the samples still allowed
   (v1 - v2 > n_max - n): the answer is then the same as with n_max samples.
 
-Either way a problem also stops at ``n_max`` samples. The budget that easy (quickly unanimous)
-problems do not use flows to the contested ones: each round, undecided problems are served in
-order of increasing confidence until the budget runs out, up to ``n_max`` samples each. When every
-vote is decided and budget is left, the bar rises (:func:`stopping_stages`: the Beta criterion at
-0.99, then 0.999, then the exact rule), so a larger budget keeps buying the most contested votes.
+Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
+left, the bar rises (:func:`stopping_stages`: the Beta criterion at 0.99, then 0.999, then the
+exact rule), so a larger budget keeps buying the most contested votes.
 
-:class:`OnlineAllocator` holds the state of a real run; replays use the same
-:func:`vote_confidence` / :func:`decided` / :meth:`OnlineAllocator.next_round` logic.
+One rule, used by the real run (``tts eval --allocate``) and by every replay
+(``tts budget simulate``), in two steps:
+
+1. **Decide** (:func:`plan_round`): from the votes so far, each round gives every undecided
+   problem ``chunk`` more samples (fewer near ``n_max``), least confident first. A round depends
+   only on samples already drawn, never on the budget.
+2. **Pay** (:func:`cut_call`): the round's requests go to the engine in order, as many per call
+   as fit the budget left *at their worst case* (every sample at the generation limit, prompt
+   uncached), so the budget is never exceeded whatever the samples turn out to cost. When not even
+   the next whole request fits, it is shortened to the samples that fit; when not one sample
+   fits, the run ends.
+
+Because rounds never depend on the budget, a run with budget B draws a prefix of the run with
+unlimited budget: a replay computes the rounds once and evaluates every budget on that sequence
+(:class:`OnlineSequence`), and :class:`OnlineAllocator` drives a real run with the same two
+functions.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -34,6 +46,9 @@ from scipy.special import betainc
 logger = logging.getLogger(__name__)
 
 StopRule = Literal["beta", "exact"]
+WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
+cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
 
 
 def vote_confidence(top1: np.ndarray, top2: np.ndarray) -> np.ndarray:
@@ -86,124 +101,346 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
     return [("beta", confidence)] + [("beta", c) for c in higher] + [("exact", confidence)]
 
 
-def top_two(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The two largest values along the last axis of a vote-count array."""
-    c = np.asarray(counts)
-    if c.shape[-1] == 0:
-        z = np.zeros(c.shape[:-1], dtype=c.dtype)
-        return z, z
-    if c.shape[-1] == 1:
-        return c[..., 0], np.zeros(c.shape[:-1], dtype=c.dtype)
-    part = np.partition(c, -2, axis=-1)
-    return part[..., -1], part[..., -2]
-
-
 def serve_order(confidence: np.ndarray, open_: np.ndarray) -> np.ndarray:
     """Indices of open problems, least confident first (ties by index): who gets budget first."""
     idx = np.nonzero(open_)[0]
     return idx[np.argsort(confidence[idx], kind="stable")]
 
 
-@dataclass
-class OnlineAllocator:
-    """Round-based adaptive sampling under a total budget, for a real run.
-
-    Call :meth:`next_round` with the answers seen so far; it returns which problems get one more
-    sample this round (least confident first). Report each round's samples with :meth:`record`.
+@dataclass(frozen=True)
+class OnlinePolicy:
+    """The settings of the online rule (the same for a real run and its replays).
 
     Args:
-        budget: Total budget, in the unit of ``expected_cost``.
-        expected_cost: Expected cost of one more sample of a problem (same for all, or a mapping).
         n_max: Most samples per problem.
+        chunk: Samples a chosen problem gets per round, drawn as one request.
         rule: Stopping rule ("beta" or "exact").
         confidence: Beta-criterion threshold.
         escalate: Raise the bar when every vote is decided and budget is left.
-
-    Example:
-        >>> alloc = OnlineAllocator(budget=1e6, expected_cost=2000.0, n_max=64)
-        >>> alloc.next_round(["p1", "p2"])
-        ['p1', 'p2']
     """
 
-    budget: float
-    expected_cost: float | Mapping[Hashable, float]
     n_max: int = 64
+    chunk: int = 4
     rule: StopRule = "beta"
     confidence: float = 0.95
     escalate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_max < 1 or self.chunk < 1:
+            raise ValueError(f"n_max and chunk must be >= 1, got n_max={self.n_max}, chunk={self.chunk}")
+        if not 0.5 < self.confidence < 1:
+            raise ValueError(f"confidence must lie in (0.5, 1), got {self.confidence}")
+        if self.rule not in ("beta", "exact"):
+            raise ValueError(f"rule must be 'beta' or 'exact', got {self.rule!r}")
+
+    @property
+    def stages(self) -> list[tuple[StopRule, float]]:
+        """The stopping stages of this policy (see :func:`stopping_stages`)."""
+        return stopping_stages(self.rule, self.confidence, self.escalate)
+
+
+def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
+               stage: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Step 1 of the rule: who gets how many more samples this round.
+
+    Args:
+        policy: The rule's settings.
+        top1, top2: Votes of each problem's two leading answers so far.
+        n: Samples drawn so far per problem.
+        cap: Most samples per problem (``policy.n_max``; a replay lowers it to the samples its
+            pool holds).
+        stage: Current stopping stage (index into ``policy.stages``); 0 at the start of a run.
+
+    Returns:
+        ``(problems, k, stage)``: problem indices least confident first (ties by index), the
+        samples each gets, and the stage reached. No problems = the run is complete.
+    """
+    stages = policy.stages
+    while True:
+        rule, bar = stages[stage]
+        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar)
+        if open_.any() or stage + 1 == len(stages):
+            break
+        stage += 1
+    conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
+    who = serve_order(conf, open_)
+    return who, np.minimum(policy.chunk, cap[who] - n[who]).astype(np.int64), stage
+
+
+def cut_call(p: np.ndarray, k: np.ndarray, worst: WorstCase, j: np.ndarray, done: np.ndarray,
+             room: np.ndarray, end: np.ndarray | None = None,
+             cum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2 of the rule: how much of a round's remaining requests the next engine call sends.
+
+    Vectorised over independent runs (a real run passes one; a replay one per budget). The call
+    takes the longest run of whole requests from ``j`` whose worst-case costs sum to at most
+    ``room`` (request ``j`` counting only its ``k[j] - done`` samples not yet drawn); when not
+    even that one fits, it is shortened to the most samples that fit; when not one sample fits,
+    the call is empty and the run is finished.
+
+    Args:
+        p, k: The round's requests in order: problem index and samples.
+        worst: Worst-case cost of a request (see :data:`WorstCase`).
+        j: Per run, the next request not fully drawn.
+        done: Per run, samples of request ``j`` already drawn by an earlier shortened call.
+        room: Per run, budget left.
+        end: Per run, the index after the last request the call may reach (default ``len(p)``).
+        cum: ``[0, cumsum(worst(p, k))]`` when the caller already has it (a replay calls this
+            many times on one sequence whose worst cases do not change).
+
+    Returns:
+        ``(e, part)`` per run: requests ``j .. e-1`` are sent whole (``e > j``); otherwise
+        request ``j`` is sent with ``part`` samples (0 = nothing fits: finished).
+    """
+    j = np.asarray(j, dtype=np.int64)
+    done = np.asarray(done, dtype=np.int64)
+    room = np.asarray(room, dtype=float)
+    end = np.full(j.shape, len(p), dtype=np.int64) if end is None else np.asarray(end, dtype=np.int64)
+    if len(p) == 0:
+        return j.copy(), np.zeros(j.shape, dtype=np.int64)
+    if cum is None:
+        cum = np.concatenate([[0.0], np.cumsum(np.asarray(worst(p, k), dtype=float))])
+    jj = np.minimum(j, len(p) - 1)
+    rest = k[jj] - done
+    head = np.asarray(worst(p[jj], rest), dtype=float)
+    after = room - head
+    fits = (after >= 0) & (j < end)
+    # The largest e with cum[e] - cum[j + 1] <= after: requests j+1 .. e-1 fit beside the head.
+    e = np.searchsorted(cum, cum[jj + 1] + np.maximum(after, 0.0), side="right") - 1
+    e = np.where(fits, np.clip(e, jj + 1, end), j)
+    part = np.zeros(j.shape, dtype=np.int64)
+    short = np.nonzero(~fits & (j < end))[0]
+    if len(short):
+        ks = np.arange(1, int(rest[short].max()) + 1)
+        wk = np.asarray(worst(p[jj[short]][:, None], ks[None, :]), dtype=float)
+        part[short] = ((wk <= room[short, None]) & (ks[None, :] < rest[short, None])).sum(axis=1)
+    return e, part
+
+
+@dataclass
+class OnlineAllocator:
+    """The online rule driving a real run: votes and spend so far, the round in progress.
+
+    Call :meth:`next_call` for the requests of the next engine call, draw them, and report each
+    sample with :meth:`record`; an empty call means the run is finished.
+
+    Args:
+        problem_ids: The problems, in order (ties in confidence are served in this order).
+        budget: Total budget, in the unit of the costs passed to :meth:`record`.
+        policy: The rule's settings.
+
+    Example:
+        >>> alloc = OnlineAllocator(["p1", "p2"], budget=1e6, policy=OnlinePolicy(n_max=8, chunk=4))
+        >>> alloc.next_call(lambda p, k: 100.0 * k)
+        [('p1', 4), ('p2', 4)]
+    """
+
+    problem_ids: Sequence[Hashable]
+    budget: float
+    policy: OnlinePolicy = field(default_factory=OnlinePolicy)
     spent: float = 0.0
-    votes: dict[Hashable, Counter] = field(default_factory=dict)
-    drawn: dict[Hashable, int] = field(default_factory=dict)
-    exhausted: bool = False
     stage: int = 0
+    finished: bool = False
+    rounds: list[dict[Hashable, int]] = field(default_factory=list)
+    """Samples given per problem in each round (the decisions, for the run record)."""
 
     def __post_init__(self) -> None:
         if not (self.budget > 0):
             raise ValueError(f"the budget must be a positive number, got {self.budget!r}")
-        if self.n_max < 1:
-            raise ValueError(f"n_max must be >= 1, got {self.n_max}")
-        if not 0.5 < self.confidence < 1:
-            raise ValueError(f"confidence must lie in (0.5, 1), got {self.confidence}")
-
-    def _cost(self, pid: Hashable) -> float:
-        ec = self.expected_cost
-        return float(ec[pid]) if isinstance(ec, Mapping) else float(ec)
-
-    def update_expected_cost(self, expected_cost: float | Mapping[Hashable, float]) -> None:
-        """Replace the cost estimate of one more sample (e.g. with the mean observed so far).
-
-        An earlier "budget exhausted" verdict was reached under the old estimate, so it is
-        cleared: the next :meth:`next_round` decides again under the new one.
-        """
-        self.expected_cost = expected_cost
-        self.exhausted = False
+        self.problem_ids = list(self.problem_ids)
+        size = len(self.problem_ids)
+        self._index = {pid: i for i, pid in enumerate(self.problem_ids)}
+        self.votes: list[Counter] = [Counter() for _ in range(size)]
+        self.n = np.zeros(size, dtype=np.int64)
+        self.top1 = np.zeros(size, dtype=np.int64)
+        self.top2 = np.zeros(size, dtype=np.int64)
+        self._cap = np.full(size, self.policy.n_max, dtype=np.int64)
+        self._round: tuple[np.ndarray, np.ndarray] | None = None
+        self._j = 0
+        self._done = 0
 
     def record(self, problem_id: Hashable, answer: str | None, cost: float) -> None:
         """Account one drawn sample: its answer (None = no answer) and its actual cost."""
-        self.drawn[problem_id] = self.drawn.get(problem_id, 0) + 1
-        votes = self.votes.setdefault(problem_id, Counter())
+        i = self._index[problem_id]
+        self.n[i] += 1
         if answer is not None:
-            votes[answer] += 1
+            self.votes[i][answer] += 1
+            counts = sorted(self.votes[i].values(), reverse=True) + [0]
+            self.top1[i], self.top2[i] = counts[0], counts[1]
         self.spent += float(cost)
 
-    def state(self, problem_ids: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(top1, top2, n) vote arrays for the given problems."""
-        t1, t2, n = [], [], []
-        for pid in problem_ids:
-            counts = sorted(self.votes.get(pid, Counter()).values(), reverse=True) + [0, 0]
-            t1.append(counts[0])
-            t2.append(counts[1])
-            n.append(self.drawn.get(pid, 0))
-        return np.asarray(t1), np.asarray(t2), np.asarray(n)
+    def next_call(self, worst: WorstCase) -> list[tuple[Hashable, int]]:
+        """The (problem id, samples) requests of the next engine call; [] = finished.
 
-    def next_round(self, problem_ids: Sequence[Hashable]) -> list[Hashable]:
-        """Problems that get one more sample now (least confident first); [] = finished."""
-        t1, t2, n = self.state(problem_ids)
-        stages = stopping_stages(self.rule, self.confidence, self.escalate)
+        Args:
+            worst: Worst-case cost of a request, called with problem indices (positions in
+                ``problem_ids``) and sample counts.
+        """
+        if self.finished:
+            return []
+        if self._round is None or self._j >= len(self._round[0]):
+            # 1. A new round, decided from the samples drawn so far.
+            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage)
+            if not len(who):
+                self.finished = True
+                return []
+            self._round, self._j, self._done = (who, k), 0, 0
+            self.rounds.append({})
+        # 2. As much of it as the budget left pays for at its worst case.
+        p, k = self._round
+        e, part = cut_call(p, k, worst, np.array([self._j]), np.array([self._done]),
+                           np.array([self.budget - self.spent]))
+        e, part = int(e[0]), int(part[0])
+        if e > self._j:
+            call = [(int(p[self._j]), int(k[self._j]) - self._done)]
+            call += [(int(p[i]), int(k[i])) for i in range(self._j + 1, e)]
+            self._j, self._done = e, 0
+        elif part > 0:
+            call = [(int(p[self._j]), part)]
+            self._done += part
+        else:
+            self.finished = True
+            return []
+        given = self.rounds[-1]
+        for i, m in call:
+            pid = self.problem_ids[i]
+            given[pid] = given.get(pid, 0) + m
+        return [(self.problem_ids[i], m) for i, m in call]
+
+
+@dataclass(frozen=True, eq=False)
+class OnlineSequence:
+    """An online run replayed at unlimited budget: every round, flattened into one sequence.
+
+    Built by :meth:`build` from one ordering of a pool's samples; :meth:`within` then finds, for
+    many budgets at once, where a run with that budget stops (the real run's calls, replayed).
+
+    Args:
+        p, k: Every request of every round, in order: problem index and samples.
+        round_end: Per request, the index after the last request of its round.
+        first: Per request, its first sample's position in the flattened sample sequence.
+        sample_problem: Per flattened sample, its problem.
+        sample_cost: Per flattened sample, its actual cost.
+        n_problems: Number of problems.
+    """
+
+    p: np.ndarray
+    k: np.ndarray
+    round_end: np.ndarray
+    first: np.ndarray
+    sample_problem: np.ndarray
+    sample_cost: np.ndarray
+    n_problems: int
+
+    @classmethod
+    def build(cls, top1: np.ndarray, top2: np.ndarray, sample_cost: np.ndarray, cap: np.ndarray,
+              policy: OnlinePolicy) -> OnlineSequence:
+        """Replay the rounds of :func:`plan_round` on prefix votes.
+
+        Args:
+            top1, top2: ``(n_problems, n_samples)`` votes of the two leading answers after each
+                prefix of the ordering (column t = the first t+1 samples).
+            sample_cost: ``(n_problems, n_samples)`` actual cost of each sample of the ordering.
+            cap: Most samples per problem (at most the samples the pool holds).
+            policy: The rule's settings.
+        """
+        size = len(cap)
+        rows = np.arange(size)
+        n = np.zeros(size, dtype=np.int64)
+        t1 = np.zeros(size, dtype=np.int64)
+        t2 = np.zeros(size, dtype=np.int64)
+        stage, ps, ks, ends = 0, [], [], []
         while True:
-            rule, conf_bar = stages[self.stage]
-            open_ = ~decided(t1, t2, n, self.n_max, rule=rule, confidence=conf_bar)
-            if open_.any() or self.stage + 1 == len(stages):
+            who, k, stage = plan_round(policy, t1, t2, n, cap, stage)
+            if not len(who):
                 break
-            self.stage += 1
-        conf = np.where(n > 0, vote_confidence(t1, t2), 0.0)
-        chosen, left = [], self.budget - self.spent
-        if self.exhausted:
-            return chosen
-        for i in serve_order(conf, open_).tolist():
-            c = self._cost(problem_ids[i])
-            if c > left:
-                # The budget ends here: the run stops (replays stop at the same sample).
-                self.exhausted = True
-                break
-            chosen.append(problem_ids[i])
-            left -= c
-        return chosen
+            ps.append(who)
+            ks.append(k)
+            ends.append(np.full(len(who), sum(map(len, ps))))
+            n[who] += k
+            seen = n > 0
+            t1[seen], t2[seen] = top1[rows[seen], n[seen] - 1], top2[rows[seen], n[seen] - 1]
+        p = np.concatenate(ps) if ps else np.zeros(0, np.int64)
+        k = np.concatenate(ks) if ks else np.zeros(0, np.int64)
+        sample_problem = np.repeat(p, k)
+        cost = np.asarray(sample_cost, dtype=float)[sample_problem, _ranks(sample_problem, size)]
+        return cls(p, k, np.concatenate(ends) if ends else np.zeros(0, np.int64),
+                   np.concatenate([[0], np.cumsum(k)]), sample_problem, cost, size)
 
-    def answer(self, problem_id: Hashable) -> tuple[str | None, float]:
-        """The current majority answer (None if no sample answered) and its vote share."""
-        votes = self.votes.get(problem_id, Counter())
-        if not votes:
-            return None, 0.0
-        ans, v = votes.most_common(1)[0]
-        return ans, v / max(self.drawn.get(problem_id, 0), 1)
+    @property
+    def columns(self) -> np.ndarray:
+        """Per flattened sample, its position in its problem's ordering (0 = first drawn)."""
+        return _ranks(self.sample_problem, self.n_problems)
+
+    def within(self, budgets: np.ndarray, worst: WorstCase) -> np.ndarray:
+        """Per budget, how many samples of the sequence a run with that budget draws.
+
+        Replays the real run's engine calls (:func:`cut_call`): calls never cross a round, and a
+        run ends at its first empty call. See :func:`within_each` for several sequences at once.
+        """
+        return within_each([self], np.asarray(budgets, dtype=float)[None], worst)[0]
+
+    def n_at(self, drawn: int) -> np.ndarray:
+        """Samples per problem after the first ``drawn`` samples of the sequence."""
+        return np.bincount(self.sample_problem[:drawn], minlength=self.n_problems)
+
+    def rounds_at(self, drawn: int) -> list[dict[int, int]]:
+        """Samples given per problem in each round, for a run that drew ``drawn`` samples."""
+        out = []
+        req_round = np.searchsorted(np.unique(self.round_end), self.round_end)
+        sample_round = np.repeat(req_round, self.k)[:drawn]
+        for r in np.unique(sample_round).tolist():
+            got = np.bincount(self.sample_problem[:drawn][sample_round == r], minlength=self.n_problems)
+            out.append({int(i): int(c) for i, c in enumerate(got) if c})
+        return out
+
+
+def within_each(seqs: Sequence[OnlineSequence], budgets: np.ndarray, worst: WorstCase) -> np.ndarray:
+    """``(len(seqs), G)`` samples drawn by a run of each sequence with each of its ``G`` budgets.
+
+    All runs advance together, one :func:`cut_call` per iteration for every run still going (the
+    sequences are laid end to end; a call never crosses a round, hence never a sequence).
+    """
+    budgets = np.asarray(budgets, dtype=float)
+    n_req = np.array([len(s.p) for s in seqs])
+    n_smp = np.array([len(s.sample_problem) for s in seqs])
+    req0 = np.concatenate([[0], np.cumsum(n_req)])
+    smp0 = np.concatenate([[0], np.cumsum(n_smp)])
+    p = np.concatenate([s.p for s in seqs])
+    k = np.concatenate([s.k for s in seqs])
+    if not len(p):
+        return np.zeros(budgets.shape, dtype=np.int64)
+    round_end = np.concatenate([s.round_end + o for s, o in zip(seqs, req0)])
+    first = np.concatenate([s.first[:-1] + o for s, o in zip(seqs, smp0)] + [[smp0[-1]]])
+    cum_cost = np.concatenate([[0.0], np.cumsum(np.concatenate([s.sample_cost for s in seqs]))])
+    cum_worst = np.concatenate([[0.0], np.cumsum(np.asarray(worst(p, k), dtype=float))])
+    shape = budgets.shape
+    flat = budgets.reshape(-1)
+    seq_of = np.repeat(np.arange(len(seqs)), shape[1])
+    j = req0[seq_of].copy()
+    stop_at = req0[seq_of + 1]
+    pos = smp0[seq_of].copy()
+    done = np.zeros_like(j)
+    spent = np.zeros(len(flat))
+    active = np.nonzero(j < stop_at)[0]
+    while len(active):
+        ja = j[active]
+        e, part = cut_call(p, k, worst, ja, done[active], flat[active] - spent[active], round_end[ja], cum_worst)
+        whole = e > ja
+        start = pos[active]
+        stop = np.where(whole, first[e], start + part)
+        spent[active] += cum_cost[stop] - cum_cost[start]
+        pos[active] = stop
+        j[active] = np.where(whole, e, ja)
+        done[active] = np.where(whole, 0, done[active] + part)
+        active = active[(whole | (part > 0)) & (j[active] < stop_at[active])]
+    return (pos - smp0[seq_of]).reshape(shape)
+
+
+def _ranks(groups: np.ndarray, size: int) -> np.ndarray:
+    """Per element, how many earlier elements share its group (its rank within the group)."""
+    order = np.argsort(groups, kind="stable")
+    starts = np.searchsorted(groups[order], np.arange(size))
+    out = np.empty(len(groups), dtype=np.int64)
+    out[order] = np.arange(len(groups)) - starts[groups[order]]
+    return out

@@ -14,7 +14,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
-from tts.budgets.allocator import AccuracyCurve, StrategyName
+from tts.budgets.allocator import AccuracyCurve
+from tts.registry import STRATEGIES
+
+_RULE_TABLES = {"vote": "vote_correct", "best_score": "best_correct"}
+"""A strategy's ``pool_rule`` -> the :class:`PrefixReplay` table that grades it."""
+
+
+def pool_rule(strategy: str) -> str:
+    """How a pool replays ``strategy`` (its class's ``pool_rule``: "vote" or "best_score").
+
+    Raises:
+        UnknownNameError: The strategy is not registered.
+        ValueError: The strategy cannot be replayed from a pool (it does more than aggregate
+            independent samples); the message names those that can.
+    """
+    rule = getattr(STRATEGIES.load(STRATEGIES.check(strategy)), "pool_rule", None)
+    if rule not in _RULE_TABLES:
+        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _RULE_TABLES]
+        raise ValueError(f"strategy {strategy!r} cannot be replayed from a sample pool (pool_rule {rule!r}); "
+                         f"use one of: {', '.join(able)}")
+    return rule
 
 
 def random_orders(mask: np.ndarray, n_orderings: int, rng: np.random.Generator) -> np.ndarray:
@@ -46,16 +66,22 @@ class PrefixReplay:
     sample_tokens: np.ndarray
     count: np.ndarray
 
-    def correct_at(self, n: np.ndarray, strategy: StrategyName = "self_consistency") -> np.ndarray:
-        """Per problem, whether ``strategy`` with ``n[p]`` samples is correct."""
-        table = self.vote_correct if strategy == "self_consistency" else self.best_correct
+    def correct_at(self, n: np.ndarray, strategy: str = "self_consistency") -> np.ndarray:
+        """Per problem, whether ``strategy`` with ``n[p]`` samples is correct (never with 0).
+
+        The strategy is replayed by its registered ``pool_rule`` (see :func:`pool_rule`).
+        """
+        table = getattr(self, _RULE_TABLES[pool_rule(strategy)])
         if table is None:
-            raise ValueError("best_of_n needs verifier scores; this pool has none")
-        return table[np.arange(len(table)), self._col(n)]
+            raise ValueError(f"{strategy} picks by verifier score; this pool has none")
+        return table[np.arange(len(table)), self._col(n)] & self._drawn(n)
 
     def tokens_at(self, n: np.ndarray) -> np.ndarray:
         """Per problem, the tokens of its first ``n[p]`` samples."""
-        return self.tokens[np.arange(len(self.tokens)), self._col(n)]
+        return np.where(self._drawn(n), self.tokens[np.arange(len(self.tokens)), self._col(n)], 0.0)
+
+    def _drawn(self, n: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.asarray(n), self.count.shape) > 0
 
     def _col(self, n: np.ndarray) -> np.ndarray:
         n = np.broadcast_to(np.asarray(n, dtype=np.int64), self.count.shape)
@@ -103,7 +129,7 @@ def fit_bin_curves(
     correct: np.ndarray,
     bins: np.ndarray,
     ns: Sequence[int],
-    strategy: StrategyName = "self_consistency",
+    strategy: str = "self_consistency",
 ) -> dict[int, AccuracyCurve]:
     """Accuracy-vs-n curve per difficulty bin from replayed outcomes.
 
@@ -112,6 +138,7 @@ def fit_bin_curves(
             of calibration problems, stacked over orderings).
         bins: ``(n_cases,)`` bin of each case.
         ns: The n values of the curve.
+        strategy: The registered strategy the outcomes belong to (recorded in the curves).
 
     Returns:
         Bin -> curve, for every bin that has at least one case.

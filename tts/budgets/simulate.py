@@ -5,16 +5,22 @@ Honesty (see DESIGN.md, "Honest simulation"): every decision uses only what a re
 * Offline: each problem first draws ``pilot`` samples. Its difficulty bin comes from those
   samples (answers, agreement, token counts, scores) through an estimator, bin edges, accuracy
   curves and per-sample token costs that are all fitted on the *other* folds of problems
-  (``folds``-fold cross-fitting). The allocator then picks n per problem. The ``correct`` field
-  of a test problem is read only to grade the outcome.
-* Online: every problem draws ``initial`` samples, then rounds of one more sample for every
-  problem whose vote is not yet decided (:mod:`tts.budgets.online`), least confident first, until
-  the budget is spent. Expected sample cost = the problem's own mean sample length so far.
+  (``folds``-fold cross-fitting). Each fold is then allocated on its own, with its share of the
+  budget (in proportion to its problems): one global allocation would let fold A's plans depend
+  on fold B's curves, which were fitted on fold A's grades. The ``correct`` field of a problem is
+  read only to grade its outcome and to fit the curves of the *other* folds.
+* Online: the rule of a real ``tts eval --allocate`` run (:mod:`tts.budgets.online`): rounds of
+  ``chunk`` samples for every undecided problem, least confident first, paid for call by call
+  while their worst case fits the budget left. It never reads ``correct``. The worst case of a
+  request is ``chunk * max_tokens`` generated tokens; pools record neither the generation limit
+  nor prompt lengths, so the replay takes ``max_tokens`` from the config or else the pool's
+  longest sample (the limit is at least that), and prices prompts at 0 (the pool's token counts,
+  which every replay reports, are generated tokens only).
 
 Metrics, all on random orderings of each problem's samples: uniform self-consistency at
 ``target_n`` (tokens, accuracy); the tokens at which the allocator's mean accuracy curve first
-reaches uniform's mean accuracy (less ``tolerance``), and the ratio; the allocator's accuracy when given uniform's
-tokens. Intervals are 95% percentile bootstraps over orderings.
+reaches uniform's mean accuracy (less ``tolerance``), and the ratio; the allocator's accuracy when
+given uniform's tokens. Intervals are 95% percentile bootstraps over orderings.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tts.benchmarks.pool import ModelPool
 from tts.budgets import difficulty as dif
 from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
-from tts.budgets.online import decided, serve_order, stopping_stages, vote_confidence
+from tts.budgets.online import OnlinePolicy, OnlineSequence, within_each
 from tts.budgets.replay import PrefixReplay, fit_bin_curves, random_orders, replay_prefixes
 
 logger = logging.getLogger(__name__)
@@ -60,14 +66,17 @@ class SimulateConfig(BaseModel):
     """Offline: quantile bins of the difficulty score (Snell et al. use 5)."""
     max_n: int | None = Field(None, ge=1)
     """Most samples per problem (default: the pool's sample count)."""
-    initial: int = Field(1, ge=1)
-    """Online: samples every problem draws before adaptive rounds."""
+    chunk: int = Field(4, ge=1)
+    """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
     rule: Literal["beta", "exact"] = "beta"
     """Online stopping rule (Aggarwal et al.'s Beta criterion, or exact lead)."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: Beta-criterion confidence at which a vote counts as decided."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Online: the generation limit that bounds a sample's cost at its worst (default: the pool's
+    longest sample, the tightest value the pool supports)."""
     tolerance: float = Field(0.0, ge=0.0, lt=1.0)
     """Match uniform's accuracy up to this many accuracy points (0 = strictly reach it)."""
     bootstrap: int = Field(1000, ge=10)
@@ -103,9 +112,28 @@ class ModeResult:
     curve_acc: list[float] = field(repr=False)
 
 
+@dataclass(frozen=True, eq=False)
+class ModeDecisions:
+    """What one allocator mode decided in each ordering, for audits (decisions never read grades).
+
+    Args:
+        n_at_uniform: ``(orderings, problems)`` samples each problem gets at uniform's tokens.
+        steps: Per ordering, per fold (online: one entry), the decision sequence as a
+            ``(2, steps)`` array: offline, the problem and its new n of each greedy upgrade;
+            online, the problem and samples of each request of every round (unlimited budget).
+    """
+
+    n_at_uniform: np.ndarray
+    steps: list[list[np.ndarray]]
+
+
 @dataclass(frozen=True)
 class SimulationResult:
-    """Uniform baseline and allocator replays for one model."""
+    """Uniform baseline and allocator replays for one model.
+
+    ``folds`` (the cross-fitting fold of each problem) and ``decisions`` (per mode) are kept for
+    audits and left out of :meth:`to_json`.
+    """
 
     model: str
     n_problems: int
@@ -114,6 +142,8 @@ class SimulationResult:
     uniform_tokens: Interval
     uniform_acc: Interval
     modes: dict[str, ModeResult]
+    folds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+    decisions: dict[str, ModeDecisions] = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self, curves: bool = False) -> dict:
         """A JSON-ready dict; top-level ``allocator_*`` keys describe the first mode."""
@@ -153,10 +183,20 @@ def ladder_for(max_n: int, low: int = 1) -> list[int]:
 # --- offline -----------------------------------------------------------------------------------------
 
 
-def _offline_paths(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray, fold: np.ndarray,
-                   cfg: SimulateConfig, max_n: int, uniform_tok: np.ndarray):
-    """Per ordering: budget path (cum expected cost, realised acc, realised tokens) and the
-    realised result of :func:`greedy_allocate` at uniform's tokens."""
+@dataclass(frozen=True, eq=False)
+class _Path:
+    """One fold's greedy path in one ordering: after each step, the expected cost (the budget
+    it needs), the realised number of correct votes and the realised tokens."""
+
+    budget: np.ndarray
+    correct: np.ndarray
+    tokens: np.ndarray
+
+
+def _offline(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray, fold: np.ndarray,
+             cfg: SimulateConfig, max_n: int):
+    """Per ordering and fold: the greedy path and the plan maker, with everything a fold's
+    decisions use fitted on the other folds."""
     k = min(cfg.pilot, max_n)
     ns = np.asarray(ladder_for(max_n, k))
     p_idx = np.arange(pool.n_problems)[:, None]
@@ -169,15 +209,15 @@ def _offline_paths(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray
         pilot_tok.append(t.sum(axis=1))
     feats = np.stack(feats)  # (R, P, d)
     pilot_tok = np.stack(pilot_tok)
-    vote = np.stack([rep.vote_correct for rep in reps])  # (R, P, S): grading only
+    vote = np.stack([rep.vote_correct for rep in reps])  # (R, P, S): curves of OTHER folds, grading
     mean_tok = np.nanmean(np.where(pool.mask, pool.tokens, np.nan), axis=1)
-    R, P = feats.shape[:2]
-    bins = np.zeros((R, P), dtype=np.int64)
-    curve_acc = np.zeros((R, P, len(ns)))
-    tok_per_sample = np.zeros((R, P))
-    # 2. Cross-fitting: estimator, bin edges, curves and costs from the other folds only.
-    for f in np.unique(fold):
-        tr, te = fold != f, fold == f
+    R = feats.shape[0]
+    folds: dict[int, np.ndarray] = {}  # fold -> its problems
+    costs_of: dict[int, np.ndarray] = {}  # fold -> (R, P_f, len(ns)) expected cost of each n
+    accs_of: dict[int, np.ndarray] = {}  # fold -> expected accuracy of each n, from other folds
+    for f in np.unique(fold).tolist():
+        tr, te = fold != f, np.nonzero(fold == f)[0]
+        # 2. Cross-fitting: estimator, bin edges, curves and costs from the other folds only.
         x_tr = feats[:, tr].reshape(-1, feats.shape[-1])
         if cfg.difficulty == "learned":
             y = np.tile(pool.pass_rate()[tr], R)  # training problems' outcomes calibrate the fit
@@ -188,112 +228,113 @@ def _offline_paths(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray
         edges = dif.quantile_edges(s_tr, cfg.n_bins)
         b_tr = dif.assign_bins(s_tr, edges)
         b_te = dif.assign_bins(s_te, edges).reshape(R, -1)
-        curves = fit_bin_curves(vote[:, tr].reshape(-1, vote.shape[-1]), b_tr, ns)
+        v_tr = vote[:, tr].reshape(-1, vote.shape[-1])
+        curves = fit_bin_curves(v_tr, b_tr, ns)
         tok_tr = np.tile(mean_tok[tr], R)
-        for b in np.unique(b_te):
+        acc = np.zeros((R, len(te), len(ns)))
+        per_sample = np.zeros((R, len(te)))
+        for b in np.unique(b_te).tolist():
             if b not in curves:  # an empty training bin: fall back to all training problems
-                curves[int(b)] = fit_bin_curves(vote[:, tr].reshape(-1, vote.shape[-1]),
-                                                np.zeros(len(b_tr), int), ns)[0]
+                curves[b] = fit_bin_curves(v_tr, np.zeros(len(b_tr), int), ns)[0]
             sel = b_te == b
-            rows = np.broadcast_to(te, (R, P)).copy()
-            rows[rows] = sel.reshape(-1)
-            curve_acc[rows] = curves[int(b)].accuracy
-            tok_per_sample[rows] = tok_tr[b_tr == b].mean() if np.any(b_tr == b) else tok_tr.mean()
-        bins[:, te] = b_te
-    # 3. Per ordering: the greedy path and the allocation at uniform's tokens, graded afterwards.
-    paths, at_uniform = [], []
+            acc[sel] = curves[b].accuracy
+            per_sample[sel] = tok_tr[b_tr == b].mean() if np.any(b_tr == b) else tok_tr.mean()
+        folds[f] = te
+        costs_of[f] = pilot_tok[:, te, None] + (ns[None, None, :] - k) * per_sample[:, :, None]
+        accs_of[f] = acc
+    # 3. Per ordering and fold: the greedy path, graded afterwards.
+    paths: list[dict[int, _Path]] = []
+    steps: list[list[np.ndarray]] = []
     for r, rep in enumerate(reps):
-        costs = pilot_tok[r][:, None] + (ns[None, :] - k) * tok_per_sample[r][:, None]
-        start, probs, opts, cum = greedy_path(costs, curve_acc[r])
-        n = ns[start].copy()
-        acc0, tok0 = rep.correct_at(n).astype(float), rep.tokens_at(n)
-        n_new = ns[opts]
-        # Replaying the path in order: the n before each step is the problem's previous n.
-        prev = np.empty(len(probs), dtype=np.int64)
-        last = n.copy()
-        for i, p in enumerate(probs.tolist()):
-            prev[i] = last[p]
-            last[p] = n_new[i]
-        d_acc = rep.vote_correct[probs, np.minimum(n_new, rep.count[probs]) - 1].astype(float) - \
-            rep.vote_correct[probs, np.minimum(prev, rep.count[probs]) - 1]
-        d_tok = rep.tokens[probs, np.minimum(n_new, rep.count[probs]) - 1] - \
-            rep.tokens[probs, np.minimum(prev, rep.count[probs]) - 1]
-        base_cost = float(costs[np.arange(P), start].sum())
-        paths.append((np.concatenate([[base_cost], cum]),
-                      np.concatenate([[acc0.mean()], acc0.mean() + np.cumsum(d_acc) / P]),
-                      np.concatenate([[tok0.sum()], tok0.sum() + np.cumsum(d_tok)])))
-        choice = greedy_allocate(costs, curve_acc[r], max(float(uniform_tok[r]), base_cost))
-        n_plan = ns[choice]
-        at_uniform.append((rep.correct_at(n_plan).mean(), rep.tokens_at(n_plan).sum()))
-    return paths, np.asarray(at_uniform)
+        paths.append({})
+        steps.append([])
+        for f, te in folds.items():
+            costs, accs = costs_of[f][r], accs_of[f][r]
+            start, probs, opts, cum = greedy_path(costs, accs)
+            n = ns[start].copy()
+            rows = te[probs]  # the upgraded problems, as pool indices
+            n_new = ns[opts]
+            # Replaying the path in order: the n before each step is the problem's previous n.
+            prev = np.empty(len(probs), dtype=np.int64)
+            last = n.copy()
+            for i, q in enumerate(probs.tolist()):
+                prev[i] = last[q]
+                last[q] = n_new[i]
+            cnt = rep.count[rows]
+            d_ok = rep.vote_correct[rows, np.minimum(n_new, cnt) - 1].astype(float) - \
+                rep.vote_correct[rows, np.minimum(prev, cnt) - 1]
+            d_tok = rep.tokens[rows, np.minimum(n_new, cnt) - 1] - rep.tokens[rows, np.minimum(prev, cnt) - 1]
+            ok0 = float(rep.vote_correct[te, np.minimum(n, rep.count[te]) - 1].sum())
+            tok0 = float(rep.tokens[te, np.minimum(n, rep.count[te]) - 1].sum())
+            base = float(costs[np.arange(len(te)), start].sum())
+            paths[r][f] = _Path(np.concatenate([[base], cum]), np.concatenate([[ok0], ok0 + np.cumsum(d_ok)]),
+                                np.concatenate([[tok0], tok0 + np.cumsum(d_tok)]))
+            steps[r].append(np.stack([rows, n_new]))
+
+    def plan(r: int, budget: float) -> np.ndarray:
+        """n per problem that ordering r's plans give at a total budget (each fold its share)."""
+        n = np.zeros(pool.n_problems, dtype=np.int64)
+        for f, te in folds.items():
+            costs = costs_of[f][r]
+            share = max(budget * len(te) / pool.n_problems, float(costs.min(axis=1).sum()))
+            n[te] = ns[greedy_allocate(costs, accs_of[f][r], share)]
+        return n
+
+    return paths, steps, plan
+
+
+def _offline_on_grid(paths: list[dict[int, _Path]], fold: np.ndarray, grid: np.ndarray):
+    """(R, G) realised accuracy and tokens at each total budget, each fold at its share."""
+    n_problems = len(fold)
+    acc = np.zeros((len(paths), len(grid)))
+    tok = np.zeros_like(acc)
+    for r, by_fold in enumerate(paths):
+        for f, path in by_fold.items():
+            i = np.searchsorted(path.budget, grid * np.sum(fold == f) / n_problems, side="right") - 1
+            ok = i >= 0
+            acc[r] += np.where(ok, path.correct[np.maximum(i, 0)], np.nan)
+            tok[r] += np.where(ok, path.tokens[np.maximum(i, 0)], np.nan)
+    return acc / n_problems, tok
 
 
 # --- online -------------------------------------------------------------------------------------------
 
 
-def _online_path(rep: PrefixReplay, cfg: SimulateConfig, max_n: int):
-    """One ordering's adaptive run without a budget: per sample, the budget at which it is still
-    drawn, and the realised accuracy and tokens. A budget B keeps the prefix of samples whose
-    threshold (running max) is <= B, exactly as :class:`OnlineAllocator` would stop."""
-    P = len(rep.count)
-    cap = np.minimum(rep.count, max_n)
-    n = np.minimum(cap, cfg.initial)
-    rows = np.arange(P)
-    acc0 = rep.vote_correct[rows, n - 1].astype(float)
-    spent = float(rep.tokens[rows, n - 1].sum())
-    thr, d_acc, d_tok = [], [], []
-    base = spent
-    stages = iter(stopping_stages(cfg.rule, cfg.confidence, cfg.escalate))
-    rule, conf = next(stages)
-    while True:
-        t1, t2 = rep.top1[rows, n - 1], rep.top2[rows, n - 1]
-        open_ = ~decided(t1, t2, n, cap, rule=rule, confidence=conf)
-        if not open_.any():
-            rule, conf = next(stages, (None, None))
-            if rule is None:
-                break
-            continue
-        who = serve_order(vote_confidence(t1, t2), open_)
-        expected = rep.tokens[who, n[who] - 1] / n[who]  # the problem's own mean so far
-        thr.append(spent + np.cumsum(expected))
-        d_acc.append(rep.vote_correct[who, n[who]].astype(float) - rep.vote_correct[who, n[who] - 1])
-        new_tok = rep.sample_tokens[who, n[who]]
-        d_tok.append(new_tok)
-        spent += float(new_tok.sum())
-        n[who] += 1
-    if not thr:
-        return np.array([base]), np.array([acc0.mean()]), np.array([base])
-    thr = np.maximum.accumulate(np.concatenate(thr))
-    acc = acc0.mean() + np.cumsum(np.concatenate(d_acc)) / P
-    tok = base + np.cumsum(np.concatenate(d_tok))
-    return np.concatenate([[base], thr]), np.concatenate([[acc0.mean()], acc]), np.concatenate([[base], tok])
+def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_n: int):
+    """Per ordering, the online run at unlimited budget (:class:`OnlineSequence`), the
+    worst-case bound it is paid under, and per-sample accuracy and token increments."""
+    policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
+                          escalate=cfg.escalate)
+    cap = np.minimum(pool.counts, max_n)
+    max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
+
+    def worst(p: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return np.asarray(k, dtype=float) * max_tokens
+
+    seqs, gains = [], []
+    for rep in reps:
+        seq = OnlineSequence.build(rep.top1, rep.top2, rep.sample_tokens, cap, policy)
+        q, c = seq.sample_problem, seq.columns
+        now = rep.vote_correct[q, c].astype(float)
+        before = np.where(c > 0, rep.vote_correct[q, np.maximum(c - 1, 0)], False)
+        seqs.append(seq)
+        gains.append((np.concatenate([[0.0], np.cumsum(now - before)]),
+                      np.concatenate([[0.0], np.cumsum(rep.sample_tokens[q, c])])))
+    return seqs, gains, worst
 
 
 # --- comparison ----------------------------------------------------------------------------------------
 
 
-def _on_grid(paths, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(R, G) realised accuracy and tokens of each ordering's path at each budget of the grid."""
-    acc = np.full((len(paths), len(grid)), np.nan)
-    tok = np.full_like(acc, np.nan)
-    for r, (budget, a, t) in enumerate(paths):
-        i = np.searchsorted(budget, grid, side="right") - 1
-        ok = i >= 0
-        acc[r, ok], tok[r, ok] = a[i[ok]], t[i[ok]]
-    return acc, tok
-
-
-def _compare(mode: Mode, paths, uniform_acc: np.ndarray, uniform_tok: np.ndarray,
-             at_uniform: np.ndarray, cfg: SimulateConfig) -> ModeResult:
-    lo = max(min(p[0][0] for p in paths), 1.0)
-    hi = max(max(p[0][-1] for p in paths), uniform_tok.max()) * 1.01
-    grid = np.geomspace(lo, hi, 400)
-    acc, tok = _on_grid(paths, grid)
+def _compare(mode: Mode, grid: np.ndarray, acc: np.ndarray, tok: np.ndarray, uniform_acc: np.ndarray,
+             uniform_tok: np.ndarray, at_uniform: np.ndarray, cfg: SimulateConfig) -> ModeResult:
+    """Bootstrap over orderings: the first budget of ``grid`` at which the mean accuracy reaches
+    uniform's (``acc``, ``tok``: (R, G) realised accuracy and tokens, NaN where unaffordable)."""
     acc = np.nan_to_num(acc, nan=0.0)
     tok = np.where(np.isnan(tok), np.inf, tok)
     rng = np.random.default_rng(cfg.seed + 1)
-    boot = rng.integers(0, len(paths), size=(cfg.bootstrap, len(paths)))
-    boot[0] = np.arange(len(paths))  # resample 0 = the observed orderings
+    boot = rng.integers(0, len(acc), size=(cfg.bootstrap, len(acc)))
+    boot[0] = np.arange(len(acc))  # resample 0 = the observed orderings
     mean_acc = acc[boot].mean(axis=1)  # (B, G)
     mean_tok = tok[boot].mean(axis=1)
     target = uniform_acc[boot].mean(axis=1)
@@ -308,8 +349,12 @@ def _compare(mode: Mode, paths, uniform_acc: np.ndarray, uniform_tok: np.ndarray
         tokens_iv = Interval(float(need[0]), *np.percentile(need[ok], [2.5, 97.5]).tolist())
         ratio_iv = Interval(float(ratio[0]), *np.percentile(ratio[ok], [2.5, 97.5]).tolist())
     return ModeResult(mode, tokens_iv, ratio_iv, float(reached.mean()), _interval(at_uniform[:, 0]),
-                      _interval(at_uniform[:, 1]), np.nanmean(tok, axis=0).tolist(),
+                      _interval(at_uniform[:, 1]), np.nanmean(np.where(np.isinf(tok), np.nan, tok), axis=0).tolist(),
                       acc.mean(axis=0).tolist())
+
+
+def _grid(lo: float, hi: float) -> np.ndarray:
+    return np.geomspace(max(lo, 1.0), max(hi, lo * 1.01, 2.0), 400)
 
 
 def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationResult:
@@ -321,7 +366,8 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationRe
 
     Returns:
         Uniform tokens/accuracy at ``target_n`` and, per mode, the tokens needed to match its
-        accuracy, the ratio, and the accuracy at uniform's tokens, with 95% intervals.
+        accuracy, the ratio, and the accuracy at uniform's tokens, with 95% intervals; the
+        decisions of every ordering are kept in ``decisions`` for audits.
     """
     cfg = cfg or SimulateConfig()
     if not pool.has_tokens:
@@ -342,17 +388,34 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationRe
     uniform_acc = np.array([rep.correct_at(target).mean() for rep in reps])
     uniform_tok = np.array([rep.tokens_at(target).sum() for rep in reps])
     modes: dict[str, ModeResult] = {}
+    decisions: dict[str, ModeDecisions] = {}
     for mode in cfg.modes:
         if mode == "offline":
-            paths, at_u = _offline_paths(pool, reps, orders, fold, cfg, max_n, uniform_tok)
+            paths, steps, plan = _offline(pool, reps, orders, fold, cfg, max_n)
+            shares = {f: np.sum(fold == f) / pool.n_problems for f in paths[0]}
+            lo = min(max(p.budget[0] / shares[f] for f, p in by_fold.items()) for by_fold in paths)
+            hi = max(max(p.budget[-1] / shares[f] for f, p in by_fold.items()) for by_fold in paths)
+            grid = _grid(lo, max(hi, uniform_tok.max()) * 1.01)
+            acc, tok = _offline_on_grid(paths, fold, grid)
+            n_u = np.stack([plan(r, float(ut)) for r, ut in enumerate(uniform_tok)])
+            at_u = np.array([(rep.correct_at(n).mean(), rep.tokens_at(n).sum()) for rep, n in zip(reps, n_u)])
         else:
-            paths = [_online_path(rep, cfg, max_n) for rep in reps]
-            at_u = []
-            for (budget, a, t), ut in zip(paths, uniform_tok):
-                i = max(int(np.searchsorted(budget, ut, side="right")) - 1, 0)
-                at_u.append((a[i], t[i]))
-            at_u = np.asarray(at_u)
-        modes[mode] = _compare(mode, paths, uniform_acc, uniform_tok, at_u, cfg)
+            seqs, gains, worst = _online(pool, reps, cfg, max_n)
+            lo = min(float(rep.sample_tokens[:, 0].sum()) for rep in reps)
+            hi = max(max(float(g[1][-1]) for g in gains), uniform_tok.max()) * 1.01
+            grid = _grid(lo, hi)
+            acc = np.zeros((len(reps), len(grid)))
+            tok = np.zeros_like(acc)
+            n_u = np.zeros((len(reps), pool.n_problems), dtype=np.int64)
+            at_u = np.zeros((len(reps), 2))
+            budgets = np.column_stack([np.tile(grid, (len(reps), 1)), uniform_tok])
+            for r, (seq, (ok, tk), drawn) in enumerate(zip(seqs, gains, within_each(seqs, budgets, worst))):
+                acc[r], tok[r] = ok[drawn[:-1]] / pool.n_problems, tk[drawn[:-1]]
+                at_u[r] = ok[drawn[-1]] / pool.n_problems, tk[drawn[-1]]
+                n_u[r] = seq.n_at(int(drawn[-1]))
+            steps = [[np.stack([seq.p, seq.k])] for seq in seqs]
+        modes[mode] = _compare(mode, grid, acc, tok, uniform_acc, uniform_tok, at_u, cfg)
+        decisions[mode] = ModeDecisions(n_u, steps)
         logger.info("%s %s: %s", pool.model, mode, modes[mode].token_ratio)
     return SimulationResult(pool.model, pool.n_problems, cfg.orderings, cfg.target_n,
-                            _interval(uniform_tok), _interval(uniform_acc), modes)
+                            _interval(uniform_tok), _interval(uniform_acc), modes, fold, decisions)

@@ -55,6 +55,10 @@ def simulate(
     pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
     confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
+    chunk: int = typer.Option(4, "--chunk", min=1, help="Online: samples per problem per round (as tts eval --chunk)."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
+                                          help="Online: the run's generation limit, which bounds a sample's "
+                                               "worst-case cost (default: the pool's longest sample)."),
     tolerance: float = typer.Option(0.0, "--tolerance", min=0.0,
                                     help="Match uniform accuracy up to this many accuracy points."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
@@ -62,7 +66,8 @@ def simulate(
     """Replay uniform self-consistency and the allocator on a sample pool, at matched accuracy.
 
     Every allocator decision uses only run-time information (answers, token counts, scores) and
-    curves fitted on other problems (cross-fitting); `correct` only grades the outcome.
+    curves fitted on other problems (cross-fitting); `correct` only grades the outcome. The online
+    mode replays the rule `tts eval --allocate` runs, with the same --chunk.
     """
     from rich.console import Console
     from rich.table import Table
@@ -91,7 +96,8 @@ def simulate(
         if model not in sample_pool.by_model:
             raise ValueError(f"model {model!r} is not in {pool}; choose one of {list(sample_pool.models)}")
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
-                             folds=folds, pilot=pilot, confidence=confidence, tolerance=tolerance)
+                             folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
+                             tolerance=tolerance)
         result = run_simulation(sample_pool[model], cfg)
     except (PoolError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")

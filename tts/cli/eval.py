@@ -71,7 +71,46 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
             merged[key] = opts[key]
+    allocation = _allocation_from_options(opts, base.get("allocation"))
+    if allocation is not None:
+        merged["allocation"] = allocation
     return EvalConfig.model_validate(merged)
+
+
+_ALLOCATION_FLAGS = (("mode", "allocate_mode", "--allocate-mode"), ("budget", "budget", "--budget"),
+                     ("unit", "budget_unit", "--budget-unit"), ("n_max", "n_max", "--n-max"),
+                     ("chunk", "chunk", "--chunk"), ("calibration", "calibration", "--calibration"),
+                     ("pilot", "pilot", "--pilot"))
+
+
+def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, Any] | None:
+    """The ``allocation`` settings: the YAML section overridden by the flags given, or None.
+
+    ``--allocate``, ``--budget`` or a YAML ``allocation:`` section make the run allocated;
+    allocation flags without one of them, and ``--strategy`` / ``-n`` with one, are refused
+    (they would be silently ignored). AllocationConfig validates the result.
+    """
+    given = {key: opts[name] for key, name, _ in _ALLOCATION_FLAGS if opts.get(name) is not None}
+    if section is not None and not isinstance(section, dict):
+        raise fail("The allocation section of the config file must be a mapping of AllocationConfig fields.")
+    if not (opts.get("allocate") or "budget" in given or section is not None):
+        if given:
+            flags = [flag for key, _, flag in _ALLOCATION_FLAGS if key in given]
+            raise fail(f"{', '.join(flags)} only appl{'ies' if len(flags) == 1 else 'y'} with --allocate (and --budget); "
+                       "add --allocate or drop them.")
+        return None
+    if opts["strategy"] and set(opts["strategy"]) != {"self_consistency"}:
+        raise fail("--allocate runs self_consistency (it chooses how many samples each problem gets); "
+                   "drop --strategy, or drop --allocate to compare strategies at a fixed n.")
+    if opts["n"]:
+        raise fail("--allocate chooses n per problem; drop -n and cap it with --n-max instead.")
+    allocation = {**(section or {}), **given}
+    if opts.get("gpu"):
+        allocation["gpu"] = opts["gpu"]
+    if "budget" not in allocation:
+        raise fail("--allocate needs --budget (a positive number in --budget-unit), or budget: in the "
+                   "allocation section of the config file.")
+    return allocation
 
 
 def default_out(config: Any) -> Path:
@@ -173,20 +212,22 @@ def eval_command(
     seed: int | None = typer.Option(None, "--seed", help="Run seed."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/<benchmark>-<model>-<hash>); re-run to resume."),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML file with the same settings (flags override it)."),
-    gpu: str = typer.Option("h100", "--gpu", help="Price the run's usage on this GPU (h100, h200, a100-80gb, ...; '' to skip)."),
-    allocate: bool = typer.Option(False, "--allocate", help="Spend --budget per problem instead of a fixed n."),
-    allocate_mode: str = typer.Option("online", "--allocate-mode", help="online (adaptive stopping) or offline (pilot + plan from --calibration)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--allocate offline: a past run dir of this model, or a sample-pool file."),
-    pilot: int = typer.Option(4, "--pilot", min=1, help="--allocate offline: pilot samples per problem."),
-    chunk: int = typer.Option(4, "--chunk", min=1, help="--allocate online: samples per problem per round."),
-    budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6."),
-    budget_unit: str = typer.Option("tokens", "--budget-unit", help="tokens, eflops or gpu_seconds (priced on --gpu)."),
-    n_max: int = typer.Option(64, "--n-max", min=1, help="Most samples one problem may get under --allocate."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Price the run's usage (and --budget-unit eflops / gpu_seconds) on this GPU: h100 (default), h200, a100-80gb, ...; '' to skip the cost columns."),
+    allocate: bool = typer.Option(False, "--allocate", help="Self-consistency under one total --budget instead of a fixed n per problem."),
+    allocate_mode: str | None = typer.Option(None, "--allocate-mode", help="online (default: adaptive stopping) or offline (pilot + plan from --calibration)."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--allocate-mode offline: a past run dir of this model, or a sample-pool file."),
+    pilot: int | None = typer.Option(None, "--pilot", help="--allocate-mode offline: pilot samples per problem (default 4)."),
+    chunk: int | None = typer.Option(None, "--chunk", help="--allocate online: samples per problem per round (default 4)."),
+    budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6 (implies --allocate)."),
+    budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu)."),
+    n_max: int | None = typer.Option(None, "--n-max", help="Most samples one problem may get under --allocate (default 64)."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
     opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
                 data=data, id_field=id_field, question_field=question_field, answer_field=answer_field,
-                limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed)
+                limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
+                gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
+                chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max)
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)
@@ -202,28 +243,19 @@ def eval_command(
         from tts.eval.runner import load_problems, run_eval
 
         _, problems = load_problems(cfg)
-        if allocate or budget is not None:
-            if budget is None:
-                raise fail("--allocate needs --budget (a positive number in --budget-unit).")
-            mode = allocate_mode
-            if mode not in ("online", "offline"):
-                raise fail(f"--allocate-mode must be online or offline, got {mode!r}.")
-            if not budget > 0:
-                raise fail(f"--budget must be a positive number, got {budget:g}.")
-            if budget_unit not in ("tokens", "eflops", "gpu_seconds"):
-                raise fail(f"--budget-unit must be tokens, eflops or gpu_seconds, got {budget_unit!r}.")
-            from tts.eval.allocated import BudgetError, run_allocated_eval
+        alloc = cfg.allocation
+        if alloc is not None:
+            from tts.eval.allocated import AllocationError, run_allocated_eval
 
+            if not (out or cfg.out):
+                run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
             with Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                           TimeElapsedColumn()) as bar:
-                task = bar.add_task("alloc", total=budget)
+                task = bar.add_task("alloc", total=alloc.budget)
                 try:
-                    result = run_allocated_eval(
-                        cfg, run_dir if out or cfg.out else run_dir.with_name(f"{run_dir.name}-{mode}-{budget:g}{budget_unit}"),
-                        budget, budget_unit, gpu or "h100", n_max, problems=problems,  # type: ignore[arg-type]
-                        progress=lambda spent, total: bar.update(task, completed=spent),
-                        mode=mode, calibration=calibration, pilot=pilot, chunk=chunk)  # type: ignore[arg-type]
-                except BudgetError as exc:
+                    result = run_allocated_eval(cfg, run_dir, problems=problems,
+                                                progress=lambda spent, total: bar.update(task, completed=spent))
+                except AllocationError as exc:
                     raise fail(str(exc)) from None
         else:
             with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -231,4 +263,6 @@ def eval_command(
                 task = bar.add_task("eval", total=len(problems))
                 result = run_eval(cfg, run_dir, problems=problems,
                                   progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if gpu is None:  # the default: the allocation's GPU, else h100
+        gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
     print_summary(result, cfg.backend.model, gpu or None)

@@ -1,24 +1,28 @@
 """``tts eval --allocate``: self-consistency under one total budget, spent where it buys accuracy.
 
-Two modes:
+The settings come from ``EvalConfig.allocation`` (:class:`tts.config.AllocationConfig`). Two modes:
 
-* ``online`` (default): the adaptive-consistency allocator
-  (:class:`tts.budgets.online.OnlineAllocator`) decides each round which problems get one more
-  sample; unanimous problems stop early and the budget they leave goes to contested ones. Each
-  round is ONE generator call, and a chosen problem gets ``chunk`` samples as one request (its
-  prompt is then paid once per chunk). Rounds are trimmed so that even the worst case (every
-  sample at ``max_tokens``, prompt uncached) fits what is left, so the budget is never exceeded;
-  prompt lengths are exact where the backend tokenizes locally (vLLM, scripted) and estimated
-  from observed tokens per character otherwise (OpenAI servers). Budgets in tokens (generated
-  plus uncached prompt tokens), Kinetics eFLOPs or predicted GPU-seconds on a named GPU.
+* ``online`` (default): the rule of :mod:`tts.budgets.online`, the same one that
+  ``tts budget simulate`` replays. Each round gives every problem whose vote is not decided
+  ``chunk`` more samples (one n-sample request, so its prompt is paid once), least confident
+  first; unanimous problems stop early and the budget they leave goes to contested ones. A round's
+  requests go to the engine in as few calls as the budget allows: each call carries the requests
+  whose worst case (every sample at ``max_tokens``, prompt uncached) fits what is left, so the
+  budget is never exceeded. Prompt lengths are exact where the backend tokenizes locally (vLLM,
+  scripted) and bounded from observed tokens per character otherwise (OpenAI servers). Budgets
+  in tokens (generated plus uncached prompt tokens), Kinetics eFLOPs or predicted GPU-seconds on
+  a named GPU. The decisions of every round are written to ``rounds.json``.
 * ``offline``: k pilot samples per problem, difficulty bins from pilot agreement, accuracy-vs-n
   curves per bin from a calibration pool (a past run of the same model, or a sample-pool file),
   then the greedy marginal-gain allocator (:func:`tts.budgets.offline_plan.plan_from_pilot`)
-  plans each problem's n; the extra samples are drawn in one call. Plans keep the budget in
-  expected generated tokens; the actual spend is reported.
+  plans each problem's n (at most ``n_max``); the extra samples are drawn in one call. Plans keep
+  the budget in expected generated tokens; the actual spend is reported. The plan is written to
+  ``plan.json``.
 
-Every drawn sample is appended to ``samples.jsonl`` as soon as its call returns, so a killed run
-resumes from what it already paid for; results are written when the budget is spent.
+Every request's seed is derived from the samples of its problem already drawn, so no round
+repeats an earlier one's samples. Every drawn sample is appended to ``samples.jsonl`` as soon as
+its call returns; a killed run resumes by replaying the same decisions on the samples it already
+paid for, then continues. Results are written when the budget is spent.
 """
 
 from __future__ import annotations
@@ -28,44 +32,53 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+
+import numpy as np
 
 from tts.answers import normalize_answer
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.append_log import read_append_log
 from tts.benchmarks.grading import Grader
+from tts.budgets.allocator import (
+    AllocationError,
+    BudgetError,
+    BudgetTooSmallError,
+    CalibrationError,
+)
 from tts.budgets.ledger import usage_from_json
-from tts.config import EvalConfig, SelfConsistencyConfig
+from tts.config import AllocationConfig, EvalConfig
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, grade_rows, load_problems
 from tts.eval.store import ResultsStore
 from tts.search.base import to_sample
-from tts.search.self_consistency import SelfConsistency
+from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem, Sample, Usage, to_jsonable
 
 logger = logging.getLogger(__name__)
 
-BudgetUnit = Literal["tokens", "eflops", "gpu_seconds"]
-AllocateMode = Literal["online", "offline"]
+__all__ = ["AllocationError", "BudgetError", "BudgetTooSmallError", "CalibrationError", "SamplesLog",
+           "run_allocated_eval"]
+
 SAMPLES_LOG = "samples.jsonl"
 PLAN_FILE = "plan.json"
+ROUNDS_FILE = "rounds.json"
+
+Price = Callable[[Usage], float]
 
 
-class BudgetError(ValueError):
-    """A budget or allocation setting that cannot be used; the message says what to change."""
-
-
-def _pricer(unit: BudgetUnit, model: str, gpu: str) -> Callable[[Usage], float]:
-    if unit == "tokens":
+def _pricer(alloc: AllocationConfig, model: str) -> Price:
+    if alloc.unit == "tokens":
         return lambda u: float(u.completion_tokens + u.prompt_tokens - u.cached_prompt_tokens)
     from tts.budgets.ledger import cost_model_for
 
     try:
-        cm = cost_model_for(model, gpu)
-    except ValueError as exc:
-        raise BudgetError(f"--budget-unit {unit} needs the model's architecture: {exc}") from None
-    attr = "eflops" if unit == "eflops" else "seconds"
+        cm = cost_model_for(model, alloc.gpu)
+    except ValueError as exc:  # unknown architecture or GPU
+        raise AllocationError(f"--budget-unit {alloc.unit} needs the model's architecture and a known GPU: "
+                              f"{exc}") from None
+    attr = "eflops" if alloc.unit == "eflops" else "seconds"
     return lambda u: float(getattr(cm.cost_usage(u), attr))
 
 
@@ -116,190 +129,220 @@ def _split_usage(usage: Usage, n: int) -> list[Usage]:
     return out
 
 
-def _draw(generator: Generator, sc: SelfConsistency, log: SamplesLog, wanted: dict[str, int],
-          by_id: dict[str, Problem], price: Callable[[Usage], float]) -> list[tuple[str, Sample, float]]:
-    """One generator call for ``wanted[pid]`` more samples of each problem; logged at once."""
-    pids = [pid for pid, k in wanted.items() if k > 0]
-    drawn = []
-    for pid, res in zip(pids, generator.generate([sc.request(by_id[pid], n=wanted[pid]) for pid in pids]), strict=True):
-        for c, u in zip(res.completions, _split_usage(res.usage, len(res.completions)), strict=True):
-            sample = to_sample(c, sc.extract)
-            log.add(pid, sample, u)
-            drawn.append((pid, sample, price(u)))
-    log.flush()
-    return drawn
+class _Sampler:
+    """Draws the samples the allocator asks for: first those a killed run already paid for (in
+    the samples log, in order), then the rest in ONE generator call.
+
+    Each request's seed is derived from the samples of its problem already drawn (``drawn=``), so
+    a later round never repeats an earlier one's samples on engines that honour seeds.
+    """
+
+    def __init__(self, generator: Generator, sc: SelfConsistency, log: SamplesLog, problems: Sequence[Problem],
+                 price: Price) -> None:
+        self.generator, self.sc, self.log, self.price = generator, sc, log, price
+        self.by_id = {p.id: p for p in problems}
+        self.used = {p.id: 0 for p in problems}
+
+    def consumed(self, pid: str) -> list[tuple[Sample, Usage]]:
+        """The samples of ``pid`` handed out so far."""
+        return self.log.samples[pid][: self.used[pid]]
+
+    def draw(self, wanted: Sequence[tuple[str, int]]) -> list[tuple[str, Sample, float]]:
+        """``k`` more samples of each (problem, k), with their costs; logged at once."""
+        out: list[tuple[str, Sample, float]] = []
+        fresh: list[tuple[str, int]] = []
+        for pid, k in wanted:
+            have = self.log.samples[pid][self.used[pid]: self.used[pid] + k]
+            out.extend((pid, s, self.price(u)) for s, u in have)
+            self.used[pid] += len(have)
+            if k > len(have):
+                fresh.append((pid, k - len(have)))
+        if fresh:
+            requests = [self.sc.request(self.by_id[pid], n=k, drawn=len(self.log.samples[pid])) for pid, k in fresh]
+            for (pid, _), res in zip(fresh, self.generator.generate(requests), strict=True):
+                for c, u in zip(res.completions, _split_usage(res.usage, len(res.completions)), strict=True):
+                    sample = to_sample(c, self.sc.extract)
+                    self.log.add(pid, sample, u)
+                    out.append((pid, sample, self.price(u)))
+                self.used[pid] += len(res.completions)
+            self.log.flush()
+        return out
 
 
-def _online(config: EvalConfig, log: SamplesLog, sc: SelfConsistency, generator: Generator, loaded: list[Problem],
-            budget: float, n_max: int, chunk: int, price: Callable[[Usage], float],
-            progress: Callable[[float, float], None] | None) -> None:
-    from tts.budgets.online import OnlineAllocator
+class _WorstCase:
+    """The most one request of k samples can cost: every sample at ``max_tokens``, prompt uncached.
 
-    by_id = {p.id: p for p in loaded}
-    first_chars = sum(len(m.content) for m in sc.request(loaded[0]).messages)
-    prior = price(request_usage(first_chars // 4, 0, [config.sampling.max_tokens // 2], 0.0))
-    if budget < prior * len(loaded):
-        raise BudgetError(
-            f"--budget {budget:g} is smaller than one sample per problem (about {prior * len(loaded):.4g} for "
-            f"{len(loaded)} problems); raise it or lower --limit.")
-    alloc = OnlineAllocator(budget=budget, expected_cost=prior * chunk, n_max=n_max)
-    for pid, got in log.samples.items():
-        for s, u in got:
-            alloc.record(pid, s.answer and normalize_answer(s.answer), price(u))
-    prompt_chars = {p.id: sum(len(m.content) for m in sc.request(p).messages) for p in loaded}
-    exact = {p.id: count_prompt_tokens(generator, sc.request(p)) for p in loaded}
+    Prompt lengths are exact where the backend counts them; otherwise the largest prompt seen for
+    the problem, else its characters times the largest tokens-per-character ratio seen (plus 25%),
+    else one token per character (an upper bound for BPE tokenizers).
+    """
 
-    def worst_case(pid: str, k: int) -> float:
-        seen = [u.prompt_tokens for _, u in log.samples[pid] if u.prompt_tokens]
-        if exact[pid] is not None:
-            prompt = exact[pid]
-        elif seen:
-            prompt = max(seen)
-        else:
-            # Unseen prompt: tokens per character observed on other problems, with a 25% margin;
-            # before any observation, 1 token per character (an upper bound for BPE tokenizers).
-            ratios = [u.prompt_tokens / prompt_chars[q] for q, got in log.samples.items() for _, u in got
+    def __init__(self, ids: Sequence[str], sampler: _Sampler, price: Price, max_tokens: int) -> None:
+        self.ids, self.sampler = list(ids), sampler
+        sc, gen = sampler.sc, sampler.generator
+        self.exact = {pid: count_prompt_tokens(gen, sc.request(sampler.by_id[pid])) for pid in self.ids}
+        self.chars = {pid: sum(len(m.content) for m in sc.request(sampler.by_id[pid]).messages) for pid in self.ids}
+        self._cost = lru_cache(maxsize=None)(
+            lambda prompt, k: price(request_usage(prompt, 0, [max_tokens] * k, 0.0)))
+
+    def prompts(self, problems: np.ndarray) -> dict[int, int]:
+        """Prompt-token bound of each problem index, from what has been observed so far."""
+        unknown = [self.ids[int(i)] for i in problems if self.exact[self.ids[int(i)]] is None]
+        ratio = None
+        if unknown:  # tokens per character seen on any problem (backends that do not count)
+            ratios = [u.prompt_tokens / self.chars[q] for q in self.ids for _, u in self.sampler.consumed(q)
                       if u.prompt_tokens]
-            prompt = int(prompt_chars[pid] * min(1.0, 1.25 * max(ratios))) + 1 if ratios else prompt_chars[pid]
-        return price(request_usage(prompt, 0, [config.sampling.max_tokens] * k, 0.0))
-
-    ids = [p.id for p in loaded]
-    size = chunk
-    while not log.finished:
-        # 1. The allocator reasons in chunks: a chunk's expected cost is `size` observed samples.
-        drawn = [price(u) for got in log.samples.values() for _, u in got]
-        alloc.update_expected_cost(size * sum(drawn) / len(drawn) if drawn else prior * size)
-        # 2. Trim the round so that even its worst case fits what is left.
-        wanted, room = {}, budget - alloc.spent
-        for pid in alloc.next_round(ids):
-            k = min(size, n_max - len(log.samples[pid]))
-            if worst_case(pid, k) > room:
-                break
-            wanted[pid] = k
-            room -= worst_case(pid, k)
-        if not wanted:
-            if size > 1:  # spend the rest one sample at a time
-                size = 1
+            ratio = min(1.0, 1.25 * max(ratios)) if ratios else None
+        out = {}
+        for i in problems.tolist():
+            pid = self.ids[i]
+            if self.exact[pid] is not None:
+                out[i] = int(self.exact[pid])
                 continue
-            log.finish()
-            break
-        for pid, sample, cost in _draw(generator, sc, log, wanted, by_id, price):
+            seen = [u.prompt_tokens for _, u in self.sampler.consumed(pid) if u.prompt_tokens]
+            out[i] = max(seen) if seen else int(self.chars[pid] * ratio) + 1 if ratio else self.chars[pid]
+        return out
+
+    def __call__(self, p: np.ndarray, k: np.ndarray) -> np.ndarray:
+        p, k = np.broadcast_arrays(np.asarray(p), np.asarray(k))
+        prompts = self.prompts(np.unique(p))
+        out = [self._cost(prompts[int(i)], int(m)) for i, m in zip(p.ravel(), k.ravel())]
+        return np.asarray(out, dtype=float).reshape(p.shape)
+
+
+def _online(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, loaded: list[Problem],
+            price: Price, progress: Callable[[float, float], None] | None) -> None:
+    from tts.budgets.online import OnlineAllocator, OnlinePolicy
+
+    alloc_cfg = config.allocation
+    assert alloc_cfg is not None  # checked by run_allocated_eval
+    ids = [p.id for p in loaded]
+    worst = _WorstCase(ids, sampler, price, config.sampling.max_tokens)
+    need = float(worst(np.arange(len(ids)), np.ones(len(ids), dtype=np.int64)).sum())
+    budget = alloc_cfg.budget
+    if budget < need:
+        raise BudgetTooSmallError(
+            f"--budget {budget:g} {alloc_cfg.unit} is smaller than one sample per problem at its worst case "
+            f"({need:.4g} {alloc_cfg.unit} for {len(ids)} problems: up to --max-tokens "
+            f"{config.sampling.max_tokens} generated tokens plus the prompt each); raise --budget to at least "
+            f"{need:.4g}, or lower --max-tokens or --limit.", need)
+    policy = OnlinePolicy(n_max=alloc_cfg.n_max, chunk=alloc_cfg.chunk, rule=alloc_cfg.rule,
+                          confidence=alloc_cfg.confidence, escalate=alloc_cfg.escalate)
+    alloc = OnlineAllocator(ids, budget, policy)
+    # Decide, pay, record: a resumed run takes the same decisions on the samples it already has.
+    while call := alloc.next_call(worst):
+        for pid, sample, cost in sampler.draw(call):
             alloc.record(pid, sample.answer and normalize_answer(sample.answer), cost)
         if progress:
             progress(min(alloc.spent, budget), budget)
+    starved = [pid for pid, n in zip(ids, alloc.n.tolist(), strict=True) if n == 0]
+    if starved:
+        raise BudgetTooSmallError(
+            f"the budget ran out in the first round: {len(starved)} of {len(ids)} problems got no sample "
+            f"({alloc.spent:.4g} of {budget:g} {alloc_cfg.unit} spent); raise --budget, or lower --chunk so "
+            "that the first round costs less.", alloc.spent * len(ids) / max(len(ids) - len(starved), 1))
+    (out / ROUNDS_FILE).write_text(json.dumps(
+        {"budget": budget, "unit": alloc_cfg.unit, "spent": alloc.spent, "rounds": alloc.rounds}, indent=1))
+    log.finish()
 
 
-def _offline(out: Path, log: SamplesLog, sc: SelfConsistency, generator: Generator, loaded: list[Problem],
-             budget: float, calibration: Path, model: str, pilot: int, price: Callable[[Usage], float],
-             progress: Callable[[float, float], None] | None) -> None:
+def _offline(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, loaded: list[Problem],
+             price: Price, progress: Callable[[float, float], None] | None) -> None:
     from tts.benchmarks.pool import PoolError, load_pool
     from tts.benchmarks.results_pool import load_results_as_pool
+    from tts.budgets.allocator import DEFAULT_LADDER
     from tts.budgets.offline_plan import plan_from_pilot
 
-    by_id = {p.id: p for p in loaded}
+    alloc_cfg = config.allocation
+    assert alloc_cfg is not None and alloc_cfg.calibration is not None  # checked by AllocationConfig
+    calibration, model, pilot, budget = alloc_cfg.calibration, config.backend.model, alloc_cfg.pilot, alloc_cfg.budget
     try:
         is_run = calibration.is_dir() or calibration.name == "results.jsonl"
         pool = load_results_as_pool(calibration) if is_run else load_pool(calibration)
     except (PoolError, OSError) as exc:
-        raise BudgetError(f"--calibration {calibration}: {exc}") from None
+        raise CalibrationError(f"--calibration {calibration}: {exc}") from None
     if model in pool.models:
         cal = pool[model]
     elif len(pool.models) == 1:
         cal = pool[pool.models[0]]
         logger.warning("calibration pool holds model %r, not %r; using it anyway", pool.models[0], model)
     else:
-        raise BudgetError(f"--calibration {calibration} has models {pool.models}, none of them {model!r}.")
-    # 1. Pilot: k samples per problem in one call (skipped for what a killed run already drew).
-    if not log.finished:
-        _draw(generator, sc, log, {p.id: pilot - len(log.samples[p.id]) for p in loaded}, by_id, price)
-    spent = sum(price(u) for got in log.samples.values() for _, u in got)
+        raise CalibrationError(f"--calibration {calibration} has models {pool.models}, none of them {model!r}.")
+    # 1. Pilot: k samples per problem in one call (from the log where a killed run drew them).
+    sampler.draw([(p.id, pilot) for p in loaded])
+    pilots = {p.id: [s for s, _ in sampler.consumed(p.id)] for p in loaded}
+    spent = sum(price(u) for p in loaded for _, u in sampler.consumed(p.id))
     if spent >= budget:
-        raise BudgetError(f"--budget {budget:g} tokens is used up by the {pilot}-sample pilot ({spent:.4g} tokens); "
-                          "raise it or lower --pilot / --limit.")
+        raise BudgetTooSmallError(
+            f"--budget {budget:g} tokens is used up by the {pilot}-sample pilot ({spent:.4g} tokens); "
+            "raise it or lower --pilot / --limit.", spent)
     # 2. Plan from the pilot (deterministic, so a resumed run recomputes the same plan).
-    pilots = [log.samples[p.id][:pilot] for p in loaded]
-    try:
-        plan = plan_from_pilot([p.id for p in loaded], [[s.answer and normalize_answer(s.answer) for s, _ in got]
-                                                        for got in pilots],
-                               [[s.completion_tokens for s, _ in got] for got in pilots], cal,
-                               budget - sum(price(u) for got in pilots for _, u in got), pilot=pilot)
-    except ValueError as exc:
-        raise BudgetError(str(exc)) from None
+    ladder = tuple(sorted({n for n in DEFAULT_LADDER if n <= alloc_cfg.n_max} | {alloc_cfg.n_max}))
+    plan = plan_from_pilot([p.id for p in loaded],
+                           [[s.answer and normalize_answer(s.answer) for s in pilots[p.id]] for p in loaded],
+                           [[s.completion_tokens for s in pilots[p.id]] for p in loaded], cal, budget - spent,
+                           pilot=pilot, ladder=ladder, max_tokens=config.sampling.max_tokens)
     (out / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=1, default=str))
     # 3. The planned extra samples, all in one call.
-    if not log.finished:
-        _draw(generator, sc, log, {pl.problem_id: pl.n - len(log.samples[pl.problem_id]) for pl in plan.plans},
-              by_id, price)
-        log.finish()
+    sampler.draw([(pl.problem_id, pl.n - pilot) for pl in plan.plans if pl.n > pilot])
+    log.finish()
     if progress:
-        progress(min(sum(price(u) for got in log.samples.values() for _, u in got), budget), budget)
+        progress(min(sum(price(u) for p in loaded for _, u in sampler.consumed(p.id)), budget), budget)
 
 
 def run_allocated_eval(
     config: EvalConfig,
     out: Path,
-    budget: float,
-    unit: BudgetUnit = "tokens",
-    gpu: str = "h100",
-    n_max: int = 64,
     generator: Generator | None = None,
     problems: Sequence[Problem] | None = None,
     progress: Callable[[float, float], None] | None = None,
-    mode: AllocateMode = "online",
-    calibration: Path | None = None,
-    pilot: int = 4,
-    chunk: int = 4,
 ) -> EvalResult:
-    """Spend ``budget`` over the problems with budget-allocated self-consistency.
+    """Spend ``config.allocation.budget`` over the problems with budget-allocated self-consistency.
 
     Args:
-        config: Run config (data, backend, sampling); its strategies are ignored.
+        config: Run config (data, backend, sampling) with its ``allocation`` settings.
         out: Run directory (resumes from its samples log).
-        budget: Total budget in ``unit``.
-        unit: "tokens", "eflops" or "gpu_seconds" (the latter two priced on ``gpu``; online only).
-        gpu: GPU the cost model prices eFLOPs / seconds on.
-        n_max: Most samples any problem gets (online).
         generator: A ready generator (default: built from ``config.backend``).
         problems: Problems to use instead of loading ``config.data``.
         progress: Called with (budget spent, budget).
-        mode: "online" (adaptive stopping) or "offline" (pilot + calibrated curves + greedy plan).
-        calibration: Offline: a past run directory / results.jsonl of the same model, or a pool file.
-        pilot: Offline: pilot samples per problem.
-        chunk: Online: samples a chosen problem gets per round, drawn as one n-sample request so
-            the prompt is paid once per chunk (vLLM caches prompts in whole blocks only).
+
+    Returns:
+        One row per problem, labelled ``allocated-<mode>@<budget><unit>``; each row's ``strategy``
+        is self-consistency with the n that problem got, its ``allocation`` the settings and its
+        ``budget_spent`` what it cost.
 
     Raises:
-        BudgetError: Budget not positive or too small, or offline settings missing.
+        ValueError: ``config.allocation`` is not set.
+        BudgetTooSmallError: The budget cannot pay one sample per problem (online), or the pilot
+            (offline), or ran out before every problem got a sample.
+        CalibrationError: Offline: the calibration run or pool cannot be read or used.
+        AllocationError: A GPU-priced unit for a model whose architecture is unknown.
     """
     from tts.backends.factory import create_generator
 
     start = time.perf_counter()
-    if not budget > 0:
-        raise BudgetError(f"--budget must be a positive number, got {budget!r}.")
-    if mode == "offline" and (calibration is None or unit != "tokens"):
-        raise BudgetError("--allocate offline needs --calibration (a past run of this model or a sample pool) "
-                          "and --budget-unit tokens.")
+    alloc_cfg = config.allocation
+    if alloc_cfg is None:
+        raise ValueError("config.allocation is not set; give an allocation section (or --allocate --budget) "
+                         "or run tts.eval.runner.run_eval for fixed-n strategies")
+    out = Path(out)
     bench, loaded = load_problems(config, problems)
-    price = _pricer(unit, config.backend.model, gpu)
-    label = f"allocated-{mode}@{budget:g}{unit}"
-    if chunk < 1:
-        raise BudgetError(f"--chunk must be at least 1, got {chunk}.")
-    settings = {"mode": mode, "budget": budget, "unit": unit, "gpu": gpu, "n_max": n_max,
-                "calibration": str(calibration) if calibration else None, "pilot": pilot, "chunk": chunk}
-    store = ResultsStore(out, {**config.model_dump(mode="json"), "allocate": settings}, config.backend.model)
-    log = SamplesLog(Path(out) / SAMPLES_LOG, [p.id for p in loaded])
+    price = _pricer(alloc_cfg, config.backend.model)
+    label = f"allocated-{alloc_cfg.mode}@{alloc_cfg.budget:g}{alloc_cfg.unit}"
+    store = ResultsStore(out, config.model_dump(mode="json"), config.backend.model)
+    log = SamplesLog(out / SAMPLES_LOG, [p.id for p in loaded])
     owns = generator is None
-    generator = generator or create_generator(config.backend, loaded)
-    sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, bench.prompt.render, config.sampling, seed=config.seed)
     try:
-        # 1. Sampling under the budget.
-        if mode == "online":
-            _online(config, log, sc, generator, loaded, budget, n_max, chunk, price, progress)
-        else:
-            assert calibration is not None  # checked above
-            _offline(Path(out), log, sc, generator, loaded, budget, calibration, config.backend.model, pilot, price,
-                     progress)
+        generator = generator or create_generator(config.backend, loaded)
+        sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, bench.prompt.render, config.sampling,
+                             seed=config.seed)
+        # 1. Sampling under the budget (skipped when a finished run is re-opened).
+        if not log.finished:
+            sampler = _Sampler(generator, sc, log, loaded, price)
+            mode_run = _online if alloc_cfg.mode == "online" else _offline
+            mode_run(config, out, log, sampler, loaded, price, progress)
         # 2. Aggregate, grade and store one row per problem.
+        settings = alloc_cfg.model_dump(mode="json")
         with Grader(timeout=config.grading_timeout) as grader:
             rows = []
             for p in loaded:
@@ -307,16 +350,15 @@ def run_allocated_eval(
                     continue
                 got = log.samples[p.id]
                 sol = sc.aggregate(p.id, [s for s, _ in got], Usage.total([u for _, u in got]))
-                row = grade_rows(p, [(sc, sol)], grader, generator.model_name, config.backend.kind)[0]
-                row.update(config=label, budget_spent=sum(price(u) for _, u in got),
-                           strategy={"kind": "self_consistency", "n": len(got), "allocator": mode,
-                                     "budget": budget, "unit": unit})
-                rows.append(row)
+                row = grade_rows(p, [(SelfConsistencyConfig(n=len(got)), sol)], grader, generator.model_name,
+                                 config.backend.kind)[0]
+                rows.append(row.model_copy(update={"config": label, "allocation": settings,
+                                                   "budget_spent": sum(price(u) for _, u in got)}))
             store.write(rows)
-        rows = [r for r in store.rows if r["config"] == label]
-        return EvalResult(Path(out), summarize(rows), rows, len(loaded), 0, time.perf_counter() - start)
+        rows = [r for r in store.rows if r.config == label]
+        return EvalResult(out, summarize(rows), rows, len(loaded), 0, time.perf_counter() - start)
     finally:
         log.close()
         store.close()
-        if owns:
+        if owns and generator is not None:
             generator.close()
