@@ -138,3 +138,10 @@ def test_smaller_n_on_a_prefix_of_samples_matches_drawing_that_prefix():
     assert sol4.trace.samples == tuple(sc16.aggregate_result("p0", res).trace.samples[:4])
     assert sol4.usage.completion_tokens == sum(s.completion_tokens for s in sol4.trace.samples)
     assert sol4.usage.prompt_tokens == res.usage.prompt_tokens
+
+
+def test_equal_answers_written_differently_vote_together():
+    # Without equivalence keys "7" would win 2 votes to 1+1+1; 1/2 written three ways has 3 votes.
+    samples = [Sample("", "7"), Sample("", "0.5"), Sample("", "\\frac{1}{2}"), Sample("", "7"), Sample("", "1/2")]
+    answer, share, votes, idx = vote(samples)
+    assert answer == "0.5" and idx == 1 and share == 3 / 5 and votes == {"7": 2.0, "0.5": 3.0}

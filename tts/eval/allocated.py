@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts.answers import normalize_answer
+from tts.answers import answer_keys
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.append_log import read_append_log
 from tts.benchmarks.grading import Grader
@@ -230,9 +230,13 @@ def _online(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, l
                           confidence=alloc_cfg.confidence, escalate=alloc_cfg.escalate)
     alloc = OnlineAllocator(ids, budget, policy)
     # Decide, pay, record: a resumed run takes the same decisions on the samples it already has.
+    # Vote keys come from all of a problem's answers so far, so that equal answers written
+    # differently (0.5, \frac{1}{2}) vote together across rounds; a group keeps its first key.
+    answers: dict[str, list[str | None]] = {pid: [] for pid in ids}
     while call := alloc.next_call(worst):
         for pid, sample, cost in sampler.draw(call):
-            alloc.record(pid, sample.answer and normalize_answer(sample.answer), cost)
+            answers[pid].append(sample.answer)
+            alloc.record(pid, answer_keys(answers[pid])[-1], cost)
         if progress:
             progress(min(alloc.spent, budget), budget)
     starved = [pid for pid, n in zip(ids, alloc.n.tolist(), strict=True) if n == 0]
@@ -279,7 +283,7 @@ def _offline(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, 
     # 2. Plan from the pilot (deterministic, so a resumed run recomputes the same plan).
     ladder = tuple(sorted({n for n in DEFAULT_LADDER if n <= alloc_cfg.n_max} | {alloc_cfg.n_max}))
     plan = plan_from_pilot([p.id for p in loaded],
-                           [[s.answer and normalize_answer(s.answer) for s in pilots[p.id]] for p in loaded],
+                           [answer_keys([s.answer for s in pilots[p.id]]) for p in loaded],
                            [[s.completion_tokens for s in pilots[p.id]] for p in loaded], cal, budget - spent,
                            pilot=pilot, ladder=ladder, max_tokens=config.sampling.max_tokens)
     (out / PLAN_FILE).write_text(json.dumps(plan.to_json(), indent=1, default=str))

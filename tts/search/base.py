@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from tts.answers import extract_answer, normalize_answer
+from tts.answers import answer_keys, extract_answer
 from tts.backends.base import (
     Completion,
     GenerationRequest,
@@ -264,9 +264,10 @@ def require_logprobs(strategy: str, problem_id: str, samples: Sequence[Sample]) 
 
 
 def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> tuple[str | None, float, dict[str, float], int | None]:
-    """Weighted plurality vote over normalised answers.
+    """Weighted plurality vote in which answers that math-verify finds equal vote together.
 
-    Ties are broken deterministically: the answer whose first supporting sample came earliest
+    Vote keys come from :func:`tts.answers.answer_keys`: ``0.5``, ``\\frac{1}{2}`` and ``$1/2$``
+    are one answer, keyed by the normalised form seen first. Ties are broken deterministically: the answer whose first supporting sample came earliest
     wins. Samples without an answer abstain (their weight still counts in the denominator, so the
     confidence is the share of *all* samples behind the winner).
 
@@ -277,10 +278,10 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> t
     weights = list(weights) if weights is not None else [1.0] * len(samples)
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
-    for i, (s, w) in enumerate(zip(samples, weights, strict=True)):
-        if s.answer is None:
+    keys = answer_keys([s.answer for s in samples])
+    for i, (key, w) in enumerate(zip(keys, weights, strict=True)):
+        if key is None:
             continue
-        key = normalize_answer(s.answer)
         totals[key] = totals.get(key, 0.0) + w
         first.setdefault(key, i)
     denom = sum(weights)
