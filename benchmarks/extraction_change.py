@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tts.answers import AnswerKeys, extract_answer, normalize_answer
+from tts.answers.extraction import _last_boxed, _strip_wrapping
 from tts.benchmarks.grading import Grader, Outcome
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,31 +49,8 @@ _OLD_ANSWER_IS = re.compile(
 _OLD_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
-def _old_last_boxed(text: str) -> str | None:
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    brace = text.find("{", start)
-    if brace < 0:
-        m = re.match(r"\\boxed\s+([^\s$]+)", text[start:])
-        return m.group(1) if m else None
-    depth = 0
-    for i in range(brace, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[brace + 1 : i].strip()
-    return None
-
-
-def _old_strip_wrapping(ans: str) -> str:
-    ans = ans.strip()
-    for left, right in (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")):
-        if ans.startswith(left) and ans.endswith(right) and len(ans) >= len(left) + len(right):
-            ans = ans[len(left) : len(ans) - len(right)].strip()
-    return ans.rstrip(".").strip()
+# The box and phrase-unwrapping helpers are unchanged; the old reading rules follow.
+_old_last_boxed, _old_strip_wrapping = _last_boxed, _strip_wrapping
 
 
 def _old_extract(text: str) -> str | None:
