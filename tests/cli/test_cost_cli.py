@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -105,6 +106,7 @@ def test_calibrate_engine_without_backend_fails_clearly(fake_cpu, monkeypatch):
     assert "measure_decode" in r.output
 
 
+@contextlib.contextmanager
 def _fake_engine(model: str):
     """measure_decode stand-in: 3x slower than the roofline plus a fixed 1 ms start."""
     cm = CostModel(load_architecture(model), hardware.get_hardware("cpu"))
@@ -113,7 +115,7 @@ def _fake_engine(model: str):
         usage = Usage(shapes=(RequestShape(20, 0, (gen_len,) * n),))
         return 3 * cm.cost_usage(usage).seconds + 1e-3, usage
 
-    return measure
+    yield measure
 
 
 def test_calibrate_engine_compares_predictions(fake_cpu, monkeypatch):

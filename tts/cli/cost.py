@@ -221,7 +221,8 @@ def _engine_report(model: str, gpu: str, dtype_bytes: int | None) -> dict[str, A
         cm = CostModel(load_architecture(model, dtype_bytes=dtype_bytes), get_hardware(gpu))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    report = compare_predictions(default_points(), measure_decode(model), cm)
+    with measure_decode(model) as measure:
+        report = compare_predictions(default_points(), measure, cm)
     return {"model": cm.arch.name, "hardware": cm.hardware.name,
             "points": [dataclasses.asdict(p) for p in report.points],
             "spearman": report.spearman, "median_relative_error": report.median_relative_error,
