@@ -103,8 +103,8 @@ def count_prompt_tokens(generator: object, request: GenerationRequest) -> int | 
 def derive_seed(run_seed: int, key: str, drawn: int) -> int:
     """The seed of one request: distinct for every (run seed, problem key, samples already drawn).
 
-    Engines that honour per-request seeds (vLLM on GPU and on CPU, ``vllm serve``, the scripted
-    backend) return the same samples for the same seed, so a later round of the same problem must not
+    Engines that honour per-request seeds (vLLM on GPU, ``vllm serve``, the scripted backend)
+    return the same samples for the same seed, so a later round of the same problem must not
     resend the seed of an earlier one: it would draw the same samples again and fake agreement.
     """
     digest = hashlib.sha256(f"{run_seed}|{key}|{drawn}".encode()).digest()

