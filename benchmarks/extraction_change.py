@@ -169,6 +169,8 @@ def math500(grader: Grader, n_examples: int) -> None:
 
 def demo(run: Path, grader: Grader) -> None:
     print(f"\n(b) demo benchmark, stored run {run}")
+    if run.is_dir():
+        run = run / "results.jsonl"
     if not run.exists():
         print("    no stored run: skipped (run `make demo` to create one)")
         return
