@@ -9,13 +9,13 @@ import pytest
 from tts.budgets.online import (
     OnlineAllocator,
     OnlinePolicy,
-    OnlineSequence,
     cut_call,
     decided,
     plan_round,
     stopping_stages,
     vote_confidence,
 )
+from tts.budgets.online_replay import OnlineSequence
 
 
 def _drive(alloc, answer, cost, worst):

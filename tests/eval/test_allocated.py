@@ -242,7 +242,8 @@ def test_replay_of_the_runs_samples_makes_the_runs_decisions(tmp_path):
     the run does (the scripted backend's exact prompt length plus max_tokens per sample). Each
     problem is padded to n_max samples, so that the replay may go as far as the run could have.
     """
-    from tts.budgets.online import OnlinePolicy, OnlineSequence
+    from tts.budgets.online import OnlinePolicy
+    from tts.budgets.online_replay import OnlineSequence
     from tts.budgets.replay import replay_prefixes
 
     budget, n_max, chunk, max_tokens = 20 * 60 * 12, 24, 3, 64

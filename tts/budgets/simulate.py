@@ -35,8 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from tts.benchmarks.pool import ModelPool
 from tts.budgets import difficulty as dif
 from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
-from tts.budgets.online import OnlinePolicy, OnlineSequence, within_each
-from tts.budgets.replay import PrefixReplay, fit_bin_curves, random_orders, replay_prefixes
+from tts.budgets.online import OnlinePolicy
+from tts.budgets.online_replay import OnlineSequence, within_each
+from tts.budgets.replay import (
+    PrefixReplay,
+    fit_bin_curves,
+    random_orders,
+    replay_prefixes,
+)
 
 logger = logging.getLogger(__name__)
 
