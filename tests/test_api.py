@@ -85,3 +85,16 @@ def test_solve_opens_and_closes_cheap_backends_per_call_and_never_closes_a_passe
     gen = ScriptedGenerator({"q0": {"4": 0.9}})
     tts.solve("What is 2 + 2?", n=2, generator=gen)
     assert len(closed) == 1
+
+
+def test_evaluate_runs_an_allocation_section_instead_of_ignoring_it(tmp_path):
+    spec = {"data": {"benchmark": "demo", "limit": 4}, "backend": {"kind": "scripted"},
+            "sampling": {"max_tokens": 48}, "allocation": {"budget": 3000, "n_max": 8}}
+    result = tts.evaluate(spec, tmp_path / "a")
+    assert {r.config for r in result.rows} == {"allocated-online@3000tokens"}
+    assert all(r.allocation is not None and r.budget_spent is not None for r in result.rows)
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    with pytest.raises(ValueError, match="allocation section, which run_eval would ignore"):
+        run_eval(EvalConfig.model_validate(spec), tmp_path / "b")

@@ -100,9 +100,18 @@ def solve(
 
 
 def evaluate(config: Any, out: str | Path, **kwargs: Any) -> Any:
-    """Run ``tts eval`` from Python: ``config`` is an EvalConfig or a dict of its fields."""
+    """Run ``tts eval`` from Python: ``config`` is an EvalConfig or a dict of its fields.
+
+    A config with an ``allocation`` section runs budget-allocated self-consistency, as
+    ``tts eval --allocate`` does; otherwise every configured strategy runs at its fixed settings.
+    """
     from tts.config import EvalConfig
-    from tts.eval.runner import run_eval
 
     cfg = config if isinstance(config, EvalConfig) else EvalConfig.model_validate(config)
+    if cfg.allocation is not None:
+        from tts.eval.allocated import run_allocated_eval
+
+        return run_allocated_eval(cfg, Path(out), **kwargs)
+    from tts.eval.runner import run_eval
+
     return run_eval(cfg, Path(out), **kwargs)

@@ -112,6 +112,9 @@ def run_eval(
     from tts.backends.factory import create_generator
 
     start = time.perf_counter()
+    if config.allocation is not None:
+        raise ValueError("this config has an allocation section, which run_eval would ignore; run it with "
+                         "tts.eval.allocated.run_allocated_eval (or tts.evaluate, or tts eval --allocate)")
     # 1. Problems and prompt.
     bench, loaded = load_problems(config, problems)
     prompt = bench.prompt
