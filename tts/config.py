@@ -80,6 +80,39 @@ StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(p
 """A field type that accepts any registered strategy's config (dispatched on ``kind``)."""
 
 
+class VerifierConfigBase(_Frozen):
+    """What every verifier config has: its registry name. Each verifier module defines its own
+    subclass (``kind: Literal[name]`` plus its knobs), found through the verifier registry."""
+
+    kind: str
+    """Registry name of the verifier (``tts.registry.VERIFIERS``)."""
+    aggregation: Literal["last", "min", "prod", "mean"] = "min"
+    """How step scores become one solution score (process verifiers)."""
+
+
+def parse_verifier_config(value: Any) -> VerifierConfigBase:
+    """A verifier config from a dict, a bare name (``"arithmetic"``) or an existing config.
+
+    Raises:
+        ValueError: No ``kind``, an unknown one, or fields the verifier's config refuses.
+    """
+    from tts.registry import VERIFIERS
+
+    if isinstance(value, VerifierConfigBase):
+        return value
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping) or "kind" not in value:
+        raise ValueError(f"a verifier config is a name or a mapping with a 'kind' (one of: "
+                         f"{', '.join(VERIFIERS.names())}), got {value!r}")
+    cls = VERIFIERS.load(VERIFIERS.check(str(value["kind"]))).config_class
+    return cls.model_validate(dict(value))
+
+
+VerifierConfig = Annotated[SerializeAsAny[VerifierConfigBase], BeforeValidator(parse_verifier_config)]
+"""A field type that accepts any registered verifier's config (dispatched on ``kind``)."""
+
+
 class VLLMBackendConfig(_Frozen):
     """An offline vLLM engine in this process (each generator owns one; see tts.backends.vllm)."""
 

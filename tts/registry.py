@@ -82,6 +82,12 @@ STRATEGIES = Registry(
     },
 )
 
+VERIFIERS = Registry(
+    "verifier",
+    {
+    },
+)
+
 BACKENDS = Registry(
     "backend",
     {
