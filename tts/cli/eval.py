@@ -66,7 +66,10 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
         for n in ns:
             if n < 1:
                 raise fail(f"-n must be at least 1 (got {n}): it is the number of samples per problem.")
-        strategies = [{"kind": name, "n": n} for name in names for n in ns]
+        # A strategy's other settings from the YAML file survive a ladder given on the command line.
+        knobs = {s["kind"]: {k: v for k, v in s.items() if k != "n"} for s in strategies or []}
+        strategies = [{**knobs.get(name, {}), "kind": name, "n": n} for name in names for n in ns]
+    strategies = _apply_strategy_flags(strategies, opts)
     merged = {**base, "data": data, "backend": backend, "sampling": sampling, "strategies": strategies}
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
@@ -75,6 +78,32 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     if allocation is not None:
         merged["allocation"] = allocation
     return EvalConfig.model_validate(merged)
+
+
+_STRATEGY_FLAGS = (("verifier", "verifier", "--verifier"), ("beam_width", "beam_width", "--beam-width"),
+                   ("max_depth", "max_depth", "--max-depth"))
+
+
+def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
+    """Set each strategy knob given as a flag on every strategy whose config has that setting.
+
+    A flag that no configured strategy takes is refused (it would be silently ignored).
+    """
+    from tts.registry import STRATEGIES
+
+    out = [dict(s) for s in strategies]
+    for field, key, flag in _STRATEGY_FLAGS:
+        value = opts.get(key)
+        if value is None:
+            continue
+        takers = [s for s in out if field in STRATEGIES.load(s["kind"]).config_class.model_fields]
+        if not takers:
+            able = [n for n in STRATEGIES.names() if field in STRATEGIES.load(n).config_class.model_fields]
+            raise fail(f"{flag} applies to {', '.join(able) or 'no registered strategy'}; none of the strategies "
+                       f"given ({', '.join(sorted({s['kind'] for s in out}))}) has that setting.")
+        for s in takers:
+            s[field] = value
+    return out
 
 
 _ALLOCATION_FLAGS = (("mode", "allocate_mode", "--allocate-mode"), ("budget", "budget", "--budget"),
@@ -197,7 +226,10 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
 def eval_command(
     benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="demo, math500, aime2024, aime2025, amc2023, gsm8k, jsonl."),
     strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable; a registered strategy (`tts strategies` lists them)."),
-    n: list[int] | None = typer.Option(None, "-n", help="Samples per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
+    n: list[int] | None = typer.Option(None, "-n", help="Samples (search: candidates) per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
+    verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
+    beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: candidates kept per step."),
+    max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),
@@ -227,7 +259,8 @@ def eval_command(
                 data=data, id_field=id_field, question_field=question_field, answer_field=answer_field,
                 limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
-                chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max)
+                chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, verifier=verifier, beam_width=beam_width,
+                max_depth=max_depth)
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)
