@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tts.cli import budget, cost, eval as eval_cmd, models, strategies
+from tts.cli import budget, cost, eval as eval_cmd, models, show, strategies
 
 app = typer.Typer(
     name="tts",
@@ -22,6 +22,7 @@ app = typer.Typer(
 )
 app.command("eval")(eval_cmd.eval_command)
 app.command("strategies")(strategies.strategies_command)
+app.command("show")(show.show_command)
 app.add_typer(models.app, name="models", help="Prepare models for the engine (GGUF -> safetensors).")
 app.add_typer(cost.app, name="cost", help="Price a strategy in FLOPs, bytes, eFLOPs and GPU-seconds.")
 app.add_typer(budget.app, name="budget", help="Budget allocation: replay the allocator on a sample pool.")

@@ -1,0 +1,80 @@
+"""``tts show RUN PROBLEM_ID``: one problem's results in a run, as a reader wants to see them.
+
+For every strategy config of the run: the answer, the gold and the outcome; a voting trace as
+its votes (answer, weight, share) and its samples; a search trace as its tree (each node's step,
+score and whether the search kept it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tts.cli.errors import fail, user_errors
+
+
+def _short(text: str, width: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _tree(nodes: list[dict[str, Any]]) -> Any:
+    from rich.tree import Tree
+
+    root = Tree("[bold]search tree[/] (score; [green]kept[/] / [dim]pruned[/])")
+    by_id: dict[Any, Any] = {}
+    for node in sorted(nodes, key=lambda n: (n.get("depth", 0), str(n.get("id")))):
+        score = node.get("score")
+        label = f"{'-' if score is None else f'{score:.2f}'}  {_short(node.get('text', ''), 70)}"
+        label = f"[green]{label}[/]" if node.get("kept") else f"[dim]{label}[/]"
+        parent = by_id.get(node.get("parent"), root)
+        by_id[node.get("id")] = parent.add(label)
+    return root
+
+
+def show_command(
+    run: Path = typer.Argument(..., help="Run directory (holding results.jsonl)."),
+    problem_id: str = typer.Argument(..., help="Problem id, as in the run's results."),
+    config: str | None = typer.Option(None, "--config", "-c", help="Only this strategy config label (e.g. self_consistency@16)."),
+    samples: int = typer.Option(8, "--samples", help="Samples to list per config (0: none)."),
+) -> None:
+    """Show one problem of a run: answers, votes, samples and search trees."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tts.benchmarks.append_log import read_append_log
+    from tts.eval.rows import ResultRow
+
+    with user_errors():
+        path = run / "results.jsonl" if run.is_dir() else run
+        if not path.is_file():
+            raise fail(f"{path} does not exist; pass a tts eval run directory.")
+        rows = [ResultRow.model_validate(r) for r in read_append_log(path) if r.get("problem_id") == problem_id]
+    if config:
+        rows = [r for r in rows if r.config == config]
+    if not rows:
+        raise fail(f"no results for problem {problem_id!r}{f' and config {config!r}' if config else ''} in {path}.")
+    console = Console()
+    for row in rows:
+        colour = {"correct": "green", "wrong": "red"}.get(row.outcome, "yellow")
+        console.rule(f"[bold]{row.config}[/]  answer {row.answer!r}  gold {row.gold!r}  [{colour}]{row.outcome}[/]")
+        console.print(f"confidence {row.confidence:.2f}, pass@n {row.coverage}, {row.usage.total_tokens:,} tokens, "
+                      f"{row.usage.calls} engine call(s)")
+        trace = row.trace
+        if trace.get("votes"):
+            total = sum(trace["votes"].values()) or 1.0
+            table = Table("answer", "votes", "share", title="votes")
+            for answer, weight in sorted(trace["votes"].items(), key=lambda kv: -kv[1]):
+                table.add_row(answer, f"{weight:.3g}", f"{weight / total:.2f}")
+            console.print(table)
+        if trace.get("tree"):
+            console.print(_tree(list(trace["tree"])))
+        listed = trace.get("samples", [])[:samples]
+        if listed:
+            table = Table("#", "answer", "outcome", "tokens", "text", title=f"samples (first {len(listed)})")
+            for i, s in enumerate(listed):
+                table.add_row(str(i), str(s.get("answer")), str(s.get("outcome", "")), str(s.get("completion_tokens")),
+                              _short(s.get("text", "")))
+            console.print(table)
