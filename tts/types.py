@@ -40,12 +40,16 @@ class RequestShape:
         batch_sequences: Sequences the engine ran together with this request (all samples of
             all requests of the same engine call; 0 = unknown). Decode steps read the weights once
             for the whole batch, so the cost model shares that read among them.
+        model: The model that served the request when it is not the run's policy model (a PRM, a
+            judge on another model, a member of a collaboration graph); "" = the policy. The
+            ledger prices each request on its own model's architecture.
     """
 
     prompt_tokens: int
     cached_prompt_tokens: int
     completion_tokens: tuple[int, ...]
     batch_sequences: int = 0
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,3 +31,16 @@ def test_requests_batched_in_one_engine_call_share_the_weight_reads():
     # Decode steps read the weights once for all 64 sequences (prefill still reads them once).
     assert batched.weight_bytes < alone.weight_bytes / 8
     assert batched.flops == alone.flops and batched.kv_bytes == alone.kv_bytes
+
+
+def test_a_request_served_by_another_model_is_priced_on_that_models_architecture():
+    from tts.types import RequestShape, Usage
+
+    cm = cost_model_for("smollm2-135m", "h100")
+    big = cost_model_for("qwen3-8b", "h100")
+    prm_pass = RequestShape(600, 0, (), 0, "qwen3-8b")  # a verifier's prefill on a bigger model
+    policy = RequestShape(100, 0, (40, 40), 2)
+    ledger = price_usages([("beam@2", Usage(shapes=(policy, prm_pass)))], cm)
+    expected = cm.cost_usage(Usage(shapes=(policy,))).eflops + big.cost_usage(Usage(shapes=(prm_pass,))).eflops
+    assert abs(ledger["beam@2"].cost.eflops - expected) < 1e-6 * expected
+    assert ledger["beam@2"].cost.eflops > 2 * cm.cost_usage(Usage(shapes=(policy, prm_pass))).eflops

@@ -23,7 +23,7 @@ def usage_from_json(data: Mapping[str, Any]) -> Usage:
     """Rebuild a Usage from its JSON form in results.jsonl."""
     shapes = tuple(
         RequestShape(int(s["prompt_tokens"]), int(s["cached_prompt_tokens"]), tuple(int(t) for t in s["completion_tokens"]),
-                     int(s.get("batch_sequences", 0)))
+                     int(s.get("batch_sequences", 0)), str(s.get("model", "")))
         for s in data.get("shapes", ())
     )
     return Usage(
@@ -59,17 +59,38 @@ class LedgerEntry:
 def price_usages(items: Iterable[tuple[str, Usage]], cost_model: CostModel) -> dict[str, LedgerEntry]:
     """Price each problem's usage and sum per strategy config.
 
+    Requests served by another model (``RequestShape.model``: a PRM, a judge) are priced on that
+    model's architecture on the same hardware; the rest on ``cost_model``'s.
+
     Args:
         items: (config label, one problem's Usage) pairs, e.g. from a run's result rows.
-        cost_model: The model + hardware to price on.
+        cost_model: The policy model + hardware to price on.
 
     Returns:
         config label -> LedgerEntry.
+
+    Raises:
+        ValueError: A request's model has no known architecture (the message says how to fix it).
     """
+    others: dict[str, CostModel] = {}
+
+    def price(usage: Usage) -> Cost:
+        parts = []
+        for shape in usage.shapes:
+            cm = cost_model
+            if shape.model:
+                if shape.model not in others:
+                    from tts.budgets.architecture import load_architecture
+
+                    others[shape.model] = CostModel(load_architecture(shape.model), cost_model.hardware)
+                cm = others[shape.model]
+            parts.append(cm.cost_usage(Usage(shapes=(shape,))))
+        return Cost.total(parts)
+
     costs: dict[str, list[Cost]] = {}
     walls: dict[str, float] = {}
     for config, usage in items:
-        costs.setdefault(config, []).append(cost_model.cost_usage(usage))
+        costs.setdefault(config, []).append(price(usage))
         walls[config] = walls.get(config, 0.0) + usage.wall_seconds
     return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k]) for k, v in costs.items()}
 
