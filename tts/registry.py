@@ -85,6 +85,9 @@ STRATEGIES = Registry(
 VERIFIERS = Registry(
     "verifier",
     {
+        "arithmetic": "tts.verifiers.arithmetic:ArithmeticVerifier",
+        "logprob": "tts.verifiers.confidence:LogprobVerifier",
+        "judge": "tts.verifiers.judge:LLMJudge",
     },
 )
 

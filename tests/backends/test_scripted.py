@@ -47,3 +47,44 @@ def test_without_a_seed_a_repeat_continues_the_stream_like_one_larger_request():
 def test_a_backend_without_logprob_support_returns_none_even_when_asked():
     gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0, returns_logprobs=False)
     assert gen.generate([_req(n=2, logprobs=True)])[0].completions[0].mean_logprob is None
+
+
+def test_token_logprobs_come_with_logprobs_and_average_to_the_mean():
+    gen = ScriptedGenerator({"p": {"4": 0.7, "5": 0.2}}, seed=0)
+    assert gen.generate([_req(n=2)])[0].completions[0].token_logprobs is None
+    for c in gen.generate([_req(n=8, logprobs=True)])[0].completions:
+        assert len(c.token_logprobs) == c.completion_tokens and all(lp <= 0 for lp in c.token_logprobs)
+        assert abs(sum(c.token_logprobs) / len(c.token_logprobs) - c.mean_logprob) < 1e-9
+    # asking for logprobs does not change the samples themselves
+    plain = ScriptedGenerator({"p": {"4": 0.7}}, seed=3).generate([_req(n=4)])[0].completions
+    with_lp = ScriptedGenerator({"p": {"4": 0.7}}, seed=3).generate([_req(n=4, logprobs=True)])[0].completions
+    assert [c.text for c in plain] == [c.text for c in with_lp]
+
+
+def _verdict_req(answer, **kw):
+    text = f"Problem:\nWhat is 2 + 2?\n\nSolution:\nThe answer is \\boxed{{{answer}}}.\n\nIs this solution correct? Answer Yes or No."
+    return GenerationRequest(messages=(Message("user", text),), key="p", **kw)
+
+
+def test_the_scripted_judge_says_yes_to_the_mode_more_often():
+    gen = ScriptedGenerator({"p": {"4": 0.6, "5": 0.3}}, seed=0)
+    right, wrong = gen.generate([_verdict_req("4", n=400, max_tokens=64), _verdict_req("5", n=400, max_tokens=64)])
+    share = [sum(c.text.endswith("Yes.") for c in r.completions) / 400 for r in (right, wrong)]
+    assert share[0] > 0.5 > share[1]
+    assert all(c.text.endswith(("Yes.", "No.", ".")) for c in right.completions)
+
+
+def test_the_scripted_judge_returns_first_token_top_logprobs_when_asked():
+    gen = ScriptedGenerator({"p": {"4": 0.6, "5": 0.3}}, seed=0)
+    c = gen.generate([_verdict_req("4", top_logprobs=3, temperature=0.0, max_tokens=1)])[0].completions[0]
+    assert set(c.first_token_top_logprobs) >= {"Yes", "No"} and len(c.first_token_top_logprobs) == 3
+    assert c.text == "Yes" and c.completion_tokens == 1  # greedy takes the likelier verdict
+    assert gen.generate([_verdict_req("4")])[0].completions[0].first_token_top_logprobs is None
+    assert gen.generate([_req(top_logprobs=3)])[0].completions[0].first_token_top_logprobs is None  # not a verdict
+
+
+def test_top_logprobs_is_bounded():
+    import pytest
+
+    with pytest.raises(ValueError, match="top_logprobs"):
+        _req(top_logprobs=21)

@@ -147,3 +147,19 @@ def test_n1_evaluated_from_a_shared_draw_costs_what_n1_drawn_alone_costs(tmp_pat
         assert s.trace["samples"][0]["text"] == r.trace["samples"][0]["text"]  # same first sample
         assert s.usage.shapes[0].batch_sequences == r.usage.shapes[0].batch_sequences
         assert abs(cm.cost_usage(s.usage).eflops - cm.cost_usage(r.usage).eflops) < 1e-9 * cm.cost_usage(r.usage).eflops
+
+
+def test_events_inside_a_strategy_are_summed_per_config_in_the_summary():
+    from tts.eval.report import summarize
+    from tts.eval.rows import ResultRow
+    from tts.types import Usage
+
+    def row(pid, events):
+        return ResultRow(problem_id=pid, config="beam@4", strategy={"kind": "self_consistency", "n": 4}, model="m",
+                         backend="scripted", answer=None, gold="1", outcome="no_answer", correct=False,
+                         coverage=False, confidence=0.0, usage=Usage(),
+                         trace={"strategy": "beam", "samples": [], "events": events})
+
+    (summary,) = summarize([row("a", {"verifier_error": 2, "forced_answer": 1}), row("b", {"forced_answer": 3}),
+                            row("c", {})])
+    assert summary.events == {"forced_answer": 4, "verifier_error": 2}

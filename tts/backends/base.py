@@ -9,8 +9,9 @@ prompt prefixes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tts.types import RequestShape, Usage
@@ -22,6 +23,11 @@ class Message:
 
     role: str
     content: str
+
+
+MAX_TOP_LOGPROBS = 20
+"""Most first-token alternatives a request may ask for (vLLM's default ``max_logprobs`` and the
+OpenAI API's ``top_logprobs`` limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +42,11 @@ class GenerationRequest:
         max_tokens: Cap on generated tokens per sample.
         stop: Strings that end a sample (not included in the text).
         seed: Per-request seed, where the backend supports it (see each backend's notes).
-        logprobs: Ask for token log-probabilities (fills ``Completion.mean_logprob``).
+        logprobs: Ask for token log-probabilities (fills ``Completion.mean_logprob`` and
+            ``Completion.token_logprobs``).
+        top_logprobs: Ask for the ``top_logprobs`` most likely first tokens of each completion
+            with their log-probabilities (fills ``Completion.first_token_top_logprobs``; an LLM
+            judge reads P("Yes") there). 0: none. At most 20 (vLLM's and OpenAI's limit).
         continuation: A partial assistant message to continue rather than start a new one
             (step-wise search continues a partial solution this way).
         key: The caller's label for the request (usually the problem id); backends that need a
@@ -53,8 +63,12 @@ class GenerationRequest:
     logprobs: bool = False
     continuation: str = ""
     key: str = ""
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(
+                f"GenerationRequest.top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {self.top_logprobs}")
         if self.n < 1:
             raise ValueError(f"GenerationRequest.n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
@@ -63,12 +77,25 @@ class GenerationRequest:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One sampled continuation: text, its token count, mean token logprob, why it stopped."""
+    """One sampled continuation: text, its token count, mean token logprob, why it stopped.
+
+    Args:
+        text: The generated text.
+        completion_tokens: Generated tokens.
+        mean_logprob: Mean log-probability of the generated tokens (when logprobs were asked).
+        finish_reason: "stop", "length", ...
+        token_logprobs: Log-probability of each generated token, in order (when logprobs were
+            asked and the backend returns them); DeepConf-style confidences need them.
+        first_token_top_logprobs: The most likely first tokens (decoded text -> logprob; tokens
+            that decode alike are merged) when ``top_logprobs`` was asked.
+    """
 
     text: str
     completion_tokens: int
     mean_logprob: float | None = None
     finish_reason: str | None = None
+    token_logprobs: tuple[float, ...] | None = None
+    first_token_top_logprobs: dict[str, float] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +119,21 @@ class Generator(Protocol):
     def close(self) -> None:
         """Release the engine, server connection or worker processes."""
         ...
+
+
+def merge_top_logprobs(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``{decoded token: logprob}`` from (token, logprob) pairs; tokens that decode to the same
+    text (two ids for "Yes") are merged by adding their probabilities."""
+    merged: dict[str, float] = {}
+    for token, logprob in pairs:
+        lp = float(logprob)
+        merged[token] = lp if token not in merged else _logaddexp(merged[token], lp)
+    return merged
+
+
+def _logaddexp(a: float, b: float) -> float:
+    hi, lo = max(a, b), min(a, b)
+    return hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
 
 
 def count_prompt_tokens(generator: object, request: GenerationRequest) -> int | None:

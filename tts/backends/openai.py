@@ -4,7 +4,8 @@ Uses the official ``openai`` client, which retries 429 / 5xx / connection errors
 back-off (``max_retries``) and enforces a per-request ``timeout``. Requests of one batch run
 concurrently in a thread pool; results come back in request order. A partial assistant message is
 continued with vLLM's ``continue_final_message`` chat extension. Logprobs are always requested
-(top 0): they give each choice's token count and mean logprob, which the usage ledger needs.
+(top 0 unless a request asks for ``top_logprobs``): they give each choice's token count and mean
+logprob, which the usage ledger needs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tts.backends.base import (
     Completion,
     GenerationRequest,
     GenerationResult,
+    merge_top_logprobs,
     request_usage,
 )
 from tts.config import OpenAIBackendConfig
@@ -73,7 +75,7 @@ class OpenAIGenerator:
             stop=list(req.stop) or None,
             seed=req.seed,
             logprobs=True,
-            top_logprobs=0,
+            top_logprobs=req.top_logprobs,
             extra_body=extra or None,
         )
         wall = time.perf_counter() - start
@@ -82,7 +84,12 @@ class OpenAIGenerator:
             content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
             n_tok = len(content)
             mean_lp = sum(t.logprob for t in content) / n_tok if n_tok else None
-            completions.append(Completion(choice.message.content or "", n_tok, mean_lp, choice.finish_reason))
+            token_lps = tuple(float(t.logprob) for t in content) if n_tok else None
+            first_top = None
+            if req.top_logprobs and content:
+                first_top = merge_top_logprobs((t.token, t.logprob) for t in (content[0].top_logprobs or ()))
+            completions.append(Completion(choice.message.content or "", n_tok, mean_lp, choice.finish_reason,
+                                          token_lps, first_top))
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         details = getattr(usage, "prompt_tokens_details", None) if usage else None

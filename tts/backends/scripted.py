@@ -7,6 +7,17 @@ request that carries a seed returns the same samples every time it is sent with 
 caller that resends a seed sees its samples repeat in tests exactly as it would on such an engine.
 A request without a seed continues the backend's random stream instead (fresh samples on a
 repeat, like an engine-level seed). The backend's own ``seed`` changes every draw.
+
+It also plays an LLM judge, so that verifiers that ask the policy model for a verdict can be
+tested: a request whose last message asks for "Yes or No" is a *verdict request*. The judged
+answer is the last ``\\boxed{...}`` in that message; the probability of "Yes" is drawn high
+(0.55-0.95) when it is the mode of the key's distribution, low (0.05-0.45) when it is another
+answer and in between (0.2-0.6) when there is none, fixed per judged text. With
+:meth:`ScriptedGenerator.for_problems` at accuracy above ~0.34 the mode is the gold answer, so
+the judge is informative (right answers get higher P(Yes) on average) but noisy. The verdict's
+first-token top logprobs (``top_logprobs``) put ``verdict_mass`` on "Yes"/"No"; sampled
+verdicts end in "Yes." or "No." (greedy: the likelier one). Other requests get no first-token
+alternatives.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,11 +34,23 @@ from tts.backends.base import Completion, GenerationRequest, GenerationResult, r
 from tts.types import Problem
 
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
+_VERDICT_REQUEST = re.compile(r"\byes\s+or\s+no\b", re.IGNORECASE)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+# First tokens a judge puts its remaining probability on when it does not answer Yes/No at once.
+_OTHER_FIRST_TOKENS = ("The", "I", "To", "Let", "This")
 
 
 def _rng(*parts: object) -> random.Random:
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "little"))
+
+
+def _token_logprobs(mean_logprob: float, tokens: int, rng: random.Random) -> tuple[float, ...]:
+    """Per-token logprobs whose mean is ``mean_logprob``: a few uncertain tokens among confident
+    ones (exponential weights), all <= 0, as a real sample's are."""
+    weights = [rng.expovariate(1.0) for _ in range(tokens)]
+    scale = tokens / (sum(weights) or 1.0)
+    return tuple(mean_logprob * w * scale for w in weights)
 
 
 class ScriptedGenerator:
@@ -42,6 +66,8 @@ class ScriptedGenerator:
         model_name: Name reported in results.
         returns_logprobs: Whether logprobs come back when asked (False mimics a server without
             logprob support).
+        verdict_mass: Share of a verdict's first-token probability on "Yes"/"No" (0 mimics a
+            judge model that never answers with either).
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -56,7 +82,10 @@ class ScriptedGenerator:
         prompt_tokens_per_char: float = 0.25,
         model_name: str = "scripted",
         returns_logprobs: bool = True,
+        verdict_mass: float = 0.9,
     ) -> None:
+        if not 0.0 <= verdict_mass <= 1.0:
+            raise ValueError(f"verdict_mass must be in [0, 1], got {verdict_mass}")
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
             total = sum(dist.values())
@@ -68,6 +97,7 @@ class ScriptedGenerator:
         self.prompt_tokens_per_char = prompt_tokens_per_char
         self.model_name = model_name
         self.returns_logprobs = returns_logprobs
+        self.verdict_mass = verdict_mass
         self._seen_prefixes: set[str] = set()
         # Samples already drawn per (key, prompt) by requests without a seed: a repeat continues
         # the stream rather than replaying it, as an engine-level random state would.
@@ -122,11 +152,54 @@ class ScriptedGenerator:
         # Confident (high logprob) samples are somewhat more often the distribution's mode.
         mode = max(dist, key=dist.get) if dist else None
         mean_lp = -rng.uniform(0.05, 0.6) - (0.0 if answer == mode else 0.25)
+        logprobs = req.logprobs and self.returns_logprobs
         return Completion(
             text=text,
             completion_tokens=tokens,
-            mean_logprob=mean_lp if req.logprobs and self.returns_logprobs else None,
+            mean_logprob=mean_lp if logprobs else None,
             finish_reason="length" if length_capped else "stop",
+            token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+        )
+
+    def p_yes(self, req: GenerationRequest, prompt: str) -> float:
+        """The scripted judge's probability that the text a verdict request judges is right."""
+        dist = self.distributions.get(req.key, self.default)
+        mode = max(dist, key=dist.get) if dist else None
+        boxed = _BOXED.findall(req.messages[-1].content + req.continuation) if req.messages else []
+        answer = boxed[-1].strip() if boxed else None
+        low, high = (0.2, 0.6) if answer is None else (0.55, 0.95) if answer == mode else (0.05, 0.45)
+        return _rng(self.seed, "verdict", req.key, prompt).uniform(low, high)
+
+    def _verdict(self, req: GenerationRequest, index: int, prompt: str) -> Completion:
+        rng = _rng(self.seed, "verdict-sample", req.key, req.seed, req.temperature, prompt, index)
+        p = self.p_yes(req, prompt)
+        yes_mass, no_mass = self.verdict_mass * p, self.verdict_mass * (1 - p)
+        other = (1.0 - self.verdict_mass) / len(_OTHER_FIRST_TOKENS)
+        choices = {"Yes": yes_mass, "No": no_mass, **dict.fromkeys(_OTHER_FIRST_TOKENS, other)}
+        if req.temperature == 0:
+            first = max(choices, key=lambda t: choices[t])
+        else:
+            first = rng.choices(list(choices), weights=list(choices.values()))[0]
+        if req.max_tokens <= 2:
+            text, tokens = first, 1
+        else:
+            verdict = first if first in ("Yes", "No") else None
+            words = [rng.choice(_FILLER) for _ in range(min(req.max_tokens - 4, rng.randint(6, 40)))]
+            text = " ".join(words) + (f". {verdict}." if verdict else ".")
+            tokens = min(req.max_tokens, len(words) + 3)
+        mean_lp = math.log(max(choices[first], 1e-9)) / tokens - rng.uniform(0.05, 0.4)
+        top = None
+        if req.top_logprobs and self.returns_logprobs:
+            ranked = sorted(((t, q) for t, q in choices.items() if q > 0), key=lambda tq: -tq[1])
+            top = {t: math.log(q) for t, q in ranked[: req.top_logprobs]}
+        logprobs = req.logprobs and self.returns_logprobs
+        return Completion(
+            text=text,
+            completion_tokens=tokens,
+            mean_logprob=mean_lp if logprobs else None,
+            finish_reason="stop",
+            token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+            first_token_top_logprobs=top,
         )
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
@@ -145,7 +218,8 @@ class ScriptedGenerator:
                 self._drawn[(req.key, prompt)] = offset + req.n
             else:
                 offset = 0  # a seeded request is reproducible: same seed, same samples
-            completions = tuple(self._sample(req, offset + i, prompt) for i in range(req.n))
+            draw = self._verdict if req.messages and _VERDICT_REQUEST.search(req.messages[-1].content) else self._sample
+            completions = tuple(draw(req, offset + i, prompt) for i in range(req.n))
             prompt_tokens = self.prompt_tokens(req)
             cached = prompt_tokens if prompt in self._seen_prefixes else 0
             self._seen_prefixes.add(prompt)

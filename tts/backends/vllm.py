@@ -40,6 +40,7 @@ from tts.backends.base import (
     Completion,
     GenerationRequest,
     GenerationResult,
+    merge_top_logprobs,
     request_usage,
     split_wall_time,
 )
@@ -213,6 +214,29 @@ def _release_front_end_caches() -> None:
         cache_clear()
 
 
+def _token_logprobs(
+    output: Any, request: GenerationRequest,
+) -> tuple[tuple[float, ...] | None, dict[str, float] | None]:
+    """(logprob of each generated token, first position's top tokens) of one vLLM completion.
+
+    ``output.logprobs`` holds one ``{token_id: Logprob}`` per generated position (a list, or
+    vLLM's FlatLogprobs, which indexes the same way); each holds the sampled token and, when
+    ``top_logprobs`` was asked, the top k.
+    """
+    positions = output.logprobs
+    if not positions:
+        return None, None
+    token_lps = None
+    if request.logprobs:
+        token_lps = tuple(float(pos[tid].logprob) for tid, pos in zip(output.token_ids, positions, strict=False))
+    first_top = None
+    if request.top_logprobs and positions[0]:
+        first_top = merge_top_logprobs(
+            (lp.decoded_token if lp.decoded_token is not None else str(tid), lp.logprob)
+            for tid, lp in positions[0].items())
+    return token_lps, first_top
+
+
 class VLLMGenerator:
     """Generator on an offline vLLM engine that it owns.
 
@@ -289,7 +313,8 @@ class VLLMGenerator:
             top_p=request.top_p,
             max_tokens=request.max_tokens,
             stop=list(request.stop) or None,
-            logprobs=0 if request.logprobs else None,
+            # k > 0 returns the top k of every position (with the sampled token); 0 only the sampled one.
+            logprobs=request.top_logprobs or (0 if request.logprobs else None),
             # CPU: a seeded request kills the engine once its prefill is chunked (module docstring).
             seed=request.seed if self.on_gpu else None,
         )
@@ -322,7 +347,8 @@ class VLLMGenerator:
                 mean_lp = None
                 if req.logprobs and c.cumulative_logprob is not None and n_tok:
                     mean_lp = c.cumulative_logprob / n_tok
-                completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason))
+                token_lps, first_top = _token_logprobs(c, req)
+                completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason, token_lps, first_top))
             usage = request_usage(
                 len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w,
                 batch_sequences=sum(r.n for r in requests),

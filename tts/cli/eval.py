@@ -184,8 +184,9 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     ledger, why = _ledger(result, model, gpu)
     table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
     ungraded = any(s.ungraded for s in result.summaries)
-    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer"] + (["ungraded"] if ungraded else []) + [
-        "tokens/pb"]
+    events = any(s.events for s in result.summaries)
+    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer"] + (["ungraded"] if ungraded else []) + (
+        ["events"] if events else []) + ["tokens/pb"]
     if ledger:
         cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
     cols.append("wall s")
@@ -199,6 +200,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
             f"{s.coverage:.3f}",
             f"{s.no_answer_rate:.3f}",
             *([str(s.ungraded)] if ungraded else []),
+            *([str(sum(s.events.values()))] if events else []),
             f"{s.tokens_per_problem:,.0f}",
         ]
         if ledger:
@@ -215,6 +217,11 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
                   "pass@n: a correct answer among the n samples (coverage); /pb: per problem; wall s: measured here.")
     if why:
         console.print(why)
+    if events:
+        for s in result.summaries:
+            if s.events:
+                console.print(f"events in {s.config}: " + ", ".join(f"{k} {v}" for k, v in s.events.items())
+                              + " (the run went on: such candidates scored lowest or had their answer forced)")
     if ungraded:
         console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
                       "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")

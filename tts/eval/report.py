@@ -36,9 +36,20 @@ class ConfigSummary:
     ungraded: int
     """Answers whose grading could not finish (timed out, or the grader's worker died); counted
     as not correct in ``accuracy`` and shown so that a reader knows."""
+    events: dict[str, int]
+    """Things that went wrong inside a strategy without ending the run (verifier errors,
+    invalid scores, empty steps, forced answers), summed over problems by kind."""
     tokens_per_problem: float
     completion_tokens_per_problem: float
     wall_seconds: float
+
+
+def _sum_events(rows: list[ResultRow]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for r in rows:
+        for kind, count in (r.trace.get("events") or {}).items():
+            total[kind] = total.get(kind, 0) + int(count)
+    return {k: v for k, v in sorted(total.items()) if v}
 
 
 def summarize(rows: Iterable[ResultRow]) -> list[ConfigSummary]:
@@ -64,6 +75,7 @@ def summarize(rows: Iterable[ResultRow]) -> list[ConfigSummary]:
                 coverage=sum(1 for r in rs if r.coverage) / k,
                 no_answer_rate=sum(1 for r in rs if r.outcome == "no_answer") / k,
                 ungraded=sum(1 for r in rs if r.outcome == "ungraded"),
+                events=_sum_events(rs),
                 tokens_per_problem=sum(r.usage.total_tokens for r in rs) / k,
                 completion_tokens_per_problem=sum(r.usage.completion_tokens for r in rs) / k,
                 wall_seconds=sum(r.usage.wall_seconds for r in rs),

@@ -1,0 +1,177 @@
+import math
+
+import pytest
+
+from tts.backends.base import Completion, GenerationResult
+from tts.backends.scripted import ScriptedGenerator
+from tts.config import parse_verifier_config
+from tts.types import Problem, Usage
+from tts.verifiers.base import Verifier, VerifyItem, build_verifier
+from tts.verifiers.judge import JudgeConfig, LLMJudge, final_verdict, p_yes
+
+PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
+
+
+class Counting:
+    """Wraps a generator and records the size of every generate call."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.model_name = inner, [], inner.model_name
+
+    def generate(self, requests):
+        self.calls.append(list(requests))
+        return self.inner.generate(requests)
+
+    def close(self):
+        self.inner.close()
+
+
+def _generator(**kwargs):
+    return Counting(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.5, **kwargs))
+
+
+def _items():
+    """A right and a wrong finished solution per problem, alternating."""
+    items = []
+    for p in PROBLEMS:
+        for answer in (p.answer, str(int(p.answer) + 1)):
+            steps = ("We add the two numbers.", f"The answer is \\boxed{{{answer}}}.")
+            items.append(VerifyItem(p, steps, finished=True))
+    return items
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def test_one_generate_call_for_a_batch_and_scores_in_order():
+    gen = _generator()
+    judge = LLMJudge(JudgeConfig(), gen)
+    scores = judge.score(_items())
+    assert len(gen.calls) == 1 and len(gen.calls[0]) == len(PROBLEMS) * 2
+    assert all(0.0 <= s.score <= 1.0 and s.step_scores == () for s in scores)
+    assert all(r.top_logprobs > 0 and r.max_tokens == 1 for r in gen.calls[0])
+
+
+def test_right_solutions_get_higher_p_yes_than_wrong_ones():
+    scores = LLMJudge(JudgeConfig(), _generator()).score(_items())
+    right, wrong = [s.score for s in scores[0::2]], [s.score for s in scores[1::2]]
+    assert _mean(right) > _mean(wrong) + 0.2
+
+
+def test_usage_is_the_judges_generation_per_item():
+    gen = _generator()
+    scores = LLMJudge(JudgeConfig(), gen).score(_items())
+    assert all(s.usage.calls == 1 and s.usage.completion_tokens == 1 and s.usage.prompt_tokens > 0 for s in scores)
+    assert all(shape.model == "" for s in scores for shape in s.usage.shapes)  # the policy served it
+
+
+def test_no_yes_or_no_token_scores_half_and_is_counted_invalid():
+    for gen in (_generator(verdict_mass=0.0), _generator(returns_logprobs=False)):
+        scores = LLMJudge(JudgeConfig(), gen).score(_items()[:4])
+        assert [s.score for s in scores] == [0.5] * 4 and [s.invalid for s in scores] == [1] * 4
+
+
+def test_votes_score_the_share_of_reasoned_verdicts_ending_in_yes():
+    gen = _generator()
+    scores = LLMJudge(JudgeConfig(votes=5), gen).score(_items())
+    assert len(gen.calls) == 1 and all(r.n == 5 and r.temperature > 0 for r in gen.calls[0])
+    sure = LLMJudge(JudgeConfig(votes=5), _generator(verdict_mass=1.0)).score(_items())  # every vote decides
+    assert all(s.score * 5 == pytest.approx(round(s.score * 5)) and not s.invalid for s in sure)
+    right, wrong = [s.score for s in scores[0::2]], [s.score for s in scores[1::2]]
+    assert _mean(right) > _mean(wrong) + 0.2
+    assert all(s.usage.completion_tokens > 5 for s in scores)
+
+
+def test_per_step_judges_every_prefix_in_the_same_single_call():
+    gen = _generator()
+    judge = LLMJudge(JudgeConfig(per_step=True, aggregation="last"), gen)
+    items = _items()[:6]
+    scores = judge.score(items)
+    assert len(gen.calls) == 1
+    # the first step is the same text for both solutions of a problem: judged once
+    assert len(gen.calls[0]) == 3 + 6
+    assert all(len(s.step_scores) == 2 and s.score == s.step_scores[-1] for s in scores)
+    assert sum(s.usage.calls for s in scores) == len(gen.calls[0])
+
+
+def test_verdicts_judged_before_are_reused_at_no_cost():
+    gen = _generator()
+    judge = LLMJudge(JudgeConfig(per_step=True), gen)
+    first = judge.score(_items()[:2])
+    again = judge.score(_items()[:2])
+    assert len(gen.calls) == 1 and [s.score for s in again] == [s.score for s in first]
+    assert all(s.usage == Usage() for s in again)
+    fresh = LLMJudge(JudgeConfig(per_step=True, reuse_verdicts=False), gen)
+    fresh.score(_items()[:2]), fresh.score(_items()[:2])
+    assert len(gen.calls) == 3
+
+
+def test_empty_solutions_are_not_sent():
+    gen = _generator()
+    scores = LLMJudge(JudgeConfig(), gen).score([VerifyItem(PROBLEMS[0], ())])
+    assert gen.calls == [] and scores[0].score == 0.5
+
+
+class NanJudge:
+    model_name = "nan"
+
+    def generate(self, requests):
+        return [GenerationResult((Completion("Yes", 1, first_token_top_logprobs={"Yes": math.nan, "No": math.inf}),),
+                                 Usage(calls=1)) for _ in requests]
+
+    def close(self):
+        pass
+
+
+def test_broken_logprobs_never_give_a_non_finite_score():
+    scores = LLMJudge(JudgeConfig(per_step=True), NanJudge()).score(_items()[:2])
+    assert all(math.isfinite(s.score) and 0 <= s.score <= 1 and s.invalid for s in scores)
+
+
+def test_built_through_the_registry_with_the_policy_or_its_own_backend():
+    policy = _generator()
+    judge = build_verifier(parse_verifier_config("judge"), policy)
+    assert isinstance(judge, LLMJudge) and isinstance(judge, Verifier) and judge.generator is policy
+    own = build_verifier(parse_verifier_config({"kind": "judge", "backend": {"kind": "scripted", "model": "judge-m"}}),
+                         policy)
+    assert own.generator is not policy
+    scores = own.score(_items()[:2])
+    assert all(shape.model == "judge-m" for s in scores for shape in s.usage.shapes)
+    own.close()
+    judge.close()  # must not close the policy's generator
+    assert LLMJudge(JudgeConfig(), policy).score(_items()[:1])
+
+
+def test_a_judge_needs_a_model():
+    with pytest.raises(ValueError, match="backend"):
+        LLMJudge.from_config(JudgeConfig(), None)
+
+
+def test_p_yes_merges_spellings_and_normalises_by_yes_and_no():
+    assert p_yes({" Yes": math.log(0.3), "yes": math.log(0.1), "No": math.log(0.4), "The": math.log(0.2)}) == \
+        pytest.approx(0.5)
+    assert p_yes({"The": -0.1, "I": -2.0}) is None and p_yes(None) is None and p_yes({}) is None
+
+
+def test_final_verdict_is_the_last_yes_or_no():
+    assert final_verdict("No wait, the sum is right. Yes.") is True
+    assert final_verdict("Yes the steps look fine but 3 + 4 is not 8. No") is False
+    assert final_verdict("Nothing to say.") is None  # "Nothing" is not "No"
+
+
+@pytest.mark.slow
+def test_judge_on_the_real_engine(vllm_generator, monkeypatch):
+    engine_calls = []
+    engine_generate = vllm_generator.llm.generate
+    monkeypatch.setattr(vllm_generator.llm, "generate",
+                        lambda *a, **k: engine_calls.append(1) or engine_generate(*a, **k))
+    items = [VerifyItem(Problem("d", "What is 3 + 8 + 5?"), ("3 + 8 = 11, 11 + 5 = 16. The answer is 16.",), True),
+             VerifyItem(Problem("d", "What is 3 + 8 + 5?"), ("3 + 8 = 11, 11 + 5 = 17. The answer is 17.",), True)]
+    captured = []
+    judge = LLMJudge(JudgeConfig(), vllm_generator)
+    monkeypatch.setattr(judge, "_read", lambda result: captured.append(result) or LLMJudge._read(judge, result))
+    scores = judge.score(items)
+    assert len(engine_calls) == 1
+    assert all(0.0 <= s.score <= 1.0 and s.usage.calls == 1 and s.usage.prompt_tokens > 0 for s in scores)
+    assert all(r.completions[0].first_token_top_logprobs for r in captured)

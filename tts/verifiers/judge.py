@@ -1,0 +1,238 @@
+"""The LLM judge: an LLM says whether a solution (or a step) is correct.
+
+Two ways to read the verdict:
+
+* **first-token probability** (default): ask "Is this solution correct? Answer Yes or No." and
+  read P("Yes") from the top logprobs of the judge's first generated token, normalised by the
+  Yes + No mass. One prefill and one decoded token per judged text (the "LLM-as-a-judge"
+  probability score; Zheng et al. 2023, "Judging LLM-as-a-Judge with MT-Bench and Chatbot Arena").
+* **votes** (``votes > 0``): GenRM-style (Zhang et al. 2024, "Generative Verifiers: Reward
+  Modeling as Next-Token Prediction"): sample V verdicts with reasoning at a temperature and
+  score by the share that end in Yes. It spends far more tokens and suits judges that must think
+  before they answer.
+
+The judge is the policy model by default (the generator the search already has), or a model of
+its own (``backend``). Every ``score()`` call sends all the texts it must judge, of all items, to
+the generator in ONE ``generate`` call. Verdicts are remembered per judged text, so a step judged
+in an earlier search round costs nothing again (``reuse_verdicts``). A judge whose reply carries
+neither Yes nor No scores 0.5 for that text and counts it as invalid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from tts.backends.base import GenerationRequest, GenerationResult, Generator, Message
+from tts.config import BackendConfig, VerifierConfigBase
+from tts.types import Usage
+from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score
+
+logger = logging.getLogger(__name__)
+
+
+class JudgeConfig(VerifierConfigBase):
+    """Ask an LLM whether each solution (or each step) is correct; score P(Yes)."""
+
+    kind: Literal["judge"] = "judge"
+    per_step: bool = False
+    """Judge every step (is the last step of the solution so far correct?) and aggregate the
+    step verdicts with ``aggregation``; False judges the whole (partial) solution once."""
+    votes: int = Field(0, ge=0, le=64)
+    """0: read P(Yes) from the first token's logprobs. V > 0: sample V reasoned verdicts at
+    ``temperature`` and score by the share ending in Yes (GenRM majority)."""
+    top_logprobs: int = Field(10, ge=2, le=20)
+    """First-token alternatives read for P(Yes) (Yes and No must both be among them to compare)."""
+    temperature: float = Field(0.7, gt=0.0, le=2.0)
+    """Sampling temperature of reasoned verdicts (votes > 0 only)."""
+    max_tokens: int = Field(256, ge=8)
+    """Most tokens of one reasoned verdict (votes > 0 only)."""
+    backend: BackendConfig | None = None
+    """The judge's own model; None judges with the policy's generator."""
+    system: str | None = None
+    """Optional system message of the judge prompt."""
+    solution_question: str = Field("Is this solution correct?", min_length=1)
+    """The question asked of a whole (or partial) solution."""
+    step_question: str = Field("Is the last step of this solution correct?", min_length=1)
+    """The question asked of each step (``per_step``)."""
+    answer_instruction: str = Field("Answer Yes or No.", min_length=1)
+    """How the judge must answer when its first token is read (votes = 0)."""
+    votes_instruction: str = Field("Check it briefly, then end your reply with Yes or No.", min_length=1)
+    """How the judge must answer when it reasons first (votes > 0)."""
+    verdict_prefix: str = ""
+    """Text placed at the start of the judge's reply before its first token is read (e.g.
+    "Verdict:"), for models that do not answer Yes/No at once. Empty: none."""
+    reuse_verdicts: bool = True
+    """Remember verdicts per judged text within this verifier, so that prefixes re-scored in
+    later search rounds cost nothing. False: judge every text every time."""
+
+
+_VERDICT_WORD = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+_STRIP = " \t\n\r.,:;!?\"'*`()[]"
+_CACHE_LIMIT = 100_000
+
+
+def p_yes(top_logprobs: Mapping[str, float] | None) -> float | None:
+    """P(Yes) / (P(Yes) + P(No)) from a first token's top logprobs; None when neither appears.
+
+    Tokens count as Yes (No) when they read "yes" ("no") after stripping spaces and
+    punctuation and lower-casing (" Yes", "YES", "yes.").
+
+    Example:
+        >>> round(p_yes({"Yes": math.log(0.6), " yes": math.log(0.1), "No": math.log(0.1)}), 3)
+        0.875
+    """
+    if not top_logprobs:
+        return None
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top_logprobs.items():
+        word = token.strip(_STRIP).lower()
+        if word in mass and math.isfinite(logprob):
+            mass[word] += math.exp(logprob)
+    total = mass["yes"] + mass["no"]
+    return mass["yes"] / total if total > 0 else None
+
+
+def final_verdict(text: str) -> bool | None:
+    """True / False for a reply whose last "yes"/"no" word is Yes / No; None without one."""
+    words = _VERDICT_WORD.findall(text)
+    return words[-1].lower() == "yes" if words else None
+
+
+class LLMJudge:
+    """Scores items by an LLM's verdict; see the module docstring.
+
+    Args:
+        config: Questions, verdict mode, per-step judging.
+        generator: The judge model's generator (the policy's, or one built from
+            ``config.backend``).
+        owns_generator: Whether :meth:`close` should close the generator (one built for it).
+
+    Example:
+        >>> from tts.backends.scripted import ScriptedGenerator  # doctest: +SKIP
+        >>> judge = LLMJudge(JudgeConfig(), ScriptedGenerator({"p": {"4": 0.8}}))  # doctest: +SKIP
+    """
+
+    name: ClassVar[str] = "judge"
+    config_class: ClassVar[type[JudgeConfig]] = JudgeConfig
+
+    def __init__(self, config: JudgeConfig, generator: Generator, owns_generator: bool = False) -> None:
+        self.config = config
+        self.generator = generator
+        self.owns_generator = owns_generator
+        # judged text -> (score, invalid); verdicts of texts judged before (reuse_verdicts)
+        self._verdicts: dict[tuple[Any, ...], tuple[float, int]] = {}
+
+    @classmethod
+    def from_config(cls, config: JudgeConfig, generator: Generator | None) -> LLMJudge:
+        """The policy's generator judges, unless the config names a backend of its own.
+
+        Raises:
+            ValueError: No backend in the config and no generator to judge with.
+        """
+        if config.backend is not None:
+            from tts.backends.factory import create_generator
+
+            return cls(config, create_generator(config.backend), owns_generator=True)
+        if generator is None:
+            raise ValueError("the judge needs a model: pass the policy's generator, or give the judge config "
+                             "a backend (e.g. {kind: judge, backend: {kind: vllm, model: ...}})")
+        return cls(config, generator)
+
+    # 1. what to judge ---------------------------------------------------------------------------
+
+    def _targets(self, item: VerifyItem) -> list[tuple[tuple[str, ...], bool]]:
+        """(steps shown, is a step verdict) of each text this item needs judged."""
+        if not item.steps:
+            return []
+        if self.config.per_step:
+            return [(item.steps[: i + 1], True) for i in range(len(item.steps))]
+        return [(item.steps, False)]
+
+    def _request(self, item: VerifyItem, steps: tuple[str, ...], step: bool) -> GenerationRequest:
+        c = self.config
+        label = "Solution" if item.finished and not step else "Solution so far"
+        question = c.step_question if step else c.solution_question
+        instruction = c.votes_instruction if c.votes else c.answer_instruction
+        body = f"Problem:\n{item.problem.question}\n\n{label}:\n" + "\n".join(steps) + f"\n\n{question} {instruction}"
+        messages = ((Message("system", c.system),) if c.system else ()) + (Message("user", body),)
+        if c.votes:
+            return GenerationRequest(messages, n=c.votes, temperature=c.temperature, max_tokens=c.max_tokens,
+                                     key=item.problem.id)
+        return GenerationRequest(messages, n=1, temperature=0.0, max_tokens=1, top_logprobs=c.top_logprobs,
+                                 continuation=c.verdict_prefix, key=item.problem.id)
+
+    # 2. reading a verdict ----------------------------------------------------------------------
+
+    def _read(self, result: GenerationResult) -> tuple[float, int]:
+        """(score, invalid) of one judged text."""
+        if self.config.votes:
+            verdicts = [v for v in (final_verdict(c.text) for c in result.completions) if v is not None]
+            raw = sum(verdicts) / len(verdicts) if verdicts else None
+        else:
+            first = result.completions[0] if result.completions else None
+            raw = p_yes(first.first_token_top_logprobs if first else None)
+        if raw is None:
+            return 0.5, 1
+        value, bad = clean_score(raw)
+        return (value, bad) if not bad else (0.5, 1)
+
+    def _usage(self, usage: Usage) -> Usage:
+        """A request's usage, its shapes labelled with the judge's model when it is not the policy's."""
+        if not self.owns_generator:
+            return usage
+        model = getattr(self.generator, "model_name", "")
+        return dataclasses.replace(usage, shapes=tuple(dataclasses.replace(s, model=model) for s in usage.shapes))
+
+    # 3. scoring ---------------------------------------------------------------------------------
+
+    def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
+        """Judge every text of every item in one generate call; one score per item, in order."""
+        keyed: list[list[tuple[Any, ...]]] = []
+        pending: dict[tuple[Any, ...], GenerationRequest] = {}
+        for item in items:
+            keys = []
+            for steps, step in self._targets(item):
+                key = (item.problem.id, item.problem.question, steps, step, item.finished or step)
+                keys.append(key)
+                if key not in self._verdicts and key not in pending:
+                    pending[key] = self._request(item, steps, step)
+            keyed.append(keys)
+        fresh: dict[tuple[Any, ...], tuple[float, int]] = {}
+        charged: dict[tuple[Any, ...], Usage] = {}
+        if pending:
+            results = self.generator.generate(list(pending.values()))
+            for key, result in zip(pending, results, strict=True):
+                fresh[key] = self._read(result)
+                charged[key] = self._usage(result.usage)
+            if self.config.reuse_verdicts:
+                if len(self._verdicts) + len(fresh) > _CACHE_LIMIT:
+                    self._verdicts.clear()
+                self._verdicts.update(fresh)
+            invalid = sum(bad for _, bad in fresh.values())
+            if invalid:
+                logger.debug("judge: %d of %d verdicts had neither Yes nor No", invalid, len(fresh))
+        out = []
+        for item, keys in zip(items, keyed, strict=True):
+            verdicts = [fresh.get(k) or self._verdicts[k] for k in keys]
+            usage = Usage.total([charged.pop(k) for k in keys if k in charged])  # each request charged once
+            scores = [v for v, _ in verdicts]
+            invalid = sum(bad for _, bad in verdicts)
+            if self.config.per_step:
+                total, bad = clean_score(aggregate(scores, self.config.aggregation))
+                out.append(VerifierScore(tuple(scores), total, usage, invalid + bad))
+            else:
+                total, bad = clean_score(scores[0]) if scores else (0.5, 0)
+                out.append(VerifierScore((), total, usage, invalid + bad))
+        return out
+
+    def close(self) -> None:
+        """Close the judge's own engine (never the policy's)."""
+        if self.owns_generator:
+            self.generator.close()
