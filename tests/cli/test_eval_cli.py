@@ -171,8 +171,9 @@ def test_a_search_flag_that_no_strategy_takes_is_refused_not_ignored(tmp_path):
 def test_a_ladder_on_the_command_line_keeps_the_config_files_other_strategy_settings(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("data: {benchmark: demo, limit: 2}\nbackend: {kind: scripted}\nstrategies:\n"
-                   "  - {kind: best_of_n, n: 2, score: mean_logprob}\n")
+                   "  - {kind: best_of_n, n: 2, verifier: arithmetic}\n")
     r = _eval("--config", str(cfg), "-n", "1", "-n", "3", "--out", str(tmp_path / "c"))
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "c" / "run.json").read_text())
     assert [s["n"] for s in manifest["config"]["strategies"]] == [1, 3]
+    assert all(s["verifier"]["kind"] == "arithmetic" for s in manifest["config"]["strategies"])

@@ -145,3 +145,61 @@ def test_equal_answers_written_differently_vote_together():
     samples = [Sample("", "7"), Sample("", "0.5"), Sample("", "\\frac{1}{2}"), Sample("", "7"), Sample("", "1/2")]
     answer, share, votes, idx = vote(samples)
     assert answer == "0.5" and idx == 1 and share == 3 / 5 and votes == {"7": 2.0, "0.5": 3.0}
+
+
+class _CountingVerifier:
+    """Scores a sample 1.0 when its answer is the given one; counts its calls."""
+
+    name = "counting"
+
+    def __init__(self, good):
+        self.good, self.calls = good, 0
+
+    def score(self, items):
+        from tts.verifiers.base import VerifierScore
+
+        self.calls += 1
+        return [VerifierScore((), 1.0 if self.good in it.steps[0] else 0.0, Usage(prompt_tokens=10, calls=1))
+                for it in items]
+
+    def close(self):
+        pass
+
+
+def test_verifier_scored_strategies_score_every_sample_of_every_problem_in_one_call():
+    from tts.eval.runner import solve_all
+
+    gen = ScriptedGenerator.for_problems(PROBLEMS[:5], accuracy=0.3, seed=3)
+    bon = BestOfN(BestOfNConfig(n=8, verifier="arithmetic"), gen, MATH_PROMPT.render)
+    wv = WeightedVote(WeightedVoteConfig(n=8, verifier="arithmetic"), gen, MATH_PROMPT.render)
+    fake = _CountingVerifier("\\boxed{")  # any answered sample scores 1
+    bon._verifier = wv._verifier = fake
+    sols_bon, sols_wv = solve_all([bon, wv], PROBLEMS[:5])
+    assert fake.calls == 1  # both configs share one verifier config: one call for the shared draw
+    for sol in sols_bon:
+        assert sol.usage.prompt_tokens >= 8 * 10  # the verifier's usage is counted in the solution
+        assert all(sc == (1.0 if s.answer is not None else 0.0) for s, sc in zip(sol.trace.samples, sol.trace.scores))
+
+
+def test_a_verifier_that_raises_scores_samples_lowest_and_the_event_is_counted():
+    class Broken(_CountingVerifier):
+        def score(self, items):
+            raise RuntimeError("verifier down")
+
+    gen = ScriptedGenerator.for_problems(PROBLEMS[:2], accuracy=0.5, seed=3)
+    bon = BestOfN(BestOfNConfig(n=4, verifier="arithmetic"), gen, MATH_PROMPT.render)
+    bon._verifier = Broken("x")
+    sols = bon.solve(PROBLEMS[:2])
+    assert all(s.trace.events == {"verifier_error": 1} and set(s.trace.scores) == {0.0} for s in sols)
+
+
+def test_best_of_n_by_the_arithmetic_verifier_prefers_samples_whose_sums_hold():
+    samples = [Sample("2 + 2 = 5, so \\boxed{5}", "5", 10, -0.1), Sample("2 + 2 = 4, so \\boxed{4}", "4", 10, -2.0)]
+    gen = ScriptedGenerator({}, seed=0)
+    bon = BestOfN(BestOfNConfig(n=2, verifier="arithmetic"), gen, MATH_PROMPT.render)
+    from tts.backends.base import Completion, GenerationResult
+
+    result = GenerationResult(tuple(Completion(s.text, 10, s.mean_logprob) for s in samples), Usage())
+    (scored,) = bon.score_samples([PROBLEMS[2]], [result])
+    sol = bon.aggregate_result("p2", result, scored=scored)
+    assert sol.answer == "4"  # by logprob alone "5" would win

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tts.answers import answer_keys, extract_answer
@@ -33,6 +34,13 @@ from tts.backends.base import (
 )
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
+from tts.verifiers.base import (
+    Verifier,
+    VerifierScore,
+    VerifyItem,
+    build_verifier,
+    clean_score,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -205,12 +213,52 @@ class SamplingStrategy(Strategy):
                 f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
         return n
 
+    @property
+    def verifier(self) -> Verifier | None:
+        """The verifier that scores whole samples, when the config names one (built on first use)."""
+        config = getattr(self.config, "verifier", None)
+        if config is None:
+            return None
+        if getattr(self, "_verifier", None) is None:
+            self._verifier = build_verifier(config, self.generator)
+        return self._verifier
+
+    def score_samples(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[ScoredDraw | None]:
+        """Verifier scores of every sample of every problem, in ONE verifier call (None: no verifier).
+
+        A verifier that raises does not end the run: every sample of the call scores 0 and the
+        event is counted in the traces.
+        """
+        verifier = self.verifier
+        if verifier is None:
+            return [None] * len(problems)
+        items = [VerifyItem(p, (c.text,), finished=True, logprobs=(c.mean_logprob,))
+                 for p, r in zip(problems, results, strict=True) for c in r.completions]
+        events: dict[str, int] = {}
+        try:
+            scored = verifier.score(items)
+            if len(scored) != len(items):
+                raise RuntimeError(f"verifier {verifier.name} returned {len(scored)} scores for {len(items)} items")
+        except Exception as exc:  # a broken verifier scores its candidates lowest; the run goes on
+            logger.warning("verifier %s failed on %d samples (%s); they score 0", verifier.name, len(items), exc)
+            scored = [VerifierScore((), 0.0) for _ in items]
+            events["verifier_error"] = 1
+        out: list[ScoredDraw | None] = []
+        it = iter(scored)
+        for r in results:
+            mine = [next(it) for _ in r.completions]
+            invalid = sum(v.invalid for v in mine)
+            ev = {**events, **({"invalid_score": invalid} if invalid else {})}
+            out.append(ScoredDraw(tuple(clean_score(v.score)[0] for v in mine), tuple(v.usage for v in mine), ev))
+        return out
+
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         if budgets is not None and len(budgets) != len(problems):
             raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
         ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
         results = self.generator.generate([self.request(p, n=n) for p, n in zip(problems, ns, strict=True)])
-        return [self.aggregate_result(p.id, r) for p, r in zip(problems, results, strict=True)]
+        scored = self.score_samples(problems, results)
+        return [self.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, results, scored, strict=True)]
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
@@ -229,19 +277,47 @@ class SamplingStrategy(Strategy):
         logprobs = any(s.needs_logprobs for s in sampling)
         requests = [dataclasses.replace(sampling[0].request(p, n=n_max), logprobs=logprobs) for p in problems]
         results = first.generator.generate(requests)
-        return [[s.aggregate_result(p.id, r, s.config.n) for p, r in zip(problems, results, strict=True)]
+        # One verifier call per distinct verifier config over the whole draw; configs take prefixes.
+        scored: dict[str, list[ScoredDraw | None]] = {}
+        for s in sampling:
+            key = repr(getattr(s.config, "verifier", None))
+            if key not in scored:
+                scored[key] = s.score_samples(problems, results)
+        return [[s.aggregate_result(p.id, r, s.config.n, sc)
+                 for p, r, sc in zip(problems, results, scored[repr(getattr(s.config, "verifier", None))], strict=True)]
                 for s in sampling]
 
-    def aggregate_result(self, problem_id: str, result: GenerationResult, n: int | None = None) -> Solution:
-        """Aggregate the first ``n`` completions of a result (all when ``n`` is None)."""
+    def aggregate_result(self, problem_id: str, result: GenerationResult, n: int | None = None,
+                         scored: ScoredDraw | None = None) -> Solution:
+        """Aggregate the first ``n`` completions of a result (all when ``n`` is None).
+
+        ``scored`` holds verifier scores of the whole draw; the first ``n`` are used, and their
+        scoring usage is added to the solution's.
+        """
         n = n or len(result.completions)
         samples = [to_sample(c, self.extract) for c in result.completions[:n]]
         usage = prefix_usage(result.usage, samples, len(result.completions))
-        return self.aggregate(problem_id, samples, usage)
+        if scored is None:
+            return self.aggregate(problem_id, samples, usage)
+        usage = usage + Usage.total(scored.usages[:n])
+        sol = self.aggregate(problem_id, samples, usage, scored.scores[:n])
+        if scored.events:
+            sol = dataclasses.replace(sol, trace=dataclasses.replace(sol.trace, events=dict(scored.events)))
+        return sol
 
     @abstractmethod
-    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage) -> Solution:
-        """Choose the answer from the samples."""
+    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
+                  scores: Sequence[float] | None = None) -> Solution:
+        """Choose the answer from the samples (``scores``: verifier scores, when configured)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredDraw:
+    """Verifier scores of one problem's draw: a score, a scoring Usage per sample, and events."""
+
+    scores: tuple[float, ...]
+    usages: tuple[Usage, ...]
+    events: dict[str, int] = field(default_factory=dict)
 
 
 def require_logprobs(strategy: str, problem_id: str, samples: Sequence[Sample]) -> list[float]:

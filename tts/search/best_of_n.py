@@ -1,6 +1,7 @@
 """Best-of-N: keep the single sample with the highest selection score.
 
-The score is a verifier's when one is configured; until then, the sample's mean token
+The score is a verifier's when the config names one (``verifier: arithmetic``, ``judge``, ``prm``,
+...: all samples of all problems scored in one verifier call), else the sample's mean token
 log-probability (a model-internal confidence). A backend that returns no logprobs is refused
 (:func:`~tts.search.base.require_logprobs`), never silently turned into "first sample". Samples
 without an answer are only chosen when no sample has one. Ties go to the earliest sample.
@@ -12,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from tts.config import SamplingStrategyConfig
+from tts.config import SamplingStrategyConfig, VerifierConfig
 from tts.search.base import SamplingStrategy, require_logprobs
 from tts.types import Sample, Solution, Trace, Usage
 
@@ -21,8 +22,9 @@ class BestOfNConfig(SamplingStrategyConfig):
     """Sample n, keep the one with the best selection score."""
 
     kind: Literal["best_of_n"] = "best_of_n"
-    score: Literal["mean_logprob"] = "mean_logprob"
-    """Selection score. Until verifiers exist, the sample's mean token log-probability."""
+    verifier: VerifierConfig | None = None
+    """Score samples with this verifier (a registered name or its config); None = by the sample's
+    mean token log-probability."""
 
 
 class BestOfN(SamplingStrategy):
@@ -33,8 +35,9 @@ class BestOfN(SamplingStrategy):
     needs_logprobs = True
     pool_rule = "best_score"
 
-    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage) -> Solution:
-        scores = require_logprobs(self.name, problem_id, samples)
+    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
+                  scores: Sequence[float] | None = None) -> Solution:
+        scores = list(scores) if scores is not None else require_logprobs(self.name, problem_id, samples)
         answered = [i for i, s in enumerate(samples) if s.answer is not None]
         if not answered:
             trace = Trace(self.name, tuple(samples), scores=tuple(scores))

@@ -23,7 +23,8 @@ class SelfConsistency(SamplingStrategy):
     config_class: ClassVar[type] = SelfConsistencyConfig
     pool_rule = "vote"
 
-    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage) -> Solution:
+    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
+                  scores: Sequence[float] | None = None) -> Solution:
         answer, share, votes, idx = vote(samples)
         trace = Trace(self.name, tuple(samples), votes=votes, selected=idx)
         return Solution(problem_id, answer, share, usage, trace)
