@@ -76,7 +76,9 @@ class Registry:
 STRATEGIES = Registry(
     "strategy",
     {
+        "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
+        "dvts": "tts.search.dvts:DVTS",
         "self_consistency": "tts.search.self_consistency:SelfConsistency",
         "weighted_vote": "tts.search.weighted_vote:WeightedVote",
     },

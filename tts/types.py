@@ -141,6 +141,10 @@ class Trace:
         scores: One selection score per sample (verifier score, mean logprob, ...), if any.
         votes: Answer -> (weighted) vote, for voting strategies.
         selected: Index into ``samples`` of the chosen one, if a single sample was chosen.
+        tree: Search strategies: every node of the search tree as a JSON-ready dict (``id``,
+            ``parent``, ``depth``, ``text``, ``score``, ``kept``, ...), for ``tts show``.
+        events: Counts of things that went wrong without ending the run (verifier errors,
+            invalid scores, empty steps, forced answers), by name.
     """
 
     strategy: str
@@ -148,6 +152,8 @@ class Trace:
     scores: tuple[float, ...] = ()
     votes: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     selected: int | None = None
+    tree: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    events: dict[str, int] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

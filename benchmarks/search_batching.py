@@ -1,0 +1,193 @@
+"""Step-wise search batching: engine calls and orchestration overhead of beam search.
+
+Beam search over 64 problems (n = 16, beam width 4, 8 steps each) on a fake engine that sleeps a
+fixed latency per ``generate`` call (default 50 ms), as a batched engine would take about as long
+for one request as for a step of all problems. It prints, for the batched strategy and for a naive
+loop that solves one problem at a time:
+
+- engine calls (batched: one per step, plus one per forcing round; naive: that times the problems),
+- wall time, time inside the engine and the verifier, and the orchestration overhead (the rest:
+  search bookkeeping, request building, answer extraction) as a share of wall time (target < 5%).
+
+The fake model adds a problem's eight numbers one step at a time, slipping 20% of the time, and
+states its answer at the eighth step; the verifier checks the additions (no latency by default).
+
+Usage (from the repository root):
+    python benchmarks/search_batching.py [--problems 64] [--latency 0.05] [--strategy beam|dvts]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import re
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
+from tts.config import SamplingConfig, VerifierConfigBase
+from tts.prompts import MATH_PROMPT
+from tts.registry import VERIFIERS
+from tts.search.beam import BeamConfig, BeamSearch
+from tts.search.dvts import DVTS, DVTSConfig
+from tts.search.stepwise import ANSWER_NUDGE
+from tts.types import Problem, Usage
+from tts.verifiers.base import VerifierScore, VerifyItem
+
+_SUM = re.compile(r"= (-?\d+)")
+_ADDITION = re.compile(r"(\d+) \+ (\d+) = (-?\d+)")
+
+
+class SleepyModel:
+    """Fake engine: one step of running sums per request sample, ``latency`` seconds per call."""
+
+    model_name = "sleepy"
+
+    def __init__(self, latency: float, slip: float = 0.2) -> None:
+        self.latency, self.slip = latency, slip
+        self.calls = 0
+        self.requests = 0
+        self.seconds = 0.0
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        start = time.perf_counter()
+        self.calls += 1
+        self.requests += len(requests)
+        time.sleep(self.latency)
+        out = []
+        for req in requests:
+            comps = tuple(self._one(req, i) for i in range(req.n))
+            out.append(GenerationResult(comps, request_usage(50, 0, [c.completion_tokens for c in comps], 0.0)))
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def _one(self, req: GenerationRequest, i: int) -> Completion:
+        digest = hashlib.blake2b(f"{req.seed}|{i}".encode(), digest_size=8).digest()
+        rng = random.Random(int.from_bytes(digest, "little"))
+        numbers = [int(x) for x in re.findall(r"\d+", req.messages[-1].content.split("?")[0])]
+        sums = _SUM.findall(req.continuation)
+        total = int(sums[-1]) if sums else numbers[0]
+        if req.continuation.endswith(ANSWER_NUDGE):
+            return Completion(f"{total}}}$.", 4, -0.1, "stop")
+        if len(sums) >= len(numbers) - 1:
+            return Completion(f"The answer is \\boxed{{{total}}}.", 8, -0.2, "stop")
+        nxt = numbers[len(sums) + 1]
+        wrote = total + nxt + (rng.choice((-1, 1)) if rng.random() < self.slip else 0)
+        return Completion(f"{total} + {nxt} = {wrote}", 10, -0.3, "stop")
+
+    def close(self) -> None:
+        pass
+
+
+class AdditionCheckConfig(VerifierConfigBase):
+    kind: Literal["addition_check"] = "addition_check"
+
+
+class AdditionCheck:
+    """1.0 when every addition a solution states holds, else 0.0 (a cheap tool verifier)."""
+
+    name = "addition_check"
+    config_class = AdditionCheckConfig
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+
+    @classmethod
+    def from_config(cls, config: AdditionCheckConfig, generator: object = None) -> AdditionCheck:
+        return cls()
+
+    def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
+        start = time.perf_counter()
+        self.calls += 1
+        out = []
+        for item in items:
+            ok = all(int(a) + int(b) == int(c) for step in item.steps for a, b, c in _ADDITION.findall(step))
+            out.append(VerifierScore((), 1.0 if ok else 0.0, Usage()))
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _problems(count: int, addends: int) -> list[Problem]:
+    rng = random.Random(0)
+    out = []
+    for i in range(count):
+        numbers = [rng.randrange(1, 10) for _ in range(addends)]
+        out.append(Problem(f"p{i}", f"What is {' + '.join(map(str, numbers))}?", str(sum(numbers))))
+    return out
+
+
+def _median_run(repeats: int, *args: object) -> dict:
+    """The run with the median orchestration overhead of ``repeats`` runs (this machine is noisy)."""
+    runs = sorted((_run(*args) for _ in range(repeats)), key=lambda r: r["overhead"])  # type: ignore[arg-type]
+    return runs[len(runs) // 2]
+
+
+def _run(kind: str, problems: list[Problem], latency: float, n: int, width: int, depth: int, naive: bool) -> dict:
+    cls, config_cls = {"beam": (BeamSearch, BeamConfig), "dvts": (DVTS, DVTSConfig)}[kind]
+    config = config_cls(n=n, beam_width=width, max_depth=depth, verifier="addition_check")
+    model, verifier = SleepyModel(latency), AdditionCheck()
+    strategy = cls(config, model, MATH_PROMPT.render, SamplingConfig(max_tokens=1024), seed=0, verifier=verifier)
+    start = time.perf_counter()
+    sols = [s for p in problems for s in strategy.solve([p])] if naive else strategy.solve(problems)
+    wall = time.perf_counter() - start
+    accuracy = sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) / len(problems)
+    other = wall - model.seconds - verifier.seconds
+    nodes = sum(len(s.trace.tree) for s in sols)
+    return {"calls": model.calls, "requests": model.requests, "score_calls": verifier.calls, "wall": wall,
+            "engine": model.seconds, "verifier": verifier.seconds, "overhead": other, "share": other / wall,
+            "nodes": nodes, "per_node_us": other / nodes * 1e6, "accuracy": accuracy}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", choices=("beam", "dvts"), default="beam")
+    parser.add_argument("--problems", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.05, help="Seconds per engine call.")
+    parser.add_argument("-n", type=int, default=16, help="Candidates per problem.")
+    parser.add_argument("--width", type=int, default=4, help="Beam width M.")
+    parser.add_argument("--steps", type=int, default=8, help="Steps per solution (the fake model answers at the last).")
+    parser.add_argument("--repeats", type=int, default=3, help="Batched runs; the median is shown.")
+    parser.add_argument("--skip-naive", action="store_true",
+                        help="Skip the per-problem loop (it takes steps x problems x latency).")
+    args = parser.parse_args()
+
+    VERIFIERS.register("addition_check", AdditionCheck)
+    problems = _problems(args.problems, addends=args.steps)
+    print(f"{args.strategy}: {args.problems} problems, n={args.n}, beam width {args.width}, {args.steps} steps, "
+          f"{args.latency * 1e3:.0f} ms per engine call\n")
+    # Warm-up: first-use costs (math-verify's parser, regex compilation) are paid once per process.
+    _run(args.strategy, problems[:2], 0.0, args.n, args.width, args.steps, False)
+    head = (f"{'mode':<10} {'engine calls':>12} {'requests':>9} {'score calls':>11} {'nodes':>6} {'wall s':>8} "
+            f"{'engine s':>9} {'verifier s':>10} {'overhead s':>10} {'overhead %':>10} {'us/node':>8} {'accuracy':>8}")
+    print(head)
+    print("-" * len(head))
+    rows = {}
+    for mode in ("batched", "naive"):
+        if mode == "naive" and args.skip_naive:
+            continue
+        repeats = args.repeats if mode == "batched" else 1
+        r = rows[mode] = _median_run(repeats, args.strategy, problems, args.latency, args.n, args.width, args.steps,
+                                     mode == "naive")
+        print(f"{mode:<10} {r['calls']:>12} {r['requests']:>9} {r['score_calls']:>11} {r['nodes']:>6} "
+              f"{r['wall']:>8.2f} "
+              f"{r['engine']:>9.2f} {r['verifier']:>10.3f} {r['overhead']:>10.3f} {100 * r['share']:>9.2f}% "
+              f"{r['per_node_us']:>8.1f} {r['accuracy']:>8.3f}")
+    if "naive" in rows:
+        b, nv = rows["batched"], rows["naive"]
+        print(f"\nnaive / batched: {nv['calls'] / b['calls']:.0f}x engine calls, "
+              f"{nv['wall'] / b['wall']:.1f}x wall time")
+    b = rows["batched"]
+    step_overhead = b["overhead"] / b["calls"]
+    print(f"batched orchestration: {step_overhead * 1e3:.1f} ms per step; its share if a step's engine call "
+          "took (in all) " + ", ".join(f"{lat * 1e3:.0f} ms: {100 * step_overhead / (lat + step_overhead):.1f}%"
+                                       for lat in (0.05, 0.2, 0.5, 1.0)))
+
+
+if __name__ == "__main__":
+    main()
