@@ -90,7 +90,8 @@ def test_longest_trace_wins_whatever_the_row_order():
         samples = [{"text": f"t{i}", "answer": a, "completion_tokens": 10 + i, "mean_logprob": None,
                     "outcome": "no_answer" if a is None else ("correct" if a == "4" else "wrong")}
                    for i, a in enumerate(answers)]
-        return {"problem_id": pid, "model": model, "config": config, "gold": "4", "trace": {"samples": samples}}
+        return {"problem_id": pid, "model": model, "config": config, "gold": "4", "trace": {"samples": samples},
+                "strategy": {"kind": "self_consistency", "n": len(answers)}}
 
     rows = pool_rows_from_results([row("sc@1", ["4"]), row("sc@3", ["4", None, "5"]), row("sc@2", ["4", None]),
                                    row("sc@1", ["3"], pid="q"), row("sc@1", ["4"], model="other")])
@@ -98,6 +99,16 @@ def test_longest_trace_wins_whatever_the_row_order():
         ("p", "m", "4", True), ("p", "m", None, False), ("p", "m", "5", False),
         ("q", "m", "3", False), ("p", "other", "4", True)]
     assert [r["num_tokens"] for r in rows[:3]] == [10, 11, 12] and all(r["score"] is None for r in rows)
+
+
+def test_a_searchs_leaves_are_not_taken_as_independent_samples():
+    search = {"problem_id": "p", "model": "m", "config": "beam@4", "gold": "4", "strategy": {"kind": "beam", "n": 4},
+              "trace": {"samples": [{"text": f"t{i}", "answer": "4", "completion_tokens": 5, "outcome": "correct"}
+                                    for i in range(4)]}}
+    vote = {**search, "config": "self_consistency@2", "strategy": {"kind": "self_consistency", "n": 2},
+            "trace": {"samples": search["trace"]["samples"][:2]}}
+    rows = pool_rows_from_results([search, vote])
+    assert len(rows) == 2  # the longer beam trace is not the pool: its leaves share prefixes
 
 
 def test_errors_say_what_to_pass(tmp_path):

@@ -13,12 +13,11 @@ import json
 import math
 import random
 import re
-from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import pytest
 
-from tts.backends.base import GenerationResult, request_usage
+from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.config import EvalConfig, SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS
@@ -32,15 +31,11 @@ from tts.verifiers.base import VerifierScore
 SEP = "\n\n"
 
 
-@dataclass(frozen=True)
-class Out:
-    """A completion that carries the backend's stop reason (None: the model ended its message)."""
-
-    text: str
-    completion_tokens: int
-    mean_logprob: float | None = -0.3
-    finish_reason: str | None = "stop"
-    stop_reason: str | None = SEP
+def Out(text: str, completion_tokens: int, mean_logprob: float | None = -0.3,  # noqa: N802
+        finish_reason: str | None = "stop", stop_reason: str | None = SEP) -> Completion:
+    """A completion as vLLM reports it: a stop string in ``stop_reason``, None at end of sequence."""
+    return Completion(text, completion_tokens, mean_logprob, finish_reason,
+                      ended_by_eos=finish_reason == "stop" and stop_reason is None)
 
 
 def _rng(*parts: object) -> random.Random:

@@ -96,6 +96,10 @@ class Completion:
     finish_reason: str | None = None
     token_logprobs: tuple[float, ...] | None = None
     first_token_top_logprobs: dict[str, float] | None = field(default=None, hash=False)
+    ended_by_eos: bool | None = None
+    """True when the model ended its message (end of sequence), False when a stop string or the
+    token limit ended it, None when the backend cannot tell (step-wise search needs this to know
+    that a path is finished rather than paused at a step boundary)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,7 +348,10 @@ class VLLMGenerator:
                 if req.logprobs and c.cumulative_logprob is not None and n_tok:
                     mean_lp = c.cumulative_logprob / n_tok
                 token_lps, first_top = _token_logprobs(c, req)
-                completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason, token_lps, first_top))
+                # vLLM: finish_reason "stop" with no stop_reason = end of sequence; a stop string or
+                # stop token id sets stop_reason.
+                eos = c.finish_reason == "stop" and getattr(c, "stop_reason", None) is None
+                completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason, token_lps, first_top, eos))
             usage = request_usage(
                 len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w,
                 batch_sequences=sum(r.n for r in requests),

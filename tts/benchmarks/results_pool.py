@@ -37,7 +37,22 @@ logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.jsonl"
 ScoreField = Literal["mean_logprob", "none"]
-_CORRECT = {"correct": True, "wrong": False, "no_answer": False}
+_CORRECT = {"correct": True, "wrong": False, "no_answer": False, "ungraded": None}
+
+
+def _iid_samples(row: dict[str, Any]) -> bool:
+    """Whether the row's samples are independent draws (a voting strategy's), not a search's leaves.
+
+    The strategy says so through its ``pool_rule``; kinds this installation does not know are left
+    out rather than guessed.
+    """
+    from tts.registry import STRATEGIES, UnknownNameError
+
+    kind = (row.get("strategy") or {}).get("kind")
+    try:
+        return STRATEGIES.load(str(kind)).pool_rule is not None
+    except UnknownNameError:
+        return False
 
 
 def _samples(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,6 +90,8 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "problem_id" not in row:
             raise PoolError(f"result row {i + 1} has no problem_id; pass rows of a tts eval results.jsonl")
+        if not _iid_samples(row):
+            continue
         key = (str(row.get("model") or "unknown"), str(row["problem_id"]))
         kept = best.get(key)
         if kept is None or len(_samples(row)) > len(_samples(kept)):

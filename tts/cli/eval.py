@@ -235,7 +235,7 @@ def eval_command(
     strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable; a registered strategy (`tts strategies` lists them)."),
     n: list[int] | None = typer.Option(None, "-n", help="Samples (search: candidates) per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
     verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
-    beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: candidates kept per step."),
+    beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: children of each kept node (M); n/M nodes are kept per step."),
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),

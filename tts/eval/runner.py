@@ -128,6 +128,7 @@ def run_eval(
     if progress:
         progress(skipped, len(loaded))
     owns_generator = generator is None
+    strategies: list[Strategy] = []
     try:
         if todo:
             generator = generator or create_generator(config.backend, loaded)
@@ -149,6 +150,8 @@ def run_eval(
         return EvalResult(out, summarize(rows), rows, len(loaded), skipped, time.perf_counter() - start)
     finally:
         store.close()
+        for s in strategies:
+            s.close()  # verifiers a strategy built (a PRM or judge engine) go before the generator
         if owns_generator and generator is not None:
             generator.close()
 

@@ -112,6 +112,9 @@ class Strategy(ABC):
         """Whether ``other`` can be served from the same draw of samples (default: no)."""
         return False
 
+    def close(self) -> None:
+        """Release what the strategy built for itself (a verifier's engine); the generator is the caller's."""
+
     @classmethod
     def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
         """Solutions of several strategies that share a draw; one list per strategy.
@@ -222,6 +225,13 @@ class SamplingStrategy(Strategy):
         if getattr(self, "_verifier", None) is None:
             self._verifier = build_verifier(config, self.generator)
         return self._verifier
+
+    def close(self) -> None:
+        """Close the verifier this strategy built (a PRM or judge may own an engine)."""
+        verifier = getattr(self, "_verifier", None)
+        if verifier is not None:
+            verifier.close()
+            self._verifier = None
 
     def score_samples(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[ScoredDraw | None]:
         """Verifier scores of every sample of every problem, in ONE verifier call (None: no verifier).

@@ -35,7 +35,6 @@ ANSWER_NUDGE = "Therefore, the final answer is $\\boxed{"
 """Appended to a solution that must stop without an answer; the model completes the box."""
 
 _ANSWER_MARKER = re.compile(r"\\boxed\s*\{|\\fbox\s*\{|\b(?:final answer|the answer)\s*(?:is|:)", re.IGNORECASE)
-_UNKNOWN = object()
 
 
 class StepState(NamedTuple):
@@ -84,12 +83,11 @@ class StepState(NamedTuple):
 def ended(completion: Completion) -> bool:
     """Whether the model ended its message (end of sequence) rather than stopping at the separator.
 
-    Needs the backend's ``stop_reason`` (vLLM's ``CompletionOutput.stop_reason``: None at the end
-    of sequence, the stop string otherwise); a completion without one never counts as ended, so
-    such a path goes on and is forced at the depth or token cap.
+    Needs the backend to tell (``Completion.ended_by_eos``: vLLM does); a completion from a backend
+    that cannot tell never counts as ended, so such a path goes on and is forced at the depth or
+    token cap.
     """
-    reason = getattr(completion, "stop_reason", _UNKNOWN)
-    return completion.finish_reason == "stop" and reason is None
+    return completion.ended_by_eos is True
 
 
 def _close_braces(text: str) -> str:
