@@ -90,6 +90,7 @@ VERIFIERS = Registry(
         "arithmetic": "tts.verifiers.arithmetic:ArithmeticVerifier",
         "logprob": "tts.verifiers.confidence:LogprobVerifier",
         "judge": "tts.verifiers.judge:LLMJudge",
+        "prm": "tts.verifiers.prm:PRMVerifier",
     },
 )
 

