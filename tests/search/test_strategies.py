@@ -203,3 +203,16 @@ def test_best_of_n_by_the_arithmetic_verifier_prefers_samples_whose_sums_hold():
     (scored,) = bon.score_samples([PROBLEMS[2]], [result])
     sol = bon.aggregate_result("p2", result, scored=scored)
     assert sol.answer == "4"  # by logprob alone "5" would win
+
+
+def test_a_verifier_that_rejects_every_sample_leaves_a_plain_vote_not_no_answer():
+    samples = [Sample("2 + 2 = 5 \\boxed{5}", "5", 10, -0.5)] * 2 + [Sample("2 + 2 = 3 \\boxed{3}", "3", 10, -0.1)]
+    wv = WeightedVote(WeightedVoteConfig(n=3, verifier="arithmetic"), ScriptedGenerator({}), MATH_PROMPT.render)
+    sol = wv.aggregate("p", samples, Usage(), scores=[0.0, 0.0, 0.0])
+    assert sol.answer == "5" and sol.trace.events == {"unweighted_vote": 1} and sol.trace.scores == (0.0, 0.0, 0.0)
+
+
+def test_equal_verifier_scores_are_told_apart_by_the_models_confidence():
+    samples = [Sample("a", "5", 10, -1.5), Sample("b", "4", 10, -0.2), Sample("c", "6", 10, -0.1)]
+    bon = BestOfN(BestOfNConfig(n=3, verifier="arithmetic"), ScriptedGenerator({}), MATH_PROMPT.render)
+    assert bon.aggregate("p", samples, Usage(), scores=[1.0, 1.0, 0.5]).answer == "4"

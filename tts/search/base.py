@@ -312,7 +312,10 @@ class SamplingStrategy(Strategy):
         usage = usage + Usage.total(scored.usages[:n])
         sol = self.aggregate(problem_id, samples, usage, scored.scores[:n])
         if scored.events:
-            sol = dataclasses.replace(sol, trace=dataclasses.replace(sol.trace, events=dict(scored.events)))
+            merged = dict(sol.trace.events)
+            for kind, count in scored.events.items():
+                merged[kind] = merged.get(kind, 0) + count
+            sol = dataclasses.replace(sol, trace=dataclasses.replace(sol.trace, events=merged))
         return sol
 
     @abstractmethod

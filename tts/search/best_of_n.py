@@ -2,7 +2,8 @@
 
 The score is a verifier's when the config names one (``verifier: arithmetic``, ``judge``, ``prm``,
 ...: all samples of all problems scored in one verifier call), else the sample's mean token
-log-probability (a model-internal confidence). A backend that returns no logprobs is refused
+log-probability (a model-internal confidence); with a verifier, equal verifier scores are told
+apart by mean logprob. A backend that returns no logprobs is refused
 (:func:`~tts.search.base.require_logprobs`), never silently turned into "first sample". Samples
 without an answer are only chosen when no sample has one. Ties go to the earliest sample.
 """
@@ -37,12 +38,16 @@ class BestOfN(SamplingStrategy):
 
     def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
                   scores: Sequence[float] | None = None) -> Solution:
-        scores = list(scores) if scores is not None else require_logprobs(self.name, problem_id, samples)
+        verified = scores is not None
+        scores = list(scores) if verified else require_logprobs(self.name, problem_id, samples)
         answered = [i for i, s in enumerate(samples) if s.answer is not None]
         if not answered:
             trace = Trace(self.name, tuple(samples), scores=tuple(scores))
             return Solution(problem_id, None, 0.0, usage, trace)
-        best = max(answered, key=lambda i: (scores[i], -i))
+        # Verifier scores tie often (a tool check gives 0, 0.5 or 1): the model's own confidence
+        # (mean logprob, where the backend returned it) breaks the tie, then the earliest sample.
+        tie = [s.mean_logprob if verified and s.mean_logprob is not None else -math.inf for s in samples]
+        best = max(answered, key=lambda i: (scores[i], tie[i], -i))
         # Confidence: the selected sample's share of exp(score) mass among answered samples.
         mass = [math.exp(scores[i]) for i in answered]
         confidence = math.exp(scores[best]) / sum(mass)

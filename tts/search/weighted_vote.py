@@ -39,6 +39,13 @@ class WeightedVote(SamplingStrategy):
             weights = list(scores)
         else:
             weights = [math.exp(lp) for lp in require_logprobs(self.name, problem_id, samples)]
+        shown = tuple(weights)  # the trace keeps the verifier's (or logprob) weights
+        events = {}
+        if not any(w > 0 for w, s in zip(weights, samples, strict=True) if s.answer is not None):
+            # The verifier rejects every answered sample: no weight is informative, so count the
+            # answers plainly rather than return no answer (and say so in the trace).
+            weights = [1.0] * len(samples)
+            events = {"unweighted_vote": 1} if any(s.answer is not None for s in samples) else {}
         answer, share, votes, idx = vote(samples, weights)
-        trace = Trace(self.name, tuple(samples), scores=tuple(weights), votes=votes, selected=idx)
+        trace = Trace(self.name, tuple(samples), scores=shown, votes=votes, selected=idx, events=events)
         return Solution(problem_id, answer, share, usage, trace)
