@@ -131,17 +131,61 @@ def _engine_environment(defaults: Mapping[str, str]) -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
-    """Start a new engine for ``config``; returns (vllm.LLM, on_gpu)."""
-    model = prepare_model(config.model)
-    on_gpu = cuda_available()
+def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv_cache_gib: int | None,
+                  what: str, hint: str) -> Any:
+    """Start one ``vllm.LLM`` with the settings every tts engine shares, and return it.
+
+    Adds to ``kwargs`` what a CPU needs (a fixed KV-cache size, no graph compilation) and sets the
+    environment the engine's processes inherit only while they start: quiet vLLM logs unless the
+    user asked for INFO, hub look-ups off for local models, and no core reserved for vLLM's front
+    end on small machines. Used by the generation engine and by pooling verifiers (PRMs).
+
+    Args:
+        kwargs: ``vllm.LLM`` arguments specific to the engine (model, dtype, runner, ...).
+        local_model: The model is a local directory (turn hub look-ups off).
+        on_gpu: A CUDA GPU runs it.
+        kv_cache_gib: The config's KV-cache size on CPU (resolved against the environment).
+        what: The engine in messages ("vLLM", "PRM").
+        hint: What to check when it fails to start.
+
+    Raises:
+        BackendError: vLLM could not start; the message carries ``hint``.
+    """
     env: dict[str, str] = {}
     # vLLM logs every engine detail at INFO; keep the user's terminal for progress and results
     # unless they asked for vLLM's logs.
     if not logger.isEnabledFor(logging.INFO):
         env["VLLM_LOGGING_LEVEL"] = "ERROR"
-    if model.local:
+    if local_model:
         env["HF_HUB_OFFLINE"] = "1"
+    kwargs = dict(kwargs)
+    if not on_gpu:
+        # vLLM's default of 92% of memory fails at start-up on CPU; give the KV cache a fixed size,
+        # per engine (the environment variable, when set, has been checked to agree).
+        kwargs["kv_cache_memory_bytes"] = resolve_kv_cache_gib(VLLMBackendConfig(kv_cache_gib=kv_cache_gib)) * _GIB
+        # vLLM-CPU keeps one core for its front end; on a machine with few cores that halves the
+        # compute. Measured on 2 cores: 198.5 vs 119.9 generated tok/s without the reservation
+        # (benchmarks/engine_throughput.py). A user's own setting wins.
+        if (os.cpu_count() or 1) <= 4:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        kwargs.setdefault("gpu_memory_utilization", 0.3)
+        kwargs.setdefault("enforce_eager", True)  # compiling graphs costs minutes on CPU
+    start = time.perf_counter()
+    with _START_LOCK, _engine_environment(env):
+        from vllm import LLM
+
+        try:
+            llm = LLM(**kwargs)
+        except Exception as exc:
+            raise BackendError(f"{what} could not start with model {kwargs.get('model')}: {exc}. {hint}") from exc
+    logger.info("%s engine ready in %.1f s (%s)", what, time.perf_counter() - start, kwargs.get("dtype"))
+    return llm
+
+
+def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
+    """Start a new generation engine for ``config``; returns (vllm.LLM, on_gpu)."""
+    model = prepare_model(config.model)
+    on_gpu = cuda_available()
     kwargs: dict[str, Any] = {
         "model": model.path,
         "dtype": choose_dtype(config.dtype, on_gpu),
@@ -152,31 +196,11 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
     if on_gpu:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         kwargs["enforce_eager"] = bool(config.enforce_eager)
-    else:
-        # vLLM's default of 92% of memory fails at start-up on CPU; give the KV cache a fixed size,
-        # per engine (the environment variable, when set, has been checked to agree).
-        kwargs["kv_cache_memory_bytes"] = resolve_kv_cache_gib(config) * _GIB
-        # vLLM-CPU keeps one core for its front end; on a machine with few cores that halves the
-        # compute. Measured on 2 cores: 198.5 vs 119.9 generated tok/s without the reservation
-        # (benchmarks/engine_throughput.py). A user's own setting wins.
-        if (os.cpu_count() or 1) <= 4:
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
-        kwargs["gpu_memory_utilization"] = 0.3
-        kwargs["enforce_eager"] = True if config.enforce_eager is None else config.enforce_eager
-
-    start = time.perf_counter()
-    with _START_LOCK, _engine_environment(env):
-        from vllm import LLM
-
-        try:
-            llm = LLM(**kwargs)
-        except Exception as exc:
-            raise BackendError(
-                f"vLLM could not start with model {model.path}: {exc}. Check that the model exists and "
-                "fits in memory (on CPU lower max_model_len or kv_cache_gib; close engines you no "
-                "longer need)."
-            ) from exc
-    logger.info("vLLM engine ready in %.1f s (%s)", time.perf_counter() - start, kwargs["dtype"])
+    elif config.enforce_eager is not None:
+        kwargs["enforce_eager"] = config.enforce_eager
+    llm = launch_engine(kwargs, local_model=model.local, on_gpu=on_gpu, kv_cache_gib=config.kv_cache_gib,
+                        what="vLLM", hint="Check that the model exists and fits in memory (on CPU lower "
+                        "max_model_len or kv_cache_gib; close engines you no longer need).")
     return llm, on_gpu
 
 

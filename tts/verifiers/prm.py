@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -34,7 +33,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import BeforeValidator, Field
 
 from tts.backends.base import BackendError, request_usage, split_wall_time
-from tts.config import VerifierConfigBase, VLLMBackendConfig
+from tts.config import VerifierConfigBase
 from tts.models import prepare_model
 from tts.types import Usage
 from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score
@@ -47,7 +46,6 @@ from tts.verifiers.prm_adapters import (
 
 logger = logging.getLogger(__name__)
 
-_GIB = 1 << 30
 
 
 class PRMVerifierConfig(VerifierConfigBase):
@@ -145,20 +143,9 @@ def _check_architecture(path: str, local: bool, head: str) -> None:
 def _start_engine(config: PRMVerifierConfig, path: str, local: bool, resolved: ResolvedAdapter,
                   tokenizer: Any) -> tuple[Any, bool]:
     """Start the pooling engine; returns (vllm.LLM, on_gpu)."""
-    from tts.backends.vllm import (
-        _START_LOCK,
-        _engine_environment,
-        choose_dtype,
-        cuda_available,
-        resolve_kv_cache_gib,
-    )
+    from tts.backends.vllm import choose_dtype, cuda_available, launch_engine
 
     on_gpu = cuda_available()
-    env: dict[str, str] = {}
-    if not logger.isEnabledFor(logging.INFO):
-        env["VLLM_LOGGING_LEVEL"] = "ERROR"
-    if local:
-        env["HF_HUB_OFFLINE"] = "1"
     from vllm.config.pooler import PoolerConfig
 
     kwargs: dict[str, Any] = {
@@ -178,23 +165,9 @@ def _start_engine(config: PRMVerifierConfig, path: str, local: bool, resolved: R
         }
     if on_gpu:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
-    else:
-        kwargs["kv_cache_memory_bytes"] = resolve_kv_cache_gib(VLLMBackendConfig(kv_cache_gib=config.kv_cache_gib)) * _GIB
-        kwargs["enforce_eager"] = True  # compiling graphs costs minutes on CPU
-        if (os.cpu_count() or 1) <= 4:  # as for the generation engine: use every core
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
-    start = time.perf_counter()
-    with _START_LOCK, _engine_environment(env):
-        from vllm import LLM
-
-        try:
-            llm = LLM(**kwargs)
-        except Exception as exc:
-            raise BackendError(
-                f"vLLM could not start the PRM {path} as a pooling model: {exc}. Check that the model exists, "
-                "that its adapter's head fits it, and that it fits in memory (on CPU lower max_model_len or "
-                "kv_cache_gib; close engines you no longer need).") from exc
-    logger.info("PRM engine ready in %.1f s (%s)", time.perf_counter() - start, kwargs["dtype"])
+    llm = launch_engine(kwargs, local_model=local, on_gpu=on_gpu, kv_cache_gib=config.kv_cache_gib, what="PRM",
+                        hint="Check that the model exists, that its adapter's head fits it, and that it fits in "
+                        "memory (on CPU lower max_model_len or kv_cache_gib; close engines you no longer need).")
     return llm, on_gpu
 
 
