@@ -7,11 +7,19 @@ build on.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
 from tts.models import DEFAULT_MODEL
 
@@ -56,24 +64,33 @@ class SamplingStrategyConfig(StrategyConfigBase):
         return f"{self.kind}@{self.n}"
 
 
-def parse_strategy_config(value: Any) -> StrategyConfigBase:
-    """A strategy config from a dict (YAML, JSON, results rows) or an existing config.
+def _parse_registered(value: Any, base: type[BaseModel], registry_name: str, what: str) -> Any:
+    """A config of ``base``'s family from a dict (or a bare name), dispatched on ``kind`` through a registry.
 
-    The ``kind`` selects the config class its strategy declares (``Strategy.config_class``) in
-    the strategy registry; an unknown kind lists the registered ones.
+    The registered class declares its config as ``config_class``; an unknown kind lists the
+    registered ones.
+    """
+    import tts.registry
+
+    registry = getattr(tts.registry, registry_name)
+    if isinstance(value, base):
+        return value
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping) or "kind" not in value:
+        raise ValueError(f"a {what} config is a name or a mapping with a 'kind' (one of: "
+                         f"{', '.join(registry.names())}), got {value!r}")
+    cls = registry.load(registry.check(str(value["kind"]))).config_class
+    return cls.model_validate(dict(value))
+
+
+def parse_strategy_config(value: Any) -> StrategyConfigBase:
+    """A strategy config from a dict (YAML, JSON, results rows), a bare name, or an existing config.
 
     Raises:
         ValueError: No ``kind``, an unknown one, or fields that the strategy's config refuses.
     """
-    from tts.registry import STRATEGIES
-
-    if isinstance(value, StrategyConfigBase):
-        return value
-    if not isinstance(value, Mapping) or "kind" not in value:
-        raise ValueError(f"a strategy config is a mapping with a 'kind' (one of: {', '.join(STRATEGIES.names())}), "
-                         f"got {value!r}")
-    cls = STRATEGIES.load(STRATEGIES.check(str(value["kind"]))).config_class
-    return cls.model_validate(dict(value))
+    return _parse_registered(value, StrategyConfigBase, "STRATEGIES", "strategy")
 
 
 StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(parse_strategy_config)]
@@ -96,17 +113,7 @@ def parse_verifier_config(value: Any) -> VerifierConfigBase:
     Raises:
         ValueError: No ``kind``, an unknown one, or fields the verifier's config refuses.
     """
-    from tts.registry import VERIFIERS
-
-    if isinstance(value, VerifierConfigBase):
-        return value
-    if isinstance(value, str):
-        value = {"kind": value}
-    if not isinstance(value, Mapping) or "kind" not in value:
-        raise ValueError(f"a verifier config is a name or a mapping with a 'kind' (one of: "
-                         f"{', '.join(VERIFIERS.names())}), got {value!r}")
-    cls = VERIFIERS.load(VERIFIERS.check(str(value["kind"]))).config_class
-    return cls.model_validate(dict(value))
+    return _parse_registered(value, VerifierConfigBase, "VERIFIERS", "verifier")
 
 
 VerifierConfig = Annotated[SerializeAsAny[VerifierConfigBase], BeforeValidator(parse_verifier_config)]

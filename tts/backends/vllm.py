@@ -217,6 +217,28 @@ def _shutdown_engine(llm: Any) -> None:
         logger.warning("vLLM engine shutdown failed", exc_info=True)
 
 
+def close_engine(owner: Any, attribute: str, on_gpu: bool) -> bool:
+    """Shut down the ``vllm.LLM`` held in ``owner.<attribute>`` and free its memory.
+
+    Stops its processes, drops the last reference (the attribute is set to None before memory is
+    collected, so nothing keeps the weights alive), clears the front-end caches that would keep
+    its tokenizer, and collects. Returns False when there was nothing to close.
+    """
+    llm = getattr(owner, attribute)
+    if llm is None:
+        return False
+    setattr(owner, attribute, None)
+    _shutdown_engine(llm)
+    del llm
+    _release_front_end_caches()
+    gc.collect()
+    if on_gpu:
+        import torch
+
+        torch.cuda.empty_cache()
+    return True
+
+
 def _release_front_end_caches() -> None:
     """Drop vLLM's process-wide caches that keep a closed engine's tokenizer alive.
 
@@ -388,18 +410,10 @@ class VLLMGenerator:
 
         Closing twice is harmless; generating afterwards raises BackendError.
         """
-        llm, self._llm, self._tokenizer = self._llm, None, None
-        if llm is None:
-            return
+        self._tokenizer = None
         start = time.perf_counter()
-        _shutdown_engine(llm)
-        del llm
-        _release_front_end_caches()
-        gc.collect()
-        if self.on_gpu:
-            import torch
-
-            torch.cuda.empty_cache()
+        if not close_engine(self, "_llm", self.on_gpu):
+            return
         logger.info("vLLM engine for %s closed in %.1f s", self.model_name, time.perf_counter() - start)
 
     def __enter__(self) -> Self:

@@ -24,7 +24,6 @@ Pricing: a PRM pass is one prefill of ``prompt_tokens`` on the PRM's own archite
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Sequence
@@ -280,19 +279,10 @@ class PRMVerifier:
 
     def close(self) -> None:
         """Shut the engine down and free its memory; closing twice is harmless."""
-        from tts.backends.vllm import _release_front_end_caches, _shutdown_engine
+        from tts.backends.vllm import close_engine
 
-        llm, self._llm = self._llm, None
-        if llm is None:
+        if not close_engine(self, "_llm", self.on_gpu):
             return
-        _shutdown_engine(llm)
-        del llm
-        _release_front_end_caches()
-        gc.collect()
-        if self.on_gpu:
-            import torch
-
-            torch.cuda.empty_cache()
         logger.info("PRM engine for %s closed", self.config.model)
 
     def __enter__(self) -> Self:
