@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from tts.cli.app import app
@@ -177,3 +178,43 @@ def test_a_ladder_on_the_command_line_keeps_the_config_files_other_strategy_sett
     manifest = json.loads((tmp_path / "c" / "run.json").read_text())
     assert [s["n"] for s in manifest["config"]["strategies"]] == [1, 3]
     assert all(s["verifier"]["kind"] == "arithmetic" for s in manifest["config"]["strategies"])
+
+
+def test_set_reaches_strategy_and_verifier_settings_and_lands_in_the_manifest(tmp_path):
+    r = _eval("--backend", "scripted", "--limit", "2", "-s", "rebase", "-s", "best_of_n", "-n", "4",
+              "--verifier", "arithmetic", "--set", "balance_temperature=0.5", "--set", "verifier.aggregation=last",
+              "--set", "select=verifier", "--max-tokens", "64", "--out", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    strategies = json.loads((tmp_path / "s" / "run.json").read_text())["config"]["strategies"]
+    rebase = next(s for s in strategies if s["kind"] == "rebase")
+    assert rebase["balance_temperature"] == 0.5 and rebase["select"] == "verifier"
+    assert all(s["verifier"] == {**s["verifier"], "kind": "arithmetic", "aggregation": "last"} for s in strategies)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-s", "self_consistency", "--set", "balance_temperature=0.5"], "--set balance_temperature applies to"),
+    (["-s", "rebase", "--set", "verifier.no_such=1"], "has no setting 'no_such'"),
+    (["-s", "rebase", "--set", "temperature"], "write KEY=VALUE"),
+    (["-s", "rebase", "--set", "sampling.temperature=1"], "write KEY=VALUE"),
+    (["-s", "best_of_n", "--set", "verifier.aggregation=min"], "choose one with --verifier"),
+    (["-s", "rebase", "--set", "balance_temperature=-1"], "balance_temperature"),
+    (["-s", "rebase", "--verifier", "arithmetic:/models/x"], "takes no ':MODEL'"),
+    (["-s", "rebase", "--verifier", "prm:"], "name the model after the colon"),
+    (["-s", "rebase", "--verifier", "no_such_verifier"], "Unknown verifier"),
+])
+def test_bad_settings_are_one_line_errors_that_say_what_to_change(tmp_path, args, message):
+    r = _eval("--backend", "scripted", "--limit", "1", *args, "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_verifier_name_colon_model_sets_the_verifiers_model(tmp_path):
+    from tts.cli.eval import _config_from_options
+
+    opts = {k: None for k in ("benchmark", "strategy", "n", "model", "backend", "base_url", "data", "id_field",
+                              "question_field", "answer_field", "limit", "temperature", "max_tokens", "batch_size",
+                              "seed", "gpu", "allocate_mode", "calibration", "pilot", "chunk", "budget",
+                              "budget_unit", "n_max", "beam_width", "max_depth", "settings")}
+    opts.update(allocate=False, strategy=["beam"], n=[4], backend="scripted", verifier="prm:/models/my-prm")
+    cfg = _config_from_options(opts, None)
+    assert cfg.strategies[0].verifier.kind == "prm" and cfg.strategies[0].verifier.model == "/models/my-prm"

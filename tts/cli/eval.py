@@ -84,25 +84,84 @@ _STRATEGY_FLAGS = (("verifier", "verifier", "--verifier"), ("beam_width", "beam_
                    ("max_depth", "max_depth", "--max-depth"))
 
 
+def _verifier_from_flag(value: str) -> str | dict[str, Any]:
+    """``--verifier NAME`` or ``NAME:MODEL`` (``prm:/models/Qwen2.5-Math-PRM-7B``): the model of a
+    verifier that runs one."""
+    from tts.registry import VERIFIERS
+
+    name, sep, model = value.partition(":")
+    VERIFIERS.check(name)
+    if not sep:
+        return name
+    if "model" not in VERIFIERS.load(name).config_class.model_fields:
+        raise fail(f"--verifier {value}: the {name} verifier runs no model of its own, so it takes no ':MODEL'; "
+                   f"give --verifier {name}.")
+    if not model:
+        raise fail(f"--verifier {value}: name the model after the colon ({name}:PATH_OR_HUB_ID).")
+    return {"kind": name, "model": model}
+
+
+def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
+    """``--set KEY=VALUE`` items as (dotted path, YAML-parsed value)."""
+    import yaml
+
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] != "verifier"):
+            raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1) or "
+                       "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last).")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        out.append((path, value))
+    return out
+
+
 def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
     """Set each strategy knob given as a flag on every strategy whose config has that setting.
 
-    A flag that no configured strategy takes is refused (it would be silently ignored).
+    Named flags (``--beam-width``) and ``--set KEY=VALUE`` work alike; ``--set verifier.KEY=VALUE``
+    sets a setting of the verifier of every strategy that has one. A setting that no configured
+    strategy takes is refused (it would be silently ignored); a value the setting refuses is
+    reported by the config's own validation.
     """
-    from tts.registry import STRATEGIES
+    from tts.registry import STRATEGIES, VERIFIERS
 
     out = [dict(s) for s in strategies]
+    settings: list[tuple[list[str], Any, str]] = []
     for field, key, flag in _STRATEGY_FLAGS:
         value = opts.get(key)
-        if value is None:
-            continue
-        takers = [s for s in out if field in STRATEGIES.load(s["kind"]).config_class.model_fields]
+        if value is not None:
+            if field == "verifier":
+                value = _verifier_from_flag(value)
+            settings.append(([field], value, flag))
+    settings += [(path, value, f"--set {'.'.join(path)}") for path, value in _parse_settings(opts.get("settings") or [])]
+
+    def fields(kind: str) -> dict[str, Any]:
+        return STRATEGIES.load(kind).config_class.model_fields
+
+    for path, value, flag in settings:
+        field = path[0]
+        takers = [s for s in out if field in fields(s["kind"])]
         if not takers:
-            able = [n for n in STRATEGIES.names() if field in STRATEGIES.load(n).config_class.model_fields]
+            able = [n for n in STRATEGIES.names() if field in fields(n)]
             raise fail(f"{flag} applies to {', '.join(able) or 'no registered strategy'}; none of the strategies "
                        f"given ({', '.join(sorted({s['kind'] for s in out}))}) has that setting.")
         for s in takers:
-            s[field] = value
+            if len(path) == 1:
+                s[field] = value
+                continue
+            current = s.get("verifier", fields(s["kind"])["verifier"].default)
+            if current is None:
+                raise fail(f"{flag}: {s['kind']} has no verifier to set it on; choose one with --verifier.")
+            verifier = {"kind": current} if isinstance(current, str) else dict(current)
+            if path[1] not in VERIFIERS.load(verifier["kind"]).config_class.model_fields:
+                known = ", ".join(k for k in VERIFIERS.load(verifier["kind"]).config_class.model_fields if k != "kind")
+                raise fail(f"{flag}: the {verifier['kind']} verifier has no setting {path[1]!r}; it has: {known}.")
+            s["verifier"] = {**verifier, path[1]: value}
     return out
 
 
@@ -237,6 +296,7 @@ def eval_command(
     verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
     beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: children of each kept node (M); n/M nodes are kept per step."),
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
+    settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier) or verifier.KEY=VALUE (verifier.aggregation=last); `tts strategies` lists them."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),
@@ -267,7 +327,7 @@ def eval_command(
                 limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
                 chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, verifier=verifier, beam_width=beam_width,
-                max_depth=max_depth)
+                max_depth=max_depth, settings=settings)
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)

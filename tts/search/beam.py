@@ -31,7 +31,7 @@ from tts.search.tree_search import (
     never_ends,
     ranked,
 )
-from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
 def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
@@ -81,7 +81,7 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     raise never_ends(max_steps)
 
 
-class BeamConfig(TreeSearchConfig):
+class BeamConfig(WidthSearchConfig):
     """Step-wise beam search with a verifier: keep the n/M best partial solutions, expand each M ways."""
 
     kind: Literal["beam"] = "beam"

@@ -34,7 +34,7 @@ from tts.search.tree_search import (
     never_ends,
     ranked,
 )
-from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
 def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
@@ -81,7 +81,7 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     raise never_ends(max_steps)
 
 
-class DVTSConfig(TreeSearchConfig):
+class DVTSConfig(WidthSearchConfig):
     """Diverse verifier tree search: n/M independent subtrees, each greedily expanding its best step M ways."""
 
     kind: Literal["dvts"] = "dvts"

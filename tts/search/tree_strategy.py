@@ -1,8 +1,9 @@
 """Strategies that search over solution steps with a verifier: the config and Strategy they share.
 
-Beam search (:mod:`tts.search.beam`) and DVTS (:mod:`tts.search.dvts`) differ only in their
-algorithm. Both run it over the step-wise space (:mod:`tts.search.stepwise`) with the configured
-verifier, and turn each problem's search into a Solution:
+Beam search (:mod:`tts.search.beam`), DVTS (:mod:`tts.search.dvts`), REBASE
+(:mod:`tts.search.rebase`), MCTS (:mod:`tts.search.mcts`) and ETS (:mod:`tts.search.ets`) differ
+only in their algorithm. Each runs it over the step-wise space (:mod:`tts.search.stepwise`) with
+the configured verifier, and turns each problem's search into a Solution:
 
 - ``Trace.samples``: the finished candidates, with their answers (so pass@n is their coverage);
 - ``Trace.scores``: their verifier scores (:data:`~tts.search.tree_search.PENALTY`, -1, where
@@ -56,13 +57,8 @@ class TreeSearchConfig(StrategyConfigBase):
     """What step-wise searches with a verifier share (each strategy subclasses it with its kind)."""
 
     n: int = Field(8, ge=1, le=4096)
-    """Candidates per problem (N): the search samples N steps per problem at every depth and
-    returns at most N finished solutions."""
-    beam_width: int | None = Field(None, ge=1, le=4096)
-    """M, the children of each node the search continues (Snell et al. 2024's M, the
-    ``beam_width`` of Hugging Face's search-and-learn): beam search keeps the N/M best nodes per
-    step and expands each M ways; DVTS runs N/M subtrees that each expand their best node M ways.
-    Must divide n. Default: the largest divisor of n up to 4."""
+    """Candidates per problem (N): the search samples at most N steps per problem at every depth
+    and returns at most N finished solutions."""
     max_depth: int = Field(8, ge=1, le=256)
     """Most steps of a solution; one still unfinished at this depth has its answer forced."""
     step_tokens: int = Field(128, ge=1, le=65536)
@@ -76,6 +72,32 @@ class TreeSearchConfig(StrategyConfigBase):
     """How the answer is chosen among the finished candidates: ``verifier`` takes the best-scored
     one; ``weighted_vote`` votes with verifier scores as weights."""
 
+    def _label_parts(self) -> list[str]:
+        """Label parts after ``kind@n`` for settings this class shows specially (none here)."""
+        return []
+
+    @property
+    def label(self) -> str:
+        """``rebase@16``; settings that differ from their defaults follow (``beam@16,beam_width=2,select=verifier``)."""
+        parts = [f"{self.kind}@{self.n}", *self._label_parts()]
+        for key, value in _changed(self, skip=("kind", "n", "beam_width", "verifier")).items():
+            parts.append(f"{key}={value if str(value).isprintable() else repr(value)}")
+        extra = _changed(self.verifier, skip=("kind",))
+        if self.verifier.kind != "arithmetic" or extra:
+            inner = ",".join(f"{k}={v}" for k, v in extra.items())
+            parts.append(f"verifier={self.verifier.kind}" + (f"({inner})" if inner else ""))
+        return ",".join(parts)
+
+
+class WidthSearchConfig(TreeSearchConfig):
+    """A search that continues nodes a fixed M ways (beam search, DVTS, MCTS)."""
+
+    beam_width: int | None = Field(None, ge=1, le=4096)
+    """M, the children of each node the search continues (Snell et al. 2024's M, the
+    ``beam_width`` of Hugging Face's search-and-learn): beam search keeps the N/M best nodes per
+    step and expands each M ways; DVTS runs N/M subtrees that each expand their best node M ways.
+    Must divide n. Default: the largest divisor of n up to 4."""
+
     @model_validator(mode="before")
     @classmethod
     def _default_width(cls, data: Any) -> Any:
@@ -86,7 +108,7 @@ class TreeSearchConfig(StrategyConfigBase):
         return data
 
     @model_validator(mode="after")
-    def _width_divides_n(self) -> TreeSearchConfig:
+    def _width_divides_n(self) -> WidthSearchConfig:
         m = self.width
         if m > self.n or self.n % m:
             divisors = [d for d in range(1, self.n + 1) if self.n % d == 0]
@@ -101,19 +123,8 @@ class TreeSearchConfig(StrategyConfigBase):
         """M, resolved (``beam_width`` is always set once validated)."""
         return int(self.beam_width or default_beam_width(self.n))
 
-    @property
-    def label(self) -> str:
-        """``beam@16``; settings that differ from their defaults follow (``beam@16,beam_width=2,select=verifier``)."""
-        parts = [f"{self.kind}@{self.n}"]
-        if self.width != default_beam_width(self.n):
-            parts.append(f"beam_width={self.width}")
-        for key, value in _changed(self, skip=("kind", "n", "beam_width", "verifier")).items():
-            parts.append(f"{key}={value if str(value).isprintable() else repr(value)}")
-        extra = _changed(self.verifier, skip=("kind",))
-        if self.verifier.kind != "arithmetic" or extra:
-            inner = ",".join(f"{k}={v}" for k, v in extra.items())
-            parts.append(f"verifier={self.verifier.kind}" + (f"({inner})" if inner else ""))
-        return ",".join(parts)
+    def _label_parts(self) -> list[str]:
+        return [f"beam_width={self.width}"] if self.width != default_beam_width(self.n) else []
 
 
 class TreeSearchStrategy(Strategy):

@@ -1,0 +1,143 @@
+"""REBASE: reward-balanced tree search (Wu et al. 2024).
+
+Wu, Sun, Li, Welleck and Yang, "Inference Scaling Laws: An Empirical Analysis of Compute-Optimal
+Inference for Problem-Solving with Language Models" (arXiv:2408.00724), §4: with a budget of N
+solutions, expand the root N ways; then at every depth, score the unfinished nodes and give node
+j a share of the remaining width W (N minus the solutions already finished) by a softmax over the
+scores with balance temperature T_b:
+
+    W_j = Round(W * exp(R_j / T_b) / sum_k exp(R_k / T_b))
+
+so a high-scoring step gets many continuations and a low-scoring one few or none, without beam
+search's hard cut to N/M survivors. Nodes of the depth that get no width are dropped. The search
+ends when N solutions have finished or no unfinished node is left.
+
+Choices of this implementation:
+
+- ``Round`` is largest-remainder rounding, so the widths sum to W exactly (independent rounding
+  can over- or under-spend the budget by up to half a child per node).
+- Nodes without a valid score (:data:`~tts.search.tree_search.PENALTY`: an empty step, a failed
+  or invalid verifier score) get no width while any sibling has a valid score; when none has,
+  the width is split evenly.
+- Default T_b = 0.2, the softmax temperature of the ETS authors' REBASE baseline (Hooper et al.
+  2025, arXiv:2502.13575); lower concentrates the width on the best nodes.
+
+Every depth of every problem is one expand call and one score call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from tts.config import StrategyConfigBase
+from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
+from tts.search.tree_search import (
+    MAX_STEPS,
+    Expansion,
+    SearchResult,
+    SearchSpace,
+    SearchTree,
+    StateScorer,
+    TreeNode,
+    grow,
+    never_ends,
+)
+from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+
+
+def balanced_widths(scores: Sequence[float], width: int, temperature: float) -> list[int]:
+    """Split ``width`` children over nodes by softmax(score / temperature), summing to ``width`` exactly.
+
+    Args:
+        scores: One score per node, in [0, 1]; a negative score (PENALTY) marks a node without a
+            valid score, which gets nothing while any node has a valid score.
+        width: Children to hand out (W).
+        temperature: T_b > 0.
+
+    Returns:
+        One non-negative width per node; ties in rounding go to the earlier node.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not scores or width <= 0:
+        return [0] * len(scores)
+    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
+    if any(valid):
+        top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
+        weights = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
+    else:
+        weights = [1.0] * len(scores)
+    total = sum(weights)
+    quotas = [width * w / total for w in weights]
+    widths = [math.floor(q) for q in quotas]
+    left = width - sum(widths)
+    by_remainder = sorted(range(len(scores)), key=lambda j: (-(quotas[j] - widths[j]), j))
+    for j in by_remainder[:left]:
+        widths[j] += 1
+    return widths
+
+
+def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = 0.2,
+                  max_steps: int = MAX_STEPS) -> list[SearchResult]:
+    """REBASE from every root of ``space`` in lockstep.
+
+    Args:
+        space: The search space (one root per problem).
+        scorer: Scores states (higher is better).
+        n: Budget N: the root is expanded n ways, every depth expands at most n minus the
+            finished count, and at most n finished candidates are returned.
+        temperature: Balance temperature T_b of the softmax over node scores.
+        max_steps: Safety cap on depths.
+
+    Returns:
+        One :class:`SearchResult` per root; its leaves are every finished child, in the order found.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    trees = [SearchTree(root) for root in space.initial_states()]
+    frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
+    for _ in range(max_steps):
+        if not frontier:
+            return [t.result() for t in trees]
+        children = grow(space, scorer, frontier)
+        by_tree: dict[int, list[TreeNode]] = {}
+        for e, kids in zip(frontier, children, strict=True):
+            by_tree.setdefault(id(e.tree), []).extend(kids)
+        frontier = []
+        for tree in trees:
+            kids = by_tree.get(id(tree), [])
+            for node in kids:
+                if node.terminal:
+                    tree.take(node)
+            live = [node for node in kids if not node.terminal]
+            room = n - len(tree.leaves)
+            for node, width in zip(live, balanced_widths([k.score for k in live], room, temperature), strict=True):
+                if width > 0:
+                    node.kept = True
+                    frontier.append(Expansion(tree, node, width))
+    raise never_ends(max_steps)
+
+
+class RebaseConfig(TreeSearchConfig):
+    """REBASE: every depth shares the remaining budget among nodes by a softmax over their scores."""
+
+    kind: Literal["rebase"] = "rebase"
+    balance_temperature: float = Field(0.2, gt=0.0, le=100.0)
+    """T_b of the softmax that turns node scores into widths: lower gives the best nodes more of
+    the budget (near 0: greedy), higher spreads it evenly (large: like independent sampling)."""
+
+
+class Rebase(TreeSearchStrategy):
+    """Reward-balanced search (Wu et al. 2024); see :func:`rebase_search`."""
+
+    name = "rebase"
+    config_class: ClassVar[type[StrategyConfigBase]] = RebaseConfig
+
+    def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
+        return rebase_search(space, scorer, self.config.n, self.config.balance_temperature)
