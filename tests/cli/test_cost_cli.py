@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tts.budgets import hardware
+from tts.budgets.architecture import load_architecture
 from tts.budgets.calibration import compare_predictions, default_points
 from tts.budgets.cost_model import CostModel
-from tts.budgets.architecture import load_architecture
-from tts.cli.cost import app
+from tts.cli.cost import _seconds, app
 from tts.types import RequestShape, Usage
 
 runner = CliRunner()
@@ -144,3 +144,141 @@ def test_importing_the_cli_module_stays_light():
             "print(sorted({'numpy', 'scipy', 'tts.budgets'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- cheapest hardware: --gpu all, --max-seconds, --price / --prices ---------------------------
+
+PLAN = ["-m", "qwen3-8b", "--gpu", "all", "-n", "16", "--gen", "4000"]
+
+
+def _ranking(*extra: str) -> dict:
+    r = runner.invoke(app, [*PLAN, "--json", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_gpu_all_ranks_every_kind_by_dollars_per_problem():
+    out = _ranking()
+    rows = out["ranking"]
+    assert {r["gpu"] for r in rows} == {h.name for h in hardware.HARDWARE.values()}
+    fits = [r for r in rows if r["fits"]]
+    assert [r["dollars"] for r in fits] == sorted(r["dollars"] for r in fits)
+    assert all(not r["fits"] for r in rows[len(fits):])  # kinds too small for the plan come last
+    for r in rows:
+        assert r["dollars"] == pytest.approx(r["seconds"] / 3600 * r["usd_per_gpu_hour"])
+    # A 24 GB card cannot hold Qwen3-8B's weights plus 16 x 4000 tokens of KV cache.
+    assert next(r for r in rows if r["gpu"] == "RTX-4090")["fits"] is False
+    assert out["cheapest"] == fits[0]["gpu"]
+    assert out["fastest"] == min(fits, key=lambda r: r["seconds"])["gpu"]
+    # The same seconds as pricing that GPU alone.
+    h100 = json.loads(runner.invoke(app, ["-m", "qwen3-8b", "-n", "16", "--gen", "4000",
+                                          "--gpu", "h100", "--json"]).output)
+    row = next(r for r in rows if r["gpu"] == "H100-SXM")
+    assert row["seconds"] == pytest.approx(h100["seconds"])
+    assert h100["dollars"] == pytest.approx(row["dollars"])
+
+
+def test_the_latency_bound_names_the_cheapest_kind_that_meets_it():
+    free = _ranking()
+    cheapest = next(r for r in free["ranking"] if r["gpu"] == free["cheapest"])
+    bound = cheapest["seconds"] / 2  # the overall cheapest misses it
+    out = _ranking("--max-seconds", str(bound))
+    meeting = [r for r in out["ranking"] if r["fits"] and r["seconds"] <= bound]
+    assert meeting and out["cheapest"] != free["cheapest"]
+    assert out["cheapest"] == min(meeting, key=lambda r: r["dollars"])["gpu"]
+    assert [r["meets_max_seconds"] for r in out["ranking"]] == [r in meeting for r in out["ranking"]]
+    table = runner.invoke(app, [*PLAN, "--max-seconds", str(bound)])
+    assert f"Cheapest within {_seconds(bound)} per problem: {out['cheapest']}" in table.output
+
+
+def test_an_unreachable_bound_says_so_and_names_the_fastest():
+    out = _ranking("--max-seconds", "0.5")
+    assert out["cheapest"] is None
+    table = runner.invoke(app, [*PLAN, "--max-seconds", "0.5"])
+    assert table.exit_code == 0
+    assert f"No GPU kind meets 500ms per problem; the fastest is {out['fastest']}" in table.output
+
+
+def test_a_price_flag_changes_the_answer():
+    free = _ranking()
+    assert free["cheapest"] != "H200"
+    out = _ranking("--price", "h200=0.50")
+    assert out["cheapest"] == "H200" and out["ranking"][0]["price_source"] == "user"
+    assert "with your overrides" in out["price_basis"]
+
+
+def test_a_price_file_changes_the_answer_and_flags_win_over_it(tmp_path):
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("l40s: 0.10\nh100: 0.50\n")
+    assert _ranking("--prices", str(prices))["cheapest"] == "L40S"
+    assert _ranking("--prices", str(prices), "--price", "l40s=9")["cheapest"] == "H100-SXM"
+    table = runner.invoke(app, [*PLAN, "--prices", str(prices)])
+    assert "0.10*" in table.output and "(* yours)" in table.output
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--prices", "PRICES"], "is not valid YAML/JSON"),
+    (["--prices", "MISSING"], "cannot read it"),
+    (["--price", "v100=2"], "unknown GPU 'v100'"),
+    (["--price", "h100"], "KIND=USD_PER_HOUR"),
+    (["--price", "h100=$2"], "is not a price"),
+    (["--max-seconds", "0"], "--max-seconds must be > 0"),
+])
+def test_bad_prices_are_one_line_errors_with_exit_code_2(tmp_path, args, expected):
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("h100: {2.5\n")
+    args = [{"PRICES": str(bad), "MISSING": str(tmp_path / "none.yaml")}.get(a, a) for a in args]
+    r = runner.invoke(app, [*PLAN, *args])
+    assert r.exit_code == 2
+    assert expected in r.output and r.output.startswith("error:")
+    assert r.output.strip().count("\n") == 0, r.output
+
+
+def test_unknown_gpu_is_one_line_naming_the_kinds_and_all():
+    r = runner.invoke(app, ["-m", "qwen3-8b", "--gpu", "v100"])
+    assert r.exit_code == 2 and r.output.strip().count("\n") == 0
+    assert "--gpu v100: unknown GPU" in r.output and "L40S" in r.output and "all" in r.output
+
+
+def test_max_seconds_needs_gpu_all():
+    r = runner.invoke(app, ["-m", "qwen3-8b", "--gpu", "h100", "--max-seconds", "10"])
+    assert r.exit_code == 2 and "--gpu all" in r.output
+
+
+def test_the_ranking_table_fits_an_80_column_terminal(monkeypatch):
+    from rich.console import Console
+
+    from tts.cli import cost
+
+    monkeypatch.setattr(cost, "_console", lambda: Console(width=80))
+    r = runner.invoke(app, [*PLAN, "--max-seconds", "20", "--price", "h100=2.1"])
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80
+    for word in ("$/problem", "$/GPU-h", "≤20s", "approximate", "--price", "Cheapest within"):
+        assert word in r.output
+    assert "A100-80GB" in r.output and "no fit" in r.output
+
+
+def test_several_models_get_one_ranking_each():
+    r = runner.invoke(app, ["-m", "qwen3-0.6b", "-m", "qwen3-32b", "--gpu", "all", "--json"])
+    small, large = json.loads(r.output)
+    assert small["model"].endswith("0.6B") and large["model"].endswith("32B")
+    # 32B weights alone (~66 GB) overflow the 24, 40 and 48 GB cards.
+    assert {x["gpu"] for x in large["ranking"] if not x["fits"]} == {"RTX-4090", "A100-40GB", "L40S"}
+
+
+def test_single_gpu_output_shows_dollars_per_problem():
+    r = runner.invoke(app, ["-m", "qwen3-8b", "--gpu", "l40s", "-n", "4", "--json"])
+    out = json.loads(r.output)
+    assert out["usd_per_gpu_hour"] == 1.09
+    assert out["dollars"] == pytest.approx(out["seconds"] / 3600 * 1.09)
+    table = runner.invoke(app, ["-m", "qwen3-8b", "--gpu", "l40s", "-n", "4", "--price", "l40s=2"])
+    assert "dollars" in table.output and "$2.00/GPU-h (your price" in table.output
+
+
+def test_the_calibrated_cpu_has_no_default_price(fake_cpu):
+    out = json.loads(runner.invoke(app, ["-m", "smollm2-135m", "--gpu", "cpu", "--json"]).output)
+    assert out["dollars"] is None
+    assert "--price cpu=USD_PER_HOUR" in runner.invoke(app, ["-m", "smollm2-135m", "--gpu", "cpu"]).output
+    priced = runner.invoke(app, ["-m", "smollm2-135m", "--gpu", "cpu", "--price", "cpu=0.36", "--json"])
+    assert json.loads(priced.output)["dollars"] == pytest.approx(out["seconds"] / 10_000)

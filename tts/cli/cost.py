@@ -3,6 +3,7 @@
 Examples:
     tts cost --model Qwen/Qwen3-8B --gpu h100 --strategy self_consistency -n 32 --gen 8000
     tts cost -m qwen3-0.6b -m qwen3-8b -m qwen3-32b --gpu b200 -n 8 --gen 16000
+    tts cost -m qwen3-8b --gpu all -n 16 --gen 4000 --max-seconds 60 --price h100=2.10
     tts cost calibrate --engine --model HuggingFaceTB/SmolLM2-135M-Instruct
 
 Library imports (numpy, scipy) happen inside the commands so that ``tts --help`` stays fast.
@@ -11,6 +12,7 @@ Library imports (numpy, scipy) happen inside the commands so that ``tts --help``
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -45,7 +47,8 @@ def cost(
         "--model", "-m", help="HF id, shipped alias (qwen3-8b) or path/to/config.json; repeat "
         "to compare models.")] = None,
     gpu: Annotated[str, typer.Option(help="Device: h100, h100-pcie, h200, b200, a100-40gb, "
-                                     "a100-80gb, l40s, rtx-4090, or cpu (calibrated).")] = "h100",
+                                     "a100-80gb, l40s, rtx-4090, cpu (calibrated), or 'all' to "
+                                     "rank every GPU kind by dollars per problem.")] = "h100",
     strategy: Annotated[str, typer.Option(help="A registered strategy that can predict its requests "
                                           "(self_consistency, best_of_n, weighted_vote, ...).")
                         ] = "self_consistency",
@@ -63,15 +66,32 @@ def cost(
                            ] = None,
     dtype_bytes: Annotated[int | None, typer.Option(
         min=1, help="Override bytes per weight/KV element (default: the config's dtype).")] = None,
+    max_seconds: Annotated[float | None, typer.Option(
+        "--max-seconds", help="With --gpu all: latency bound in predicted seconds per problem; "
+        "names the cheapest GPU kind that meets it.")] = None,
+    price: Annotated[list[str] | None, typer.Option(
+        "--price", metavar="KIND=USD", help="Your price for a GPU kind in US dollars per "
+        "GPU-hour, e.g. --price h100=2.10; repeat for more kinds (wins over --prices).")] = None,
+    prices_file: Annotated[Path | None, typer.Option(
+        "--prices", metavar="FILE", help="YAML/JSON file mapping GPU kind to US dollars per "
+        "GPU-hour (e.g. 'h100: 2.10'), overriding the built-in approximate list prices.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")
                        ] = False,
 ) -> None:
-    """Cost of N samples of GEN tokens on one prompt, per model, on one device."""
+    """Cost of N samples of GEN tokens on one prompt, per model, on one device or on every one."""
     if ctx.invoked_subcommand is not None:
         return
     from tts.budgets.architecture import load_architecture
-    from tts.budgets.cost_model import Cost, CostModel
-    from tts.budgets.hardware import get_hardware
+    from tts.budgets.cost_model import CostModel
+    from tts.budgets.hardware import HARDWARE, get_hardware
+    from tts.budgets.prices import (
+        PriceError,
+        gpu_kind,
+        load_prices,
+        parse_prices,
+        price_table,
+    )
+    from tts.cli.errors import fail
 
     if not model:
         raise typer.BadParameter("pass at least one --model (e.g. --model Qwen/Qwen3-8B)",
@@ -89,33 +109,178 @@ def cost(
     if cached > prompt:
         raise typer.BadParameter(f"--cached {cached} exceeds --prompt {prompt}",
                                  param_hint="--cached")
+    rank_all = gpu.strip().lower() == "all"
+    if max_seconds is not None and not rank_all:
+        raise fail(f"--max-seconds picks the cheapest of all GPU kinds; add --gpu all (or drop "
+                   f"--max-seconds and read the seconds for --gpu {gpu})")
+    if max_seconds is not None and not max_seconds > 0:
+        raise fail(f"--max-seconds must be > 0 seconds per problem, got {max_seconds:g}")
     try:
-        hardware = get_hardware(gpu)
+        overrides = load_prices(prices_file) if prices_file is not None else {}
+        overrides.update(parse_prices(price or []))
+        prices = price_table(overrides)
+        kinds = list(HARDWARE) if rank_all else [gpu_kind(gpu)]
+    except PriceError as exc:
+        unknown_gpu = str(exc).startswith("unknown GPU")
+        raise fail(f"--gpu {gpu}: {exc}, or all to rank every kind" if unknown_gpu else str(exc)
+                   ) from None
+    try:
         archs = [load_architecture(m, dtype_bytes=dtype_bytes) for m in model]
-        models = [CostModel(a, hardware, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
-                  for a in archs]
+        devices = [get_hardware(k) for k in kinds]
+        # Checks the sparse-attention flags before anything is printed.
+        CostModel(archs[0], devices[0], sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        raise fail(str(exc)) from None
 
+    shapes = planned(n, prompt, gen, cached)
+    plan = {"strategy": strategy, "n": n, "prompt_tokens": prompt, "gen_tokens": gen,
+            "sparse_kv": sparse_kv}
+
+    def priced(arch: Any, device: Any) -> tuple[Any, float | None, float | None]:
+        cm = CostModel(arch, device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
+        c = _plan_cost(cm, shapes, concurrency)
+        usd_h = prices.get(device.name.lower())
+        return c, usd_h, None if usd_h is None else c.seconds / 3600.0 * usd_h
+
+    if rank_all:
+        reports = [_rank_gpus(arch, devices, priced, shapes, plan, overrides, concurrency,
+                              max_seconds) for arch in archs]
+        if as_json:
+            typer.echo(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+            return
+        for report in reports:
+            _print_ranking(report)
+        return
+
+    hardware = devices[0]
     rows: list[dict[str, Any]] = []
-    for arch, cm in zip(archs, models):
-        shapes = planned(n, prompt, gen, cached)
-        c = Cost.total([cm.cost_request(sh.prompt_tokens, list(sh.completion_tokens),
-                                        cached_prompt_tokens=sh.cached_prompt_tokens, concurrency=concurrency)
-                        for sh in shapes])
+    for arch in archs:
+        c, usd_h, usd = priced(arch, hardware)
         rows.append({
             "model": arch.name, "params": arch.params, "active_params": arch.active_params,
-            "hardware": hardware.name, "ridge": hardware.ridge, "strategy": strategy,
-            "n": n, "prompt_tokens": prompt, "gen_tokens": gen, "sparse_kv": sparse_kv,
+            "hardware": hardware.name, "ridge": hardware.ridge, **plan,
             "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
             "param_flops": c.param_flops, "attention_flops": c.attention_flops,
             "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "dominant": c.dominant,
             "attention_share": c.attention_share, "eflops_per_token": c.eflops_per_token,
+            "usd_per_gpu_hour": usd_h, "dollars": usd,
+            "price_source": _price_source(hardware.name.lower(), overrides),
         })
     if as_json:
         typer.echo(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
         return
     _print_rows(rows, hardware.name, hardware.ridge)
+
+
+# vLLM's default gpu_memory_utilization: the share of GPU memory it takes for weights and KV cache.
+_MEMORY_UTILIZATION = 0.9
+
+
+def _plan_cost(cm: Any, shapes: list[Any], concurrency: int | None) -> Any:
+    from tts.budgets.cost_model import Cost
+
+    return Cost.total([cm.cost_request(sh.prompt_tokens, list(sh.completion_tokens),
+                                       cached_prompt_tokens=sh.cached_prompt_tokens,
+                                       concurrency=concurrency)
+                       for sh in shapes])
+
+
+def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int) -> float:
+    """Weights plus the KV cache of one problem with all its samples at full length at once."""
+    kv_tokens = max([prompt + n * gen] + [sh.prompt_tokens + sum(sh.completion_tokens)
+                                          for sh in shapes])
+    return float(arch.params * arch.dtype_bytes + arch.kv_bytes_per_token * kv_tokens)
+
+
+def _price_source(key: str, overrides: dict[str, float]) -> str:
+    from tts.budgets.prices import DEFAULT_PRICES
+
+    if key in overrides:
+        return "user"
+    return DEFAULT_PRICES[key].source if key in DEFAULT_PRICES else ""
+
+
+def _rank_gpus(arch: Any, devices: list[Any], priced: Any, shapes: list[Any],
+               plan: dict[str, Any], overrides: dict[str, float], concurrency: int | None,
+               max_seconds: float | None) -> dict[str, Any]:
+    """Every GPU kind's seconds and dollars for one problem of ``arch``, cheapest first."""
+    from tts.budgets.prices import PRICE_BASIS, Quote, rank_by_dollars
+
+    need = _memory_needed(arch, shapes, plan["prompt_tokens"], plan["n"], plan["gen_tokens"])
+    quotes, usable = [], {}
+    for device in devices:
+        c, usd_h, _ = priced(arch, device)
+        usable[device.name] = _MEMORY_UTILIZATION * device.memory_bytes
+        quotes.append(Quote(device.name, c.seconds, usd_h, need <= usable[device.name]))
+    ranking = rank_by_dollars(quotes, max_seconds)
+    return {
+        "model": arch.name, **plan, "concurrency": concurrency, "max_seconds": max_seconds,
+        "price_basis": PRICE_BASIS if not overrides else f"{PRICE_BASIS}, with your overrides",
+        "memory_utilization": _MEMORY_UTILIZATION,
+        "ranking": [{
+            "gpu": q.kind, "seconds": q.seconds, "usd_per_gpu_hour": q.usd_per_hour,
+            "dollars": q.dollars, "memory_needed_bytes": need,
+            "memory_usable_bytes": usable[q.kind], "fits": q.fits,
+            "meets_max_seconds": None if max_seconds is None else ranking.meets(q),
+            "price_source": _price_source(q.kind.lower(), overrides),
+        } for q in ranking.quotes],
+        "cheapest": ranking.cheapest.kind if ranking.cheapest else None,
+        "fastest": ranking.fastest.kind if ranking.fastest else None,
+    }
+
+
+def _dollars(x: float) -> str:
+    return f"${x:#.3g}" if x < 1 else f"${x:,.2f}"
+
+
+def _print_ranking(report: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    bound = report["max_seconds"]
+    title = (f"{report['model'].rpartition('/')[2]}, {report['strategy']}: n={report['n']}, "
+             f"prompt={report['prompt_tokens']}, gen={report['gen_tokens']}")
+    if report["sparse_kv"]:
+        title += f", sparse KV {report['sparse_kv']}"
+    yours = any(r["price_source"] == "user" for r in report["ranking"])
+    alone = ("one problem alone on one GPU" if report["concurrency"] is None else
+             f"one problem's share of a GPU running {report['concurrency']} sequences")
+    caption = (f"Cheapest first. $/GPU-h: {report['price_basis']}{' (* yours)' if yours else ''}"
+               f"; change with --price KIND=USD or --prices FILE. seconds: roofline, {alone}. "
+               f"memory: weights + KV of all samples / {report['memory_utilization']:.0%} of GPU "
+               f"memory.")
+    table = Table("#", "GPU", title=title, caption=caption, caption_justify="left")
+    for header in ("$/GPU-h", "seconds", "$/problem", "memory GB"):
+        table.add_column(header, justify="right")
+    if bound is not None:
+        table.add_column(f"≤{_seconds(bound)}")
+    for i, r in enumerate(report["ranking"], 1):
+        mem = f"{r['memory_needed_bytes'] / 1e9:.0f}/{r['memory_usable_bytes'] / 1e9:.0f}"
+        meets = [] if bound is None else ["yes" if r["meets_max_seconds"] else "no"]
+        star = "*" if r["price_source"] == "user" else ""
+        style = None if r["fits"] and r["meets_max_seconds"] is not False else "dim"
+        table.add_row(str(i), r["gpu"], f"{r['usd_per_gpu_hour']:.2f}{star}",
+                      _seconds(r["seconds"]), _dollars(r["dollars"]),
+                      mem if r["fits"] else f"{mem} no fit", *meets, style=style)
+    console = _console()
+    console.print(table)
+    rows = {r["gpu"]: r for r in report["ranking"]}
+
+    def said(name: str) -> str:
+        r = rows[name]
+        return f"{name} ({_seconds(r['seconds'])}, {_dollars(r['dollars'])} per problem)"
+
+    fastest = report["fastest"]
+    if fastest is None:
+        console.print("No GPU kind holds the weights and one problem's KV cache; lower -n or "
+                      "--gen, or use a smaller model.")
+    elif bound is None:
+        console.print(f"Cheapest: {said(report['cheapest'])}. Fastest: {said(fastest)}.")
+    elif report["cheapest"] is not None:
+        console.print(f"Cheapest within {_seconds(bound)} per problem: "
+                      f"{said(report['cheapest'])}.")
+    else:
+        console.print(f"No GPU kind meets {_seconds(bound)} per problem; the fastest is "
+                      f"{said(fastest)}.")
 
 
 def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
@@ -138,6 +303,13 @@ def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
         table.add_row("eFLOPs", _si(r["eflops"]), f"attention/KV share {r['attention_share']:.1%}"
                       f", {_si(r['eflops_per_token'])} per generated token")
         table.add_row("seconds", _seconds(r["seconds"]), "roofline, summed over decode steps")
+        if r["dollars"] is None:
+            table.add_row("dollars", "-", f"no price for {hw_name}; pass --price "
+                          f"{hw_name.lower()}=USD_PER_HOUR")
+        else:
+            basis = "your price" if r["price_source"] == "user" else "approx. list price"
+            table.add_row("dollars", _dollars(r["dollars"]),
+                          f"at ${r['usd_per_gpu_hour']:.2f}/GPU-h ({basis}; --price to change)")
         table.add_row("dominant", r["dominant"], "compute = FLOPs, memory = I x bytes")
     else:
         table = Table("model", "params", "FLOPs", "bytes", "eFLOPs", "attn/KV", "eFLOP/tok",
