@@ -79,6 +79,8 @@ STRATEGIES = Registry(
         "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
         "dvts": "tts.search.dvts:DVTS",
+        "ets": "tts.search.ets:ETS",
+        "mcts": "tts.search.mcts:MCTS",
         "rebase": "tts.search.rebase:Rebase",
         "self_consistency": "tts.search.self_consistency:SelfConsistency",
         "weighted_vote": "tts.search.weighted_vote:WeightedVote",
