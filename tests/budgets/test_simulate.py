@@ -88,8 +88,10 @@ def test_strategies_replay_by_their_pool_rule_not_their_name():
     assert pool_rule("self_consistency") == "vote" and pool_rule("best_of_n") == "best_score"
     np.testing.assert_array_equal(rep.correct_at(n, "best_of_n"), rep.best_correct[:, 7])
     # A strategy that is more than an aggregate of i.i.d. samples cannot be replayed from a pool.
-    assert STRATEGIES.load("weighted_vote").pool_rule is None
+    assert STRATEGIES.load("beam").pool_rule is None
     with pytest.raises(ValueError, match="cannot be replayed from a sample pool"):
+        rep.correct_at(n, "beam")
+    with pytest.raises(ValueError, match="has no budget replay yet"):
         rep.correct_at(n, "weighted_vote")
     # A plugin strategy replays by the rule it declares.
     STRATEGIES.register("plugin_vote", type("PluginVote", (), {"pool_rule": "vote"}))

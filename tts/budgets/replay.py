@@ -30,6 +30,10 @@ def pool_rule(strategy: str) -> str:
             independent samples); the message names those that can.
     """
     rule = getattr(STRATEGIES.load(STRATEGIES.check(strategy)), "pool_rule", None)
+    if rule is not None and rule not in _RULE_TABLES:
+        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _RULE_TABLES]
+        raise ValueError(f"strategy {strategy!r} (pool_rule {rule!r}) has no budget replay yet; "
+                         f"`tts sweep --pool` replays it at fixed n. Budget replays: {', '.join(able)}")
     if rule not in _RULE_TABLES:
         able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _RULE_TABLES]
         raise ValueError(f"strategy {strategy!r} cannot be replayed from a sample pool (pool_rule {rule!r}); "

@@ -17,13 +17,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tts.backends.base import BackendError
     from tts.benchmarks.append_log import CorruptLogError
     from tts.benchmarks.datasets import DatasetError
+    from tts.budgets.prices import PriceError
     from tts.eval.store import RunMismatchError
+    from tts.eval.sweep import SweepError
     from tts.models import ModelError
     from tts.registry import UnknownNameError
     from tts.search.base import StrategyInputError
 
     return (ValidationError, BackendError, DatasetError, RunMismatchError, CorruptLogError, ModelError, UnknownNameError,
-            StrategyInputError, FileNotFoundError)
+            StrategyInputError, FileNotFoundError, PriceError, SweepError)
 
 
 def format_error(exc: BaseException) -> str:

@@ -29,6 +29,8 @@ class WeightedVoteConfig(SamplingStrategyConfig):
 class WeightedVote(SamplingStrategy):
     """Vote with weights exp(mean logprob); confidence is the winner's share of total weight."""
 
+    pool_rule = "weighted_vote"
+
     name = "weighted_vote"
     config_class: ClassVar[type] = WeightedVoteConfig
     needs_logprobs = True

@@ -1,0 +1,239 @@
+"""Vectorised pool estimators: published figures, direct counts from the file, the loop reference,
+the combinatorial formulas, intervals and error messages."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tts.benchmarks.pool import load_pool
+from tts.eval import estimators as est
+
+QWEN_MODEL = "qwen2.5-math-instruct"
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _row(pid, idx, answer, correct, score=None, model="m", tokens=10):
+    return {"problem_id": pid, "model": model, "sample_idx": idx, "answer": answer, "correct": correct,
+            "num_tokens": tokens, "score": score}
+
+
+def _random_pool(tmp_path: Path, seed: int, problems: int = 30, grade=lambda a, s: a == 0):
+    """Abstentions (without scores), answers seen once, repeated answers, tied scores and uneven
+    sample counts; ``grade(answer, sample)`` says which answered samples are correct (default x0)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(problems):
+        n = 10 if p % 5 else 7
+        k = int(rng.integers(1, 6))
+        for s in range(n):
+            a = int(rng.integers(-1, k))
+            ok = None if a < 0 else bool(grade(a, s))
+            score = None if a < 0 else float(rng.integers(1, 5)) / 4  # abstentions carry no score
+            rows.append(_row(f"p{p}", s, None if a < 0 else f"x{a}", ok, score))
+    return load_pool(_write(tmp_path / f"pool{seed}-{len(list(tmp_path.iterdir()))}.jsonl", rows))["m"]
+
+
+@pytest.fixture(scope="module")
+def qwen(shared_data):
+    return load_pool(shared_data / "pools" / "math_qwen25_rm8.jsonl.gz")[QWEN_MODEL]
+
+
+@pytest.fixture(scope="module")
+def math500(shared_data):
+    path = shared_data / "pools" / "math500_reasoning_models.jsonl.gz"
+    return path, load_pool(path)
+
+
+# --- published and directly counted figures -------------------------------------------------------
+
+
+def test_qwen_rm_example_gives_the_published_figures(qwen):
+    # Qwen2.5-Math's own example: mean 0.91, maj@8 0.93, RM@8 0.94, pass@8 0.96.
+    curves = est.pool_curves(qwen, ("pass", "majority", "best_score"))
+    assert curves["pass"].at(1)[0] == pytest.approx(0.91, abs=1e-12)
+    assert curves["pass"].at(8)[0] == pytest.approx(0.96, abs=1e-12)
+    assert curves["best_score"].at(8)[0] == pytest.approx(0.94, abs=1e-12)
+    maj8 = curves["majority"].at(8)[0]
+    # Three problems split 4-4 (or 2-2) between a right and a wrong answer: ties share here
+    # (0.925), Qwen's Counter.most_common takes the first sample's answer (0.93). Within rounding.
+    assert abs(maj8 - 0.93) <= 0.005 + 1e-12
+    assert maj8 == pytest.approx(0.925, abs=1e-12)
+    for c in curves.values():
+        assert np.all(c.lo <= c.mean) and np.all(c.mean <= c.hi)
+
+
+def _direct_maj_at_all(path: Path) -> dict[str, float]:
+    """maj@N straight from the file: per (model, problem), count each answer string; the answers
+    with the most votes share the credit; an answer's grade is the mean `correct` of its rows."""
+    samples: dict[tuple[str, str], list[tuple[str | None, bool]]] = defaultdict(list)
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            r = json.loads(line)
+            samples[r["model"], r["problem_id"]].append((r["answer"], bool(r["correct"])))
+    per_model: dict[str, list[float]] = defaultdict(list)
+    for (model, _), rows in samples.items():
+        votes = Counter(a for a, _ in rows if a is not None)
+        if not votes:
+            per_model[model].append(0.0)
+            continue
+        top = max(votes.values())
+        tied = [a for a, v in votes.items() if v == top]
+        grade = {a: sum(ok for b, ok in rows if b == a) / votes[a] for a in tied}
+        per_model[model].append(sum(grade.values()) / len(tied))
+    return {m: sum(v) / len(v) for m, v in per_model.items()}
+
+
+def test_maj_at_80_equals_the_count_from_the_file(math500):
+    path, pool = math500
+    direct = _direct_maj_at_all(path)
+    assert set(direct) == set(pool.models) and len(direct) == 7
+    for model, mp in pool.by_model.items():
+        assert mp.answers.shape == (500, 80)
+        curve = est.majority_vote(mp, [80], draws=3)  # every draw of 80 is the whole pool
+        assert curve.at(80)[0] == pytest.approx(direct[model], abs=1e-12), model
+        lo, hi = curve.lo[0], curve.hi[0]
+        assert lo <= curve.mean[0] <= hi and hi - lo < 0.1
+
+
+# --- vectorised == the plain loop --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vectorised_outcomes_equal_the_loop_for_the_same_draws(tmp_path, seed):
+    mp = _random_pool(tmp_path, seed)
+    order = est.draw_orders(mp.counts, 7, 60, seed)
+    w = est.vote_weights(mp, "sigmoid")  # non-dyadic floats: ties only where sums really tie
+    cases = [("majority", None, est.vote_outcomes(mp, order)),
+             ("weighted_vote", w, est.vote_outcomes(mp, order, w)),
+             ("best_score", None, est.best_score_outcomes(mp, order))]
+    for rule, extra, vec in cases:
+        ref = est.loop_outcomes(mp, order, rule, extra)
+        assert np.array_equal(ref, vec), rule
+    # Selected prefixes and the summed form agree with the full per-draw table.
+    full = est.vote_outcomes(mp, order)
+    picked = est.vote_outcomes(mp, order, ns=[2, 5], per_draw=False)
+    np.testing.assert_allclose(picked, full[[1, 4]].sum(axis=1).T, atol=1e-12)
+    # A pool that grades one answer string both ways: grades are shares (float sums, same values).
+    mixed = _random_pool(tmp_path, seed, grade=lambda a, s: a == 0 or (a == 1 and s % 2 == 0))
+    assert not np.all(np.isin(est._slot_tables(mixed)[1], (0.0, 1.0)))  # some share is 1/2, 1/3, ...
+    for rule, extra in (("majority", None), ("weighted_vote", est.vote_weights(mixed, "sigmoid"))):
+        np.testing.assert_allclose(est.vote_outcomes(mixed, order, extra),
+                                   est.loop_outcomes(mixed, order, rule, extra), atol=1e-12)
+    # The curve is the mean over the same draws.
+    curve = est.majority_vote(mp, range(1, 8), order=order)
+    np.testing.assert_allclose(curve.per_problem, full.mean(axis=1).T, atol=1e-12)
+
+
+def test_votes_never_read_correct(tmp_path):
+    # Flipping every answered sample's grade flips the tie-shared outcome, draw by draw: the
+    # choice itself did not move.
+    mp = _random_pool(tmp_path, 3)
+    flipped = _random_pool(tmp_path, 3, grade=lambda a, s: a != 0)
+    answered = mp.mask & (mp.answers >= 0)
+    np.testing.assert_array_equal(flipped.correct, answered & ~mp.correct)
+    order = est.draw_orders(mp.counts, 7, 40, 3)
+    # 1 where some answered sample is among the first t+1 drawn.
+    some = np.logical_or.accumulate(answered[np.arange(mp.n_problems), order], axis=0)
+    for fn in (est.vote_outcomes, est.best_score_outcomes):
+        np.testing.assert_allclose(fn(mp, order) + fn(flipped, order), some, atol=1e-12)
+
+
+# --- exact estimators ---------------------------------------------------------------------------
+
+
+def test_pass_at_k_is_the_combinatorial_formula(tmp_path):
+    mp = _random_pool(tmp_path, 4)
+    curve = est.pass_at_k(mp, range(1, 8))
+    for p in range(mp.n_problems):
+        n_all, c = int(mp.counts[p]), int(mp.correct[p].sum())
+        for j, k in enumerate(range(1, 8)):
+            expected = 1 - math.comb(n_all - c, k) / math.comb(n_all, k)
+            assert curve.per_problem[p, j] == pytest.approx(expected, abs=1e-12)
+    assert curve.mean[-1] == pytest.approx(np.mean(curve.per_problem[:, -1]))
+
+
+def _enumerate(mp, n: int, rule: str) -> np.ndarray:
+    """Expected outcome over every n-subset, by brute force (the tie-sharing rules)."""
+    out = []
+    for p in range(mp.n_problems):
+        vals = []
+        for sub in itertools.combinations(range(int(mp.counts[p])), n):
+            order = np.array(sub, dtype=np.uint8)[:, None, None]
+            vals.append(est.loop_outcomes(mp.subset([p]), order, rule)[-1, 0, 0])
+        out.append(np.mean(vals))
+    return np.array(out)
+
+
+def test_exact_best_of_n_equals_enumeration_and_bootstrap_converges(tmp_path):
+    mp = _random_pool(tmp_path, 5, problems=8)
+    ns = [1, 3, 6]
+    exact = est.best_of_n(mp, ns)
+    for j, n in enumerate(ns):
+        np.testing.assert_allclose(exact.per_problem[:, j], _enumerate(mp, n, "best_score"), atol=1e-12)
+    boot = est.best_of_n(mp, ns, method="bootstrap", draws=4000, seed=1)
+    np.testing.assert_allclose(boot.mean, exact.mean, atol=0.02)
+    maj = est.majority_vote(mp, [3], draws=4000, seed=2)
+    assert maj.mean[0] == pytest.approx(_enumerate(mp, 3, "majority").mean(), abs=0.02)
+
+
+# --- intervals ---------------------------------------------------------------------------------------
+
+
+def test_intervals_contain_the_mean_and_shrink_with_more_problems(qwen):
+    small, full = qwen.subset(range(25)), qwen
+    for fn in (est.pass_at_k, est.majority_vote, lambda mp: est.best_of_n(mp)):
+        a, b = fn(small), fn(full)
+        for c in (a, b):
+            assert np.all(c.lo <= c.mean) and np.all(c.mean <= c.hi)
+            assert np.all((c.lo >= 0) & (c.hi <= 1))
+        assert np.mean(b.hi - b.lo) < np.mean(a.hi - a.lo)
+
+
+# --- errors ------------------------------------------------------------------------------------------
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_field_and_duplicate_sample_are_clear_errors(tmp_path):
+    bad = _row("p", 0, "1", True)
+    del bad["score"]
+    with pytest.raises(ValueError, match="missing field") as exc:
+        load_pool(_write(tmp_path / "missing.jsonl", [bad]))
+    assert "score" in _one_line(exc) and "null" in _one_line(exc)
+    dup = [_row("p", 0, "1", True), _row("p", 0, "2", False)]
+    with pytest.raises(ValueError, match="duplicate sample") as exc:
+        load_pool(_write(tmp_path / "dup.jsonl", dup))
+    assert "sample_idx" in _one_line(exc)
+
+
+def test_estimator_inputs_are_checked(tmp_path):
+    rows = [_row("p", i, "1", True, score=None) for i in range(4)] + [_row("q", i, "2", False) for i in range(3)]
+    mp = load_pool(_write(tmp_path / "pool.jsonl", rows))["m"]
+    with pytest.raises(ValueError, match="no finite score") as exc:
+        est.best_of_n(mp)
+    assert "scores=" in _one_line(exc)
+    with pytest.raises(ValueError, match="exceeds the 3 samples") as exc:
+        est.majority_vote(mp, [4])
+    assert "ns up to 3" in _one_line(exc)
+    with pytest.raises(ValueError, match="weights > 0") as exc:
+        est.weighted_vote(mp, scores=np.full(mp.answers.shape, -1.0))
+    assert "weighting='exp'" in _one_line(exc)
+    with pytest.raises(ValueError, match="order has shape"):
+        est.majority_vote(mp, [2], order=est.draw_orders(np.array([3]), 2, 5))
+    assert est.majority_vote(mp, [3], draws=5).at(3)[0] == pytest.approx(0.5)

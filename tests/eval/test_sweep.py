@@ -1,0 +1,230 @@
+"""``tts sweep`` and ``tts plot`` as a user runs them: published figures, resume, errors, live, plots."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tts.cli.app import app
+from tts.eval.sweep import (
+    CurvePoint,
+    pareto_front,
+    read_cells,
+    saturation,
+    within_noise,
+)
+
+runner = CliRunner(env={"COLUMNS": "120"})
+POOLS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pools"
+QWEN_RM = POOLS / "math_qwen25_rm8.jsonl.gz"
+MATH500 = POOLS / "math500_reasoning_models.jsonl.gz"
+
+
+def _sweep(*args: str):
+    return runner.invoke(app, ["sweep", *args])
+
+
+def _cells(out: Path) -> dict[str, dict]:
+    return {c.config: c for c in read_cells(out)}
+
+
+@pytest.mark.skipif(not QWEN_RM.exists(), reason="shared pools not present")
+def test_the_qwen_math_rm_pool_gives_its_published_figures(tmp_path):
+    # Qwen2.5-Math's own RM example: mean 0.91, maj@8 0.93, RM@8 0.94, pass@8 0.96.
+    r = _sweep("--pool", str(QWEN_RM), "-s", "self_consistency", "-s", "best_of_n", "--n", "1,8",
+               "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    cells = _cells(tmp_path)
+    assert round(cells["self_consistency@1"].accuracy, 2) == 0.91
+    assert round(cells["self_consistency@8"].accuracy + 1e-9, 2) == 0.93  # 0.925 over 1000 draws
+    assert round(cells["best_of_n@8"].accuracy, 2) == 0.94
+    assert round(cells["best_of_n@8"].pass_at_n, 2) == 0.96
+    c = cells["self_consistency@8"]
+    assert c.accuracy_low < c.accuracy < c.accuracy_high and c.tokens is None  # this pool records no token counts
+
+
+@pytest.mark.skipif(not MATH500.exists(), reason="shared pools not present")
+def test_maj_at_80_per_model_equals_the_vote_computed_directly_from_the_file(tmp_path):
+    r = _sweep("--pool", str(MATH500), "-s", "self_consistency", "--n", "80", "--draws", "10", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    votes: dict[tuple[str, str], dict[str, list[bool]]] = {}
+    with gzip.open(MATH500, "rt") as fh:
+        for line in fh:
+            row = json.loads(line)
+            if row["answer"] is not None:
+                votes.setdefault((row["model"], row["problem_id"]), {}).setdefault(row["answer"], []).append(
+                    bool(row["correct"]))
+    direct: dict[str, list[float]] = {}
+    problems: dict[str, set[str]] = {}
+    with gzip.open(MATH500, "rt") as fh:
+        for line in fh:
+            row = json.loads(line)
+            problems.setdefault(row["model"], set()).add(row["problem_id"])
+    for model, ids in problems.items():
+        scores = []
+        for pid in ids:
+            tally = votes.get((model, pid), {})
+            if not tally:
+                scores.append(0.0)
+                continue
+            top = max(len(v) for v in tally.values())
+            tied = [v for v in tally.values() if len(v) == top]
+            scores.append(sum(all(v) for v in tied) / len(tied))  # a tie counts its share of correct answers
+        direct[model] = scores
+    cells = {c.model: c for c in read_cells(tmp_path)}
+    assert set(cells) == set(direct)
+    for model, scores in direct.items():
+        assert cells[model].accuracy == pytest.approx(np.mean(scores), abs=1e-9), model
+
+
+@pytest.fixture
+def small_pool(tmp_path) -> Path:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "pool.jsonl"
+    with path.open("w") as fh:
+        for model, skill in (("Qwen3-8B", 0.6), ("mystery-model", 0.4)):
+            for p in range(40):
+                for s in range(16):
+                    right = rng.random() < skill
+                    fh.write(json.dumps({"problem_id": f"p{p}", "model": model, "sample_idx": s,
+                                         "answer": "1" if right else str(rng.integers(2, 5)), "correct": bool(right),
+                                         "num_tokens": int(rng.integers(100, 400)),
+                                         "score": float(rng.random() * 0.5 + 0.5 * right)}) + "\n")
+    return path
+
+
+def test_a_sweep_prices_every_cell_resumes_and_extends_without_recomputing(small_pool, tmp_path):
+    out = tmp_path / "sw"
+    r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "weighted_vote", "--n", "1,4",
+               "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert "8 cells computed, 0 resumed" in r.output and "mystery-model" in r.output  # no architecture: named
+    cells = read_cells(out)
+    priced = [c for c in cells if c.model == "Qwen3-8B"]
+    assert all(c.eflops > c.flops > 0 and c.dollars > 0 and c.gpu_seconds > 0 for c in priced)
+    assert all(c.dollars is None and c.tokens > 0 for c in cells if c.model == "mystery-model")
+    four, one = (next(c for c in priced if c.config == f"self_consistency@{n}") for n in (4, 1))
+    assert four.tokens == pytest.approx(4 * one.tokens) and four.gpu_seconds > one.gpu_seconds
+    # Same grid again: nothing recomputed. A larger grid: only the new cells.
+    r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "weighted_vote", "--n", "1,4",
+               "--out", str(out))
+    assert "0 cells computed, 8 resumed" in r.output
+    r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "weighted_vote", "--n", "1,4,16",
+               "--out", str(out), "--arch", "mystery-model=qwen3-0.6b")
+    assert "4 cells computed, 8 resumed" in r.output and len(read_cells(out)) == 12
+
+
+def test_seeds_report_their_spread(small_pool, tmp_path):
+    r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "--n", "4", "--seeds", "3", "--draws", "20",
+               "-m", "Qwen3-8B", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "seed sd" in r.output and len(read_cells(tmp_path)) == 3
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-s", "beam"], "cannot be replayed from a sample pool"),
+    (["-s", "no_such"], "Unknown strategy"),
+    (["--n", "1,x"], "whole numbers"),
+    (["--n", "64"], "use n up to 16"),
+    (["-m", "nobody"], "is not in pool"),
+    (["--gpu", "tpu-v9"], "tpu-v9"),
+    (["--price", "h100"], "--price"),
+    (["--arch", "Qwen3-8B"], "NAME=VALUE"),
+    (["--limit", "3"], "live settings"),
+])
+def test_bad_input_is_a_one_line_error_with_exit_code_2(small_pool, tmp_path, args, message):
+    r = _sweep("--pool", str(small_pool), "--out", str(tmp_path / "x"), *args)
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_a_malformed_sweep_file_or_pool_is_refused_with_what_to_change(small_pool, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("strategies: [self_consistency\n")
+    r = _sweep("--config", str(bad), "--out", str(tmp_path / "a"))
+    assert r.exit_code == 2 and "not valid YAML" in r.output
+    bad.write_text("pool: x\nn: [1, 4]\nnot_a_setting: 3\n")
+    r = _sweep("--config", str(bad), "--out", str(tmp_path / "b"))
+    assert r.exit_code == 2 and "not_a_setting" in r.output
+    lines = small_pool.read_text().splitlines()
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text("\n".join(lines + lines[:1]) + "\n")
+    r = _sweep("--pool", str(dup), "--out", str(tmp_path / "c"))
+    assert r.exit_code == 2 and "duplicate" in r.output.lower()
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text("\n".join(json.dumps({k: v for k, v in json.loads(x).items() if k != "correct"})
+                                 for x in lines) + "\n")
+    r = _sweep("--pool", str(missing), "--out", str(tmp_path / "d"))
+    assert r.exit_code == 2 and "correct" in r.output
+
+
+def test_a_live_sweep_on_the_scripted_backend_runs_the_grid_and_resumes(tmp_path):
+    args = ["-s", "self_consistency", "-s", "best_of_n", "--n", "1,4", "--backend", "scripted", "--limit", "3",
+            "--max-tokens", "64", "--out", str(tmp_path)]
+    r = _sweep(*args)
+    assert r.exit_code == 0, r.output
+    cells = read_cells(tmp_path)
+    assert {c.config for c in cells} == {"self_consistency@1", "self_consistency@4", "best_of_n@1", "best_of_n@4"}
+    assert all(c.method == "run" and c.problems == 3 and c.tokens > 0 for c in cells)
+    assert (tmp_path / "live").is_dir()
+    r = _sweep(*args)
+    assert "0 cells computed, 4 resumed" in r.output
+
+
+def test_plot_writes_png_svg_and_a_self_contained_html_report(small_pool, tmp_path):
+    out = tmp_path / "sw"
+    _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "best_of_n", "--n", "1,2,4,8,16",
+           "--out", str(out))
+    r = runner.invoke(app, ["plot", str(out)])
+    assert r.exit_code == 0, r.output
+    plots = out / "plots"
+    for axis in ("tokens", "eflops", "gpu_seconds", "dollars"):
+        assert (plots / f"accuracy_vs_{axis}.png").stat().st_size > 10_000
+        assert (plots / f"accuracy_vs_{axis}.svg").read_text().count("<path") > 10
+    page = (plots / "report.html").read_text()
+    assert page.count("<svg") == 4 and "Pareto frontier" in page
+    # nothing to fetch: no scripts, stylesheets, images or fonts from elsewhere (XML namespaces are names)
+    assert not any(ref in page for ref in ("src=", "<link", "href=\"http", "url(http", "@import"))
+    r = runner.invoke(app, ["plot", str(tmp_path / "nothing")])
+    assert r.exit_code == 2 and "tts sweep" in r.output
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no headless browser")
+def test_the_html_report_renders_in_a_real_browser(small_pool, tmp_path):
+    out = tmp_path / "sw"
+    _sweep("--pool", str(small_pool), "-s", "self_consistency", "--n", "1,4,16", "--out", str(out))
+    runner.invoke(app, ["plot", str(out)])
+    shot = tmp_path / "shot.png"
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1200,1600", (out / "plots" / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=False)
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.std() > 10  # not a blank page: figure lines and table text
+
+
+def _point(cost: float, acc: float, lo: float | None = None, hi: float | None = None, name: str = "a") -> CurvePoint:
+    return CurvePoint("m", name, f"{name}@{cost:g}", int(cost), acc, acc - 0.01 if lo is None else lo,
+                      acc + 0.01 if hi is None else hi, None, {"tokens": cost})
+
+
+def test_pareto_front_keeps_only_points_no_cheaper_point_beats():
+    points = [_point(1, 0.5), _point(2, 0.4), _point(4, 0.7), _point(8, 0.7), _point(16, 0.75)]
+    assert [p.costs["tokens"] for p in pareto_front(points, "tokens")] == [1, 4, 16]
+
+
+def test_saturation_is_the_first_point_where_doubling_buys_less_than_the_gain():
+    curve = [_point(1, 0.50), _point(2, 0.60), _point(4, 0.65), _point(8, 0.655), _point(16, 0.66)]
+    assert saturation(curve, "tokens", gain=0.01).costs["tokens"] == 4
+    assert saturation(curve[:3], "tokens", gain=0.01) is None  # never flattens within its range
+    assert within_noise(_point(1, 0.50, 0.4, 0.6), _point(2, 0.55, 0.45, 0.65))
+    assert not within_noise(_point(1, 0.50, 0.45, 0.55), _point(2, 0.70, 0.65, 0.75))

@@ -1,0 +1,225 @@
+"""``tts sweep`` (a grid of strategies x n x models, from a sample pool or live) and ``tts plot`` (its figures).
+
+Examples:
+    tts sweep --pool ../shared/data/pools/math500_reasoning_models.jsonl.gz -s self_consistency --n 1,4,16,80 --out runs/sw
+    tts sweep --benchmark demo --limit 20 -s self_consistency -s best_of_n --n 1,4,16 --out runs/live
+    tts plot runs/sw
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from tts.cli.errors import fail, user_errors
+
+
+def _numbers(values: list[str] | None) -> list[int] | None:
+    """``--n 1,4,16`` and ``--n 1 --n 4`` alike."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise fail(f"--n {value!r}: write whole numbers separated by commas, e.g. --n 1,4,16,64") from None
+    return out
+
+
+def _pairs(items: list[str] | None, flag: str, example: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise fail(f"{flag} {item!r}: write NAME=VALUE, e.g. {flag} {example}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _spec(opts: dict[str, Any], config: Path | None) -> Any:
+    import yaml
+
+    from tts.eval.sweep import SweepSpec
+
+    base: dict[str, Any] = {}
+    if config is not None:
+        if not config.is_file():
+            raise fail(f"sweep file {config} does not exist")
+        try:
+            base = yaml.safe_load(config.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise fail(f"sweep file {config} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(base, dict):
+            raise fail(f"sweep file {config} must be a mapping of settings (strategies:, n:, pool:, ...)")
+    spec: dict[str, Any] = dict(base)
+    if opts["strategy"]:
+        knobs = {s["kind"]: s for s in (SweepSpec._names_to_mappings(base.get("strategies")) or [])
+                 if isinstance(s, dict) and "kind" in s}
+        spec["strategies"] = [knobs.get(name, {"kind": name}) for name in opts["strategy"]]
+    for key in ("n", "models", "pool", "seeds", "draws", "gpu", "prompt_tokens"):
+        if opts.get(key) not in (None, [], ""):
+            spec[key] = opts[key]
+    if opts["prices"] is not None or opts["price"]:
+        from tts.budgets.prices import load_prices, parse_prices
+
+        prices = dict(base.get("prices") or {})
+        if opts["prices"] is not None:
+            prices.update(load_prices(opts["prices"]))
+        prices.update(parse_prices(opts["price"] or []))
+        spec["prices"] = prices
+    if opts["arch"]:
+        spec["arch"] = {**(base.get("arch") or {}), **_pairs(opts["arch"], "--arch", "EXAONE-Deep-32B=qwen2.5-32b")}
+    live = dict(base.get("eval") or {})
+    if opts["benchmark"] or opts["limit"]:
+        data = dict(live.get("data") or {})
+        if opts["benchmark"]:
+            data["benchmark"] = opts["benchmark"]
+        if opts["limit"]:
+            data["limit"] = opts["limit"]
+        live["data"] = data
+    if opts["backend"]:
+        live["backend"] = {**(live.get("backend") or {}), "kind": opts["backend"]}
+    if opts["max_tokens"]:
+        live["sampling"] = {**(live.get("sampling") or {}), "max_tokens": opts["max_tokens"]}
+    if live:
+        if spec.get("pool"):
+            raise fail("--benchmark, --limit, --backend and --max-tokens are live settings; a --pool sweep "
+                       "replays the pool's samples. Drop them or drop --pool.")
+        spec["eval"] = live
+    try:
+        return SweepSpec.model_validate(spec)
+    except ValueError as exc:
+        from tts.cli.errors import format_error
+
+        raise fail(format_error(exc)) from None
+
+
+def sweep_command(
+    pool: str | None = typer.Option(None, "--pool", help="A sample-pool file or a past `tts eval` run dir; without it the grid runs live."),
+    strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable; a registered strategy."),
+    n: list[str] | None = typer.Option(None, "--n", "-n", help="Sample counts: --n 1,4,16,80 (or repeat the flag)."),
+    model: list[str] | None = typer.Option(None, "--model", "-m", help="Repeatable. Pool: its models to sweep (default all). Live: models to run."),
+    seeds: int | None = typer.Option(None, "--seeds", min=1, help="Repeat every cell with seeds 0..K-1 and report the spread."),
+    draws: int | None = typer.Option(None, "--draws", min=10, help="Bootstrap draws of pool estimates without an exact form (default 1000)."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU kind every cell is priced on (default h100)."),
+    price: list[str] | None = typer.Option(None, "--price", help="Repeatable KIND=USD_PER_HOUR over the built-in price table."),
+    prices: Path | None = typer.Option(None, "--prices", help="YAML/JSON file of KIND: USD_PER_HOUR."),
+    arch: list[str] | None = typer.Option(None, "--arch", help="Repeatable POOL_MODEL=ARCH to price a pool model (e.g. gpt-oss-20b=path/config.json)."),
+    prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=0, help="Pool: prompt tokens priced per problem (default 0)."),
+    benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="Live: benchmark (default demo)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Live: first K problems."),
+    backend: str | None = typer.Option(None, "--backend", help="Live: vllm (default), openai or scripted."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Live: max generated tokens per sample."),
+    out: Path = typer.Option(..., "--out", "-o", help="Sweep directory; re-run to resume (done cells are kept)."),
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML sweep file with the same keys (flags override it)."),
+) -> None:
+    """Sweep strategies x n x models; every cell gets accuracy [95% CI], pass@n, tokens, FLOPs, seconds and dollars."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from tts.eval.sweep import SweepError, run_sweep
+
+    opts = dict(pool=pool, strategy=strategy, n=_numbers(n), models=model, seeds=seeds, draws=draws, gpu=gpu,
+                price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, benchmark=benchmark, limit=limit,
+                backend=backend, max_tokens=max_tokens)
+    with user_errors():
+        spec = _spec(opts, config)
+        try:
+            with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
+                          TimeElapsedColumn(), transient=True) as bar:
+                task = bar.add_task("cells", total=None)
+                result = run_sweep(spec, out, progress=lambda d, t: bar.update(task, completed=d, total=t))
+        except SweepError as exc:
+            raise fail(str(exc)) from None
+    _print_cells(result, Console())
+
+
+def _compact(x: float) -> str:
+    """5349 -> 5.3k, 427954 -> 428k, 1.2e6 -> 1.2M."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            v = x / div
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{x:.0f}"
+
+
+def _print_cells(result: Any, console: Any) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from tts.eval.sweep import curve_points
+
+    points = curve_points(result.cells)
+    seeds = any(p.seed_sd is not None for p in points)
+    table = Table(title=f"{len(result.cells)} cells -> {result.out}", title_style="bold", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    table.add_column("model", max_width=16, overflow="ellipsis", no_wrap=True)
+    table.add_column("strategy", min_width=16, overflow="fold")
+    for col in ("n", "acc", "95% CI", *(["seed sd"] if seeds else []), "tok/pb", "$/pb"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for p in points:
+        tokens, usd = p.costs.get("tokens"), p.costs.get("dollars")
+        strategy = p.config.replace(f"@{p.n}", "", 1)
+        table.add_row(p.model, strategy, str(p.n), f"{p.accuracy:.3f}", f"{p.low:.2f}-{p.high:.2f}",
+                      *([f"{p.seed_sd:.3f}" if p.seed_sd is not None else ""] if seeds else []),
+                      "–" if tokens is None else _compact(tokens), "–" if usd is None else f"{usd:.2g}")
+    console.print(table)
+    gpu = result.cells[0].gpu if result.cells else ""
+    console.print(f"/pb: per problem; $: predicted {gpu} seconds x its price. {result.computed} cells computed, "
+                  f"{result.resumed} resumed.")
+    if result.unpriced:
+        console.print(f"no FLOPs/seconds/$ for {', '.join(result.unpriced)}: unknown architecture (give --arch "
+                      "NAME=ARCH) or no token counts in the pool.")
+    console.print(f"plots and an HTML report: tts plot {result.out}")
+
+
+def plot_command(
+    run: Path = typer.Argument(..., help="A `tts sweep` directory."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Where figures go (default RUN/plots)."),
+    gain: float = typer.Option(0.01, "--saturation-gain", min=0.0, help="Saturation: the point past which doubling the cost buys less than this accuracy."),
+    title: str | None = typer.Option(None, "--title", help="Figure title (default: the sweep's source)."),
+) -> None:
+    """Plot a sweep: accuracy vs tokens, eFLOPs, GPU-seconds and dollars (PNG, SVG) and one HTML report."""
+    import json
+
+    from rich.console import Console
+
+    from tts.eval.plots import write_figures, write_report
+    from tts.eval.sweep import SweepError, curve_points, read_cells
+
+    with user_errors():
+        try:
+            cells = read_cells(run)
+        except SweepError as exc:
+            raise fail(str(exc)) from None
+        if not cells:
+            raise fail(f"{run} holds no finished cells yet; run or resume `tts sweep --out {run}`")
+        manifest = json.loads((run / "sweep.json").read_text()) if (run / "sweep.json").is_file() else {}
+        source = manifest.get("source", "sweep")
+        name = Path(source.removeprefix("pool:")).name if source.startswith("pool:") else source
+        title = title or f"{name}: accuracy per unit of compute ({cells[0].gpu})"
+        points = curve_points(cells)
+        target = out or run / "plots"
+        figures = write_figures(points, target, title, gain)
+        notes = [f"Source: {source}. Every accuracy carries a 95% interval over problems; costs are per problem, "
+                 f"priced on {cells[0].gpu}. Rings mark saturation (doubling the cost buys < {gain:.0%})."]
+        report = write_report(points, figures, target, title, notes)
+    console = Console()
+    for fig in figures:
+        console.print(f"{fig.axis:>12}: {fig.png}  {fig.svg.name}")
+    if not figures:
+        console.print("no cost axis is priced in this sweep, so there is nothing to plot against")
+    console.print(f"report: {report}")

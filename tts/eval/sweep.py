@@ -1,0 +1,534 @@
+"""Budget sweeps: a grid of strategies x sample counts x models, each cell with accuracy and every cost.
+
+A sweep answers "which strategy buys the most accuracy per unit of compute, at every budget?".
+Each *cell* is one (model, strategy config, n, seed) and records accuracy with its 95% interval,
+pass@n, tokens, FLOPs, eFLOPs, predicted GPU-seconds and dollars on a named GPU, and the measured
+wall seconds. Cells come from one of two sources:
+
+- **a sample pool** (``pool``: a pool file, or a past ``tts eval`` run directory): every cell is
+  an estimate over subsets of the pool's samples (:mod:`tts.eval.estimators`: exact where a
+  combinatorial estimator exists, 1000 bootstrap draws otherwise), so n up to the pool size costs
+  no generation. Only strategies that aggregate independent samples can be replayed (their class
+  declares a ``pool_rule``); tokens are the pool's generated tokens (prompts are priced at
+  ``prompt_tokens``, default 0, since pools do not record them).
+- **live** (no pool): ``tts eval`` runs every strategy of the grid on the engine, one run
+  directory per (model, seed) under ``OUT/live/``; a ladder of n draws once and evaluates every
+  smaller n on a prefix, as ``tts eval`` does. Costs come from the recorded usage, priced by the
+  ledger on the model's architecture.
+
+Resumable: cells are appended to ``OUT/cells.jsonl`` as they finish and a cell already there is
+never recomputed (a live run also resumes problem by problem). ``OUT/sweep.json`` records the
+spec; a different source or GPU in the same directory is refused.
+
+``correct`` only grades: no estimator or strategy reads it to decide anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tts.benchmarks.append_log import read_append_log
+from tts.config import StrategyConfigBase, parse_strategy_config
+
+logger = logging.getLogger(__name__)
+
+CELLS = "cells.jsonl"
+MANIFEST = "sweep.json"
+SCHEMA_VERSION = 1
+_POOL_RULES = {"vote": "majority", "best_score": "best_score", "weighted_vote": "weighted_vote"}
+"""A strategy class's ``pool_rule`` -> the estimator of :mod:`tts.eval.estimators` that replays it."""
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run as specified; the message says what to change."""
+
+
+class SweepSpec(BaseModel):
+    """What a sweep covers. From flags (``tts sweep``) or a YAML file with the same keys.
+
+    Example (YAML)::
+
+        pool: ../shared/data/pools/math500_reasoning_models.jsonl.gz
+        strategies: [self_consistency, {kind: best_of_n}]
+        n: [1, 4, 16, 64]
+        gpu: h100
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategies: list[dict[str, Any]] = Field(default_factory=lambda: [{"kind": "self_consistency"}], min_length=1)
+    """Strategies with their knobs (a name or a mapping with ``kind``); ``n`` comes from ``n``."""
+    n: list[int] = Field(default_factory=lambda: [1, 4, 16], min_length=1)
+    """Sample counts (candidates per problem) of the grid."""
+    models: list[str] = Field(default_factory=list)
+    """Pool: the pool's models to sweep (default all). Live: the models to run (default the embedded one)."""
+    pool: str | None = None
+    """A sample-pool file or a past ``tts eval`` run directory; None runs the grid live."""
+    seeds: int = Field(1, ge=1, le=100)
+    """Repeats with seeds 0..seeds-1 (bootstrap draws for pools, the run seed live) for seed-to-seed spread."""
+    draws: int = Field(1000, ge=10, le=100_000)
+    """Bootstrap draws of a pool estimate where no exact estimator exists."""
+    weighting: Literal["auto", "score", "exp", "sigmoid"] = "auto"
+    """How a pool's scores weigh votes (weighted_vote): ``auto`` uses the score itself when every
+    score lies in [0, 1] (a verifier's probability) and exp(score) otherwise (a mean logprob)."""
+    gpu: str = "h100"
+    """GPU kind the cost model prices every cell on (``tts cost --gpu all`` lists them)."""
+    prices: dict[str, float] = Field(default_factory=dict)
+    """Overrides of the GPU price table, kind -> USD per GPU-hour."""
+    arch: dict[str, str] = Field(default_factory=dict)
+    """Pool model name -> architecture to price it with (a shipped name such as ``qwen3-14b`` or a
+    config.json path); pool models whose name is a known architecture need no entry."""
+    prompt_tokens: int = Field(0, ge=0)
+    """Pool: prompt length priced per problem (pools record generated tokens only)."""
+    eval: dict[str, Any] = Field(default_factory=dict)
+    """Live: the ``tts eval`` settings (data, backend, sampling, batch_size), as in its YAML."""
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _names_to_mappings(cls, value: Any) -> Any:
+        if isinstance(value, (str, dict)):
+            value = [value]
+        if isinstance(value, list):
+            return [{"kind": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("n")
+    @classmethod
+    def _positive_sorted(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError(f"every n must be at least 1, got {value}")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _strategies_valid(self) -> SweepSpec:
+        for s in self.strategies:
+            if "n" in s:
+                raise ValueError(f"strategy {s.get('kind')!r} sets n; the grid's n list sets it for every strategy")
+            for n in self.n:
+                parse_strategy_config({**s, "n": n})
+        return self
+
+    def configs(self) -> list[StrategyConfigBase]:
+        """Every strategy config of the grid, strategy-major, n ascending."""
+        return [parse_strategy_config({**s, "n": n}) for s in self.strategies for n in self.n]
+
+    @property
+    def source(self) -> str:
+        """``pool:PATH`` or ``live``."""
+        return f"pool:{self.pool}" if self.pool else "live"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point's result. Costs are per problem; None where the model's architecture is unknown."""
+
+    model: str
+    strategy: str
+    config: str
+    n: int
+    seed: int
+    source: str
+    method: str
+    """``exact``, ``bootstrap`` (pool estimates) or ``run`` (live)."""
+    problems: int
+    accuracy: float
+    accuracy_low: float
+    accuracy_high: float
+    pass_at_n: float | None
+    tokens: float | None
+    """Generated tokens per problem (generator and verifier); None for a pool without token counts."""
+    prompt_tokens: float
+    flops: float | None
+    eflops: float | None
+    gpu_seconds: float | None
+    dollars: float | None
+    wall_seconds: float
+    """Measured: the cell's estimate (pool) or its share of the run's wall time (live)."""
+    gpu: str
+    events: dict[str, int]
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What identifies a cell on resume."""
+        return (self.model, self.config, self.seed)
+
+
+def read_cells(directory: str | Path) -> list[Cell]:
+    """The cells of a sweep directory (a half-written last line is dropped)."""
+    path = Path(directory) / CELLS
+    if not path.is_file():
+        raise SweepError(f"{directory} holds no sweep ({CELLS} is missing); run `tts sweep --out {directory}` first")
+    return [Cell(**{**row, "events": row.get("events") or {}}) for row in read_append_log(path, repair=True)]
+
+
+class CellStore:
+    """Append-only cells of one sweep directory, with its manifest checked on resume."""
+
+    def __init__(self, directory: Path, spec: SweepSpec) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / CELLS
+        manifest = self.directory / MANIFEST
+        if manifest.exists():
+            old = json.loads(manifest.read_text())
+            for key in ("source", "gpu", "prompt_tokens", "weighting"):
+                before = old.get(key, old.get("spec", {}).get(key))
+                now = spec.source if key == "source" else getattr(spec, key)
+                if before != now:
+                    raise SweepError(f"{self.directory} holds a sweep with {key} {before!r}, not {now!r}; pass a new "
+                                     "--out directory (cells of the same source and GPU are resumed and extended)")
+        tmp = manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "source": spec.source,
+                                   "spec": spec.model_dump(mode="json")}, indent=2))
+        os.replace(tmp, manifest)
+        self.cells: dict[tuple[str, str, int], Cell] = {}
+        if self.path.exists():
+            for cell in read_cells(self.directory):
+                self.cells.setdefault(cell.key, cell)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def has(self, model: str, config: str, seed: int) -> bool:
+        """Whether the cell is already stored."""
+        return (model, config, seed) in self.cells
+
+    def write(self, cells: Sequence[Cell]) -> None:
+        """Append cells and force them to disk."""
+        for cell in cells:
+            if cell.key in self.cells:
+                continue
+            self._fh.write(json.dumps(asdict(cell)) + "\n")
+            self.cells[cell.key] = cell
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        """Close the cells file."""
+        self._fh.close()
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep wrote: every cell of the grid (resumed ones included) and what it skipped."""
+
+    out: Path
+    cells: list[Cell]
+    computed: int
+    resumed: int
+    unpriced: list[str]
+    """Models without FLOPs, seconds or dollars: their architecture is unknown (``arch`` fixes it)
+    or their pool has no token counts."""
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = None,
+              generator: Any = None) -> SweepResult:
+    """Run (or resume) a sweep; returns every cell of the grid.
+
+    Args:
+        spec: The grid and its source.
+        out: Sweep directory.
+        progress: Called with (cells done, cells total).
+        generator: Live sweeps: a ready generator for every model (tests); default builds from the spec.
+    """
+    out = Path(out)
+    from tts.budgets.hardware import get_hardware
+    from tts.budgets.prices import usd_per_hour
+
+    try:
+        get_hardware(spec.gpu)
+        usd_per_hour(spec.gpu, spec.prices)
+    except (KeyError, ValueError) as exc:
+        raise SweepError(str(exc).strip("'\"")) from None
+    store = CellStore(out, spec)
+    try:
+        if spec.pool:
+            models, computed, unpriced = _pool_sweep(spec, store, progress)
+        else:
+            models, computed, unpriced = _live_sweep(spec, store, out, progress, generator)
+    finally:
+        store.close()
+    wanted = {(m, c.label, s) for m in models for c in spec.configs() for s in range(spec.seeds)}
+    cells = [c for k, c in store.cells.items() if k in wanted]
+    return SweepResult(out, cells, computed, len(cells) - computed, unpriced)
+
+
+# --- pool sweeps --------------------------------------------------------------------------------
+
+
+def _load_pool(source: str) -> Any:
+    from tts.benchmarks.pool import PoolError, load_pool
+    from tts.benchmarks.results_pool import load_results_as_pool
+
+    path = Path(source)
+    try:
+        if path.is_dir():
+            return load_results_as_pool(path)
+        if not path.is_file():
+            raise SweepError(f"--pool {source}: no such file or run directory")
+        return load_pool(path)
+    except PoolError as exc:
+        raise SweepError(str(exc)) from None
+
+
+def pool_rule_of(config: StrategyConfigBase) -> str:
+    """The estimator that replays ``config`` from a pool, or a :class:`SweepError` naming those that can."""
+    from tts.registry import STRATEGIES
+
+    rule = _POOL_RULES.get(getattr(STRATEGIES.load(config.kind), "pool_rule", None) or "")
+    if rule is None:
+        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _POOL_RULES]
+        raise SweepError(f"{config.kind} cannot be replayed from a sample pool (it does more than aggregate "
+                         f"independent samples); sweep it live (drop --pool), or choose from: {', '.join(able)}")
+    if rule != "majority" and getattr(config, "verifier", None) is not None:
+        raise SweepError(f"{config.label}: a pool replay scores samples with the pool's own score field, not a "
+                         "verifier; drop the verifier setting or sweep live")
+    return rule
+
+
+def _weighting(spec: SweepSpec, scores: np.ndarray) -> str:
+    if spec.weighting != "auto":
+        return spec.weighting
+    finite = scores[np.isfinite(scores)]
+    return "score" if finite.size and finite.min() >= 0.0 and finite.max() <= 1.0 else "exp"
+
+
+def _cost_model(model: str, spec: SweepSpec) -> Any:
+    from tts.budgets.ledger import cost_model_for
+
+    try:
+        return cost_model_for(spec.arch.get(model, model), spec.gpu)
+    except (ValueError, OSError, KeyError):
+        if model in spec.arch:
+            raise SweepError(f"arch {model}={spec.arch[model]}: no such architecture; give a shipped name "
+                             "(`tts cost --help` lists them) or a config.json path") from None
+        return None
+
+
+def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, prompt: int) -> tuple[float, ...]:
+    """Per-problem mean FLOPs, eFLOPs and seconds of n samples of each problem's mean length."""
+    means = np.where(mask.any(axis=1), np.nanmean(np.where(mask, tokens, np.nan), axis=1), 0.0)
+    costs = [cost_model.cost_request(prompt, [max(1, int(round(m)))] * n) for m in means]
+    return (float(np.mean([c.flops for c in costs])), float(np.mean([c.eflops for c in costs])),
+            float(np.mean([c.seconds for c in costs])))
+
+
+def _pool_sweep(spec: SweepSpec, store: CellStore, progress: ProgressFn | None) -> tuple[list[str], int, list[str]]:
+    from tts.budgets.prices import dollars
+    from tts.eval import estimators as est
+
+    pool = _load_pool(spec.pool or "")
+    models = spec.models or list(pool.models)
+    for m in models:
+        if m not in pool.by_model:
+            raise SweepError(f"model {m!r} is not in pool {spec.pool}; choose from: {', '.join(pool.models)}")
+    configs = spec.configs()
+    rules = {c.label: pool_rule_of(c) for c in configs}
+    total = len(models) * len(configs) * spec.seeds
+    done = computed = 0
+    unpriced: list[str] = []
+    for model in models:
+        mp = pool[model]
+        smallest = int(mp.counts.min())
+        if spec.n[-1] > smallest:
+            raise SweepError(f"n={spec.n[-1]} is more than the {smallest} samples some problem of {model} has in "
+                             f"the pool; use n up to {smallest}")
+        need = [r for r in set(rules.values()) if r != "majority"]
+        if need and not mp.has_scores:
+            raise SweepError(f"{model} in {spec.pool} has samples without a score, which "
+                             f"{', '.join(sorted(need))} needs; sweep self_consistency, or a pool with scores")
+        cost_model = _cost_model(model, spec) if mp.has_tokens else None
+        if cost_model is None:
+            unpriced.append(model)  # no architecture, or no token counts in the pool: no cost axes but n
+        weighting = _weighting(spec, mp.scores[mp.mask])
+        mean_tokens = float(np.nanmean(np.where(mp.mask, mp.tokens, np.nan), axis=1).mean()) if mp.has_tokens else None
+        for seed in range(spec.seeds):
+            todo = [c for c in configs if not store.has(model, c.label, seed)]
+            done += len(configs) - len(todo)
+            if not todo:
+                continue
+            start = time.perf_counter()
+            ns = sorted({c.n for c in todo} | set(spec.n))
+            curves = est.pool_curves(mp, rules=tuple(sorted(set(rules[c.label] for c in todo) | {"pass"})), ns=ns,
+                                     draws=spec.draws, seed=seed, weighting=weighting)
+            wall = (time.perf_counter() - start) / len(todo)
+            cells = []
+            for c in todo:
+                curve = curves[rules[c.label]]
+                acc, lo, hi = curve.at(c.n)
+                costs = _pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens) if cost_model else None
+                cells.append(Cell(
+                    model=model, strategy=c.kind, config=c.label, n=c.n, seed=seed, source=spec.source,
+                    method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo, accuracy_high=hi,
+                    pass_at_n=curves["pass"].at(c.n)[0], tokens=c.n * mean_tokens if mean_tokens else None,
+                    prompt_tokens=float(spec.prompt_tokens), flops=costs[0] if costs else None,
+                    eflops=costs[1] if costs else None, gpu_seconds=costs[2] if costs else None,
+                    dollars=dollars(costs[2], spec.gpu, spec.prices) if costs else None, wall_seconds=wall,
+                    gpu=spec.gpu, events={}))
+            store.write(cells)
+            computed += len(cells)
+            done += len(cells)
+            if progress:
+                progress(done, total)
+    return models, computed, unpriced
+
+
+# --- live sweeps --------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "model"
+
+
+def _live_sweep(spec: SweepSpec, store: CellStore, out: Path, progress: ProgressFn | None,
+                generator: Any) -> tuple[list[str], int, list[str]]:
+    from tts.budgets.ledger import price_usages
+    from tts.budgets.prices import dollars
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+    from tts.models import DEFAULT_MODEL
+
+    configs = spec.configs()
+    base = dict(spec.eval)
+    backend = dict(base.get("backend") or {})
+    models = spec.models or [backend.get("model", DEFAULT_MODEL)]
+    total = len(models) * len(configs) * spec.seeds
+    done = computed = 0
+    unpriced: list[str] = []
+    for model in models:
+        cost_model = _cost_model(model, spec)
+        if cost_model is None:
+            unpriced.append(model)
+        for seed in range(spec.seeds):
+            todo = [c for c in configs if not store.has(model, c.label, seed)]
+            done += len(configs) - len(todo)
+            if not todo:
+                continue
+            try:
+                cfg = EvalConfig.model_validate({**base, "backend": {**backend, "model": model}, "seed": seed,
+                                                 "strategies": [c.model_dump(mode="json") for c in todo]})
+            except ValueError as exc:
+                raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
+            run_dir = out / "live" / f"{_slug(model)}-seed{seed}"
+            result = run_eval(cfg, run_dir, generator=generator)
+            by_label = {s.config: s for s in result.summaries}
+            ledger = price_usages(((r.config, r.usage) for r in result.rows), cost_model) if cost_model else {}
+            cells = []
+            for c in todo:
+                s = by_label[c.label]
+                per = ledger[c.label].per_problem if c.label in ledger else None
+                cells.append(Cell(
+                    model=model, strategy=c.kind, config=c.label, n=c.n, seed=seed, source=spec.source, method="run",
+                    problems=s.problems, accuracy=s.accuracy, accuracy_low=s.accuracy_low,
+                    accuracy_high=s.accuracy_high, pass_at_n=s.coverage, tokens=s.completion_tokens_per_problem,
+                    prompt_tokens=s.tokens_per_problem - s.completion_tokens_per_problem,
+                    flops=per.flops if per else None, eflops=per.eflops if per else None,
+                    gpu_seconds=per.seconds if per else None,
+                    dollars=dollars(per.seconds, spec.gpu, spec.prices) if per else None,
+                    wall_seconds=s.wall_seconds, gpu=spec.gpu, events=dict(s.events)))
+            store.write(cells)
+            computed += len(cells)
+            done += len(cells)
+            if progress:
+                progress(done, total)
+    return models, computed, unpriced
+
+
+# --- reading a sweep ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """A (model, config) averaged over seeds: accuracy, its interval, spread and costs."""
+
+    model: str
+    strategy: str
+    config: str
+    n: int
+    accuracy: float
+    low: float
+    high: float
+    seed_sd: float | None
+    """Standard deviation of accuracy across seeds (None with one seed)."""
+    costs: dict[str, float | None]
+
+
+COST_AXES = ("tokens", "eflops", "flops", "gpu_seconds", "dollars")
+"""Cost axes a sweep records per cell (all per problem)."""
+
+
+def curve_points(cells: Sequence[Cell]) -> list[CurvePoint]:
+    """Cells averaged over seeds, one point per (model, config), ordered by model, strategy and n."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.model, c.config), []).append(c)
+    points = []
+    for (model, config), group in groups.items():
+        acc = np.array([c.accuracy for c in group])
+
+        def mean(attr: str) -> float | None:
+            values = [getattr(c, attr) for c in group]
+            return None if any(v is None for v in values) else float(np.mean(values))
+
+        points.append(CurvePoint(
+            model=model, strategy=group[0].strategy, config=config, n=group[0].n, accuracy=float(acc.mean()),
+            low=float(np.mean([c.accuracy_low for c in group])), high=float(np.mean([c.accuracy_high for c in group])),
+            seed_sd=float(acc.std(ddof=1)) if len(group) > 1 else None,
+            costs={axis: mean(axis) for axis in COST_AXES}))
+    return sorted(points, key=lambda p: (p.model, p.strategy, p.n))
+
+
+def pareto_front(points: Sequence[CurvePoint], axis: str) -> list[CurvePoint]:
+    """The points no other point beats on both ``axis`` cost (lower) and accuracy (higher), cheapest first."""
+    priced = sorted((p for p in points if p.costs.get(axis) is not None),
+                    key=lambda p: (p.costs[axis], -p.accuracy))
+    front: list[CurvePoint] = []
+    best = -math.inf
+    for p in priced:
+        if p.accuracy > best:
+            front.append(p)
+            best = p.accuracy
+    return front
+
+
+def saturation(points: Sequence[CurvePoint], axis: str, gain: float = 0.01) -> CurvePoint | None:
+    """The first point of one curve past which doubling the cost buys less than ``gain`` accuracy.
+
+    "Scaling over Scaling" (Chen et al. 2025, arXiv:2505.20522) locates the saturation point of a
+    test-time scaling curve where extra compute stops paying; here: the cheapest point whose
+    accuracy at twice its cost (linear interpolation in log cost between the curve's points) is
+    less than ``gain`` higher. None when no point qualifies within the curve's range (or it is unpriced).
+    """
+    curve = sorted((p for p in points if p.costs.get(axis)), key=lambda p: p.costs[axis])
+    if len(curve) < 2:
+        return None
+    log_cost = np.log2([p.costs[axis] for p in curve])
+    accuracy = np.array([p.accuracy for p in curve])
+    for p, x in zip(curve, log_cost, strict=True):
+        if x + 1 > log_cost[-1] + 1e-9:
+            return None
+        if np.interp(x + 1, log_cost, accuracy) - p.accuracy < gain:
+            return p
+    return None
+
+
+def within_noise(a: CurvePoint, b: CurvePoint) -> bool:
+    """Whether two points' accuracies differ by less than the noise: their intervals overlap, or
+    (with seeds) the difference is within two seed-to-seed standard deviations."""
+    if a.low <= b.high and b.low <= a.high:
+        return True
+    sds = [s for s in (a.seed_sd, b.seed_sd) if s is not None]
+    return bool(sds) and abs(a.accuracy - b.accuracy) < 2 * max(sds)
