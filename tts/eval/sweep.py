@@ -25,6 +25,7 @@ spec; a different source or GPU in the same directory is refused.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -158,6 +159,8 @@ class Cell:
     """Measured: the cell's estimate (pool) or its share of the run's wall time (live)."""
     gpu: str
     events: dict[str, int]
+    per_problem: dict[str, float] | None = None
+    """Each problem's (expected) accuracy under this cell, for per-difficulty analyses."""
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -231,20 +234,25 @@ class SweepResult:
     or their pool has no token counts."""
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One piece of a sweep that one worker computes: the missing configs of one (model, seed).
+
+    A pool unit replays one model's samples; a live unit is one ``tts eval`` run (one engine),
+    resumable on its own in ``OUT/live/<model>-seed<seed>/``, so a unit that dies is simply run again.
+    """
+
+    model: str
+    seed: int
+    configs: tuple[str, ...]
+    """Labels of the strategy configs to compute."""
+
+
 ProgressFn = Callable[[int, int], None]
 
 
-def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = None,
-              generator: Any = None) -> SweepResult:
-    """Run (or resume) a sweep; returns every cell of the grid.
-
-    Args:
-        spec: The grid and its source.
-        out: Sweep directory.
-        progress: Called with (cells done, cells total).
-        generator: Live sweeps: a ready generator for every model (tests); default builds from the spec.
-    """
-    out = Path(out)
+def check_spec(spec: SweepSpec) -> list[str]:
+    """Refuse what cannot run before any work starts; returns the models of the grid."""
     from tts.budgets.hardware import get_hardware
     from tts.budgets.prices import usd_per_hour
 
@@ -253,16 +261,85 @@ def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = No
         usd_per_hour(spec.gpu, spec.prices)
     except (KeyError, ValueError) as exc:
         raise SweepError(str(exc).strip("'\"")) from None
+    if not spec.pool:
+        backend = dict(spec.eval.get("backend") or {})
+        from tts.models import DEFAULT_MODEL
+
+        return spec.models or [backend.get("model", DEFAULT_MODEL)]
+    pool = _load_pool(spec.pool)
+    models = spec.models or list(pool.models)
+    for m in models:
+        if m not in pool.by_model:
+            raise SweepError(f"model {m!r} is not in pool {spec.pool}; choose from: {', '.join(pool.models)}")
+    rules = {pool_rule_of(c) for c in spec.configs()}
+    for model in models:
+        mp = pool[model]
+        smallest = int(mp.counts.min())
+        if spec.n[-1] > smallest:
+            raise SweepError(f"n={spec.n[-1]} is more than the {smallest} samples some problem of {model} has in "
+                             f"the pool; use n up to {smallest}")
+        need = sorted(r for r in rules if r != "majority")
+        if need and not mp.has_scores:
+            raise SweepError(f"{model} in {spec.pool} has samples without a score, which {', '.join(need)} needs; "
+                             "sweep self_consistency, or a pool with scores")
+    return models
+
+
+def plan_units(spec: SweepSpec, models: Sequence[str], store: CellStore) -> list[Unit]:
+    """The units still to compute (cells already stored are skipped)."""
+    labels = [c.label for c in spec.configs()]
+    units = []
+    for model in models:
+        for seed in range(spec.seeds):
+            todo = tuple(label for label in labels if not store.has(model, label, seed))
+            if todo:
+                units.append(Unit(model, seed, todo))
+    return units
+
+
+def compute_unit(spec: SweepSpec, unit: Unit, out: str | Path, generator: Any = None) -> list[Cell]:
+    """Compute one unit's cells (pool replay, or a resumable live run under ``out``). Safe to rerun."""
+    configs = [c for c in spec.configs() if c.label in unit.configs]
+    if spec.pool:
+        return _pool_cells(spec, unit, configs)
+    return _live_cells(spec, unit, configs, Path(out), generator)
+
+
+def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = None,
+              generator: Any = None) -> SweepResult:
+    """Run (or resume) a sweep in this process; returns every cell of the grid.
+
+    Args:
+        spec: The grid and its source.
+        out: Sweep directory.
+        progress: Called with (cells done, cells total).
+        generator: Live sweeps: a ready generator for every model (tests); default builds from the spec.
+    """
+    out = Path(out)
+    models = check_spec(spec)
     store = CellStore(out, spec)
     try:
-        if spec.pool:
-            models, computed, unpriced = _pool_sweep(spec, store, progress)
-        else:
-            models, computed, unpriced = _live_sweep(spec, store, out, progress, generator)
+        units = plan_units(spec, models, store)
+        total = len(models) * len(spec.configs()) * spec.seeds
+        done = total - sum(len(u.configs) for u in units)
+        if progress:
+            progress(done, total)
+        for unit in units:
+            cells = compute_unit(spec, unit, out, generator)
+            store.write(cells)
+            done += len(cells)
+            if progress:
+                progress(done, total)
     finally:
         store.close()
+    return finish(spec, out, models, store, sum(len(u.configs) for u in units))
+
+
+def finish(spec: SweepSpec, out: Path, models: Sequence[str], store: CellStore, computed: int) -> SweepResult:
+    """The result of a sweep whose units are all written to ``store``."""
     wanted = {(m, c.label, s) for m in models for c in spec.configs() for s in range(spec.seeds)}
     cells = [c for k, c in store.cells.items() if k in wanted]
+    unpriced = sorted({c.model for c in cells if c.dollars is None})
     return SweepResult(out, cells, computed, len(cells) - computed, unpriced)
 
 
@@ -270,7 +347,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = No
 
 
 def _load_pool(source: str) -> Any:
-    from tts.benchmarks.pool import PoolError, load_pool
+    from tts.benchmarks.pool import PoolError
     from tts.benchmarks.results_pool import load_results_as_pool
 
     path = Path(source)
@@ -279,9 +356,17 @@ def _load_pool(source: str) -> Any:
             return load_results_as_pool(path)
         if not path.is_file():
             raise SweepError(f"--pool {source}: no such file or run directory")
-        return load_pool(path)
+        return _cached_pool(str(path.resolve()), path.stat().st_mtime_ns)
     except PoolError as exc:
         raise SweepError(str(exc)) from None
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_pool(path: str, mtime: int) -> Any:
+    """A pool file read once per process (a sweep checks it, then replays every model of it)."""
+    from tts.benchmarks.pool import load_pool
+
+    return load_pool(path)
 
 
 def pool_rule_of(config: StrategyConfigBase) -> str:
@@ -326,64 +411,34 @@ def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, p
             float(np.mean([c.seconds for c in costs])))
 
 
-def _pool_sweep(spec: SweepSpec, store: CellStore, progress: ProgressFn | None) -> tuple[list[str], int, list[str]]:
+def _pool_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase]) -> list[Cell]:
     from tts.budgets.prices import dollars
     from tts.eval import estimators as est
 
-    pool = _load_pool(spec.pool or "")
-    models = spec.models or list(pool.models)
-    for m in models:
-        if m not in pool.by_model:
-            raise SweepError(f"model {m!r} is not in pool {spec.pool}; choose from: {', '.join(pool.models)}")
-    configs = spec.configs()
+    mp = _load_pool(spec.pool or "")[unit.model]
     rules = {c.label: pool_rule_of(c) for c in configs}
-    total = len(models) * len(configs) * spec.seeds
-    done = computed = 0
-    unpriced: list[str] = []
-    for model in models:
-        mp = pool[model]
-        smallest = int(mp.counts.min())
-        if spec.n[-1] > smallest:
-            raise SweepError(f"n={spec.n[-1]} is more than the {smallest} samples some problem of {model} has in "
-                             f"the pool; use n up to {smallest}")
-        need = [r for r in set(rules.values()) if r != "majority"]
-        if need and not mp.has_scores:
-            raise SweepError(f"{model} in {spec.pool} has samples without a score, which "
-                             f"{', '.join(sorted(need))} needs; sweep self_consistency, or a pool with scores")
-        cost_model = _cost_model(model, spec) if mp.has_tokens else None
-        if cost_model is None:
-            unpriced.append(model)  # no architecture, or no token counts in the pool: no cost axes but n
-        weighting = _weighting(spec, mp.scores[mp.mask])
-        mean_tokens = float(np.nanmean(np.where(mp.mask, mp.tokens, np.nan), axis=1).mean()) if mp.has_tokens else None
-        for seed in range(spec.seeds):
-            todo = [c for c in configs if not store.has(model, c.label, seed)]
-            done += len(configs) - len(todo)
-            if not todo:
-                continue
-            start = time.perf_counter()
-            ns = sorted({c.n for c in todo} | set(spec.n))
-            curves = est.pool_curves(mp, rules=tuple(sorted(set(rules[c.label] for c in todo) | {"pass"})), ns=ns,
-                                     draws=spec.draws, seed=seed, weighting=weighting)
-            wall = (time.perf_counter() - start) / len(todo)
-            cells = []
-            for c in todo:
-                curve = curves[rules[c.label]]
-                acc, lo, hi = curve.at(c.n)
-                costs = _pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens) if cost_model else None
-                cells.append(Cell(
-                    model=model, strategy=c.kind, config=c.label, n=c.n, seed=seed, source=spec.source,
-                    method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo, accuracy_high=hi,
-                    pass_at_n=curves["pass"].at(c.n)[0], tokens=c.n * mean_tokens if mean_tokens else None,
-                    prompt_tokens=float(spec.prompt_tokens), flops=costs[0] if costs else None,
-                    eflops=costs[1] if costs else None, gpu_seconds=costs[2] if costs else None,
-                    dollars=dollars(costs[2], spec.gpu, spec.prices) if costs else None, wall_seconds=wall,
-                    gpu=spec.gpu, events={}))
-            store.write(cells)
-            computed += len(cells)
-            done += len(cells)
-            if progress:
-                progress(done, total)
-    return models, computed, unpriced
+    cost_model = _cost_model(unit.model, spec) if mp.has_tokens else None
+    mean_tokens = float(np.nanmean(np.where(mp.mask, mp.tokens, np.nan), axis=1).mean()) if mp.has_tokens else None
+    start = time.perf_counter()
+    curves = est.pool_curves(mp, rules=tuple(sorted(set(rules.values()) | {"pass"})), ns=sorted({c.n for c in configs}),
+                             draws=spec.draws, seed=unit.seed, weighting=_weighting(spec, mp.scores[mp.mask]))
+    wall = (time.perf_counter() - start) / len(configs)
+    cells = []
+    for c in configs:
+        curve = curves[rules[c.label]]
+        acc, lo, hi = curve.at(c.n)
+        column = int(np.flatnonzero(curve.ns == c.n)[0])
+        costs = _pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens) if cost_model else None
+        cells.append(Cell(
+            model=unit.model, strategy=c.kind, config=c.label, n=c.n, seed=unit.seed, source=spec.source,
+            method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo, accuracy_high=hi,
+            pass_at_n=curves["pass"].at(c.n)[0], tokens=c.n * mean_tokens if mean_tokens else None,
+            prompt_tokens=float(spec.prompt_tokens), flops=costs[0] if costs else None,
+            eflops=costs[1] if costs else None, gpu_seconds=costs[2] if costs else None,
+            dollars=dollars(costs[2], spec.gpu, spec.prices) if costs else None, wall_seconds=wall,
+            gpu=spec.gpu, events={},
+            per_problem=dict(zip(mp.problem_ids, np.round(curve.per_problem[:, column], 6).tolist(), strict=True))))
+    return cells
 
 
 # --- live sweeps --------------------------------------------------------------------------------
@@ -393,58 +448,39 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "model"
 
 
-def _live_sweep(spec: SweepSpec, store: CellStore, out: Path, progress: ProgressFn | None,
-                generator: Any) -> tuple[list[str], int, list[str]]:
+def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], out: Path,
+                generator: Any) -> list[Cell]:
     from tts.budgets.ledger import price_usages
     from tts.budgets.prices import dollars
     from tts.config import EvalConfig
     from tts.eval.runner import run_eval
-    from tts.models import DEFAULT_MODEL
 
-    configs = spec.configs()
     base = dict(spec.eval)
     backend = dict(base.get("backend") or {})
-    models = spec.models or [backend.get("model", DEFAULT_MODEL)]
-    total = len(models) * len(configs) * spec.seeds
-    done = computed = 0
-    unpriced: list[str] = []
-    for model in models:
-        cost_model = _cost_model(model, spec)
-        if cost_model is None:
-            unpriced.append(model)
-        for seed in range(spec.seeds):
-            todo = [c for c in configs if not store.has(model, c.label, seed)]
-            done += len(configs) - len(todo)
-            if not todo:
-                continue
-            try:
-                cfg = EvalConfig.model_validate({**base, "backend": {**backend, "model": model}, "seed": seed,
-                                                 "strategies": [c.model_dump(mode="json") for c in todo]})
-            except ValueError as exc:
-                raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
-            run_dir = out / "live" / f"{_slug(model)}-seed{seed}"
-            result = run_eval(cfg, run_dir, generator=generator)
-            by_label = {s.config: s for s in result.summaries}
-            ledger = price_usages(((r.config, r.usage) for r in result.rows), cost_model) if cost_model else {}
-            cells = []
-            for c in todo:
-                s = by_label[c.label]
-                per = ledger[c.label].per_problem if c.label in ledger else None
-                cells.append(Cell(
-                    model=model, strategy=c.kind, config=c.label, n=c.n, seed=seed, source=spec.source, method="run",
-                    problems=s.problems, accuracy=s.accuracy, accuracy_low=s.accuracy_low,
-                    accuracy_high=s.accuracy_high, pass_at_n=s.coverage, tokens=s.completion_tokens_per_problem,
-                    prompt_tokens=s.tokens_per_problem - s.completion_tokens_per_problem,
-                    flops=per.flops if per else None, eflops=per.eflops if per else None,
-                    gpu_seconds=per.seconds if per else None,
-                    dollars=dollars(per.seconds, spec.gpu, spec.prices) if per else None,
-                    wall_seconds=s.wall_seconds, gpu=spec.gpu, events=dict(s.events)))
-            store.write(cells)
-            computed += len(cells)
-            done += len(cells)
-            if progress:
-                progress(done, total)
-    return models, computed, unpriced
+    cost_model = _cost_model(unit.model, spec)
+    try:
+        cfg = EvalConfig.model_validate({**base, "backend": {**backend, "model": unit.model}, "seed": unit.seed,
+                                         "strategies": [c.model_dump(mode="json") for c in configs]})
+    except ValueError as exc:
+        raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
+    result = run_eval(cfg, out / "live" / f"{_slug(unit.model)}-seed{unit.seed}", generator=generator)
+    by_label = {s.config: s for s in result.summaries}
+    ledger = price_usages(((r.config, r.usage) for r in result.rows), cost_model) if cost_model else {}
+    cells = []
+    for c in configs:
+        s = by_label[c.label]
+        per = ledger[c.label].per_problem if c.label in ledger else None
+        cells.append(Cell(
+            model=unit.model, strategy=c.kind, config=c.label, n=c.n, seed=unit.seed, source=spec.source,
+            method="run", problems=s.problems, accuracy=s.accuracy, accuracy_low=s.accuracy_low,
+            accuracy_high=s.accuracy_high, pass_at_n=s.coverage, tokens=s.completion_tokens_per_problem,
+            prompt_tokens=s.tokens_per_problem - s.completion_tokens_per_problem,
+            flops=per.flops if per else None, eflops=per.eflops if per else None,
+            gpu_seconds=per.seconds if per else None,
+            dollars=dollars(per.seconds, spec.gpu, spec.prices) if per else None,
+            wall_seconds=s.wall_seconds, gpu=spec.gpu, events=dict(s.events),
+            per_problem={r.problem_id: float(r.correct) for r in result.rows if r.config == c.label}))
+    return cells
 
 
 # --- reading a sweep ------------------------------------------------------------------------------
