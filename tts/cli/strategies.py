@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def _shown(value: object) -> str:
+    """A default as a user would type it: ``'\\n\\n'`` rather than two line breaks."""
+    if isinstance(value, str) and not value.isprintable():
+        return repr(value)
+    return str(value)
+
+
 def strategies_command() -> None:
     """List every registered strategy with its settings and what it does."""
     from rich.console import Console
@@ -15,5 +22,5 @@ def strategies_command() -> None:
         cls = STRATEGIES.load(name)
         fields = {k: f.default for k, f in cls.config_class.model_fields.items() if k != "kind"}
         doc = (cls.config_class.__doc__ or cls.__doc__ or "").strip().splitlines()[0]
-        table.add_row(name, ", ".join(f"{k}={v}" for k, v in fields.items()), doc)
+        table.add_row(name, ", ".join(f"{k}={_shown(v)}" for k, v in fields.items()), doc)
     Console().print(table)
