@@ -70,7 +70,7 @@ def test_model_option_and_table_output(pool_file):
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "big-model" in text and "uniform self_consistency@8" in text
-    assert "online:" in text and "offline" not in text
+    assert "online, to match" in text and "offline" not in text
     assert "first model" not in result.output
 
 

@@ -39,7 +39,16 @@ def _parse_target(target: str) -> int:
 def _fmt_iv(iv, fmt: str) -> str:
     if iv is None:
         return "not reached"
-    return f"{format(iv.mean, fmt)}  [{format(iv.lo, fmt)}, {format(iv.hi, fmt)}]"
+    return f"{format(iv.mean, fmt)} [{format(iv.lo, fmt)}-{format(iv.hi, fmt)}]"
+
+
+def _tokens_iv(iv) -> str:
+    """42776507 [42512137, 42962753] -> 42.8M [42.5-43.0]: fits an 80-column table."""
+    if iv is None:
+        return "not reached"
+    top = max(abs(iv.mean), abs(iv.hi))
+    div, unit = next(((d, u) for d, u in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if top >= d), (1.0, ""))
+    return f"{iv.mean / div:.1f}{unit} [{iv.lo / div:.1f}-{iv.hi / div:.1f}]"
 
 
 @app.command()
@@ -108,18 +117,23 @@ def simulate(
         out["note"] = note
         typer.echo(json.dumps(out))
         return
-    table = Table(title=f"{model}: uniform {target} vs allocator, {orderings} orderings (95% intervals)")
-    table.add_column("")
-    table.add_column("tokens", justify="right")
-    table.add_column("accuracy", justify="right")
-    table.add_column("uniform / allocator tokens", justify="right")
-    table.add_row(f"uniform {target}", _fmt_iv(result.uniform_tokens, ",.0f"),
-                  _fmt_iv(result.uniform_acc, ".4f"), "1")
+    from rich import box
+
+    table = Table(title=f"{model}: uniform {target} vs the allocator, {orderings} orderings, 95% intervals",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True, min_width=17)
+    table.add_column("accuracy", justify="right", no_wrap=True, min_width=19)
+    table.add_column("saved (x)", justify="right", no_wrap=True, min_width=16)
+    table.add_row("uniform", _tokens_iv(result.uniform_tokens), _fmt_iv(result.uniform_acc, ".3f"), "1")
     for name, m in result.modes.items():
-        table.add_row(f"{name}: to match uniform accuracy", _fmt_iv(m.tokens_to_match, ",.0f"),
-                      f">= {result.uniform_acc.mean - tolerance:.4f}", _fmt_iv(m.token_ratio, ".2f"))
-        table.add_row(f"{name}: at uniform's tokens", _fmt_iv(m.tokens_at_uniform_budget, ",.0f"),
-                      _fmt_iv(m.acc_at_uniform_tokens, ".4f"), "")
+        ratio = _fmt_iv(m.token_ratio, ".2f")
+        table.add_row(f"{name}, to match", _tokens_iv(m.tokens_to_match),
+                      f">= {result.uniform_acc.mean - tolerance:.3f}", ratio)
+        table.add_row(f"{name}, same tokens", _tokens_iv(m.tokens_at_uniform_budget),
+                      _fmt_iv(m.acc_at_uniform_tokens, ".3f"), "")
     Console().print(table)
+    Console().print("to match: tokens the allocator needs to reach uniform's accuracy (saved = uniform / "
+                    "these); same tokens: its accuracy on uniform's token budget.")
     Console().print("Decisions use answers, token counts and curves fitted on other problems only; "
                     "the pool's `correct` field only grades the outcome.")
