@@ -3,7 +3,9 @@
 Extraction (:mod:`tts.answers.extraction`) returns answers as written; voting needs ``0.5`` and
 ``\\frac{1}{2}`` to count as one answer. :class:`AnswerKeys` merges normalised answers that
 math-verify's ``verify`` finds equal, with parses and verdicts cached, and with the same
-signal-free, bounded use of math-verify as extraction (see that module's docstring).
+signal-free, bounded use of math-verify as extraction (see that module's docstring). Answers are
+read as the grader reads them (:mod:`tts.answers.forms`: currency signs, digit groups, tuples
+next to vectors), so a vote key groups what the grader would grade alike.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from tts.answers.extraction import (
     _mv_parse,
     normalize_answer,
 )
+from tts.answers.forms import align_vectors, as_math
 
 logger = logging.getLogger(__name__)
+
+_ENVIRONMENT = re.compile(r"\\(?:begin|end)\{[a-zA-Z*]+\}")  # \begin{pmatrix} names no word of the answer
 
 
 def _tame(value: Any, max_nodes: int = 200) -> bool:
@@ -168,9 +173,8 @@ class AnswerKeys:
         if exact is not None:  # the common cases, without the LaTeX parser
             value = _Value([exact], complex(exact))
         # \text{...} parses as one symbol; bare words parse as products of letters.
-        elif key and len(key) <= self.max_len and not _has_word(_TEXT.sub(" ", raw)):
-            text = raw if "$" in raw or "\\(" in raw else f"${raw}$"
-            found = [v for v in _mv_parse(text) if not isinstance(v, str)]
+        elif key and len(key) <= self.max_len and not _has_word(_ENVIRONMENT.sub(" ", _TEXT.sub(" ", raw))):
+            found = [v for v in _mv_parse(as_math(raw)) if not isinstance(v, str)]
             if found and all(_tame(v) for v in found):
                 value = _Value(found, _constant(found))
         with self._lock:
@@ -193,7 +197,8 @@ class AnswerKeys:
             return False, budget
         same = False
         try:
-            same = bool(_math_verify().verify(left.values, right.values, timeout_seconds=None))
+            gold, answer = align_vectors(left.values, right.values)  # (1,2) is the column vector [1; 2]
+            same = bool(_math_verify().verify(gold, answer, timeout_seconds=None))
         except Exception:  # a failed comparison means "not shown equal"
             logger.debug("math-verify could not compare %r and %r", *pair, exc_info=True)
         with self._lock:

@@ -54,18 +54,22 @@ class Outcome(str, Enum):
 
 
 def _verify_in_worker(gold: str, answer: str, timeout: int) -> bool:
-    """Runs in a worker process: math-verify parse + verify with its signal-based timeout."""
+    """Runs in a worker process: math-verify parse + verify with its signal-based timeout.
+
+    Both sides are read through :func:`tts.answers.forms.as_math` (currency signs, digit groups,
+    row-by-row matrices, ``$...$``) and a tuple is compared with a vector entry by entry
+    (:func:`tts.answers.forms.align_vectors`).
+    """
     from math_verify import parse, verify
 
-    def _as_math(s: str) -> str:
-        # math-verify looks for LaTeX environments; wrap bare answers so they parse as math.
-        return s if "$" in s or "\\(" in s or "\\boxed" in s else f"${s}$"
+    from tts.answers.forms import align_vectors, as_math
 
     try:
-        g = parse(_as_math(gold), parsing_timeout=timeout)
-        a = parse(_as_math(answer), parsing_timeout=timeout)
+        g = parse(as_math(gold), parsing_timeout=timeout)
+        a = parse(as_math(answer), parsing_timeout=timeout)
         if not g or not a:
             return False
+        g, a = align_vectors(g, a)
         return bool(verify(g, a, timeout_seconds=timeout))
     except Exception:  # a parse failure is "not equal", never a crash of the run
         return False
