@@ -226,5 +226,7 @@ def test_saturation_is_the_first_point_where_doubling_buys_less_than_the_gain():
     curve = [_point(1, 0.50), _point(2, 0.60), _point(4, 0.65), _point(8, 0.655), _point(16, 0.66)]
     assert saturation(curve, "tokens", gain=0.01).costs["tokens"] == 4
     assert saturation(curve[:3], "tokens", gain=0.01) is None  # never flattens within its range
+    late_riser = [_point(1, 0.50), _point(2, 0.502), _point(4, 0.60), _point(8, 0.603), _point(16, 0.605)]
+    assert saturation(late_riser, "tokens", gain=0.01).costs["tokens"] == 4  # a flat start is not saturation
     assert within_noise(_point(1, 0.50, 0.4, 0.6), _point(2, 0.55, 0.45, 0.65))
     assert not within_noise(_point(1, 0.50, 0.45, 0.55), _point(2, 0.70, 0.65, 0.75))

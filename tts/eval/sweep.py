@@ -541,24 +541,28 @@ def pareto_front(points: Sequence[CurvePoint], axis: str) -> list[CurvePoint]:
 
 
 def saturation(points: Sequence[CurvePoint], axis: str, gain: float = 0.01) -> CurvePoint | None:
-    """The first point of one curve past which doubling the cost buys less than ``gain`` accuracy.
+    """The point of one curve past which every doubling of the cost buys less than ``gain`` accuracy.
 
     "Scaling over Scaling" (Chen et al. 2025, arXiv:2505.20522) locates the saturation point of a
-    test-time scaling curve where extra compute stops paying; here: the cheapest point whose
-    accuracy at twice its cost (linear interpolation in log cost between the curve's points) is
-    less than ``gain`` higher. None when no point qualifies within the curve's range (or it is unpriced).
+    test-time scaling curve where extra compute stops paying. Here: the gain of doubling at a point
+    is the accuracy at twice its cost (linear interpolation in log cost between the curve's points)
+    minus its own; the saturation point is the cheapest point from which on every doubling gains
+    less than ``gain``. A flat start followed by a rise is not saturation. None when the last
+    doubling within the curve's range still pays (or the curve is unpriced).
     """
     curve = sorted((p for p in points if p.costs.get(axis)), key=lambda p: p.costs[axis])
     if len(curve) < 2:
         return None
     log_cost = np.log2([p.costs[axis] for p in curve])
     accuracy = np.array([p.accuracy for p in curve])
-    for p, x in zip(curve, log_cost, strict=True):
-        if x + 1 > log_cost[-1] + 1e-9:
-            return None
-        if np.interp(x + 1, log_cost, accuracy) - p.accuracy < gain:
-            return p
-    return None
+    doubling = [float(np.interp(x + 1, log_cost, accuracy) - a)
+                for x, a in zip(log_cost, accuracy, strict=True) if x + 1 <= log_cost[-1] + 1e-9]
+    if not doubling or doubling[-1] >= gain:
+        return None
+    first = len(doubling) - 1
+    while first > 0 and doubling[first - 1] < gain:
+        first -= 1
+    return curve[first]
 
 
 def within_noise(a: CurvePoint, b: CurvePoint) -> bool:
