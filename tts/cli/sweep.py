@@ -3,6 +3,7 @@
 Examples:
     tts sweep --pool ../shared/data/pools/math500_reasoning_models.jsonl.gz -s self_consistency --n 1,4,16,80 --out runs/sw
     tts sweep --benchmark demo --limit 20 -s self_consistency -s best_of_n --n 1,4,16 --out runs/live
+    tts sweep --benchmark math500 -m MODEL_A -m MODEL_B --seeds 3 --n 1,4,16 --ray auto --out /shared/runs/sw
     tts plot runs/sw
 """
 
@@ -119,6 +120,8 @@ def sweep_command(
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1, help="Live: max generated tokens per sample."),
     out: Path = typer.Option(..., "--out", "-o", help="Sweep directory; re-run to resume (done cells are kept)."),
     config: Path | None = typer.Option(None, "--config", "-c", help="YAML sweep file with the same keys (flags override it)."),
+    ray: str | None = typer.Option(None, "--ray", help="Run on Ray: `local` starts Ray on this machine; `auto` or HOST:PORT joins a running cluster, whose nodes must all see --out, the pool or data and tts at the same paths (a shared filesystem)."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="With --ray: worker actors, each holding one engine (default: one per GPU; vLLM without GPUs: one per node; else one per CPU)."),
 ) -> None:
     """Sweep strategies x n x models; every cell gets accuracy [95% CI], pass@n, tokens, FLOPs, seconds and dollars."""
     from rich.console import Console
@@ -135,15 +138,28 @@ def sweep_command(
     opts = dict(pool=pool, strategy=strategy, n=_numbers(n), models=model, seeds=seeds, draws=draws, gpu=gpu,
                 price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, benchmark=benchmark, limit=limit,
                 backend=backend, max_tokens=max_tokens)
+    if workers is not None and ray is None:
+        raise fail("--workers sets how many Ray workers run the sweep; add --ray local (this machine) or --ray auto")
     with user_errors():
         spec = _spec(opts, config)
         try:
             with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
                           TimeElapsedColumn(), transient=True) as bar:
                 task = bar.add_task("cells", total=None)
-                result = run_sweep(spec, out, progress=lambda d, t: bar.update(task, completed=d, total=t))
+
+                def shown(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                if ray is None:
+                    result = run_sweep(spec, out, progress=shown)
+                else:
+                    from tts.eval.distributed import run_sweep_ray
+
+                    result = run_sweep_ray(spec, out, address=ray, num_workers=workers, progress=shown)
         except SweepError as exc:
-            raise fail(str(exc)) from None
+            from rich.markup import escape
+
+            raise fail(escape(str(exc))) from None  # "pip install 'tts[ray]'" is text, not markup
     _print_cells(result, Console())
 
 
@@ -197,6 +213,7 @@ def plot_command(
 
     from rich.console import Console
 
+    from tts.eval.frontier import compute_optimal_for_run
     from tts.eval.plots import write_figures, write_report
     from tts.eval.sweep import SweepError, curve_points, read_cells
 
@@ -216,10 +233,14 @@ def plot_command(
         figures = write_figures(points, target, title, gain)
         notes = [f"Source: {source}. Every accuracy carries a 95% interval over problems; costs are per problem, "
                  f"priced on {cells[0].gpu}. Rings mark saturation (doubling the cost buys < {gain:.0%})."]
-        report = write_report(points, figures, target, title, notes)
+        optimal = compute_optimal_for_run(run, cells)
+        optimal.write_json(target / "compute_optimal.json")
+        report = write_report(points, figures, target, title, notes, sections=[optimal.section()])
     console = Console()
     for fig in figures:
         console.print(f"{fig.axis:>12}: {fig.png}  {fig.svg.name}")
     if not figures:
         console.print("no cost axis is priced in this sweep, so there is nothing to plot against")
+    for line in optimal.summary_lines():
+        console.print(line, soft_wrap=True)
     console.print(f"report: {report}")

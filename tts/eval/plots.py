@@ -38,6 +38,15 @@ class Figure:
     svg: Path
 
 
+@dataclass(frozen=True)
+class Section:
+    """An extra part of the report (e.g. :mod:`tts.eval.frontier`'s table): a heading, notes and titled tables."""
+
+    title: str
+    notes: Sequence[str] = ()
+    tables: Sequence[tuple[str, Sequence[dict[str, str]]]] = ()
+
+
 def _curves(points: Sequence[CurvePoint]) -> dict[tuple[str, str], list[CurvePoint]]:
     curves: dict[tuple[str, str], list[CurvePoint]] = {}
     for p in points:
@@ -150,8 +159,11 @@ def cell_rows(points: Sequence[CurvePoint]) -> list[dict[str, str]]:
 
 
 def write_report(points: Sequence[CurvePoint], figures: Sequence[Figure], out: Path, title: str,
-                 notes: Sequence[str] = ()) -> Path:
-    """One self-contained ``report.html`` (inline SVG figures and tables; no network needed)."""
+                 notes: Sequence[str] = (), sections: Sequence[Section] = ()) -> Path:
+    """One self-contained ``report.html`` (inline SVG figures and tables; no network needed).
+
+    ``sections`` go after the figures, before the table of all cells.
+    """
     parts = [f"<h1>{html.escape(title)}</h1>"]
     parts += [f"<p class='note'>{html.escape(n)}</p>" for n in notes]
     for fig in figures:
@@ -160,6 +172,10 @@ def write_report(points: Sequence[CurvePoint], figures: Sequence[Figure], out: P
         parts.append(f"<h2>Accuracy against {html.escape(AXIS_LABELS.get(fig.axis, fig.axis))}</h2>")
         parts.append(f"<div class='fig'>{svg}</div>")
         parts.append("<h3>Pareto frontier</h3>" + _table(frontier_rows(points, fig.axis)))
+    for sec in sections:
+        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        parts += [f"<p class='note'>{html.escape(n)}</p>" for n in sec.notes]
+        parts += [f"<h3>{html.escape(name)}</h3>" + _table(rows) for name, rows in sec.tables if rows]
     parts.append("<h2>All cells</h2>" + _table(cell_rows(points)))
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
              "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}"
