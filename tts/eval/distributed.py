@@ -1,0 +1,291 @@
+"""Sweeps on a Ray cluster: the units of a sweep run on Ray actors, their cells stream back to one store.
+
+A sweep is a list of units (:class:`tts.eval.sweep.Unit`: the missing cells of one model x seed).
+:func:`run_sweep_ray` computes them on a fixed pool of Ray actors fed by :class:`ray.util.ActorPool`:
+
+- **Actors, one engine each.** A worker actor holds at most one generator at a time (an
+  :class:`~tts.backends.engine_pool.EnginePool` of size 1) and keeps it across the units it is given
+  while their backend config is the same (model and engine seed; the engine seed follows the run
+  seed unless the sweep pins ``eval.backend.seed``); a unit that needs another config closes it and
+  starts the next. With the vLLM backend on a cluster with GPUs each actor reserves one GPU
+  (``gpus_per_worker``). Pool sweeps run on the same actors, which replay without an engine.
+- **Streaming, resumable.** The driver owns the :class:`~tts.eval.sweep.CellStore` and appends a
+  unit's cells the moment its actor returns them (``ActorPool.map_unordered`` waits with
+  ``ray.wait``), so an interrupted driver loses at most the units in flight, and rerunning the same
+  command computes only the cells still missing.
+- **Fault tolerance.** Actors are created with ``max_restarts`` and ``max_task_retries``: when a
+  worker process dies (a node lost, an engine crash, the OOM killer), Ray restarts the actor and
+  runs its unit again. A unit is safe to rerun (a live unit is a ``tts eval`` run directory under
+  ``OUT/live/`` that resumes problem by problem; a pool unit is a pure replay), and the store keeps
+  the first copy of a cell, so no cell is lost or doubled.
+
+The grain of distribution is the unit. Problem shards within one (model, seed) are not split
+across workers: one live unit is one engine's run, and a retried unit resumes at the first problem
+its run directory does not hold, so a lost worker costs at most the batch it was generating.
+
+On a cluster (``address="auto"`` or ``HOST:PORT``) every node must see the sweep directory, the
+pool file or dataset and an installed ``tts`` at the same paths (a shared filesystem); workers
+start in the driver's working directory where it exists, so relative paths resolve as they do for
+the driver. Workers' own log lines stay in Ray's session logs (``/tmp/ray/session_latest/logs``
+on each node); what fails in a unit reaches the driver as its error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tts.eval.sweep import (
+    Cell,
+    CellStore,
+    ProgressFn,
+    SweepError,
+    SweepResult,
+    SweepSpec,
+    Unit,
+    check_spec,
+    compute_unit,
+    finish,
+    plan_units,
+)
+
+logger = logging.getLogger(__name__)
+
+CRASH_DIR_ENV = "TTS_SWEEP_TEST_CRASH_DIR"
+"""Tests only: a folder of flag files named ``<model>-seed<seed>``. A worker that finishes a unit
+whose flag is there removes it and kills its own process before returning the cells, as a lost
+node would; the flag then holds nothing, so the retry completes."""
+
+
+def run_sweep_ray(
+    spec: SweepSpec,
+    out: str | Path,
+    address: str = "local",
+    num_workers: int | None = None,
+    progress: ProgressFn | None = None,
+    retries: int = 3,
+    gpus_per_worker: float | None = None,
+) -> SweepResult:
+    """Run (or resume) a sweep on Ray; returns every cell of the grid, as :func:`~tts.eval.sweep.run_sweep` does.
+
+    Args:
+        spec: The grid and its source.
+        out: Sweep directory (on a cluster: on a filesystem every node sees at the same path).
+        address: ``"local"`` starts a Ray instance on this machine and stops it at the end;
+            ``"auto"`` joins the cluster ``ray start`` runs here, ``HOST:PORT`` (or ``ray://...``)
+            a remote one. A process already connected to Ray (its own ``ray.init``) uses that
+            connection whatever ``address`` says, and it stays open.
+        num_workers: Actors to start; default: one per GPU for vLLM on a cluster with GPUs, one per
+            node for vLLM without GPUs (a CPU engine uses its node's cores), one per CPU otherwise;
+            never more than the units to compute.
+        progress: Called with (cells done, cells total).
+        retries: Times Ray restarts a dead worker and reruns its unit before the sweep gives up.
+        gpus_per_worker: GPUs each actor reserves; default 1 for the vLLM backend when the cluster
+            has GPUs, else 0.
+
+    Raises:
+        SweepError: Ray is not installed, the cluster cannot be reached, the spec cannot run, a
+            worker died more often than ``retries`` restarts allow, or a unit failed (the cells of
+            finished units are kept; the units in flight resume on the next run).
+
+    Example:
+        >>> spec = SweepSpec(strategies=["self_consistency"], n=[1, 4], seeds=4,
+        ...                  eval={"backend": {"kind": "scripted"}, "data": {"limit": 5}})
+        >>> result = run_sweep_ray(spec, "runs/sw", num_workers=2)  # doctest: +SKIP
+    """
+    if num_workers is not None and num_workers < 1:
+        raise SweepError(f"num_workers must be at least 1, got {num_workers}")
+    if retries < 0:
+        raise SweepError(f"retries must be 0 or more, got {retries}")
+    ray = _import_ray()
+    # 1. What to compute: refuse a bad spec before any Ray process starts.
+    out = Path(out)
+    models = check_spec(spec)
+    store = CellStore(out, spec)
+    started = False
+    try:
+        units = plan_units(spec, models, store)
+        total = len(models) * len(spec.configs()) * spec.seeds
+        done = total - sum(len(u.configs) for u in units)
+        if progress:
+            progress(done, total)
+        if units:
+            # 2. Ray: join (or start) the cluster, one actor per worker.
+            started = _connect(ray, address, num_workers)
+            done = _run_units(ray, spec, out, units, store, num_workers, retries, gpus_per_worker, done, total,
+                              progress)
+    finally:
+        store.close()
+        if started:
+            ray.shutdown()
+    return finish(spec, out, models, store, sum(len(u.configs) for u in units))
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("running a sweep on Ray needs the ray package: pip install 'tts[ray]' "
+                         "(or drop --ray to run the sweep in this process)") from None
+    return ray
+
+
+def _connect(ray: Any, address: str, num_workers: int | None) -> bool:
+    """Connect to Ray as ``address`` says; returns whether this call started the connection."""
+    if ray.is_initialized():
+        logger.info("using this process's Ray connection; address %r is not used", address)
+        return False
+    quiet = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+    if address == "local":
+        cpus = max(os.cpu_count() or 1, num_workers or 1)  # room for every worker asked for
+        ray.init(address="local", num_cpus=cpus, **quiet)
+    else:
+        _probe(address)
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise SweepError(f"cannot join the Ray cluster at {address!r} ({str(exc).splitlines()[0]}); start one "
+                             "with `ray start --head`, give its HOST:PORT, or use --ray local") from None
+    return True
+
+
+def _probe(address: str) -> None:
+    """Refuse a HOST:PORT nothing listens on (``ray.init`` would wait for it for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or a form Ray parses itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise SweepError(f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}); check the head node's "
+                         "address (`ray status` on it prints it), or use --ray local") from None
+
+
+def _run_units(ray: Any, spec: SweepSpec, out: Path, units: Sequence[Unit], store: CellStore,
+               num_workers: int | None, retries: int, gpus_per_worker: float | None, done: int, total: int,
+               progress: ProgressFn | None) -> int:
+    """Compute ``units`` on a pool of actors, writing each unit's cells as it returns; returns cells done."""
+    from ray.exceptions import RayActorError, RayTaskError
+    from ray.util import ActorPool
+
+    # 1. Size and place the actors.
+    vllm = not spec.pool and (spec.eval.get("backend") or {}).get("kind", "vllm") == "vllm"
+    resources = ray.cluster_resources()
+    gpus = gpus_per_worker if gpus_per_worker is not None else (1.0 if vllm and resources.get("GPU", 0) else 0.0)
+    if num_workers is None:
+        if gpus:
+            num_workers = int(resources.get("GPU", 0) // gpus)
+        elif vllm:
+            num_workers = sum(1 for node in ray.nodes() if node.get("Alive"))
+        else:
+            num_workers = int(resources.get("CPU", 1))
+    num_workers = max(1, min(num_workers, len(units)))
+    fits = int(resources.get("GPU", 0) // gpus) if gpus else int(resources.get("CPU", 0))
+    if num_workers > fits:
+        logger.warning("%d workers asked for, but the cluster now has room for %d (%s); the others wait for "
+                       "resources (an autoscaler may add them)", num_workers, fits,
+                       f"{resources.get('GPU', 0):g} GPUs" if gpus else f"{resources.get('CPU', 0):g} CPUs")
+    worker = ray.remote(_SweepWorker).options(
+        num_cpus=1, num_gpus=gpus, max_restarts=retries, max_task_retries=retries, scheduling_strategy="SPREAD")
+    actors = [worker.remote(spec, str(out.resolve()), os.getcwd()) for _ in range(num_workers)]
+    logger.info("sweep on Ray: %d units on %d workers (%g GPUs each)", len(units), num_workers, gpus)
+    # 2. Feed them; each unit's cells go to the store the moment they arrive.
+    finished = False
+    try:
+        pool = ActorPool(actors)
+        for cells in pool.map_unordered(lambda actor, unit: actor.compute.remote(unit), list(units)):
+            store.write(cells)
+            done += len(cells)
+            if progress:
+                progress(done, total)
+        finished = True
+    except RayTaskError as exc:
+        if isinstance(exc.cause, SweepError):
+            raise SweepError(str(exc.cause)) from None
+        raise
+    except RayActorError as exc:
+        raise SweepError(f"a Ray worker died and was not restarted (each may restart {retries} times): "
+                         f"{str(exc).splitlines()[0]}; the finished cells are in {out}: run the same command again "
+                         "to resume") from None
+    finally:
+        _stop(ray, actors, graceful=finished)
+    return done
+
+
+def _stop(ray: Any, actors: Sequence[Any], graceful: bool) -> None:
+    """Close the actors' engines (after a clean finish), then end the actors."""
+    from ray.exceptions import RayError
+
+    if graceful:
+        try:
+            ray.get([a.close.remote() for a in actors], timeout=120)
+        except (RayError, TimeoutError) as exc:  # an engine that will not close still goes with its process
+            logger.warning("a Ray worker did not close its engine cleanly: %s", exc)
+    for a in actors:
+        ray.kill(a, no_restart=True)
+
+
+class _SweepWorker:
+    """A Ray actor (wrapped with ``ray.remote`` by :func:`run_sweep_ray`): computes units with its one engine."""
+
+    def __init__(self, spec: SweepSpec, out: str, cwd: str) -> None:
+        from tts.backends.engine_pool import EnginePool
+
+        if os.path.isdir(cwd):
+            os.chdir(cwd)  # relative paths in the spec mean what they mean to the driver
+        self.spec = spec
+        self.out = out
+        self.engines = EnginePool(max_size=1)
+
+    def compute(self, unit: Unit) -> list[Cell]:
+        """The unit's cells, computed on this worker's engine (started or swapped as needed)."""
+        cells = compute_unit(self.spec, unit, self.out, self._generator(unit))
+        _crash_for_tests(unit)
+        return cells
+
+    def _generator(self, unit: Unit) -> Any:
+        """This worker's engine for the unit's backend config; None for pool units (or a config that
+        does not validate: compute_unit then reports what is wrong with it)."""
+        if self.spec.pool:
+            return None
+        from tts.config import EvalConfig
+        from tts.eval.runner import load_problems
+
+        # The config compute_unit's live run builds, so the engine is the one a single process would start.
+        base = dict(self.spec.eval)
+        backend = {**(base.get("backend") or {}), "model": unit.model}
+        strategies = [c.model_dump(mode="json") for c in self.spec.configs() if c.label in unit.configs]
+        try:
+            cfg = EvalConfig.model_validate({**base, "backend": backend, "seed": unit.seed, "strategies": strategies})
+        except ValueError:
+            return None
+        _, problems = load_problems(cfg)
+        return self.engines.get(cfg.backend, problems)
+
+    def close(self) -> None:
+        """Close the engine."""
+        self.engines.close_all()
+
+
+def _crash_for_tests(unit: Unit) -> None:
+    """Die here, once, for a unit flagged in ``$TTS_SWEEP_TEST_CRASH_DIR`` (see :data:`CRASH_DIR_ENV`)."""
+    folder = os.environ.get(CRASH_DIR_ENV)
+    if not folder:
+        return
+    flag = Path(folder) / crash_flag_name(unit.model, unit.seed)
+    try:
+        flag.unlink()  # atomic: exactly one attempt at this unit finds the flag
+    except FileNotFoundError:
+        return
+    (flag.parent / f"{flag.name}.died").write_text(str(os.getpid()))
+    os._exit(70)
+
+
+def crash_flag_name(model: str, seed: int) -> str:
+    """The flag file that makes a worker die after computing (model, seed) (tests only)."""
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '_', model)}-seed{seed}"
