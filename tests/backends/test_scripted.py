@@ -88,3 +88,46 @@ def test_top_logprobs_is_bounded():
 
     with pytest.raises(ValueError, match="top_logprobs"):
         _req(top_logprobs=21)
+
+
+# --- stop strings and continuation, served as vLLM serves them ------------------------------------
+
+
+def test_a_solution_is_written_in_steps_and_a_stop_string_ends_a_sample_at_the_first_one():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0, mean_tokens=150)
+    whole = gen.generate([_req(n=4, seed=3)])[0].completions
+    assert all("\n\n" in c.text and c.text.endswith("\\boxed{4}.") and c.ended_by_eos for c in whole)
+    stepped = gen.generate([_req(n=4, seed=3, stop=("\n\n",), logprobs=True)])[0].completions
+    for c in stepped:
+        # vLLM: the stop string is cut from the text but its token counted; a stop string is not an end of sequence
+        assert "\n\n" not in c.text and "boxed" not in c.text and c.text.endswith(".")
+        assert c.finish_reason == "stop" and c.ended_by_eos is False
+        assert c.completion_tokens == len(c.text.split()) + 1 == len(c.token_logprobs)
+    other = gen.generate([_req(n=1, seed=3, stop=("compute", "value"))])[0].completions[0]
+    assert "compute" not in other.text and "value" not in other.text and other.finish_reason == "stop"
+
+
+def test_a_continued_partial_solution_is_carried_on_until_it_states_its_answer():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0, mean_tokens=120)
+    steps: list[str] = []
+    for i in range(20):
+        c = gen.generate([_req(seed=i, stop=("\n\n",), continuation="".join(s + "\n\n" for s in steps))])[0]
+        c = c.completions[0]
+        steps.append(c.text)
+        if c.ended_by_eos:
+            break
+    assert 2 <= len(steps) < 20 and steps[-1].endswith("The answer is \\boxed{4}.")
+    assert all("boxed" not in s for s in steps[:-1])
+    # the continuation is the prompt's tail: a different partial solution gets different samples
+    a = gen.generate([_req(seed=1, stop=("\n\n",), continuation="we compute.\n\n")])[0].completions[0]
+    b = gen.generate([_req(seed=1, stop=("\n\n",), continuation="we check.\n\n")])[0].completions[0]
+    assert a.text != b.text
+
+
+def test_the_step_token_cap_ends_a_step_with_length_and_a_continued_box_gets_its_answer():
+    gen = ScriptedGenerator({"p": {"4": 1.0}}, seed=0, step_tokens=40)
+    c = gen.generate([_req(seed=2, stop=("\n\n",), max_tokens=5)])[0].completions[0]
+    assert c.finish_reason == "length" and c.completion_tokens == 5 and c.ended_by_eos is False
+    nudge = "we compute.\n\nTherefore, the final answer is $\\boxed{"
+    c = gen.generate([_req(seed=2, stop=("\n\n",), continuation=nudge, max_tokens=32)])[0].completions[0]
+    assert c.text == "4}$." and c.finish_reason == "stop" and c.ended_by_eos is True

@@ -18,12 +18,13 @@ from typing import ClassVar, Literal
 import pytest
 
 from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.scripted import ScriptedGenerator
 from tts.config import EvalConfig, SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS
 from tts.search.beam import BeamConfig, BeamSearch
 from tts.search.dvts import DVTS, DVTSConfig
-from tts.search.stepwise import ANSWER_NUDGE, StepScorer, StepwiseSpace
+from tts.search.stepwise import ANSWER_NUDGE, StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import PENALTY
 from tts.types import Budget, Problem, Usage, to_jsonable
 from tts.verifiers.base import VerifierScore
@@ -164,6 +165,8 @@ def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary():
     assert req.stop == (SEP,) and req.max_tokens == 50 and req.continuation == first[0][0].steps[0] + SEP
     assert second[0][0].steps == (first[0][0].steps[0], second[0][0].step) and second[0][0].depth == 2
     assert second[0][1].path == "0.1" and not second[0][0].finished
+    # children are built as plain tuples: every field of StepState must be there
+    assert all(len(kid) == len(StepState._fields) for kids in first + second for kid in kids)
     seeds = [r.seed for call in model.calls for r in call]
     assert len(set(seeds)) == len(seeds)  # no two expansions resend a seed
 
@@ -321,6 +324,23 @@ def test_a_budget_below_the_search_is_refused_and_a_ladder_searches_independentl
     _strategy("beam", n=8, model=model, verifier=SumCheck()).solve(_problems(1))
     first_calls = [c for c in model.calls if c[0].continuation == ""]
     assert len(first_calls) == 2 and first_calls[0][0].seed != first_calls[1][0].seed
+
+
+@pytest.mark.parametrize("kind", ["beam", "dvts"])
+def test_search_on_the_scripted_backend_grows_solutions_step_by_step_as_on_vllm(kind):
+    # The scripted backend honours stop strings and continuation, so each step is one step of a
+    # longer solution (as on vLLM), not a whole solution that ends the path at once.
+    problems = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(8)]
+    gen = ScriptedGenerator.for_problems(problems, accuracy=0.8, seed=0, mean_tokens=100, step_tokens=30)
+    sols = _strategy(kind, n=4, model=gen, verifier=SumCheck()).solve(problems)
+    for sol in sols:
+        tree = sol.trace.tree
+        assert max(node["depth"] for node in tree) >= 2
+        assert all(SEP not in node["text"] for node in tree if not node["forced"])  # cut at the stop string
+        assert sol.trace.samples and all(s.text.count(SEP) >= 1 for s in sol.trace.samples)
+        finished = [node for node in tree if node["finished"]]
+        assert finished and sum(node["forced"] is None for node in finished) > len(finished) / 2
+    assert sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) >= 6
 
 
 # --- end to end through the runner ----------------------------------------------------------------

@@ -8,6 +8,20 @@ caller that resends a seed sees its samples repeat in tests exactly as it would 
 A request without a seed continues the backend's random stream instead (fresh samples on a
 repeat, like an engine-level seed). The backend's own ``seed`` changes every draw.
 
+A solution is written in steps separated by blank lines (``"\n\n"``), the answer in the last one,
+and requests are served as vLLM serves them, so that step-wise search runs here on the path it
+takes on the real engine:
+
+- ``stop``: a sample ends at the first stop string in the text it generates; the stop string is
+  not in the text (it is counted in ``completion_tokens``, as vLLM counts the tokens it generated
+  to produce it), and ``finish_reason`` is ``"stop"`` with ``ended_by_eos`` False. A sample that
+  reaches ``max_tokens`` first ends with ``"length"``; one that writes its whole solution ends its
+  message (``"stop"``, ``ended_by_eos`` True).
+- ``continuation``: a partial assistant message is continued, not restarted: the sample is the
+  rest of a solution whose length is drawn as usual, less the words already written (so a long
+  partial solution is soon answered); a continuation that ends inside an open ``\boxed{`` (a
+  forced answer) gets the answer and the closing brace.
+
 It also plays an LLM judge, so that verifiers that ask the policy model for a verdict can be
 tested: a request whose last message asks for "Yes or No" is a *verdict request*. The judged
 answer is the last ``\\boxed{...}`` in that message; the probability of "Yes" is drawn high
@@ -36,6 +50,10 @@ from tts.types import Problem
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
 _VERDICT_REQUEST = re.compile(r"\byes\s+or\s+no\b", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_OPEN_BOX = re.compile(r"\\boxed\{[^{}]*$")  # a continuation that stops inside a box
+STEP_SEPARATOR = "\n\n"
+"""What the scripted model writes between the steps of a solution."""
+_STEP_END = "." + STEP_SEPARATOR
 # First tokens a judge puts its remaining probability on when it does not answer Yes/No at once.
 _OTHER_FIRST_TOKENS = ("The", "I", "To", "Let", "This")
 
@@ -43,6 +61,12 @@ _OTHER_FIRST_TOKENS = ("The", "I", "To", "Let", "This")
 def _rng(*parts: object) -> random.Random:
     digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
     return random.Random(int.from_bytes(digest[:8], "little"))
+
+
+def _cut(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string (excluded), and whether one was found."""
+    hits = [at for at in (text.find(s) for s in stop if s) if at >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
 
 
 def _token_logprobs(mean_logprob: float, tokens: int, rng: random.Random) -> tuple[float, ...]:
@@ -68,6 +92,7 @@ class ScriptedGenerator:
             logprob support).
         verdict_mass: Share of a verdict's first-token probability on "Yes"/"No" (0 mimics a
             judge model that never answers with either).
+        step_tokens: Mean tokens of a solution step (steps end with a blank line).
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -83,9 +108,12 @@ class ScriptedGenerator:
         model_name: str = "scripted",
         returns_logprobs: bool = True,
         verdict_mass: float = 0.9,
+        step_tokens: int = 30,
     ) -> None:
         if not 0.0 <= verdict_mass <= 1.0:
             raise ValueError(f"verdict_mass must be in [0, 1], got {verdict_mass}")
+        if step_tokens < 1:
+            raise ValueError(f"step_tokens must be at least 1, got {step_tokens}")
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
             total = sum(dist.values())
@@ -98,6 +126,7 @@ class ScriptedGenerator:
         self.model_name = model_name
         self.returns_logprobs = returns_logprobs
         self.verdict_mass = verdict_mass
+        self.step_tokens = step_tokens
         self._seen_prefixes: set[str] = set()
         # Samples already drawn per (key, prompt) by requests without a seed: a repeat continues
         # the stream rather than replaying it, as an engine-level random state would.
@@ -141,17 +170,24 @@ class ScriptedGenerator:
         rng = _rng(self.seed, req.key, req.seed, req.temperature, prompt, req.continuation, index)
         dist = self.distributions.get(req.key, self.default)
         answer = self._draw(dist, rng)
+        if req.continuation and _OPEN_BOX.search(req.continuation):
+            return self._close_box(req, answer, dist, rng)
+        # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
+        if req.continuation:
+            tokens = max(8, tokens - len(req.continuation.split()))
+        breaks = self._step_breaks(req, index, prompt, tokens - 8)
+        if req.stop:
+            return self._until_stop(req, answer, dist, tokens, breaks, rng)
         length_capped = tokens > req.max_tokens
         tokens = min(tokens, req.max_tokens)
         words = [rng.choice(_FILLER) for _ in range(max(tokens - 8, 0))]
+        body = "".join(w if i == 0 else (_STEP_END if i in breaks else " ") + w for i, w in enumerate(words))
         if answer is not None and not length_capped:
-            text = " ".join(words) + f". The answer is \\boxed{{{answer}}}."
+            text = body + f". The answer is \\boxed{{{answer}}}."
         else:
-            text = " ".join(words) + "."
-        # Confident (high logprob) samples are somewhat more often the distribution's mode.
-        mode = max(dist, key=dist.get) if dist else None
-        mean_lp = -rng.uniform(0.05, 0.6) - (0.0 if answer == mode else 0.25)
+            text = body + "."
+        mean_lp = self._mean_logprob(answer, dist, rng)
         logprobs = req.logprobs and self.returns_logprobs
         return Completion(
             text=text,
@@ -159,6 +195,76 @@ class ScriptedGenerator:
             mean_logprob=mean_lp if logprobs else None,
             finish_reason="length" if length_capped else "stop",
             token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+            ended_by_eos=not length_capped,
+        )
+
+    def _mean_logprob(self, answer: str | None, dist: Mapping[str, float], rng: random.Random) -> float:
+        # Confident (high logprob) samples are somewhat more often the distribution's mode.
+        mode = max(dist, key=dist.get) if dist else None
+        return -rng.uniform(0.05, 0.6) - (0.0 if answer == mode else 0.25)
+
+    def _step_breaks(self, req: GenerationRequest, index: int, prompt: str, words: int) -> set[int]:
+        """Word positions that start a new step (a blank line before them); their own stream, so
+        that steps do not change the answer, length or logprobs a sample draws."""
+        rng = _rng(self.seed, "steps", req.key, req.seed, req.temperature, prompt, index)
+        low, high = max(1, self.step_tokens // 2), max(1, self.step_tokens * 3 // 2)
+        out, at = set(), rng.randint(low, high)
+        while at < words:
+            out.add(at)
+            at += rng.randint(low, high)
+        return out
+
+    def _until_stop(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float], tokens: int,
+                    breaks: set[int], rng: random.Random) -> Completion:
+        """A sample of a request with stop strings: generated token by token (a word, a step
+        separator and the answer's parts are a token each) until a stop string, ``max_tokens``
+        or the end of the solution, as vLLM does."""
+        pieces: list[str] = []
+        for i in range(tokens - 8):
+            if i in breaks:
+                pieces.append(_STEP_END)
+            pieces.append(("" if i == 0 or i in breaks else " ") + rng.choice(_FILLER))
+        if answer is not None:
+            pieces += [". The" if pieces else "The", " answer", " is", " \\", "boxed{", answer, "}", "."]
+        else:
+            pieces.append(".")
+        text, finish, eos, longest = "", "stop", True, max(map(len, req.stop))
+        for count, piece in enumerate(pieces, start=1):
+            start = max(len(text) - longest + 1, 0)
+            text += piece
+            hits = [at for at in (text.find(s, start) for s in req.stop if s) if at >= 0]
+            if hits:  # the stop string is cut from the text; the tokens that wrote it are counted
+                text, finish, eos = text[: min(hits)], "stop", False
+                break
+            if count >= req.max_tokens and count < len(pieces):
+                finish, eos = "length", False
+                break
+        mean_lp = self._mean_logprob(answer, dist, rng)
+        logprobs = req.logprobs and self.returns_logprobs
+        return Completion(
+            text=text,
+            completion_tokens=count,
+            mean_logprob=mean_lp if logprobs else None,
+            finish_reason=finish,
+            token_logprobs=_token_logprobs(mean_lp, count, rng) if logprobs else None,
+            ended_by_eos=eos,
+        )
+
+    def _close_box(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float],
+                   rng: random.Random) -> Completion:
+        """The rest of a continuation that stops inside ``\\boxed{``: the answer, then the end (a
+        sample that draws no answer fills the box with a word, as a model pushed to answer does)."""
+        text, _ = _cut(f"{answer if answer is not None else rng.choice(_FILLER)}}}$.", req.stop)
+        tokens = min(3, req.max_tokens)
+        mean_lp = self._mean_logprob(answer, dist, rng)
+        logprobs = req.logprobs and self.returns_logprobs
+        return Completion(
+            text=text,
+            completion_tokens=tokens,
+            mean_logprob=mean_lp if logprobs else None,
+            finish_reason="stop",
+            token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+            ended_by_eos=True,
         )
 
     def p_yes(self, req: GenerationRequest, prompt: str) -> float:
@@ -187,6 +293,9 @@ class ScriptedGenerator:
             words = [rng.choice(_FILLER) for _ in range(min(req.max_tokens - 4, rng.randint(6, 40)))]
             text = " ".join(words) + (f". {verdict}." if verdict else ".")
             tokens = min(req.max_tokens, len(words) + 3)
+        text, stopped = _cut(text, req.stop)
+        if stopped:
+            tokens = min(tokens, len(text.split()) + 1)
         mean_lp = math.log(max(choices[first], 1e-9)) / tokens - rng.uniform(0.05, 0.4)
         top = None
         if req.top_logprobs and self.returns_logprobs:

@@ -19,6 +19,7 @@ and the node's path in the tree, so no two expansions resend a seed.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -90,6 +91,19 @@ def ended(completion: Completion) -> bool:
     return completion.ended_by_eos is True
 
 
+def _total(usages: Sequence[Usage]) -> Usage:
+    """``sum(usages, Usage())``, built once: adding in a loop rebuilds the frozen Usage, and its
+    growing tuple of request shapes, once per term (a measurable share of a search step)."""
+    if len(usages) <= 1:
+        return usages[0] if usages else Usage()
+    return Usage(**{name: tuple(x for u in usages for x in getattr(u, name)) if isinstance(zero, tuple)
+                    else sum((getattr(u, name) for u in usages), zero)
+                    for name, zero in _USAGE_ZERO.items()})
+
+
+_USAGE_ZERO = {f.name: getattr(Usage(), f.name) for f in dataclasses.fields(Usage)}
+
+
 def _close_braces(text: str) -> str:
     """Close the braces a forced answer left open (``\\boxed{\\frac{1}{2}`` -> ``...}}``)."""
     return text + "}" * max(text.count("{") - text.count("}"), 0)
@@ -146,7 +160,8 @@ class StepwiseSpace:
         self.seed = seed
         self.seed_key = seed_key
         self.answer_tokens = answer_tokens
-        self.usage = [Usage() for _ in self.problems]
+        self._usage_parts: list[list[Usage]] = [[] for _ in self.problems]
+        self._usage: list[Usage] | None = None
         self.events: list[Counter[str]] = [Counter() for _ in self.problems]
         self.generate_calls = 0
 
@@ -167,20 +182,30 @@ class StepwiseSpace:
         # 1. Every state of every problem continued to its next step boundary, in one call.
         requests = [self._step_request(s, k) for s, k in zip(states, counts, strict=True)]
         results = self._generate(requests)
+        parts, self._usage = self._usage_parts, None
         children: list[list[StepState]] = []
         for state, result in zip(states, results, strict=True):
-            self.usage[state.root] += result.usage
-            children.append([self._child(state, j, c) for j, c in enumerate(result.completions)])
+            parts[state.root].append(result.usage)
+            children.append(self._children(state, result.completions))
         # 2. One more call forcing an answer onto every child that must stop without one.
         pending = [(i, j) for i, kids in enumerate(children) for j, kid in enumerate(kids) if kid.forced]
         if pending:
             forced = self._generate([self._answer_request(children[i][j]) for i, j in pending])
             for (i, j), result in zip(pending, forced, strict=True):
                 kid = children[i][j]
-                self.usage[kid.root] += result.usage
+                parts[kid.root].append(result.usage)
                 self.events[kid.root][f"forced_{kid.forced}"] += 1
                 children[i][j] = self._with_forced_answer(kid, result.completions[0] if result.completions else None)
         return children
+
+    @property
+    def usage(self) -> list[Usage]:
+        """Generator usage per problem (every request, discarded children included)."""
+        # Summed when read (and kept until the next expansion): adding each request's Usage as it
+        # comes rebuilds a frozen Usage, and its growing tuple of shapes, once per request.
+        if self._usage is None:
+            self._usage = [_total(parts) for parts in self._usage_parts]
+        return self._usage
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -228,35 +253,47 @@ class StepwiseSpace:
 
     # --- children -------------------------------------------------------------------------------
 
-    def _child(self, parent: StepState, j: int, c: Completion) -> StepState:
-        """The child a completion makes; ``forced`` set (not yet finished) when it must stop."""
-        step = c.text.strip()
-        answer = self.extract(step) if _ANSWER_MARKER.search(step) else None
-        depth = parent.depth + 1
-        tokens = parent.tokens + c.completion_tokens
-        if not step:
-            self.events[parent.root]["empty_steps"] += 1
-        forced = None
-        if answer is None:
-            if ended(c):
-                forced = "ended"
-            elif depth >= self.max_depth:
-                forced = "depth"
-            elif tokens >= self.sampling.max_tokens:
-                forced = "tokens"
-        return StepState(
-            root=parent.root,
-            problem=parent.problem,
-            steps=parent.steps + ((step,) if step else ()),
-            step=step,
-            depth=depth,
-            path=f"{parent.path}.{j}" if parent.path else str(j),
-            tokens=tokens,
-            logprobs=parent.logprobs + ((c.mean_logprob,) if step else ()),
-            finished=answer is not None,
-            answer=answer,
-            forced=forced,
-        )
+    def _children(self, parent: StepState, completions: Sequence[Completion]) -> list[StepState]:
+        """The children the completions of one request make, in order.
+
+        A child is finished when its step states an answer; ``forced`` is set (the child not yet
+        finished) when it must stop without one. This is the hot loop of a search step (it runs
+        once per generated step), so what the children share is read off the parent once.
+        """
+        root, problem, steps, logprobs = parent.root, parent.problem, parent.steps, parent.logprobs
+        depth, tokens, prefix = parent.depth + 1, parent.tokens, f"{parent.path}." if parent.path else ""
+        at_depth_cap, cap = depth >= self.max_depth, self.sampling.max_tokens
+        extract, marker, new = self.extract, _ANSWER_MARKER.search, tuple.__new__
+        kids: list[StepState] = []
+        empty = 0
+        for j, c in enumerate(completions):
+            step = c.text.strip()
+            total = tokens + c.completion_tokens
+            if step:
+                # Most steps state no answer, and the case-insensitive marker regex has no fast literal
+                # scan: it runs only on steps with a backslash or "answer", without which it cannot match.
+                stated = ("\\" in step or "answer" in step.casefold()) and marker(step) is not None
+                answer = extract(step) if stated else None
+                after, scores = steps + (step,), logprobs + (c.mean_logprob,)
+            else:
+                answer, after, scores = None, steps, logprobs
+                empty += 1
+            forced = None
+            if answer is None:
+                if c.ended_by_eos is True:  # ended(c), inlined
+                    forced = "ended"
+                elif at_depth_cap:
+                    forced = "depth"
+                elif total >= cap:
+                    forced = "tokens"
+            # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
+            # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
+            # that this lists every field).
+            kids.append(new(StepState, (root, problem, after, step, depth, f"{prefix}{j}", total, scores,
+                                        answer is not None, answer, forced)))
+        if empty:
+            self.events[root]["empty_steps"] += empty
+        return kids
 
     def _with_forced_answer(self, state: StepState, c: Completion | None) -> StepState:
         said = _close_braces(ANSWER_NUDGE + (c.text if c is not None else ""))
@@ -288,24 +325,36 @@ class StepScorer:
 
     def __init__(self, verifier: Verifier, problems: int) -> None:
         self.verifier = verifier
-        self.usage = [Usage() for _ in range(problems)]
+        self._usage_parts: list[list[Usage]] = [[] for _ in range(problems)]
+        self._usage: list[Usage] | None = None
         self.calls = 0
+
+    @property
+    def usage(self) -> list[Usage]:
+        """Verifier usage per problem."""
+        if self._usage is None:  # summed when read, as StepwiseSpace.usage
+            self._usage = [_total(parts) for parts in self._usage_parts]
+        return self._usage
 
     def score(self, states: Sequence[StepState]) -> list[VerifierScore | None]:
         """Scores of the non-empty states (None for empty steps), in order."""
-        todo = [i for i, s in enumerate(states) if not s.empty]
-        out: list[VerifierScore | None] = [None] * len(states)
+        # StepState.empty, inlined: this runs once per generated step.
+        todo = [s for s in states if not s.depth or s.step.strip()]
         if not todo:
-            return out
-        items = [VerifyItem(states[i].problem, states[i].steps, states[i].finished, states[i].logprobs) for i in todo]
+            return [None] * len(states)
+        items = [VerifyItem(s.problem, s.steps, s.finished, s.logprobs) for s in todo]
         self.calls += 1
         scores = self.verifier.score(items)
         if len(scores) != len(items):
             raise ValueError(f"verifier {getattr(self.verifier, 'name', '?')} returned {len(scores)} scores "
                              f"for {len(items)} items")
-        for i, score in zip(todo, scores, strict=True):
-            out[i] = score
+        parts, self._usage = self._usage_parts, None
+        for state, score in zip(todo, scores, strict=True):
             usage = getattr(score, "usage", None)
-            if isinstance(usage, Usage) and (usage.calls or usage.total_tokens or usage.wall_seconds):
-                self.usage[states[i].root] += usage  # a tool verifier's zero usage is skipped (hot path)
-        return out
+            if isinstance(usage, Usage) and (usage.calls or usage.prompt_tokens or usage.completion_tokens
+                                             or usage.wall_seconds):
+                parts[state.root].append(usage)  # a tool verifier's zero usage is skipped
+        if len(todo) == len(states):
+            return list(scores)
+        it = iter(scores)
+        return [None if s.depth and not s.step.strip() else next(it) for s in states]

@@ -167,42 +167,60 @@ def grow(space: SearchSpace[S], scorer: StateScorer[S], batch: Sequence[Expansio
     if len(children) != len(batch):
         raise RuntimeError(f"{type(space).__name__}.expand returned {len(children)} child lists for "
                            f"{len(batch)} states; a space must return one list per state")
-    nodes = [[e.tree.add(e.node, c, space.is_terminal(c)) for c in kids]
-             for e, kids in zip(batch, children, strict=True)]
-    # 2. One score call for all children.
-    flat = [(e.tree, node) for e, kids in zip(batch, nodes, strict=True) for node in kids]
-    score_nodes(scorer, flat)
+    # 2. Record the children (SearchTree.add, for a whole sibling group at once: this runs per child).
+    is_terminal = space.is_terminal
+    nodes: list[list[TreeNode[S]]] = []
+    flat: list[TreeNode[S]] = []
+    owners: list[SearchTree[S]] = []
+    for e, kids in zip(batch, children, strict=True):
+        tree, parent = e.tree, e.node
+        pid, depth = (None, 1) if parent is None else (parent.id, parent.depth + 1)
+        first = len(tree.nodes)
+        made = [TreeNode(first + j, pid, depth, c, is_terminal(c)) for j, c in enumerate(kids)]
+        tree.nodes.extend(made)
+        nodes.append(made)
+        flat.extend(made)
+        owners.extend([tree] * len(made))
+    # 3. One score call for all children.
+    _score(scorer, flat, owners)
     return nodes
 
 
 def score_nodes(scorer: StateScorer[S], entries: Sequence[tuple[SearchTree[S], TreeNode[S]]]) -> None:
     """Score nodes in one call; failures give :data:`PENALTY` and are counted in their tree's events."""
-    if not entries:
+    _score(scorer, [node for _, node in entries], [tree for tree, _ in entries])
+
+
+def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence[SearchTree[S]]) -> None:
+    """:func:`score_nodes` on parallel lists (``trees[i]`` holds ``nodes[i]``)."""
+    if not nodes:
         return
     try:
-        results = scorer.score([node.state for _, node in entries])
-        if len(results) != len(entries):
-            raise ValueError(f"returned {len(results)} scores for {len(entries)} states")
+        results = scorer.score([node.state for node in nodes])
+        if len(results) != len(nodes):
+            raise ValueError(f"returned {len(results)} scores for {len(nodes)} states")
     except Exception as exc:  # noqa: BLE001 -- a failed verifier call must not end the search
-        logger.warning("verifier failed on %d candidates (%s: %s); they rank last", len(entries),
+        logger.warning("verifier failed on %d candidates (%s: %s); they rank last", len(nodes),
                        type(exc).__name__, exc)
-        for tree, node in entries:
+        for node in nodes:
             node.score = PENALTY
-        for tree in {id(tree): tree for tree, _ in entries}.values():
+        for tree in {id(tree): tree for tree in trees}.values():
             tree.events["verifier_error"] += 1  # one failed call per root it touched
         return
-    for (tree, node), result in zip(entries, results, strict=True):
+    for node, tree, result in zip(nodes, trees, results, strict=True):
         if result is None:
             node.score = PENALTY
             continue
         invalid = getattr(result, "invalid", 0)
-        if isinstance(invalid, int) and invalid > 0:
+        if invalid and isinstance(invalid, int) and invalid > 0:
             tree.events["invalid_score"] += invalid  # step scores the verifier itself replaced
-        try:
-            value = float(result.score)
-        except (AttributeError, TypeError, ValueError):
-            value = math.nan
-        if math.isfinite(value) and 0.0 <= value <= 1.0:
+        value = getattr(result, "score", None)
+        if value.__class__ is not float:  # the common case, a float, needs no conversion
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                value = math.nan
+        if 0.0 <= value <= 1.0:  # False for NaN and infinities too
             node.score = value
         else:
             node.score = PENALTY
