@@ -267,6 +267,7 @@ def extract_answer(text: str) -> str | None:
     return _extract_unboxed(text[-MAX_CHARS:])
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_answer(answer: str) -> str:
     """A canonical string for voting and string-match grading.
 
