@@ -230,3 +230,12 @@ def test_saturation_is_the_first_point_where_doubling_buys_less_than_the_gain():
     assert saturation(late_riser, "tokens", gain=0.01).costs["tokens"] == 4  # a flat start is not saturation
     assert within_noise(_point(1, 0.50, 0.4, 0.6), _point(2, 0.55, 0.45, 0.65))
     assert not within_noise(_point(1, 0.50, 0.45, 0.55), _point(2, 0.70, 0.65, 0.75))
+
+
+def test_a_live_sweep_without_a_backend_runs_on_vllm_with_the_units_model_and_seed():
+    from tts.eval.sweep import SweepSpec, Unit, live_eval_config
+
+    spec = SweepSpec(strategies=["self_consistency"], n=[1, 4], eval={"data": {"benchmark": "demo", "limit": 2}})
+    cfg = live_eval_config(spec, Unit("smollm2-135m", 2, ("self_consistency@4",)))
+    assert cfg.backend.kind == "vllm" and cfg.backend.model == "smollm2-135m" and cfg.seed == 2
+    assert [s.label for s in cfg.strategies] == ["self_consistency@4"]

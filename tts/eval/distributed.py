@@ -253,16 +253,13 @@ class _SweepWorker:
         does not validate: compute_unit then reports what is wrong with it)."""
         if self.spec.pool:
             return None
-        from tts.config import EvalConfig
         from tts.eval.runner import load_problems
+        from tts.eval.sweep import live_eval_config
 
         # The config compute_unit's live run builds, so the engine is the one a single process would start.
-        base = dict(self.spec.eval)
-        backend = {**(base.get("backend") or {}), "model": unit.model}
-        strategies = [c.model_dump(mode="json") for c in self.spec.configs() if c.label in unit.configs]
         try:
-            cfg = EvalConfig.model_validate({**base, "backend": backend, "seed": unit.seed, "strategies": strategies})
-        except ValueError:
+            cfg = live_eval_config(self.spec, unit)
+        except SweepError:
             return None
         _, problems = load_problems(cfg)
         return self.engines.get(cfg.backend, problems)

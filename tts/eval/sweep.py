@@ -448,21 +448,30 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "model"
 
 
+def live_eval_config(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase] | None = None) -> Any:
+    """The ``tts eval`` config of a live unit: the sweep's eval settings, the unit's model and seed
+    (the run seed, hence the engine seed), its strategy configs; the backend defaults to vLLM."""
+    from tts.config import EvalConfig
+
+    if configs is None:
+        configs = [c for c in spec.configs() if c.label in unit.configs]
+    base = dict(spec.eval)
+    backend = {"kind": "vllm", **(base.get("backend") or {}), "model": unit.model}
+    try:
+        return EvalConfig.model_validate({**base, "backend": backend, "seed": unit.seed,
+                                          "strategies": [c.model_dump(mode="json") for c in configs]})
+    except ValueError as exc:
+        raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
+
+
 def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], out: Path,
                 generator: Any) -> list[Cell]:
     from tts.budgets.ledger import price_usages
     from tts.budgets.prices import dollars
-    from tts.config import EvalConfig
     from tts.eval.runner import run_eval
 
-    base = dict(spec.eval)
-    backend = dict(base.get("backend") or {})
     cost_model = _cost_model(unit.model, spec)
-    try:
-        cfg = EvalConfig.model_validate({**base, "backend": {**backend, "model": unit.model}, "seed": unit.seed,
-                                         "strategies": [c.model_dump(mode="json") for c in configs]})
-    except ValueError as exc:
-        raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
+    cfg = live_eval_config(spec, unit, configs)
     result = run_eval(cfg, out / "live" / f"{_slug(unit.model)}-seed{unit.seed}", generator=generator)
     by_label = {s.config: s for s in result.summaries}
     ledger = price_usages(((r.config, r.usage) for r in result.rows), cost_model) if cost_model else {}
