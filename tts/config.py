@@ -140,6 +140,23 @@ class VLLMBackendConfig(_Frozen):
     """Skip graph compilation; default True on CPU (start-up 40 s instead of 200 s)."""
     seed: int = 0
     """Engine seed; with a fixed request order runs repeat exactly."""
+    deterministic: bool = False
+    """Reproducible mode ("Give Me FP32", Yuan et al. 2025: bf16 results change with batch size):
+    float32 compute, every request sampled from its own seed (on CPU the engine then runs without
+    chunked prefill, which seeded requests need there), and on GPUs vLLM's batch-invariant kernels
+    (``VLLM_BATCH_INVARIANT=1``). Slower. Leaves ``dtype`` "auto" -> "float32"; any other dtype is
+    refused."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deterministic_computes_in_float32(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or not data.get("deterministic"):
+            return data
+        dtype = data.get("dtype", "auto")
+        if dtype in ("auto", "float32"):
+            return {**data, "dtype": "float32"}
+        raise ValueError(f"deterministic mode computes in float32, but dtype is {dtype!r}; remove dtype (or set it "
+                         "to float32), or drop deterministic")
 
 
 class OpenAIBackendConfig(_Frozen):
@@ -284,6 +301,12 @@ class EvalConfig(_Frozen):
     allocation: AllocationConfig | None = None
     """Budget allocation (``tts eval --allocate``; YAML ``allocation:``): self-consistency under one
     total budget instead of a fixed n per problem. Its runs use no other strategy."""
+    deterministic: bool = False
+    """Reproducible evaluation (``tts eval --deterministic``): the vLLM backend runs in its
+    deterministic mode (float32, per-request seeds derived from the run seed, engine seed = run
+    seed), and a resumed run must keep its batch size, so that its batches are those of a fresh
+    run. The scripted backend is deterministic already; an OpenAI-compatible server chooses its own
+    dtype and batching, so it is refused."""
 
     @model_validator(mode="before")
     @classmethod
@@ -300,6 +323,33 @@ class EvalConfig(_Frozen):
             if backend_class is not None and "seed" in backend_class.model_fields:
                 data = {**data, "backend": {**backend, "seed": data["seed"]}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deterministic_reaches_the_engine(cls, data: Any) -> Any:
+        """``deterministic`` switches the vLLM backend's deterministic mode on (unless it says otherwise)."""
+        if not isinstance(data, Mapping) or not data.get("deterministic"):
+            return data
+        backend = data.get("backend", {"kind": "vllm"})
+        if isinstance(backend, BaseModel):
+            kind, fields, explicit = backend.kind, backend.model_dump(exclude_unset=True), backend.model_fields_set
+        elif isinstance(backend, Mapping):
+            kind, fields, explicit = backend.get("kind", "vllm"), dict(backend), set(backend)
+        else:
+            return data
+        if kind == "openai":
+            raise ValueError("deterministic needs an engine that tts starts (backend vllm) or the scripted backend; "
+                             "an OpenAI-compatible server chooses its own dtype and batching. Start it with --dtype "
+                             "float32 (and VLLM_BATCH_INVARIANT=1 on a GPU) and drop deterministic")
+        if kind != "vllm":
+            return data
+        if "deterministic" in explicit and not fields.get("deterministic"):
+            raise ValueError("deterministic is set for the run but the backend config sets deterministic: false; "
+                             "remove one of them")
+        if not isinstance(backend, BaseModel):
+            return {**data, "backend": {**fields, "deterministic": True}}
+        # Re-validate, so that the backend's own checks (dtype float32) run on the new setting.
+        return {**data, "backend": {**fields, "kind": "vllm", "deterministic": True}}
 
     @field_validator("strategies")
     @classmethod

