@@ -27,7 +27,7 @@ from tts.search.tree_search import (
     SearchSpace,
     SearchTree,
     StateScorer,
-    grow,
+    grow_level,
     never_ends,
     ranked,
 )
@@ -57,22 +57,14 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     for _ in range(max_steps):
         if not frontier:
             return [t.result() for t in trees]
-        # 1. Expand every kept node of every root and score all children (one call each).
-        children = grow(space, scorer, frontier)
-        by_tree: dict[int, list] = {}
-        for e, kids in zip(frontier, children, strict=True):
-            by_tree.setdefault(id(e.tree), []).extend(kids)
+        # 1. Expand every kept node of every root and score all children (one call each);
+        # 2. finished children become candidates.
+        live_by_tree = grow_level(space, scorer, trees, frontier)
         frontier = []
-        for tree in trees:
-            kids = by_tree.get(id(tree), [])
-            # 2. Finished children become candidates.
-            for node in kids:
-                if node.terminal:
-                    tree.take(node)
+        for tree, live in zip(trees, live_by_tree, strict=True):
             # 3. Keep the N/M best unfinished ones, each expanded M ways, within N candidates in all.
             room = n - len(tree.leaves)
-            live = ranked([node for node in kids if not node.terminal])
-            for i, node in enumerate(live[:keep]):
+            for i, node in enumerate(ranked(live)[:keep]):
                 count = min(beam_width, room - i * beam_width)
                 if count <= 0:
                     break

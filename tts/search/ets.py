@@ -87,7 +87,7 @@ from tts.search.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
-    grow,
+    grow_level,
     never_ends,
 )
 from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
@@ -324,20 +324,12 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
     for _ in range(max_steps):
         if not frontier:
             return [t.result() for t in trees]
-        children = grow(space, scorer, frontier)
-        by_tree: dict[int, list[TreeNode]] = {}
-        for e, kids in zip(frontier, children, strict=True):
-            by_tree.setdefault(id(e.tree), []).extend(kids)
+        live_by_tree = grow_level(space, scorer, trees, frontier)
         frontier = []
         # 1. Finished children are candidates; the rest compete for the width. Nodes without a
         #    valid score would get no width from REBASE while a sibling has one: never retained.
         pools: dict[int, list[TreeNode]] = {}
-        for tree in trees:
-            kids = by_tree.get(id(tree), [])
-            for node in kids:
-                if node.terminal:
-                    tree.take(node)
-            live = [node for node in kids if not node.terminal]
+        for tree, live in zip(trees, live_by_tree, strict=True):
             if live and len(tree.leaves) < n:
                 pools[id(tree)] = [node for node in live if _valid(node.score)] or live
         # 2. One clusterer call for the depth, when coverage can matter somewhere.

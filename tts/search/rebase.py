@@ -42,8 +42,7 @@ from tts.search.tree_search import (
     SearchSpace,
     SearchTree,
     StateScorer,
-    TreeNode,
-    grow,
+    grow_level,
     never_ends,
 )
 from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
@@ -105,17 +104,9 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
     for _ in range(max_steps):
         if not frontier:
             return [t.result() for t in trees]
-        children = grow(space, scorer, frontier)
-        by_tree: dict[int, list[TreeNode]] = {}
-        for e, kids in zip(frontier, children, strict=True):
-            by_tree.setdefault(id(e.tree), []).extend(kids)
+        live_by_tree = grow_level(space, scorer, trees, frontier)
         frontier = []
-        for tree in trees:
-            kids = by_tree.get(id(tree), [])
-            for node in kids:
-                if node.terminal:
-                    tree.take(node)
-            live = [node for node in kids if not node.terminal]
+        for tree, live in zip(trees, live_by_tree, strict=True):
             room = n - len(tree.leaves)
             for node, width in zip(live, balanced_widths([k.score for k in live], room, temperature), strict=True):
                 if width > 0:

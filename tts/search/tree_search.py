@@ -186,6 +186,24 @@ def grow(space: SearchSpace[S], scorer: StateScorer[S], batch: Sequence[Expansio
     return nodes
 
 
+def grow_level(space: SearchSpace[S], scorer: StateScorer[S], trees: Sequence[SearchTree[S]],
+               frontier: Sequence[Expansion[S]]) -> list[list[TreeNode[S]]]:
+    """One level of a level-by-level search (beam, REBASE, ETS): :func:`grow` every expansion,
+    take the finished children of each tree as candidates, and return each tree's unfinished
+    children (in ``trees`` order, in generation order)."""
+    by_tree: dict[int, list[TreeNode[S]]] = {id(t): [] for t in trees}
+    for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True):
+        by_tree[id(e.tree)].extend(kids)
+    live = []
+    for tree in trees:
+        kids = by_tree[id(tree)]
+        for node in kids:
+            if node.terminal:
+                tree.take(node)
+        live.append([node for node in kids if not node.terminal])
+    return live
+
+
 def score_nodes(scorer: StateScorer[S], entries: Sequence[tuple[SearchTree[S], TreeNode[S]]]) -> None:
     """Score nodes in one call; failures give :data:`PENALTY` and are counted in their tree's events."""
     _score(scorer, [node for _, node in entries], [tree for tree, _ in entries])
