@@ -39,6 +39,21 @@ class SamplingConfig(_Frozen):
     """Cap on generated tokens per sample."""
 
 
+def changed_settings(config: BaseModel, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of ``config`` whose value differs from their default (``skip`` left out)."""
+    return {k: getattr(config, k) for k, f in type(config).model_fields.items()
+            if k not in skip and getattr(config, k) != f.default}
+
+
+def setting_text(value: Any) -> str:
+    """A setting as a label shows it: a nested config as ``kind(changed=...)``, text printable."""
+    if isinstance(value, BaseModel):
+        inner = ",".join(f"{k}={setting_text(v)}" for k, v in changed_settings(value, skip=("kind",)).items())
+        head = str(getattr(value, "kind", type(value).__name__))
+        return f"{head}({inner})" if inner else head
+    return str(value) if str(value).isprintable() else repr(value)
+
+
 class StrategyConfigBase(_Frozen):
     """What every strategy config has: its registry name. Each strategy module defines its own
     subclass (``kind: Literal[name]`` plus its knobs); :func:`parse_strategy_config` finds it
@@ -47,10 +62,19 @@ class StrategyConfigBase(_Frozen):
     kind: str
     """Registry name of the strategy."""
 
+    def _label_head(self) -> str:
+        """The label's first part (``self_consistency@8`` for configs with an ``n``)."""
+        n = getattr(self, "n", None)
+        return self.kind if n is None else f"{self.kind}@{n}"
+
     @property
     def label(self) -> str:
-        """Short stable name of this config, e.g. ``self_consistency@8``; keys the results."""
-        return self.kind
+        """Short stable name of this config; keys the results, so two configs that differ in any
+        setting get two labels: ``kind@n`` and then every setting that differs from its default
+        (``best_of_n@16,verifier=arithmetic``, ``weighted_vote@8,weighting=exp``)."""
+        parts = [self._label_head()]
+        parts += [f"{k}={setting_text(v)}" for k, v in changed_settings(self, skip=("kind", "n")).items()]
+        return ",".join(parts)
 
 
 class SamplingStrategyConfig(StrategyConfigBase):
@@ -58,10 +82,6 @@ class SamplingStrategyConfig(StrategyConfigBase):
 
     n: int = Field(8, ge=1, le=4096)
     """Samples per problem."""
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}@{self.n}"
 
 
 def _parse_registered(value: Any, base: type[BaseModel], registry_name: str, what: str) -> Any:

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from tts.budgets.difficulty import assign_bins, majority_share
-from tts.eval.sweep import MANIFEST, Cell
+from tts.eval.sweep import MANIFEST, Cell, line_name
 
 TITLE = "Compute-optimal (per difficulty bin)"
 _BOOT_CHUNK = 100
@@ -278,10 +278,6 @@ def difficulty_for_run(run: str | Path) -> tuple[dict[str, dict[str, float]], st
 # --- the frontier -------------------------------------------------------------------------------
 
 
-def _strategy(label: str, n: int) -> str:
-    return label.replace(f"@{n}", "", 1)
-
-
 def _value_bins(counts: np.ndarray, n_bins: int) -> np.ndarray:
     """Bin (0 = easiest) of each distinct score, per row of weighted counts (B, V) over ascending scores.
 
@@ -492,7 +488,7 @@ def compute_optimal(cells: Sequence[Cell], difficulty: Difficulty, *, axis: str 
         configs = {label: group for label, group in by_model[model].items() if all(c.per_problem for c in group)}
         if len(configs) < len(by_model[model]):
             report.notes.append(f"{model}: cells without per-problem accuracies are left out (re-run the sweep)")
-        strategies = sorted({_strategy(label, g[0].n) for label, g in configs.items()})
+        strategies = sorted({line_name(label, g[0].n) for label, g in configs.items()})
         if len(strategies) == 1:
             report.single_strategy[model] = strategies[0]
             continue
@@ -535,7 +531,7 @@ def compute_optimal_for_run(run: str | Path, cells: Sequence[Cell], **settings: 
     for a missing difficulty source (the report's notes say why there are no rows)."""
     kinds: dict[str, set[str]] = {}
     for c in cells:
-        kinds.setdefault(c.model, set()).add(_strategy(c.config, c.n))
+        kinds.setdefault(c.model, set()).add(line_name(c.config, c.n))
     if max(map(len, kinds.values()), default=0) < 2:  # nothing to choose between: no samples needed
         report = compute_optimal(cells, {}, **settings)
         report.difficulty_source = "not needed (one strategy per model)"

@@ -1,7 +1,7 @@
 """Figures and a self-contained HTML report of a sweep: accuracy against every cost axis.
 
 For each cost axis the sweep priced (tokens, eFLOPs, GPU-seconds, dollars, all per problem), one
-figure: accuracy against cost on a log axis, one line per (model, strategy) with its 95% interval
+figure: accuracy against cost on a log axis, one line per (model, strategy config) with its 95% interval
 as a band, the Pareto frontier across all of them drawn as a step line and listed in the report,
 and each curve's saturation point (:func:`tts.eval.sweep.saturation`) marked with a ring. Each
 figure is written as PNG and SVG; ``report.html`` embeds the SVGs and the tables, so it opens
@@ -50,7 +50,7 @@ class Section:
 def _curves(points: Sequence[CurvePoint]) -> dict[tuple[str, str], list[CurvePoint]]:
     curves: dict[tuple[str, str], list[CurvePoint]] = {}
     for p in points:
-        curves.setdefault((p.model, p.strategy), []).append(p)
+        curves.setdefault((p.model, p.line), []).append(p)
     return curves
 
 

@@ -27,11 +27,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from tts.answers import extract_answer
 from tts.backends.base import Generator
-from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig
+from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig, changed_settings, setting_text
 from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, vote
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import SearchResult, TreeNode
@@ -46,11 +46,6 @@ def default_beam_width(n: int) -> int:
     """The largest divisor of ``n`` that is at most 4 (Snell et al. 2024 and Beeching et al.
     2024 use M = 4), so that any ``-n`` ladder (1, 2, 4, 8, ...) is valid by default."""
     return max(m for m in (4, 3, 2, 1) if n % m == 0)
-
-
-def _changed(model: BaseModel, skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {k: getattr(model, k) for k, f in type(model).model_fields.items()
-            if k not in skip and getattr(model, k) != f.default}
 
 
 class TreeSearchConfig(StrategyConfigBase):
@@ -80,12 +75,11 @@ class TreeSearchConfig(StrategyConfigBase):
     def label(self) -> str:
         """``rebase@16``; settings that differ from their defaults follow (``beam@16,beam_width=2,select=verifier``)."""
         parts = [f"{self.kind}@{self.n}", *self._label_parts()]
-        for key, value in _changed(self, skip=("kind", "n", "beam_width", "verifier")).items():
-            parts.append(f"{key}={value if str(value).isprintable() else repr(value)}")
-        extra = _changed(self.verifier, skip=("kind",))
-        if self.verifier.kind != "arithmetic" or extra:
-            inner = ",".join(f"{k}={v}" for k, v in extra.items())
-            parts.append(f"verifier={self.verifier.kind}" + (f"({inner})" if inner else ""))
+        for key, value in changed_settings(self, skip=("kind", "n", "beam_width", "verifier")).items():
+            parts.append(f"{key}={setting_text(value)}")
+        verifier = setting_text(self.verifier)
+        if verifier != "arithmetic":  # the default verifier goes unsaid
+            parts.append(f"verifier={verifier}")
         return ",".join(parts)
 
 
