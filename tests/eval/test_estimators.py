@@ -237,3 +237,22 @@ def test_estimator_inputs_are_checked(tmp_path):
     with pytest.raises(ValueError, match="order has shape"):
         est.majority_vote(mp, [2], order=est.draw_orders(np.array([3]), 2, 5))
     assert est.majority_vote(mp, [3], draws=5).at(3)[0] == pytest.approx(0.5)
+
+
+def test_the_budget_replays_first_seen_tie_rule_has_the_estimators_expectation(tmp_path):
+    # `tts budget simulate` replays one ordering at a time and breaks a tied vote by the answer seen
+    # first, as a live run does; the sweep's estimators count the share of correct answers among
+    # the tied ones. Over random orderings the first-seen answer among equally voted ones is
+    # uniform, so the two rules agree in expectation: the replay needs no rule of its own.
+    from tts.budgets.replay import random_orders, replay_prefixes
+
+    pool = _random_pool(tmp_path, seed=3, problems=40)
+    full = pool.subset([p for p in range(pool.n_problems) if pool.counts[p] == 10])
+    ns = np.arange(1, 11)
+    curve = est.majority_vote(full, ns, draws=4000, seed=1)
+    orders = random_orders(full.mask, 4000, np.random.default_rng(2))
+    replayed = np.mean([replay_prefixes(full, o).vote_correct for o in orders], axis=0)  # (problems, 10)
+    assert replayed.mean(axis=0) == pytest.approx(curve.mean, abs=0.01)
+    assert replayed[:, -1] == pytest.approx(curve.per_problem[:, -1], abs=0.04)  # each problem's full-pool vote
+    tied = np.flatnonzero((curve.per_problem[:, -1] > 0.01) & (curve.per_problem[:, -1] < 0.99))
+    assert len(tied) >= 2  # the pool has problems whose full vote is a tie between a right and a wrong answer

@@ -239,3 +239,58 @@ def test_a_live_sweep_without_a_backend_runs_on_vllm_with_the_units_model_and_se
     cfg = live_eval_config(spec, Unit("smollm2-135m", 2, ("self_consistency@4",)))
     assert cfg.backend.kind == "vllm" and cfg.backend.model == "smollm2-135m" and cfg.seed == 2
     assert [s.label for s in cfg.strategies] == ["self_consistency@4"]
+
+
+def test_length_budgets_replay_every_cap_from_one_generation(small_pool, tmp_path):
+    # Caps of 150 and 300 tokens on samples of 100-399 tokens: a sample over its cap is cut off
+    # before its answer, so it cannot vote, and it costs the cap.
+    r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "--n", "1,4", "--lengths", "300,150",
+               "-m", "Qwen3-8B", "--draws", "200", "--out", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert "cap" in r.output and "max_tokens" not in r.output  # the cap has its own column
+    cells = _cells(tmp_path)
+    assert set(cells) == {f"self_consistency@{n},max_tokens={cap}" for n in (1, 4) for cap in (150, 300)}
+    rows = [json.loads(x) for x in small_pool.read_text().splitlines()]
+    rows = [x for x in rows if x["model"] == "Qwen3-8B"]
+    for cap in (150, 300):
+        c1 = cells[f"self_consistency@1,max_tokens={cap}"]
+        kept = [x["correct"] and x["num_tokens"] <= cap for x in rows]  # correct and finished within the cap
+        assert c1.pass_at_n == pytest.approx(np.mean(kept), abs=1e-9)  # pass@1 is exact
+        assert c1.accuracy == pytest.approx(np.mean(kept), abs=0.01)  # the vote of one, over 200 draws
+        assert c1.tokens == pytest.approx(np.mean([min(x["num_tokens"], cap) for x in rows]))
+        assert c1.events["cut_at_length"] == sum(x["num_tokens"] > cap for x in rows)
+        assert c1.max_tokens == cap
+    low, high = (cells[f"self_consistency@4,max_tokens={cap}"] for cap in (150, 300))
+    assert low.accuracy < high.accuracy and low.tokens < high.tokens
+    # The plot draws one line per cap.
+    r = runner.invoke(app, ["plot", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    svg = (tmp_path / "plots" / "accuracy_vs_tokens.svg").read_text()
+    assert "max_tokens=150" in svg and "max_tokens=300" in svg
+
+
+def test_length_budgets_are_refused_where_they_cannot_be_replayed(small_pool, tmp_path):
+    r = _sweep("-s", "self_consistency", "--backend", "scripted", "--lengths", "100", "--out", str(tmp_path / "a"))
+    assert r.exit_code == 2 and "--pool" in r.output and "Traceback" not in r.output
+    rows = [json.loads(x) for x in small_pool.read_text().splitlines()]
+    no_tokens = tmp_path / "no_tokens.jsonl"
+    no_tokens.write_text("\n".join(json.dumps({**x, "num_tokens": None}) for x in rows) + "\n")
+    r = _sweep("--pool", str(no_tokens), "--lengths", "100", "--out", str(tmp_path / "b"))
+    assert r.exit_code == 2 and "num_tokens" in r.output
+    r = _sweep("--pool", str(small_pool), "--lengths", "0", "--out", str(tmp_path / "c"))
+    assert r.exit_code == 2 and "at least 1" in r.output
+
+
+def test_two_configs_of_one_strategy_that_differ_in_a_setting_are_two_cells_and_two_lines(tmp_path):
+    spec = tmp_path / "grid.yaml"
+    spec.write_text("n: [1, 2]\nstrategies: [best_of_n, {kind: best_of_n, verifier: arithmetic}]\n"
+                    "eval: {backend: {kind: scripted}, data: {limit: 3}, sampling: {max_tokens: 64}}\n")
+    r = _sweep("--config", str(spec), "--out", str(tmp_path / "sw"))
+    assert r.exit_code == 0, r.output
+    assert "4 cells computed" in r.output
+    cells = read_cells(tmp_path / "sw")
+    assert {c.config for c in cells} == {"best_of_n@1", "best_of_n@2", "best_of_n@1,verifier=arithmetic",
+                                         "best_of_n@2,verifier=arithmetic"}
+    from tts.eval.sweep import curve_points
+
+    assert {p.line for p in curve_points(cells)} == {"best_of_n", "best_of_n,verifier=arithmetic"}

@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import io
 import json
@@ -121,6 +123,28 @@ class ModelPool:
             mask=self.mask[idx],
             metadata=tuple(self.metadata[i] for i in idx) if self.metadata else (),
         )
+
+    def capped(self, max_tokens: int) -> ModelPool:
+        """The pool as if every generation had been capped at ``max_tokens`` generated tokens.
+
+        A sample longer than the cap would have been cut off before its final answer: it keeps no
+        answer (so it abstains from votes and grades wrong) and costs ``max_tokens``; shorter samples
+        are unchanged, since sampling up to the cap is the same process. This is exact for a plain
+        cap (no forced answer, unlike budget forcing) when the model states its answer at the end,
+        as reasoning models do; a model that states it early and rambles on loses answers a real
+        cap would have kept.
+
+        Raises:
+            PoolError: Some sample has no token count, or the cap is below 1.
+        """
+        if max_tokens < 1:
+            raise PoolError(f"a length cap must be at least 1 token, got {max_tokens}")
+        if not self.has_tokens:
+            raise PoolError(f"model {self.model} has samples without num_tokens; a length cap needs the "
+                            "generated length of every sample")
+        cut = self.mask & (self.tokens > max_tokens)
+        return dataclasses.replace(self, answers=np.where(cut, -1, self.answers), correct=self.correct & ~cut,
+                                   tokens=np.where(cut, float(max_tokens), self.tokens))
 
 
 @dataclass(frozen=True, eq=False)

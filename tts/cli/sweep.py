@@ -17,7 +17,7 @@ import typer
 from tts.cli.errors import fail, user_errors
 
 
-def _numbers(values: list[str] | None) -> list[int] | None:
+def _numbers(values: list[str] | None, flag: str = "--n") -> list[int] | None:
     """``--n 1,4,16`` and ``--n 1 --n 4`` alike."""
     if not values:
         return None
@@ -30,7 +30,7 @@ def _numbers(values: list[str] | None) -> list[int] | None:
             try:
                 out.append(int(part))
             except ValueError:
-                raise fail(f"--n {value!r}: write whole numbers separated by commas, e.g. --n 1,4,16,64") from None
+                raise fail(f"{flag} {value!r}: write whole numbers separated by commas, e.g. {flag} 1,4,16,64") from None
     return out
 
 
@@ -64,7 +64,7 @@ def _spec(opts: dict[str, Any], config: Path | None) -> Any:
         knobs = {s["kind"]: s for s in (SweepSpec._names_to_mappings(base.get("strategies")) or [])
                  if isinstance(s, dict) and "kind" in s}
         spec["strategies"] = [knobs.get(name, {"kind": name}) for name in opts["strategy"]]
-    for key in ("n", "models", "pool", "seeds", "draws", "gpu", "prompt_tokens"):
+    for key in ("n", "models", "pool", "seeds", "draws", "gpu", "prompt_tokens", "lengths"):
         if opts.get(key) not in (None, [], ""):
             spec[key] = opts[key]
     if opts["prices"] is not None or opts["price"]:
@@ -114,6 +114,7 @@ def sweep_command(
     prices: Path | None = typer.Option(None, "--prices", help="YAML/JSON file of KIND: USD_PER_HOUR."),
     arch: list[str] | None = typer.Option(None, "--arch", help="Repeatable POOL_MODEL=ARCH to price a pool model (e.g. gpt-oss-20b=path/config.json)."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=0, help="Pool: prompt tokens priced per problem (default 0)."),
+    lengths: list[str] | None = typer.Option(None, "--lengths", help="Pool: length budgets, e.g. --lengths 2000,4000,8000: every cell replayed as if each generation had been capped there (a longer one is cut off before its answer)."),
     benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="Live: benchmark (default demo)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Live: first K problems."),
     backend: str | None = typer.Option(None, "--backend", help="Live: vllm (default), openai or scripted."),
@@ -136,7 +137,8 @@ def sweep_command(
     from tts.eval.sweep import SweepError, run_sweep
 
     opts = dict(pool=pool, strategy=strategy, n=_numbers(n), models=model, seeds=seeds, draws=draws, gpu=gpu,
-                price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, benchmark=benchmark, limit=limit,
+                price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, lengths=_numbers(lengths, "--lengths"),
+                benchmark=benchmark, limit=limit,
                 backend=backend, max_tokens=max_tokens)
     if workers is not None and ray is None:
         raise fail("--workers sets how many Ray workers run the sweep; add --ray local (this machine) or --ray auto")
@@ -184,12 +186,14 @@ def _print_cells(result: Any, console: Any) -> None:
                   pad_edge=False)
     table.add_column("model", max_width=16, overflow="ellipsis", no_wrap=True)
     table.add_column("strategy", min_width=16, overflow="fold")
-    for col in ("n", "acc", "95% CI", *(["seed sd"] if seeds else []), "tok/pb", "$/pb"):
+    capped = any(p.max_tokens is not None for p in points)
+    for col in (*(["cap"] if capped else []), "n", "acc", "95% CI", *(["seed sd"] if seeds else []), "tok/pb", "$/pb"):
         table.add_column(col, justify="right", no_wrap=True)
     for p in points:
         tokens, usd = p.costs.get("tokens"), p.costs.get("dollars")
-        strategy = p.config.replace(f"@{p.n}", "", 1)
-        table.add_row(p.model, strategy, str(p.n), f"{p.accuracy:.3f}", f"{p.low:.2f}-{p.high:.2f}",
+        cap = [] if not capped else ["–" if p.max_tokens is None else _compact(p.max_tokens)]
+        strategy = p.line.removesuffix(f",max_tokens={p.max_tokens}")
+        table.add_row(p.model, strategy, *cap, str(p.n), f"{p.accuracy:.3f}", f"{p.low:.2f}-{p.high:.2f}",
                       *([f"{p.seed_sd:.3f}" if p.seed_sd is not None else ""] if seeds else []),
                       "–" if tokens is None else _compact(tokens), "–" if usd is None else f"{usd:.2g}")
     console.print(table)

@@ -110,7 +110,7 @@ def run_sweep_ray(
     started = False
     try:
         units = plan_units(spec, models, store)
-        total = len(models) * len(spec.configs()) * spec.seeds
+        total = len(models) * len(spec.grid()) * spec.seeds
         done = total - sum(len(u.configs) for u in units)
         if progress:
             progress(done, total)

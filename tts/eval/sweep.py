@@ -93,6 +93,11 @@ class SweepSpec(BaseModel):
     config.json path); pool models whose name is a known architecture need no entry."""
     prompt_tokens: int = Field(0, ge=0)
     """Pool: prompt length priced per problem (pools record generated tokens only)."""
+    lengths: list[int] = Field(default_factory=list)
+    """Pool: length budgets, caps on generated tokens per sample. Each cap replays the grid from the
+    stored generations as if they had been capped there (:meth:`ModelPool.capped`: a longer sample
+    is cut off before its answer and costs the cap), so one generation serves every smaller cap.
+    Empty: the stored lengths as they are."""
     eval: dict[str, Any] = Field(default_factory=dict)
     """Live: the ``tts eval`` settings (data, backend, sampling, batch_size), as in its YAML."""
 
@@ -112,6 +117,20 @@ class SweepSpec(BaseModel):
             raise ValueError(f"every n must be at least 1, got {value}")
         return sorted(set(value))
 
+    @field_validator("lengths")
+    @classmethod
+    def _lengths_positive_sorted(cls, value: list[int]) -> list[int]:
+        if any(v < 1 for v in value):
+            raise ValueError(f"every length budget must be at least 1 token, got {value}")
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _lengths_need_a_pool(self) -> SweepSpec:
+        if self.lengths and not self.pool:
+            raise ValueError("length budgets replay stored generations: run the live sweep once at the largest "
+                             "length (--max-tokens), then sweep its run directory with --pool OUT/live/RUN --lengths ...")
+        return self
+
     @model_validator(mode="after")
     def _strategies_valid(self) -> SweepSpec:
         for s in self.strategies:
@@ -125,10 +144,19 @@ class SweepSpec(BaseModel):
         """Every strategy config of the grid, strategy-major, n ascending."""
         return [parse_strategy_config({**s, "n": n}) for s in self.strategies for n in self.n]
 
+    def grid(self) -> list[tuple[StrategyConfigBase, int | None]]:
+        """Every (strategy config, length budget) of the grid; None = the stored lengths."""
+        return [(c, length) for c in self.configs() for length in (self.lengths or [None])]
+
     @property
     def source(self) -> str:
         """``pool:PATH`` or ``live``."""
         return f"pool:{self.pool}" if self.pool else "live"
+
+
+def cell_label(config: StrategyConfigBase, length: int | None) -> str:
+    """The label of a grid point: the config's label, and its length budget when it has one."""
+    return config.label if length is None else f"{config.label},max_tokens={length}"
 
 
 @dataclass(frozen=True)
@@ -161,6 +189,8 @@ class Cell:
     events: dict[str, int]
     per_problem: dict[str, float] | None = None
     """Each problem's (expected) accuracy under this cell, for per-difficulty analyses."""
+    max_tokens: int | None = None
+    """The length budget the cell was replayed at (pool ``lengths``); None = stored lengths."""
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -274,6 +304,9 @@ def check_spec(spec: SweepSpec) -> list[str]:
     rules = {pool_rule_of(c) for c in spec.configs()}
     for model in models:
         mp = pool[model]
+        if spec.lengths and not mp.has_tokens:
+            raise SweepError(f"{model} in {spec.pool} has samples without num_tokens, which length budgets need; "
+                             "drop --lengths or use a pool that records generated tokens")
         smallest = int(mp.counts.min())
         if spec.n[-1] > smallest:
             raise SweepError(f"n={spec.n[-1]} is more than the {smallest} samples some problem of {model} has in "
@@ -287,7 +320,7 @@ def check_spec(spec: SweepSpec) -> list[str]:
 
 def plan_units(spec: SweepSpec, models: Sequence[str], store: CellStore) -> list[Unit]:
     """The units still to compute (cells already stored are skipped)."""
-    labels = [c.label for c in spec.configs()]
+    labels = [cell_label(c, length) for c, length in spec.grid()]
     units = []
     for model in models:
         for seed in range(spec.seeds):
@@ -299,10 +332,10 @@ def plan_units(spec: SweepSpec, models: Sequence[str], store: CellStore) -> list
 
 def compute_unit(spec: SweepSpec, unit: Unit, out: str | Path, generator: Any = None) -> list[Cell]:
     """Compute one unit's cells (pool replay, or a resumable live run under ``out``). Safe to rerun."""
-    configs = [c for c in spec.configs() if c.label in unit.configs]
+    points = [(c, length) for c, length in spec.grid() if cell_label(c, length) in unit.configs]
     if spec.pool:
-        return _pool_cells(spec, unit, configs)
-    return _live_cells(spec, unit, configs, Path(out), generator)
+        return _pool_cells(spec, unit, points)
+    return _live_cells(spec, unit, [c for c, _ in points], Path(out), generator)
 
 
 def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = None,
@@ -320,7 +353,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = No
     store = CellStore(out, spec)
     try:
         units = plan_units(spec, models, store)
-        total = len(models) * len(spec.configs()) * spec.seeds
+        total = len(models) * len(spec.grid()) * spec.seeds
         done = total - sum(len(u.configs) for u in units)
         if progress:
             progress(done, total)
@@ -337,7 +370,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = No
 
 def finish(spec: SweepSpec, out: Path, models: Sequence[str], store: CellStore, computed: int) -> SweepResult:
     """The result of a sweep whose units are all written to ``store``."""
-    wanted = {(m, c.label, s) for m in models for c in spec.configs() for s in range(spec.seeds)}
+    wanted = {(m, cell_label(c, length), s) for m in models for c, length in spec.grid() for s in range(spec.seeds)}
     cells = [c for k, c in store.cells.items() if k in wanted]
     unpriced = sorted({c.model for c in cells if c.dollars is None})
     return SweepResult(out, cells, computed, len(cells) - computed, unpriced)
@@ -411,11 +444,23 @@ def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, p
             float(np.mean([c.seconds for c in costs])))
 
 
-def _pool_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase]) -> list[Cell]:
+def _pool_cells(spec: SweepSpec, unit: Unit, points: Sequence[tuple[StrategyConfigBase, int | None]]) -> list[Cell]:
+    """The cells of one model and seed from its pool, one estimate per length budget."""
+    full = _load_pool(spec.pool or "")[unit.model]
+    cells = []
+    for length in sorted({length for _, length in points}, key=lambda v: -1 if v is None else v):
+        configs = [c for c, cap in points if cap == length]
+        mp = full if length is None else full.capped(length)
+        events = {} if length is None else {"cut_at_length": int((full.mask & (full.tokens > length)).sum())}
+        cells += _pool_cells_at(spec, unit, configs, mp, length, events)
+    return cells
+
+
+def _pool_cells_at(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], mp: Any,
+                   length: int | None, events: dict[str, int]) -> list[Cell]:
     from tts.budgets.prices import dollars
     from tts.eval import estimators as est
 
-    mp = _load_pool(spec.pool or "")[unit.model]
     rules = {c.label: pool_rule_of(c) for c in configs}
     cost_model = _cost_model(unit.model, spec) if mp.has_tokens else None
     mean_tokens = float(np.nanmean(np.where(mp.mask, mp.tokens, np.nan), axis=1).mean()) if mp.has_tokens else None
@@ -430,13 +475,13 @@ def _pool_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBas
         column = int(np.flatnonzero(curve.ns == c.n)[0])
         costs = _pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens) if cost_model else None
         cells.append(Cell(
-            model=unit.model, strategy=c.kind, config=c.label, n=c.n, seed=unit.seed, source=spec.source,
-            method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo, accuracy_high=hi,
-            pass_at_n=curves["pass"].at(c.n)[0], tokens=c.n * mean_tokens if mean_tokens else None,
+            model=unit.model, strategy=c.kind, config=cell_label(c, length), n=c.n, seed=unit.seed,
+            source=spec.source, method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo,
+            accuracy_high=hi, pass_at_n=curves["pass"].at(c.n)[0], tokens=c.n * mean_tokens if mean_tokens else None,
             prompt_tokens=float(spec.prompt_tokens), flops=costs[0] if costs else None,
             eflops=costs[1] if costs else None, gpu_seconds=costs[2] if costs else None,
             dollars=dollars(costs[2], spec.gpu, spec.prices) if costs else None, wall_seconds=wall,
-            gpu=spec.gpu, events={},
+            gpu=spec.gpu, events=dict(events), max_tokens=length,
             per_problem=dict(zip(mp.problem_ids, np.round(curve.per_problem[:, column], 6).tolist(), strict=True))))
     return cells
 
@@ -495,6 +540,12 @@ def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBas
 # --- reading a sweep ------------------------------------------------------------------------------
 
 
+def line_name(config_label: str, n: int) -> str:
+    """The curve a config belongs to: its label without ``@n`` (``best_of_n,verifier=arithmetic``,
+    ``self_consistency,max_tokens=4096``), so configs that differ only in n share a line."""
+    return config_label.replace(f"@{n}", "", 1)
+
+
 @dataclass(frozen=True)
 class CurvePoint:
     """A (model, config) averaged over seeds: accuracy, its interval, spread and costs."""
@@ -509,6 +560,13 @@ class CurvePoint:
     seed_sd: float | None
     """Standard deviation of accuracy across seeds (None with one seed)."""
     costs: dict[str, float | None]
+    max_tokens: int | None = None
+    """The cells' length budget (None = stored lengths)."""
+
+    @property
+    def line(self) -> str:
+        """The curve this point lies on (:func:`line_name`)."""
+        return line_name(self.config, self.n)
 
 
 COST_AXES = ("tokens", "eflops", "flops", "gpu_seconds", "dollars")
@@ -532,8 +590,8 @@ def curve_points(cells: Sequence[Cell]) -> list[CurvePoint]:
             model=model, strategy=group[0].strategy, config=config, n=group[0].n, accuracy=float(acc.mean()),
             low=float(np.mean([c.accuracy_low for c in group])), high=float(np.mean([c.accuracy_high for c in group])),
             seed_sd=float(acc.std(ddof=1)) if len(group) > 1 else None,
-            costs={axis: mean(axis) for axis in COST_AXES}))
-    return sorted(points, key=lambda p: (p.model, p.strategy, p.n))
+            costs={axis: mean(axis) for axis in COST_AXES}, max_tokens=group[0].max_tokens))
+    return sorted(points, key=lambda p: (p.model, p.line.split(",max_tokens=")[0], p.max_tokens or 0, p.n))
 
 
 def pareto_front(points: Sequence[CurvePoint], axis: str) -> list[CurvePoint]:
