@@ -80,6 +80,7 @@ STRATEGIES = Registry(
         "best_of_n": "tts.search.best_of_n:BestOfN",
         "dvts": "tts.search.dvts:DVTS",
         "ets": "tts.search.ets:ETS",
+        "generative_verification": "tts.search.generative_verification:GenerativeVerification",
         "mcts": "tts.search.mcts:MCTS",
         "rebase": "tts.search.rebase:Rebase",
         "self_consistency": "tts.search.self_consistency:SelfConsistency",
