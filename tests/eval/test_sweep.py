@@ -294,3 +294,28 @@ def test_two_configs_of_one_strategy_that_differ_in_a_setting_are_two_cells_and_
     from tts.eval.sweep import curve_points
 
     assert {p.line for p in curve_points(cells)} == {"best_of_n", "best_of_n,verifier=arithmetic"}
+
+
+def test_a_yaml_grid_lays_out_solutions_by_verifications_for_generative_verification(tmp_path):
+    # S x V: n gives S, one strategy entry per V; each (S, V) is its own cell and V its own line.
+    spec = tmp_path / "grid.yaml"
+    spec.write_text("n: [1, 2]\nstrategies:\n"
+                    "  - {kind: generative_verification, verifications: 1, verifier: {kind: judge, max_tokens: 32}}\n"
+                    "  - {kind: generative_verification, verifications: 3, verifier: {kind: judge, max_tokens: 32}}\n"
+                    "  - self_consistency\n"
+                    "eval: {backend: {kind: scripted}, data: {limit: 3}, sampling: {max_tokens: 64}}\n")
+    r = _sweep("--config", str(spec), "--out", str(tmp_path / "sw"))
+    assert r.exit_code == 0, r.output
+    assert "6 cells computed" in r.output
+    cells = _cells(tmp_path / "sw")
+    gv = "generative_verification@{s},verifications={v},verifier=judge(max_tokens=32)"
+    assert set(cells) == {gv.format(s=s, v=v) for s in (1, 2) for v in (1, 3)} | {"self_consistency@1",
+                                                                                   "self_consistency@2"}
+    for s in (1, 2):  # verifying costs tokens on top of solving, more with every verification
+        assert (cells[f"self_consistency@{s}"].tokens < cells[gv.format(s=s, v=1)].tokens
+                < cells[gv.format(s=s, v=3)].tokens)
+        assert cells[gv.format(s=s, v=3)].n == s
+    from tts.eval.sweep import curve_points
+
+    assert {p.line for p in curve_points(list(cells.values()))} == {
+        "self_consistency", *(f"generative_verification,verifications={v},verifier=judge(max_tokens=32)" for v in (1, 3))}
