@@ -83,6 +83,7 @@ STRATEGIES = Registry(
         "generative_verification": "tts.search.generative_verification:GenerativeVerification",
         "mcts": "tts.search.mcts:MCTS",
         "rebase": "tts.search.rebase:Rebase",
+        "revision": "tts.search.revision:Revision",
         "self_consistency": "tts.search.self_consistency:SelfConsistency",
         "weighted_vote": "tts.search.weighted_vote:WeightedVote",
     },

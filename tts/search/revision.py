@@ -1,0 +1,313 @@
+"""Sequential revision: self-refine chains, S parallel chains x R rounds (Snell et al. 2024).
+
+Each chain starts from an ordinary attempt at the problem; every round then shows the model the
+problem, its previous attempt (as its own earlier reply) and, optionally, a critique, and asks for
+a corrected solution (Self-Refine, Madaan et al. 2023). ``n`` keeps its meaning of attempts per
+problem: ``n = S * (R + 1)`` with ``R = rounds``, so ``revision@8,rounds=3`` is Snell et al.'s
+sequential:parallel ratio of 2 chains x 4 attempts at the cost of self-consistency@8.
+
+1. Round 0 samples the S first attempts of every problem (one request of n = S per problem).
+2. Each later round sends one revision request per live chain. Every round of all chains of all
+   problems is ONE generate call; with a verifier, the round's attempts are scored in ONE verifier
+   call before the next round.
+3. The critique (``critique``) is the verifier's score of the previous attempt, written out
+   (``critique_template``); ``accept_score`` stops a chain whose attempt already scores that high.
+4. The answer is chosen across ALL attempts of all chains: a plain vote, a vote weighted by
+   verifier score, or the best-scored attempt (``select``).
+
+A per-problem :class:`~tts.types.Budget` (``samples`` = attempts, ``tokens`` = generated tokens at
+``max_tokens`` per attempt) keeps the rounds and runs fewer chains; below R + 1 attempts it runs
+one shorter chain. Verifier usage is added to each problem's usage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from tts.answers import answer_keys, extract_answer
+from tts.backends.base import Completion, GenerationRequest, Generator, Message, derive_seed
+from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig
+from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, to_sample, vote
+from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
+from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier, clean_score
+
+logger = logging.getLogger(__name__)
+
+
+class RevisionConfig(StrategyConfigBase):
+    """Self-refine chains: S parallel chains of R revisions each; answer by vote or verifier over all attempts."""
+
+    kind: Literal["revision"] = "revision"
+    n: int = Field(8, ge=1, le=4096)
+    """Attempts per problem, S chains x (R + 1) attempts each; must be a multiple of rounds + 1."""
+    rounds: int = Field(1, ge=0, le=64)
+    """R, revisions of each chain after its first attempt (0: n independent attempts)."""
+    verifier: VerifierConfig | None = None
+    """Scores every attempt (a registered name or its config): for the critique, ``accept_score``
+    and ``select``. None: no scoring."""
+    critique: bool = False
+    """Show the verifier's score of the previous attempt in the revision prompt (needs a verifier)."""
+    critique_template: str = Field(
+        "A checker gave your solution a score of {score:.2f} on a scale from 0 (wrong) to 1 (right).", min_length=1)
+    """The critique, with ``{score}`` (the verifier's score in [0, 1]) filled in."""
+    instruction: str = Field(
+        "Check your solution above for mistakes, then write a corrected solution that ends with the final answer.",
+        min_length=1)
+    """The user turn that asks for a revision (after the critique, when there is one)."""
+    select: Literal["vote", "weighted_vote", "verifier"] = "vote"
+    """How the answer is chosen across all attempts: ``vote`` (majority), ``weighted_vote``
+    (votes weighted by verifier score) or ``verifier`` (the best-scored attempt)."""
+    accept_score: float | None = Field(None, ge=0.0, le=1.0)
+    """Stop revising a chain once the verifier scores its latest attempt at least this (Self-Refine's
+    stopping rule; needs a verifier). None: every chain runs all rounds."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RevisionConfig:
+        if self.n % (self.rounds + 1):
+            raise ValueError(f"n ({self.n}) must be a multiple of rounds + 1 ({self.rounds + 1}): n counts the attempts "
+                             f"of S chains of rounds + 1 attempts each. Set n to a multiple of {self.rounds + 1} or "
+                             "rounds to a divisor of n minus one.")
+        needs = [name for name, used in (("critique", self.critique), ("accept_score", self.accept_score is not None),
+                                         (f"select={self.select}", self.select != "vote")) if used]
+        if needs and self.verifier is None:
+            raise ValueError(f"{', '.join(needs)} need{'s' if len(needs) == 1 else ''} a verifier to score the attempts; "
+                             "set verifier (e.g. verifier: judge, or --verifier arithmetic) or drop them.")
+        try:
+            self.critique_template.format(score=0.5)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"critique_template must format with only {{score}} (e.g. 'Score: {{score:.2f}}'); "
+                             f"it failed with {exc!r}. Double any literal braces.") from None
+        return self
+
+    @property
+    def chains(self) -> int:
+        """S, the parallel chains."""
+        return self.n // (self.rounds + 1)
+
+    @property
+    def label(self) -> str:
+        """``revision@8``; settings that differ from their defaults follow (``revision@8,rounds=3,select=verifier``)."""
+        parts = [f"{self.kind}@{self.n}"]
+        for key, field in type(self).model_fields.items():
+            value = getattr(self, key)
+            if key in ("kind", "n", "verifier") or value == field.default:
+                continue
+            if isinstance(value, str) and len(value) > 16:  # prompt texts: a short digest keeps labels distinct
+                value = "#" + hashlib.sha256(value.encode()).hexdigest()[:6]
+            parts.append(f"{key}={value}")
+        if self.verifier is not None:
+            parts.append(f"verifier={self.verifier.kind}")
+        return ",".join(parts)
+
+
+def plan_attempts(chains: int, rounds: int, allowed: int) -> tuple[int, int]:
+    """(chains, rounds) within ``allowed`` attempts: fewer chains first, then one shorter chain.
+
+    Example:
+        >>> plan_attempts(4, 1, 5), plan_attempts(4, 3, 2)
+        ((2, 1), (1, 1))
+    """
+    if allowed >= chains * (rounds + 1):
+        return chains, rounds
+    if allowed >= rounds + 1:
+        return allowed // (rounds + 1), rounds
+    return 1, allowed - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One attempt of one chain: its sample, the round it came from, and its verifier score."""
+
+    chain: int
+    round: int
+    sample: Sample
+    score: float | None = None
+
+
+class Revision(Strategy):
+    """Self-refine chains with optional verifier critique; see the module docstring.
+
+    Args:
+        verifier: A ready verifier to use instead of building ``config.verifier`` (tests,
+            notebooks); the strategy then does not close it.
+        (the rest as :class:`~tts.search.base.Strategy`)
+    """
+
+    name = "revision"
+    config_class: ClassVar[type[StrategyConfigBase]] = RevisionConfig
+    pool_rule = None  # later attempts depend on earlier ones: not replayable from i.i.d. samples
+
+    def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
+                 extract: ExtractFn = extract_answer, seed: int = 0, verifier: Verifier | None = None) -> None:
+        super().__init__(config, generator, prompt, sampling, extract, seed)
+        self._verifier = verifier
+        self._owns_verifier = verifier is None
+
+    @property
+    def verifier(self) -> Verifier | None:
+        """The verifier, built from the config on first use (None when the config names none)."""
+        if self._verifier is None and self.config.verifier is not None:
+            self._verifier = build_verifier(self.config.verifier, self.generator)
+        return self._verifier
+
+    def close(self) -> None:
+        """Release the verifier this strategy built (a PRM or judge may own an engine)."""
+        if self._owns_verifier and self._verifier is not None:
+            self._verifier.close()
+            self._verifier = None
+
+    # --- budgets --------------------------------------------------------------------------------
+
+    def plan(self, budget: Budget | None) -> tuple[int, int]:
+        """(chains, rounds) of one problem under ``budget``."""
+        c = self.config
+        allowed = c.n
+        if budget is not None and budget.samples is not None:
+            allowed = min(allowed, budget.samples)
+        if budget is not None and budget.tokens is not None:
+            allowed = min(allowed, budget.tokens // self.sampling.max_tokens)
+        if allowed < 1:
+            raise StrategyInputError(f"{self.name}: a budget of {budget} does not cover one attempt of up to "
+                                     f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
+        return plan_attempts(c.chains, c.rounds, allowed)
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _request(self, problem: Any, messages: tuple[Message, ...], n: int, seed_key: str, round_: int) -> GenerationRequest:
+        return GenerationRequest(
+            messages=messages, n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            max_tokens=self.sampling.max_tokens, logprobs=self.config.verifier is not None,
+            seed=derive_seed(self.seed, f"{problem.id}|{self.config.label}|{seed_key}", round_), key=problem.id)
+
+    def revision_messages(self, problem: Any, previous: _Attempt) -> tuple[Message, ...]:
+        """The problem's prompt, the previous attempt as the model's reply, then the critique and instruction."""
+        c = self.config
+        ask = c.instruction
+        if c.critique and previous.score is not None:
+            ask = c.critique_template.format(score=previous.score) + "\n\n" + ask
+        return (*self.prompt(problem), Message("assistant", previous.sample.text), Message("user", ask))
+
+    def _score(self, problems: Sequence[Any], todo: Sequence[tuple[int, Completion]],
+               events: list[dict[str, int]]) -> tuple[list[float | None], list[Usage]]:
+        """Verifier scores of one round's attempts ((problem index, completion) pairs), in ONE call.
+
+        A verifier that raises does not end the run: the round's attempts score 0 and the event is
+        counted on each problem it touched.
+        """
+        verifier = self.verifier
+        if verifier is None or not todo:
+            return [None] * len(todo), [Usage()] * len(todo)
+        items = [VerifyItem(problems[i], (c.text,), finished=True, logprobs=(c.mean_logprob,)) for i, c in todo]
+        try:
+            scored = verifier.score(items)
+            if len(scored) != len(items):
+                raise RuntimeError(f"verifier {verifier.name} returned {len(scored)} scores for {len(items)} items")
+        except Exception as exc:  # a broken verifier scores the round lowest; the run goes on
+            logger.warning("verifier %s failed on %d attempts (%s); they score 0", verifier.name, len(items), exc)
+            scored = [VerifierScore((), 0.0) for _ in items]
+            for i in {i for i, _ in todo}:
+                events[i]["verifier_error"] = events[i].get("verifier_error", 0) + 1
+        scores: list[float | None] = []
+        for (i, _), v in zip(todo, scored, strict=True):
+            value, bad = clean_score(v.score)
+            if bad or v.invalid:
+                events[i]["invalid_score"] = events[i].get("invalid_score", 0) + bad + v.invalid
+            scores.append(value)
+        return scores, [v.usage for v in scored]
+
+    # --- solving ---------------------------------------------------------------------------------
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        """Run every chain of every problem in lockstep: one generate (and verifier) call per round."""
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        plans = [self.plan(b) for b in (budgets or [None] * len(problems))]
+        attempts: list[list[_Attempt]] = [[] for _ in problems]
+        usage = [Usage() for _ in problems]
+        events: list[dict[str, int]] = [{} for _ in problems]
+        latest: dict[tuple[int, int], _Attempt] = {}  # (problem, chain) -> the chain's latest attempt
+        for round_ in range(max((r for _, r in plans), default=-1) + 1):
+            # 1. Who generates this round: all chains at round 0; later, the live chains within their plan.
+            if round_ == 0:
+                jobs = [(i, None) for i in range(len(problems))]
+                requests = [self._request(p, self.prompt(p), plans[i][0], "start", 0) for i, p in enumerate(problems)]
+            else:
+                jobs = [(i, ch) for (i, ch), a in latest.items() if round_ <= plans[i][1] and not self._accepted(a)]
+                requests = [self._request(problems[i], self.revision_messages(problems[i], latest[i, ch]), 1,
+                                          f"chain{ch}", round_) for i, ch in jobs]
+            if not jobs:
+                break
+            # 2. One generate call for the round.
+            results = self.generator.generate(requests)
+            fresh: list[tuple[int, int, Completion]] = []
+            for (i, ch), result in zip(jobs, results, strict=True):
+                usage[i] = usage[i] + result.usage
+                chains = range(len(result.completions)) if ch is None else (ch,)
+                fresh += [(i, c, comp) for c, comp in zip(chains, result.completions, strict=True)]
+            # 3. One verifier call for the round's attempts; the scores feed the next critique.
+            scores, scoring = self._score(problems, [(i, comp) for i, _, comp in fresh], events)
+            for (i, ch, comp), score, spent in zip(fresh, scores, scoring, strict=True):
+                attempt = _Attempt(ch, round_, to_sample(comp, self.extract), score)
+                attempts[i].append(attempt)
+                latest[i, ch] = attempt
+                usage[i] = usage[i] + spent
+        return [self._solution(p, a, u, e) for p, a, u, e in zip(problems, attempts, usage, events, strict=True)]
+
+    def _accepted(self, attempt: _Attempt) -> bool:
+        threshold = self.config.accept_score
+        return threshold is not None and attempt.score is not None and attempt.score >= threshold
+
+    # 4. the answer across all attempts
+    def _solution(self, problem: Any, attempts: list[_Attempt], usage: Usage, events: dict[str, int]) -> Solution:
+        samples = tuple(a.sample for a in attempts)
+        scores = [a.score if a.score is not None else 0.0 for a in attempts]
+        scored = self.config.verifier is not None
+        select = self.config.select
+        if select == "verifier":
+            keys = answer_keys([s.answer for s in samples])
+            support = {k: keys.count(k) for k in keys if k is not None}
+            answered = [j for j, k in enumerate(keys) if k is not None]
+            # Equal scores (a tool check gives 0, 0.5 or 1) go to the answer more attempts reached.
+            best = max(answered, key=lambda j: (scores[j], support[keys[j]], -j)) if answered else None
+            answer, confidence = (samples[best].answer, scores[best]) if best is not None else (None, 0.0)
+            votes: dict[str, float] = {}
+        else:
+            weights = None
+            if select == "weighted_vote":
+                weights = [max(s, 0.0) for s in scores]
+                if samples and not any(weights):  # no attempt has a valid score: a plain vote
+                    events = {**events, "unweighted_vote": 1}
+                    weights = None
+            answer, confidence, votes, best = vote(samples, weights)
+        chosen = answer_keys([answer])[0] if answer is not None else None
+        keys = answer_keys([s.answer for s in samples])
+        tree = tuple({"id": f"{a.chain}.{a.round}", "parent": f"{a.chain}.{a.round - 1}" if a.round else None,
+                      "depth": a.round, "chain": a.chain, "round": a.round, "text": a.sample.text, "score": a.score,
+                      "answer": a.sample.answer, "kept": chosen is not None and key == chosen, "finished": True}
+                     for a, key in zip(attempts, keys, strict=True))
+        trace = Trace(self.name, samples, tuple(scores) if scored else (), votes, best, tree=tree,
+                      events=dict(sorted(events.items())))
+        return Solution(problem.id, answer, confidence, usage, trace)
+
+    # --- cost hook ----------------------------------------------------------------------------------
+
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook (``tts cost``): one problem's requests with the default rounds, before running.
+
+        Round 0 draws the S first attempts from one prompt; each revision request's prompt is the
+        problem's (in the prefix cache), the previous attempt and an instruction of about 30 tokens.
+        Verifier calls are not included.
+        """
+        rounds = cls.config_class.model_fields["rounds"].default
+        chains, rounds = plan_attempts(max(n // (rounds + 1), 1), rounds, n)
+        shapes = [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * chains)]
+        revise = prompt_tokens + gen_tokens + 30
+        shapes += [RequestShape(revise, prompt_tokens, (gen_tokens,)) for _ in range(chains * rounds)]
+        return shapes
