@@ -319,3 +319,15 @@ def test_a_yaml_grid_lays_out_solutions_by_verifications_for_generative_verifica
 
     assert {p.line for p in curve_points(list(cells.values()))} == {
         "self_consistency", *(f"generative_verification,verifications={v},verifier=judge(max_tokens=32)" for v in (1, 3))}
+
+
+def test_plot_fits_the_compute_optimal_frontier_on_a_cost_axis_when_asked(small_pool, tmp_path):
+    out = tmp_path / "sw"
+    _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "best_of_n", "--n", "1,4", "--draws", "50",
+           "-m", "Qwen3-8B", "--out", str(out))
+    r = runner.invoke(app, ["plot", str(out), "--frontier-axis", "tokens"])
+    assert r.exit_code == 0, r.output
+    report = json.loads((out / "plots" / "compute_optimal.json").read_text())
+    assert report["settings"]["axis"] == "tokens" and "tokens ≤" in r.output
+    r = runner.invoke(app, ["plot", str(out), "--frontier-axis", "watts"])
+    assert r.exit_code == 2 and "choose n or one of tokens" in r.output

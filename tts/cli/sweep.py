@@ -184,9 +184,9 @@ def _print_cells(result: Any, console: Any) -> None:
     seeds = any(p.seed_sd is not None for p in points)
     table = Table(title=f"{len(result.cells)} cells -> {result.out}", title_style="bold", box=box.SIMPLE_HEAD,
                   pad_edge=False)
-    table.add_column("model", max_width=16, overflow="ellipsis", no_wrap=True)
-    table.add_column("strategy", min_width=16, overflow="fold")
     capped = any(p.max_tokens is not None for p in points)
+    table.add_column("model", max_width=10 if capped else 16, overflow="ellipsis", no_wrap=True)
+    table.add_column("strategy", min_width=16, overflow="fold")
     for col in (*(["cap"] if capped else []), "n", "acc", "95% CI", *(["seed sd"] if seeds else []), "tok/pb", "$/pb"):
         table.add_column(col, justify="right", no_wrap=True)
     for p in points:
@@ -211,6 +211,7 @@ def plot_command(
     out: Path | None = typer.Option(None, "--out", "-o", help="Where figures go (default RUN/plots)."),
     gain: float = typer.Option(0.01, "--saturation-gain", min=0.0, help="Saturation: the point past which doubling the cost buys less than this accuracy."),
     title: str | None = typer.Option(None, "--title", help="Figure title (default: the sweep's source)."),
+    frontier_axis: str = typer.Option("n", "--frontier-axis", help="Budget levels of the compute-optimal frontier: n (configs with the same n compete) or a cost axis (tokens, eflops, flops, gpu_seconds, dollars: configs costing at most each level compete)."),
 ) -> None:
     """Plot a sweep: accuracy vs tokens, eFLOPs, GPU-seconds and dollars (PNG, SVG) and one HTML report."""
     import json
@@ -219,8 +220,10 @@ def plot_command(
 
     from tts.eval.frontier import compute_optimal_for_run
     from tts.eval.plots import write_figures, write_report
-    from tts.eval.sweep import SweepError, curve_points, read_cells
+    from tts.eval.sweep import COST_AXES, SweepError, curve_points, read_cells
 
+    if frontier_axis not in ("n", *COST_AXES):
+        raise fail(f"--frontier-axis {frontier_axis!r}: choose n or one of {', '.join(COST_AXES)}")
     with user_errors():
         try:
             cells = read_cells(run)
@@ -237,7 +240,7 @@ def plot_command(
         figures = write_figures(points, target, title, gain)
         notes = [f"Source: {source}. Every accuracy carries a 95% interval over problems; costs are per problem, "
                  f"priced on {cells[0].gpu}. Rings mark saturation (doubling the cost buys < {gain:.0%})."]
-        optimal = compute_optimal_for_run(run, cells)
+        optimal = compute_optimal_for_run(run, cells, axis=frontier_axis)
         optimal.write_json(target / "compute_optimal.json")
         report = write_report(points, figures, target, title, notes, sections=[optimal.section()])
     console = Console()
