@@ -78,6 +78,7 @@ STRATEGIES = Registry(
     {
         "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
+        "budget_forcing": "tts.search.budget_forcing:BudgetForcing",
         "dvts": "tts.search.dvts:DVTS",
         "ets": "tts.search.ets:ETS",
         "generative_verification": "tts.search.generative_verification:GenerativeVerification",

@@ -1,0 +1,237 @@
+"""Budget forcing for models with a thinking section (s1; Muennighoff et al. 2025).
+
+A thinking model writes ``<think> ... </think>`` and then its answer. Budget forcing controls how
+long the thought is, with nothing but continuations of the model's own partial reply:
+
+* **cap** (``max_thinking_tokens`` = B): the thought is generated with at most B tokens and the
+  end-of-thinking delimiter as a stop string. A thought cut at B has the delimiter and an answer
+  prefix (``answer_prefix``, e.g. "Final answer: $\\boxed{") appended, and the model continues
+  from there: a cut-off thought still yields a final answer.
+* **extend** (``min_thinking_tokens``, ``max_waits`` = k): a thought that ends before the minimum
+  has its end suppressed: the delimiter (a stop string, so never in the text) is left out,
+  ``wait`` ("Wait") is appended, and the model thinks on, up to k times and within B.
+
+A thought that ends on its own, above the minimum, is continued after the delimiter untouched (no
+prefix is forced on it). A thought that the model ends with its end-of-sequence token instead of
+the delimiter has its answer forced like a cut one.
+
+The delimiters and the forcing strings are settings, not code: ``think_start`` opens the thought
+as the start of the reply (empty when the model's chat template already opens it).
+
+1. Think: one request per problem, n samples, stop at ``think_end``, at most B tokens.
+2. Extend: one request per thought that ended early; one generate call per "Wait" round, all
+   problems together, at most k rounds.
+3. Answer: one request per thought (forced or free), in one call; the answer is read from what
+   follows the thought.
+4. The answer is the majority vote of the n samples.
+
+Every token the model generated (thought, extensions and answer) is in the problem's usage; the
+"Wait" strings and answer prefixes are prompt text of the later requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from tts.answers import answer_keys
+from tts.backends.base import Completion, GenerationRequest, derive_seed
+from tts.config import StrategyConfigBase
+from tts.search.base import Strategy, StrategyInputError, vote
+from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
+
+
+class BudgetForcingConfig(StrategyConfigBase):
+    """Cap a thinking model's thought at B tokens and force its answer, or extend it with "Wait" (s1)."""
+
+    kind: Literal["budget_forcing"] = "budget_forcing"
+    n: int = Field(1, ge=1, le=4096)
+    """Samples per problem, each forced on its own; the answer is their majority vote."""
+    max_thinking_tokens: int | None = Field(None, ge=1)
+    """B, the most tokens of one thought (extensions included); None: the run's ``max_tokens``."""
+    min_thinking_tokens: int = Field(0, ge=0)
+    """A thought that ends before this many tokens is extended with ``wait`` (needs max_waits)."""
+    max_waits: int = Field(0, ge=0, le=64)
+    """k, the most times one thought is extended."""
+    think_start: str = "<think>\n"
+    """Opens the thought at the start of the reply; empty when the chat template opens it."""
+    think_end: str = Field("</think>", min_length=1)
+    """The end-of-thinking delimiter (a stop string of every thinking request)."""
+    wait: str = Field("Wait", min_length=1)
+    """Appended in place of a suppressed end of thinking."""
+    answer_prefix: str = "\nFinal answer: $\\boxed{"
+    """Appended after the delimiter of a thought cut at B (or ended without it), to force the answer."""
+    answer_tokens: int = Field(32, ge=1)
+    """Most tokens of the answer after the thought."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BudgetForcingConfig:
+        if (self.min_thinking_tokens > 0) != (self.max_waits > 0):
+            raise ValueError(f"min_thinking_tokens ({self.min_thinking_tokens}) and max_waits ({self.max_waits}) work "
+                             "together: a thought shorter than the minimum is extended up to max_waits times. Set "
+                             "both (e.g. min_thinking_tokens: 256, max_waits: 2) or neither.")
+        if self.max_thinking_tokens is not None and self.min_thinking_tokens > self.max_thinking_tokens:
+            raise ValueError(f"min_thinking_tokens ({self.min_thinking_tokens}) is above max_thinking_tokens "
+                             f"({self.max_thinking_tokens}); lower the minimum or raise the cap.")
+        return self
+
+    @property
+    def label(self) -> str:
+        """``budget_forcing@1``; settings that differ from their defaults follow."""
+        parts = [f"{self.kind}@{self.n}"]
+        for key, f in type(self).model_fields.items():
+            value = getattr(self, key)
+            if key in ("kind", "n") or value == f.default:
+                continue
+            if isinstance(value, str) and (len(value) > 12 or not value.isprintable()):
+                value = "#" + hashlib.sha256(value.encode()).hexdigest()[:6]
+            parts.append(f"{key}={value}")
+        return ",".join(parts)
+
+
+@dataclass(slots=True)
+class _Thought:
+    """One sample's reply being built: its thought, how it ended, and its segments for the trace."""
+
+    problem: int
+    index: int
+    text: str = ""
+    tokens: int = 0
+    waits: int = 0
+    ended: str = "delimiter"  # "delimiter", "eos" (end of message inside the thought) or "cap"
+    segments: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, kind: str, prefix: str, completion: Completion) -> None:
+        self.text += prefix + completion.text
+        self.tokens += completion.completion_tokens
+        self.segments.append({"kind": kind, "text": prefix + completion.text, "tokens": completion.completion_tokens})
+
+
+def _close_braces(text: str) -> str:
+    """Close the braces a forced answer left open (``\\boxed{\\frac{1}{2}`` -> ``...}}``)."""
+    return text + "}" * max(text.count("{") - text.count("}"), 0)
+
+
+class BudgetForcing(Strategy):
+    """Think within [min, B] tokens, then answer; vote over n samples. See the module docstring."""
+
+    name = "budget_forcing"
+    config_class: ClassVar[type[StrategyConfigBase]] = BudgetForcingConfig
+    pool_rule = None
+
+    @property
+    def thinking_cap(self) -> int:
+        """B: the config's cap, or the run's ``max_tokens``."""
+        return self.config.max_thinking_tokens or self.sampling.max_tokens
+
+    def samples_within(self, budget: Budget | None) -> int:
+        """The n this config may draw under ``budget`` (a sample costs at most B + answer_tokens)."""
+        n = self.config.n
+        worst = self.thinking_cap + self.config.answer_tokens
+        if budget is not None and budget.samples is not None:
+            n = min(n, budget.samples)
+        if budget is not None and budget.tokens is not None:
+            n = min(n, budget.tokens // worst)
+        if n < 1:
+            raise StrategyInputError(f"{self.name}: a budget of {budget} does not cover one sample of up to {worst} "
+                                     f"tokens (B={self.thinking_cap} thinking + {self.config.answer_tokens} answer); "
+                                     "raise the budget or lower max_thinking_tokens / answer_tokens.")
+        return n
+
+    def _request(self, problem: Any, continuation: str, n: int, max_tokens: int, seed_key: str,
+                 stop: tuple[str, ...]) -> GenerationRequest:
+        return GenerationRequest(
+            messages=self.prompt(problem), n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            max_tokens=max_tokens, stop=stop, continuation=continuation,
+            seed=derive_seed(self.seed, f"{problem.id}|{self.config.label}|{seed_key}", 0), key=problem.id)
+
+    @staticmethod
+    def _ended(completion: Completion) -> str:
+        if completion.finish_reason == "length":
+            return "cap"
+        return "eos" if completion.ended_by_eos is True else "delimiter"
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        """Think, extend and answer every sample of every problem: one generate call per phase."""
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        c = self.config
+        cap, start, stop = self.thinking_cap, c.think_start, (c.think_end,)
+        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        usage = [Usage() for _ in problems]
+        # 1. Think: n thoughts per problem, cut at B tokens or at the end-of-thinking delimiter.
+        results = self.generator.generate([self._request(p, start, n, cap, "think", stop)
+                                           for p, n in zip(problems, ns, strict=True)])
+        thoughts: list[_Thought] = []
+        for i, result in enumerate(results):
+            usage[i] = usage[i] + result.usage
+            for j, comp in enumerate(result.completions):
+                t = _Thought(i, j)
+                t.add("think", "", comp)
+                t.ended = self._ended(comp)
+                thoughts.append(t)
+        # 2. Extend: a thought that ended below the minimum loses its end and gets "Wait", up to k times.
+        for _ in range(c.max_waits):
+            todo = [t for t in thoughts if t.ended != "cap" and t.tokens < min(c.min_thinking_tokens, cap)]
+            if not todo:
+                break
+            results = self.generator.generate([
+                self._request(problems[t.problem], start + t.text + c.wait, 1, cap - t.tokens,
+                              f"{t.index}|wait{t.waits}", stop) for t in todo])
+            for t, result in zip(todo, results, strict=True):
+                usage[t.problem] = usage[t.problem] + result.usage
+                t.add("wait", c.wait, result.completions[0])
+                t.waits += 1
+                t.ended = "cap" if t.tokens >= cap else self._ended(result.completions[0])
+        # 3. Answer: a thought cut at B (or ended without the delimiter) gets the answer prefix forced.
+        heads = [start + t.text + c.think_end + (c.answer_prefix if t.ended != "delimiter" else "") for t in thoughts]
+        results = self.generator.generate([
+            self._request(problems[t.problem], head, 1, c.answer_tokens, f"{t.index}|answer", ())
+            for t, head in zip(thoughts, heads, strict=True)])
+        samples: list[list[tuple[Sample, _Thought]]] = [[] for _ in problems]
+        for t, head, result in zip(thoughts, heads, results, strict=True):
+            usage[t.problem] = usage[t.problem] + result.usage
+            comp = result.completions[0]
+            forced = t.ended != "delimiter"
+            reply = (c.answer_prefix if forced else "") + comp.text
+            t.segments.append({"kind": "answer", "text": reply, "tokens": comp.completion_tokens})
+            sample = Sample(text=head + comp.text, answer=self.extract(_close_braces(reply) if forced else reply),
+                            completion_tokens=t.tokens + comp.completion_tokens,
+                            finish_reason="forced" if forced else comp.finish_reason)
+            samples[t.problem].append((sample, t))
+        # 4. The vote.
+        return [self._solution(p, s, u) for p, s, u in zip(problems, samples, usage, strict=True)]
+
+    def _solution(self, problem: Any, drawn: list[tuple[Sample, _Thought]], usage: Usage) -> Solution:
+        samples = tuple(s for s, _ in drawn)
+        answer, share, votes, idx = vote(samples)
+        chosen = answer_keys([answer])[0] if answer is not None else None
+        events: Counter[str] = Counter()
+        tree: list[dict[str, Any]] = []
+        for (sample, t), key in zip(drawn, answer_keys([s.answer for s in samples]), strict=True):
+            if t.ended != "delimiter":
+                events[f"forced_{t.ended}"] += 1
+            if t.waits:
+                events["waits"] += t.waits
+            for depth, seg in enumerate(t.segments):
+                tree.append({"id": f"{t.index}.{depth}", "parent": f"{t.index}.{depth - 1}" if depth else None,
+                             "depth": depth, **seg, "score": None, "answer": sample.answer if seg["kind"] == "answer"
+                             else None, "forced": seg["kind"] == "answer" and t.ended != "delimiter",
+                             "kept": chosen is not None and key == chosen})
+        trace = Trace(self.name, samples, votes=votes, selected=idx, tree=tuple(tree), events=dict(sorted(events.items())))
+        return Solution(problem.id, answer, share, usage, trace)
+
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook (``tts cost``): n thoughts of ``gen_tokens`` from one prompt, then one answer
+        request per thought whose prompt (the question and the thought) is in the prefix cache.
+        Extensions are not included (the defaults make none)."""
+        answer = cls.config_class.model_fields["answer_tokens"].default
+        head = prompt_tokens + gen_tokens
+        return [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n),
+                *(RequestShape(head, head, (answer,)) for _ in range(n))]
