@@ -32,6 +32,7 @@ import numpy as np
 
 from tts.benchmarks.pool import load_pool
 from tts.eval import estimators as est
+from tts.eval import pool_draws
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"
@@ -90,7 +91,7 @@ def main() -> None:
     if any(not np.array_equal(mp.counts, counts) for mp in pool.by_model.values()):
         raise SystemExit("models have different sample counts per problem; this benchmark shares one set of draws")
     ns = np.arange(1, args.n_max + 1)
-    mixed = sum(int((~np.isfinite(est._shortcuts(mp)[0])).sum()) for mp in pool.by_model.values())
+    mixed = sum(int((~np.isfinite(pool_draws._shortcuts(mp)[0])).sum()) for mp in pool.by_model.values())
     print(f"{mixed} of {len(pool.models) * len(counts)} (model, problem) pairs mix right and wrong samples; the "
           f"vectorised path draws only for those (for the others every rule's outcome is fixed), the loop for all")
     scores = {m: _length_scores(mp) for m, mp in pool.by_model.items()}
@@ -101,7 +102,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     clock = _Clock()
     with clock("draw"):
-        order = est.draw_orders(counts, args.n_max, args.draws, args.seed)
+        order = pool_draws.draw_orders(counts, args.n_max, args.draws, args.seed)
     curves = {}
     for m, mp in pool.by_model.items():
         for rule in RULES:
@@ -132,11 +133,11 @@ def main() -> None:
         for rule in RULES:
             extra = _loop_args(sub, rule, scores[m][rows])
             with loop(rule):
-                ref = est.loop_outcomes(sub, sub_order, rule, extra)
+                ref = pool_draws.loop_outcomes(sub, sub_order, rule, extra)
             if rule == "best_score":
-                vec = est.best_score_outcomes(sub, sub_order, scores[m][rows])
+                vec = pool_draws.best_score_outcomes(sub, sub_order, scores[m][rows])
             else:
-                vec = est.vote_outcomes(sub, sub_order, extra)
+                vec = pool_draws.vote_outcomes(sub, sub_order, extra)
             if not np.array_equal(ref, vec):
                 raise SystemExit(f"loop and vectorised outcomes differ for {m} {rule}")
         done += len(rows) * d_loop

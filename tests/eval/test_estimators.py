@@ -15,6 +15,7 @@ import pytest
 
 from tts.benchmarks.pool import load_pool
 from tts.eval import estimators as est
+from tts.eval import pool_draws
 
 QWEN_MODEL = "qwen2.5-math-instruct"
 
@@ -113,24 +114,24 @@ def test_maj_at_80_equals_the_count_from_the_file(math500):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vectorised_outcomes_equal_the_loop_for_the_same_draws(tmp_path, seed):
     mp = _random_pool(tmp_path, seed)
-    order = est.draw_orders(mp.counts, 7, 60, seed)
+    order = pool_draws.draw_orders(mp.counts, 7, 60, seed)
     w = est.vote_weights(mp, "sigmoid")  # non-dyadic floats: ties only where sums really tie
-    cases = [("majority", None, est.vote_outcomes(mp, order)),
-             ("weighted_vote", w, est.vote_outcomes(mp, order, w)),
-             ("best_score", None, est.best_score_outcomes(mp, order))]
+    cases = [("majority", None, pool_draws.vote_outcomes(mp, order)),
+             ("weighted_vote", w, pool_draws.vote_outcomes(mp, order, w)),
+             ("best_score", None, pool_draws.best_score_outcomes(mp, order))]
     for rule, extra, vec in cases:
-        ref = est.loop_outcomes(mp, order, rule, extra)
+        ref = pool_draws.loop_outcomes(mp, order, rule, extra)
         assert np.array_equal(ref, vec), rule
     # Selected prefixes and the summed form agree with the full per-draw table.
-    full = est.vote_outcomes(mp, order)
-    picked = est.vote_outcomes(mp, order, ns=[2, 5], per_draw=False)
+    full = pool_draws.vote_outcomes(mp, order)
+    picked = pool_draws.vote_outcomes(mp, order, ns=[2, 5], per_draw=False)
     np.testing.assert_allclose(picked, full[[1, 4]].sum(axis=1).T, atol=1e-12)
     # A pool that grades one answer string both ways: grades are shares (float sums, same values).
     mixed = _random_pool(tmp_path, seed, grade=lambda a, s: a == 0 or (a == 1 and s % 2 == 0))
-    assert not np.all(np.isin(est._slot_tables(mixed)[1], (0.0, 1.0)))  # some share is 1/2, 1/3, ...
+    assert not np.all(np.isin(pool_draws._slot_tables(mixed)[1], (0.0, 1.0)))  # some share is 1/2, 1/3, ...
     for rule, extra in (("majority", None), ("weighted_vote", est.vote_weights(mixed, "sigmoid"))):
-        np.testing.assert_allclose(est.vote_outcomes(mixed, order, extra),
-                                   est.loop_outcomes(mixed, order, rule, extra), atol=1e-12)
+        np.testing.assert_allclose(pool_draws.vote_outcomes(mixed, order, extra),
+                                   pool_draws.loop_outcomes(mixed, order, rule, extra), atol=1e-12)
     # The curve is the mean over the same draws.
     curve = est.majority_vote(mp, range(1, 8), order=order)
     np.testing.assert_allclose(curve.per_problem, full.mean(axis=1).T, atol=1e-12)
@@ -143,10 +144,10 @@ def test_votes_never_read_correct(tmp_path):
     flipped = _random_pool(tmp_path, 3, grade=lambda a, s: a != 0)
     answered = mp.mask & (mp.answers >= 0)
     np.testing.assert_array_equal(flipped.correct, answered & ~mp.correct)
-    order = est.draw_orders(mp.counts, 7, 40, 3)
+    order = pool_draws.draw_orders(mp.counts, 7, 40, 3)
     # 1 where some answered sample is among the first t+1 drawn.
     some = np.logical_or.accumulate(answered[np.arange(mp.n_problems), order], axis=0)
-    for fn in (est.vote_outcomes, est.best_score_outcomes):
+    for fn in (pool_draws.vote_outcomes, pool_draws.best_score_outcomes):
         np.testing.assert_allclose(fn(mp, order) + fn(flipped, order), some, atol=1e-12)
 
 
@@ -171,7 +172,7 @@ def _enumerate(mp, n: int, rule: str) -> np.ndarray:
         vals = []
         for sub in itertools.combinations(range(int(mp.counts[p])), n):
             order = np.array(sub, dtype=np.uint8)[:, None, None]
-            vals.append(est.loop_outcomes(mp.subset([p]), order, rule)[-1, 0, 0])
+            vals.append(pool_draws.loop_outcomes(mp.subset([p]), order, rule)[-1, 0, 0])
         out.append(np.mean(vals))
     return np.array(out)
 
@@ -235,7 +236,7 @@ def test_estimator_inputs_are_checked(tmp_path):
         est.weighted_vote(mp, scores=np.full(mp.answers.shape, -1.0))
     assert "weighting='exp'" in _one_line(exc)
     with pytest.raises(ValueError, match="order has shape"):
-        est.majority_vote(mp, [2], order=est.draw_orders(np.array([3]), 2, 5))
+        est.majority_vote(mp, [2], order=pool_draws.draw_orders(np.array([3]), 2, 5))
     assert est.majority_vote(mp, [3], draws=5).at(3)[0] == pytest.approx(0.5)
 
 
