@@ -81,6 +81,7 @@ STRATEGIES = Registry(
         "budget_forcing": "tts.search.budget_forcing:BudgetForcing",
         "dvts": "tts.search.dvts:DVTS",
         "ets": "tts.search.ets:ETS",
+        "graph": "tts.graphs.strategy:GraphStrategy",
         "generative_verification": "tts.search.generative_verification:GenerativeVerification",
         "mcts": "tts.search.mcts:MCTS",
         "rebase": "tts.search.rebase:Rebase",
@@ -97,6 +98,19 @@ VERIFIERS = Registry(
         "logprob": "tts.verifiers.confidence:LogprobVerifier",
         "judge": "tts.verifiers.judge:LLMJudge",
         "prm": "tts.verifiers.prm:PRMVerifier",
+    },
+)
+
+ROLES = Registry(
+    "role",
+    {
+        "critic": "tts.graphs.roles:Critic",
+        "fuser": "tts.graphs.roles:Fuser",
+        "generator": "tts.graphs.roles:Generator",
+        "ranker": "tts.graphs.roles:Ranker",
+        "reviser": "tts.graphs.roles:Reviser",
+        "verifier": "tts.graphs.roles:Verifier",
+        "voter": "tts.graphs.roles:Voter",
     },
 )
 

@@ -58,7 +58,8 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
         if opts[key] is not None:
             sampling[key] = opts[key]
     strategies = base.get("strategies")
-    if opts["strategy"] or opts["n"] or strategies is None:
+    graphs = _graph_strategies(opts.get("graph") or [])
+    if opts["strategy"] or opts["n"] or (strategies is None and not graphs):
         names = opts["strategy"] or sorted({s["kind"] for s in strategies or []}) or ["self_consistency"]
         ns = opts["n"] or sorted({s.get("n", 8) for s in strategies or []}) or _DEFAULT_N
         for name in names:
@@ -69,7 +70,7 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
         # A strategy's other settings from the YAML file survive a ladder given on the command line.
         knobs = {s["kind"]: {k: v for k, v in s.items() if k != "n"} for s in strategies or []}
         strategies = [{**knobs.get(name, {}), "kind": name, "n": n} for name in names for n in ns]
-    strategies = _apply_strategy_flags(strategies, opts)
+    strategies = _apply_strategy_flags(strategies or [], opts) + graphs
     merged = {**base, "data": data, "backend": backend, "sampling": sampling, "strategies": strategies}
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
@@ -80,6 +81,14 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     if allocation is not None:
         merged["allocation"] = allocation
     return EvalConfig.model_validate(merged)
+
+
+def _graph_strategies(files: list[Path]) -> list[dict[str, Any]]:
+    """``--graph FILE``: one ``graph`` strategy per collaboration-graph file (validated here, so a
+    bad graph is refused in one line naming its node)."""
+    from tts.graphs.graph import load_graph_file
+
+    return [{"kind": "graph", "graph": load_graph_file(f).model_dump(mode="json")} for f in files]
 
 
 _STRATEGY_FLAGS = (("verifier", "verifier", "--verifier"), ("beam_width", "beam_width", "--beam-width"),
@@ -331,6 +340,7 @@ def eval_command(
     budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6 (implies --allocate)."),
     budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu)."),
     n_max: int | None = typer.Option(None, "--n-max", help="Most samples one problem may get under --allocate (default 64)."),
+    graph: list[Path] | None = typer.Option(None, "--graph", help="Repeatable; a collaboration-graph YAML file (examples/graphs/) run as a strategy, beside any --strategy."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
@@ -339,7 +349,7 @@ def eval_command(
                 limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
                 chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, verifier=verifier, beam_width=beam_width,
-                max_depth=max_depth, settings=settings, deterministic=deterministic)
+                max_depth=max_depth, settings=settings, deterministic=deterministic, graph=graph)
     with user_errors():
         cfg = _config_from_options(opts, config)
         run_dir = out or cfg.out or default_out(cfg)

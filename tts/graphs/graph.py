@@ -1,0 +1,272 @@
+"""The collaboration-graph file: its pydantic schema, and the validated networkx DiGraph it builds.
+
+A graph file (YAML) names its nodes; each node has a role (``tts.registry.ROLES``), a model (the
+run's policy by default, or a name from the file's ``models:`` section) and role settings; a node's
+``inputs`` (and the optional ``edges:`` list) are edges from other nodes, whose outputs it reads::
+
+    name: sample_then_fuse
+    nodes:
+      sample: {role: generator, n: 4}
+      fuse: {role: fuser, inputs: [sample], temperature: 0}
+
+Everything a run could trip over later is refused when the file loads, with the node named:
+cycles, inputs from (or edges to) undefined nodes, unknown roles, models that are not configured,
+inputs a role cannot take, settings a role would ignore, prompt overrides with unknown fields.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any, get_args
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tts.search.base import StrategyInputError
+
+POLICY = "policy"
+"""The model name every node has unless it says otherwise: the run's own model and backend."""
+
+
+class GraphError(StrategyInputError):
+    """A collaboration graph that cannot run; the message names the node (or model) and what to change."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeSpec(_Frozen):
+    """One node of a graph file: a role played by a model on the outputs of its inputs."""
+
+    role: str = Field(min_length=1)
+    """Registered role (``tts.registry.ROLES``): generator, critic, reviser, fuser, verifier, ranker, voter."""
+    model: str = Field(POLICY, min_length=1)
+    """``policy`` (the run's model) or a name from the file's ``models:`` section."""
+    inputs: tuple[str, ...] = ()
+    """Nodes whose outputs this node reads, in the order its prompt shows them (a reviser revises
+    its first input's solutions and reads the others as feedback or peer solutions)."""
+    n: int = Field(1, ge=1, le=64)
+    """Samples per request: solutions (generator, fuser), critiques or revisions per input
+    solution (critic, reviser), verdicts per candidate (verifier: 1 reads P(Yes) from the first
+    token, more sample reasoned verdicts), rankings (ranker)."""
+    temperature: float | None = Field(None, ge=0.0, le=5.0)
+    """Sampling temperature; None: the run's (``--temperature``)."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Most tokens per sample; None: the run's (``--max-tokens``)."""
+    prompt: str | None = Field(None, min_length=1)
+    """Override of the role's prompt template; the fields it may use depend on the role
+    (``{question}`` always; ``{solution}``, ``{context}``, ``{candidates}`` where the role has them)."""
+    max_candidates: int = Field(4, ge=1, le=32)
+    """Most input solutions one prompt shows (fuser, ranker, a reviser's context): keeps prompts
+    within the model's context length."""
+
+
+class GraphSpec(_Frozen):
+    """A collaboration graph as its file writes it; validation builds and checks the DiGraph."""
+
+    name: str = Field("graph", pattern=r"^[A-Za-z0-9_.-]+$")
+    """Short name; the run's results label the graph ``graph:<name>``."""
+    description: str = ""
+    """What the graph does, for readers of the file."""
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Model name -> backend settings (any field of a backend config: ``model``, ``kind``,
+    ``max_model_len``, ...). Settings left out are the run's backend's; ``model`` defaults to the
+    name itself, so ``qwen2.5-coder-1.5b: {}`` is that model on the run's backend. A bare string
+    is short for ``{model: STRING}``."""
+    nodes: dict[str, NodeSpec]
+    """Node name -> node."""
+    edges: tuple[tuple[str, str], ...] = ()
+    """Extra edges as ``[from, to]`` pairs (the same as listing ``from`` in ``to``'s inputs)."""
+    output: str | None = None
+    """The node whose outputs give the answer; needed only when the graph has several sinks."""
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _bare_model_names(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {k: {"model": v} if isinstance(v, str) else ({} if v is None else v) for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _valid_graph(self) -> GraphSpec:
+        build_graph(self)
+        return self
+
+    def node_inputs(self, node: str) -> tuple[str, ...]:
+        """The node's inputs in prompt order: its ``inputs``, then sources of ``edges`` into it."""
+        extra = tuple(src for src, dst in self.edges if dst == node and src not in self.nodes[node].inputs)
+        return self.nodes[node].inputs + extra
+
+    def digraph(self) -> nx.DiGraph:
+        """The validated graph (built anew: a DiGraph is mutable, the spec is not)."""
+        return build_graph(self)
+
+    def sink(self) -> str:
+        """The node whose outputs give the answer."""
+        graph = self.digraph()
+        return self.output or next(n for n in graph.nodes if graph.out_degree(n) == 0)
+
+
+def _check_models(spec: GraphSpec) -> None:
+    from tts.config import BackendConfig
+    from tts.registry import BACKENDS
+
+    if POLICY in spec.models:
+        raise GraphError(f"models: {POLICY!r} is the run's own model and cannot be redefined; rename the entry")
+    union = get_args(BackendConfig)[0]
+    known = {f for cls in get_args(union) for f in cls.model_fields}
+    for name, entry in spec.models.items():
+        if "kind" in entry:
+            try:
+                BACKENDS.check(str(entry["kind"]))
+            except ValueError as exc:
+                raise GraphError(f"model {name!r}: {exc}") from None
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise GraphError(f"model {name!r}: {', '.join(unknown)} is not a backend setting; use settings of "
+                             f"a backend config ({', '.join(sorted(known))})")
+
+
+def _template_fields(template: str) -> set[str]:
+    return {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
+
+
+def _check_node(spec: GraphSpec, name: str, graph: nx.DiGraph) -> None:
+    """Role, model, settings and inputs of one node (errors name it)."""
+    from tts.registry import ROLES
+
+    node = spec.nodes[name]
+    try:
+        role = ROLES.load(node.role)
+    except ValueError as exc:
+        raise GraphError(f"node {name!r}: {exc}") from None
+    if role.uses_model and node.model != POLICY and node.model not in spec.models:
+        configured = ", ".join([POLICY, *spec.models])
+        raise GraphError(f"node {name!r}: model {node.model!r} is not configured; use one of: {configured} "
+                         "(or add it to the models: section)")
+    # Settings that differ from their default, so that a full dump of the spec loads again.
+    changed = {k for k, f in NodeSpec.model_fields.items() if getattr(node, k) != f.default}
+    ignored = sorted((changed - {"role", "inputs"}) - role.settings)
+    if ignored:
+        takes = ", ".join(sorted(role.settings)) or "no settings"
+        raise GraphError(f"node {name!r}: a {node.role} does not use {', '.join(ignored)}; remove "
+                         f"{'it' if len(ignored) == 1 else 'them'} (a {node.role} takes {takes})")
+    problem = role.check_settings(node)
+    if problem:
+        raise GraphError(f"node {name!r}: {problem}")
+    if node.prompt is not None:
+        try:
+            fields = _template_fields(node.prompt)
+        except ValueError as exc:
+            raise GraphError(f"node {name!r}: prompt is not a valid template ({exc}); write fields as "
+                             "{question} and double literal braces ({{ }})") from None
+        unknown = sorted(fields - set(role.prompt_fields))
+        if unknown or "question" not in fields:
+            others = [f"{{{f}}}" for f in role.prompt_fields if f != "question"]
+            allowed = f"and may use {', '.join(others)}" if others else "and no other field"
+            got = ", ".join(f"{{{f}}}" for f in sorted(fields)) or "no fields"
+            raise GraphError(f"node {name!r}: a {node.role} prompt must use {{question}} {allowed}; got {got}")
+    produced = [ROLES.load(spec.nodes[src].role).produces for src in spec.node_inputs(name)]
+    problem = role.check_inputs(produced)
+    if problem:
+        raise GraphError(f"node {name!r}: {problem}")
+
+
+def build_graph(spec: GraphSpec) -> nx.DiGraph:
+    """The DiGraph of a spec, every node carrying its NodeSpec (``graph.nodes[name]["spec"]``).
+
+    Raises:
+        GraphError: The first problem found, naming the node (or model) and what to change.
+    """
+    if not spec.nodes:
+        raise GraphError("the graph has no nodes; add a nodes: section")
+    _check_models(spec)
+    graph = nx.DiGraph()
+    for name, node in spec.nodes.items():
+        graph.add_node(name, spec=node)
+    for name, node in spec.nodes.items():
+        for src in node.inputs:
+            if src not in spec.nodes:
+                raise GraphError(f"node {name!r}: input {src!r} is not a node of the graph; define it or "
+                                 f"remove it (nodes: {', '.join(spec.nodes)})")
+            if src == name:
+                raise GraphError(f"node {name!r} lists itself as an input; a graph may not have cycles")
+            graph.add_edge(src, name)
+    for src, dst in spec.edges:
+        for end in (src, dst):
+            if end not in spec.nodes:
+                raise GraphError(f"edge {src} -> {dst}: {end!r} is not a node of the graph; define it or "
+                                 f"remove the edge (nodes: {', '.join(spec.nodes)})")
+        graph.add_edge(src, dst)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle:
+        path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+        raise GraphError(f"node {cycle[0][0]!r} is on a cycle ({path}); outputs flow one way: remove an edge")
+    for name in nx.topological_sort(graph):
+        _check_node(spec, name, graph)
+    sinks = [n for n in graph.nodes if graph.out_degree(n) == 0]
+    if spec.output is not None:
+        if spec.output not in spec.nodes:
+            raise GraphError(f"output {spec.output!r} is not a node of the graph (nodes: {', '.join(spec.nodes)})")
+        out = spec.output
+    elif len(sinks) != 1:
+        raise GraphError(f"the graph has {len(sinks)} sinks ({', '.join(sinks)}); say which node gives the "
+                         "answer with output: NODE")
+    else:
+        out = sinks[0]
+    from tts.registry import ROLES
+
+    if ROLES.load(spec.nodes[out].role).produces != "solution":
+        raise GraphError(f"node {out!r} gives the answer but a {spec.nodes[out].role} writes no solutions; "
+                         "make a node that does (generator, reviser, fuser, verifier, ranker, voter) the output")
+    return graph
+
+
+def levels(graph: nx.DiGraph) -> list[list[str]]:
+    """Topological levels: every node's inputs lie in earlier levels (node order kept within one)."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return [sorted(level, key=order.__getitem__) for level in nx.topological_generations(graph)]
+
+
+def parse_graph(data: Any, source: str = "graph") -> GraphSpec:
+    """A validated GraphSpec from a mapping (a parsed YAML file).
+
+    Raises:
+        GraphError: One line naming ``source`` and the node, model or field at fault.
+    """
+    if not isinstance(data, dict):
+        raise GraphError(f"{source}: a graph file is a mapping with a nodes: section, got {type(data).__name__}")
+    try:
+        return GraphSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, GraphError):
+            raise GraphError(f"{source}: {cause}") from None
+        where = ".".join(str(x) for x in first["loc"]) or "graph"
+        raise GraphError(f"{source}: {where}: {first['msg']}") from None
+
+
+def load_graph_file(path: Path | str) -> GraphSpec:
+    """Read and validate a graph YAML file; its ``name`` defaults to the file's stem.
+
+    Raises:
+        GraphError: A missing or unreadable file, or an invalid graph (one line, naming the node).
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise GraphError(f"graph file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise GraphError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if isinstance(data, dict) and "name" not in data:
+        data = {"name": path.stem, **data}
+    return parse_graph(data, str(path))
