@@ -7,6 +7,7 @@ build on.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -46,11 +47,14 @@ def changed_settings(config: BaseModel, skip: tuple[str, ...] = ()) -> dict[str,
 
 
 def setting_text(value: Any) -> str:
-    """A setting as a label shows it: a nested config as ``kind(changed=...)``, text printable."""
+    """A setting as a label shows it: a nested config as ``kind(changed=...)``, text printable, and a
+    long text (a prompt) as a short digest that still tells two prompts apart (``#3fa2c1``)."""
     if isinstance(value, BaseModel):
         inner = ",".join(f"{k}={setting_text(v)}" for k, v in changed_settings(value, skip=("kind",)).items())
         head = str(getattr(value, "kind", type(value).__name__))
         return f"{head}({inner})" if inner else head
+    if isinstance(value, str) and len(value) > 24:
+        return "#" + hashlib.sha256(value.encode()).hexdigest()[:6]
     return str(value) if str(value).isprintable() else repr(value)
 
 

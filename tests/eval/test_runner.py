@@ -163,3 +163,18 @@ def test_events_inside_a_strategy_are_summed_per_config_in_the_summary():
     (summary,) = summarize([row("a", {"verifier_error": 2, "forced_answer": 1}), row("b", {"forced_answer": 3}),
                             row("c", {})])
     assert summary.events == {"forced_answer": 4, "verifier_error": 2}
+
+
+def test_configs_that_differ_in_any_setting_get_distinct_labels_and_equal_ones_the_same():
+    from tts.config import parse_strategy_config
+
+    configs = [{"kind": "best_of_n", "n": 8}, {"kind": "best_of_n", "n": 8, "verifier": "arithmetic"},
+               {"kind": "best_of_n", "n": 8, "verifier": {"kind": "judge", "votes": 2}},
+               {"kind": "best_of_n", "n": 8, "verifier": {"kind": "judge", "votes": 4}},
+               {"kind": "beam", "n": 8, "verifier": {"kind": "judge", "solution_question": "Is the long solution above right?"}},
+               {"kind": "beam", "n": 8, "verifier": {"kind": "judge", "solution_question": "Is the long solution above wrong?"}}]
+    labels = [parse_strategy_config(c).label for c in configs]
+    assert len(set(labels)) == len(labels), labels
+    assert labels[0] == "best_of_n@8" and labels[2] == "best_of_n@8,verifier=judge(votes=2)"
+    assert all(len(label) < 60 for label in labels)  # long prompt texts show as a digest
+    assert parse_strategy_config(configs[3]).label == labels[3]  # stable: a resumed run finds its rows
