@@ -238,10 +238,12 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
 
     try:
         cm = cost_model_for(model, gpu)
-    except ValueError:
-        return {}, (f"(no GPU cost columns: the architecture of {model!r} is unknown; "
-                    "`tts cost --model path/to/config.json` prices a model from its config)")
-    return price_usages(((r.config, r.usage) for r in result.rows), cm), None
+        # A request served by another model (a judge, a graph node) is priced on its own architecture.
+        return price_usages(((r.config, r.usage) for r in result.rows), cm), None
+    except ValueError as exc:
+        unknown = str(exc).split(":")[0]
+        return {}, (f"(no GPU cost columns: {unknown}; `tts cost --model path/to/config.json` prices a model "
+                    "from its config)")
 
 
 def _si(x: float) -> str:
