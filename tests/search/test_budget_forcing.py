@@ -57,7 +57,8 @@ class _Thinker:
 
 
 def _forcing(gen, sampling=None, **cfg):
-    return BudgetForcing(BudgetForcingConfig(**cfg), gen, MATH_PROMPT.render, sampling or SamplingConfig(max_tokens=500))
+    sampling = sampling or SamplingConfig(max_tokens=500)
+    return BudgetForcing(BudgetForcingConfig(**cfg), gen, MATH_PROMPT.render, sampling)
 
 
 def test_a_thought_past_the_cap_is_cut_at_exactly_b_tokens_and_its_answer_forced():

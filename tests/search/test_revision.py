@@ -172,3 +172,9 @@ def test_the_real_judge_critiques_with_the_policy_model_and_its_usage_is_counted
     for sol in sols:
         assert all(0.0 <= s <= 1.0 for s in sol.trace.scores)
         assert sol.usage.calls == 1 + 2 + 4  # round 0, two revisions, four verdicts
+
+
+def test_the_cost_hook_plans_one_first_request_and_one_request_per_revision():
+    shapes = Revision.planned_requests(8, prompt_tokens=100, gen_tokens=50)  # default rounds=1: 4 chains
+    assert [len(s.completion_tokens) for s in shapes] == [4, 1, 1, 1, 1]
+    assert all(s.prompt_tokens > 150 and s.cached_prompt_tokens == 100 for s in shapes[1:])

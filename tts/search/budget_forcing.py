@@ -223,11 +223,13 @@ class BudgetForcing(Strategy):
                              "depth": depth, **seg, "score": None, "answer": sample.answer if seg["kind"] == "answer"
                              else None, "forced": seg["kind"] == "answer" and t.ended != "delimiter",
                              "kept": chosen is not None and key == chosen})
-        trace = Trace(self.name, samples, votes=votes, selected=idx, tree=tuple(tree), events=dict(sorted(events.items())))
+        trace = Trace(self.name, samples, votes=votes, selected=idx, tree=tuple(tree),
+                      events=dict(sorted(events.items())))
         return Solution(problem.id, answer, share, usage, trace)
 
     @classmethod
-    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int,
+                         cached_tokens: int = 0) -> list[RequestShape]:
         """Cost hook (``tts cost``): n thoughts of ``gen_tokens`` from one prompt, then one answer
         request per thought whose prompt (the question and the thought) is in the prefix cache.
         Extensions are not included (the defaults make none)."""

@@ -70,13 +70,14 @@ class RevisionConfig(StrategyConfigBase):
     @model_validator(mode="after")
     def _consistent(self) -> RevisionConfig:
         if self.n % (self.rounds + 1):
-            raise ValueError(f"n ({self.n}) must be a multiple of rounds + 1 ({self.rounds + 1}): n counts the attempts "
-                             f"of S chains of rounds + 1 attempts each. Set n to a multiple of {self.rounds + 1} or "
+            raise ValueError(f"n ({self.n}) must be a multiple of rounds + 1 ({self.rounds + 1}): n counts the "
+                             f"attempts of S chains of rounds + 1 attempts each. Set n to a multiple of {self.rounds + 1} or "
                              "rounds to a divisor of n minus one.")
         needs = [name for name, used in (("critique", self.critique), ("accept_score", self.accept_score is not None),
                                          (f"select={self.select}", self.select != "vote")) if used]
         if needs and self.verifier is None:
-            raise ValueError(f"{', '.join(needs)} need{'s' if len(needs) == 1 else ''} a verifier to score the attempts; "
+            verb = "needs" if len(needs) == 1 else "need"
+            raise ValueError(f"{', '.join(needs)} {verb} a verifier to score the attempts; "
                              "set verifier (e.g. verifier: judge, or --verifier arithmetic) or drop them.")
         try:
             self.critique_template.format(score=0.5)
@@ -179,7 +180,8 @@ class Revision(Strategy):
 
     # --- requests ------------------------------------------------------------------------------
 
-    def _request(self, problem: Any, messages: tuple[Message, ...], n: int, seed_key: str, round_: int) -> GenerationRequest:
+    def _request(self, problem: Any, messages: tuple[Message, ...], n: int, seed_key: str,
+                 round_: int) -> GenerationRequest:
         return GenerationRequest(
             messages=messages, n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
             max_tokens=self.sampling.max_tokens, logprobs=self.config.verifier is not None,
@@ -267,7 +269,7 @@ class Revision(Strategy):
     def _solution(self, problem: Any, attempts: list[_Attempt], usage: Usage, events: dict[str, int]) -> Solution:
         samples = tuple(a.sample for a in attempts)
         scores = [a.score if a.score is not None else 0.0 for a in attempts]
-        scored = self.config.verifier is not None
+        scored = any(a.score is not None for a in attempts)
         select = self.config.select
         if select == "verifier":
             keys = answer_keys([s.answer for s in samples])
@@ -298,7 +300,8 @@ class Revision(Strategy):
     # --- cost hook ----------------------------------------------------------------------------------
 
     @classmethod
-    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int,
+                         cached_tokens: int = 0) -> list[RequestShape]:
         """Cost hook (``tts cost``): one problem's requests with the default rounds, before running.
 
         Round 0 draws the S first attempts from one prompt; each revision request's prompt is the
