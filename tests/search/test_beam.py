@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 from pydantic import ValidationError
@@ -16,33 +15,23 @@ from tts.search.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree_search import PENALTY
 from tts.verifiers.base import VerifierScore
 
-LENGTH, BASE = 5, 4
+LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
-def _targets(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return ["".join(str(rng.randrange(BASE)) for _ in range(LENGTH)) for _ in range(count)]
-
-
-def _chosen(result):
-    """The candidate a verifier-selecting strategy returns: the best-scored leaf (first on ties)."""
-    return max(result.leaf_nodes, key=lambda node: node.score)
-
-
-def test_beam_with_a_perfect_verifier_finds_the_optimum_of_every_root():
-    space = DigitSpace(_targets(50), base=BASE, seed=1)
+def test_beam_with_a_perfect_verifier_finds_the_optimum_of_every_root(targets, chosen):
+    space = DigitSpace(targets(50), base=BASE, seed=1)
     results = beam_search(space, PerfectScorer(space), n=16, beam_width=4)
-    assert all(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    assert all(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
 
 
-def test_beam_with_a_random_verifier_does_no_better_than_chance():
+def test_beam_with_a_random_verifier_does_no_better_than_chance(targets, chosen):
     # The search never sees the target, so with noise for scores the chosen string is independent of
     # it: E[matches] = LENGTH / BASE exactly. 400 roots: the mean's sd is 0.05, the tolerance 5 sd.
-    space = DigitSpace(_targets(400, seed=2), base=BASE, seed=3)
+    space = DigitSpace(targets(400, seed=2), base=BASE, seed=3)
     results = beam_search(space, RandomScorer(seed=4), n=16, beam_width=4)
-    mean = sum(space.value(_chosen(r).state) for r in results) / len(results)
+    mean = sum(space.value(chosen(r).state) for r in results) / len(results)
     assert abs(mean - LENGTH / BASE) < 0.25
-    hits = sum(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    hits = sum(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
     assert hits <= 5  # chance: 400 / 4**5 = 0.4 expected
 
 
@@ -71,23 +60,11 @@ def test_finished_children_are_candidates_and_never_more_than_n():
         assert not any(n.terminal for n in r.nodes if n.id not in r.leaves)
 
 
-def test_one_expand_and_one_score_call_per_step_for_all_roots():
-    space = DigitSpace(_targets(64, seed=7), base=BASE)
+def test_one_expand_and_one_score_call_per_step_for_all_roots(targets):
+    space = DigitSpace(targets(64, seed=7), base=BASE)
     scorer = PerfectScorer(space)
     beam_search(space, scorer, n=8, beam_width=4)
     assert space.expand_calls == LENGTH and scorer.calls == LENGTH  # steps, not steps x roots
-
-
-class _Raising:
-    def __init__(self, fail_on_call: int) -> None:
-        self.calls = 0
-        self.fail_on_call = fail_on_call
-
-    def score(self, states):
-        self.calls += 1
-        if self.calls == self.fail_on_call:
-            raise RuntimeError("verifier server down")
-        return [VerifierScore((), 0.5) for _ in states]
 
 
 class _Garbage:
@@ -98,9 +75,9 @@ class _Garbage:
         return [VerifierScore((), bad[s.digits[-1]], invalid=1 if s.digits[-1] == "0" else 0) for s in states]
 
 
-def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted():
+def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
     space = DigitSpace(["0123", "3210"], base=BASE)
-    results = beam_search(space, _Raising(fail_on_call=2), n=8, beam_width=4)
+    results = beam_search(space, flaky(fail_on_call=2), n=8, beam_width=4)
     for r in results:
         assert len(r.leaves) == 8
         assert r.events == {"verifier_error": 1}  # one failed call; its 8 children rank last
@@ -114,13 +91,9 @@ def test_nan_inf_and_out_of_range_scores_rank_last_and_are_counted():
     assert r.events["invalid_score"] == len(r.nodes) + sum(n.state.digits[-1] == "0" for n in r.nodes)
 
 
-def test_a_space_that_never_ends_is_refused():
-    class Endless(DigitSpace):
-        def is_terminal(self, state):
-            return False
-
+def test_a_space_that_never_ends_is_refused(endless):
     with pytest.raises(RuntimeError, match="terminal"):
-        beam_search(Endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
+        beam_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
 
 
 # --- config -------------------------------------------------------------------------------------
@@ -158,19 +131,6 @@ def test_cost_hook_prices_n_samples_per_step_with_cached_prefixes():
 
 
 @pytest.fixture(autouse=True)
-def _toy_verifier():
+def _toy_verifier(toy_verifier):
     """A registered verifier config so that configs validate without the real verifiers."""
-    from typing import Literal
-
-    from tts.config import VerifierConfigBase
-    from tts.registry import VERIFIERS
-
-    class ToyConfig(VerifierConfigBase):
-        kind: Literal["toy_perfect"] = "toy_perfect"
-
-    class Toy:
-        config_class = ToyConfig
-
-    VERIFIERS.register("toy_perfect", Toy)
-    yield
-    VERIFIERS.unregister("toy_perfect")
+    toy_verifier("toy_perfect")

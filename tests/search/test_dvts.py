@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from tts.registry import STRATEGIES
@@ -12,16 +10,7 @@ from tts.search.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree_search import PENALTY
 from tts.verifiers.base import VerifierScore
 
-LENGTH, BASE = 5, 4
-
-
-def _targets(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return ["".join(str(rng.randrange(BASE)) for _ in range(LENGTH)) for _ in range(count)]
-
-
-def _chosen(result):
-    return max(result.leaf_nodes, key=lambda node: node.score)
+LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
 def _subtree_of(result, node) -> int:
@@ -31,11 +20,11 @@ def _subtree_of(result, node) -> int:
     return node.id
 
 
-def test_dvts_with_a_perfect_verifier_finds_the_optimum_in_every_subtree():
-    space = DigitSpace(_targets(50), base=BASE, seed=1)
+def test_dvts_with_a_perfect_verifier_finds_the_optimum_in_every_subtree(targets, chosen):
+    space = DigitSpace(targets(50), base=BASE, seed=1)
     results = dvts_search(space, PerfectScorer(space), n=16, beam_width=4)
     for r, target in zip(results, space.targets, strict=True):
-        assert _chosen(r).state.digits == target
+        assert chosen(r).state.digits == target
         # each of the n/M greedy subtrees reaches the optimum on its own
         best_per_subtree = {}
         for leaf in r.leaf_nodes:
@@ -44,11 +33,11 @@ def test_dvts_with_a_perfect_verifier_finds_the_optimum_in_every_subtree():
         assert len(best_per_subtree) == 4 and set(best_per_subtree.values()) == {LENGTH}
 
 
-def test_dvts_with_a_random_verifier_does_no_better_than_chance():
+def test_dvts_with_a_random_verifier_does_no_better_than_chance(targets, chosen):
     # As for beam search: the target is never seen, so E[matches] = LENGTH / BASE (sd of the mean 0.05).
-    space = DigitSpace(_targets(400, seed=2), base=BASE, seed=3)
+    space = DigitSpace(targets(400, seed=2), base=BASE, seed=3)
     results = dvts_search(space, RandomScorer(seed=4), n=16, beam_width=4)
-    mean = sum(space.value(_chosen(r).state) for r in results) / len(results)
+    mean = sum(space.value(chosen(r).state) for r in results) / len(results)
     assert abs(mean - LENGTH / BASE) < 0.25
 
 
@@ -75,8 +64,8 @@ def _same_group(r, a, b) -> bool:
     return a.parent == b.parent
 
 
-def test_one_expand_and_one_score_call_per_step_for_all_roots_and_subtrees():
-    space = DigitSpace(_targets(64, seed=7), base=BASE)
+def test_one_expand_and_one_score_call_per_step_for_all_roots_and_subtrees(targets):
+    space = DigitSpace(targets(64, seed=7), base=BASE)
     scorer = PerfectScorer(space)
     dvts_search(space, scorer, n=16, beam_width=4)
     assert space.expand_calls == LENGTH and scorer.calls == LENGTH
@@ -96,17 +85,8 @@ def test_a_subtree_ends_when_its_best_child_is_finished():
     assert all(n.depth == 1 for n in r.nodes) and [n.state.digits for n in r.leaf_nodes] == ["3", "3"]
 
 
-def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted():
-    class Flaky:
-        calls = 0
-
-        def score(self, states):
-            self.calls += 1
-            if self.calls == 1:
-                raise TimeoutError("judge timed out")
-            return [VerifierScore((), 0.5) for _ in states]
-
-    [r] = dvts_search(DigitSpace(["0123"], base=BASE), Flaky(), n=8, beam_width=4)
+def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
+    [r] = dvts_search(DigitSpace(["0123"], base=BASE), flaky(), n=8, beam_width=4)
     assert r.events == {"verifier_error": 1} and len(r.leaves) == 8
     assert all(n.score == PENALTY for n in r.nodes if n.depth == 1)
 
@@ -120,18 +100,5 @@ def test_config_and_registry():
 
 
 @pytest.fixture(autouse=True)
-def _toy_verifier():
-    from typing import Literal
-
-    from tts.config import VerifierConfigBase
-    from tts.registry import VERIFIERS
-
-    class ToyConfig(VerifierConfigBase):
-        kind: Literal["toy_dvts"] = "toy_dvts"
-
-    class Toy:
-        config_class = ToyConfig
-
-    VERIFIERS.register("toy_dvts", Toy)
-    yield
-    VERIFIERS.unregister("toy_dvts")
+def _toy_verifier(toy_verifier):
+    toy_verifier("toy_dvts")

@@ -3,7 +3,6 @@ no LLM) compared with REBASE, its robustness, its clusterer and config, and a st
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import random
@@ -13,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.search.ets import (
@@ -31,16 +29,7 @@ from tts.search.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.types import Problem, Usage
 from tts.verifiers.base import VerifierScore
 
-LENGTH, BASE = 5, 4
-
-
-def _targets(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return ["".join(str(rng.randrange(BASE)) for _ in range(LENGTH)) for _ in range(count)]
-
-
-def _chosen(result):
-    return max(result.leaf_nodes, key=lambda node: node.score)
+LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
 def _last_digit(states):
@@ -107,13 +96,13 @@ def test_the_program_is_solved_exactly_against_brute_force_over_every_subset(mon
     assert any(branch_and_bound) and not all(branch_and_bound)
 
 
-def test_without_kv_or_coverage_weight_every_node_is_retained_as_rebase_would():
+def test_without_kv_or_coverage_weight_every_node_is_retained_as_rebase_would(targets):
     weights = rebase_shares([0.9, 0.1, 0.5, 0.5], 0.2)
     assert select_nodes(weights, [("a",), ("b",), ("a",), ("c",)], [0, 0, 1, 1], kv_weight=0.0,
                         coverage_weight=0.0) == [True] * 4
     # ... so the whole search is REBASE, node for node.
     for scorer in (PerfectScorer, lambda space: RandomScorer(seed=5)):
-        space_a, space_b = (DigitSpace(_targets(20, seed=3), base=BASE, seed=4) for _ in range(2))
+        space_a, space_b = (DigitSpace(targets(20, seed=3), base=BASE, seed=4) for _ in range(2))
         ets = ets_search(space_a, scorer(space_a), n=16, kv_weight=0.0, coverage_weight=0.0, cluster=_last_digit)
         rebase = rebase_search(space_b, scorer(space_b), n=16)
         assert [_shape(r) for r in ets] == [_shape(r) for r in rebase]
@@ -179,23 +168,23 @@ def test_shares_are_rebase_softmax_and_invalid_scores_get_none():
 # --- the search on the toy space ------------------------------------------------------------------
 
 
-def test_ets_with_a_perfect_verifier_and_a_cold_softmax_finds_the_optimum_of_every_root():
-    space = DigitSpace(_targets(50), base=BASE, seed=1)
+def test_ets_with_a_perfect_verifier_and_a_cold_softmax_finds_the_optimum_of_every_root(targets, chosen):
+    space = DigitSpace(targets(50), base=BASE, seed=1)
     results = ets_search(space, PerfectScorer(space), n=16, temperature=0.05, cluster=_last_digit)
-    assert all(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    assert all(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
 
 
-def test_ets_with_a_random_verifier_does_no_better_than_chance():
+def test_ets_with_a_random_verifier_does_no_better_than_chance(targets, chosen):
     # Scores are noise, so the chosen string is independent of the target: E[matching digits] =
     # LENGTH / BASE. 200 roots, tolerance 5 sd of the mean (sd of one root's value 0.97).
-    space = DigitSpace(_targets(200, seed=2), base=BASE, seed=3)
+    space = DigitSpace(targets(200, seed=2), base=BASE, seed=3)
     results = ets_search(space, RandomScorer(seed=4), n=16, cluster=_last_digit)
-    mean = sum(space.value(_chosen(r).state) for r in results) / len(results)
+    mean = sum(space.value(chosen(r).state) for r in results) / len(results)
     assert abs(mean - LENGTH / BASE) < 0.34
 
 
-def test_every_depth_is_one_expand_one_score_and_one_cluster_call_for_all_roots():
-    space = DigitSpace(_targets(64, seed=7), base=BASE)
+def test_every_depth_is_one_expand_one_score_and_one_cluster_call_for_all_roots(targets):
+    space = DigitSpace(targets(64, seed=7), base=BASE)
     scorer = PerfectScorer(space)
     calls = []
 
@@ -214,18 +203,18 @@ def test_every_depth_is_one_expand_one_score_and_one_cluster_call_for_all_roots(
             assert node.kept == (node.terminal or any(c.parent == node.id for c in r.nodes))
 
 
-def test_ets_holds_far_less_kv_cache_than_rebase_and_finds_the_optimum_at_least_as_often():
+def test_ets_holds_far_less_kv_cache_than_rebase_and_finds_the_optimum_at_least_as_often(targets, chosen):
     # REBASE at T_b = 0.2 spreads the width over most of the 16 nodes of a depth (a wrong digit
     # costs only e-fold weight); ETS prunes the nodes not worth the cache they pin. Measured here:
     # ETS holds 0.57x REBASE's node-depths of KV cache, and finds the target for 97 roots to 74.
-    targets = _targets(100, seed=8)
+    targets = targets(100, seed=8)
     rebase_space, ets_space = DigitSpace(targets, base=BASE, seed=9), DigitSpace(targets, base=BASE, seed=9)
     rebase = rebase_search(rebase_space, PerfectScorer(rebase_space), n=16, temperature=0.2)
     ets = ets_search(ets_space, PerfectScorer(ets_space), n=16, temperature=0.2, cluster=_last_digit)
     ratio = sum(map(kv_nodes, ets)) / sum(map(kv_nodes, rebase))
     assert ratio < 0.7
-    found_ets = sum(_chosen(r).state.digits == t for r, t in zip(ets, targets, strict=True))
-    found_rebase = sum(_chosen(r).state.digits == t for r, t in zip(rebase, targets, strict=True))
+    found_ets = sum(chosen(r).state.digits == t for r, t in zip(ets, targets, strict=True))
+    found_rebase = sum(chosen(r).state.digits == t for r, t in zip(rebase, targets, strict=True))
     assert found_ets >= found_rebase
     # Per root as well: ETS never holds more than REBASE in total.
     assert sum(kv_nodes(e) <= kv_nodes(r) for e, r in zip(ets, rebase, strict=True)) >= 95
@@ -239,21 +228,12 @@ def test_kv_nodes_counts_continued_nodes_and_their_ancestors_per_depth():
     assert sum(n.kept and not n.terminal for n in r.nodes) == 3
 
 
-def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_search():
-    class Flaky:
-        calls = 0
-
-        def score(self, states):
-            self.calls += 1
-            if self.calls == 1:
-                raise TimeoutError("judge timed out")
-            return [VerifierScore((), math.nan if self.calls == 2 else 0.5) for _ in states]
-
-    [r] = ets_search(DigitSpace(["0123"], base=BASE), Flaky(), n=8, cluster=_last_digit)
+def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_search(flaky):
+    [r] = ets_search(DigitSpace(["0123"], base=BASE), flaky(nan_on_call=2), n=8, cluster=_last_digit)
     assert r.events == {"verifier_error": 1, "invalid_score": 8} and len(r.leaves) == 8
 
 
-def test_a_failing_solver_falls_back_to_rebase_and_is_counted(monkeypatch):
+def test_a_failing_solver_falls_back_to_rebase_and_is_counted(monkeypatch, targets):
     import scipy.optimize
 
     def broken(*args, **kwargs):
@@ -264,14 +244,14 @@ def test_a_failing_solver_falls_back_to_rebase_and_is_counted(monkeypatch):
 
     for fake in (broken, infeasible):
         monkeypatch.setattr(scipy.optimize, "milp", fake)
-        space_a, space_b = (DigitSpace(_targets(10, seed=6), base=BASE, seed=2) for _ in range(2))
+        space_a, space_b = (DigitSpace(targets(10, seed=6), base=BASE, seed=2) for _ in range(2))
         ets = ets_search(space_a, PerfectScorer(space_a), n=16, cluster=_last_digit)
         rebase = rebase_search(space_b, PerfectScorer(space_b), n=16)
         assert [_shape(r) for r in ets] == [_shape(r) for r in rebase]
         assert all(r.events == {"ilp_fallback": LENGTH - 1} for r in ets)  # every depth with nodes to choose from
 
 
-def test_a_failing_clusterer_costs_the_coverage_term_not_the_search():
+def test_a_failing_clusterer_costs_the_coverage_term_not_the_search(targets):
     def raising(states):
         raise RuntimeError("embedding model out of memory")
 
@@ -282,7 +262,7 @@ def test_a_failing_clusterer_costs_the_coverage_term_not_the_search():
         return [[d] for d in _last_digit(states)]
 
     for cluster in (raising, short, unhashable):
-        space = DigitSpace(_targets(3, seed=1), base=BASE, seed=1)
+        space = DigitSpace(targets(3, seed=1), base=BASE, seed=1)
         results = ets_search(space, PerfectScorer(space), n=8, cluster=cluster)
         assert all(r.events == {"cluster_error": LENGTH - 1} and len(r.leaves) == 8 for r in results)
 
@@ -319,7 +299,7 @@ def test_the_lexical_clusterer_groups_steps_worded_alike_within_each_tree():
 # --- config and strategy --------------------------------------------------------------------------
 
 
-def test_config_defaults_label_and_validation():
+def test_config_defaults_label_and_validation(step_model):
     cfg = ETSConfig(n=16)
     assert (cfg.balance_temperature, cfg.kv_weight, cfg.coverage_weight) == (0.2, 1.0, 1.5)  # the authors' settings
     assert cfg.label == "ets@16" and "beam_width" not in ETSConfig.model_fields
@@ -330,47 +310,10 @@ def test_config_defaults_label_and_validation():
             ETSConfig(**{field: value})
     assert ETS.name == "ets" and ETS.config_class is ETSConfig and ETS.pool_rule is None
     with pytest.raises(TypeError, match="ETSConfig"):
-        ETS(RebaseConfig(), StepModel(), MATH_PROMPT.render)
+        ETS(RebaseConfig(), step_model(), MATH_PROMPT.render)
 
 
 # --- end to end on the step-wise space ------------------------------------------------------------
-
-SEP = "\n\n"
-
-
-def _rng(*parts: object) -> random.Random:
-    return random.Random(int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little"))
-
-
-class StepModel:
-    """Adds the numbers of "What is a + b + c + d?" one step at a time ("3 + 5 = 8"), slipping by
-    one or two with probability ``slip``, then states "The answer is \\boxed{..}"."""
-
-    model_name = "step-model"
-
-    def __init__(self, slip: float = 0.4, seed: int = 0) -> None:
-        self.slip, self.seed = slip, seed
-        self.calls: list[list] = []
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for req in requests:
-            comps = tuple(self._one(req, i) for i in range(req.n))
-            out.append(GenerationResult(comps, request_usage(20, 0, [c.completion_tokens for c in comps], 0.001)))
-        return out
-
-    def _one(self, req, i: int) -> Completion:
-        rng = _rng(self.seed, req.seed, req.continuation, i)
-        numbers = [int(x) for x in re.findall(r"\d+", req.messages[-1].content.split("?")[0])]
-        sums = re.findall(r"= (-?\d+)", req.continuation)
-        total = int(sums[-1]) if sums else numbers[0]
-        if len(sums) >= len(numbers) - 1:
-            return Completion(f"The answer is \\boxed{{{total}}}.", 8, -0.3, "stop", ended_by_eos=False)
-        nxt = numbers[len(sums) + 1]
-        wrote = total + nxt + (rng.choice((-2, -1, 1, 2)) if rng.random() < self.slip else 0)
-        return Completion(f"{total} + {nxt} = {wrote}", 10, -0.3, "stop", ended_by_eos=False)
-
 
 class SumCheck:
     """Scores 1 when every "a + b = c" a solution states holds, else 0."""
@@ -392,18 +335,10 @@ class SumCheck:
         pass
 
 
-def _problems(count: int, seed: int = 0) -> list[Problem]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        numbers = [rng.randrange(1, 10) for _ in range(4)]
-        out.append(Problem(f"q{i}", f"What is {' + '.join(map(str, numbers))}?", str(sum(numbers))))
-    return out
-
-
-def test_ets_on_the_stepwise_space_repairs_slips_with_one_call_per_step_for_all_problems():
-    problems = _problems(40, seed=4)
-    model, verifier, clusterer = StepModel(seed=5), SumCheck(), StepClusterer()
+def test_ets_on_the_stepwise_space_repairs_slips_with_one_call_per_step_for_all_problems(
+        step_model, addition_problems):
+    problems = addition_problems(40, seed=4)
+    model, verifier, clusterer = step_model(slip=0.4, seed=5), SumCheck(), StepClusterer()
     sols = ETS(ETSConfig(n=8), model, MATH_PROMPT.render, SamplingConfig(max_tokens=256), seed=1, verifier=verifier,
                cluster=clusterer).solve(problems)
     # Four steps (three additions, then the answer): one generator, verifier and clusterer call

@@ -1,45 +1,31 @@
 """MCTS on the toy digit space (known optimum, no LLM), its config, and the strategy end to end.
 
 The end-to-end tests use two generators: the scripted backend (whole solutions, so most paths
-finish in one step) and :class:`Adder`, a model that adds a problem's numbers one step at a time
-and sometimes slips, checked by the arithmetic tool verifier, so that search has something to
-repair.
+finish in one step) and the ``step_model`` fixture (tests/search/conftest.py), a model that adds a
+problem's numbers one step at a time and sometimes slips, checked by the arithmetic tool verifier,
+so that search has something to repair.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
-import re
 
 import pytest
 from pydantic import ValidationError
 
-from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.search.base import StrategyInputError
 from tts.search.mcts import MCTS, MCTSConfig, mcts_search
-from tts.search.stepwise import ANSWER_NUDGE
 from tts.search.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree_search import PENALTY
 from tts.types import Budget, Problem
 from tts.verifiers.arithmetic import ArithmeticVerifier
 from tts.verifiers.base import VerifierScore
 
-LENGTH, BASE = 5, 4
-
-
-def _targets(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return ["".join(str(rng.randrange(BASE)) for _ in range(LENGTH)) for _ in range(count)]
-
-
-def _chosen(result):
-    """The candidate a verifier-selecting strategy returns: the best-scored leaf (first on ties)."""
-    return max(result.leaf_nodes, key=lambda node: node.score)
+LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
 class _Recording(DigitSpace):
@@ -57,33 +43,33 @@ class _Recording(DigitSpace):
 # --- the algorithm on the toy space -------------------------------------------------------------
 
 
-def test_mcts_with_a_perfect_verifier_finds_the_optimum_of_every_root_within_beams_budget():
+def test_mcts_with_a_perfect_verifier_finds_the_optimum_of_every_root_within_beams_budget(targets, chosen):
     # n * LENGTH nodes is what beam search generates here: no more compute than beam gets.
-    space = DigitSpace(_targets(50), base=BASE, seed=1)
+    space = DigitSpace(targets(50), base=BASE, seed=1)
     results = mcts_search(space, PerfectScorer(space), n=16, beam_width=4, max_nodes=16 * LENGTH)
-    assert all(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    assert all(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
     assert all(len(r.nodes) <= 16 * LENGTH for r in results)
 
 
-def test_with_room_to_explore_a_perfect_verifier_fills_all_n_candidates_with_the_optimum():
-    space = DigitSpace(_targets(20, seed=8), base=BASE, seed=9)
+def test_with_room_to_explore_a_perfect_verifier_fills_all_n_candidates_with_the_optimum(targets, chosen):
+    space = DigitSpace(targets(20, seed=8), base=BASE, seed=9)
     for r, target in zip(mcts_search(space, PerfectScorer(space), n=8, beam_width=4), space.targets, strict=True):
-        assert len(r.leaves) == 8 and _chosen(r).state.digits == target
+        assert len(r.leaves) == 8 and chosen(r).state.digits == target
 
 
-def test_mcts_with_a_random_verifier_does_no_better_than_chance():
+def test_mcts_with_a_random_verifier_does_no_better_than_chance(targets, chosen):
     # The search never sees the target, so with noise for scores the chosen string is independent of
     # it: E[matches] = LENGTH / BASE exactly. 400 roots: the mean's sd is 0.05, the tolerance 5 sd.
-    space = DigitSpace(_targets(400, seed=2), base=BASE, seed=3)
+    space = DigitSpace(targets(400, seed=2), base=BASE, seed=3)
     results = mcts_search(space, RandomScorer(seed=4), n=16, beam_width=4, max_nodes=32 * LENGTH)
-    mean = sum(space.value(_chosen(r).state) for r in results) / len(results)
+    mean = sum(space.value(chosen(r).state) for r in results) / len(results)
     assert abs(mean - LENGTH / BASE) < 0.25
-    hits = sum(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    hits = sum(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
     assert hits <= 5  # chance: 400 / 4**5 = 0.4 expected
 
 
-def test_every_round_is_one_expand_and_one_score_call_for_all_roots():
-    space = _Recording(_targets(64, seed=7), base=BASE)
+def test_every_round_is_one_expand_and_one_score_call_for_all_roots(targets):
+    space = _Recording(targets(64, seed=7), base=BASE)
     scorer = RandomScorer(seed=1)
     results = mcts_search(space, scorer, n=8, beam_width=4, max_nodes=8 * 3 * LENGTH)
     assert space.expand_calls == scorer.calls == len(space.requests) > LENGTH  # rounds, not rounds x roots
@@ -128,8 +114,8 @@ def _expanded_per_round(result, space: _Recording) -> list[list[int]]:
     return out
 
 
-def test_each_node_is_expanded_once_terminal_nodes_never_and_kept_marks_the_expanded():
-    space = DigitSpace(_targets(30, seed=10), base=BASE, seed=11)
+def test_each_node_is_expanded_once_terminal_nodes_never_and_kept_marks_the_expanded(targets):
+    space = DigitSpace(targets(30, seed=10), base=BASE, seed=11)
     for r in mcts_search(space, RandomScorer(seed=12), n=12, beam_width=3, max_nodes=150):
         children: dict[int, int] = {}
         for node in r.nodes:
@@ -145,9 +131,9 @@ def test_each_node_is_expanded_once_terminal_nodes_never_and_kept_marks_the_expa
         assert [n for n in r.leaf_nodes] == [n for n in r.nodes if n.terminal]  # in the order found
 
 
-def test_never_more_than_n_candidates_and_the_node_budget_is_honoured():
+def test_never_more_than_n_candidates_and_the_node_budget_is_honoured(targets):
     for budget in (16, 21, 40, 77, 500):
-        space = DigitSpace(_targets(40, seed=budget), base=BASE, seed=13)
+        space = DigitSpace(targets(40, seed=budget), base=BASE, seed=13)
         for r in mcts_search(space, RandomScorer(seed=14), n=16, beam_width=4, max_nodes=budget, exploration=0.5):
             assert len(r.leaves) <= 16 and len(r.nodes) <= budget
             if len(r.leaves) < 16:
@@ -156,10 +142,10 @@ def test_never_more_than_n_candidates_and_the_node_budget_is_honoured():
                 assert r.events == {}
 
 
-def test_a_budget_as_large_as_beams_finishes_every_root_even_when_exploring_hard():
+def test_a_budget_as_large_as_beams_finishes_every_root_even_when_exploring_hard(targets):
     # Exploration 2 widens every level first; the greedy dive still finishes a path per root in
     # LENGTH rounds, which a budget of n * LENGTH nodes always leaves room for.
-    space = DigitSpace(_targets(100, seed=15), base=BASE, seed=16)
+    space = DigitSpace(targets(100, seed=15), base=BASE, seed=16)
     results = mcts_search(space, RandomScorer(seed=17), n=8, beam_width=2, max_nodes=8 * LENGTH, exploration=2.0)
     assert all(len(r.leaves) >= 2 for r in results)
 
@@ -178,30 +164,18 @@ def test_nothing_left_to_expand_ends_a_root_before_its_budget():
     assert r.events == {}
 
 
-def test_search_is_deterministic():
+def test_search_is_deterministic(targets):
     def run():
-        space = DigitSpace(_targets(20, seed=18), base=BASE, seed=19)
+        space = DigitSpace(targets(20, seed=18), base=BASE, seed=19)
         return [[(n.parent, n.state.digits, n.kept) for n in r.nodes]
                 for r in mcts_search(space, RandomScorer(seed=20), n=8, beam_width=4, max_nodes=100, exploration=0.3)]
 
     assert run() == run()
 
 
-class _Raising:
-    def __init__(self, fail_on_call: int) -> None:
-        self.calls = 0
-        self.fail_on_call = fail_on_call
-
-    def score(self, states):
-        self.calls += 1
-        if self.calls == self.fail_on_call:
-            raise RuntimeError("verifier server down")
-        return [VerifierScore((), 0.5) for _ in states]
-
-
-def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted():
+def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
     space = DigitSpace(["0123", "3210"], base=BASE)
-    results = mcts_search(space, _Raising(fail_on_call=2), n=8, beam_width=4, max_nodes=200)
+    results = mcts_search(space, flaky(fail_on_call=2), n=8, beam_width=4, max_nodes=200)
     for r in results:
         assert len(r.leaves) == 8
         assert r.events == {"verifier_error": 1}  # one failed call per root it touched
@@ -220,14 +194,10 @@ def test_nan_and_out_of_range_scores_count_as_lowest_and_do_not_end_the_search()
     assert all(n.score == PENALTY for n in invalid) and r.events == {"invalid_score": len(invalid)}
 
 
-def test_a_space_that_never_ends_is_refused_unless_a_node_budget_bounds_it():
-    class Endless(DigitSpace):
-        def is_terminal(self, state):
-            return False
-
+def test_a_space_that_never_ends_is_refused_unless_a_node_budget_bounds_it(endless):
     with pytest.raises(RuntimeError, match="terminal"):
-        mcts_search(Endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
-    [r] = mcts_search(Endless(["0"]), RandomScorer(), n=2, beam_width=1, max_nodes=30, max_steps=100)
+        mcts_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
+    [r] = mcts_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_nodes=30, max_steps=100)
     assert len(r.nodes) == 30 and not r.leaves and r.events == {"node_budget_spent": 1}
 
 
@@ -274,38 +244,6 @@ def test_cost_hook_prices_the_default_node_budget():
 # --- the strategy end to end --------------------------------------------------------------------
 
 
-class Adder:
-    """Adds the numbers of "What is a + b + c + d?" one step at a time ("3 + 5 = 8"), slipping by one
-    with probability ``slip``, then states "The answer is \\boxed{..}."; records its calls."""
-
-    model_name = "adder"
-
-    def __init__(self, slip: float = 0.3, seed: int = 0) -> None:
-        self.slip, self.seed = slip, seed
-        self.calls: list[list] = []
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for req in requests:
-            comps = tuple(self._step(req, i) for i in range(req.n))
-            out.append(GenerationResult(comps, request_usage(20, 0, [c.completion_tokens for c in comps], 0.0)))
-        return out
-
-    def _step(self, req, i: int) -> Completion:
-        terms = [int(x) for x in re.findall(r"\d+", req.messages[-1].content.split("?")[0])]
-        sums = re.findall(r"= (-?\d+)", req.continuation)
-        total = int(sums[-1]) if sums else terms[0]
-        if req.continuation.endswith(ANSWER_NUDGE):
-            return Completion(f"{total}}}$.", 3, -0.1, "stop", ended_by_eos=False)
-        if len(sums) >= len(terms) - 1:
-            return Completion(f"The answer is \\boxed{{{total}}}.", 8, -0.1, "stop", ended_by_eos=False)
-        rng = random.Random(f"{self.seed}|{req.seed}|{i}")
-        term = terms[len(sums) + 1]
-        wrote = total + term + (rng.choice((-1, 1)) if rng.random() < self.slip else 0)
-        return Completion(f"{total} + {term} = {wrote}", 10, -0.2, "stop", ended_by_eos=False)
-
-
 class _Counting:
     """The arithmetic verifier, counting its calls."""
 
@@ -322,25 +260,17 @@ class _Counting:
         pass
 
 
-def _problems(count: int, seed: int = 0) -> list[Problem]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        terms = [rng.randrange(1, 10) for _ in range(4)]
-        out.append(Problem(f"q{i}", f"What is {' + '.join(map(str, terms))}?", str(sum(terms))))
-    return out
-
-
 def _mcts(model, n=8, verifier=None, **cfg) -> MCTS:
     return MCTS(MCTSConfig(n=n, verifier="arithmetic", **cfg), model, MATH_PROMPT.render,
                 SamplingConfig(max_tokens=256), seed=1, verifier=verifier)
 
 
-def test_mcts_repairs_slips_that_single_paths_keep_with_one_generate_and_score_call_per_round():
-    problems = _problems(40, seed=4)
-    model, verifier = Adder(slip=0.4, seed=5), _Counting()
+def test_mcts_repairs_slips_that_single_paths_keep_with_one_generate_and_score_call_per_round(
+        step_model, addition_problems):
+    problems = addition_problems(40, seed=4)
+    model, verifier = step_model(slip=0.4, seed=5), _Counting()
     sols = _mcts(model, n=8, verifier=verifier).solve(problems)
-    single = _mcts(Adder(slip=0.4, seed=5), n=1, beam_width=1).solve(problems)
+    single = _mcts(step_model(slip=0.4, seed=5), n=1, beam_width=1).solve(problems)
 
     def accuracy(solutions):
         return sum(s.answer == p.answer for s, p in zip(solutions, problems, strict=True)) / len(problems)
@@ -355,9 +285,9 @@ def test_mcts_repairs_slips_that_single_paths_keep_with_one_generate_and_score_c
     assert all(sum(r.n for r in call) <= 40 * 8 for call in model.calls)
 
 
-def test_solutions_carry_at_most_n_candidates_the_tree_and_all_usage():
-    model = Adder(slip=0.3, seed=2)
-    sols = _mcts(model, n=8, max_nodes=40).solve(_problems(5, seed=6))
+def test_solutions_carry_at_most_n_candidates_the_tree_and_all_usage(step_model, addition_problems):
+    model = step_model(slip=0.3, seed=2, flat_prompt=True)  # 20 prompt tokens a request
+    sols = _mcts(model, n=8, max_nodes=40).solve(addition_problems(5, seed=6))
     for sol in sols:
         t = sol.trace
         assert t.strategy == "mcts" and 1 <= len(t.samples) <= 8 and len(t.scores) == len(t.samples)
@@ -386,7 +316,7 @@ def test_mcts_runs_on_the_scripted_backend():
     assert sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) >= 10
 
 
-def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run():
+def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run(step_model, addition_problems):
     class Broken(_Counting):
         def __init__(self, value=None):
             super().__init__()
@@ -397,19 +327,19 @@ def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run():
                 raise ConnectionError("verifier unreachable")
             return [VerifierScore((), self.value) for _ in items]
 
-    problems = _problems(3)
+    problems = addition_problems(3)
     for verifier, event in ((Broken(), "verifier_error"), (Broken(math.nan), "invalid_score")):
-        for s in _mcts(Adder(), n=4, verifier=verifier).solve(problems):
+        for s in _mcts(step_model(), n=4, verifier=verifier).solve(problems):
             assert s.answer is not None and 1 <= len(s.trace.samples) <= 4
             assert s.trace.events[event] > 0 and set(s.trace.scores) == {PENALTY}
 
 
-def test_budgets_are_checked_against_the_node_budget():
-    strategy = _mcts(Adder(), n=8, max_nodes=200)
+def test_budgets_are_checked_against_the_node_budget(step_model, addition_problems):
+    strategy = _mcts(step_model(), n=8, max_nodes=200)
     with pytest.raises(StrategyInputError, match="lower n to 4"):
-        strategy.solve(_problems(1), [Budget(samples=4)])
+        strategy.solve(addition_problems(1), [Budget(samples=4)])
     worst = 200 * 128 + 8 * 32  # max_nodes steps of step_tokens, plus a forced answer per candidate
     with pytest.raises(StrategyInputError, match=f"worst case of {worst} .*lower max_nodes"):
-        strategy.solve(_problems(1), [Budget(tokens=worst - 1)])
-    [sol] = strategy.solve(_problems(1), [Budget(samples=8, tokens=worst)])
+        strategy.solve(addition_problems(1), [Budget(tokens=worst - 1)])
+    [sol] = strategy.solve(addition_problems(1), [Budget(samples=8, tokens=worst)])
     assert sol.trace.samples

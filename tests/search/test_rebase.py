@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -12,18 +11,8 @@ from tts.registry import STRATEGIES
 from tts.search.rebase import Rebase, RebaseConfig, balanced_widths, rebase_search
 from tts.search.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree_search import PENALTY
-from tts.verifiers.base import VerifierScore
 
-LENGTH, BASE = 5, 4
-
-
-def _targets(count: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return ["".join(str(rng.randrange(BASE)) for _ in range(LENGTH)) for _ in range(count)]
-
-
-def _chosen(result):
-    return max(result.leaf_nodes, key=lambda node: node.score)
+LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
 def test_widths_follow_the_softmax_of_scores_and_spend_the_budget_exactly():
@@ -50,34 +39,34 @@ def test_nodes_without_a_valid_score_get_nothing_unless_none_has_one():
         balanced_widths([0.5], 3, 0.0)
 
 
-def test_rebase_with_a_perfect_verifier_and_a_cold_softmax_finds_the_optimum_of_every_root():
-    space = DigitSpace(_targets(50), base=BASE, seed=1)
+def test_rebase_with_a_perfect_verifier_and_a_cold_softmax_finds_the_optimum_of_every_root(targets, chosen):
+    space = DigitSpace(targets(50), base=BASE, seed=1)
     results = rebase_search(space, PerfectScorer(space), n=16, temperature=0.05)
-    assert all(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
+    assert all(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True))
 
 
-def test_a_hotter_softmax_spreads_the_budget_and_finds_the_optimum_less_often():
+def test_a_hotter_softmax_spreads_the_budget_and_finds_the_optimum_less_often(targets, chosen):
     # One wrong digit costs 0.2 of score; at T_b = 0.2 an optimal node outweighs a worse one only
     # e-fold, so it may get too few children to draw the right next digit.
     found = []
     for temperature in (0.05, 0.2, 1.0):
-        space = DigitSpace(_targets(100, seed=8), base=BASE, seed=9)
+        space = DigitSpace(targets(100, seed=8), base=BASE, seed=9)
         results = rebase_search(space, PerfectScorer(space), n=16, temperature=temperature)
-        found.append(sum(_chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True)))
+        found.append(sum(chosen(r).state.digits == t for r, t in zip(results, space.targets, strict=True)))
     assert found[0] == 100 and found[0] > found[1] > found[2]
 
 
-def test_rebase_with_a_random_verifier_does_no_better_than_chance():
+def test_rebase_with_a_random_verifier_does_no_better_than_chance(targets, chosen):
     # As for beam search: scores are noise, so the chosen string is independent of the target and
     # E[matching digits] = LENGTH / BASE; 400 roots, tolerance 5 sd of the mean.
-    space = DigitSpace(_targets(400, seed=2), base=BASE, seed=3)
+    space = DigitSpace(targets(400, seed=2), base=BASE, seed=3)
     results = rebase_search(space, RandomScorer(seed=4), n=16)
-    mean = sum(space.value(_chosen(r).state) for r in results) / len(results)
+    mean = sum(space.value(chosen(r).state) for r in results) / len(results)
     assert abs(mean - LENGTH / BASE) < 0.25
 
 
-def test_every_depth_expands_at_most_the_remaining_budget_in_one_call_for_all_roots():
-    space = DigitSpace(_targets(64, seed=7), base=BASE)
+def test_every_depth_expands_at_most_the_remaining_budget_in_one_call_for_all_roots(targets):
+    space = DigitSpace(targets(64, seed=7), base=BASE)
     scorer = PerfectScorer(space)
     results = rebase_search(space, scorer, n=16)
     assert space.expand_calls == LENGTH and scorer.calls == LENGTH
@@ -105,17 +94,8 @@ def test_finished_solutions_shrink_the_budget_of_the_next_depth():
     assert len(r.leaves) <= 8
 
 
-def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_search():
-    class Flaky:
-        calls = 0
-
-        def score(self, states):
-            self.calls += 1
-            if self.calls == 1:
-                raise TimeoutError("judge timed out")
-            return [VerifierScore((), math.nan if self.calls == 2 else 0.5) for _ in states]
-
-    [r] = rebase_search(DigitSpace(["0123"], base=BASE), Flaky(), n=8)
+def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_search(flaky):
+    [r] = rebase_search(DigitSpace(["0123"], base=BASE), flaky(nan_on_call=2), n=8)
     assert r.events == {"verifier_error": 1, "invalid_score": 8} and len(r.leaves) == 8
 
 

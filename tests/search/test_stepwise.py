@@ -1,23 +1,21 @@
 """The step-wise space over a generator, and beam / DVTS end to end on a multi-step scripted model.
 
-The test model (:class:`StepModel`) adds a problem's numbers one step at a time ("3 + 5 = 8"),
-slips on a step with a set probability, and states "The answer is \\boxed{..}" after the last
-addition. The test verifier (:class:`SumCheck`) checks the additions a solution states, as the
-arithmetic tool verifier does, so search with it should repair what single samples get wrong.
+The test model (the ``step_model`` fixture, tests/search/conftest.py) adds a problem's numbers one
+step at a time ("3 + 5 = 8"), slips on a step with a set probability, and states "The answer is
+\\boxed{..}" after the last addition. The test verifier (:class:`SumCheck`) checks the additions a
+solution states, as the arithmetic tool verifier does, so search with it should repair what single
+samples get wrong.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import random
 import re
 from typing import ClassVar, Literal
 
 import pytest
 
-from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import EvalConfig, SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
@@ -30,67 +28,6 @@ from tts.types import Budget, Problem, Usage, to_jsonable
 from tts.verifiers.base import VerifierScore
 
 SEP = "\n\n"
-
-
-def Out(text: str, completion_tokens: int, mean_logprob: float | None = -0.3,  # noqa: N802
-        finish_reason: str | None = "stop", stop_reason: str | None = SEP) -> Completion:
-    """A completion as vLLM reports it: a stop string in ``stop_reason``, None at end of sequence."""
-    return Completion(text, completion_tokens, mean_logprob, finish_reason,
-                      ended_by_eos=finish_reason == "stop" and stop_reason is None)
-
-
-def _rng(*parts: object) -> random.Random:
-    return random.Random(int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little"))
-
-
-class StepModel:
-    """Adds the numbers of "What is a + b + c + d?" one step at a time, honouring continuation and stop.
-
-    Args:
-        slip: Probability that a step's sum is off by one or two.
-        never_answers: Keep adding "+ 0" steps forever (the depth cap must force an answer).
-        empty: Probability that a step comes back empty.
-        ends: Probability that the model ends its message (end of sequence) instead of a step.
-    """
-
-    model_name = "step-model"
-
-    def __init__(self, slip: float = 0.3, seed: int = 0, never_answers: bool = False, empty: float = 0.0,
-                 ends: float = 0.0, tokens_per_step: int = 10) -> None:
-        self.slip, self.seed, self.never_answers = slip, seed, never_answers
-        self.empty, self.ends, self.tokens_per_step = empty, ends, tokens_per_step
-        self.calls: list[list] = []
-        self.usage = Usage()
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for req in requests:
-            comps = tuple(self._one(req, i) for i in range(req.n))
-            usage = request_usage(20 + len(req.continuation) // 4, 0, [c.completion_tokens for c in comps], 0.001)
-            out.append(GenerationResult(comps, usage))
-            self.usage = self.usage + usage
-        return out
-
-    def _one(self, req, i: int) -> Out:
-        rng = _rng(self.seed, req.seed, req.continuation, i)
-        numbers = [int(x) for x in re.findall(r"\d+", req.messages[-1].content.split("?")[0])]
-        sums = re.findall(r"= (-?\d+)", req.continuation)
-        total = int(sums[-1]) if sums else numbers[0]
-        if req.continuation.endswith(ANSWER_NUDGE):
-            return Out(f"{total}}}$.", 4, stop_reason=None)
-        if rng.random() < self.ends:
-            return Out("", 0, stop_reason=None)
-        if rng.random() < self.empty:
-            return Out("", 1)
-        done = len(sums)
-        if done >= len(numbers) - 1 and not self.never_answers:
-            return Out(f"The answer is \\boxed{{{total}}}.", 8)
-        nxt = 0 if done >= len(numbers) - 1 else numbers[done + 1]
-        wrote = total + nxt + (rng.choice((-2, -1, 1, 2)) if rng.random() < self.slip else 0)
-        tokens = min(self.tokens_per_step, req.max_tokens)
-        reason = "length" if tokens < self.tokens_per_step else "stop"
-        return Out(f"{total} + {nxt} = {wrote}", tokens, finish_reason=reason)
 
 
 class SumCheckConfig(VerifierConfigBase):
@@ -137,15 +74,6 @@ def _sum_check():
     VERIFIERS.unregister("sum_check")
 
 
-def _problems(count: int, seed: int = 0) -> list[Problem]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        numbers = [rng.randrange(1, 10) for _ in range(4)]
-        out.append(Problem(f"q{i}", f"What is {' + '.join(map(str, numbers))}?", str(sum(numbers))))
-    return out
-
-
 def _space(model, problems, **kw) -> StepwiseSpace:
     sampling = kw.pop("sampling", SamplingConfig(max_tokens=256))
     return StepwiseSpace(model, MATH_PROMPT.render, problems, sampling, **kw)
@@ -154,9 +82,9 @@ def _space(model, problems, **kw) -> StepwiseSpace:
 # --- the space ----------------------------------------------------------------------------------
 
 
-def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary():
-    model = StepModel(slip=0.0)
-    space = _space(model, _problems(3), step_tokens=50, seed=7)
+def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary(step_model, addition_problems):
+    model = step_model(slip=0.0)
+    space = _space(model, addition_problems(3), step_tokens=50, seed=7)
     roots = space.initial_states()
     first = space.expand(roots, [4, 4, 4])
     second = space.expand([kids[0] for kids in first], [2, 2, 2])
@@ -171,8 +99,8 @@ def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary():
     assert len(set(seeds)) == len(seeds)  # no two expansions resend a seed
 
 
-def test_a_step_that_states_an_answer_finishes_the_solution():
-    space = _space(StepModel(slip=0.0), _problems(1))
+def test_a_step_that_states_an_answer_finishes_the_solution(step_model, addition_problems):
+    space = _space(step_model(slip=0.0), addition_problems(1))
     state = space.initial_states()[0]
     for _ in range(3):
         [[state, *_]] = space.expand([state], [1])
@@ -181,9 +109,9 @@ def test_a_step_that_states_an_answer_finishes_the_solution():
     assert done.finished and done.answer == space.problems[0].answer and done.forced is None
 
 
-def test_the_depth_cap_forces_an_answer_in_one_extra_call():
-    model = StepModel(slip=0.0, never_answers=True)
-    space = _space(model, _problems(2), max_depth=2)
+def test_the_depth_cap_forces_an_answer_in_one_extra_call(step_model, addition_problems):
+    model = step_model(slip=0.0, never_answers=True)
+    space = _space(model, addition_problems(2), max_depth=2)
     kids = space.expand(space.initial_states(), [2, 2])
     assert len(model.calls) == 1 and not any(k.finished for ks in kids for k in ks)
     kids = space.expand([ks[0] for ks in kids], [3, 3])
@@ -197,9 +125,9 @@ def test_the_depth_cap_forces_an_answer_in_one_extra_call():
     assert space.events[0]["forced_depth"] == 3
 
 
-def test_the_token_cap_forces_an_answer():
-    space = _space(StepModel(slip=0.0, never_answers=True), _problems(1), sampling=SamplingConfig(max_tokens=25),
-                   step_tokens=10)
+def test_the_token_cap_forces_an_answer(step_model, addition_problems):
+    space = _space(step_model(slip=0.0, never_answers=True), addition_problems(1),
+                   sampling=SamplingConfig(max_tokens=25), step_tokens=10)
     state = space.initial_states()[0]
     depth = 0
     while not state.finished:
@@ -208,15 +136,15 @@ def test_the_token_cap_forces_an_answer():
     assert state.forced == "tokens" and depth == 3 and state.tokens == 25 + 4
 
 
-def test_a_model_that_ends_its_message_gets_its_answer_forced():
-    space = _space(StepModel(ends=1.0), _problems(1))
+def test_a_model_that_ends_its_message_gets_its_answer_forced(step_model, addition_problems):
+    space = _space(step_model(ends=1.0), addition_problems(1))
     [[state]] = space.expand(space.initial_states(), [1])
     assert state.finished and state.forced == "ended" and state.answer is not None and state.steps == (state.step,)
 
 
-def test_empty_steps_are_kept_unscored_and_rank_last():
-    problems = _problems(1)
-    space = _space(StepModel(empty=0.5, seed=3), problems)
+def test_empty_steps_are_kept_unscored_and_rank_last(step_model, addition_problems):
+    problems = addition_problems(1)
+    space = _space(step_model(empty=0.5, seed=3), problems)
     kids = space.expand(space.initial_states(), [8])[0]
     empty = [k for k in kids if k.empty]
     assert 0 < len(empty) < 8 and space.events[0]["empty_steps"] == len(empty)
@@ -229,17 +157,17 @@ def test_empty_steps_are_kept_unscored_and_rank_last():
 # --- strategies ---------------------------------------------------------------------------------
 
 
-def _strategy(kind, n=8, model=None, verifier=None, sampling=None, **cfg):
+def _strategy(kind, n=8, *, model, verifier=None, sampling=None, **cfg):
     cls, config = {"beam": (BeamSearch, BeamConfig), "dvts": (DVTS, DVTSConfig)}[kind]
     config = config(n=n, verifier="sum_check", **cfg)
-    return cls(config, model or StepModel(), MATH_PROMPT.render, sampling or SamplingConfig(max_tokens=256),
+    return cls(config, model, MATH_PROMPT.render, sampling or SamplingConfig(max_tokens=256),
                seed=1, verifier=verifier)
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
-def test_one_generate_and_one_score_call_per_step_for_all_problems(kind):
-    model = StepModel(slip=0.2)
-    sols = _strategy(kind, n=8, model=model, verifier=SumCheck()).solve(_problems(40))
+def test_one_generate_and_one_score_call_per_step_for_all_problems(kind, step_model, addition_problems):
+    model = step_model(slip=0.2)
+    sols = _strategy(kind, n=8, model=model, verifier=SumCheck()).solve(addition_problems(40))
     # Four steps (three additions, then the answer) for every problem: 4 calls, not 4 x 40.
     assert len(model.calls) == 4 and len(SumCheck.calls) == 4
     assert sum(r.n for r in model.calls[0]) == 40 * 8  # the first step samples n per problem
@@ -248,10 +176,11 @@ def test_one_generate_and_one_score_call_per_step_for_all_problems(kind):
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
-def test_search_with_a_step_checking_verifier_repairs_slips_that_single_samples_keep(kind):
-    problems = _problems(60, seed=4)
-    single = _strategy(kind, n=1, model=StepModel(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
-    searched = _strategy(kind, n=8, model=StepModel(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
+def test_search_with_a_step_checking_verifier_repairs_slips_that_single_samples_keep(
+        kind, step_model, addition_problems):
+    problems = addition_problems(60, seed=4)
+    single = _strategy(kind, n=1, model=step_model(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
+    searched = _strategy(kind, n=8, model=step_model(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
 
     def accuracy(sols):
         return sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) / len(problems)
@@ -262,9 +191,9 @@ def test_search_with_a_step_checking_verifier_repairs_slips_that_single_samples_
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
-def test_solution_trace_holds_candidates_scores_tree_events_and_all_usage(kind):
-    model = StepModel(slip=0.3, seed=2)
-    sol = _strategy(kind, n=4, model=model, verifier=SumCheck()).solve(_problems(1))[0]
+def test_solution_trace_holds_candidates_scores_tree_events_and_all_usage(kind, step_model, addition_problems):
+    model = step_model(slip=0.3, seed=2)
+    sol = _strategy(kind, n=4, model=model, verifier=SumCheck()).solve(addition_problems(1))[0]
     t = sol.trace
     assert 1 <= len(t.samples) <= 4 and len(t.scores) == len(t.samples)
     assert all(s.answer is not None and s.text.endswith(f"\\boxed{{{s.answer}}}.") for s in t.samples)
@@ -278,10 +207,11 @@ def test_solution_trace_holds_candidates_scores_tree_events_and_all_usage(kind):
     json.dumps(to_jsonable(t))
 
 
-def test_select_verifier_takes_the_best_scored_candidate_and_weighted_vote_weighs_by_score():
-    problems = _problems(20, seed=6)
+def test_select_verifier_takes_the_best_scored_candidate_and_weighted_vote_weighs_by_score(
+        step_model, addition_problems):
+    problems = addition_problems(20, seed=6)
     for select in ("verifier", "weighted_vote"):
-        sols = _strategy("beam", n=8, model=StepModel(slip=0.4, seed=1), verifier=SumCheck(),
+        sols = _strategy("beam", n=8, model=step_model(slip=0.4, seed=1), verifier=SumCheck(),
                          select=select).solve(problems)
         for s in sols:
             best = max(s.trace.scores)
@@ -292,10 +222,10 @@ def test_select_verifier_takes_the_best_scored_candidate_and_weighted_vote_weigh
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
-def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run(kind):
-    problems = _problems(3)
-    raising = _strategy(kind, n=4, model=StepModel(), verifier=SumCheck(fail=True)).solve(problems)
-    nan = _strategy(kind, n=4, model=StepModel(), verifier=SumCheck(value=math.nan)).solve(problems)
+def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run(kind, step_model, addition_problems):
+    problems = addition_problems(3)
+    raising = _strategy(kind, n=4, model=step_model(), verifier=SumCheck(fail=True)).solve(problems)
+    nan = _strategy(kind, n=4, model=step_model(), verifier=SumCheck(value=math.nan)).solve(problems)
     for sols, event in ((raising, "verifier_error"), (nan, "invalid_score")):
         for s in sols:
             assert s.answer is not None and s.trace.samples
@@ -304,24 +234,24 @@ def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run(kind):
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
-def test_never_finishing_and_empty_steps_are_forced_at_max_depth(kind):
-    sols = _strategy(kind, n=4, model=StepModel(never_answers=True, empty=0.3), verifier=SumCheck(),
-                     max_depth=5).solve(_problems(4))
+def test_never_finishing_and_empty_steps_are_forced_at_max_depth(kind, step_model, addition_problems):
+    sols = _strategy(kind, n=4, model=step_model(never_answers=True, empty=0.3), verifier=SumCheck(),
+                     max_depth=5).solve(addition_problems(4))
     for s in sols:
         assert s.trace.samples and all(x.finish_reason == "forced" for x in s.trace.samples)
         assert s.trace.events["forced_depth"] >= len(s.trace.samples)
         assert max(n["depth"] for n in s.trace.tree) == 5
 
 
-def test_a_budget_below_the_search_is_refused_and_a_ladder_searches_independently():
+def test_a_budget_below_the_search_is_refused_and_a_ladder_searches_independently(step_model, addition_problems):
     from tts.search.base import StrategyInputError
 
-    strategy = _strategy("beam", n=8, verifier=SumCheck())
+    strategy = _strategy("beam", n=8, model=step_model(), verifier=SumCheck())
     with pytest.raises(StrategyInputError, match="lower n to 4"):
-        strategy.solve(_problems(1), [Budget(samples=4)])
-    model = StepModel()
-    _strategy("beam", n=4, model=model, verifier=SumCheck()).solve(_problems(1))
-    _strategy("beam", n=8, model=model, verifier=SumCheck()).solve(_problems(1))
+        strategy.solve(addition_problems(1), [Budget(samples=4)])
+    model = step_model()
+    _strategy("beam", n=4, model=model, verifier=SumCheck()).solve(addition_problems(1))
+    _strategy("beam", n=8, model=model, verifier=SumCheck()).solve(addition_problems(1))
     first_calls = [c for c in model.calls if c[0].continuation == ""]
     assert len(first_calls) == 2 and first_calls[0][0].seed != first_calls[1][0].seed
 
@@ -346,17 +276,17 @@ def test_search_on_the_scripted_backend_grows_solutions_step_by_step_as_on_vllm(
 # --- end to end through the runner ----------------------------------------------------------------
 
 
-def test_beam_and_dvts_run_through_eval_write_graded_rows_and_resume(tmp_path):
+def test_beam_and_dvts_run_through_eval_write_graded_rows_and_resume(tmp_path, step_model, addition_problems):
     from tts.eval.runner import run_eval
 
-    problems = _problems(6, seed=9)
+    problems = addition_problems(6, seed=9)
     cfg = EvalConfig.model_validate({
         "data": {"benchmark": "demo"},
         "strategies": [{"kind": "beam", "n": 4, "verifier": "sum_check"},
                        {"kind": "dvts", "n": 8, "verifier": "sum_check", "select": "verifier"}],
         "backend": {"kind": "scripted"}, "batch_size": 4, "sampling": {"max_tokens": 200},
     })
-    model = StepModel(slip=0.3)
+    model = step_model(slip=0.3)
     result = run_eval(cfg, tmp_path, generator=model, problems=problems)
     labels = {"beam@4,verifier=sum_check", "dvts@8,select=verifier,verifier=sum_check"}
     assert {s.config for s in result.summaries} == labels and len(result.rows) == 12
@@ -367,7 +297,7 @@ def test_beam_and_dvts_run_through_eval_write_graded_rows_and_resume(tmp_path):
         assert row["trace"]["tree"] and all("outcome" in s for s in row["trace"]["samples"])
         assert row["coverage"] == any(s["outcome"] == "correct" for s in row["trace"]["samples"])
     assert sum(r["correct"] for r in rows) >= 10
-    again = run_eval(cfg, tmp_path, generator=(model2 := StepModel(slip=0.3)), problems=problems)
+    again = run_eval(cfg, tmp_path, generator=(model2 := step_model(slip=0.3)), problems=problems)
     assert again.skipped == 6 and model2.calls == [] and len(again.rows) == 12
     # `tts show` prints the search tree of a problem
     from typer.testing import CliRunner
