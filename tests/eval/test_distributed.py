@@ -11,7 +11,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -110,19 +109,9 @@ def test_an_interrupted_sweep_resumes_on_ray_computing_only_the_missing_cells(ra
 
 
 @pytest.fixture
-def small_pool(tmp_path) -> Path:
-    rng = np.random.default_rng(0)
-    path = tmp_path / "pool.jsonl"
-    with path.open("w") as fh:
-        for model, skill in (("Qwen3-8B", 0.6), ("mystery-model", 0.4)):
-            for p in range(30):
-                for s in range(8):
-                    right = rng.random() < skill
-                    fh.write(json.dumps({"problem_id": f"p{p}", "model": model, "sample_idx": s,
-                                         "answer": "1" if right else str(rng.integers(2, 5)), "correct": bool(right),
-                                         "num_tokens": int(rng.integers(100, 400)),
-                                         "score": float(rng.random() * 0.5 + 0.5 * right)}) + "\n")
-    return path
+def small_pool_shape() -> tuple[int, int]:
+    """``small_pool`` (tests/eval/conftest.py) at 30 problems x 8 samples, smaller than the sweep tests' pool."""
+    return 30, 8
 
 
 def test_tts_sweep_ray_replays_a_pool_on_two_workers_as_one_process_does(ray_cluster, small_pool, tmp_path):

@@ -84,22 +84,6 @@ def test_maj_at_80_per_model_equals_the_vote_computed_directly_from_the_file(tmp
         assert cells[model].accuracy == pytest.approx(np.mean(scores), abs=1e-9), model
 
 
-@pytest.fixture
-def small_pool(tmp_path) -> Path:
-    rng = np.random.default_rng(0)
-    path = tmp_path / "pool.jsonl"
-    with path.open("w") as fh:
-        for model, skill in (("Qwen3-8B", 0.6), ("mystery-model", 0.4)):
-            for p in range(40):
-                for s in range(16):
-                    right = rng.random() < skill
-                    fh.write(json.dumps({"problem_id": f"p{p}", "model": model, "sample_idx": s,
-                                         "answer": "1" if right else str(rng.integers(2, 5)), "correct": bool(right),
-                                         "num_tokens": int(rng.integers(100, 400)),
-                                         "score": float(rng.random() * 0.5 + 0.5 * right)}) + "\n")
-    return path
-
-
 def test_a_sweep_prices_every_cell_resumes_and_extends_without_recomputing(small_pool, tmp_path):
     out = tmp_path / "sw"
     r = _sweep("--pool", str(small_pool), "-s", "self_consistency", "-s", "weighted_vote", "--n", "1,4",
