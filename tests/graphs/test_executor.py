@@ -159,3 +159,50 @@ def test_a_voter_weighs_the_answers_of_its_inputs_without_a_model_call():
             assert sum(a == sol.answer for a in answers) == max(answers.count(a) for a in set(answers) if a)
             assert sol.confidence == pytest.approx(answers.count(sol.answer) / 8)
             assert sol.trace.votes and sol.trace.samples[sol.trace.selected].answer == sol.answer
+
+
+class Picks:
+    """A judge model that always names solution ``choice`` (as text and as its first-token logprob)."""
+
+    model_name = "picker"
+
+    def __init__(self, choice, logprobs=True):
+        self.choice, self.logprobs, self.requests = choice, logprobs, []
+
+    def generate(self, requests):
+        from tts.backends.base import Completion, GenerationResult, request_usage
+
+        self.requests += list(requests)
+        top = {str(self.choice): -0.1, "1": -2.5} if self.logprobs else None
+        return [GenerationResult(tuple(Completion(f"{self.choice}", 1, first_token_top_logprobs=top)
+                                       for _ in range(r.n)), request_usage(50, 0, [1] * r.n, 0.0))
+                for r in requests]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("logprobs", [True, False])
+def test_a_ranker_on_another_model_picks_the_solution_it_names(logprobs):
+    spec = parse_graph({"models": {"judge": {"model": "picker"}}, "nodes": {
+        "gen": {"role": "generator", "n": 3},
+        "rank": {"role": "ranker", "inputs": ["gen"], "model": "judge"}}})
+    problems = generate_problems(2)
+    policy = ScriptedGenerator.for_problems(problems, accuracy=0.5)
+    judge = Picks(2, logprobs)
+    sols = GraphExecutor(spec, DEMO_PROMPT.render).run(problems, {"policy": policy, "judge": judge}, {"judge": "picker"})
+    assert len(judge.requests) == 2 and all(r.temperature == 0 and "Solution 3:" in r.messages[-1].content
+                                            for r in judge.requests)
+    for sol in sols:
+        assert sol.trace.selected == 1 and sol.answer == sol.trace.samples[1].answer
+        assert sol.confidence > 0.5 and not sol.trace.events
+        assert [s.model for s in sol.usage.shapes] == ["", "picker"]
+
+
+def test_a_ranker_whose_reply_names_no_solution_counts_it_and_keeps_the_first():
+    spec = parse_graph({"nodes": {"gen": {"role": "generator", "n": 3}, "rank": {"role": "ranker", "inputs": ["gen"]}}})
+    problems = generate_problems(2)
+    sols = GraphExecutor(spec, DEMO_PROMPT.render).run(problems, {"policy": ScriptedGenerator.for_problems(problems)})
+    for sol in sols:  # the scripted model writes words, never a number, and no first-token alternatives
+        assert sol.trace.events == {"invalid_rank": 1}
+        assert sol.trace.selected == 0 and sol.confidence == pytest.approx(1 / 3)
