@@ -65,3 +65,20 @@ def test_tts_eval_graph_beside_self_consistency(tmp_path):
     assert [s["kind"] for s in run["config"]["strategies"]] == ["self_consistency", "graph"]
     shown = CliRunner(env={"COLUMNS": "220"}).invoke(app, ["show", str(tmp_path / "run"), "demo-000"])
     assert shown.exit_code == 0 and "on policy)" in shown.output
+
+
+def test_a_model_entry_equal_to_the_runs_backend_is_served_by_the_runs_generator():
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
+    from tts.graphs.graph import parse_graph
+    from tts.graphs.strategy import GraphStrategy, GraphStrategyConfig
+
+    problems = generate_problems(2)
+    policy = ScriptedGenerator.for_problems(problems)
+    spec = parse_graph({"models": {"same": {"model": "scripted"}, "other": {"model": "scripted-2"}},
+                        "nodes": {"a": {"role": "generator", "model": "same"},
+                                  "b": {"role": "fuser", "inputs": ["a"], "model": "other"}}})
+    strategy = GraphStrategy(GraphStrategyConfig(graph=spec), policy, DEMO_PROMPT.render)
+    sols = strategy.solve(problems)
+    assert [s.model for s in sols[0].usage.shapes] == ["", "scripted-2"]  # no second engine for "same"
+    strategy.close()

@@ -20,7 +20,7 @@ from tts.backends.base import Generator
 from tts.backends.engine_pool import EnginePool
 from tts.config import BackendConfig, SamplingConfig, StrategyConfigBase
 from tts.graphs.executor import GraphExecutor
-from tts.graphs.graph import POLICY, GraphError, GraphSpec, parse_graph
+from tts.graphs.graph import POLICY, GraphError, GraphSpec
 from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError
 from tts.types import Budget, Problem, Solution
 
@@ -41,11 +41,6 @@ class GraphStrategyConfig(StrategyConfigBase):
     @property
     def label(self) -> str:
         return f"graph:{self.graph.name}"
-
-
-def graph_config(data: Any, source: str = "graph") -> GraphStrategyConfig:
-    """A graph strategy config from a graph mapping, with one-line errors (:class:`GraphError`)."""
-    return GraphStrategyConfig(graph=parse_graph(data, source))
 
 
 def backend_for(entry: dict[str, Any], name: str, policy: Generator) -> BaseModel:
@@ -95,6 +90,11 @@ class GraphStrategy(Strategy):
         generators: dict[str, Generator] = {POLICY: self.generator}
         labels: dict[str, str] = {}
         base = getattr(self.generator, "config", None)
+        if not isinstance(base, BaseModel):
+            try:
+                base = _scripted_base(self.generator)
+            except GraphError:
+                base = None
         for name in self.executor.models():
             if name == POLICY:
                 continue
