@@ -103,7 +103,7 @@ def test_cost_split_and_lambda_are_the_tokens_the_solver_and_the_scripted_judge_
         assert cost.lam == pytest.approx((sum(judged) / 6) / (cost.solve_tokens / 3))
         root = sol.trace.tree[0]
         assert root["lambda"] == pytest.approx(cost.lam)
-        assert f"self-consistency at matched compute: n={matched_self_consistency_n(3, 2, cost.lam)}" in root["text"]
+        assert root["text"].startswith(f"lambda {cost.lam:.2f}, matched SC n={matched_self_consistency_n(3, 2, cost.lam)}")
         assert [node["verify_tokens"] for node in sol.trace.tree[1:]] == [
             sum(c.completion_tokens for c in res.completions) for res in mine]
     # over the run: the ratio of mean lengths, from the counts of both calls

@@ -286,11 +286,14 @@ class GenerativeVerification(Strategy):
         lambda), and under it each solution with its verification score."""
         lam = cost.lam
         s, v = cost.solutions, self.config.verifications
-        text = (f"S={s} solutions ({cost.solve_tokens} tokens) x V={v} verifications "
-                f"({cost.verifications} run, {cost.verify_tokens} tokens)")
-        if lam is not None:
-            text += (f": lambda {lam:.2f}, cost S(1+lambda V) = {s * (1 + lam * v):.1f} solutions, "
-                     f"self-consistency at matched compute: n={matched_self_consistency_n(s, v, lam)}")
+        # Lambda and the matched n first: ``tts show`` cuts a node's text at 70 characters.
+        split = (f"verify {cost.verify_tokens} tok / {cost.verifications}, "
+                 f"solve {cost.solve_tokens} tok / {s}")
+        if lam is None:
+            text = f"lambda unknown (nothing verified): {split}"
+        else:
+            text = (f"lambda {lam:.2f}, matched SC n={matched_self_consistency_n(s, v, lam)}: {split}; "
+                    f"cost S(1+lambda V) = {s * (1 + lam * v):.1f} solutions at S={s}, V={v}")
         root = {"id": "cost", "parent": None, "depth": 0, "text": text, "score": None, "kept": True,
                 **dataclasses.asdict(cost), "lambda": lam}
         nodes = [root]
