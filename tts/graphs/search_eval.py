@@ -1,0 +1,72 @@
+"""Evaluating collaboration graphs on one split of problems, for graph search.
+
+Each graph runs as the ``graph`` strategy (:class:`~tts.graphs.strategy.GraphStrategy`) on the
+split's problems with the run's generator; its answers are graded against the gold answers. The
+grade is the evaluation's only use of the gold answers: the strategy never sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tts.backends.base import Generator
+from tts.benchmarks.grading import Outcome
+from tts.config import SamplingConfig
+from tts.graphs.graph import GraphError, GraphSpec
+from tts.graphs.search import Evaluation
+from tts.graphs.strategy import GraphStrategy, GraphStrategyConfig
+from tts.search.base import PromptFn
+from tts.types import Problem
+
+GradeFn = Callable[[Sequence[tuple[str | None, str]]], Sequence[Outcome]]
+"""``(answer, gold)`` pairs -> outcomes, e.g. :meth:`tts.benchmarks.grading.Grader.grade_many`."""
+
+
+class SplitEvaluator:
+    """An :data:`~tts.graphs.search.Evaluator` over one split: runs each graph, grades its answers.
+
+    Args:
+        problems: The split (every problem needs a gold answer).
+        generator: The run's generator (the graphs' ``policy``; their other models open beside it).
+        prompt: Problem -> chat messages (the benchmark's template).
+        grade: Grades ``(answer, gold)`` pairs; an ungraded answer counts as not correct.
+        sampling: The run's sampling settings.
+        seed: The run seed (every graph is run with it, so a graph's evaluation is reproducible).
+
+    Example:
+        >>> with Grader() as grader:  # doctest: +SKIP
+        ...     dev = SplitEvaluator(problems[:20], generator, DEMO_PROMPT.render, grader.grade_many)
+        ...     result = search_graphs(space, GraphSearchConfig(max_evaluations=20), dev)
+    """
+
+    def __init__(self, problems: Sequence[Problem], generator: Generator, prompt: PromptFn, grade: GradeFn,
+                 sampling: SamplingConfig | None = None, seed: int = 0) -> None:
+        if not problems:
+            raise GraphError("a graph evaluation split is empty; give it at least one problem")
+        missing = [p.id for p in problems if p.answer is None]
+        if missing:
+            raise GraphError(f"problems {', '.join(missing[:3])} have no gold answer; a search split needs them")
+        self.problems = list(problems)
+        self.generator = generator
+        self.prompt = prompt
+        self.grade = grade
+        self.sampling = sampling
+        self.seed = seed
+
+    def __call__(self, specs: Sequence[GraphSpec]) -> list[Evaluation]:
+        out = []
+        for spec in specs:
+            strategy = GraphStrategy(GraphStrategyConfig(graph=spec), self.generator, self.prompt, self.sampling,
+                                     seed=self.seed)
+            try:
+                solutions = strategy.solve(self.problems)
+            finally:
+                strategy.close()
+            outcomes = self.grade([(s.answer, str(p.answer)) for s, p in zip(solutions, self.problems, strict=True)])
+            n = len(self.problems)
+            out.append(Evaluation(
+                accuracy=sum(o == Outcome.CORRECT for o in outcomes) / n,
+                tokens_per_problem=sum(s.usage.total_tokens for s in solutions) / n,
+                requests_per_problem=sum(s.usage.calls for s in solutions) / n,
+                problems=n))
+        return out
