@@ -265,8 +265,10 @@ class Fuser(Role):
     name = "fuser"
     settings = _COMMON | {"max_candidates"}
     prompt_fields = ("question", "candidates")
+    # Asking for the solution itself (not a verdict) matters: asked only to "compare", a model
+    # replies "Solution 1 is correct.", and the 1 reads as its answer.
     template = ("{question}\n\nSolutions from several solvers:\n\n{candidates}\n\nSome of them may be wrong. "
-                "Compare them and write one correct solution.")
+                "Write the correct solution in full, ending with its final answer.")
 
     def plan(self, ctx, problem, inputs) -> list[GenerationRequest]:
         shown = pick(inputs, ctx.spec.max_candidates)
