@@ -200,3 +200,14 @@ def test_a_token_budget_too_small_for_any_graph_stops_after_the_first():
     space = GraphSearchSpace(depths=(1,), widths=(1,), samples=(1, 2), outputs=("voter",))
     result = search_graphs(space, GraphSearchConfig(max_evaluations=3, max_tokens=1), Fake())
     assert result.evaluations == 1 and "token budget (1) spent" in result.stopped
+
+
+def test_the_shipped_search_space_loads_and_builds_graphs():
+    from pathlib import Path
+
+    from tts.graphs.search import load_search_space
+
+    space = load_search_space(Path(__file__).resolve().parents[2] / "examples" / "graphs" / "search" / "space.yaml")
+    result = search_graphs(space, GraphSearchConfig(method="random", max_evaluations=5),
+                           lambda specs: [Evaluation(0.5, 100.0, expected_requests(s), 10) for s in specs])
+    assert result.evaluations == 5 and set(result.best.models) <= {"qwen2.5-coder-1.5b"}

@@ -1,7 +1,7 @@
 """``tts graph-search``: search a space of collaboration graphs on a dev split, report the best on a test split.
 
 Example:
-    tts graph-search --space examples/graphs/search_space.yaml --benchmark demo --dev 20 --test 20 \\
+    tts graph-search --space examples/graphs/search/space.yaml --benchmark demo --dev 20 --test 20 \\
         --budget 30 --backend scripted --out runs/graph-search
 """
 
@@ -16,7 +16,7 @@ from tts.cli.errors import fail, user_errors
 
 
 def graph_search_command(
-    space: Path = typer.Option(..., "--space", help="Search space YAML (see examples/graphs/search_space.yaml)."),
+    space: Path = typer.Option(..., "--space", help="Search space YAML (see examples/graphs/search/space.yaml)."),
     benchmark: str = typer.Option("demo", "--benchmark", "-b", help="Registered benchmark."),
     data: Path | None = typer.Option(None, "--data", help="Local JSONL/Parquet file instead of the benchmark's."),
     dev: int = typer.Option(20, "--dev", min=1, help="Dev problems (the first N): the search's only feedback."),
