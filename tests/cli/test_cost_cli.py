@@ -73,8 +73,12 @@ def test_bad_numbers_are_usage_errors(args):
 def test_every_registered_sampling_strategy_is_priced_from_its_own_cost_hook():
     from tts.registry import STRATEGIES
 
+    file_defined = {"graph"}  # its requests depend on the graph file, which `tts cost` does not read
     for name in STRATEGIES.names():
         r = runner.invoke(app, ["-m", "qwen3-8b", "--strategy", name, "-n", "4", "--json"])
+        if name in file_defined:
+            assert r.exit_code == 2 and "cannot predict its requests" in r.output, r.output
+            continue
         assert r.exit_code == 0, r.output
         assert json.loads(r.output)["strategy"] == name
 

@@ -36,7 +36,7 @@ from pydantic import Field, field_validator, model_validator
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import SamplingStrategyConfig
 from tts.search.base import Strategy, StrategyInputError, to_sample, vote
-from tts.types import Budget, Sample, Solution, Trace, Usage
+from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier
 from tts.verifiers.judge import JudgeConfig
 
@@ -189,6 +189,21 @@ class GenerativeVerification(Strategy):
             judge = self.config.verifier.model_copy(update={"votes": self.config.verifications})
             self._verifier = build_verifier(judge, self.generator)
         return self._verifier
+
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int,
+                         cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook (``tts cost``): one problem's requests with the default V, before running.
+
+        S = n solutions from one prompt, then V verifications of each: a verification request reads
+        the question and the solution plus about 30 tokens of judge instructions (not assumed to be
+        in the prefix cache), and writes as many tokens as a solution (lambda = 1 before any run has
+        measured it; the demo measured 0.75-0.86).
+        """
+        v = cls.config_class.model_fields["verifications"].default
+        shapes = [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)]
+        shapes += [RequestShape(prompt_tokens + gen_tokens + 30, 0, (gen_tokens,) * v) for _ in range(n)]
+        return shapes
 
     def close(self) -> None:
         """Close the judge (it owns an engine when it has a backend of its own)."""
