@@ -237,9 +237,9 @@ def test_1p5b_model_generates_on_vllm_cpu_and_gets_simple_arithmetic_right():
 
     questions = {"What is 7 + 7? Answer with just the number.": "14",
                  "What is 12 + 30? Answer with just the number.": "42"}
-    reqs = [GenerationRequest((Message("user", q),), n=2, max_tokens=8, temperature=0.0) for q in questions]
+    reqs = [GenerationRequest((Message("user", q),), max_tokens=8, temperature=0.0) for q in questions]
     with VLLMGenerator(VLLMBackendConfig(model="qwen2.5-coder-1.5b", max_model_len=512, kv_cache_gib=1)) as gen:
         results = gen.generate(reqs)
     for result, answer in zip(results, questions.values(), strict=True):
-        assert [c.text.strip() for c in result.completions] == [answer, answer]
-        assert 0 < result.usage.completion_tokens <= 16
+        assert [c.text.strip() for c in result.completions] == [answer]
+        assert 0 < result.usage.completion_tokens <= 8
