@@ -72,7 +72,7 @@ def test_instruct_suffix_optional():
 
 def test_every_shipped_config_loads():
     ids = shipped_model_ids()
-    assert len(ids) == 21
+    assert len(ids) == 22
     for hf_id in ids:
         arch = load_architecture(hf_id)
         assert arch.params >= arch.active_params > 0
@@ -105,3 +105,12 @@ def test_config_missing_keys_is_a_clear_error(tmp_path):
 def test_dtype_override():
     assert load_architecture("qwen3-8b").dtype_bytes == 2
     assert load_architecture("qwen3-8b", dtype_bytes=4).dtype_bytes == 4
+
+
+def test_the_second_embedded_model_is_priced_on_the_shape_it_runs_with():
+    # The alias of `tts models prepare qwen2.5-coder-1.5b`; its GGUF keeps the output projection
+    # apart from the embedding, so decode steps read both (1.78G weights, not 1.54G).
+    arch = load_architecture("qwen2.5-coder-1.5b")
+    assert arch.name == "Qwen/Qwen2.5-Coder-1.5B-Instruct" and not arch.tie_word_embeddings
+    assert (arch.layers, arch.kv_heads, arch.head_dim) == (28, 2, 128)
+    assert arch.params > load_architecture("qwen2.5-1.5b").params
