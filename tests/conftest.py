@@ -31,3 +31,15 @@ def vllm_generator():
 
     with VLLMGenerator(VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1)) as gen:
         yield gen
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of the 1.5B model run only when asked for by name (``-m model_1p5b``): a ``-m`` given
+    on the command line replaces the default one in ``addopts``, and ``-m 'not slow'`` alone must
+    not start a 1.5B engine."""
+    if "model_1p5b" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="needs the 1.5B model; run with -m model_1p5b")
+    for item in items:
+        if "model_1p5b" in item.keywords:
+            item.add_marker(skip)
