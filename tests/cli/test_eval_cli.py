@@ -218,3 +218,12 @@ def test_verifier_name_colon_model_sets_the_verifiers_model(tmp_path):
     opts.update(allocate=False, strategy=["beam"], n=[4], backend="scripted", verifier="prm:/models/my-prm")
     cfg = _config_from_options(opts, None)
     assert cfg.strategies[0].verifier.kind == "prm" and cfg.strategies[0].verifier.model == "/models/my-prm"
+
+
+def test_tts_strategies_lists_every_strategy_and_marks_required_settings():
+    from tts.registry import STRATEGIES
+
+    r = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["strategies"])
+    assert r.exit_code == 0, r.output
+    assert all(name in r.output for name in STRATEGIES.names())
+    assert "graph (required)" in r.output and "PydanticUndefined" not in r.output

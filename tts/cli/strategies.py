@@ -20,7 +20,8 @@ def strategies_command() -> None:
     table = Table("strategy", "settings (default)", "what it does", title="registered strategies")
     for name in STRATEGIES.names():
         cls = STRATEGIES.load(name)
-        fields = {k: f.default for k, f in cls.config_class.model_fields.items() if k != "kind"}
+        fields = {k: f for k, f in cls.config_class.model_fields.items() if k != "kind"}
         doc = (cls.config_class.__doc__ or cls.__doc__ or "").strip().splitlines()[0]
-        table.add_row(name, ", ".join(f"{k}={_shown(v)}" for k, v in fields.items()), doc)
+        shown = [f"{k} (required)" if f.is_required() else f"{k}={_shown(f.default)}" for k, f in fields.items()]
+        table.add_row(name, ", ".join(shown), doc)
     Console().print(table)
