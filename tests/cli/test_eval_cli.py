@@ -227,3 +227,13 @@ def test_tts_strategies_lists_every_strategy_and_marks_required_settings():
     assert r.exit_code == 0, r.output
     assert all(name in r.output for name in STRATEGIES.names())
     assert "graph (required)" in r.output and "PydanticUndefined" not in r.output
+
+
+def test_the_table_tells_configs_of_one_strategy_apart_by_their_settings(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("strategies: [{kind: best_of_n, n: 2}, {kind: best_of_n, n: 2, verifier: arithmetic}]\n"
+                      "backend: {kind: scripted}\ndata: {benchmark: demo, limit: 2}\n")
+    r = runner.invoke(app, ["eval", "--config", str(config), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.output.splitlines() if "best_of_n" in line]
+    assert len(rows) == 2 and sum("verifier=arithmetic" in line for line in rows) == 1
