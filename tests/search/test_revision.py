@@ -100,7 +100,8 @@ def test_the_answer_is_chosen_across_all_attempts_by_vote_or_by_verifier():
     assert by_vote.answer == "4" and by_vote.confidence == answers.count("4") / 16
     assert by_verifier.answer == "5" and by_verifier.confidence == 0.9
     assert by_verifier.trace.samples[by_verifier.trace.selected].answer == "5"
-    assert by_verifier.trace.scores == tuple(0.9 if a == "5" else 0.1 for a in
+    # (an attempt cut off before its answer gets the verifier's default score, 0.25)
+    assert by_verifier.trace.scores == tuple({"5": 0.9, "4": 0.1}.get(a, 0.25) for a in
                                              (s.answer for s in by_verifier.trace.samples))
     kept = [n for n in by_verifier.trace.tree if n["kept"]]
     assert kept and all(n["answer"] == "5" for n in kept)
@@ -158,7 +159,7 @@ def test_configs_that_would_ignore_a_setting_are_refused_with_what_to_change():
     with pytest.raises(ValidationError, match="critique_template must format"):
         RevisionConfig(n=4, verifier="arithmetic", critique=True, critique_template="{grade}")
     cfg = RevisionConfig(n=8, rounds=3, verifier="judge", select="verifier")
-    assert cfg.chains == 2 and cfg.label == "revision@8,rounds=3,select=verifier,verifier=judge"
+    assert cfg.chains == 2 and cfg.label == "revision@8,rounds=3,verifier=judge,select=verifier"
 
 
 def test_the_real_judge_critiques_with_the_policy_model_and_its_usage_is_counted():

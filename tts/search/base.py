@@ -40,6 +40,7 @@ from tts.verifiers.base import (
     VerifyItem,
     build_verifier,
     clean_score,
+    score_or_fallback,
 )
 
 logger = logging.getLogger(__name__)
@@ -245,15 +246,8 @@ class SamplingStrategy(Strategy):
             return [None] * len(problems)
         items = [VerifyItem(p, (c.text,), finished=True, logprobs=(c.mean_logprob,))
                  for p, r in zip(problems, results, strict=True) for c in r.completions]
-        events: dict[str, int] = {}
-        try:
-            scored = verifier.score(items)
-            if len(scored) != len(items):
-                raise RuntimeError(f"verifier {verifier.name} returned {len(scored)} scores for {len(items)} items")
-        except Exception as exc:  # a broken verifier scores its candidates lowest; the run goes on
-            logger.warning("verifier %s failed on %d samples (%s); they score 0", verifier.name, len(items), exc)
-            scored = [VerifierScore((), 0.0) for _ in items]
-            events["verifier_error"] = 1
+        scored, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "samples")  # failed: lowest
+        events: dict[str, int] = {"verifier_error": 1} if failed else {}
         out: list[ScoredDraw | None] = []
         it = iter(scored)
         for r in results:

@@ -34,10 +34,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tts.backends.base import GenerationRequest, derive_seed
-from tts.config import SamplingStrategyConfig
+from tts.config import SamplingStrategyConfig, changed_settings, setting_text
 from tts.search.base import Strategy, StrategyInputError, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
-from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier
+from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier, score_or_fallback
 from tts.verifiers.judge import JudgeConfig
 
 logger = logging.getLogger(__name__)
@@ -78,15 +78,13 @@ class GenerativeVerificationConfig(SamplingStrategyConfig):
 
     @property
     def label(self) -> str:
-        """``generative_verification@S,verifications=V``, then settings that differ from their defaults."""
+        """``generative_verification@S,verifications=V`` (V always shown: it sets the cost), then the
+        settings that differ from their defaults, as every strategy's label shows them."""
         parts = [f"{self.kind}@{self.n}", f"verifications={self.verifications}"]
-        if self.select != "score":
-            parts.append(f"select={self.select}")
-        judge = {k: v for k, v in self.verifier.model_dump(exclude={"kind", "votes"}).items()
-                 if v != JudgeConfig.model_fields[k].default}
-        if judge:
-            parts.append("verifier=judge(" + ",".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
-                                                      for k, v in sorted(judge.items())) + ")")
+        for key, value in changed_settings(self, skip=("kind", "n", "verifications")).items():
+            shown = setting_text(value)
+            if key != "verifier" or shown != "judge":  # the default judge goes unsaid
+                parts.append(f"{key}={shown}")
         return ",".join(parts)
 
 
@@ -256,15 +254,9 @@ class GenerativeVerification(Strategy):
         """One verifier call for every solution; a verifier that raises scores all 0.5 (no evidence), counted."""
         items = [VerifyItem(p, (s.text,), finished=True) for p, mine in zip(problems, samples, strict=True)
                  for s in mine]
-        try:
-            scored = self.verifier.score(items)
-            if len(scored) != len(items):
-                raise RuntimeError(f"the verifier returned {len(scored)} scores for {len(items)} solutions")
-        except Exception as exc:  # a broken verifier must not end the run: no verdicts, the event counted
-            logger.warning("%s: verification of %d solutions failed (%s); every solution scores 0.5",
-                           self.name, len(items), exc)
-            return [VerifierScore((), 0.5, invalid=1) for _ in items], {"verifier_error": 1}
-        return list(scored), {}
+        # A broken verifier gives no verdicts: every solution scores 0.5 (no evidence either way).
+        scored, failed = score_or_fallback(self.verifier, items, VerifierScore((), 0.5, invalid=1), "solutions")
+        return scored, {"verifier_error": 1} if failed else {}
 
     def _select(self, problem_id: str, samples: Sequence[Sample], solve_usage: Usage,
                 verdicts: Sequence[VerifierScore], events: dict[str, int]) -> Solution:

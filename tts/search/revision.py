@@ -22,7 +22,6 @@ one shorter chain. Verifier usage is added to each problem's usage.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +34,14 @@ from tts.backends.base import Completion, GenerationRequest, Generator, Message,
 from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig
 from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
-from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier, clean_score
+from tts.verifiers.base import (
+    Verifier,
+    VerifierScore,
+    VerifyItem,
+    build_verifier,
+    clean_score,
+    score_or_fallback,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,21 +96,6 @@ class RevisionConfig(StrategyConfigBase):
     def chains(self) -> int:
         """S, the parallel chains."""
         return self.n // (self.rounds + 1)
-
-    @property
-    def label(self) -> str:
-        """``revision@8``; settings that differ from their defaults follow (``revision@8,rounds=3,select=verifier``)."""
-        parts = [f"{self.kind}@{self.n}"]
-        for key, field in type(self).model_fields.items():
-            value = getattr(self, key)
-            if key in ("kind", "n", "verifier") or value == field.default:
-                continue
-            if isinstance(value, str) and len(value) > 16:  # prompt texts: a short digest keeps labels distinct
-                value = "#" + hashlib.sha256(value.encode()).hexdigest()[:6]
-            parts.append(f"{key}={value}")
-        if self.verifier is not None:
-            parts.append(f"verifier={self.verifier.kind}")
-        return ",".join(parts)
 
 
 def plan_attempts(chains: int, rounds: int, allowed: int) -> tuple[int, int]:
@@ -206,13 +197,8 @@ class Revision(Strategy):
         if verifier is None or not todo:
             return [None] * len(todo), [Usage()] * len(todo)
         items = [VerifyItem(problems[i], (c.text,), finished=True, logprobs=(c.mean_logprob,)) for i, c in todo]
-        try:
-            scored = verifier.score(items)
-            if len(scored) != len(items):
-                raise RuntimeError(f"verifier {verifier.name} returned {len(scored)} scores for {len(items)} items")
-        except Exception as exc:  # a broken verifier scores the round lowest; the run goes on
-            logger.warning("verifier %s failed on %d attempts (%s); they score 0", verifier.name, len(items), exc)
-            scored = [VerifierScore((), 0.0) for _ in items]
+        scored, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "attempts")  # failed: lowest
+        if failed:
             for i in {i for i, _ in todo}:
                 events[i]["verifier_error"] = events[i].get("verifier_error", 0) + 1
         scores: list[float | None] = []

@@ -10,12 +10,15 @@ one broken verifier call cannot decide a search.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from tts.types import Problem, Usage
+
+logger = logging.getLogger(__name__)
 
 Aggregation = Literal["last", "min", "prod", "mean"]
 """How step scores become one solution score (Lightman et al. 2023 use ``prod``/``min``;
@@ -95,6 +98,24 @@ def aggregate(step_scores: Sequence[float], how: Aggregation) -> float:
     if how == "mean":
         return float(sum(step_scores) / len(step_scores))
     raise ValueError(f"aggregation must be one of last, min, prod, mean; got {how!r}")
+
+
+def score_or_fallback(verifier: Verifier, items: Sequence[VerifyItem], fallback: VerifierScore,
+                      what: str = "items") -> tuple[list[VerifierScore], bool]:
+    """Score ``items`` in ONE verifier call, without letting a broken verifier end the run.
+
+    A verifier that raises, or returns a different number of scores than items, gives every item
+    ``fallback``; the second value is then True, so the caller can count a ``verifier_error`` event.
+    """
+    try:
+        scored = list(verifier.score(items))
+        if len(scored) != len(items):
+            raise RuntimeError(f"it returned {len(scored)} scores for {len(items)} {what}")
+        return scored, False
+    except Exception as exc:  # any failure of a user's verifier: the run goes on without its evidence
+        logger.warning("verifier %s failed on %d %s (%s); each scores %g", getattr(verifier, "name", "?"),
+                       len(items), what, exc, fallback.score)
+        return [fallback] * len(items), True
 
 
 def build_verifier(config: object, generator: object) -> Verifier:
