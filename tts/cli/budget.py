@@ -71,6 +71,14 @@ def simulate(
     tolerance: float = typer.Option(0.0, "--tolerance", min=0.0,
                                     help="Match uniform accuracy up to this many accuracy points."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    strategies: str | None = typer.Option(None, "--strategies",
+                                          help="Also replay allocation across selection rules, comma-separated: vote "
+                                               "(= self_consistency), best_of_n and weighted_vote (need pool scores), "
+                                               "shortest (needs token counts); JSON key 'strategies'."),
+    budget_unit: str = typer.Option("tokens", "--budget-unit",
+                                    help="--strategies: cost unit, tokens, eflops, gpu_seconds, dollars (priced on --gpu "
+                                         "with the pool model's architecture) or samples (pools without token counts)."),
+    gpu: str = typer.Option("h100", "--gpu", help="--strategies: GPU that prices eflops / gpu_seconds / dollars."),
 ) -> None:
     """Replay uniform self-consistency and the allocator on a sample pool, at matched accuracy.
 
@@ -87,6 +95,14 @@ def simulate(
 
     err = Console(stderr=True)
     target_n = _parse_target(target)
+    rules = None
+    if strategies is not None:
+        from tts.budgets.strategy_curves import UnknownRuleError, parse_rules
+
+        try:
+            rules = parse_rules(strategies)
+        except UnknownRuleError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--strategies") from None
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
     try:
         if pool.is_dir() or pool.name == "results.jsonl":
@@ -107,15 +123,30 @@ def simulate(
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
                              folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
                              tolerance=tolerance)
-        result = run_simulation(sample_pool[model], cfg)
+        result = run_simulation(sample_pool[model], cfg) if sample_pool[model].has_tokens or rules is None else None
+        cross = None
+        if rules is not None:
+            from tts.budgets.cross_allocator import make_pricer
+            from tts.budgets.cross_replay import CrossConfig, cross_replay
+
+            pricer = make_pricer(budget_unit, model, gpu)
+            cross = cross_replay(sample_pool[model], CrossConfig(rules=rules, target_n=target_n, orderings=orderings,
+                                                                 seed=seed, folds=folds, pilot=pilot, tolerance=tolerance),
+                                 pricer)
     except (PoolError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
 
     if as_json:
-        out = result.to_json()
+        out = result.to_json() if result is not None else {"model": model}
         out["note"] = note
+        if cross is not None:
+            out["strategies"] = cross.to_json()
         typer.echo(json.dumps(out))
+        return
+    if cross is not None:
+        _print_cross(cross)
+    if result is None:
         return
     from rich import box
 
@@ -137,3 +168,23 @@ def simulate(
                     "these); same tokens: its accuracy on uniform's token budget.")
     Console().print("Decisions use answers, token counts and curves fitted on other problems only; "
                     "the pool's `correct` field only grades the outcome.")
+
+
+def _print_cross(cross) -> None:
+    """The cross-strategy replay as a table: each allocator against the best single rule."""
+    from rich.console import Console
+    from rich.table import Table
+
+    u = cross.uniform[cross.best_single]
+    table = Table(title=f"{cross.model}: strategies {', '.join(cross.rules)} vs the best single one "
+                        f"({cross.best_single}@{cross.target_n}), cost in {cross.unit}")
+    for col in ("", "cost", "accuracy", "saved (x)"):
+        table.add_column(col, justify="left" if not col else "right")
+    table.add_row(f"uniform {cross.best_single}@{cross.target_n}", f"{u['cost'].mean:.4g}", _fmt_iv(u["acc"], ".3f"), "1")
+    for name, m in cross.allocators.items():
+        label = "allocator, all strategies" if name == "cross" else f"allocator, {name} only"
+        table.add_row(f"{label}, same cost", f"{m.tokens_at_uniform_budget.mean:.4g}",
+                      _fmt_iv(m.acc_at_uniform_tokens, ".3f"), _fmt_iv(m.token_ratio, ".2f"))
+    Console().print(table)
+    Console().print("saved: best single strategy's cost / the cost at which the allocator first matches its accuracy. "
+                    "Rules chosen at that cost: " + ", ".join(f"{r} {s:.0%}" for r, s in cross.chosen.items()))

@@ -1,0 +1,412 @@
+"""Choose a selection rule AND a sample count per problem under one total budget.
+
+The plan of a ``strategy="auto"`` run and of the cross-strategy replay
+(:mod:`tts.budgets.cross_replay`). Snell et al. (2024, "Scaling LLM Test-Time Compute Optimally",
+Sec. 3.2) pick the strategy per difficulty bin; here each problem's options are every
+(rule, n) with n on a ladder starting at the pilot size k, and :func:`greedy_allocate` takes hull
+segments across all problems' options by expected accuracy gained per unit cost (a
+multiple-choice knapsack; see :mod:`tts.budgets.allocator`):
+
+1. Pilot: k samples per problem (they are kept: every rule here aggregates independent samples,
+   so the pilot serves whichever rule is chosen).
+2. Difficulty from run-time pilot features (:func:`tts.budgets.difficulty.pilot_features`:
+   agreement, no-answer share, log mean length), either the pilot agreement itself or a logistic
+   model fitted on calibration problems; quantile bins fitted on the calibration problems.
+3. Per (rule, bin), an accuracy-vs-n curve replayed on the calibration problems (a past run or
+   pool: other problems than the ones planned; the replay cross-fits by folds instead).
+4. Cost of an option from the cost model (:class:`Pricer`): its extra n - k samples at the
+   problem's predicted length (the mean of its pilot samples), in tokens, Kinetics eFLOPs,
+   GPU-seconds (roofline seconds x the measured efficiency factor of ``tts cost calibrate
+   --engine``) or dollars; score-based rules add a verifier pass per sample when the verifier's
+   architecture is given (logprob scores come free with generation).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from tts.benchmarks.pool import ModelPool
+from tts.budgets import difficulty as dif
+from tts.budgets.allocator import (
+    DEFAULT_LADDER,
+    AccuracyCurve,
+    BudgetTooSmallError,
+    CalibrationError,
+    check_budget,
+    greedy_allocate,
+)
+from tts.budgets.cost_model import CostModel
+from tts.budgets.replay import random_orders
+from tts.budgets.strategy_curves import RULES, curve_for, fit_rule_curves, rule_outcomes
+
+logger = logging.getLogger(__name__)
+
+Unit = Literal["tokens", "eflops", "gpu_seconds", "dollars", "samples"]
+UNITS: tuple[str, ...] = ("tokens", "eflops", "gpu_seconds", "dollars", "samples")
+"""Budget units; ``samples`` (one per sample drawn, verifier passes free) is for pools without token counts."""
+Difficulty = Literal["pilot", "learned"]
+
+
+# --- cost -------------------------------------------------------------------------------------------
+
+
+def efficiency_from_report(path: str | Path) -> float:
+    """The efficiency factor (measured / roofline seconds) from ``tts cost calibrate --engine --json``.
+
+    Raises:
+        ValueError: The file has no ``engine.median_ratio`` (run the calibration with ``--engine``).
+    """
+    data = json.loads(Path(path).read_text())
+    try:
+        value = float(data["engine"]["median_ratio"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path} has no engine.median_ratio; write it with `tts cost calibrate --engine --json "
+                         f"> {path}`") from None
+    if not value > 0:
+        raise ValueError(f"{path}: engine.median_ratio is {value}; it must be a positive factor")
+    return value
+
+
+@dataclass(frozen=True)
+class Pricer:
+    """Prices generation (and verifier passes) in one budget unit.
+
+    Args:
+        unit: tokens (generated + uncached prompt tokens), eflops (Kinetics), gpu_seconds
+            (roofline seconds x ``efficiency``) or dollars (those seconds at ``usd_per_hour``).
+        cost_model: The generator's cost model (needed for every unit but tokens).
+        efficiency: Measured seconds per roofline second (``tts cost calibrate --engine``'s median
+            ratio); multiplies gpu_seconds and dollars, not eFLOPs (a FLOP count, not a time).
+        usd_per_hour: Price of the GPU, for dollars.
+        verifier: Cost model of a verifier that reads each scored sample once (one prefill of prompt
+            plus sample); None = scores come with generation (mean logprob).
+    """
+
+    unit: Unit = "tokens"
+    cost_model: CostModel | None = None
+    efficiency: float = 1.0
+    usd_per_hour: float | None = None
+    verifier: CostModel | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown budget unit {self.unit!r}; use one of {', '.join(UNITS)}")
+        if self.unit not in ("tokens", "samples") and self.cost_model is None:
+            raise ValueError(f"budget unit {self.unit} needs the model's cost model (its architecture and a GPU)")
+        if self.unit == "dollars" and self.usd_per_hour is None:
+            raise ValueError("budget unit dollars needs the GPU's price per hour")
+        if not self.efficiency > 0:
+            raise ValueError(f"efficiency must be a positive factor, got {self.efficiency}")
+
+    def _convert(self, cost: Any) -> float:
+        if self.unit == "eflops":
+            return float(cost.eflops)
+        seconds = float(cost.seconds) * self.efficiency
+        return seconds if self.unit == "gpu_seconds" else seconds / 3600.0 * float(self.usd_per_hour or 0.0)
+
+    def request(self, prompt_tokens: int, lengths: Sequence[int], cached: int = 0) -> float:
+        """One request of ``len(lengths)`` samples sharing a prompt."""
+        if not len(lengths):
+            return 0.0
+        if self.unit == "samples":
+            return float(len(lengths))
+        if self.unit == "tokens":
+            return float(sum(lengths) + prompt_tokens - cached)
+        assert self.cost_model is not None
+        return self._convert(self.cost_model.cost_request(int(prompt_tokens), [int(x) for x in lengths], int(cached)))
+
+    def verify(self, prompt_tokens: int, lengths: Sequence[int]) -> float:
+        """A verifier pass over each sample (0 without a verifier cost model)."""
+        if self.verifier is None or not len(lengths) or self.unit == "samples":
+            return 0.0
+        if self.unit == "tokens":
+            return float(sum(prompt_tokens + x for x in lengths))
+        return sum(self._convert(self.verifier.cost_request(int(prompt_tokens + x), [])) for x in lengths)
+
+    def option(self, rule: str, prompt_tokens: int, length: float, k: int, n: int) -> float:
+        """Expected cost of taking a problem from its k pilot samples to n under ``rule``: the
+        n - k extra samples at the predicted ``length`` (prompt served from the prefix cache),
+        plus a verifier pass over all n when the rule reads scores."""
+        m = max(1, int(round(length)))
+        extra = self.request(prompt_tokens, [m] * (n - k), cached=prompt_tokens) if n > k else 0.0
+        return extra + (self.verify(prompt_tokens, [m] * n) if RULES[rule].needs_scores else 0.0)
+
+
+def make_pricer(unit: str, model: str | None = None, gpu: str = "h100", efficiency: float = 1.0,
+                prices: Mapping[str, float] | None = None, verifier_model: str | None = None) -> Pricer:
+    """A :class:`Pricer` for a tts model name on a named GPU.
+
+    Raises:
+        ValueError: Unknown unit, architecture, GPU or price (the message says what to pass).
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unknown budget unit {unit!r}; use one of {', '.join(UNITS)}")
+    if unit in ("tokens", "samples"):
+        return Pricer(unit)  # type: ignore[arg-type]
+    from tts.budgets.ledger import cost_model_for
+    from tts.budgets.prices import usd_per_hour
+
+    if model is None:
+        raise ValueError(f"budget unit {unit} needs the model (its architecture prices the work)")
+    cm = cost_model_for(model, gpu)
+    ver = cost_model_for(verifier_model, gpu) if verifier_model else None
+    usd = usd_per_hour(gpu, prices) if unit == "dollars" else None
+    return Pricer(unit, cm, efficiency, usd, ver)  # type: ignore[arg-type]
+
+
+# --- calibration --------------------------------------------------------------------------------------
+
+
+def ladder(k: int, n_max: int, steps: Sequence[int] = DEFAULT_LADDER) -> list[int]:
+    """Sample counts from the pilot size k up to n_max: k, the ladder's values between, n_max."""
+    return sorted({n for n in steps if k < n <= n_max} | {k, n_max})
+
+
+def pilot_feature_rows(answers: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Run-time difficulty features of ``(P, k)`` answer ids and token counts (no scores, so a live
+    pilot without logprobs and a calibration run with them give the same columns)."""
+    return dif.pilot_features(np.asarray(answers), np.asarray(tokens, dtype=float))
+
+
+@dataclass(frozen=True, eq=False)
+class Calibration:
+    """Difficulty model, bin edges and per-(rule, bin) curves fitted on calibration problems."""
+
+    rules: tuple[str, ...]
+    pilot: int
+    ns: tuple[int, ...]
+    difficulty: Difficulty
+    edges: np.ndarray
+    curves: dict[tuple[str, int], AccuracyCurve]
+    estimator: dif.LearnedDifficulty | None = None
+    mean_tokens: float = float("nan")
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """Difficulty score per row of features (higher = easier)."""
+        f = np.asarray(features, dtype=float)
+        return f[:, 0] if self.estimator is None else self.estimator.predict(f)
+
+    def bins(self, features: np.ndarray) -> np.ndarray:
+        """Difficulty bin per row of features."""
+        return dif.assign_bins(self.scores(features), self.edges)
+
+    def accuracy(self, bins: np.ndarray) -> np.ndarray:
+        """``(P, len(rules) * len(ns))`` expected accuracy of each option (rule-major)."""
+        out = np.empty((len(bins), len(self.rules) * len(self.ns)))
+        for i, b in enumerate(np.asarray(bins).tolist()):
+            out[i] = np.concatenate([curve_for(self.curves, r, int(b)).accuracy for r in self.rules])
+        return out
+
+    def options(self) -> list[tuple[str, int]]:
+        """The (rule, n) options, in the column order of :meth:`accuracy`."""
+        return [(r, n) for r in self.rules for n in self.ns]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary (edges and curves) for plan files and traces."""
+        return {"rules": list(self.rules), "pilot": self.pilot, "ns": list(self.ns), "difficulty": self.difficulty,
+                "edges": [float(e) for e in self.edges],
+                "curves": {f"{r}/bin{b}": dict(zip(map(str, c.ns), np.round(c.accuracy, 4).tolist()))
+                           for (r, b), c in sorted(self.curves.items())}}
+
+
+def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[int], *, orders: np.ndarray,
+              outcomes: Mapping[str, np.ndarray] | None = None, problems: np.ndarray | None = None,
+              difficulty: Difficulty = "learned", n_bins: int = 5) -> Calibration:
+    """Fit difficulty, bins and per-(rule, bin) curves on ``problems`` of ``pool`` (default all).
+
+    Args:
+        pool: Calibration samples, graded.
+        rules: Selection rules to fit curves for.
+        pilot: k, the pilot samples whose features bin a problem.
+        ns: Sample counts of the curves (k first).
+        orders: ``(R, P, S)`` random orderings of the pool's samples.
+        outcomes: Precomputed :func:`rule_outcomes` for these orders (the replay shares them).
+        problems: Indices of the calibration problems (the replay passes the other folds).
+        difficulty: "pilot" (agreement) or "learned" (logistic model on pilot features).
+        n_bins: Quantile bins.
+    """
+    idx = np.arange(pool.n_problems) if problems is None else np.asarray(problems)
+    if len(idx) == 0:
+        raise CalibrationError("the calibration source has no problems")
+    n_top = max(ns)
+    if outcomes is None:
+        outcomes = rule_outcomes(pool, orders, rules, n_top)
+    r_n = orders.shape[0]
+    p_idx = idx[:, None]
+    feats = np.concatenate([pilot_feature_rows(pool.answers[p_idx, o[idx, :pilot]],
+                                               np.nan_to_num(pool.tokens[p_idx, o[idx, :pilot]]))
+                            for o in orders])
+    est = None
+    if difficulty == "learned":
+        est = dif.LearnedDifficulty(l2=1.0).fit(feats, np.tile(pool.pass_rate()[idx], r_n))
+        s = est.predict(feats)
+    else:
+        s = feats[:, 0]
+    edges = dif.quantile_edges(s, n_bins)
+    bins = dif.assign_bins(s, edges)
+    table = {r: np.asarray(outcomes[r])[:, idx].reshape(-1, np.asarray(outcomes[r]).shape[-1]) for r in rules}
+    curves = fit_rule_curves(table, bins, ns)
+    mean_tok = float(np.nanmean(np.where(pool.mask[idx], pool.tokens[idx], np.nan))) if pool.has_tokens else float("nan")
+    return Calibration(tuple(rules), pilot, tuple(int(n) for n in ns), difficulty, edges, curves, est, mean_tok)
+
+
+# --- planning -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The plan of one problem and why.
+
+    Args:
+        problem_id: The problem.
+        rule: Selection rule chosen (:data:`~tts.budgets.strategy_curves.RULES`).
+        strategy: The registered strategy that runs it (None for pool-only rules).
+        n: Total samples (pilot included).
+        bin: Difficulty bin (0 = easiest).
+        difficulty: The difficulty score (estimated pass rate, or pilot agreement).
+        predicted_length: Predicted generated tokens per sample (mean of the pilot).
+        expected_accuracy: The chosen option's accuracy on its bin's curve.
+        expected_cost: Its expected cost beyond the pilot, in the plan's unit.
+        pilot_accuracy: The best rule's expected accuracy with the pilot alone.
+        gain_per_cost: (expected_accuracy - pilot_accuracy) / expected_cost; 0 when nothing was added.
+        alternatives: Each rule's expected accuracy at the chosen n (what the others would give).
+    """
+
+    problem_id: str
+    rule: str
+    strategy: str | None
+    n: int
+    bin: int
+    difficulty: float
+    predicted_length: float
+    expected_accuracy: float
+    expected_cost: float
+    pilot_accuracy: float
+    gain_per_cost: float
+    alternatives: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (for a trace or a plan file)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class CrossPlan:
+    """One plan per problem, the budget it was made under and the calibration it used."""
+
+    choices: list[Choice]
+    unit: str
+    budget: float
+    calibration: Calibration
+
+    @property
+    def expected_cost(self) -> float:
+        """Expected cost of everything beyond the pilot."""
+        return float(sum(c.expected_cost for c in self.choices))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready plan file."""
+        return {"unit": self.unit, "budget": self.budget, "expected_cost": self.expected_cost,
+                "calibration": self.calibration.to_json(), "problems": [c.to_json() for c in self.choices]}
+
+
+def option_costs(pricer: Pricer, options: Sequence[tuple[str, int]], prompt_tokens: Sequence[int],
+                 lengths: Sequence[float], k: int) -> np.ndarray:
+    """``(P, options)`` expected cost beyond the pilot of every option of every problem."""
+    cache: dict[tuple[str, int, int, int], float] = {}
+    out = np.empty((len(lengths), len(options)))
+    for i, (pt, length) in enumerate(zip(prompt_tokens, lengths, strict=True)):
+        m = max(1, int(round(float(length))))
+        for j, (rule, n) in enumerate(options):
+            key = (rule, int(pt), m, n)
+            if key not in cache:
+                cache[key] = pricer.option(rule, int(pt), m, k, n)
+            out[i, j] = cache[key]
+    return out
+
+
+def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequence[int],
+           lengths: Sequence[float], calibration: Calibration, pricer: Pricer, budget: float) -> CrossPlan:
+    """Plan (rule, n) per problem from pilot features within ``budget`` (beyond the pilot).
+
+    Raises:
+        BudgetTooSmallError: A negative budget (the pilot already cost more than the total);
+            the message gives the minimum.
+    """
+    k = calibration.pilot
+    options = calibration.options()
+    bins = calibration.bins(features)
+    scores = calibration.scores(features)
+    accs = calibration.accuracy(bins)
+    costs = option_costs(pricer, options, prompt_tokens, lengths, k)
+    if budget < 0:
+        raise BudgetTooSmallError(f"the pilot already cost {-budget:.6g} {pricer.unit} more than the budget; raise "
+                                  f"the budget by at least that much, or lower the pilot", -float(budget))
+    if budget == 0:
+        choice = np.lexsort((-accs, costs), axis=1)[:, 0]
+    else:
+        check_budget(budget, costs.min(axis=1), pricer.unit)
+        choice = greedy_allocate(costs, accs, budget)
+    at_k = [j for j, (_, n) in enumerate(options) if n == k]
+    out = []
+    for i, pid in enumerate(problem_ids):
+        j = int(choice[i])
+        rule, n = options[j]
+        base = float(accs[i, at_k].max())
+        cost = float(costs[i, j])
+        alts = {r: float(accs[i, options.index((r, n))]) for r in calibration.rules}
+        out.append(Choice(str(pid), rule, RULES[rule].strategy, n, int(bins[i]), float(scores[i]), float(lengths[i]),
+                          float(accs[i, j]), cost, base, (float(accs[i, j]) - base) / cost if cost > 0 else 0.0, alts))
+    logger.info("cross plan: %d problems, %.6g of %.6g %s; rules %s", len(out), sum(c.expected_cost for c in out),
+                budget, pricer.unit, {r: sum(c.rule == r for c in out) for r in calibration.rules})
+    return CrossPlan(out, pricer.unit, float(budget), calibration)
+
+
+def plan_from_pilot(problem_ids: Sequence[str], pilot_answers: Sequence[Sequence[str | None]],
+                    pilot_tokens: Sequence[Sequence[int]], prompt_tokens: Sequence[int], calibration_pool: ModelPool,
+                    rules: Sequence[str], budget: float, pricer: Pricer, *, n_max: int = 64,
+                    difficulty: Difficulty = "learned", n_bins: int = 5, orderings: int = 8, seed: int = 0) -> CrossPlan:
+    """Live planning: calibrate on a past run or pool (other problems), then :func:`choose`.
+
+    Args:
+        problem_ids: The live problems.
+        pilot_answers: Per problem, the (normalised) answers of its k pilot samples.
+        pilot_tokens: Per problem, the generated tokens of each pilot sample.
+        prompt_tokens: Per problem, its prompt length.
+        calibration_pool: Graded samples of the same model on other problems.
+        rules: Selection rules to choose from.
+        budget: What may be spent beyond the pilot, in ``pricer.unit``.
+        pricer: Prices options.
+        n_max: Most samples per problem (capped at the calibration's fewest samples per problem).
+
+    Raises:
+        CalibrationError: The calibration source lacks a rule's scores, or has too few samples.
+        BudgetTooSmallError: See :func:`choose`.
+    """
+    from tts.budgets.offline_plan import _answer_ids
+
+    k = len(pilot_answers[0]) if pilot_answers else 0
+    if k < 1 or any(len(a) != k for a in pilot_answers):
+        raise ValueError("every problem needs the same number (>= 1) of pilot samples")
+    have = int(calibration_pool.counts.min())
+    if have < k + 1:
+        raise CalibrationError(f"the calibration source has only {have} samples for some problem; it needs more than "
+                               f"the pilot's {k} (calibrate on a run with more samples, or lower the pilot)")
+    shared = set(map(str, problem_ids)) & set(calibration_pool.problem_ids)
+    if shared:
+        logger.warning("%d of %d problems are also calibration problems; their plans saw their own grades, so do "
+                       "not report the result as achievable", len(shared), len(problem_ids))
+    ns = ladder(k, min(n_max, have))
+    orders = random_orders(calibration_pool.mask, orderings, np.random.default_rng(seed))
+    cal = calibrate(calibration_pool, rules, k, ns, orders=orders, difficulty=difficulty, n_bins=n_bins)
+    feats = pilot_feature_rows(_answer_ids(pilot_answers, k), np.asarray(pilot_tokens, dtype=float))
+    lengths = [float(np.mean(t)) if len(t) else cal.mean_tokens for t in pilot_tokens]
+    return choose(problem_ids, feats, prompt_tokens, lengths, cal, pricer, budget)
+

@@ -1,0 +1,169 @@
+"""Accuracy of several selection rules, per problem and sample count, replayed from a sample pool.
+
+The cross-strategy allocator (:mod:`tts.budgets.cross_allocator`) chooses, per problem, a
+selection rule and a sample count. The rules a pool can replay are those that aggregate
+independent samples; each maps to the registered strategy a live run uses:
+
+========================  =====================  ===============================================
+rule (``--strategies``)   live strategy          what it picks among n samples
+========================  =====================  ===============================================
+``vote``                  ``self_consistency``   the most frequent answer
+``best_of_n``             ``best_of_n``          the answered sample with the highest score
+``weighted_vote``         ``weighted_vote``      the answer with the most score weight
+``shortest``              (pool only)            the shortest answered sample (Hassid et al.
+                                                 2025, "Don't Overthink It"): a score-free
+                                                 rule, the score being minus its length
+========================  =====================  ===============================================
+
+``self_consistency`` is accepted as a name for ``vote``. Scores are the pool's ``score`` field (a
+verifier's, or the mean token logprob of a past ``tts eval`` run, which is what best_of_n and
+weighted_vote use without a verifier). Weights of weighted_vote follow ``tts sweep``'s
+``weighting="auto"``: the score itself when every score lies in [0, 1], else exp(score).
+
+Outcomes come from :mod:`tts.eval.pool_draws` (ties share credit: the expectation over a random
+tie-break). ``correct`` only grades the chosen answer; it decides nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tts.benchmarks.pool import ModelPool
+from tts.budgets.allocator import AccuracyCurve, CalibrationError
+from tts.eval.pool_draws import best_score_outcomes, vote_outcomes, vote_weights
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """A selection rule: the live strategy that runs it (None: pool only) and what it needs."""
+
+    strategy: str | None
+    needs_scores: bool
+    needs_tokens: bool = False
+
+
+RULES: dict[str, RuleInfo] = {
+    "vote": RuleInfo("self_consistency", False),
+    "best_of_n": RuleInfo("best_of_n", True),
+    "weighted_vote": RuleInfo("weighted_vote", True),
+    "shortest": RuleInfo(None, False, True),
+}
+ALIASES = {"self_consistency": "vote", "majority": "vote", "best_score": "best_of_n"}
+
+
+class UnknownRuleError(ValueError):
+    """A name in ``--strategies`` that is no selection rule; the message lists the valid ones."""
+
+
+def parse_rules(value: str | Iterable[str]) -> tuple[str, ...]:
+    """Rule names from ``"vote,best_of_n"`` or a list; aliases resolved, order kept, no repeats.
+
+    Raises:
+        UnknownRuleError: A name that is not a rule (the message lists the valid ones).
+    """
+    names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value) if v.strip()]
+    if not names:
+        raise UnknownRuleError(f"give at least one selection rule; valid: {', '.join(RULES)}")
+    out: list[str] = []
+    for name in names:
+        rule = ALIASES.get(name, name)
+        if rule not in RULES:
+            raise UnknownRuleError(f"unknown strategy {name!r} in --strategies; valid: {', '.join(RULES)} "
+                                   f"(self_consistency is another name for vote)")
+        if rule not in out:
+            out.append(rule)
+    return tuple(out)
+
+
+def rule_of_strategy(strategy: str) -> str:
+    """The rule a registered strategy name replays as (``self_consistency`` -> ``vote``)."""
+    return parse_rules([strategy])[0]
+
+
+def check_pool_supports(pool: ModelPool, rules: Sequence[str], source: str = "the calibration source") -> None:
+    """Raise unless ``pool`` has what every rule needs (scores, token counts), naming what is missing.
+
+    Raises:
+        CalibrationError: e.g. "best_of_n needs a score for every sample; ... has none".
+    """
+    for rule in rules:
+        info = RULES[rule]
+        answered = pool.mask & (pool.answers >= 0)
+        if info.needs_scores and not np.all(np.isfinite(pool.scores[answered])):
+            raise CalibrationError(
+                f"{source} (model {pool.model}) has no score for some samples, which strategy {rule!r} needs; "
+                f"drop {rule} from the strategies, or calibrate on a run that recorded scores (a tts eval/sweep "
+                "run of best_of_n or weighted_vote records each sample's mean logprob)")
+        if info.needs_tokens and not pool.has_tokens:
+            raise CalibrationError(f"{source} (model {pool.model}) has samples without num_tokens, which strategy "
+                                   f"{rule!r} needs; drop it from the strategies")
+
+
+def _weighting(scores: np.ndarray) -> str:
+    finite = scores[np.isfinite(scores)]
+    return "score" if finite.size and finite.min() >= 0.0 and finite.max() <= 1.0 else "exp"
+
+
+def rule_outcomes(pool: ModelPool, orders: np.ndarray, rules: Sequence[str], n_max: int) -> dict[str, np.ndarray]:
+    """Per rule, the (tie-shared) correctness of its choice among the first n samples of each ordering.
+
+    Args:
+        pool: One model's samples.
+        orders: ``(R, P, S)`` slot indices, a random permutation of each problem's real samples
+            (:func:`tts.budgets.replay.random_orders`).
+        rules: Rule names (:data:`RULES`).
+        n_max: Longest prefix; at most the fewest samples of any problem.
+
+    Returns:
+        Rule -> ``(R, P, n_max)`` floats in [0, 1]; index t is the prefix of t + 1 samples.
+    """
+    if n_max > int(pool.counts.min()):
+        raise CalibrationError(f"{n_max} samples per problem requested but some problem of {pool.model} has only "
+                               f"{int(pool.counts.min())}; lower the largest n")
+    check_pool_supports(pool, rules)
+    o = np.ascontiguousarray(np.asarray(orders)[:, :, :n_max].transpose(2, 0, 1))  # (n, R, P)
+    out = {}
+    for rule in rules:
+        if rule == "vote":
+            res = vote_outcomes(pool, o)
+        elif rule == "weighted_vote":
+            res = vote_outcomes(pool, o, vote_weights(pool, _weighting(pool.scores[pool.mask])))
+        elif rule == "best_of_n":
+            res = best_score_outcomes(pool, o)
+        else:  # shortest: the score is minus the length
+            res = best_score_outcomes(pool, o, scores=np.where(pool.mask, -np.nan_to_num(pool.tokens), 0.0))
+        out[rule] = np.ascontiguousarray(res.transpose(1, 2, 0))
+    return out
+
+
+def fit_rule_curves(outcomes: Mapping[str, np.ndarray], bins: np.ndarray, ns: Sequence[int]
+                    ) -> dict[tuple[str, int], AccuracyCurve]:
+    """Accuracy-vs-n curve per (rule, difficulty bin), averaged over the given cases.
+
+    Args:
+        outcomes: Rule -> ``(cases, n_max)`` prefix correctness (orderings x problems flattened).
+        bins: ``(cases,)`` bin of each case.
+        ns: The n values of the curves.
+    """
+    bins = np.asarray(bins)
+    cols = np.asarray(ns) - 1
+    out = {}
+    for rule, table in outcomes.items():
+        for b in np.unique(bins).tolist():
+            acc = np.asarray(table)[bins == b][:, cols].mean(axis=0)
+            out[(rule, int(b))] = AccuracyCurve(rule, tuple(int(n) for n in ns), tuple(float(a) for a in acc))
+    return out
+
+
+def curve_for(curves: Mapping[tuple[str, int], AccuracyCurve], rule: str, b: int) -> AccuracyCurve:
+    """The curve of (rule, bin), or of the rule's nearest fitted bin (the harder one on ties)."""
+    if (rule, b) in curves:
+        return curves[(rule, b)]
+    have = [c for r, c in curves if r == rule]
+    if not have:
+        raise CalibrationError(f"no calibration curve for strategy {rule!r}; calibrate with it")
+    best = min(have, key=lambda c: (abs(c - b), -c))
+    return curves[(rule, best)]
