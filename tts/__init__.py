@@ -17,6 +17,7 @@ _EXPORTS = {
     "solve": "tts.api",
     "evaluate": "tts.api",
     "close_engines": "tts.api",
+    "Session": "tts.session",
     "EnginePool": "tts.backends.engine_pool",
     "Problem": "tts.types",
     "Solution": "tts.types",

@@ -196,9 +196,15 @@ class OpenAIBackendConfig(_Frozen):
     timeout: float = Field(120.0, gt=0)
     """Seconds to wait for one HTTP response."""
     max_retries: int = Field(3, ge=0, le=20)
-    """Retries with exponential back-off on 429, 5xx and connection errors."""
+    """Retries with exponential back-off and jitter on 429, 5xx, timeouts and connection errors."""
     concurrency: int = Field(8, ge=1)
     """Requests in flight at once."""
+    backoff: float = Field(0.5, ge=0, le=60)
+    """First retry waits up to this many seconds (full jitter), doubling per retry up to 30 s."""
+    breaker_failures: int = Field(5, ge=1)
+    """Consecutive failed attempts that open the circuit breaker: later requests fail at once."""
+    breaker_cooldown: float = Field(30.0, gt=0)
+    """Seconds the open breaker waits before letting one probe request through."""
 
 
 class ScriptedBackendConfig(_Frozen):

@@ -1,17 +1,27 @@
-"""Backend for any OpenAI-compatible server (``vllm serve``, SGLang, hosted APIs).
+"""Backend for any OpenAI-compatible server (``vllm serve``, SGLang, hosted APIs, ``tts serve``).
 
-Uses the official ``openai`` client, which retries 429 / 5xx / connection errors with exponential
-back-off (``max_retries``) and enforces a per-request ``timeout``. Requests of one batch run
-concurrently in a thread pool; results come back in request order. A partial assistant message is
-continued with vLLM's ``continue_final_message`` chat extension. Logprobs are always requested
-(top 0 unless a request asks for ``top_logprobs``): they give each choice's token count and mean
-logprob, which the usage ledger needs.
+Uses the official ``openai`` client with its own retries off: tts retries 429, 5xx, timeouts,
+dropped connections and malformed answers itself, with exponential back-off and full jitter, and
+a circuit breaker shared by every request to the server (:mod:`tts.backends.resilience`). Each
+HTTP attempt is bounded by ``timeout``, so a call ends within about
+``(max_retries + 1) * timeout`` plus back-off, with results or a :class:`BackendError` that says
+what failed and what to change; never a hang. Refusals that a retry cannot fix (400, 401, 404)
+fail at once and do not count against the breaker.
+
+Requests of one batch run concurrently in a thread pool; results come back in request order; the
+first request that fails for good stops the others. A partial assistant message is continued
+with vLLM's ``continue_final_message`` chat extension. Logprobs are always requested (top 0 unless
+a request asks for ``top_logprobs``): they give each choice's token count and mean logprob, which
+the usage ledger needs.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import logging
+import random
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,20 +34,25 @@ from tts.backends.base import (
     merge_top_logprobs,
     request_usage,
 )
+from tts.backends.resilience import CircuitBreaker, CircuitOpenError, backoff_delay
 from tts.config import OpenAIBackendConfig
 
 logger = logging.getLogger(__name__)
+
+
+class _Stopped(Exception):
+    """Another request of the batch failed for good: this one stops retrying."""
 
 
 class OpenAIGenerator:
     """Generator talking to an OpenAI-compatible chat-completions endpoint.
 
     Args:
-        config: Server URL, model name, timeout, retries and concurrency.
+        config: Server URL, model name, timeout, retries, back-off, breaker and concurrency.
 
     Raises:
-        BackendError: (on generate) the server is unreachable, timed out, or does not serve the
-            model; the message says what to change.
+        BackendError: (on generate) the server is unreachable, timed out, keeps failing, or does
+            not serve the model; the message says what to change.
     """
 
     def __init__(self, config: OpenAIBackendConfig | None = None) -> None:
@@ -50,22 +65,39 @@ class OpenAIGenerator:
             base_url=self.config.base_url,
             api_key=self.config.api_key,
             timeout=self.config.timeout,
-            max_retries=self.config.max_retries,
+            max_retries=0,  # retried here, with jitter and the breaker
         )
+        self.breaker = CircuitBreaker(self.config.breaker_failures, self.config.breaker_cooldown)
+        self._rng = random.Random()
+        self.attempts = 0
+        self.retries = 0
+        self._count_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: OpenAIBackendConfig, problems: Sequence[Any] = ()) -> OpenAIGenerator:
         """Build from a backend config (problems are not needed)."""
         return cls(config)
 
-    def _one(self, req: GenerationRequest) -> GenerationResult:
+    def _call(self, req: GenerationRequest) -> GenerationResult:
+        """One HTTP attempt, parsed; a malformed answer raises ``_Malformed``."""
         messages: list[dict[str, str]] = [{"role": m.role, "content": m.content} for m in req.messages]
         extra: dict[str, Any] = {}
         if req.continuation:
             messages.append({"role": "assistant", "content": req.continuation})
             extra = {"continue_final_message": True, "add_generation_prompt": False}
         start = time.perf_counter()
-        response = self.client.chat.completions.create(
+        try:
+            response = self._create(req, messages, extra)
+        except json.JSONDecodeError as exc:  # a 200 whose body is not JSON (a proxy's error page)
+            raise _Malformed(f"malformed response (not JSON: {exc})") from exc
+        wall = time.perf_counter() - start
+        try:
+            return self._parse(req, response, wall)
+        except (AttributeError, TypeError, ValueError, IndexError) as exc:
+            raise _Malformed(f"malformed response ({type(exc).__name__}: {exc})") from exc
+
+    def _create(self, req: GenerationRequest, messages: list[dict[str, str]], extra: dict[str, Any]) -> Any:
+        return self.client.chat.completions.create(
             model=self.config.model,
             messages=messages,  # type: ignore[arg-type]
             n=req.n,
@@ -78,9 +110,14 @@ class OpenAIGenerator:
             top_logprobs=req.top_logprobs,
             extra_body=extra or None,
         )
-        wall = time.perf_counter() - start
+
+    @staticmethod
+    def _parse(req: GenerationRequest, response: Any, wall: float) -> GenerationResult:
+        choices = response.choices
+        if not isinstance(choices, list) or len(choices) != req.n:
+            raise ValueError(f"asked for {req.n} choices, got {len(choices) if isinstance(choices, list) else choices!r}")
         completions = []
-        for choice in sorted(response.choices, key=lambda c: c.index):
+        for choice in sorted(choices, key=lambda c: c.index):
             content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
             n_tok = len(content)
             mean_lp = sum(t.logprob for t in content) / n_tok if n_tok else None
@@ -103,18 +140,87 @@ class OpenAIGenerator:
             request_usage(prompt_tokens, cached, [c.completion_tokens for c in completions], wall),
         )
 
-    def _translate(self, exc: Exception) -> BackendError:
+    def _retryable(self, exc: BaseException) -> bool:
+        """Whether another attempt may succeed: timeouts, dropped connections, 408/409/429/5xx, malformed answers."""
+        o = self._openai
+        if isinstance(exc, (o.APITimeoutError, o.APIConnectionError, o.APIResponseValidationError, _Malformed)):
+            return True
+        if isinstance(exc, o.APIStatusError):
+            return exc.status_code in (408, 409, 425, 429) or exc.status_code >= 500
+        return False
+
+    def _retry_after(self, exc: BaseException) -> float | None:
+        """The server's Retry-After (seconds), when it sent one with a 429 or 503."""
+        response = getattr(exc, "response", None)
+        value = response.headers.get("retry-after") if response is not None else None
+        try:
+            return min(float(value), 30.0) if value is not None else None
+        except ValueError:
+            return None
+
+    def _one(self, req: GenerationRequest, stop: threading.Event | None = None) -> GenerationResult:
+        """One request with retries, back-off and the breaker; raises the last error when they run out."""
+        attempt = 0
+        while True:
+            if stop is not None and stop.is_set():
+                raise _Stopped()
+            self.breaker.before(self.config.timeout)  # CircuitOpenError when the server keeps failing
+            with self._count_lock:
+                self.attempts += 1
+            try:
+                result = self._call(req)
+            except Exception as exc:
+                if not self._retryable(exc):
+                    self.breaker.success()  # the server answered: it is up, the request is wrong
+                    raise
+                self.breaker.failure(self._describe(exc))
+                attempt += 1
+                if attempt > self.config.max_retries:
+                    raise _GaveUp(attempt, exc) from exc
+                delay = self._retry_after(exc) or backoff_delay(attempt, self.config.backoff, rng=self._rng)
+                logger.info("%s: attempt %d failed (%s); retrying in %.2f s", self.config.base_url, attempt,
+                            self._describe(exc), delay)
+                with self._count_lock:
+                    self.retries += 1
+                if stop is not None and stop.wait(delay):
+                    raise _Stopped() from exc
+                if stop is None:
+                    time.sleep(delay)
+                continue
+            self.breaker.success()
+            return result
+
+    def _describe(self, exc: BaseException) -> str:
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError):
+            return f"no answer within {self.config.timeout:g} s"
+        if isinstance(exc, o.APIConnectionError):
+            return "connection failed or dropped"
+        if isinstance(exc, o.APIStatusError):
+            return f"HTTP {exc.status_code}"
+        if isinstance(exc, _Malformed):
+            return str(exc)
+        return f"{type(exc).__name__}: {exc}"
+
+    def _translate(self, exc: BaseException) -> BackendError:
         o = self._openai
         url = self.config.base_url
+        if isinstance(exc, CircuitOpenError):
+            return BackendError(f"The server at {url} is failing, so tts stopped calling it for now: {exc}. Check "
+                                "that it is up and not overloaded (raise breaker_failures to tolerate more failures).")
+        tries = ""
+        if isinstance(exc, _GaveUp):
+            tries = f" after {exc.attempts} attempts"
+            exc = exc.last
         if isinstance(exc, o.APITimeoutError):
             return BackendError(
-                f"The server at {url} did not answer within {self.config.timeout:g} s "
-                f"(after {self.config.max_retries} retries). Raise the timeout or lower the concurrency."
+                f"The server at {url} did not answer within {self.config.timeout:g} s{tries}. "
+                "Raise the timeout or lower the concurrency."
             )
         if isinstance(exc, o.APIConnectionError):
             return BackendError(
-                f"Cannot reach an OpenAI-compatible server at {url} (after {self.config.max_retries} "
-                "retries). Start one (e.g. `python -m vllm.entrypoints.openai.api_server --model ... "
+                f"Cannot reach an OpenAI-compatible server at {url}{tries} (connection refused or dropped). "
+                "Start one (e.g. `python -m vllm.entrypoints.openai.api_server --model ... "
                 "--port 8000`) or pass the right --base-url."
             )
         if isinstance(exc, o.NotFoundError):
@@ -123,22 +229,46 @@ class OpenAIGenerator:
                 "name listed by GET /v1/models with --model."
             )
         if isinstance(exc, o.APIStatusError):
-            return BackendError(f"The server at {url} refused the request: HTTP {exc.status_code}: {exc.message}")
-        return BackendError(f"Request to {url} failed: {exc}")
+            return BackendError(f"The server at {url} refused the request{tries}: HTTP {exc.status_code}: {exc.message}")
+        if isinstance(exc, _Malformed):
+            return BackendError(f"The server at {url} sent answers tts cannot read{tries}: {exc}. Is it an "
+                                "OpenAI-compatible chat-completions server?")
+        return BackendError(f"Request to {url} failed{tries}: {exc}")
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Send the requests concurrently; results in request order."""
+        """Send the requests concurrently; results in request order.
+
+        Raises:
+            BackendError: A request failed for good (the others are stopped).
+        """
         if not requests:
             return []
-        with cf.ThreadPoolExecutor(self.config.concurrency) as pool:
-            futures = [pool.submit(self._one, r) for r in requests]
-            try:
-                return [f.result() for f in futures]
-            except self._openai.OpenAIError as exc:
-                for f in futures:
-                    f.cancel()
-                raise self._translate(exc) from exc
+        stop = threading.Event()
+        pool = cf.ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="tts-openai")
+        futures = [pool.submit(self._one, r, stop) for r in requests]
+        try:
+            cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
+            for f in futures:
+                if f.done() and f.exception() is not None and not isinstance(f.exception(), _Stopped):
+                    raise self._translate(f.exception()) from f.exception()
+            return [f.result() for f in futures]
+        finally:
+            stop.set()  # requests still retrying give up at their next step
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         """Close the HTTP client."""
         self.client.close()
+
+
+class _Malformed(Exception):
+    """The server answered 200 with a body that is not a usable chat completion."""
+
+
+class _GaveUp(Exception):
+    """Retries ran out; carries the attempts made and the last error."""
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        super().__init__(f"gave up after {attempts} attempts: {last}")
+        self.attempts = attempts
+        self.last = last

@@ -1,0 +1,226 @@
+"""The OpenAI backend against a fault-injecting upstream on 127.0.0.1: dropped connections, 5xx,
+garbage, truncated and slow answers. Every run ends with correct results or a clear BackendError,
+within a time bound (never a hang); a server that stays down opens the circuit breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tts.backends.base import BackendError, GenerationRequest, Message
+
+pytestmark = pytest.mark.timeout(60)
+
+ANSWER = "Two and three make five.\n\nThe answer is \\boxed{5}."
+
+
+class FaultyUpstream:
+    """A minimal OpenAI chat-completions server that misbehaves on a schedule.
+
+    Args:
+        plan: Request number (0-based) -> mode: "ok", "drop" (close without answering), "500",
+            "503", "429", "404", "garbage" (200 with a body that is not JSON), "truncate" (a body
+            shorter than its Content-Length), "slow" (answer after ``slow_seconds``).
+    """
+
+    def __init__(self, plan: Callable[[int], str], slow_seconds: float = 5.0) -> None:
+        self.plan = plan
+        self.slow_seconds = slow_seconds
+        self.seen: list[str] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._ready.set()
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            self._loop.run_until_complete(main())
+        except (asyncio.CancelledError, RuntimeError):
+            pass
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.decode("latin-1").split("\r\n"):
+                if line.lower().startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            body = json.loads(await reader.readexactly(length)) if length else {}
+            with self._lock:
+                mode = self.plan(len(self.seen))
+                self.seen.append(mode)
+            if mode == "drop":
+                writer.transport.abort()
+                return
+            if mode == "slow":
+                await asyncio.sleep(self.slow_seconds)
+            status, payload = 200, json.dumps(self._completion(body)).encode()
+            if mode in ("500", "503", "429", "404"):
+                status, payload = int(mode), json.dumps({"error": {"message": f"injected {mode}"}}).encode()
+            elif mode == "garbage":
+                payload = b"<html>upstream proxy error</html>"
+            declared = len(payload) + (100 if mode == "truncate" else 0)
+            writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n"
+                         f"Connection: close\r\n\r\n".encode() + payload)
+            await writer.drain()
+            if mode == "truncate":
+                writer.transport.abort()
+                return
+            writer.close()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.transport.abort()
+
+    @staticmethod
+    def _completion(body: dict) -> dict:
+        n = int(body.get("n") or 1)
+        tokens = [{"token": t, "logprob": -0.2, "bytes": None, "top_logprobs": []} for t in ("The", " answer", " 5")]
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
+                "choices": [{"index": i, "message": {"role": "assistant", "content": ANSWER},
+                             "logprobs": {"content": tokens}, "finish_reason": "stop"} for i in range(n)],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 3 * n, "total_tokens": 11 + 3 * n}}
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._server.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+@pytest.fixture
+def upstream_factory():
+    made: list[FaultyUpstream] = []
+
+    def make(plan: Callable[[int], str], slow_seconds: float = 5.0) -> FaultyUpstream:
+        made.append(FaultyUpstream(plan, slow_seconds))
+        return made[-1]
+
+    yield make
+    for u in made:
+        u.close()
+
+
+def _gen(url: str, **kw):
+    from tts.backends.openai import OpenAIGenerator
+    from tts.config import OpenAIBackendConfig
+
+    settings = {"timeout": 2.0, "max_retries": 6, "backoff": 0.01, "breaker_failures": 100, **kw}
+    return OpenAIGenerator(OpenAIBackendConfig(base_url=url, model="m", **settings))
+
+
+def _requests(k: int, n: int = 2) -> list[GenerationRequest]:
+    return [GenerationRequest((Message("user", f"What is 2 + 3? ({i})"),), n=n, max_tokens=16, key=str(i))
+            for i in range(k)]
+
+
+def test_a_flaky_upstream_still_gives_every_result_correctly():
+    rng = random.Random(7)
+    modes = ["ok"] * 5 + ["drop", "500", "503", "429", "garbage", "truncate"]
+    upstream = FaultyUpstream(lambda i: rng.choice(modes))
+    try:
+        gen = _gen(upstream.url)
+        start = time.monotonic()
+        results = gen.generate(_requests(24))
+        assert time.monotonic() - start < 30
+        assert len(results) == 24
+        assert all(len(r.completions) == 2 and r.completions[0].text == ANSWER for r in results)
+        assert all(r.usage.prompt_tokens == 11 and r.usage.completion_tokens == 6 for r in results)
+        faults = set(upstream.seen) - {"ok"}
+        assert len(faults) >= 4 and gen.retries == len(upstream.seen) - 24  # every fault was retried once more
+    finally:
+        upstream.close()
+
+
+def test_a_slow_answer_times_out_and_the_retry_succeeds(upstream_factory):
+    upstream = upstream_factory(lambda i: "slow" if i == 0 else "ok", slow_seconds=5.0)
+    gen = _gen(upstream.url, timeout=0.5)
+    start = time.monotonic()
+    (result,) = gen.generate(_requests(1))
+    assert result.completions[0].text == ANSWER
+    assert time.monotonic() - start < 3 and upstream.seen == ["slow", "ok"]
+
+
+def test_an_upstream_that_never_answers_ends_in_a_timeout_error_not_a_hang(upstream_factory):
+    upstream = upstream_factory(lambda i: "slow", slow_seconds=30.0)
+    gen = _gen(upstream.url, timeout=0.3, max_retries=1)
+    start = time.monotonic()
+    with pytest.raises(BackendError, match=r"did not answer within 0.3 s after 2 attempts.*Raise the timeout"):
+        gen.generate(_requests(3))
+    assert time.monotonic() - start < 3
+
+
+def test_an_upstream_that_stays_down_fails_clearly_then_the_breaker_fails_fast_and_recovers(upstream_factory):
+    state = {"down": True}
+    upstream = upstream_factory(lambda i: "500" if state["down"] else "ok")
+    gen = _gen(upstream.url, max_retries=2, breaker_failures=3, breaker_cooldown=0.5)
+    start = time.monotonic()
+    with pytest.raises(BackendError, match=r"refused the request after 3 attempts: HTTP 500"):
+        gen.generate(_requests(1))
+    assert time.monotonic() - start < 2 and gen.breaker.state == "open"
+    calls = len(upstream.seen)
+    start = time.monotonic()
+    with pytest.raises(BackendError, match=r"stopped calling it for now: circuit open after 3 consecutive failures "
+                                           r"\(last: HTTP 500\); the server is tried again in"):
+        gen.generate(_requests(4))
+    assert time.monotonic() - start < 0.2 and len(upstream.seen) == calls  # nothing was sent
+    state["down"] = False
+    time.sleep(0.6)  # cool-down over: one probe goes through and closes the breaker
+    assert [r.completions[0].text for r in gen.generate(_requests(3))] == [ANSWER] * 3
+    assert gen.breaker.state == "closed"
+
+
+def test_a_refusal_that_a_retry_cannot_fix_is_not_retried(upstream_factory):
+    upstream = upstream_factory(lambda i: "404")
+    gen = _gen(upstream.url)
+    with pytest.raises(BackendError, match="does not serve model 'm'"):
+        gen.generate(_requests(1))
+    assert upstream.seen == ["404"] and gen.breaker.state == "closed"
+
+
+def test_tts_serve_over_a_faulty_upstream_answers_or_says_why(upstream_factory):
+    """The whole chain over HTTP: openai client -> tts serve -> openai backend -> faulty upstream."""
+    import openai
+
+    from tts.serve import ServeConfig, create_app
+    from tts.serve.server import ServerThread
+    from tts.session import Session
+
+    state = {"mode": "flaky"}
+    rng = random.Random(3)
+    upstream = upstream_factory(lambda i: rng.choice(["ok", "ok", "drop", "500"]) if state["mode"] == "flaky"
+                                else "503")
+    gen = _gen(upstream.url, max_retries=8, breaker_failures=4, breaker_cooldown=30)
+    with Session(generator=gen, price_as=None) as session, \
+            ServerThread(create_app(session, ServeConfig(model="m"))) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x", timeout=20, max_retries=0)
+        for _ in range(3):
+            r = client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
+            assert r.model_extra["tts"]["answer"] == "5" and r.choices[0].message.content == ANSWER
+        state["mode"] = "down"
+        start = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as err:
+            client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
+        assert err.value.status_code == 502 and "HTTP 503" in err.value.message
+        with pytest.raises(openai.APIStatusError, match="circuit open") as err:
+            client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
+        assert time.monotonic() - start < 10
+        assert client.get("/../health", cast_to=object)["status"] == "ok"  # still serving

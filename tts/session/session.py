@@ -1,0 +1,324 @@
+"""A warm engine for an agent's many questions: :class:`Session`, its ``solve`` and ``asolve``.
+
+:func:`tts.solve` answers one question and is simple to call; a Session is what an agent (or the
+server) keeps open: one engine started once, every registered strategy on top of it, budgets in
+tokens, eFLOPs, GPU-seconds or dollars, and concurrent calls coalesced into batched engine calls
+(:mod:`tts.session.batching`). ``await session.asolve(...)`` from many coroutines at once costs
+about one engine call per search step for all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import dataclasses
+import functools
+import hashlib
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
+from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
+from tts.session.budget import Pricer, SolveBudget
+from tts.types import Budget, Problem, Solution
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Session", "SessionSolution", "SolveCancelled", "CallContext", "chat_prompt"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSolution(Solution):
+    """A :class:`~tts.types.Solution` with what it cost in every unit the session can price.
+
+    Args:
+        cost: ``tokens`` (all prompt + generated tokens, verifier calls included),
+            ``prompt_tokens``, ``completion_tokens``, ``calls``, ``wall_seconds``, and when the
+            model is priced: ``eflops``, ``gpu_seconds``, ``dollars`` (None without a price for
+            the GPU), ``gpu``, ``priced_as``.
+        strategy: The label of the strategy config that ran (``self_consistency@16``).
+        budget: The budget it ran under (``"0.01 dollars"``) and the generated-token allowance it
+            became, or None.
+    """
+
+    cost: dict[str, Any] = field(default_factory=dict)
+    strategy: str = ""
+    budget: dict[str, Any] | None = None
+
+
+def chat_prompt(template: Any) -> Callable[[Problem], tuple[Message, ...]]:
+    """A prompt function that renders a chat when the problem carries one.
+
+    A problem whose ``metadata["messages"]`` holds OpenAI-style messages keeps the conversation
+    before its last user message (system, user and assistant turns; tool results become user
+    turns) and renders that last message with ``template``; other problems are rendered by
+    ``template`` alone.
+    """
+    render = template.render
+
+    def prompt(problem: Problem) -> tuple[Message, ...]:
+        messages = problem.metadata.get("messages") if isinstance(problem.metadata, dict) else None
+        if not messages:
+            return render(problem)
+        history: list[Message] = []
+        for m in messages[:-1]:
+            role, content = m.get("role", "user"), m.get("content") or ""
+            if role == "tool":
+                role, content = "user", f"Tool result: {content}"
+            elif role == "developer":
+                role = "system"
+            elif role not in ("system", "user", "assistant"):
+                role = "user"
+            history.append(Message(role, content if isinstance(content, str) else str(content)))
+        rendered = render(problem)
+        # The template's own system message goes first unless the chat has one.
+        if rendered and rendered[0].role == "system" and history and history[0].role == "system":
+            rendered = rendered[1:]
+        return tuple(history) + tuple(rendered)
+
+    prompt.template = template  # type: ignore[attr-defined]
+    return prompt
+
+
+class Session:
+    """One warm generator, every strategy, budgets in any unit, and batched concurrent solves.
+
+    Args:
+        backend: "vllm" (default: the embedded small model), "openai", or a backend config
+            (dict or config object), opened once and kept until :meth:`close`.
+        generator: A ready Generator instead (the session does not close it).
+        strategy: The default strategy: a registered name, or a config dict with ``kind``.
+        n: The default samples/candidates (the strategy config's ``n``); None keeps the config's.
+        budget: The default budget (see :meth:`solve`).
+        temperature, top_p, max_tokens: Default sampling settings.
+        prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
+        seed: The run seed that request seeds derive from.
+        batch_window: Seconds a batch waits for concurrent calls to join (0: no waiting).
+        max_batch_requests: Most requests in one engine call.
+        max_workers: Most solves running at once (others wait for a worker).
+        gpu: The GPU that prices eFLOPs, seconds and dollars.
+        price_as: The model whose architecture prices usage; default the backend's model. None:
+            count tokens only.
+        prices: Overrides of the default dollars per GPU-hour (``{"h100": 2.5}``).
+
+    Example:
+        >>> with tts.Session() as s:                                        # doctest: +SKIP
+        ...     sol = s.solve("What is 2+3?", strategy="self_consistency", n=8, budget={"dollars": 0.001})
+        ...     sol.answer, sol.confidence, sol.cost["dollars"]
+    """
+
+    def __init__(self, backend: str | Mapping[str, Any] | Any = "vllm", *, generator: Generator | None = None,
+                 strategy: str | Mapping[str, Any] | Any = "self_consistency", n: int | None = None,
+                 budget: Any = None, temperature: float = 0.7, top_p: float = 1.0, max_tokens: int = 512,
+                 prompt: Any = None, seed: int = 0, batch_window: float = 0.01, max_batch_requests: int = 4096,
+                 max_workers: int = 256, gpu: str = "h100", price_as: str | None | bool = True,
+                 prices: Mapping[str, float] | None = None) -> None:
+        from tts.config import SamplingConfig
+        from tts.prompts import MATH_PROMPT
+
+        self._owned: Generator | None = None
+        if generator is None:
+            generator = self._owned = self._open(backend)
+        self.generator = generator
+        self.model_name = getattr(generator, "model_name", "")
+        self.default_strategy = strategy
+        self.default_n = n
+        self.default_budget = SolveBudget.parse(budget)
+        self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self.template = prompt or MATH_PROMPT
+        self.seed = seed
+        self.pricer = Pricer(self.model_name if price_as is True else (price_as or None), gpu, prices)
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self.batcher = BatchingGenerator(generator, window=batch_window, max_requests=max_batch_requests)
+        self._executor = cf.ThreadPoolExecutor(max_workers, thread_name_prefix="tts-solve")
+        self.solves = 0
+        self.cancelled = 0
+        self.closed = False
+        self.default_strategy_config = self.strategy_config(strategy, n)  # refuse a bad default now
+
+    @staticmethod
+    def _open(backend: str | Mapping[str, Any] | Any) -> Generator:
+        from pydantic import BaseModel, TypeAdapter
+
+        from tts.backends.factory import create_generator
+        from tts.config import BackendConfig
+
+        spec = backend if isinstance(backend, BaseModel) else (
+            {"kind": backend} if isinstance(backend, str) else dict(backend))
+        config = TypeAdapter(BackendConfig).validate_python(spec)
+        return create_generator(config, [])
+
+    # --- configuration ---------------------------------------------------------------------------
+
+    def strategy_config(self, strategy: str | Mapping[str, Any] | Any = None, n: int | None = None) -> Any:
+        """The strategy config a solve would run: ``strategy`` (default: the session's) with ``n``.
+
+        Raises:
+            UnknownNameError: No such strategy (the message lists them).
+            ValueError: Settings the strategy refuses, or ``n`` for a strategy without one.
+        """
+        from tts.config import parse_strategy_config
+
+        if strategy is None:
+            strategy, n = self.default_strategy, self.default_n if n is None else n
+        config = parse_strategy_config(strategy)
+        if n is None:
+            return config
+        if "n" not in type(config).model_fields:
+            raise ValueError(f"strategy {config.kind!r} has no n setting; leave n out")
+        # Rebuild from what the caller gave, so that settings derived from n (a beam width) follow it.
+        if isinstance(strategy, str):
+            spec: dict[str, Any] = {"kind": strategy}
+        elif isinstance(strategy, Mapping):
+            spec = dict(strategy)
+        else:
+            spec = config.model_dump(exclude_unset=True) | {"kind": config.kind}
+        return parse_strategy_config({**spec, "n": n})
+
+    # --- solving ---------------------------------------------------------------------------------
+
+    def solve(self, question: str | Problem, *, strategy: Any = None, n: int | None = None, budget: Any = None,
+              temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
+              messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
+              prompt: Any = None, seed: int | None = None, context: CallContext | None = None) -> SessionSolution:
+        """Answer one question with a test-time strategy on the session's warm engine.
+
+        Args:
+            question: The question, or a Problem.
+            strategy: A registered strategy name (``self_consistency``, ``beam``, ``auto``, ...)
+                or a config dict with ``kind`` and settings; default the session's.
+            n: Samples / candidates (the config's ``n``).
+            budget: Compute the solve may spend: a number of tokens, or ``{"tokens": ...}``,
+                ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``; a strategy
+                draws fewer samples to fit it, or refuses (``StrategyInputError``).
+            temperature, top_p, max_tokens: Sampling settings for this solve.
+            messages: An OpenAI-style chat whose last user message is the question (kept in
+                ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
+            tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``, for strategies
+                that choose a tool call).
+            prompt: A PromptTemplate for this solve.
+            seed: The seed request seeds derive from (default: the session's).
+            context: A CallContext to cancel the solve or follow its progress.
+
+        Returns:
+            A :class:`SessionSolution`: answer, confidence, usage, trace and cost.
+
+        Raises:
+            SolveCancelled: ``context`` was cancelled.
+            StrategyInputError, BudgetError, ValueError: Settings to change (the message says which).
+            BackendError: The engine or server failed.
+        """
+        from tts.config import SamplingConfig
+        from tts.registry import STRATEGIES
+
+        if self.closed:
+            raise RuntimeError("this session is closed; open a new one")
+        config = self.strategy_config(strategy, n)
+        sampling = self.sampling
+        update = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens))
+                  if v is not None}
+        if update:
+            sampling = SamplingConfig(**{**sampling.model_dump(), **update})
+        problem = self._problem(question, messages, tools, seeded=seed is not None)
+        render = chat_prompt(prompt or self.template)
+        solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
+        limit, allowance = None, None
+        if solve_budget is not None:
+            prompt_tokens = self._prompt_tokens(render(problem), problem.question)
+            allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
+            limit = Budget(tokens=allowance)
+        cls = STRATEGIES.load(config.kind)
+        runner = cls(config, self.batcher, render, sampling, seed=self.seed if seed is None else seed)
+        ctx = context or CallContext()
+        self.batcher.begin()
+        set_context(ctx)
+        try:
+            solution = runner.solve([problem], [limit] if limit is not None else None)[0]
+        except SolveCancelled:
+            with self._lock:
+                self.cancelled += 1
+            raise
+        finally:
+            set_context(None)
+            self.batcher.end()
+            runner.close()
+        with self._lock:
+            self.solves += 1
+        fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
+        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=config.label,
+                               budget=None if solve_budget is None else
+                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance})
+
+    async def asolve(self, question: str | Problem, **kwargs: Any) -> SessionSolution:
+        """:meth:`solve` for asyncio: runs in the session's worker pool; concurrent calls share
+        engine calls. Cancelling the awaiting task cancels the solve (see :class:`CallContext`)."""
+        ctx = kwargs.pop("context", None) or CallContext()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, functools.partial(self.solve, question, context=ctx, **kwargs))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            ctx.cancel()
+            raise
+
+    def _problem(self, question: str | Problem, messages: Any, tools: Any, seeded: bool) -> Problem:
+        if isinstance(question, Problem):
+            problem = question
+        elif seeded:  # the same question with the same seed draws the same samples (engines that honour seeds)
+            problem = Problem("q" + hashlib.sha256(str(question).encode()).hexdigest()[:16], str(question))
+        else:  # a fresh id per call: asking again draws fresh samples
+            problem = Problem(f"s{next(self._ids)}", str(question))
+        extra = {}
+        if messages:
+            extra["messages"] = [dict(m) for m in messages]
+        if tools:
+            extra["tools"] = [dict(t) for t in tools]
+        if extra:
+            problem = dataclasses.replace(problem, metadata={**problem.metadata, **extra})
+        return problem
+
+    def _prompt_tokens(self, messages: tuple[Message, ...], question: str) -> int:
+        counted = count_prompt_tokens(self.batcher, GenerationRequest(messages))
+        if counted is not None:
+            return int(counted)
+        return max(1, sum(len(m.content) for m in messages) // 4)  # ~4 characters per token
+
+    # --- lifetime --------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Solves finished and cancelled, engine calls, and what they carried."""
+        s = self.batcher.stats
+        return {"solves": self.solves, "cancelled": self.cancelled, "active": self.batcher.active,
+                "engine_calls": s.engine_calls, "generate_calls": s.generate_calls, "requests": s.requests,
+                "sequences": s.sequences, "dropped_requests": s.dropped_requests, "largest_batch": s.largest_batch}
+
+    def close(self) -> None:
+        """Stop the batcher and the workers, and close the generator the session opened."""
+        if self.closed:
+            return
+        self.closed = True
+        self.batcher.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._owned is not None:
+            self._owned.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session({self.model_name!r}, {self.default_strategy_config.label}, {self.stats})"
