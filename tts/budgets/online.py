@@ -9,10 +9,15 @@ to change its majority answer. Two stopping rules are offered:
   ``confidence`` (they use 0.95).
 * ``"exact"``: stop only when the leader cannot be overtaken by the samples still allowed
   (v1 - v2 > n_max - n): the answer is then the same as with n_max samples.
+* ``"gain"``: stop when one more sample is worth less than ``min_gain`` expected accuracy
+  (:class:`tts.budgets.vote_value.VoteValue`: the posterior value of more samples, best rate
+  over the horizons left); rounds then serve the highest rate first. A vote that is flat after
+  many samples (20 against 19) has a low rate, so it stops instead of running to ``n_max``.
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the Beta criterion at 0.99, then 0.999, then the
-exact rule), so a larger budget keeps buying the most contested votes.
+exact rule; for "gain", ``min_gain`` / 4, / 16, / 64, then the exact rule), so a larger budget
+keeps buying the most contested votes.
 
 One rule, used by the real run (``tts eval --allocate``) and by every replay
 (``tts budget simulate``), in two steps:
@@ -43,9 +48,12 @@ from typing import Literal
 import numpy as np
 from scipy.special import betainc
 
+from tts.budgets.vote_value import VoteValue
+
 logger = logging.getLogger(__name__)
 
-StopRule = Literal["beta", "exact"]
+StopRule = Literal["beta", "exact", "gain"]
+STOP_RULES = ("beta", "exact", "gain")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
@@ -72,6 +80,7 @@ def decided(
     *,
     rule: StopRule = "beta",
     confidence: float = 0.95,
+    rate: np.ndarray | None = None,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -79,8 +88,11 @@ def decided(
         top1, top2: Votes of the two leading answers (no-answer samples never vote).
         n: Samples drawn so far (no-answer samples included).
         n_max: Most samples a problem may get.
-        rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``) or "exact"
-            (the leader cannot be overtaken within ``n_max``).
+        rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``), "exact" (the leader
+            cannot be overtaken within ``n_max``) or "gain" (``rate`` below ``confidence``, which
+            is then the least expected accuracy gain per sample worth paying for).
+        rate: For "gain": per problem, the expected accuracy gained per sample
+            (:meth:`VoteValue.rate`).
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
     done = n >= n_max
@@ -89,12 +101,24 @@ def decided(
         return done | lead_safe
     if rule == "beta":
         return done | lead_safe | ((top1 > 0) & (vote_confidence(top1, top2) >= confidence))
-    raise ValueError(f"rule must be 'beta' or 'exact', got {rule!r}")
+    if rule == "gain":
+        if rate is None:
+            raise ValueError("the 'gain' rule needs each problem's rate (VoteValue.rate)")
+        return done | lead_safe | ((n > 0) & (np.asarray(rate) < confidence))
+    raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {rule!r}")
 
 
 def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
-                    escalate: bool = True) -> list[tuple[StopRule, float]]:
-    """The (rule, confidence) stages an online run walks through while budget is left."""
+                    escalate: bool = True, min_gain: float = 1e-3) -> list[tuple[StopRule, float]]:
+    """The (rule, bar) stages an online run walks through while budget is left.
+
+    The bar is the Beta confidence for "beta" and the least gain per sample for "gain".
+    """
+    if rule == "gain":
+        stages: list[tuple[StopRule, float]] = [("gain", min_gain)]
+        if escalate:
+            stages += [("gain", min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
+        return stages
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
     higher = [c for c in (0.99, 0.999) if c > confidence]
@@ -114,9 +138,12 @@ class OnlinePolicy:
     Args:
         n_max: Most samples per problem.
         chunk: Samples a chosen problem gets per round, drawn as one request.
-        rule: Stopping rule ("beta" or "exact").
+        rule: Stopping rule ("beta", "exact" or "gain").
         confidence: Beta-criterion threshold.
         escalate: Raise the bar when every vote is decided and budget is left.
+        min_gain: "gain": the least expected accuracy gain per sample worth paying for.
+        kappa: "gain": how strongly a larger vote share means "correct"
+            (:func:`tts.budgets.vote_value.leader_correct`; inf = the larger share is right).
     """
 
     n_max: int = 64
@@ -124,19 +151,38 @@ class OnlinePolicy:
     rule: StopRule = "beta"
     confidence: float = 0.95
     escalate: bool = True
+    min_gain: float = 1e-3
+    kappa: float = 1.0
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
             raise ValueError(f"n_max and chunk must be >= 1, got n_max={self.n_max}, chunk={self.chunk}")
         if not 0.5 < self.confidence < 1:
             raise ValueError(f"confidence must lie in (0.5, 1), got {self.confidence}")
-        if self.rule not in ("beta", "exact"):
-            raise ValueError(f"rule must be 'beta' or 'exact', got {self.rule!r}")
+        if self.rule not in STOP_RULES:
+            raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {self.rule!r}")
+        if not 0 < self.min_gain < 1:
+            raise ValueError(f"min_gain must lie in (0, 1) (accuracy per sample), got {self.min_gain}")
+        if not self.kappa > 0:
+            raise ValueError(f"kappa must be > 0 (inf = the larger share is right), got {self.kappa}")
 
     @property
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
-        return stopping_stages(self.rule, self.confidence, self.escalate)
+        return stopping_stages(self.rule, self.confidence, self.escalate, self.min_gain)
+
+    def rates(self, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray) -> np.ndarray | None:
+        """"gain": expected accuracy gained per sample per problem (None for other rules)."""
+        if self.rule != "gain":
+            return None
+        value = _VALUES.get(self.kappa)
+        if value is None:
+            value = _VALUES[self.kappa] = VoteValue(self.kappa)
+        return value.rate(top1, top2, n, cap, self.chunk)
+
+
+_VALUES: dict[float, VoteValue] = {}
+"""One :class:`VoteValue` (and its cache of vote states) per kappa, shared by runs and replays."""
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
@@ -156,13 +202,16 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         samples each gets, and the stage reached. No problems = the run is complete.
     """
     stages = policy.stages
+    rate = policy.rates(top1, top2, n, cap)
     while True:
         rule, bar = stages[stage]
-        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar)
+        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate)
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1
     conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
+    if rate is not None:  # "gain": the highest value first (never-sampled problems first of all)
+        conf = np.where(n > 0, -rate, -np.inf)
     who = serve_order(conf, open_)
     return who, np.minimum(policy.chunk, cap[who] - n[who]).astype(np.int64), stage
 

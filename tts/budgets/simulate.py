@@ -74,8 +74,13 @@ class SimulateConfig(BaseModel):
     """Most samples per problem (default: the pool's sample count)."""
     chunk: int = Field(4, ge=1)
     """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
-    rule: Literal["beta", "exact"] = "beta"
-    """Online stopping rule (Aggarwal et al.'s Beta criterion, or exact lead)."""
+    rule: Literal["beta", "exact", "gain"] = "beta"
+    """Online stopping rule (Aggarwal et al.'s Beta criterion, exact lead, or the value of more
+    samples: :mod:`tts.budgets.vote_value`)."""
+    min_gain: float = Field(1e-3, gt=0.0, lt=1.0)
+    """Online, rule "gain": the least expected accuracy gain per sample worth paying for."""
+    kappa: float = Field(1.0, gt=0.0)
+    """Online, rule "gain": how strongly a larger vote share means "correct" (inf: always)."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: Beta-criterion confidence at which a vote counts as decided."""
     escalate: bool = True
@@ -310,7 +315,7 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     """Per ordering, the online run at unlimited budget (:class:`OnlineSequence`), the
     worst-case bound it is paid under, and per-sample accuracy and token increments."""
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
-                          escalate=cfg.escalate)
+                          escalate=cfg.escalate, min_gain=cfg.min_gain, kappa=cfg.kappa)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 

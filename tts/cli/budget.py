@@ -64,6 +64,11 @@ def simulate(
     pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
     confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
+    rule: str = typer.Option("beta", "--rule", help="Online stopping rule: beta (Aggarwal et al.), exact, or "
+                             "gain (stop when a sample buys less than --min-gain expected accuracy)."),
+    min_gain: float = typer.Option(1e-3, "--min-gain", help="Online, --rule gain: least accuracy gain per sample."),
+    kappa: float = typer.Option(1.0, "--kappa", help="Online, --rule gain: how strongly a larger vote share "
+                                "means correct (inf: always)."),
     chunk: int = typer.Option(4, "--chunk", min=1, help="Online: samples per problem per round (as tts eval --chunk)."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
                                           help="Online: the run's generation limit, which bounds a sample's "
@@ -122,7 +127,7 @@ def simulate(
             raise ValueError(f"model {model!r} is not in {pool}; choose one of {list(sample_pool.models)}")
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
                              folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
-                             tolerance=tolerance)
+                             tolerance=tolerance, rule=rule, min_gain=min_gain, kappa=kappa)
         result = run_simulation(sample_pool[model], cfg) if sample_pool[model].has_tokens or rules is None else None
         cross = None
         if rules is not None:
@@ -188,3 +193,8 @@ def _print_cross(cross) -> None:
     Console().print(table)
     Console().print("saved: best single strategy's cost / the cost at which the allocator first matches its accuracy. "
                     "Rules chosen at that cost: " + ", ".join(f"{r} {s:.0%}" for r, s in cross.chosen.items()))
+
+
+from tts.cli.ensemble import ensemble_command  # noqa: E402  (a sibling command module; typer only)
+
+app.command("ensemble")(ensemble_command)
