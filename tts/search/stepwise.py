@@ -177,10 +177,28 @@ class StepwiseSpace:
 
     def expand(self, states: Sequence[StepState], counts: Sequence[int]) -> list[list[StepState]]:
         """``counts[i]`` next steps of each state: one generator call, plus one to force answers."""
+        return self._expand(states, counts)
+
+    def rollout_step(self, states: Sequence[StepState]) -> list[StepState | None]:
+        """The greedy (temperature 0) next step of each state, in one generator call (plus one to
+        force answers): the rollouts of lookahead search. None where the backend returned nothing.
+
+        Forced answers and empty steps of rollouts are counted as ``lookahead_forced_*`` and
+        ``lookahead_empty_steps`` events, apart from the search's own.
+        """
+        before = [Counter(e) for e in self.events]
+        children = self._expand(states, [1] * len(states), temperature=0.0)
+        for i, (old, now) in enumerate(zip(before, self.events, strict=True)):
+            if now != old:
+                self.events[i] = old + Counter({f"lookahead_{k}": v for k, v in (now - old).items()})
+        return [kids[0] if kids else None for kids in children]
+
+    def _expand(self, states: Sequence[StepState], counts: Sequence[int],
+                temperature: float | None = None) -> list[list[StepState]]:
         if not states:
             return []
         # 1. Every state of every problem continued to its next step boundary, in one call.
-        requests = [self._step_request(s, k) for s, k in zip(states, counts, strict=True)]
+        requests = [self._step_request(s, k, temperature) for s, k in zip(states, counts, strict=True)]
         results = self._generate(requests)
         parts, self._usage = self._usage_parts, None
         children: list[list[StepState]] = []
@@ -222,12 +240,12 @@ class StepwiseSpace:
     def _continuation(self, state: StepState) -> str:
         return state.text(self.separator) + self.separator if state.steps else ""
 
-    def _step_request(self, state: StepState, k: int) -> GenerationRequest:
+    def _step_request(self, state: StepState, k: int, temperature: float | None = None) -> GenerationRequest:
         room = self.sampling.max_tokens - state.tokens
         return GenerationRequest(
             messages=self.messages[state.root],
             n=k,
-            temperature=self.sampling.temperature,
+            temperature=self.sampling.temperature if temperature is None else temperature,
             top_p=self.sampling.top_p,
             max_tokens=max(1, min(self.step_tokens, room)),
             stop=(self.separator,),

@@ -1,0 +1,319 @@
+"""Particle filtering and Particle Gibbs over solution steps (Puri et al. 2025).
+
+Puri, Sudalairaj, Xu, Xu and Srivastava, "A Probabilistic Inference Approach to Inference-Time
+Scaling of LLMs using Particle-Based Monte Carlo Methods" (arXiv:2502.01618), treat a step-wise
+search as inference in a state-space model: the partial solutions are particles, the verifier's
+(PRM's) score of a partial solution is its weight, and instead of beam search's hard cut to the
+N/M best, the particles are *resampled* in proportion to their weights, so a lower-scored partial
+solution still survives with some probability (the verifier is noisy; a deterministic cut trusts
+it completely). With N particles:
+
+1. sample N first steps (one particle each) and score them;
+2. weights: softmax(score / temperature) over all N particles (Puri et al.'s Algorithm 1 uses a
+   softmax of the reward-model scores; ``temperature`` scales them);
+3. resample N particles from the weights (multinomial: each draw picks particle i with
+   probability w_i), finished particles included: a finished particle that is drawn stays
+   finished, so the set drifts towards finished solutions the verifier likes;
+4. continue every unfinished particle by one step and score it; repeat from 2 until every
+   particle is finished.
+
+Particle Gibbs (their Algorithm 2; conditional SMC, Andrieu, Doucet and Holenstein 2010) runs the
+filter for several iterations. From the second iteration on, one particle is the *reference*: the
+trajectory chosen (by its weight) at the end of the previous iteration. At every step the
+reference keeps its own next step instead of being sampled, and it is never resampled away; it
+does take part in the weights, so the other particles can be resampled onto its prefix and branch
+off it. The reference thus carries what an iteration found into the next.
+
+Choices of this implementation:
+
+- Particles that point at the same node are expanded by ONE request of ``n = copies`` (as beam
+  search expands a kept node M ways), so copies branch into different continuations instead of
+  resending one seed; every step of every problem is one expand call and one score call.
+- A particle without a valid score (:data:`~tts.search.tree_search.PENALTY`) has weight 0 while
+  any particle has a valid score; when none has, resampling is uniform.
+- The candidates (``SearchResult.leaves``) are the final particles, duplicates included (a
+  particle drawn k times counts k times in a weighted vote: the particle approximation of the
+  posterior). Particle Gibbs returns the last iteration's particles.
+- ``n`` of Particle Gibbs is particles x iterations, so ``-n`` compares it with the other
+  searches at the same number of sampled steps per depth.
+- Randomness: each root has its own :class:`random.Random`, seeded by the strategy from the run
+  seed, the problem and the config, so a run repeats exactly on a seeded backend.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from tts.backends.base import derive_seed
+from tts.config import StrategyConfigBase
+from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
+from tts.search.tree_search import (
+    MAX_STEPS,
+    Expansion,
+    SearchResult,
+    SearchSpace,
+    SearchTree,
+    StateScorer,
+    TreeNode,
+    grow,
+    never_ends,
+)
+from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+
+
+def particle_weights(scores: Sequence[float], temperature: float) -> list[float]:
+    """Normalised resampling weights: softmax(score / temperature) over the valid scores.
+
+    Args:
+        scores: One score per particle in [0, 1]; a negative one (PENALTY) marks a particle
+            without a valid score, which gets weight 0 while any particle has a valid score.
+        temperature: > 0; lower concentrates the weight on the best particles.
+
+    Returns:
+        Weights summing to 1 (uniform when no score is valid).
+
+    Example:
+        >>> particle_weights([0.5, 0.5], 1.0)
+        [0.5, 0.5]
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not scores:
+        return []
+    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
+    if not any(valid):
+        return [1.0 / len(scores)] * len(scores)
+    top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
+    raw = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
+    total = sum(raw)
+    return [w / total for w in raw]
+
+
+def resample(weights: Sequence[float], count: int, rng: random.Random) -> list[int]:
+    """``count`` multinomial draws of particle indices with probabilities ``weights``, in draw order."""
+    return rng.choices(range(len(weights)), weights=weights, k=count) if count > 0 else []
+
+
+class _Filter:
+    """One root's particle set across the steps of one filtering run."""
+
+    def __init__(self, tree: SearchTree, rng: random.Random, reference: Sequence[TreeNode] = ()) -> None:
+        self.tree = tree
+        self.rng = rng
+        self.reference = list(reference)  # the reference trajectory, depth 1 first (Particle Gibbs)
+        self.particles: list[TreeNode] = []  # particles[0] is the reference's when there is one
+        self.done = False
+
+    def reference_at(self, depth: int) -> TreeNode | None:
+        """The reference's node at ``depth`` (its finished node once it is shorter)."""
+        if not self.reference:
+            return None
+        return self.reference[min(depth, len(self.reference)) - 1]
+
+
+def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filter], n: int, temperature: float,
+                max_steps: int) -> None:
+    """Particle filtering from every root in lockstep (see the module docstring for the steps)."""
+    # 1. The first step: each root expanded n ways (n - 1 besides a reference's first node).
+    first = [Expansion(f.tree, None, n - (1 if f.reference else 0)) for f in filters]
+    for f, kids in zip(filters, grow(space, scorer, first), strict=True):
+        ref = f.reference_at(1)
+        f.particles = ([ref] if ref is not None else []) + kids
+        if not f.particles:
+            f.tree.events["no_children"] += 1
+            f.done = True
+    for depth in range(1, max_steps + 1):
+        live = [f for f in filters if not f.done]
+        for f in live:
+            if all(p.terminal for p in f.particles):
+                f.done = True
+        live = [f for f in live if not f.done]
+        if not live:
+            return
+        # 2-3. Weights from the scores of all particles; resample (the reference keeps its slot).
+        batch: list[Expansion] = []
+        owners: list[tuple[_Filter, list[int]]] = []
+        for f in live:
+            weights = particle_weights([p.score for p in f.particles], temperature)
+            ref = f.reference_at(depth + 1)
+            drawn = [f.particles[i] for i in resample(weights, n - (1 if ref is not None else 0), f.rng)]
+            f.tree.events["resamples"] += 1
+            for p in drawn:
+                p.kept = True
+            f.particles = ([ref] if ref is not None else []) + drawn
+            # 4. Unfinished particles on the same node are one request of n = copies.
+            copies: dict[int, list[int]] = {}
+            for slot, p in enumerate(f.particles):
+                if not p.terminal and not (ref is not None and slot == 0):
+                    copies.setdefault(p.id, []).append(slot)
+            for node_id, slots in copies.items():
+                batch.append(Expansion(f.tree, f.tree.nodes[node_id], len(slots)))
+                owners.append((f, slots))
+        # One expand call and one score call for every live particle of every root.
+        for (f, slots), kids in zip(owners, grow(space, scorer, batch), strict=True):
+            if len(kids) < len(slots):
+                f.tree.events["no_children"] += len(slots) - len(kids)
+            for slot, kid in zip(slots, kids, strict=False):
+                f.particles[slot] = kid
+    raise never_ends(max_steps)
+
+
+def _finish(f: _Filter) -> None:
+    """The final particles become the root's candidates (duplicates included)."""
+    for p in f.particles:
+        if p.terminal:
+            f.tree.take(p)
+
+
+def _trajectory(tree: SearchTree, node: TreeNode) -> list[TreeNode]:
+    """The nodes from the root's child down to ``node``."""
+    path = [node]
+    while path[-1].parent is not None:
+        path.append(tree.nodes[path[-1].parent])
+    return path[::-1]
+
+
+def particle_filter(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = 1.0,
+                    rngs: Sequence[random.Random] | None = None, max_steps: int = MAX_STEPS) -> list[SearchResult]:
+    """Particle filtering (Puri et al. 2025, Algorithm 1) from every root of ``space`` in lockstep.
+
+    Args:
+        space: The search space (one root per problem).
+        scorer: Scores states in [0, 1] (higher is better).
+        n: Particles per root.
+        temperature: Of the softmax that turns scores into resampling weights.
+        rngs: One random generator per root (default: seeded 0, 1, 2, ...).
+        max_steps: Safety cap on steps.
+
+    Returns:
+        One :class:`SearchResult` per root; its leaves are the n final particles (duplicates
+        included); ``kept`` marks every node that was drawn in a resampling. Events:
+        ``resamples`` (resampling steps), ``no_children``.
+
+    Example:
+        >>> from tts.search.toy import DigitSpace, PerfectScorer
+        >>> space = DigitSpace(["3102"], base=4)
+        >>> [r] = particle_filter(space, PerfectScorer(space), n=16, temperature=0.05)
+        >>> max(r.leaf_nodes, key=lambda node: node.score).state.digits
+        '3102'
+    """
+    return particle_gibbs(space, scorer, n, 1, temperature, rngs, max_steps=max_steps)
+
+
+def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: int = 2, temperature: float = 1.0,
+                   rngs: Sequence[random.Random] | None = None, before_iteration: Callable[[int], None] | None = None,
+                   max_steps: int = MAX_STEPS) -> list[SearchResult]:
+    """Particle Gibbs (Puri et al. 2025, Algorithm 2): ``iterations`` particle filters of ``n``
+    particles; from the second on, one particle is the reference trajectory drawn at the end of
+    the previous one (by weight), which is never resampled away.
+
+    Args:
+        space, scorer, n, temperature, rngs, max_steps: As :func:`particle_filter` (n is the
+            particles of one iteration).
+        iterations: Filtering runs; 1 is plain particle filtering.
+        before_iteration: Called with the iteration's index before it starts (the step-wise
+            space changes its seeds there, so an iteration never resends an earlier one's).
+
+    Returns:
+        One :class:`SearchResult` per root; its leaves are the last iteration's particles. Events
+        also count ``references_kept``: final particle sets that held their iteration's reference.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    if iterations > 1 and n < 2:
+        raise ValueError("Particle Gibbs needs n >= 2 particles per iteration: one is the reference")
+    trees = [SearchTree(root) for root in space.initial_states()]
+    rngs = list(rngs) if rngs is not None else [random.Random(i) for i in range(len(trees))]
+    if len(rngs) != len(trees):
+        raise ValueError(f"got {len(rngs)} random generators for {len(trees)} roots; give one per root")
+    references: list[list[TreeNode]] = [[] for _ in trees]
+    filters: list[_Filter] = []
+    for it in range(iterations):
+        if before_iteration is not None:
+            before_iteration(it)
+        filters = [_Filter(t, rng, ref) for t, rng, ref in zip(trees, rngs, references, strict=True)]
+        _run_filter(space, scorer, filters, n, temperature, max_steps)
+        for i, f in enumerate(filters):
+            if f.reference and f.particles and f.particles[0] is f.reference[-1]:
+                f.tree.events["references_kept"] += 1
+            finished = [p for p in f.particles if p.terminal]
+            if it + 1 < iterations and finished:
+                # The next reference: one final particle drawn by weight (conditional SMC's draw).
+                [j] = resample(particle_weights([p.score for p in finished], temperature), 1, f.rng)
+                references[i] = _trajectory(f.tree, finished[j])
+    for f in filters:
+        _finish(f)
+    return [t.result() for t in trees]
+
+
+# --- strategies -----------------------------------------------------------------------------------
+
+
+class ParticleFilteringConfig(TreeSearchConfig):
+    """Particle filtering: n partial solutions resampled by softmax(verifier score / temperature) every step."""
+
+    kind: Literal["particle_filtering"] = "particle_filtering"
+    temperature: float = Field(1.0, gt=0.0, le=100.0)
+    """Of the softmax over verifier scores (in [0, 1]) that gives the resampling weights: 1 is
+    Puri et al.'s softmax of the scores; lower resamples more greedily (near 0: every particle
+    onto the best), higher more uniformly (like independent sampling)."""
+
+
+class ParticleGibbsConfig(ParticleFilteringConfig):
+    """Particle Gibbs: particle filtering repeated, each iteration keeping a reference particle from the last."""
+
+    kind: Literal["particle_gibbs"] = "particle_gibbs"  # type: ignore[assignment]
+    iterations: int = Field(2, ge=1, le=64)
+    """Filtering runs; each has n / iterations particles, one of which (from the second run on) is
+    the reference trajectory drawn from the previous run. n must be a multiple of it."""
+
+    @model_validator(mode="after")
+    def _iterations_divide_n(self) -> ParticleGibbsConfig:
+        if self.n % self.iterations or (self.iterations > 1 and self.n // self.iterations < 2):
+            raise ValueError(f"n ({self.n}) must be a multiple of iterations ({self.iterations}) with at least 2 "
+                             f"particles per iteration (one is the reference): n counts the particles of all "
+                             f"iterations. Set n to a multiple of {self.iterations} (>= {2 * self.iterations}) "
+                             "or lower iterations.")
+        return self
+
+    @property
+    def particles(self) -> int:
+        """Particles per iteration."""
+        return self.n // self.iterations
+
+
+class ParticleFiltering(TreeSearchStrategy):
+    """Particle filtering over solution steps (Puri et al. 2025); see :func:`particle_filter`."""
+
+    name = "particle_filtering"
+    config_class: ClassVar[type[StrategyConfigBase]] = ParticleFilteringConfig
+
+    def _rngs(self, space: StepwiseSpace) -> list[random.Random]:
+        return [random.Random(derive_seed(self.seed, f"{p.id}|{self.config.label}", 0)) for p in space.problems]
+
+    def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
+        return particle_filter(space, scorer, self.config.n, self.config.temperature, self._rngs(space))
+
+
+class ParticleGibbs(ParticleFiltering):
+    """Particle Gibbs over solution steps (Puri et al. 2025); see :func:`particle_gibbs`."""
+
+    name = "particle_gibbs"
+    config_class: ClassVar[type[StrategyConfigBase]] = ParticleGibbsConfig
+
+    def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
+        c = self.config
+        key = space.seed_key
+
+        def before_iteration(it: int) -> None:
+            space.seed_key = f"{key}|iteration{it}" if it else key  # new seeds for every iteration's samples
+
+        return particle_gibbs(space, scorer, c.particles, c.iterations, c.temperature, self._rngs(space),
+                              before_iteration=before_iteration)
