@@ -17,7 +17,7 @@ GEN = {"role": "generator"}
     ({"nodes": {"a": GEN, "b": {"role": "fuser", "inputs": ["a", "ghost"]}}}, ["node 'b'", "'ghost'", "not a node"]),
     ({"nodes": {"a": GEN}, "edges": [["a", "nowhere"]]}, ["edge a -> nowhere", "'nowhere'"]),
     ({"nodes": {"a": GEN, "b": {"role": "summarizer", "inputs": ["a"]}}},
-     ["node 'b'", "Unknown role 'summarizer'", "critic, fuser, generator, ranker, reviser, verifier, voter"]),
+     ["node 'b'", "Unknown role 'summarizer'", "critic, decomposer, fuser, generator", "subsolver, verifier, voter"]),
     ({"models": {"coder": {"model": "qwen2.5-coder-1.5b"}},
       "nodes": {"a": GEN, "b": {"role": "fuser", "inputs": ["a"], "model": "qwen-72b"}}},
      ["node 'b'", "'qwen-72b' is not configured", "policy, coder"]),

@@ -23,7 +23,9 @@ def graph_search_command(
     test: int = typer.Option(20, "--test", min=1, help="Held-out problems (the next M): reported, never searched on."),
     budget: int = typer.Option(30, "--budget", min=1, help="Distinct graphs evaluated on the dev split at most."),
     token_budget: int | None = typer.Option(None, "--token-budget", min=1, help="Dev tokens all evaluations may spend."),
-    method: str = typer.Option("reinforce", "--method", help="reinforce, random or greedy."),
+    method: str = typer.Option("reinforce", "--method",
+                               help="reinforce, random or greedy; a comma list runs each under the same budget "
+                                    "(a graph evaluated by one is reused by the next, not run again)."),
     cost_penalty: float = typer.Option(0.0, "--cost-penalty", min=0.0,
                                        help="Reward = accuracy - this x tokens per problem."),
     samples_per_round: int = typer.Option(4, "--samples-per-round", min=2, help="Graphs per REINFORCE round (K)."),
@@ -48,11 +50,14 @@ def graph_search_command(
             search_graphs,
         )
         from tts.graphs.search_eval import SplitEvaluator
+        from tts.graphs.strategy import GraphModels
         from tts.registry import BENCHMARKS
 
         search_space = load_search_space(space)
-        config = GraphSearchConfig(method=method, max_evaluations=budget, max_tokens=token_budget,
-                                   cost_penalty=cost_penalty, samples_per_round=samples_per_round, seed=seed)
+        methods = [m.strip() for m in method.split(",") if m.strip()]
+        configs = [GraphSearchConfig(method=m, max_evaluations=budget, max_tokens=token_budget,
+                                     cost_penalty=cost_penalty, samples_per_round=samples_per_round, seed=seed)
+                   for m in methods]
         bench = BENCHMARKS.load(benchmark)()
         problems = bench.load(data, dev + test)
         if len(problems) < dev + test:
@@ -60,29 +65,58 @@ def graph_search_command(
         backend_cfg = TypeAdapter(BackendConfig).validate_python({"kind": backend, **({"model": model} if model else {})})
         generator = create_generator(backend_cfg, problems)
         sampling = SamplingConfig(max_tokens=max_tokens)
+        runs = []
+        # One pool of the graphs' other models for every search and the held-out runs: each
+        # model's engine starts once (the policy's is `generator`, opened once above).
         try:
-            with Grader() as grader:
+            with Grader() as grader, GraphModels() as models:
                 def split(items):
-                    return SplitEvaluator(items, generator, bench.prompt.render, grader.grade_many, sampling, seed)
+                    return SplitEvaluator(items, generator, bench.prompt.render, grader.grade_many, sampling, seed,
+                                          models)
 
-                result = search_graphs(search_space, config, split(problems[:dev]))
-                # The held-out split sees only the chosen graph, once.
-                held_out = split(problems[dev:])([result.best])[0]
+                dev_eval, test_eval = MemoEvaluator(split(problems[:dev])), MemoEvaluator(split(problems[dev:dev + test]))
+                for config in configs:
+                    result = search_graphs(search_space, config, dev_eval)
+                    # The held-out split sees only the chosen graph, once.
+                    runs.append((config, result, test_eval([result.best])[0]))
         finally:
             generator.close()
         out.mkdir(parents=True, exist_ok=True)
-        (out / "best.yaml").write_text(graph_yaml(result.best))
-        summary = {
-            "method": result.method, "best": result.best.name, "reward": result.reward,
-            "dev": {"problems": dev, "accuracy": result.dev.accuracy, "tokens_per_problem": result.dev.tokens_per_problem},
-            "test": {"problems": test, "accuracy": held_out.accuracy, "tokens_per_problem": held_out.tokens_per_problem},
-            "evaluations": result.evaluations, "found_at": result.found_at, "dev_tokens": result.tokens,
-            "stopped": result.stopped, "curve": list(result.curve), "config": config.model_dump(mode="json"),
-        }
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        Console().print(
-            f"{result.method}: best graph {result.best.name} after {result.evaluations} evaluations "
-            f"(found at {result.found_at}; {result.stopped})\n"
-            f"  dev  accuracy {result.dev.accuracy:.3f}, {result.dev.tokens_per_problem:.0f} tokens/problem\n"
-            f"  test accuracy {held_out.accuracy:.3f}, {held_out.tokens_per_problem:.0f} tokens/problem\n"
-            f"  wrote {out / 'best.yaml'} and {out / 'summary.json'}")
+        console = Console()
+        summaries = []
+        for config, result, held_out in runs:
+            stem = "best" if len(runs) == 1 else f"best-{config.method}"
+            (out / f"{stem}.yaml").write_text(graph_yaml(result.best))
+            summaries.append({
+                "method": result.method, "best": result.best.name, "reward": result.reward,
+                "dev": {"problems": dev, "accuracy": result.dev.accuracy,
+                        "tokens_per_problem": result.dev.tokens_per_problem},
+                "test": {"problems": test, "accuracy": held_out.accuracy,
+                         "tokens_per_problem": held_out.tokens_per_problem},
+                "evaluations": result.evaluations, "found_at": result.found_at, "dev_tokens": result.tokens,
+                "stopped": result.stopped, "curve": list(result.curve), "config": config.model_dump(mode="json"),
+            })
+            console.print(
+                f"{result.method}: best graph {result.best.name} after {result.evaluations} evaluations "
+                f"(found at {result.found_at}; {result.stopped})\n"
+                f"  dev  accuracy {result.dev.accuracy:.3f}, {result.dev.tokens_per_problem:.0f} tokens/problem\n"
+                f"  test accuracy {held_out.accuracy:.3f}, {held_out.tokens_per_problem:.0f} tokens/problem")
+        body = summaries[0] if len(summaries) == 1 else {"methods": summaries}
+        (out / "summary.json").write_text(json.dumps(body, indent=2))
+        console.print(f"wrote {out}/best*.yaml and {out / 'summary.json'}")
+
+
+class MemoEvaluator:
+    """Evaluates each distinct graph once per split; later searches reuse the evaluation (each search
+    still counts it against its own budget)."""
+
+    def __init__(self, evaluate):
+        self.evaluate, self.cache = evaluate, {}
+
+    def __call__(self, specs):
+        from tts.graphs.search import canonical_key
+
+        todo = {canonical_key(s): s for s in specs if canonical_key(s) not in self.cache}
+        if todo:
+            self.cache.update(zip(todo, self.evaluate(list(todo.values())), strict=True))
+        return [self.cache[canonical_key(s)] for s in specs]

@@ -23,7 +23,7 @@ from typing import Any
 from tts.answers import extract_answer
 from tts.backends.base import GenerationRequest, Generator, Message
 from tts.config import SamplingConfig
-from tts.graphs.graph import POLICY, GraphSpec, levels
+from tts.graphs.graph import GraphSpec, levels
 from tts.graphs.roles import Candidate, NodeContext, Role, RoleOutput
 from tts.registry import ROLES
 from tts.search.base import vote
@@ -54,7 +54,7 @@ class GraphExecutor:
     """Runs one graph spec with the generators of its models.
 
     Args:
-        spec: The validated graph.
+        spec: The validated graph (a multi-stage one runs as :meth:`GraphSpec.resolved`).
         prompt: Problem -> chat messages (the benchmark's template).
         sampling: The run's sampling settings (nodes override temperature and max tokens).
         extract: Text -> answer.
@@ -64,6 +64,7 @@ class GraphExecutor:
     def __init__(self, spec: GraphSpec, prompt: Callable[[Problem], tuple[Message, ...]],
                  sampling: SamplingConfig | None = None, extract: Callable[[str], str | None] = extract_answer,
                  seed: int = 0) -> None:
+        spec = spec.resolved()  # a multi-stage graph runs with its stages' budget shares as n
         self.spec = spec
         self.graph = spec.digraph()
         self.levels = levels(self.graph)

@@ -61,6 +61,27 @@ class NodeSpec(_Frozen):
     max_candidates: int = Field(4, ge=1, le=32)
     """Most input solutions one prompt shows (fuser, ranker, a reviser's context): keeps prompts
     within the model's context length."""
+    max_parts: int = Field(3, ge=1, le=9)
+    """Most sub-problems a decomposer splits a problem into."""
+    part: int = Field(0, ge=0, le=9)
+    """Which sub-problem a subsolver answers: 1, 2, ... (in the decomposer's order), or 0 for the
+    original problem, answered with every earlier step's answer as context."""
+    easy_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    """A subsolver behind an assessor: a sub-problem whose P(easy) reaches this gets one greedy
+    sample; a harder one gets ``n`` samples and a vote."""
+    query_marker: str = Field("Question:", min_length=1)
+    """Note taker / note reader: the text before the last occurrence of this marker in a question
+    is the context it shares with other questions (notes are written about it once)."""
+
+
+class StageSpec(_Frozen):
+    """A stage of a multi-stage task: some nodes (usually on one model) and their share of the budget."""
+
+    nodes: tuple[str, ...] = Field(min_length=1)
+    """The stage's nodes; with the graph's ``budget`` their ``n`` comes from the stage's share."""
+    share: float = Field(gt=0.0, le=1.0)
+    """The stage's part of the graph's ``budget``: each of its nodes draws
+    ``max(1, round(share * budget / len(nodes)))`` samples per request."""
 
 
 class GraphSpec(_Frozen):
@@ -81,6 +102,11 @@ class GraphSpec(_Frozen):
     """Extra edges as ``[from, to]`` pairs (the same as listing ``from`` in ``to``'s inputs)."""
     output: str | None = None
     """The node whose outputs give the answer; needed only when the graph has several sinks."""
+    budget: int | None = Field(None, ge=1)
+    """Multi-stage tasks: samples per problem split over ``stages`` by their shares (the sum of
+    ``n`` over the staged nodes). Needs ``stages``; see :mod:`tts.graphs.stages` to choose the split."""
+    stages: dict[str, StageSpec] = Field(default_factory=dict)
+    """Stage name -> its nodes and budget share (AgentTTS-style multi-stage tasks)."""
 
     @field_validator("models", mode="before")
     @classmethod
@@ -102,6 +128,24 @@ class GraphSpec(_Frozen):
     def digraph(self) -> nx.DiGraph:
         """The validated graph (built anew: a DiGraph is mutable, the spec is not)."""
         return build_graph(self)
+
+    def stage_samples(self) -> dict[str, int]:
+        """Node -> the ``n`` its stage's share of ``budget`` gives it (empty without a budget)."""
+        if self.budget is None:
+            return {}
+        return {node: max(1, round(stage.share * self.budget / len(stage.nodes)))
+                for stage in self.stages.values() for node in stage.nodes}
+
+    def resolved(self) -> GraphSpec:
+        """The graph as it runs: every staged node's ``n`` set from its stage's share of the budget
+        (the budget and shares dropped, the stages kept as labels). Unchanged without a budget."""
+        samples = self.stage_samples()
+        if not samples:
+            return self
+        nodes = {name: node.model_copy(update={"n": samples[name]}) if name in samples else node
+                 for name, node in self.nodes.items()}
+        stages = {name: StageSpec(nodes=st.nodes, share=st.share) for name, st in self.stages.items()}
+        return self.model_copy(update={"nodes": nodes, "budget": None, "stages": stages})
 
     def sink(self) -> str:
         """The node whose outputs give the answer."""
@@ -163,15 +207,45 @@ def _check_node(spec: GraphSpec, name: str, graph: nx.DiGraph) -> None:
             raise GraphError(f"node {name!r}: prompt is not a valid template ({exc}); write fields as "
                              "{question} and double literal braces ({{ }})") from None
         unknown = sorted(fields - set(role.prompt_fields))
-        if unknown or "question" not in fields:
-            others = [f"{{{f}}}" for f in role.prompt_fields if f != "question"]
+        required = role.prompt_fields[0]
+        if unknown or required not in fields:
+            others = [f"{{{f}}}" for f in role.prompt_fields if f != required]
             allowed = f"and may use {', '.join(others)}" if others else "and no other field"
             got = ", ".join(f"{{{f}}}" for f in sorted(fields)) or "no fields"
-            raise GraphError(f"node {name!r}: a {node.role} prompt must use {{question}} {allowed}; got {got}")
+            raise GraphError(f"node {name!r}: a {node.role} prompt must use {{{required}}} {allowed}; got {got}")
     produced = [ROLES.load(spec.nodes[src].role).produces for src in spec.node_inputs(name)]
     problem = role.check_inputs(produced)
     if problem:
         raise GraphError(f"node {name!r}: {problem}")
+
+
+def _check_stages(spec: GraphSpec) -> None:
+    """Stages name existing nodes, each node in one stage; a budget needs stages whose shares sum
+    to 1 and whose nodes draw samples (their ``n`` then comes from the share, not the file)."""
+    from tts.registry import ROLES
+
+    if spec.budget is not None and not spec.stages:
+        raise GraphError("budget: a budget is split over stages; add a stages: section (or remove budget)")
+    owner: dict[str, str] = {}
+    for stage, st in spec.stages.items():
+        for node in st.nodes:
+            if node not in spec.nodes:
+                raise GraphError(f"stage {stage!r}: {node!r} is not a node of the graph (nodes: {', '.join(spec.nodes)})")
+            if node in owner:
+                raise GraphError(f"stage {stage!r}: node {node!r} is already in stage {owner[node]!r}; a node "
+                                 "belongs to one stage")
+            owner[node] = stage
+            if spec.budget is None:
+                continue
+            if "n" not in ROLES.load(spec.nodes[node].role).settings:
+                raise GraphError(f"stage {stage!r}: node {node!r} is a {spec.nodes[node].role}, which draws no "
+                                 "samples, so a budget share cannot scale it; leave it out of the stage")
+            if spec.nodes[node].n != 1:
+                raise GraphError(f"node {node!r}: its n comes from stage {stage!r}'s share of the budget; remove n")
+    if spec.budget is not None:
+        total = sum(st.share for st in spec.stages.values())
+        if abs(total - 1.0) > 1e-6:
+            raise GraphError(f"stages: the shares sum to {total:g}; with a budget they must sum to 1")
 
 
 def build_graph(spec: GraphSpec) -> nx.DiGraph:
@@ -219,6 +293,7 @@ def build_graph(spec: GraphSpec) -> nx.DiGraph:
                          "answer with output: NODE")
     else:
         out = sinks[0]
+    _check_stages(spec)
     from tts.registry import ROLES
 
     if ROLES.load(spec.nodes[out].role).produces != "solution":

@@ -97,10 +97,11 @@ class NodeContext:
     seed: int
 
     def request(self, problem: Problem, messages: tuple[Message, ...], index: int, **kw: Any) -> GenerationRequest:
-        """A request of this node; its seed is distinct per (run, problem, node, request)."""
+        """A request of this node; its seed is distinct per (run, problem, node, request). ``key``
+        (default: the problem id) labels it for backends (the scripted one draws answers by key)."""
         args = {"n": self.spec.n, "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
         return GenerationRequest(messages=messages, seed=derive_seed(self.seed, f"{problem.id}|{self.name}", index),
-                                 key=problem.id, **{**args, **kw})
+                                 **{"key": problem.id, **args, **kw})
 
     def solution(self, index: int, text: str, completion: Any, about: Candidate | None = None,
                  kind: str = "solution") -> Candidate:
@@ -161,7 +162,10 @@ class Role(ABC):
         if not produced:
             return f"a {cls.name} needs inputs (inputs: [NODE, ...]): it works on other nodes' solutions"
         if any(p != "solution" for p in produced):
-            return f"a {cls.name} reads solutions, but an input writes critiques; feed critiques to a reviser"
+            other = next(p for p in produced if p != "solution")
+            reader = {"critique": "a reviser", "subproblem": "a subsolver or assessor", "assessment": "a subsolver",
+                      "note": "a note_reader"}.get(other, "a role that reads them")
+            return f"a {cls.name} reads solutions, but an input writes {other}s; feed {other}s to {reader}"
         return None
 
     @classmethod

@@ -14,7 +14,7 @@ from tts.benchmarks.grading import Outcome
 from tts.config import SamplingConfig
 from tts.graphs.graph import GraphError, GraphSpec
 from tts.graphs.search import Evaluation
-from tts.graphs.strategy import GraphStrategy, GraphStrategyConfig
+from tts.graphs.strategy import GraphModels, GraphStrategy, GraphStrategyConfig
 from tts.search.base import PromptFn
 from tts.types import Problem
 
@@ -32,6 +32,9 @@ class SplitEvaluator:
         grade: Grades ``(answer, gold)`` pairs; an ungraded answer counts as not correct.
         sampling: The run's sampling settings.
         seed: The run seed (every graph is run with it, so a graph's evaluation is reproducible).
+        models: Generators of the graphs' other models, shared by every evaluation (and with other
+            evaluators: give the dev and test evaluators the same one) so that each model's engine
+            starts once; its owner closes it. None: each evaluation opens and closes its own.
 
     Example:
         >>> with Grader() as grader:  # doctest: +SKIP
@@ -40,7 +43,7 @@ class SplitEvaluator:
     """
 
     def __init__(self, problems: Sequence[Problem], generator: Generator, prompt: PromptFn, grade: GradeFn,
-                 sampling: SamplingConfig | None = None, seed: int = 0) -> None:
+                 sampling: SamplingConfig | None = None, seed: int = 0, models: GraphModels | None = None) -> None:
         if not problems:
             raise GraphError("a graph evaluation split is empty; give it at least one problem")
         missing = [p.id for p in problems if p.answer is None]
@@ -52,12 +55,13 @@ class SplitEvaluator:
         self.grade = grade
         self.sampling = sampling
         self.seed = seed
+        self.models = models
 
     def __call__(self, specs: Sequence[GraphSpec]) -> list[Evaluation]:
         out = []
         for spec in specs:
             strategy = GraphStrategy(GraphStrategyConfig(graph=spec), self.generator, self.prompt, self.sampling,
-                                     seed=self.seed)
+                                     seed=self.seed, models=self.models)
             try:
                 solutions = strategy.solve(self.problems)
             finally:

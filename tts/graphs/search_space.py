@@ -36,6 +36,9 @@ class GraphSearchSpace(_Frozen):
     """The configured models, as a graph file's ``models:`` section (name -> backend settings)."""
     node_models: tuple[str, ...] = (POLICY,)
     """Models a node may run on: ``policy`` and names from ``models``."""
+    output_models: tuple[str, ...] | None = None
+    """Models the output node may run on (None: ``node_models``); e.g. only the strong model as the
+    final fuser, which keeps a search over a slow second model affordable."""
     depths: tuple[int, ...] = (1, 2)
     """Numbers of layers to choose from: the first layer generates, later ones refine."""
     widths: tuple[int, ...] = (1, 2, 3)
@@ -54,7 +57,10 @@ class GraphSearchSpace(_Frozen):
             values = getattr(self, field_name)
             if not values or len(set(values)) != len(values):
                 raise ValueError(f"{field_name}: give at least one choice and no repeats (got {list(values)})")
-        unknown = [m for m in self.node_models if m != POLICY and m not in self.models]
+        if self.output_models is not None and (not self.output_models
+                                               or len(set(self.output_models)) != len(self.output_models)):
+            raise ValueError(f"output_models: give at least one choice and no repeats (got {list(self.output_models)})")
+        unknown = [m for m in (*self.node_models, *(self.output_models or ())) if m != POLICY and m not in self.models]
         if unknown:
             raise ValueError(f"node_models: {', '.join(unknown)} not configured; add them to models: or choose "
                              f"from {', '.join([POLICY, *self.models])}")
@@ -71,7 +77,7 @@ class GraphSearchSpace(_Frozen):
         out.update({f"role_{layer}": self.layer_roles for layer in range(1, max(self.depths))})
         out.update({f"model_{layer}_{i}": self.node_models
                     for layer in range(max(self.depths)) for i in range(max(self.widths))})
-        out["model_out"] = self.node_models
+        out["model_out"] = self.output_models or self.node_models
         return out
 
     def active(self, choice: Choice) -> list[str]:

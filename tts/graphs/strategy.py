@@ -71,19 +71,61 @@ def _scripted_base(policy: Generator) -> BaseModel:
                      "models from; give each models: entry its own kind (and settings)")
 
 
+class GraphModels:
+    """The generators of graphs' other models (``models:`` entries), in one :class:`EnginePool`.
+
+    A graph strategy makes its own by default and closes it with itself. Code that runs many
+    graphs (graph search, stage planning) makes one, hands it to every strategy and closes it at
+    the end, so each model's engine starts once for the whole search, not once per graph.
+    """
+
+    def __init__(self, pool: EnginePool | None = None) -> None:
+        self.pool = pool or EnginePool()
+        self.opened_for: dict[str, set[str]] = {}
+        """Pool key -> the problem ids a per-problem backend (scripted) was opened with."""
+
+    def get(self, cfg: BaseModel, name: str, graph: str, problems: Sequence[Problem]) -> Generator:
+        """The open generator of ``cfg``, started (or, for a per-problem backend that has not seen
+        these problems, restarted) when needed."""
+        key = cfg.model_dump_json()
+        ids = {p.id for p in problems}
+        if cfg.kind in _OPENED_FOR_PROBLEMS and not ids <= self.opened_for.get(key, ids):
+            self.pool.close(cfg)
+        if cfg not in self.pool:
+            logger.info("graph %s: opening model %r (%s)", graph, name, cfg.model)
+            self.opened_for[key] = ids
+        return self.pool.get(cfg, problems)
+
+    def close(self) -> None:
+        """Close every generator opened (never a run's own)."""
+        self.opened_for.clear()
+        self.pool.close_all()
+
+    def __enter__(self) -> GraphModels:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class GraphStrategy(Strategy):
-    """Runs the graph of ``config.graph`` on each batch; see :mod:`tts.graphs.executor`."""
+    """Runs the graph of ``config.graph`` on each batch; see :mod:`tts.graphs.executor`.
+
+    Args:
+        models: Shared generators of the graph's other models (closed by their owner); None:
+            the strategy opens its own and :meth:`close` closes them.
+    """
 
     name = "graph"
     config_class: ClassVar[type[StrategyConfigBase]] = GraphStrategyConfig
 
     def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
-                 extract: ExtractFn = extract_answer, seed: int = 0) -> None:
+                 extract: ExtractFn = extract_answer, seed: int = 0, models: GraphModels | None = None) -> None:
         super().__init__(config, generator, prompt, sampling, extract, seed)
         self.executor = GraphExecutor(config.graph, prompt, self.sampling, self.extract, seed)
-        self._pool = EnginePool()
+        self._owns_models = models is None
+        self._models = models or GraphModels()
         self._configs: dict[str, BaseModel] = {}
-        self._opened_for: dict[str, set[str]] = {}
 
     def _generators(self, problems: Sequence[Problem]) -> tuple[dict[str, Generator], dict[str, str]]:
         """Model name -> generator, and model name -> the model its requests are priced on."""
@@ -104,13 +146,7 @@ class GraphStrategy(Strategy):
             if isinstance(base, BaseModel) and cfg == base:
                 generators[name] = self.generator
                 continue
-            ids = {p.id for p in problems}
-            if cfg.kind in _OPENED_FOR_PROBLEMS and not ids <= self._opened_for.get(name, ids):
-                self._pool.close(cfg)
-            if cfg not in self._pool:
-                logger.info("graph %s: opening model %r (%s)", self.config.graph.name, name, cfg.model)
-                self._opened_for[name] = ids
-            generators[name] = self._pool.get(cfg, problems)
+            generators[name] = self._models.get(cfg, name, self.config.graph.name, problems)
             labels[name] = generators[name].model_name
         return generators, labels
 
@@ -125,5 +161,7 @@ class GraphStrategy(Strategy):
         return self.executor.run(problems, generators, labels)
 
     def close(self) -> None:
-        """Close the generators the graph opened for its other models (never the run's)."""
-        self._pool.close_all()
+        """Close the generators the graph opened for its other models (never the run's, nor
+        shared ones: their owner closes them)."""
+        if self._owns_models:
+            self._models.close()
