@@ -8,9 +8,10 @@ the engine as ONE ``generate`` call, then hands each caller its own results, in 
 agents whose self-consistency step lands at the same moment cost one engine call, not 100, and
 the engine (not thread-safe, in vLLM's case) is only ever called from one thread.
 
-The window closes early when every solve that is running has its requests queued and no solve
-has started within the window (nobody else could join), so a lone caller pays no window latency.
-Solves announce themselves with :meth:`BatchingGenerator.begin` and :meth:`BatchingGenerator.end`.
+The window closes early when every solve that is running has its requests queued and no solve is
+about to start (nobody else could join), so a lone caller pays no window latency. Solves announce
+themselves with :meth:`BatchingGenerator.expect` (submitted to a worker, not yet running),
+:meth:`BatchingGenerator.begin` and :meth:`BatchingGenerator.end`.
 
 Cancellation: a solve carries a :class:`CallContext` (thread-local while it runs). Cancelling it
 drops its requests that are still queued and makes its next ``generate`` raise
@@ -103,7 +104,7 @@ class BatchingGenerator:
         self.window = window
         self.max_requests = max_requests
         self.active = 0  # solves between begin() and end()
-        self._last_begin = 0.0
+        self.expected = 0  # solves submitted to a worker that have not begun
         self.stats = BatchStats()
         self._queue: list[_Pending] = []
         self._cond = threading.Condition()
@@ -159,11 +160,19 @@ class BatchingGenerator:
         assert pending.results is not None
         return pending.results
 
-    def begin(self) -> None:
-        """A solve starts: the window may close early only once it, too, has queued."""
+    def expect(self, count: int = 1) -> None:
+        """Solves were submitted to workers and will begin soon (-1: one of them never will)."""
+        with self._cond:
+            self.expected += count
+            self._cond.notify_all()
+
+    def begin(self, expected: bool = False) -> None:
+        """A solve starts (``expected``: announced by :meth:`expect`); the window may close early
+        only once it, too, has queued."""
         with self._cond:
             self.active += 1
-            self._last_begin = time.monotonic()
+            if expected:
+                self.expected -= 1
 
     def end(self) -> None:
         """A solve ended (it will queue nothing more)."""
@@ -215,7 +224,7 @@ class BatchingGenerator:
                 queued = sum(len(p.requests) for p in self._queue)
                 waiting = len({id(p.context) for p in self._queue})
                 now = time.monotonic()
-                everyone_in = waiting >= self.active and now - self._last_begin >= self.window
+                everyone_in = waiting >= self.active and self.expected <= 0
                 left = deadline - now
                 if left <= 0 or everyone_in or queued >= self.max_requests or not self._queue:
                     break

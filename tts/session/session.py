@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import dataclasses
-import functools
 import hashlib
 import itertools
 import logging
@@ -185,7 +184,8 @@ class Session:
     def solve(self, question: str | Problem, *, strategy: Any = None, n: int | None = None, budget: Any = None,
               temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
               messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
-              prompt: Any = None, seed: int | None = None, context: CallContext | None = None) -> SessionSolution:
+              prompt: Any = None, seed: int | None = None, context: CallContext | None = None,
+              _expected: bool = False) -> SessionSolution:
         """Answer one question with a test-time strategy on the session's warm engine.
 
         Args:
@@ -216,6 +216,8 @@ class Session:
         from tts.config import SamplingConfig
         from tts.registry import STRATEGIES
 
+        if _expected:  # submitted by asolve: it is running now, no longer about to start
+            self.batcher.expect(-1)
         if self.closed:
             raise RuntimeError("this session is closed; open a new one")
         config = self.strategy_config(strategy, n)
@@ -259,11 +261,26 @@ class Session:
         engine calls. Cancelling the awaiting task cancels the solve (see :class:`CallContext`)."""
         ctx = kwargs.pop("context", None) or CallContext()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, functools.partial(self.solve, question, context=ctx, **kwargs))
+        state = {"started": False, "abandoned": False}
+        lock = threading.Lock()
+
+        def run() -> SessionSolution:
+            with lock:
+                if state["abandoned"]:
+                    raise SolveCancelled()
+                state["started"] = True
+            return self.solve(question, context=ctx, _expected=True, **kwargs)
+
+        self.batcher.expect()
+        future = loop.run_in_executor(self._executor, run)
         try:
             return await future
         except asyncio.CancelledError:
             ctx.cancel()
+            with lock:
+                if not state["started"]:  # it never ran: it will never begin
+                    state["abandoned"] = True
+                    self.batcher.expect(-1)
             raise
 
     def _problem(self, question: str | Problem, messages: Any, tools: Any, seeded: bool) -> Problem:
