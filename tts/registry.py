@@ -76,6 +76,7 @@ class Registry:
 STRATEGIES = Registry(
     "strategy",
     {
+        "ab_mcts": "tts.search.ab_mcts:ABMCTS",
         "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
         "budget_forcing": "tts.search.budget_forcing:BudgetForcing",
