@@ -182,3 +182,21 @@ def test_chat_messages_and_tools_reach_the_problem_and_the_prompt():
                                            {"role": "user", "content": "And 2+3?"}], tools=tools)
     roles = [m.role for m in seen[0].messages]
     assert roles == ["system", "user", "assistant", "user"] and seen[0].messages[-1].content.startswith("And 2+3?")
+
+
+def test_auto_gets_the_solve_budget_and_the_session_calibration(tmp_path):
+    """strategy="auto" (when registered): the budget goes into its config and calibration comes from the
+    session's strategy_settings, so an agent passes only a question and a budget."""
+    from tts.registry import STRATEGIES
+
+    if "auto" not in STRATEGIES.names():
+        pytest.skip("strategy auto is not registered in this checkout")
+    from tests.budgets.test_cross_strategy import _write_pool
+
+    pool = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    gen = ScriptedGenerator(default={"1": 0.6, "2": 0.3}, seed=0, mean_tokens=100)
+    with Session(generator=gen, strategy_settings={"auto": {"calibration": str(pool)}}) as s:
+        sol = s.solve("What is 0 + 1?", strategy="auto", budget=2000)
+        config = s.strategy_config("auto", budget=2000)
+    assert config.budget == 2000 and config.budget_unit == "tokens" and config.calibration == str(pool)
+    assert sol.trace.strategy.startswith("auto") and sol.answer == "1"

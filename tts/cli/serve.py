@@ -76,6 +76,9 @@ def serve_command(
     gpu: Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in responses.")] = "h100",
     price_as: Annotated[str | None, typer.Option(help="Model architecture that prices usage (default: the backend's "
                                                  "model; smollm2-135m for scripted).")] = None,
+    calibration: Annotated[str | None, typer.Option(help="auto/<model>: calibration source of the auto strategy (a "
+                                                    "sample pool, past tts eval run or tts sweep directory of "
+                                                    "this model).")] = None,
     accuracy: Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")] = 0.6,
     seed: Annotated[int, typer.Option(help="Run seed (engine seed of vllm and scripted).")] = 0,
     max_model_len: Annotated[int, typer.Option(min=64, help="vllm: longest prompt + completion.")] = 2048,
@@ -98,7 +101,8 @@ def serve_command(
         name = served_name or model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
         pricing = price_as or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
         session = Session(generator=generator, max_tokens=default_max_tokens, batch_window=batch_window, gpu=gpu,
-                          price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8) * max_choices)
+                          price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8) * max_choices,
+                          strategy_settings={"auto": {"calibration": calibration}} if calibration else None)
         config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_body_bytes=max_body_bytes,
                              max_choices=max_choices, max_samples=max_samples, max_tokens=max_tokens,
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent)

@@ -130,14 +130,6 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
             raise BadRequest(f"n={body.n}: n (choices, each an independent solve) must be between 1 and "
                              f"{config.max_choices} on this server; for more samples per answer raise the strategy's n "
                              "(sc-16/<model> or tts.n)", param="n")
-        try:
-            strategy_config = session.strategy_config(spec, opts.n)
-        except ValueError as exc:  # unknown strategy (UnknownNameError) or settings it refuses
-            raise BadRequest(f"strategy {spec}: {exc}", param="tts.strategy") from None
-        samples = getattr(strategy_config, "n", None)
-        if samples is not None and samples > config.max_samples:
-            raise BadRequest(f"the strategy asks for n={samples} samples, over this server's limit of "
-                             f"{config.max_samples}; lower n (in the model name or tts.n)", param="tts.n")
         max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
         if max_tokens is not None and max_tokens > config.max_tokens:
             raise BadRequest(f"max_tokens={max_tokens} is over this server's limit of {config.max_tokens}; lower it",
@@ -155,6 +147,14 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
                 budget = SolveBudget(config.max_budget_tokens, "tokens")
         except BudgetError as exc:
             raise BadRequest(str(exc), param="tts.budget") from None
+        try:
+            strategy_config = session.strategy_config(spec, opts.n, budget)
+        except ValueError as exc:  # unknown strategy (UnknownNameError) or settings it refuses
+            raise BadRequest(f"strategy {spec}: {exc}", param="tts.strategy") from None
+        samples = getattr(strategy_config, "n", None)
+        if samples is not None and samples > config.max_samples:
+            raise BadRequest(f"the strategy asks for n={samples} samples, over this server's limit of "
+                             f"{config.max_samples}; lower n (in the model name or tts.n)", param="tts.n")
         common: dict[str, Any] = {"strategy": strategy_config, "budget": budget, "temperature": body.temperature,
                                   "top_p": body.top_p, "max_tokens": max_tokens, "seed": body.seed,
                                   "prompt": plain if opts.prompt == "plain" else None}

@@ -103,6 +103,8 @@ class Session:
         price_as: The model whose architecture prices usage; default the backend's model. None:
             count tokens only.
         prices: Overrides of the default dollars per GPU-hour (``{"h100": 2.5}``).
+        strategy_settings: Default settings per strategy kind, used where a solve leaves them out,
+            e.g. ``{"auto": {"calibration": "runs/smollm2-demo"}}``.
 
     Example:
         >>> with tts.Session() as s:                                        # doctest: +SKIP
@@ -115,7 +117,8 @@ class Session:
                  budget: Any = None, temperature: float = 0.7, top_p: float = 1.0, max_tokens: int = 512,
                  prompt: Any = None, seed: int = 0, batch_window: float = 0.01, max_batch_requests: int = 4096,
                  max_workers: int = 256, gpu: str = "h100", price_as: str | None | bool = True,
-                 prices: Mapping[str, float] | None = None) -> None:
+                 prices: Mapping[str, float] | None = None,
+                 strategy_settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         from tts.config import SamplingConfig
         from tts.prompts import MATH_PROMPT
 
@@ -127,6 +130,7 @@ class Session:
         self.default_strategy = strategy
         self.default_n = n
         self.default_budget = SolveBudget.parse(budget)
+        self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
         self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         self.template = prompt or MATH_PROMPT
         self.seed = seed
@@ -138,7 +142,10 @@ class Session:
         self.solves = 0
         self.cancelled = 0
         self.closed = False
-        self.default_strategy_config = self.strategy_config(strategy, n)  # refuse a bad default now
+        if isinstance(strategy, str):  # refuse an unknown default now, not at the first solve
+            from tts.registry import STRATEGIES
+
+            STRATEGIES.check(strategy)
 
     @staticmethod
     def _open(backend: str | Mapping[str, Any] | Any) -> Generator:
@@ -154,30 +161,46 @@ class Session:
 
     # --- configuration ---------------------------------------------------------------------------
 
-    def strategy_config(self, strategy: str | Mapping[str, Any] | Any = None, n: int | None = None) -> Any:
+    def strategy_config(self, strategy: str | Mapping[str, Any] | Any = None, n: int | None = None,
+                        budget: Any = None) -> Any:
         """The strategy config a solve would run: ``strategy`` (default: the session's) with ``n``.
+
+        The session's ``strategy_settings`` for that kind fill settings the caller left out. A
+        strategy whose config takes the budget itself (``budget`` and ``budget_unit`` fields, as
+        ``auto`` does) gets ``budget`` there unless the caller set one.
 
         Raises:
             UnknownNameError: No such strategy (the message lists them).
             ValueError: Settings the strategy refuses, or ``n`` for a strategy without one.
         """
+        from pydantic import BaseModel
+
         from tts.config import parse_strategy_config
+        from tts.registry import STRATEGIES
 
         if strategy is None:
             strategy, n = self.default_strategy, self.default_n if n is None else n
-        config = parse_strategy_config(strategy)
-        if n is None:
-            return config
-        if "n" not in type(config).model_fields:
-            raise ValueError(f"strategy {config.kind!r} has no n setting; leave n out")
-        # Rebuild from what the caller gave, so that settings derived from n (a beam width) follow it.
         if isinstance(strategy, str):
             spec: dict[str, Any] = {"kind": strategy}
         elif isinstance(strategy, Mapping):
             spec = dict(strategy)
+        elif isinstance(strategy, BaseModel):
+            spec = strategy.model_dump(exclude_unset=True) | {"kind": strategy.kind}  # type: ignore[attr-defined]
         else:
-            spec = config.model_dump(exclude_unset=True) | {"kind": config.kind}
-        return parse_strategy_config({**spec, "n": n})
+            return parse_strategy_config(strategy)  # refused with the accepted forms
+        if "kind" not in spec:
+            return parse_strategy_config(spec)
+        kind = STRATEGIES.check(str(spec["kind"]))
+        fields = STRATEGIES.load(kind).config_class.model_fields
+        spec = {**self.strategy_settings.get(kind, {}), **spec}
+        if n is not None:
+            if "n" not in fields:
+                raise ValueError(f"strategy {kind!r} has no n setting; leave n out")
+            spec["n"] = n  # rebuilt from the caller's settings, so that what derives from n follows it
+        solve_budget = SolveBudget.parse(budget)
+        if solve_budget is not None and {"budget", "budget_unit"} <= set(fields) and "budget" not in spec:
+            spec.update(budget=solve_budget.amount, budget_unit=solve_budget.unit)
+        return parse_strategy_config(spec)
 
     # --- solving ---------------------------------------------------------------------------------
 
@@ -220,7 +243,8 @@ class Session:
             self.batcher.expect(-1)
         if self.closed:
             raise RuntimeError("this session is closed; open a new one")
-        config = self.strategy_config(strategy, n)
+        solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
+        config = self.strategy_config(strategy, n, solve_budget)
         sampling = self.sampling
         update = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens))
                   if v is not None}
@@ -228,9 +252,9 @@ class Session:
             sampling = SamplingConfig(**{**sampling.model_dump(), **update})
         problem = self._problem(question, messages, tools, seeded=seed is not None)
         render = chat_prompt(prompt or self.template)
-        solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
         limit, allowance = None, None
-        if solve_budget is not None:
+        # A strategy whose config carries the budget (auto) spends it itself; the rest get a token allowance.
+        if solve_budget is not None and not {"budget", "budget_unit"} <= set(type(config).model_fields):
             prompt_tokens = self._prompt_tokens(render(problem), problem.question)
             allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
             limit = Budget(tokens=allowance)
@@ -338,4 +362,4 @@ class Session:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Session({self.model_name!r}, {self.default_strategy_config.label}, {self.stats})"
+        return f"Session({self.model_name!r}, {self.default_strategy!r}, {self.stats})"
