@@ -49,6 +49,9 @@ def solve(
     temperature: float = 0.7,
     max_tokens: int = 512,
     prompt: Any = None,
+    budget: float | None = None,
+    budget_unit: str = "tokens",
+    calibration: str | Path | None = None,
 ) -> Solution:
     """Answer one question with a test-time strategy.
 
@@ -61,6 +64,10 @@ def solve(
         generator: A ready Generator (overrides ``backend``); the caller keeps it and closes it.
         temperature, max_tokens: Sampling settings.
         prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
+        budget, budget_unit, calibration: ``strategy="auto"``: the question's budget (tokens,
+            eflops, gpu_seconds or dollars) and a calibration source (sample pool, past ``tts eval``
+            run or ``tts sweep`` directory of the same model); auto picks the strategy and n, and
+            ``trace.notes`` says which and why.
 
     Returns:
         The Solution: answer, confidence (vote share), usage and trace.
@@ -80,7 +87,15 @@ def solve(
     from tts.registry import BACKENDS, STRATEGIES
 
     problem = question if isinstance(question, Problem) else Problem("q0", question)
-    strategy_config = TypeAdapter(StrategyConfig).validate_python({"kind": STRATEGIES.check(strategy), "n": n})
+    if STRATEGIES.check(strategy) == "auto":
+        if budget is None or calibration is None:
+            raise ValueError('strategy="auto" needs budget= (in budget_unit) and calibration= (a sample pool, a past '
+                             "tts eval run or a tts sweep directory of this model on other problems)")
+        spec: dict[str, Any] = {"kind": "auto", "budget": budget, "budget_unit": budget_unit,
+                                "calibration": str(calibration)}
+    else:
+        spec = {"kind": strategy, "n": n}
+    strategy_config = TypeAdapter(StrategyConfig).validate_python(spec)
     cls = STRATEGIES.load(strategy)
     owned = None
     if generator is None:

@@ -145,6 +145,8 @@ class Trace:
             ``parent``, ``depth``, ``text``, ``score``, ``kept``, ...), for ``tts show``.
         events: Counts of things that went wrong without ending the run (verifier errors,
             invalid scores, empty steps, forced answers), by name.
+        notes: Decisions a strategy wants on record, JSON-ready (``auto``: the strategy chosen
+            for the problem and why: difficulty bin, expected accuracy, gain per unit cost).
     """
 
     strategy: str
@@ -154,6 +156,7 @@ class Trace:
     selected: int | None = None
     tree: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
     events: dict[str, int] = field(default_factory=dict, hash=False, compare=False)
+    notes: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

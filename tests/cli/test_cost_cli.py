@@ -73,7 +73,9 @@ def test_bad_numbers_are_usage_errors(args):
 def test_every_registered_sampling_strategy_is_priced_from_its_own_cost_hook():
     from tts.registry import STRATEGIES
 
-    file_defined = {"graph"}  # its requests depend on the graph file, which `tts cost` does not read
+    # graph: its requests depend on the graph file, which `tts cost` does not read; auto: on its pilot
+    # samples (it spends at most its --budget)
+    file_defined = {"graph", "auto"}
     for name in STRATEGIES.names():
         r = runner.invoke(app, ["-m", "qwen3-8b", "--strategy", name, "-n", "4", "--json"])
         if name in file_defined:

@@ -122,6 +122,16 @@ class Pricer:
         assert self.cost_model is not None
         return self._convert(self.cost_model.cost_request(int(prompt_tokens), [int(x) for x in lengths], int(cached)))
 
+    def usage(self, usage: Any) -> float:
+        """What a recorded :class:`~tts.types.Usage` cost (generated + uncached prompt tokens, or priced
+        request by request from its shapes)."""
+        if self.unit == "samples":
+            return float(sum(len(s.completion_tokens) for s in usage.shapes))
+        if self.unit == "tokens":
+            return float(usage.completion_tokens + usage.prompt_tokens - usage.cached_prompt_tokens)
+        assert self.cost_model is not None
+        return self._convert(self.cost_model.cost_usage(usage))
+
     def verify(self, prompt_tokens: int, lengths: Sequence[int]) -> float:
         """A verifier pass over each sample (0 without a verifier cost model)."""
         if self.verifier is None or not len(lengths) or self.unit == "samples":

@@ -70,7 +70,8 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
         # A strategy's other settings from the YAML file survive a ladder given on the command line.
         knobs = {s["kind"]: {k: v for k, v in s.items() if k != "n"} for s in strategies or []}
         strategies = [{**knobs.get(name, {}), "kind": name, "n": n} for name in names for n in ns]
-    strategies = _apply_strategy_flags(strategies or [], opts) + graphs
+    strategies = _auto_strategy(strategies or [], opts)
+    strategies = _apply_strategy_flags(strategies, opts) + graphs
     merged = {**base, "data": data, "backend": backend, "sampling": sampling, "strategies": strategies}
     for key in ("batch_size", "seed"):
         if opts[key] is not None:
@@ -196,6 +197,8 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
     allocation flags without one of them, and ``--strategy`` / ``-n`` with one, are refused
     (they would be silently ignored). AllocationConfig validates the result.
     """
+    if opts.get("strategy") and "auto" in opts["strategy"]:
+        return None  # --strategy auto spends --budget itself (see _auto_strategy)
     given = {key: opts[name] for key, name, _ in _ALLOCATION_FLAGS if opts.get(name) is not None}
     if section is not None and not isinstance(section, dict):
         raise fail("The allocation section of the config file must be a mapping of AllocationConfig fields.")
@@ -217,6 +220,45 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
         raise fail("--allocate needs --budget (a positive number in --budget-unit), or budget: in the "
                    "allocation section of the config file.")
     return allocation
+
+
+def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
+    """``--strategy auto``: its settings from --budget (the TOTAL; :func:`auto_per_problem` divides it),
+    --budget-unit, --calibration, --pilot, --n-max and --gpu; -n does not apply."""
+    if not any(s.get("kind") == "auto" for s in strategies):
+        return strategies
+    if opts.get("n"):
+        raise fail("--strategy auto chooses n per problem; drop -n and cap it with --n-max.")
+    if opts.get("allocate"):
+        raise fail("--strategy auto allocates the budget itself; drop --allocate.")
+    flags = {"budget": "budget", "budget_unit": "budget_unit", "calibration": "calibration", "pilot": "pilot",
+             "n_max": "n_max", "gpu": "gpu"}
+    out = []
+    for s in strategies:
+        if s.get("kind") == "auto":
+            s = {k: v for k, v in s.items() if k != "n"}
+            s.update({key: str(opts[name]) if key == "calibration" else opts[name]
+                      for key, name in flags.items() if opts.get(name) is not None})
+            if "budget" not in s or "calibration" not in s:
+                raise fail("--strategy auto needs --budget (total, in --budget-unit) and --calibration (a sample pool, "
+                           "a past tts eval run or a tts sweep directory of this model on other problems).")
+        out.append(s)
+    return out
+
+
+def auto_per_problem(cfg: Any, n_problems: int, batch_size_given: bool) -> Any:
+    """The config with each auto strategy's total budget divided over ``n_problems`` and, unless
+    --batch-size was given, every problem in one batch (so one plan spans them all)."""
+    from tts.config import EvalConfig
+
+    if not any(s.kind == "auto" for s in cfg.strategies) or n_problems == 0:
+        return cfg
+    data = cfg.model_dump(mode="json")
+    data["strategies"] = [{**s, "budget": s["budget"] / n_problems} if s["kind"] == "auto" else s
+                          for s in data["strategies"]]
+    if not batch_size_given:
+        data["batch_size"] = max(cfg.batch_size, n_problems)
+    return EvalConfig.model_validate(data)
 
 
 def _engine_log(cfg: Any, run_dir: Path) -> Any:
@@ -343,11 +385,11 @@ def eval_command(
     gpu: str | None = typer.Option(None, "--gpu", help="Price the run's usage (and --budget-unit eflops / gpu_seconds) on this GPU: h100 (default), h200, a100-80gb, ...; '' to skip the cost columns."),
     allocate: bool = typer.Option(False, "--allocate", help="Self-consistency under one total --budget instead of a fixed n per problem."),
     allocate_mode: str | None = typer.Option(None, "--allocate-mode", help="online (default: adaptive stopping) or offline (pilot + plan from --calibration)."),
-    calibration: Path | None = typer.Option(None, "--calibration", help="--allocate-mode offline: a past run dir of this model, or a sample-pool file."),
+    calibration: Path | None = typer.Option(None, "--calibration", help="--allocate-mode offline / --strategy auto: a past run dir of this model, a sample-pool file (auto: or a tts sweep dir)."),
     pilot: int | None = typer.Option(None, "--pilot", help="--allocate-mode offline: pilot samples per problem (default 4)."),
     chunk: int | None = typer.Option(None, "--chunk", help="--allocate online: samples per problem per round (default 4)."),
-    budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate, e.g. 2e6 (implies --allocate)."),
-    budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu)."),
+    budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate or --strategy auto, e.g. 2e6 (implies --allocate unless --strategy auto)."),
+    budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu); --strategy auto also takes dollars."),
     n_max: int | None = typer.Option(None, "--n-max", help="Most samples one problem may get under --allocate (default 64)."),
     graph: list[Path] | None = typer.Option(None, "--graph", help="Repeatable; a collaboration-graph YAML file (examples/graphs/) run as a strategy, beside any --strategy."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
@@ -374,6 +416,9 @@ def eval_command(
         from tts.eval.runner import load_problems, run_eval
 
         _, problems = load_problems(cfg)
+        if strategy and "auto" in strategy:
+            cfg = auto_per_problem(cfg, len(problems), batch_size is not None or config is not None)
+            run_dir = out or cfg.out or default_out(cfg)
         alloc = cfg.allocation
         if alloc is not None:
             from tts.eval.allocated import AllocationError, run_allocated_eval
@@ -392,8 +437,13 @@ def eval_command(
             with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TimeRemainingColumn(), transient=False) as bar:
                 task = bar.add_task("eval", total=len(problems))
-                result = run_eval(cfg, run_dir, problems=problems,
-                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+                from tts.budgets.allocator import AllocationError
+
+                try:
+                    result = run_eval(cfg, run_dir, problems=problems,
+                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+                except AllocationError as exc:  # --strategy auto: budget or calibration it cannot use
+                    raise fail(str(exc)) from None
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
     print_summary(result, cfg.backend.model, gpu or None)

@@ -1,0 +1,42 @@
+"""`tts eval --strategy auto --budget B --calibration RUN`: strategy and n chosen per problem, end to end."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from tts.cli.app import app
+
+runner = CliRunner()
+
+
+def _eval(*args: str):
+    return runner.invoke(app, ["eval", *args])
+
+
+def test_auto_runs_from_a_past_run_and_refuses_what_it_cannot_do(tmp_path):
+    base = ["--backend", "scripted", "--max-tokens", "48"]
+    cal = tmp_path / "cal"
+    r = _eval(*base, "--limit", "12", "-s", "self_consistency", "-s", "best_of_n", "-n", "8", "--out", str(cal))
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "auto"
+    r = _eval(*base, "--limit", "6", "-s", "auto", "--budget", "6000", "--calibration", str(cal), "--out", str(out),
+              "--set", "strategies=[self_consistency, best_of_n]")
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    assert all(row["strategy"]["kind"] == "auto" and row["strategy"]["budget"] == 1000 for row in rows)
+    spent = sum(row["usage"]["completion_tokens"] + row["usage"]["prompt_tokens"]
+                - row["usage"]["cached_prompt_tokens"] for row in rows)
+    assert spent <= 6000 * 1.05
+    assert {row["trace"]["notes"]["strategy"] for row in rows} <= {"self_consistency", "best_of_n"}
+    for i, (extra, message) in enumerate(((["--budget", "50"], "raise --budget to at least"),
+                           (["--budget", "6000", "-n", "4"], "drop -n"),
+                           (["--budget", "6000", "--set", "strategies=[beam]"], "unknown strategy 'beam'"),
+                           (["--budget", "6000", "--calibration", str(tmp_path / "none")], "no such pool file"))):
+        args = [*base, "--limit", "6", "-s", "auto", "--calibration", str(cal), "--out", str(tmp_path / f"x{i}"), *extra]
+        r = _eval(*args)
+        assert r.exit_code == 2, (extra, r.output)
+        assert message in " ".join(r.output.split()), (extra, r.output)
+        assert "Traceback" not in r.output

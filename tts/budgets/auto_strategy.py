@@ -1,0 +1,210 @@
+"""``strategy="auto"``: per problem, the selection rule and sample count that buy the most accuracy.
+
+One :meth:`AutoStrategy.solve` over a batch of problems, under ``budget`` per problem on average
+(``tts eval --strategy auto --budget B`` passes B / problems, and runs all problems as one batch):
+
+1. Calibration (once): the source's samples (:func:`~tts.budgets.calibration_source.load_calibration`)
+   give a difficulty model, bins and per-(rule, bin) accuracy-vs-n curves
+   (:func:`~tts.budgets.cross_allocator.calibrate`).
+2. Minimum: the pilot of every problem at the calibration's mean sample length; a smaller total
+   budget is refused before anything is drawn, naming that minimum.
+3. Pilot: ``pilot`` samples per problem in ONE generator call (with logprobs when a rule reads
+   scores); their measured cost is paid from the budget.
+4. Plan: :func:`~tts.budgets.cross_allocator.choose` gives each problem a rule and an n from its
+   pilot (difficulty bin, predicted length = pilot mean) within the rest of the budget.
+5. The extra samples, in ONE generator call; each problem's samples are aggregated by its rule's
+   strategy (self_consistency, best_of_n, weighted_vote). The trace's ``notes`` say what was
+   chosen and why (bin, expected accuracy, gain per unit cost, what the other rules would give).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from tts.backends.base import count_prompt_tokens
+from tts.budgets.allocator import BudgetTooSmallError
+from tts.budgets.cross_allocator import (
+    Calibration,
+    Pricer,
+    calibrate,
+    choose,
+    efficiency_from_report,
+    ladder,
+    make_pricer,
+    pilot_feature_rows,
+)
+from tts.budgets.replay import random_orders
+from tts.budgets.strategy_curves import RULES, check_pool_supports, parse_rules
+from tts.config import SamplingStrategyConfig, StrategyConfigBase
+from tts.registry import STRATEGIES
+from tts.search.base import Strategy, StrategyInputError, to_sample
+from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.types import Budget, Solution
+
+logger = logging.getLogger(__name__)
+
+
+class AutoConfig(StrategyConfigBase):
+    """Choose the strategy and n per problem under a budget, from curves of a calibration run."""
+
+    kind: Literal["auto"] = "auto"
+    budget: float = Field(gt=0)
+    """Budget per problem on average, in ``budget_unit`` (pilot included); a batch of P problems
+    may spend P times this. ``tts eval --budget`` gives the total and divides it."""
+    budget_unit: Literal["tokens", "eflops", "gpu_seconds", "dollars"] = "tokens"
+    """tokens (generated + uncached prompt), eflops (Kinetics), gpu_seconds (roofline x efficiency),
+    dollars (those seconds at the GPU's hourly price); the last three price on ``gpu``."""
+    calibration: str
+    """A sample-pool file, a past ``tts eval`` run directory or a ``tts sweep`` directory of this model
+    on OTHER problems."""
+    strategies: tuple[str, ...] = ("self_consistency", "best_of_n", "weighted_vote")
+    """Strategies to choose from: self_consistency (vote), best_of_n and weighted_vote (both by mean
+    token logprob, which the calibration source must record)."""
+    pilot: int = Field(4, ge=1)
+    """Pilot samples per problem (kept: every strategy here aggregates them)."""
+    n_max: int = Field(64, ge=2)
+    """Most samples per problem (also capped by the calibration's samples per problem)."""
+    gpu: str = "h100"
+    """GPU that prices eflops, gpu_seconds and dollars."""
+    efficiency: float = Field(1.0, gt=0)
+    """Measured seconds per roofline second for gpu_seconds and dollars: a number, or the JSON file of
+    ``tts cost calibrate --engine --json`` (its median ratio)."""
+    difficulty: Literal["learned", "pilot"] = "learned"
+    """Difficulty: logistic model on pilot features fitted on the calibration problems, or pilot agreement."""
+    n_bins: int = Field(5, ge=1)
+    """Quantile difficulty bins."""
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _strategies(cls, value: Any) -> Any:
+        names = value.split(",") if isinstance(value, str) else list(value)
+        for name in names:
+            rule = parse_rules([name])[0]
+            if RULES[rule].strategy is None:
+                raise ValueError(f"{name} is a pool-only rule (no live strategy runs it); choose from "
+                                 + ", ".join(i.strategy for i in RULES.values() if i.strategy))
+        return tuple(RULES[parse_rules([n])[0]].strategy for n in names)
+
+    @field_validator("efficiency", mode="before")
+    @classmethod
+    def _efficiency(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)):
+            try:
+                return float(value)
+            except ValueError:
+                return efficiency_from_report(value)
+        return value
+
+
+class AutoStrategy(Strategy):
+    """Pilot, plan (strategy, n) per problem with the cross-strategy allocator, draw, aggregate."""
+
+    name = "auto"
+    config_class: ClassVar[type] = AutoConfig
+
+    def __init__(self, config: AutoConfig, generator: Any, prompt: Any, sampling: Any = None,
+                 extract: Any = None, seed: int = 0) -> None:
+        kwargs = {} if extract is None else {"extract": extract}
+        super().__init__(config, generator, prompt, sampling, seed=seed, **kwargs)
+        self.rules = parse_rules(config.strategies)
+        self._sampler = SelfConsistency(SelfConsistencyConfig(n=config.pilot), generator, prompt, self.sampling,
+                                        self.extract, seed)
+        self._aggregators = {}
+        for rule in self.rules:
+            cls = STRATEGIES.load(RULES[rule].strategy)
+            cfg = cls.config_class(n=1) if issubclass(cls.config_class, SamplingStrategyConfig) else cls.config_class()
+            self._aggregators[rule] = cls(cfg, generator, prompt, self.sampling, self.extract, seed)
+        self._logprobs = any(RULES[r].needs_scores for r in self.rules)
+        self._calibration: Calibration | None = None
+        self._pricer: Pricer | None = None
+        self._lock = threading.Lock()
+
+    # 1. Calibration and pricing, once per strategy object.
+    def _setup(self) -> tuple[Calibration, Pricer]:
+        with self._lock:
+            if self._calibration is None:
+                from tts.budgets.calibration_source import load_calibration
+
+                cfg = self.config
+                pool = load_calibration(cfg.calibration, getattr(self.generator, "model_name", None))
+                check_pool_supports(pool, self.rules, f"--calibration {cfg.calibration}")
+                have = int(pool.counts.min())
+                if have <= cfg.pilot:
+                    from tts.budgets.allocator import CalibrationError
+
+                    raise CalibrationError(f"--calibration {cfg.calibration} has {have} samples for some problem; auto "
+                                           f"needs more than the pilot's {cfg.pilot} (calibrate with a larger n)")
+                ns = ladder(cfg.pilot, min(cfg.n_max, have))
+                orders = random_orders(pool.mask, 8, np.random.default_rng(self.seed))
+                self._calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
+                                              difficulty=cfg.difficulty, n_bins=cfg.n_bins)
+                try:
+                    self._pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
+                                               cfg.efficiency)
+                except ValueError as exc:
+                    raise StrategyInputError(f"auto: budget unit {cfg.budget_unit}: {exc}") from None
+            assert self._pricer is not None
+            return self._calibration, self._pricer
+
+    def _request(self, problem: Any, n: int, drawn: int) -> Any:
+        return dataclasses.replace(self._sampler.request(problem, n=n, drawn=drawn), logprobs=self._logprobs)
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        if budgets is not None and any(b is not None for b in budgets):
+            raise StrategyInputError("auto spends its own budget (AutoConfig.budget); it takes no per-problem budgets")
+        if not problems:
+            return []
+        cal, pricer = self._setup()
+        cfg, k = self.config, self.config.pilot
+        total = cfg.budget * len(problems)
+        prompts = [count_prompt_tokens(self.generator, self._request(p, k, 0)) or 0 for p in problems]
+        # 2. Refuse a budget below the cheapest plan (the pilot) before drawing anything.
+        length = cal.mean_tokens if np.isfinite(cal.mean_tokens) else float(self.sampling.max_tokens)
+        minimum = sum(pricer.request(pt, [max(1, int(round(length)))] * k) for pt in prompts)
+        if total < minimum:
+            raise BudgetTooSmallError(
+                f"auto: a budget of {total:.6g} {cfg.budget_unit} for {len(problems)} problems is below the cheapest "
+                f"plan, a {k}-sample pilot each (about {minimum:.6g} {cfg.budget_unit} at the calibration's mean "
+                f"length of {length:.0f} tokens); raise --budget to at least {minimum:.6g} or lower --pilot", minimum)
+        # 3. Pilot, one call.
+        pilots = self.generator.generate([self._request(p, k, 0) for p in problems])
+        samples = [[to_sample(c, self.extract) for c in r.completions] for r in pilots]
+        spent = sum(pricer.usage(r.usage) for r in pilots)
+        # 4. Plan from the pilot.
+        from tts.answers import answer_keys
+        from tts.budgets.offline_plan import _answer_ids
+
+        keys = [answer_keys([s.answer for s in ss]) for ss in samples]
+        toks = [[s.completion_tokens for s in ss] for ss in samples]
+        feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float))
+        lengths = [float(np.mean(t)) if t else length for t in toks]
+        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent)
+        # 5. Extra samples, one call, then each problem's rule aggregates all its samples.
+        more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k]
+        extra = dict(zip([i for i, _ in more], self.generator.generate(
+            [self._request(problems[i], m, k) for i, m in more]) if more else []))
+        out = []
+        for i, (p, choice) in enumerate(zip(problems, plan.choices, strict=True)):
+            usage = pilots[i].usage
+            got = list(samples[i])
+            if i in extra:
+                got += [to_sample(c, self.extract) for c in extra[i].completions]
+                usage = usage + extra[i].usage
+            sol = self._aggregators[choice.rule].aggregate(p.id, got, usage)
+            notes = {**choice.to_json(), "unit": cfg.budget_unit, "pilot": k,
+                     "spent": pricer.usage(usage), "batch_budget": total, "batch_problems": len(problems)}
+            trace = dataclasses.replace(sol.trace, strategy=f"auto:{choice.strategy}", notes=notes)
+            out.append(dataclasses.replace(sol, trace=trace))
+        logger.info("auto: %d problems, spent %.6g of %.6g %s; %s", len(problems),
+                    sum(pricer.usage(s.usage) for s in out), total, cfg.budget_unit,
+                    {r: sum(c.rule == r for c in plan.choices) for r in self.rules})
+        return out
+

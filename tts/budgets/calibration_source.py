@@ -1,0 +1,74 @@
+"""Read a calibration source as one model's sample pool: a pool file, a `tts eval` run, a `tts sweep`.
+
+The cross-strategy allocator fits its curves on graded samples of the same model on other
+problems. Three sources give them:
+
+* a sample-pool file (``.jsonl`` / ``.jsonl.gz``, :mod:`tts.benchmarks.pool`);
+* a past ``tts eval`` run directory (its ``results.jsonl``; every drawn sample once, score = mean
+  logprob; :mod:`tts.benchmarks.results_pool`);
+* a past ``tts sweep`` directory (``sweep.json``): a pool sweep points at its pool file, a live
+  sweep at its run directories ``OUT/live/<model>-seed<s>/`` (the first one holding the model).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from tts.benchmarks.pool import ModelPool, PoolError, SamplePool, load_pool
+from tts.benchmarks.results_pool import load_results_as_pool
+from tts.budgets.allocator import CalibrationError
+
+logger = logging.getLogger(__name__)
+
+
+def _sweep_pools(directory: Path) -> list[SamplePool]:
+    manifest = json.loads((directory / "sweep.json").read_text())
+    source = str(manifest.get("source", ""))
+    if source.startswith("pool:"):
+        path = Path(source[5:])
+        if not path.is_absolute() and not path.exists():
+            path = directory / path
+        return [load_results_as_pool(path) if path.is_dir() else load_pool(path)]
+    runs = sorted(p for p in (directory / "live").glob("*") if (p / "results.jsonl").is_file())
+    if not runs:
+        raise CalibrationError(f"sweep {directory} has no live run with results (OUT/live/*/results.jsonl); "
+                               "finish the sweep or pass one of its run directories")
+    return [load_results_as_pool(r) for r in runs]
+
+
+def load_calibration(source: str | Path, model: str | None = None) -> ModelPool:
+    """One model's graded samples from a calibration source (see the module docstring).
+
+    Args:
+        source: Pool file, eval run directory (or its results.jsonl), or sweep directory.
+        model: The model to calibrate; a source holding one model is used whatever its name
+            (with a warning when it differs), one holding several must hold this one.
+
+    Raises:
+        CalibrationError: Missing or unreadable source, or no samples of the model; the message
+            names the source and what it has.
+    """
+    path = Path(source)
+    try:
+        if (path / "sweep.json").is_file():
+            pools = _sweep_pools(path)
+        elif path.is_dir() or path.name == "results.jsonl":
+            pools = [load_results_as_pool(path)]
+        elif path.is_file():
+            pools = [load_pool(path)]
+        else:
+            raise CalibrationError(f"--calibration {source}: no such pool file, tts eval run or tts sweep directory")
+    except (PoolError, OSError, json.JSONDecodeError) as exc:
+        raise CalibrationError(f"--calibration {source}: {exc}") from None
+    models = [m for p in pools for m in p.models]
+    for pool in pools:
+        if model is not None and model in pool.by_model:
+            return pool[model]
+    if len(models) == 1:
+        if model is not None and models[0] != model:
+            logger.warning("calibration source %s holds model %r, not %r; using it anyway", source, models[0], model)
+        return pools[0][models[0]]
+    raise CalibrationError(f"--calibration {source} has models {models}, none of them {model!r}; pass a source "
+                           "with this model's samples")
