@@ -76,6 +76,7 @@ class Registry:
 STRATEGIES = Registry(
     "strategy",
     {
+        "ab_mcts": "tts.search.ab_mcts:ABMCTS",
         "auto": "tts.budgets.auto_strategy:AutoStrategy",
         "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
@@ -105,11 +106,16 @@ VERIFIERS = Registry(
 ROLES = Registry(
     "role",
     {
+        "assessor": "tts.graphs.subproblems:Assessor",
         "critic": "tts.graphs.roles:Critic",
+        "decomposer": "tts.graphs.subproblems:Decomposer",
         "fuser": "tts.graphs.roles:Fuser",
         "generator": "tts.graphs.roles:Generator",
+        "note_reader": "tts.graphs.notes:NoteReader",
+        "note_taker": "tts.graphs.notes:NoteTaker",
         "ranker": "tts.graphs.roles:Ranker",
         "reviser": "tts.graphs.roles:Reviser",
+        "subsolver": "tts.graphs.subproblems:SubSolver",
         "verifier": "tts.graphs.roles:Verifier",
         "voter": "tts.graphs.roles:Voter",
     },
@@ -133,6 +139,7 @@ BENCHMARKS = Registry(
         "aime2025": "tts.benchmarks.datasets:AIME2025",
         "amc2023": "tts.benchmarks.datasets:AMC2023",
         "gsm8k": "tts.benchmarks.datasets:GSM8K",
+        "stories": "tts.benchmarks.stories:StoriesBenchmark",
         "jsonl": "tts.benchmarks.datasets:FileBenchmark",
     },
 )
