@@ -211,3 +211,46 @@ def test_the_shipped_search_space_loads_and_builds_graphs():
     result = search_graphs(space, GraphSearchConfig(method="random", max_evaluations=5),
                            lambda specs: [Evaluation(0.5, 100.0, expected_requests(s), 10) for s in specs])
     assert result.evaluations == 5 and set(result.best.models) <= {"qwen2.5-coder-1.5b"}
+
+
+def test_graph_evaluations_share_one_engine_per_model_across_the_whole_search(monkeypatch):
+    """On an engine backend every graph evaluation of a search (dev and held-out) reuses one
+    generator per model instead of starting one per graph."""
+    from tts.backends.engine_pool import EnginePool
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
+    from tts.graphs.graph import parse_graph
+    from tts.graphs.search_eval import SplitEvaluator
+    from tts.graphs.strategy import GraphModels
+
+    problems = generate_problems(6)
+    started = []
+
+    def factory(config, probs):
+        started.append(config.model)
+        return ScriptedGenerator.for_problems(problems, accuracy=0.6, model_name=config.model)
+
+    big = {"big": {"kind": "openai", "model": "big"}}  # an engine-like backend (never contacted here)
+    specs = [parse_graph({"name": f"g{k}", "models": big,
+                          "nodes": {"a": {"role": "generator", "n": k},
+                                    "f": {"role": "fuser", "inputs": ["a"], "model": "big"}}}) for k in (1, 2, 3)]
+    policy = ScriptedGenerator.for_problems(problems, accuracy=0.6)
+
+    def grade(pairs):
+        from tts.benchmarks.grading import Outcome
+        return [Outcome.CORRECT if a == g else Outcome.WRONG for a, g in pairs]
+
+    with GraphModels(EnginePool(factory=factory)) as models:
+        dev = SplitEvaluator(problems[:3], policy, DEMO_PROMPT.render, grade, models=models)
+        test = SplitEvaluator(problems[3:], policy, DEMO_PROMPT.render, grade, models=models)
+        evals = dev(specs) + test(specs[:1])
+        assert started == ["big"] and len(models.pool) == 1  # one start for four evaluations
+        assert all(e.requests_per_problem > 1 for e in evals)
+    assert len(models.pool) == 0  # closed by its owner at the end
+    # without a shared pool each evaluation starts (and closes) its own
+    started.clear()
+    from tts.graphs import strategy as strategy_module
+
+    monkeypatch.setattr(strategy_module, "EnginePool", lambda: EnginePool(factory=factory))
+    SplitEvaluator(problems[:3], policy, DEMO_PROMPT.render, grade)(specs)
+    assert started == ["big"] * 3

@@ -80,7 +80,7 @@ class GraphModels:
     """
 
     def __init__(self, pool: EnginePool | None = None) -> None:
-        self.pool = pool or EnginePool()
+        self.pool = pool if pool is not None else EnginePool()  # an empty pool is falsy (len 0)
         self.opened_for: dict[str, set[str]] = {}
         """Pool key -> the problem ids a per-problem backend (scripted) was opened with."""
 

@@ -1,0 +1,73 @@
+"""Sleep-time compute as a graph on the scripted backend: notes written once per shared context
+(across batches), charged to the first question of the context, read by every question."""
+
+from __future__ import annotations
+
+from tts.backends.scripted import ScriptedGenerator
+from tts.benchmarks.demo import generate_problems as demo_problems
+from tts.benchmarks.stories import QUERIES_PER_STORY, STORIES_PROMPT, StoriesBenchmark, generate_problems
+from tts.config import SamplingConfig
+from tts.graphs.executor import GraphExecutor
+from tts.graphs.graph import load_graph_file
+from tts.graphs.notes import split_context
+
+SPEC = load_graph_file("examples/graphs/sleep_time.yaml")
+
+
+class Counting:
+    def __init__(self, inner):
+        self.inner, self.model_name, self.requests = inner, inner.model_name, []
+
+    def generate(self, requests):
+        self.requests += list(requests)
+        return self.inner.generate(requests)
+
+    def close(self):
+        pass
+
+
+def _notes_requests(gen):
+    return [r for r in gen.requests if r.key.startswith("context:")]
+
+
+def test_the_stories_benchmark_shares_each_story_across_five_questions():
+    problems = StoriesBenchmark().load(limit=12)
+    assert len(problems) == 12 and problems == generate_problems(12)
+    contexts = [split_context(p.question, "Question:")[0] for p in problems]
+    assert len(set(contexts)) == 3 and contexts[:QUERIES_PER_STORY] == [contexts[0]] * QUERIES_PER_STORY
+    first = problems[0]
+    assert first.question.endswith("have now?") and int(first.answer) >= 0
+    # the story's facts determine the gold answer: "X has a ... X gets b more" -> a + b
+    assert split_context(first.question, "Question:")[1].startswith("Question: How many")
+
+
+def test_notes_are_written_once_per_context_across_batches_and_charged_once():
+    problems = generate_problems(10)  # two stories
+    gen = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.6))
+    executor = GraphExecutor(SPEC, STORIES_PROMPT.render, SamplingConfig(max_tokens=300), seed=0)
+    sols = executor.run(problems[:3], {"policy": gen}) + executor.run(problems[3:], {"policy": gen})
+    notes = _notes_requests(gen)
+    assert len(notes) == 2  # story 0 in the first batch; story 1 in the second; story 0 not again
+    for req in notes:
+        assert "Question:" not in req.messages[-1].content and req.n == 1
+    note_tokens = [next(e for e in s.trace.tree if e["id"] == "notes")["completion_tokens"] for s in sols]
+    assert [t > 0 for t in note_tokens] == [True, False, False, False, False, True, False, False, False, False]
+    assert [s.trace.events.get("notes_reused", 0) for s in sols] == [0, 1, 1, 1, 1, 0, 1, 1, 1, 1]
+    # every question's reader sees the story, the notes and its own question; the usage sums to what was sent
+    notes_text = {s.problem_id: next(e for e in s.trace.tree if e["id"] == "notes:0")["text"] for s in sols}
+    readers = [r for r in gen.requests if not r.key.startswith("context:")]
+    assert len(readers) == 10 and all(r.n == 2 for r in readers)
+    for r, p in zip(readers, problems, strict=True):
+        prompt = r.messages[-1].content
+        story, query = split_context(p.question, "Question:")
+        assert prompt.startswith(story) and notes_text[p.id].strip() in prompt and prompt.endswith(query)
+    assert sum(s.usage.calls for s in sols) == len(gen.requests) == 12
+    total = sum(s.usage.total_tokens for s in sols)
+    assert total == sum(s.usage.prompt_tokens + s.usage.completion_tokens for s in sols)
+
+
+def test_on_the_demo_every_question_is_its_own_context():
+    problems = demo_problems(4)
+    gen = Counting(ScriptedGenerator.for_problems(problems))
+    sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(problems, {"policy": gen})
+    assert len(_notes_requests(gen)) == 4 and all(s.trace.events.get("notes_reused", 0) == 0 for s in sols)
