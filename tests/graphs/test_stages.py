@@ -159,3 +159,26 @@ def test_bad_stages_are_refused_naming_the_stage_or_node(extra, names):
         parse_graph({**data, **extra})
     for name in names:
         assert name in str(err.value)
+
+
+def test_tts_stage_plan_writes_a_planned_graph_and_its_held_out_result(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tts.cli.app import app
+    from tts.graphs.graph import load_graph_file
+
+    r = CliRunner(env={"COLUMNS": "200"}).invoke(app, [
+        "stage-plan", "--graph", "examples/graphs/multi_stage.yaml", "--total", "6", "--grid", "1,2",
+        "--backend", "scripted", "--dev", "4", "--test", "4", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    planned = load_graph_file(tmp_path / "planned.yaml")
+    assert planned.stage_samples() == {"step_1": summary["budgets"]["steps"], "step_2": summary["budgets"]["steps"],
+                                       "answer": summary["budgets"]["answer"]}
+    assert summary["cost"] <= 6 and set(summary["curves"]) == {"steps", "answer"}
+    assert summary["test_planned"]["problems"] == 4 and summary["test_planned"]["tokens_per_problem"] > 0
+    bad = CliRunner().invoke(app, ["stage-plan", "--graph", "examples/graphs/scale.yaml", "--total", "6",
+                                   "--backend", "scripted"])
+    assert bad.exit_code != 0 and "no stages" in bad.output
