@@ -71,3 +71,5 @@ def test_on_the_demo_every_question_is_its_own_context():
     gen = Counting(ScriptedGenerator.for_problems(problems))
     sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(problems, {"policy": gen})
     assert len(_notes_requests(gen)) == 4 and all(s.trace.events.get("notes_reused", 0) == 0 for s in sols)
+    readers = [r for r in gen.requests if not r.key.startswith("context:")]
+    assert all(r.messages[-1].content.endswith(p.question) for r, p in zip(readers, problems, strict=True))

@@ -31,10 +31,11 @@ NOTE = "note"
 
 def split_context(question: str, marker: str) -> tuple[str, str]:
     """(shared context, query) of a question: split at the last ``marker`` (the query keeps it).
-    Without the marker the whole question is the context and the query is empty."""
+    Without the marker the whole question is both: nothing is shared, and the reader's prompt
+    still ends with the question."""
     at = question.rfind(marker)
     if at <= 0:
-        return question.strip(), ""
+        return question.strip(), question.strip()
     return question[:at].strip(), question[at:].strip()
 
 
@@ -47,9 +48,10 @@ class NoteTaker(Role):
     keeps_prompt = False
     settings = frozenset({"model", "temperature", "max_tokens", "prompt", "query_marker"})
     prompt_fields = ("context",)
-    template = ("{context}\n\nRead the text above carefully. Questions about it will follow later. Write short notes "
-                "that will help answer them: list every quantity, and work out the totals and changes "
-                "(for example how many each person has at the end), one fact per line.")
+    # A worked line shows a small model the form of a useful note (start, change, end).
+    template = ("{context}\n\nQuestions about the text above will follow later. Write notes for them: one line per "
+                "person, with what they have at the start and at the end, like this:\n"
+                "Lucy: 6 shells at the start, gets 3 more, 6 + 3 = 9 shells at the end.")
     default_temperature = 0.0
 
     def __init__(self) -> None:
