@@ -213,6 +213,22 @@ def test_the_shipped_search_space_loads_and_builds_graphs():
     assert result.evaluations == 5 and set(result.best.models) <= {"qwen2.5-coder-1.5b"}
 
 
+def test_output_models_limit_only_the_output_node():
+    from pathlib import Path
+
+    from tts.graphs.search import load_search_space
+
+    space = load_search_space(Path(__file__).resolve().parents[2] / "examples" / "graphs" / "search" / "small.yaml")
+    seen = []
+    search_graphs(space, GraphSearchConfig(method="random", max_evaluations=12, patience=50),
+                  lambda specs: seen.extend(specs) or [Evaluation(0.5, 100.0, expected_requests(s), 10) for s in specs])
+    assert len(seen) == 12  # 2 widths x 2 sample counts x (voter, fuser on either model)
+    for spec in seen:
+        assert all(n.model == "policy" for name, n in spec.nodes.items() if name != "out")
+    assert {spec.nodes["out"].model for spec in seen if spec.nodes["out"].role == "fuser"} == {
+        "policy", "qwen2.5-coder-1.5b"}
+
+
 def test_graph_evaluations_share_one_engine_per_model_across_the_whole_search(monkeypatch):
     """On an engine backend every graph evaluation of a search (dev and held-out) reuses one
     generator per model instead of starting one per graph."""
