@@ -33,7 +33,9 @@ Choices of this implementation:
   any particle has a valid score; when none has, resampling is uniform.
 - The candidates (``SearchResult.leaves``) are the final particles, duplicates included (a
   particle drawn k times counts k times in a weighted vote: the particle approximation of the
-  posterior). Particle Gibbs returns the last iteration's particles.
+  posterior). Particle Gibbs returns the final particles of every iteration (n in all, the last
+  iteration's last), so its answer is chosen among as many candidates as the other searches at
+  the same ``n``; the paper reads it off the last iteration.
 - ``n`` of Particle Gibbs is particles x iterations, so ``-n`` compares it with the other
   searches at the same number of sampled steps per depth.
 - Randomness: each root has its own :class:`random.Random`, seeded by the strategy from the run
@@ -220,8 +222,9 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
             space changes its seeds there, so an iteration never resends an earlier one's).
 
     Returns:
-        One :class:`SearchResult` per root; its leaves are the last iteration's particles. Events
-        also count ``references_kept``: final particle sets that held their iteration's reference.
+        One :class:`SearchResult` per root; its leaves are every iteration's final particles, in
+        iteration order. Events also count ``references_kept``: final particle sets that held their
+        iteration's reference.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -243,13 +246,12 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
         for i, f in enumerate(filters):
             if f.reference and f.particles and f.particles[0] is f.reference[-1]:
                 f.tree.events["references_kept"] += 1
+            _finish(f)
             finished = [p for p in f.particles if p.terminal]
             if it + 1 < iterations and finished:
                 # The next reference: one final particle drawn by weight (conditional SMC's draw).
                 [j] = resample(particle_weights([p.score for p in finished], temperature), 1, f.rng)
                 references[i] = _trajectory(f.tree, finished[j])
-    for f in filters:
-        _finish(f)
     return [t.result() for t in trees]
 
 
