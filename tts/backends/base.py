@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tts.backends.confidence import ConfidenceStop
 from tts.types import RequestShape, Usage
 
 
@@ -46,11 +47,16 @@ class GenerationRequest:
             ``Completion.token_logprobs``).
         top_logprobs: Ask for the ``top_logprobs`` most likely first tokens of each completion
             with their log-probabilities (fills ``Completion.first_token_top_logprobs``; an LLM
-            judge reads P("Yes") there). 0: none. At most 20 (vLLM's and OpenAI's limit).
+            judge reads P("Yes") there; backends that can also fill ``Completion.token_top_logprobs``
+            with the top values of every position). 0: none. At most 20 (vLLM's and OpenAI's limit).
         continuation: A partial assistant message to continue rather than start a new one
             (step-wise search continues a partial solution this way).
         key: The caller's label for the request (usually the problem id); backends that need a
             stable identity (the scripted one) use it, others ignore it.
+        confidence_stop: End each sample inside the engine once its group confidence falls below
+            a threshold (DeepConf online); backends that can do it say so with a
+            ``supports_confidence_stop = True`` attribute, and mark such samples with
+            ``finish_reason == "confidence"``. None: no stop.
     """
 
     messages: tuple[Message, ...]
@@ -64,6 +70,7 @@ class GenerationRequest:
     continuation: str = ""
     key: str = ""
     top_logprobs: int = 0
+    confidence_stop: ConfidenceStop | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -100,6 +107,10 @@ class Completion:
     """True when the model ended its message (end of sequence), False when a stop string or the
     token limit ended it, None when the backend cannot tell (step-wise search needs this to know
     that a path is finished rather than paused at a step boundary)."""
+    token_top_logprobs: tuple[tuple[float, ...], ...] | None = field(default=None, hash=False, compare=False)
+    """When ``top_logprobs`` was asked and the backend returns them: the log-probabilities of the
+    most likely tokens at every generated position (largest first), for token confidences
+    (DeepConf, self-certainty)."""
 
 
 @dataclass(frozen=True, slots=True)

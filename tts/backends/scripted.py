@@ -22,6 +22,13 @@ takes on the real engine:
   partial solution is soon answered); a continuation that ends inside an open ``\boxed{`` (a
   forced answer) gets the answer and the closing brace.
 
+Top logprobs (``top_logprobs`` > 0) fill ``token_top_logprobs`` of ordinary samples with an
+emulation (:func:`_top_logprobs`). A ``confidence_stop`` request is carried out as an engine
+would (DeepConf online): the sample's per-position confidences are computed from that emulation,
+and a sample whose group confidence falls below the threshold ends there (``finish_reason``
+"confidence", no answer, the tokens up to and including the forced end counted); the samples it
+does not stop are exactly those drawn without it.
+
 It also plays an LLM judge, so that verifiers that ask the policy model for a verdict can be
 tested: a request whose last message asks for "Yes or No" is a *verdict request*. The judged
 answer is the last ``\\boxed{...}`` in that message; the probability of "Yes" is drawn high
@@ -45,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
+from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
 from tts.types import Problem
 
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
@@ -67,6 +75,21 @@ def _cut(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """``text`` up to its first stop string (excluded), and whether one was found."""
     hits = [at for at in (text.find(s) for s in stop if s) if at >= 0]
     return (text[: min(hits)], True) if hits else (text, False)
+
+
+def _top_logprobs(token_logprobs: Sequence[float], k: int) -> tuple[tuple[float, ...], ...]:
+    """Emulated top-k log-probabilities of every position (largest first): the sampled token's
+    probability p and k - 1 alternatives sharing the rest, 1 - p, geometrically, decaying faster
+    when p is high. A confident position thus has far-off alternatives and a high DeepConf token
+    confidence, an uncertain one close alternatives and a low one, as a real model's do."""
+    out = []
+    for lp in token_logprobs:
+        p = math.exp(lp)
+        rest = max(1.0 - p, 1e-12)
+        slope = 0.2 + 2.0 * p
+        base = math.log(rest * (1.0 - math.exp(-slope)))
+        out.append(tuple(sorted([lp] + [base - slope * j for j in range(k - 1)], reverse=True)))
+    return tuple(out)
 
 
 def _token_logprobs(mean_logprob: float, tokens: int, rng: random.Random) -> tuple[float, ...]:
@@ -97,6 +120,9 @@ class ScriptedGenerator:
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
     """
+
+    supports_confidence_stop = True
+    """``confidence_stop`` requests are carried out (emulated; see the module docstring)."""
 
     def __init__(
         self,
@@ -178,6 +204,8 @@ class ScriptedGenerator:
             tokens = max(8, tokens - len(req.continuation.split()))
         breaks = self._step_breaks(req, index, prompt, tokens - 8)
         if req.stop:
+            if req.confidence_stop is not None:
+                raise ValueError("the scripted backend does not emulate confidence_stop together with stop strings")
             return self._until_stop(req, answer, dist, tokens, breaks, rng)
         length_capped = tokens > req.max_tokens
         tokens = min(tokens, req.max_tokens)
@@ -189,13 +217,26 @@ class ScriptedGenerator:
             text = body + "."
         mean_lp = self._mean_logprob(answer, dist, rng)
         logprobs = req.logprobs and self.returns_logprobs
+        finish, eos = ("length", False) if length_capped else ("stop", True)
+        token_lps = _token_logprobs(mean_lp, tokens, rng)
+        k = max(req.top_logprobs, req.confidence_stop.top_k if req.confidence_stop else 0)
+        top = _top_logprobs(token_lps, k) if k else None
+        if req.confidence_stop is not None and top:
+            # 3. An engine's confidence stop: the end token at the first group below the threshold.
+            at = first_stop(token_confidences(top, req.confidence_stop.top_k), req.confidence_stop)
+            if at is not None and at < tokens - 1:
+                tokens, text, finish, eos = at + 1, " ".join(words[:at]) + ".", CONFIDENCE_STOPPED, False
+                token_lps, top = token_lps[:tokens], top[:tokens]
+                mean_lp = sum(token_lps) / tokens
+        top_back = top if req.top_logprobs and self.returns_logprobs else None
         return Completion(
             text=text,
             completion_tokens=tokens,
             mean_logprob=mean_lp if logprobs else None,
-            finish_reason="length" if length_capped else "stop",
-            token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
-            ended_by_eos=not length_capped,
+            finish_reason=finish,
+            token_logprobs=token_lps if logprobs else None,
+            ended_by_eos=eos,
+            token_top_logprobs=top_back,
         )
 
     def _mean_logprob(self, answer: str | None, dist: Mapping[str, float], rng: random.Random) -> float:

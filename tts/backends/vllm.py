@@ -56,6 +56,7 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
+from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
 
@@ -211,6 +212,8 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
         "enable_prefix_caching": True,
         "max_model_len": config.max_model_len,
         "seed": config.seed,
+        # Inert unless a request asks for a confidence stop (DeepConf online); see vllm_confidence.
+        "logits_processors": ["tts.backends.vllm_confidence:ConfidenceStopProcessor"],
     }
     if on_gpu:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
@@ -362,7 +365,7 @@ def _token_logprobs(
     """
     positions = output.logprobs
     if not positions:
-        return None, None
+        return None, None, None
     token_lps = None
     if request.logprobs:
         token_lps = tuple(float(pos[tid].logprob) for tid, pos in zip(output.token_ids, positions, strict=False))
@@ -371,7 +374,24 @@ def _token_logprobs(
         first_top = merge_top_logprobs(
             (lp.decoded_token if lp.decoded_token is not None else str(tid), lp.logprob)
             for tid, lp in positions[0].items())
-    return token_lps, first_top
+    all_top = None
+    k = max(request.top_logprobs, request.confidence_stop.top_k if request.confidence_stop else 0)
+    if k:
+        # The top k of each position, largest first (the sampled token is added when outside them).
+        all_top = tuple(tuple(sorted((float(lp.logprob) for lp in pos.values()), reverse=True)[:k])
+                        for pos in positions)
+    return token_lps, first_top, all_top
+
+
+def _stopped_on_confidence(request: GenerationRequest, completion: Any, top: Any) -> bool:
+    """Whether the engine's confidence-stop processor ended this sample: it ended with the end
+    token exactly where the returned top-k log-probabilities (the raw ones the processor saw) put
+    the first group below the threshold."""
+    stop = request.confidence_stop
+    if stop is None or not top or completion.finish_reason != "stop" or getattr(completion, "stop_reason", None):
+        return False
+    at = first_stop(token_confidences(top, stop.top_k), stop, slack=1e-4 * max(abs(stop.threshold), 1.0))
+    return at is not None and at == len(top) - 1
 
 
 class VLLMGenerator:
@@ -389,6 +409,8 @@ class VLLMGenerator:
     """
 
     keep_warm: ClassVar[bool] = True
+    supports_confidence_stop: ClassVar[bool] = True
+    """Requests with ``confidence_stop`` are ended inside the engine (a logits processor)."""
     """Start-up is expensive (tens of seconds): callers that serve many requests should reuse it."""
 
     def __init__(self, config: VLLMBackendConfig | None = None) -> None:
@@ -444,6 +466,13 @@ class VLLMGenerator:
     def _params(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
 
+        extra = None
+        top = request.top_logprobs
+        if request.confidence_stop is not None:
+            stop = request.confidence_stop
+            extra = {EXTRA_ARG: {"threshold": stop.threshold, "window": stop.window, "top_k": stop.top_k,
+                                 "eos": self.tokenizer.eos_token_id}}
+            top = max(top, stop.top_k)  # the stop is recognised from the returned top-k afterwards
         return SamplingParams(
             n=request.n,
             temperature=request.temperature,
@@ -451,7 +480,8 @@ class VLLMGenerator:
             max_tokens=request.max_tokens,
             stop=list(request.stop) or None,
             # k > 0 returns the top k of every position (with the sampled token); 0 only the sampled one.
-            logprobs=request.top_logprobs or (0 if request.logprobs else None),
+            logprobs=top or (0 if request.logprobs else None),
+            extra_args=extra,
             # CPU: a seeded request kills the engine once its prefill is chunked (module docstring);
             # deterministic mode turns chunked prefill off, so the seeds can go through.
             seed=request.seed if self.on_gpu or self.config.deterministic else None,
@@ -485,11 +515,15 @@ class VLLMGenerator:
                 mean_lp = None
                 if req.logprobs and c.cumulative_logprob is not None and n_tok:
                     mean_lp = c.cumulative_logprob / n_tok
-                token_lps, first_top = _token_logprobs(c, req)
+                token_lps, first_top, all_top = _token_logprobs(c, req)
                 # vLLM: finish_reason "stop" with no stop_reason = end of sequence; a stop string or
                 # stop token id sets stop_reason.
                 eos = c.finish_reason == "stop" and getattr(c, "stop_reason", None) is None
-                completions.append(Completion(c.text, n_tok, mean_lp, c.finish_reason, token_lps, first_top, eos))
+                finish = c.finish_reason
+                if _stopped_on_confidence(req, c, all_top):
+                    finish, eos = CONFIDENCE_STOPPED, False
+                completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
+                                              all_top if req.top_logprobs else None))
             usage = request_usage(
                 len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w,
                 batch_sequences=sum(r.n for r in requests),

@@ -1,0 +1,268 @@
+"""DeepConf: vote with the traces' own token confidence, and stop weak traces while they generate.
+
+Fu, Wang, Tian & Zhao 2025, "Deep Think with Confidence". Token confidence C_i is minus the mean
+of the top-k log-probabilities at position i (:mod:`tts.backends.confidence`); a trace's
+confidence is one of (``measure``):
+
+* ``lowest_group``: the lowest mean C_i over any ``window`` consecutive tokens (the paper's
+  lowest group confidence, its best single signal);
+* ``bottom_window``: the mean of the lowest 10% of the trace's group confidences (bottom-10%);
+* ``tail``: the mean C_i of the last ``window`` tokens, where the answer is written;
+* ``mean``: the mean C_i of the whole trace (the paper's average-trace-confidence baseline).
+
+**Offline** (``mode: offline``): draw n traces in one call, keep the ``keep`` share with the
+highest confidence (the paper's top-eta% filter: 0.1 or 0.9) and take a vote weighted by
+confidence among them.
+
+**Online** (``mode: online``, the default):
+
+1. Warm-up: ``warmup`` traces per problem (one call for all problems). The stop threshold of a
+   problem is the (1 - keep) quantile of its warm-up traces' lowest group confidences (keep = 0.1:
+   DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
+2. The remaining traces (n - warmup, in rounds of ``chunk``) are generated with that threshold as
+   a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace INSIDE the engine
+   as soon as its group confidence falls below the threshold (vLLM: a logits processor forces the
+   end token), so its remaining tokens are never generated. Stopped traces do not vote.
+3. Adaptive sampling: a problem whose confidence-weighted vote share reaches ``consensus`` after
+   a round gets no more traces.
+4. The answer is the confidence-weighted vote over the warm-up traces and the traces that were
+   not stopped.
+
+A backend that cannot stop traces inside the engine (``supports_confidence_stop`` missing, e.g.
+an OpenAI-compatible server) still gets the same answers: the stop is applied to the finished
+traces afterwards, but every token is paid, the trace says so (event ``stop_after_generation``)
+and a warning is logged. A backend that returns no top-k log-probabilities is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from tts.backends.base import GenerationRequest, derive_seed
+from tts.backends.confidence import CONFIDENCE_STOPPED, ConfidenceStop, first_stop, group_confidences, token_confidences
+from tts.config import StrategyConfigBase
+from tts.search.base import MissingLogprobsError, Strategy, StrategyInputError, to_sample, vote
+from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
+
+logger = logging.getLogger(__name__)
+
+Measure = Literal["lowest_group", "bottom_window", "tail", "mean"]
+
+
+class DeepConfConfig(StrategyConfigBase):
+    """Confidence-weighted, confidence-filtered voting; online, low-confidence traces stopped in the engine."""
+
+    kind: Literal["deepconf"] = "deepconf"
+    n: int = Field(16, ge=1, le=4096)
+    """Most traces per problem (warm-up included)."""
+    mode: Literal["online", "offline"] = "online"
+    """``online``: warm-up, then traces stopped in the engine below the warm-up threshold;
+    ``offline``: n full traces, filtered and weighted by confidence afterwards."""
+    measure: Measure = "lowest_group"
+    """Trace confidence used for filtering and as the vote weight (online: also for the threshold)."""
+    keep: float = Field(0.9, gt=0.0, le=1.0)
+    """eta: offline, the share of traces kept (highest confidence first); online, the warm-up
+    quantile 1 - keep sets the threshold (0.9: DeepConf-high, 0.1: DeepConf-low)."""
+    window: int = Field(64, ge=1)
+    """Tokens per group (sliding window) and of the tail; the paper uses 2048 on long traces."""
+    top_k: int = Field(20, ge=1, le=20)
+    """k of the token confidence (top log-probabilities per position)."""
+    warmup: int = Field(4, ge=1, le=4096)
+    """Online: warm-up traces per problem that set its threshold (the paper's N_init)."""
+    chunk: int | None = Field(None, ge=1, le=4096)
+    """Online: traces per round after the warm-up; None: all the rest in one round."""
+    consensus: float | None = Field(0.95, gt=0.0, le=1.0)
+    """Online: stop sampling a problem once its weighted vote share reaches this (the paper's
+    tau); None: always draw n traces."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeepConfConfig:
+        if self.mode == "online" and self.warmup > self.n:
+            raise ValueError(f"warmup ({self.warmup}) is more than n ({self.n}): the warm-up traces are part of the "
+                             "n; lower warmup or raise n.")
+        return self
+
+
+def trace_confidence(top: Sequence[Sequence[float]], measure: Measure, window: int, k: int) -> float:
+    """A trace's confidence from the top-k log-probabilities of its positions (see the module docstring)."""
+    conf = token_confidences(top, k)
+    if not conf:
+        return 0.0
+    if measure == "mean":
+        return sum(conf) / len(conf)
+    if measure == "tail":
+        tail = conf[-window:]
+        return sum(tail) / len(tail)
+    groups = group_confidences(conf, window)
+    if measure == "lowest_group":
+        return min(groups)
+    lowest = sorted(groups)[: max(1, math.ceil(0.1 * len(groups)))]
+    return sum(lowest) / len(lowest)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of ``values`` with linear interpolation (numpy's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class _Problem:
+    """One problem's traces so far: samples, confidences, which voted, and usage."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.samples: list[Sample] = []
+        self.confidence: list[float] = []
+        self.lowest: list[float] = []
+        self.votes: list[bool] = []
+        self.usage = Usage()
+        self.threshold: float | None = None
+        self.done = False
+        self.stopped_after = 0
+
+    def share(self) -> float:
+        voting = [(s, c) for s, c, v in zip(self.samples, self.confidence, self.votes, strict=True) if v]
+        if not voting:
+            return 0.0
+        return vote([s for s, _ in voting], [c for _, c in voting])[1]
+
+
+class DeepConf(Strategy):
+    """DeepConf, offline or online (see the module docstring)."""
+
+    name = "deepconf"
+    config_class: ClassVar[type[StrategyConfigBase]] = DeepConfConfig
+    pool_rule = None
+
+    def samples_within(self, budget: Budget | None) -> int:
+        """The n this config may draw under ``budget`` (each trace counted at ``max_tokens``)."""
+        n = self.config.n
+        if budget is not None and budget.samples is not None:
+            n = min(n, budget.samples)
+        if budget is not None and budget.tokens is not None:
+            n = min(n, budget.tokens // self.sampling.max_tokens)
+        if n < 1:
+            raise StrategyInputError(f"{self.name}: a budget of {budget} does not cover one trace of up to "
+                                     f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
+        return n
+
+    def _request(self, problem: Any, n: int, drawn: int, stop: ConfidenceStop | None) -> GenerationRequest:
+        return GenerationRequest(
+            messages=self.prompt(problem), n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            max_tokens=self.sampling.max_tokens, logprobs=True, top_logprobs=self.config.top_k,
+            seed=derive_seed(self.seed, problem.id, drawn), key=problem.id, confidence_stop=stop)
+
+    def _top(self, problem: Any, completion: Any) -> tuple[tuple[float, ...], ...]:
+        top = completion.token_top_logprobs
+        if top is None:
+            raise MissingLogprobsError(
+                f"deepconf weighs traces by token confidence from the top-{self.config.top_k} log-probabilities of "
+                f"every position, but a trace of problem {problem.id!r} came back without them. Unavailable on this "
+                "backend: deepconf and the self_certainty scorer (top logprobs per token); best_of_n, weighted_vote "
+                "and the logprob scorer need at least the sampled tokens' logprobs. Use a backend that returns "
+                "top_logprobs (vLLM does; an OpenAI-compatible server must support `top_logprobs`), or use "
+                "self_consistency.")
+        return top
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        c = self.config
+        states = [_Problem(self.samples_within(b)) for b in (budgets or [None] * len(problems))]
+        in_engine = bool(getattr(self.generator, "supports_confidence_stop", False))
+        if c.mode == "online" and not in_engine:
+            logger.warning("deepconf online: backend %s cannot stop traces inside the engine; the stop is applied "
+                           "after generation and saves no tokens", type(self.generator).__name__)
+        # 1. Warm-up (online) or the whole draw (offline): one call for all problems.
+        first = [min(c.warmup, s.n) if c.mode == "online" else s.n for s in states]
+        self._round(problems, states, first, None, in_engine)
+        if c.mode == "online":
+            for s in states:
+                s.threshold = quantile(s.lowest, 1.0 - c.keep)
+                s.done = self._enough(s)
+            # 2-3. Rounds with the in-engine stop until n traces or consensus.
+            while True:
+                sizes = [0 if s.done else min(c.chunk or s.n, s.n - len(s.samples)) for s in states]
+                if not any(sizes):
+                    break
+                stops = [ConfidenceStop(s.threshold, c.window, c.top_k) if s.threshold is not None else None
+                         for s in states]
+                self._round(problems, states, sizes, stops, in_engine)
+                for s in states:
+                    s.done = s.done or self._enough(s)
+        else:
+            for s in states:
+                self._filter(s)
+        # 4. The confidence-weighted vote.
+        return [self._solution(p, s, in_engine) for p, s in zip(problems, states, strict=True)]
+
+    def _enough(self, s: _Problem) -> bool:
+        if len(s.samples) >= s.n:
+            return True
+        return self.config.consensus is not None and s.share() >= self.config.consensus
+
+    def _round(self, problems: Sequence[Any], states: list[_Problem], sizes: list[int],
+               stops: list[ConfidenceStop | None] | None, in_engine: bool) -> None:
+        """One generate call: ``sizes[i]`` traces of problem i (none when 0); traces are scored and recorded."""
+        c = self.config
+        todo = [i for i, size in enumerate(sizes) if size > 0]
+        requests = [self._request(problems[i], sizes[i], len(states[i].samples),
+                                  stops[i] if stops is not None and in_engine else None) for i in todo]
+        results = self.generator.generate(requests)
+        for i, result in zip(todo, results, strict=True):
+            s = states[i]
+            s.usage = s.usage + result.usage
+            for comp in result.completions:
+                top = self._top(problems[i], comp)
+                stopped = comp.finish_reason == CONFIDENCE_STOPPED
+                stop = stops[i] if stops is not None else None
+                if stop is not None and not in_engine:
+                    # The backend could not stop it: apply the same rule to the finished trace.
+                    at = first_stop(token_confidences(top, c.top_k), stop)
+                    stopped = at is not None and at < len(top) - 1
+                    s.stopped_after += stopped
+                sample = to_sample(comp, self.extract)
+                if stopped:
+                    sample = Sample(sample.text, None, sample.completion_tokens, sample.mean_logprob, CONFIDENCE_STOPPED)
+                s.samples.append(sample)
+                s.confidence.append(trace_confidence(top, c.measure, c.window, c.top_k) if top else 0.0)
+                s.lowest.append(trace_confidence(top, "lowest_group", c.window, c.top_k) if top else 0.0)
+                s.votes.append(not stopped)
+
+    def _filter(self, s: _Problem) -> None:
+        """Offline: only the ``keep`` share with the highest confidence votes (ties: earlier first)."""
+        kept = max(1, math.ceil(self.config.keep * len(s.samples)))
+        order = sorted(range(len(s.samples)), key=lambda i: (-s.confidence[i], i))
+        chosen = set(order[:kept])
+        s.votes = [i in chosen for i in range(len(s.samples))]
+
+    def _solution(self, problem: Any, s: _Problem, in_engine: bool) -> Solution:
+        voting = [i for i, v in enumerate(s.votes) if v]
+        answer, share, votes, idx = vote([s.samples[i] for i in voting], [s.confidence[i] for i in voting])
+        stopped = sum(1 for x in s.samples if x.finish_reason == CONFIDENCE_STOPPED)
+        events = {}
+        if stopped:
+            events["stopped_low_confidence"] = stopped
+        if s.stopped_after:
+            events["stop_after_generation"] = s.stopped_after
+        if self.config.mode == "offline":
+            events["filtered_out"] = len(s.samples) - len(voting)
+        tree = ({"id": "threshold", "parent": None, "depth": 0, "text": f"threshold {s.threshold:.4g}",
+                 "score": s.threshold, "kept": True},) if s.threshold is not None else ()
+        trace = Trace(self.name, tuple(s.samples), scores=tuple(s.confidence), votes=votes,
+                      selected=voting[idx] if idx is not None else None, tree=tree,
+                      events={k: v for k, v in events.items() if v})
+        return Solution(problem.id, answer, share, s.usage, trace)
+
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook (``tts cost``): at most n traces from one prompt (no trace stopped, no early consensus)."""
+        return [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)]
