@@ -99,6 +99,7 @@ VERIFIERS = Registry(
     {
         "arithmetic": "tts.verifiers.arithmetic:ArithmeticVerifier",
         "logprob": "tts.verifiers.confidence:LogprobVerifier",
+        "self_certainty": "tts.verifiers.self_certainty:SelfCertaintyVerifier",
         "judge": "tts.verifiers.judge:LLMJudge",
         "prm": "tts.verifiers.prm:PRMVerifier",
     },

@@ -191,9 +191,14 @@ class SamplingStrategy(Strategy):
             top_p=self.sampling.top_p,
             max_tokens=self.sampling.max_tokens,
             logprobs=self.needs_logprobs,
+            top_logprobs=self.top_logprobs_needed(),
             seed=derive_seed(self.seed, problem.id, drawn),
             key=problem.id,
         )
+
+    def top_logprobs_needed(self) -> int:
+        """Top log-probabilities per token the configured verifier reads (self-certainty: its k), else 0."""
+        return int(getattr(getattr(self.config, "verifier", None), "request_top_logprobs", 0) or 0)
 
     @classmethod
     def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
@@ -244,7 +249,7 @@ class SamplingStrategy(Strategy):
         verifier = self.verifier
         if verifier is None:
             return [None] * len(problems)
-        items = [VerifyItem(p, (c.text,), finished=True, logprobs=(c.mean_logprob,))
+        items = [VerifyItem(p, (c.text,), finished=True, logprobs=(c.mean_logprob,), token_top_logprobs=c.token_top_logprobs)
                  for p, r in zip(problems, results, strict=True) for c in r.completions]
         scored, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "samples")  # failed: lowest
         events: dict[str, int] = {"verifier_error": 1} if failed else {}
@@ -280,7 +285,9 @@ class SamplingStrategy(Strategy):
         sampling: list[SamplingStrategy] = list(strategies)  # type: ignore[arg-type]
         n_max = max(s.config.n for s in sampling)
         logprobs = any(s.needs_logprobs for s in sampling)
-        requests = [dataclasses.replace(sampling[0].request(p, n=n_max), logprobs=logprobs) for p in problems]
+        top = max(s.top_logprobs_needed() for s in sampling)
+        requests = [dataclasses.replace(sampling[0].request(p, n=n_max), logprobs=logprobs, top_logprobs=top)
+                    for p in problems]
         results = first.generator.generate(requests)
         # One verifier call per distinct verifier config over the whole draw; configs take prefixes.
         scored: dict[str, list[ScoredDraw | None]] = {}

@@ -34,12 +34,16 @@ class VerifyItem:
         steps: The solution so far, split into steps (no separators).
         finished: Whether the solution is complete (it has reached its final answer).
         logprobs: Mean token logprob of each step, where the generator returned them.
+        token_top_logprobs: The top-k log-probabilities of every generated token of the item,
+            where the generator returned them (scorers of the token distribution use them:
+            self-certainty); None otherwise.
     """
 
     problem: Problem
     steps: tuple[str, ...]
     finished: bool = False
     logprobs: tuple[float | None, ...] = ()
+    token_top_logprobs: tuple[tuple[float, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
