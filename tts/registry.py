@@ -81,6 +81,7 @@ STRATEGIES = Registry(
         "beam": "tts.search.beam:BeamSearch",
         "best_of_n": "tts.search.best_of_n:BestOfN",
         "budget_forcing": "tts.search.budget_forcing:BudgetForcing",
+        "certainty_probe": "tts.search.certainty_probe:CertaintyProbe",
         "deepconf": "tts.search.deepconf:DeepConf",
         "dvts": "tts.search.dvts:DVTS",
         "ets": "tts.search.ets:ETS",
