@@ -91,6 +91,7 @@ STRATEGIES = Registry(
         "rebase": "tts.search.rebase:Rebase",
         "revision": "tts.search.revision:Revision",
         "self_consistency": "tts.search.self_consistency:SelfConsistency",
+        "tool_vote": "tts.search.tool_vote:ToolVote",
         "weighted_vote": "tts.search.weighted_vote:WeightedVote",
     },
 )
