@@ -21,6 +21,7 @@ verdicts (Zhang et al. 2024, "Generative Verifiers").
 from __future__ import annotations
 
 import math
+import random
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -399,3 +400,102 @@ class Voter(Role):
                               {"no_answer": 1}, votes)
         winner = Candidate(f"{ctx.name}:0", ctx.name, cands[idx].text, answer, "solution", share, cands[idx], written=False)
         return RoleOutput((winner,), {}, votes)
+
+
+def _number_choice(completion: Any, shown: int) -> list[float]:
+    """A reply's preference over ``shown`` numbered candidates: the probabilities of the numbers
+    as its first token (when top logprobs came back), else 1 on the first number it writes."""
+    probs = [0.0] * shown
+    for token, logprob in (completion.first_token_top_logprobs or {}).items():
+        digit = token.strip(" .:)*#")
+        if digit.isdigit() and 1 <= int(digit) <= shown and math.isfinite(logprob):
+            probs[int(digit) - 1] += math.exp(logprob)
+    if sum(probs) <= 0:
+        number = _NUMBER.search(completion.text)
+        if number and 1 <= int(number.group()) <= shown:
+            probs[int(number.group()) - 1] = 1.0
+    return probs
+
+
+class Selector(Role):
+    """GenSelect (optillm; "GenSelect: A Generative Approach to Best-of-N", Toshniwal et al. 2025):
+    the model reads its input solutions, ``max_candidates`` (at most 9) at a time, and picks the
+    correct one of each group; the group winners pass on, scored by the share of the choice. A
+    chain of selectors is a tournament (each level divides the field by the group size); one
+    group is GenSelect in one call. A group of one passes on without a request."""
+
+    name = "selector"
+    writes = False
+    keeps_prompt = False
+    settings = _COMMON | {"max_candidates"}
+    prompt_fields = ("question", "candidates")
+    template = ("Problem:\n{question}\n\n{candidates}\n\nCompare the solutions above carefully. Which solution is "
+                "correct? Answer with its number only.")
+    default_temperature = 0.0
+    default_max_tokens = 4
+
+    @classmethod
+    def check_settings(cls, spec: NodeSpec) -> str | None:
+        if spec.max_candidates > 9:
+            return "a selector reads a one-digit number, so max_candidates must be at most 9"
+        if spec.max_candidates < 2:
+            return "a selector picks one of a group, so max_candidates must be at least 2"
+        return None
+
+    @staticmethod
+    def groups(ctx: NodeContext, inputs: Sequence[Sequence[Candidate]]) -> list[list[Candidate]]:
+        """The input solutions in groups of ``max_candidates``, in input order."""
+        sols, k = solutions(inputs), ctx.spec.max_candidates
+        return [sols[i:i + k] for i in range(0, len(sols), k)]
+
+    def plan(self, ctx, problem, inputs) -> list[GenerationRequest]:
+        return [ctx.request(problem, self.messages(ctx, problem, candidates=numbered(g)), i, top_logprobs=10)
+                for i, g in enumerate(self.groups(ctx, inputs)) if len(g) > 1]
+
+    def read(self, ctx, problem, inputs, results) -> RoleOutput:
+        out, invalid, it = [], 0, iter(results)
+        for i, group in enumerate(self.groups(ctx, inputs)):
+            totals = [1.0] + [0.0] * (len(group) - 1)
+            if len(group) > 1:
+                totals, read = [0.0] * len(group), 0
+                for c in next(it).completions:
+                    probs = _number_choice(c, len(group))
+                    if sum(probs) > 0:
+                        read += 1
+                        totals = [t + p / sum(probs) for t, p in zip(totals, probs, strict=True)]
+                if not read:  # no reply named a candidate: the first one goes on, counted
+                    totals, invalid = [1.0] + [0.0] * (len(group) - 1), invalid + 1
+                else:
+                    totals = [t / read for t in totals]
+            best = max(range(len(group)), key=lambda j: (totals[j], -j))
+            w = group[best]
+            out.append(Candidate(f"{ctx.name}:{i}", ctx.name, w.text, w.answer, "solution", totals[best], w,
+                                 written=False))
+        return RoleOutput(tuple(out), {"invalid_selection": invalid} if invalid else {})
+
+
+class Aggregator(Role):
+    """Recursive self-aggregation (Venkatraman et al. 2025, "Recursive Self-Aggregation Unlocks Deep
+    Thinking in LLMs"): ``n`` new solutions, each written from its own random subset of
+    ``max_candidates`` input solutions (seeded per run, problem, node and request), so that the
+    population stays diverse; a chain of aggregators is RSA's rounds."""
+
+    name = "aggregator"
+    settings = _COMMON | {"max_candidates"}
+    prompt_fields = ("question", "candidates")
+    template = Fuser.template
+
+    def subsets(self, ctx: NodeContext, problem: Problem, inputs: Sequence[Sequence[Candidate]]) -> list[list[Candidate]]:
+        """The candidates each of the ``n`` requests shows."""
+        sols = solutions(inputs)
+        k = min(ctx.spec.max_candidates, len(sols))
+        return [random.Random(derive_seed(ctx.seed, f"{problem.id}|{ctx.name}|subset", i)).sample(sols, k)
+                for i in range(ctx.spec.n)]
+
+    def plan(self, ctx, problem, inputs) -> list[GenerationRequest]:
+        return [ctx.request(problem, self.messages(ctx, problem, candidates=numbered(shown)), i, n=1)
+                for i, shown in enumerate(self.subsets(ctx, problem, inputs))]
+
+    def read(self, ctx, problem, inputs, results) -> RoleOutput:
+        return RoleOutput(tuple(ctx.solution(i, r.completions[0].text, r.completions[0])
+                                for i, r in enumerate(results)))
