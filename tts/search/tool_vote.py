@@ -112,7 +112,10 @@ def parse_tool_call(text: str, tools: Sequence[Mapping[str, Any]] | None = None)
     try:
         obj = json.loads(blocks[0])
     except (json.JSONDecodeError, ValueError):
-        return None, "malformed_tool_call"
+        # Broken JSON is a malformed call inside <tool_call> tags or when it names a tool; other
+        # braces (a \boxed{4}, a set) are prose, not an attempt at a call.
+        tagged = "<tool_call>" in text or '"name"' in blocks[0]
+        return None, "malformed_tool_call" if tagged else "no_tool_call"
     if isinstance(obj, list) and obj:
         obj = obj[0]
     if isinstance(obj, Mapping) and isinstance(obj.get("function"), Mapping):
