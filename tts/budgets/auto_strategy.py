@@ -6,8 +6,9 @@ One :meth:`AutoStrategy.solve` over a batch of problems, under ``budget`` per pr
 1. Calibration (once): the source's samples (:func:`~tts.budgets.calibration_source.load_calibration`)
    give a difficulty model, bins and per-(rule, bin) accuracy-vs-n curves
    (:func:`~tts.budgets.cross_allocator.calibrate`).
-2. Minimum: the pilot of every problem at the calibration's mean sample length; a smaller total
-   budget is refused before anything is drawn, naming that minimum.
+2. Minimum: the pilot of every problem at the calibration's mean sample length (prompts assumed
+   cached, so a lower bound); a smaller total budget is refused before anything is drawn, naming
+   that minimum. A pilot that turns out to cost more than the budget is refused after it.
 3. Pilot: ``pilot`` samples per problem in ONE generator call (with logprobs when a rule reads
    scores); their measured cost is paid from the budget.
 4. Plan: :func:`~tts.budgets.cross_allocator.choose` gives each problem a rule and an n from its
@@ -168,12 +169,13 @@ class AutoStrategy(Strategy):
         prompts = [count_prompt_tokens(self.generator, self._request(p, k, 0)) or 0 for p in problems]
         # 2. Refuse a budget below the cheapest plan (the pilot) before drawing anything.
         length = cal.mean_tokens if np.isfinite(cal.mean_tokens) else float(self.sampling.max_tokens)
-        minimum = sum(pricer.request(pt, [max(1, int(round(length)))] * k) for pt in prompts)
+        # A lower bound: the prompts may come from the prefix cache, so only the generation is sure to be paid.
+        minimum = sum(pricer.request(pt, [max(1, int(round(length)))] * k, cached=pt) for pt in prompts)
         if total < minimum:
             raise BudgetTooSmallError(
                 f"auto: a budget of {total:.6g} {cfg.budget_unit} for {len(problems)} problems is below the cheapest "
-                f"plan, a {k}-sample pilot each (about {minimum:.6g} {cfg.budget_unit} at the calibration's mean "
-                f"length of {length:.0f} tokens); raise --budget to at least {minimum:.6g} or lower --pilot", minimum)
+                f"plan, a {k}-sample pilot each (at least {minimum:.6g} {cfg.budget_unit}: {k} samples of the "
+                f"calibration's mean length, {length:.0f} tokens, prompts cached); raise --budget to at least {minimum:.6g} or lower --pilot", minimum)
         # 3. Pilot, one call.
         pilots = self.generator.generate([self._request(p, k, 0) for p in problems])
         samples = [[to_sample(c, self.extract) for c in r.completions] for r in pilots]
