@@ -188,7 +188,11 @@ class AutoStrategy(Strategy):
         toks = [[s.completion_tokens for s in ss] for ss in samples]
         feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float))
         lengths = [float(np.mean(t)) if t else length for t in toks]
-        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent)
+        # The extra request finds in the prefix cache what the engine cached for the pilot (vLLM caches
+        # whole blocks, so a problem's own tail of the prompt is usually paid again).
+        prompts = [max(pt, r.usage.prompt_tokens) for pt, r in zip(prompts, pilots, strict=True)]
+        cached = [r.usage.cached_prompt_tokens for r in pilots]
+        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent, cached)
         # 5. Extra samples, one call, then each problem's rule aggregates all its samples.
         more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k]
         extra = dict(zip([i for i, _ in more], self.generator.generate(

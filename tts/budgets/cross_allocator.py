@@ -140,12 +140,14 @@ class Pricer:
             return float(sum(prompt_tokens + x for x in lengths))
         return sum(self._convert(self.verifier.cost_request(int(prompt_tokens + x), [])) for x in lengths)
 
-    def option(self, rule: str, prompt_tokens: int, length: float, k: int, n: int) -> float:
+    def option(self, rule: str, prompt_tokens: int, length: float, k: int, n: int, cached: int | None = None) -> float:
         """Expected cost of taking a problem from its k pilot samples to n under ``rule``: the
-        n - k extra samples at the predicted ``length`` (prompt served from the prefix cache),
-        plus a verifier pass over all n when the rule reads scores."""
+        n - k extra samples at the predicted ``length`` in one more request, whose prompt has
+        ``cached`` tokens in the prefix cache (default all; a live run passes what the engine
+        reported caching for the pilot), plus a verifier pass over all n when the rule reads scores."""
         m = max(1, int(round(length)))
-        extra = self.request(prompt_tokens, [m] * (n - k), cached=prompt_tokens) if n > k else 0.0
+        hit = prompt_tokens if cached is None else min(int(cached), prompt_tokens)
+        extra = self.request(prompt_tokens, [m] * (n - k), cached=hit) if n > k else 0.0
         return extra + (self.verify(prompt_tokens, [m] * n) if RULES[rule].needs_scores else 0.0)
 
 
@@ -328,23 +330,29 @@ class CrossPlan:
 
 
 def option_costs(pricer: Pricer, options: Sequence[tuple[str, int]], prompt_tokens: Sequence[int],
-                 lengths: Sequence[float], k: int) -> np.ndarray:
-    """``(P, options)`` expected cost beyond the pilot of every option of every problem."""
-    cache: dict[tuple[str, int, int, int], float] = {}
+                 lengths: Sequence[float], k: int, cached: Sequence[int] | None = None) -> np.ndarray:
+    """``(P, options)`` expected cost beyond the pilot of every option of every problem (``cached``:
+    prompt tokens per problem expected from the prefix cache; default all)."""
+    cache: dict[tuple[str, int, int, int, int], float] = {}
     out = np.empty((len(lengths), len(options)))
-    for i, (pt, length) in enumerate(zip(prompt_tokens, lengths, strict=True)):
+    hits = list(prompt_tokens) if cached is None else list(cached)
+    for i, (pt, length, hit) in enumerate(zip(prompt_tokens, lengths, hits, strict=True)):
         m = max(1, int(round(float(length))))
         for j, (rule, n) in enumerate(options):
-            key = (rule, int(pt), m, n)
+            key = (rule, int(pt), m, n, int(hit))
             if key not in cache:
-                cache[key] = pricer.option(rule, int(pt), m, k, n)
+                cache[key] = pricer.option(rule, int(pt), m, k, n, int(hit))
             out[i, j] = cache[key]
     return out
 
 
 def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequence[int],
-           lengths: Sequence[float], calibration: Calibration, pricer: Pricer, budget: float) -> CrossPlan:
+           lengths: Sequence[float], calibration: Calibration, pricer: Pricer, budget: float,
+           cached: Sequence[int] | None = None) -> CrossPlan:
     """Plan (rule, n) per problem from pilot features within ``budget`` (beyond the pilot).
+
+    ``cached``: per problem, the prompt tokens the extra request is expected to find in the prefix
+    cache (a live run passes what the engine cached for the pilot; default all).
 
     Raises:
         BudgetTooSmallError: A negative budget (the pilot already cost more than the total);
@@ -355,7 +363,7 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
     bins = calibration.bins(features)
     scores = calibration.scores(features)
     accs = calibration.accuracy(bins)
-    costs = option_costs(pricer, options, prompt_tokens, lengths, k)
+    costs = option_costs(pricer, options, prompt_tokens, lengths, k, cached)
     if budget < 0:
         raise BudgetTooSmallError(f"the pilot already cost {-budget:.6g} {pricer.unit} more than the budget; raise "
                                   f"the budget by at least that much, or lower the pilot", -float(budget))
