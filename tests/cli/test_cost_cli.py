@@ -74,8 +74,8 @@ def test_every_registered_sampling_strategy_is_priced_from_its_own_cost_hook():
     from tts.registry import STRATEGIES
 
     # graph: its requests depend on the graph file, which `tts cost` does not read; auto: on its pilot
-    # samples (it spends at most its --budget)
-    file_defined = {"graph", "auto"}
+    # samples (it spends at most its --budget); ab_mcts: on Thompson draws (widen or deepen, which model)
+    file_defined = {"graph", "auto", "ab_mcts"}
     for name in STRATEGIES.names():
         r = runner.invoke(app, ["-m", "qwen3-8b", "--strategy", name, "-n", "4", "--json"])
         if name in file_defined:
@@ -288,3 +288,10 @@ def test_the_calibrated_cpu_has_no_default_price(fake_cpu):
     assert "--price cpu=USD_PER_HOUR" in runner.invoke(app, ["-m", "smollm2-135m", "--gpu", "cpu"]).output
     priced = runner.invoke(app, ["-m", "smollm2-135m", "--gpu", "cpu", "--price", "cpu=0.36", "--json"])
     assert json.loads(priced.output)["dollars"] == pytest.approx(out["seconds"] / 10_000)
+
+
+def test_lookahead_is_priced_with_its_rollouts():
+    beam = json.loads(runner.invoke(app, ["-m", "qwen3-8b", "--strategy", "beam", "-n", "4", "--json"]).output)
+    look = json.loads(runner.invoke(app, ["-m", "qwen3-8b", "--strategy", "lookahead", "-n", "4", "--json"]).output)
+    # default k = 1: one greedy rollout step behind each of the n candidate steps roughly doubles the work
+    assert 1.5 * beam["flops"] < look["flops"] < 3 * beam["flops"]

@@ -351,7 +351,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         for s in result.summaries:
             if s.events:
                 console.print(f"events in {s.config}: " + ", ".join(f"{k} {v}" for k, v in s.events.items())
-                              + " (counted, and the run went on; `tts show RUN PROBLEM` shows where)")
+                              + " (counts the strategy kept as it ran: fallbacks it took, stops, resamples; `tts show RUN PROBLEM` shows where)")
     if ungraded:
         console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
                       "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")

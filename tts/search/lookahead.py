@@ -24,12 +24,14 @@ steps generated) and ``lookahead_calls`` (rollout levels, each one generator cal
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
 from tts.config import StrategyConfigBase
+from tts.types import RequestShape
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import (
     MAX_STEPS,
@@ -180,3 +182,24 @@ class Lookahead(TreeSearchStrategy):
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
         return lookahead_search(space, scorer, self.config.n, self.config.width, self.config.lookahead)
+
+    @classmethod
+    def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int,
+                         cached_tokens: int = 0) -> list[RequestShape]:
+        """Cost hook (``tts cost``): beam search's worst case plus the default k-step rollouts.
+
+        Behind every step of the beam's worst case (``max_depth`` steps, no early finish), each of
+        the n candidate steps is rolled out ``lookahead`` greedy steps of the same length: one
+        request per candidate and rollout level, its prompt (question and steps so far) in the
+        prefix cache. Rollouts past ``max_depth`` are not cut short here, so this errs high.
+        """
+        shapes = super().planned_requests(n, prompt_tokens, gen_tokens, cached_tokens)
+        depth = cls.config_class.model_fields["max_depth"].default
+        k = cls.config_class.model_fields["lookahead"].default
+        g = math.ceil(gen_tokens / depth)
+        for t in range(1, depth + 1):
+            for j in range(k):
+                p = prompt_tokens + (t + j) * g
+                shapes += [RequestShape(p, p, (g,)) for _ in range(n)]
+        return shapes
+
