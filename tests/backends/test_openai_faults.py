@@ -26,7 +26,8 @@ class FaultyUpstream:
     Args:
         plan: Request number (0-based) -> mode: "ok", "drop" (close without answering), "500",
             "503", "429", "404", "garbage" (200 with a body that is not JSON), "truncate" (a body
-            shorter than its Content-Length), "slow" (answer after ``slow_seconds``).
+            shorter than its Content-Length), "slow" (answer after ``slow_seconds``), "single" (one
+            choice whatever ``n`` asked for, as servers without n > 1 do).
     """
 
     def __init__(self, plan: Callable[[int], str], slow_seconds: float = 5.0) -> None:
@@ -75,7 +76,7 @@ class FaultyUpstream:
                 return
             if mode == "slow":
                 await asyncio.sleep(self.slow_seconds)
-            status, payload = 200, json.dumps(self._completion(body)).encode()
+            status, payload = 200, json.dumps(self._completion(body, single=mode == "single")).encode()
             if mode in ("500", "503", "429", "404"):
                 status, payload = int(mode), json.dumps({"error": {"message": f"injected {mode}"}}).encode()
             elif mode == "garbage":
@@ -92,8 +93,8 @@ class FaultyUpstream:
             writer.transport.abort()
 
     @staticmethod
-    def _completion(body: dict) -> dict:
-        n = int(body.get("n") or 1)
+    def _completion(body: dict, single: bool = False) -> dict:
+        n = 1 if single else int(body.get("n") or 1)
         tokens = [{"token": t, "logprob": -0.2, "bytes": None, "top_logprobs": []} for t in ("The", " answer", " 5")]
         return {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
                 "choices": [{"index": i, "message": {"role": "assistant", "content": ANSWER},
@@ -137,7 +138,9 @@ def test_a_flaky_upstream_still_gives_every_result_correctly():
     modes = ["ok"] * 5 + ["drop", "500", "503", "429", "garbage", "truncate"]
     upstream = FaultyUpstream(lambda i: rng.choice(modes))
     try:
-        gen = _gen(upstream.url)
+        # 6 of 11 modes fail: with 6 retries one of the 24 requests gave up in about 1 run in 12
+        # (24 x (6/11)^7); with 20 retries it is about 1 run in 14,000
+        gen = _gen(upstream.url, max_retries=20)
         start = time.monotonic()
         results = gen.generate(_requests(24))
         assert time.monotonic() - start < 30
@@ -224,3 +227,23 @@ def test_tts_serve_over_a_faulty_upstream_answers_or_says_why(upstream_factory):
             client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
         assert time.monotonic() - start < 10
         assert client.get("/../health", cast_to=object)["status"] == "ok"  # still serving
+
+
+def test_a_server_that_returns_one_choice_gets_n_one_sample_requests(upstream_factory, caplog):
+    upstream = upstream_factory(lambda i: "single")
+    gen = _gen(upstream.url)
+    with caplog.at_level("WARNING", logger="tts.backends.openai"):
+        results = gen.generate(_requests(3, n=4))
+    assert [len(r.completions) for r in results] == [4, 4, 4]
+    assert all(c.text == ANSWER for r in results for c in r.completions)
+    # each sample is its own request: the prompt is billed 4 times, 3 tokens generated each
+    assert all(r.usage.prompt_tokens == 44 and r.usage.completion_tokens == 12 and r.usage.calls == 4
+               for r in results)
+    assert gen.single_choice and gen.retries == 0
+    assert sum("one-sample requests" in m for m in caplog.messages) == 1  # warned once, not per request
+    # 12 one-sample requests, after 1 to 3 tries at n = 4 (the 3 requests run concurrently: one
+    # that starts after the first answer goes one sample at a time at once)
+    first = len(upstream.seen)
+    assert 12 + 1 <= first <= 12 + 3
+    gen.generate(_requests(1, n=4))  # later requests go one sample at a time from the start
+    assert len(upstream.seen) == first + 4

@@ -13,11 +13,17 @@ first request that fails for good stops the others. A partial assistant message 
 with vLLM's ``continue_final_message`` chat extension. Logprobs are always requested (top 0 unless
 a request asks for ``top_logprobs``): they give each choice's token count and mean logprob, which
 the usage ledger needs.
+
+A server that returns fewer choices than the ``n`` asked for (many hosted APIs and some proxies
+allow only one) is not an error: the backend warns once, then sends such requests as ``n``
+one-sample requests (seeds ``seed + i`` where a seed is given) and merges them, so every strategy
+still gets its ``n`` samples; the prompt is then billed ``n`` times, as the server bills it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import logging
 import random
@@ -72,6 +78,8 @@ class OpenAIGenerator:
         self.attempts = 0
         self.retries = 0
         self._count_lock = threading.Lock()
+        self.single_choice = False
+        """Set once the server has answered a request of n > 1 with fewer choices."""
 
     @classmethod
     def from_config(cls, config: OpenAIBackendConfig, problems: Sequence[Any] = ()) -> OpenAIGenerator:
@@ -114,6 +122,8 @@ class OpenAIGenerator:
     @staticmethod
     def _parse(req: GenerationRequest, response: Any, wall: float) -> GenerationResult:
         choices = response.choices
+        if isinstance(choices, list) and 1 <= len(choices) < req.n:
+            raise _FewerChoices(len(choices))
         if not isinstance(choices, list) or len(choices) != req.n:
             raise ValueError(f"asked for {req.n} choices, got {len(choices) if isinstance(choices, list) else choices!r}")
         completions = []
@@ -160,6 +170,8 @@ class OpenAIGenerator:
 
     def _one(self, req: GenerationRequest, stop: threading.Event | None = None) -> GenerationResult:
         """One request with retries, back-off and the breaker; raises the last error when they run out."""
+        if req.n > 1 and self.single_choice:
+            return self._one_sample_at_a_time(req, stop)
         attempt = 0
         while True:
             if stop is not None and stop.is_set():
@@ -169,6 +181,16 @@ class OpenAIGenerator:
                 self.attempts += 1
             try:
                 result = self._call(req)
+            except _FewerChoices as exc:
+                self.breaker.success()
+                with self._count_lock:
+                    first = not self.single_choice
+                    self.single_choice = True
+                if first:
+                    logger.warning("%s returned %d choice(s) for a request of n = %d: it does not sample n > 1 per "
+                                   "request, so tts now sends n one-sample requests instead (each bills the prompt)",
+                                   self.config.base_url, exc.got, req.n)
+                return self._one_sample_at_a_time(req, stop)
             except Exception as exc:
                 if not self._retryable(exc):
                     self.breaker.success()  # the server answered: it is up, the request is wrong
@@ -189,6 +211,15 @@ class OpenAIGenerator:
                 continue
             self.breaker.success()
             return result
+
+    def _one_sample_at_a_time(self, req: GenerationRequest, stop: threading.Event | None) -> GenerationResult:
+        """``req`` as ``n`` one-sample requests (for servers that return one choice), merged in order."""
+        parts = [self._one(dataclasses.replace(req, n=1, seed=None if req.seed is None else req.seed + i), stop)
+                 for i in range(req.n)]
+        usage = parts[0].usage
+        for part in parts[1:]:
+            usage = usage + part.usage
+        return GenerationResult(tuple(c for part in parts for c in part.completions), usage)
 
     def _describe(self, exc: BaseException) -> str:
         o = self._openai
@@ -263,6 +294,14 @@ class OpenAIGenerator:
 
 class _Malformed(Exception):
     """The server answered 200 with a body that is not a usable chat completion."""
+
+
+class _FewerChoices(Exception):
+    """The server answered with fewer choices than asked: it does not sample n > 1 per request."""
+
+    def __init__(self, got: int) -> None:
+        super().__init__(f"{got} choice(s)")
+        self.got = got
 
 
 class _GaveUp(Exception):
