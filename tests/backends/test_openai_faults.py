@@ -95,7 +95,9 @@ class FaultyUpstream:
     @staticmethod
     def _completion(body: dict, single: bool = False) -> dict:
         n = 1 if single else int(body.get("n") or 1)
-        tokens = [{"token": t, "logprob": -0.2, "bytes": None, "top_logprobs": []} for t in ("The", " answer", " 5")]
+        top = [{"token": "x", "logprob": -3.0, "bytes": None}, {"token": "y", "logprob": -0.2, "bytes": None}]
+        top = top[: int(body.get("top_logprobs") or 0)]
+        tokens = [{"token": t, "logprob": -0.2, "bytes": None, "top_logprobs": top} for t in ("The", " answer", " 5")]
         return {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
                 "choices": [{"index": i, "message": {"role": "assistant", "content": ANSWER},
                              "logprobs": {"content": tokens}, "finish_reason": "stop"} for i in range(n)],
@@ -247,3 +249,14 @@ def test_a_server_that_returns_one_choice_gets_n_one_sample_requests(upstream_fa
     assert 12 + 1 <= first <= 12 + 3
     gen.generate(_requests(1, n=4))  # later requests go one sample at a time from the start
     assert len(upstream.seen) == first + 4
+
+
+def test_per_token_top_logprobs_reach_the_completion(upstream_factory):
+    """DeepConf and self-certainty read every position's top logprobs; an OpenAI server supplies them."""
+    upstream = upstream_factory(lambda i: "ok")
+    gen = _gen(upstream.url)
+    req = GenerationRequest((Message("user", "What is 2 + 3?"),), n=2, max_tokens=16, top_logprobs=2)
+    (with_top,) = gen.generate([req])
+    assert all(c.token_top_logprobs == ((-0.2, -3.0),) * 3 for c in with_top.completions)  # largest first
+    (without,) = gen.generate(_requests(1))
+    assert all(c.token_top_logprobs is None for c in without.completions)  # not asked: unavailable, not flat

@@ -133,10 +133,16 @@ class OpenAIGenerator:
             mean_lp = sum(t.logprob for t in content) / n_tok if n_tok else None
             token_lps = tuple(float(t.logprob) for t in content) if n_tok else None
             first_top = None
+            top_per_token = None
             if req.top_logprobs and content:
                 first_top = merge_top_logprobs((t.token, t.logprob) for t in (content[0].top_logprobs or ()))
+                # every position's top alternatives, largest first (DeepConf confidences, self-certainty)
+                top_per_token = tuple(tuple(sorted((float(a.logprob) for a in (t.top_logprobs or ())), reverse=True))
+                                      for t in content)
+                if not any(top_per_token):
+                    top_per_token = None  # the server ignored top_logprobs: say "unavailable", not "flat"
             completions.append(Completion(choice.message.content or "", n_tok, mean_lp, choice.finish_reason,
-                                          token_lps, first_top))
+                                          token_lps, first_top, token_top_logprobs=top_per_token))
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
