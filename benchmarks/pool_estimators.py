@@ -32,7 +32,7 @@ import numpy as np
 
 from tts.benchmarks.pool import load_pool
 from tts.eval import estimators as est
-from tts.eval import pool_draws
+from tts.benchmarks import pool_draws
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"

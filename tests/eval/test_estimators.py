@@ -15,7 +15,7 @@ import pytest
 
 from tts.benchmarks.pool import load_pool
 from tts.eval import estimators as est
-from tts.eval import pool_draws
+from tts.benchmarks import pool_draws
 
 QWEN_MODEL = "qwen2.5-math-instruct"
 

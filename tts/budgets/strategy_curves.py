@@ -20,7 +20,7 @@ verifier's, or the mean token logprob of a past ``tts eval`` run, which is what 
 weighted_vote use without a verifier). Weights of weighted_vote follow ``tts sweep``'s
 ``weighting="auto"``: the score itself when every score lies in [0, 1], else exp(score).
 
-Outcomes come from :mod:`tts.eval.pool_draws` (ties share credit: the expectation over a random
+Outcomes come from :mod:`tts.benchmarks.pool_draws` (ties share credit: the expectation over a random
 tie-break). ``correct`` only grades the chosen answer; it decides nothing.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from tts.benchmarks.pool import ModelPool
 from tts.budgets.allocator import AccuracyCurve, CalibrationError
-from tts.eval.pool_draws import best_score_outcomes, vote_outcomes, vote_weights
+from tts.benchmarks.pool_draws import best_score_outcomes, vote_outcomes, vote_weights
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ Conventions, shared by the vectorised code and the plain-Python reference :func:
 * ``correct`` only grades the chosen answer; no decision reads it (DESIGN.md, "Honest simulation").
   It does let the code skip the draws of problems whose every possible choice grades the same.
 
-The bootstrap's per-draw outcomes are computed in :mod:`tts.eval.pool_draws` (vectorised over
+The bootstrap's per-draw outcomes are computed in :mod:`tts.benchmarks.pool_draws` (vectorised over
 draws and problems); this module turns them, and the exact estimators, into curves with intervals.
 
 Intervals: every accuracy comes with a 95% percentile-bootstrap interval over *problems*
@@ -47,7 +47,7 @@ from typing import Literal
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
-from tts.eval.pool_draws import (
+from tts.benchmarks.pool_draws import (
     Weighting,
     best_score_outcomes,
     draw_orders,

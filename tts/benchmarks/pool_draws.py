@@ -1,6 +1,7 @@
 """Per-draw outcomes of the selection rules over random subsets of a sample pool, vectorised.
 
-The bootstrap half of :mod:`tts.eval.estimators`: a draw is a random permutation of a problem's
+Shared by the bootstrap estimators of :mod:`tts.eval.estimators` and the per-rule curves of
+:mod:`tts.budgets.strategy_curves`, so it lives beside the pool, below both. A draw is a random permutation of a problem's
 real samples, whose first n are a uniform n-subset (:func:`draw_orders`), and the outcome of a
 rule on a prefix is the tie-shared correctness of its choice (the conventions are in
 :mod:`tts.eval.estimators`). The code walks the prefix positions 1..n once (a Python loop of at most
