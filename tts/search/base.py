@@ -125,6 +125,23 @@ class Strategy(ABC):
         """
         return [s.solve(problems) for s in strategies]
 
+    def samples_within(self, budget: Budget | None) -> int:
+        """The n this config may draw under ``budget``: ``samples`` caps it, ``tokens`` caps it at
+        the samples whose worst case (``max_tokens`` each) fits. Shared by every strategy that draws
+        ``config.n`` whole samples (sampling, DeepConf, certainty probing)."""
+        n = self.config.n
+        if budget is None:
+            return n
+        if budget.samples is not None:
+            n = min(n, budget.samples)
+        if budget.tokens is not None:
+            n = min(n, budget.tokens // self.sampling.max_tokens)
+        if n < 1:
+            raise StrategyInputError(
+                f"{self.name}: a budget of {budget} does not cover one sample of up to "
+                f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
+        return n
+
 
 def to_sample(c: Completion, extract: ExtractFn) -> Sample:
     """A backend completion with its extracted answer."""
@@ -207,21 +224,6 @@ class SamplingStrategy(Strategy):
         Sampling strategies send one request whose ``n`` samples share the prompt.
         """
         return [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)]
-
-    def samples_within(self, budget: Budget | None) -> int:
-        """The n this config may draw under ``budget``."""
-        n = self.config.n
-        if budget is None:
-            return n
-        if budget.samples is not None:
-            n = min(n, budget.samples)
-        if budget.tokens is not None:
-            n = min(n, budget.tokens // self.sampling.max_tokens)
-        if n < 1:
-            raise StrategyInputError(
-                f"{self.name}: a budget of {budget} does not cover one sample of up to "
-                f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
-        return n
 
     @property
     def verifier(self) -> Verifier | None:

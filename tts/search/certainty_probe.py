@@ -76,18 +76,6 @@ class CertaintyProbe(Strategy):
     config_class: ClassVar[type[StrategyConfigBase]] = CertaintyProbeConfig
     pool_rule = None
 
-    def samples_within(self, budget: Budget | None) -> int:
-        """The n this config may draw under ``budget`` (each trace counted at ``max_tokens``)."""
-        n = self.config.n
-        if budget is not None and budget.samples is not None:
-            n = min(n, budget.samples)
-        if budget is not None and budget.tokens is not None:
-            n = min(n, budget.tokens // self.sampling.max_tokens)
-        if n < 1:
-            raise StrategyInputError(f"{self.name}: a budget of {budget} does not cover one trace of up to "
-                                     f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
-        return n
-
     def _request(self, problem: Any, continuation: str, n: int, max_tokens: int, key: str,
                  temperature: float | None = None) -> GenerationRequest:
         return GenerationRequest(

@@ -142,18 +142,6 @@ class DeepConf(Strategy):
     config_class: ClassVar[type[StrategyConfigBase]] = DeepConfConfig
     pool_rule = None
 
-    def samples_within(self, budget: Budget | None) -> int:
-        """The n this config may draw under ``budget`` (each trace counted at ``max_tokens``)."""
-        n = self.config.n
-        if budget is not None and budget.samples is not None:
-            n = min(n, budget.samples)
-        if budget is not None and budget.tokens is not None:
-            n = min(n, budget.tokens // self.sampling.max_tokens)
-        if n < 1:
-            raise StrategyInputError(f"{self.name}: a budget of {budget} does not cover one trace of up to "
-                                     f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
-        return n
-
     def _request(self, problem: Any, n: int, drawn: int, stop: ConfidenceStop | None) -> GenerationRequest:
         return GenerationRequest(
             messages=self.prompt(problem), n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
