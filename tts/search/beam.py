@@ -28,8 +28,8 @@ from tts.search.tree_search import (
     SearchTree,
     StateScorer,
     grow_level,
+    keep_best,
     never_ends,
-    ranked,
 )
 from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
@@ -63,13 +63,7 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
         frontier = []
         for tree, live in zip(trees, live_by_tree, strict=True):
             # 3. Keep the N/M best unfinished ones, each expanded M ways, within N candidates in all.
-            room = n - len(tree.leaves)
-            for i, node in enumerate(ranked(live)[:keep]):
-                count = min(beam_width, room - i * beam_width)
-                if count <= 0:
-                    break
-                node.kept = True
-                frontier.append(Expansion(tree, node, count))
+            frontier += keep_best(tree, live, n, keep, beam_width)
     raise never_ends(max_steps)
 
 

@@ -31,7 +31,6 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 from pydantic import Field
 
 from tts.config import StrategyConfigBase
-from tts.types import RequestShape
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import (
     MAX_STEPS,
@@ -41,11 +40,12 @@ from tts.search.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
+    keep_best,
     never_ends,
-    ranked,
     score_nodes,
 )
 from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
+from tts.types import RequestShape
 
 S = TypeVar("S")
 
@@ -155,13 +155,7 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
             for node in mine:
                 if node.terminal:
                     tree.take(node)
-            room = n - len(tree.leaves)
-            for i, node in enumerate(ranked([m for m in mine if not m.terminal])[:keep]):
-                count = min(beam_width, room - i * beam_width)
-                if count <= 0:
-                    break
-                node.kept = True
-                frontier.append(Expansion(tree, node, count))
+            frontier += keep_best(tree, [m for m in mine if not m.terminal], n, keep, beam_width)
     raise never_ends(max_steps)
 
 

@@ -250,6 +250,21 @@ def ranked(nodes: Sequence[TreeNode[S]]) -> list[TreeNode[S]]:
     return sorted(nodes, key=lambda n: -n.score)
 
 
+def keep_best(tree: SearchTree[S], live: Sequence[TreeNode[S]], n: int, keep: int,
+              beam_width: int) -> list[Expansion[S]]:
+    """Beam pruning of one tree: the ``keep`` best live nodes, each expanded ``beam_width`` ways,
+    within ``n`` candidates in all (finished leaves count); the kept nodes are marked."""
+    room = n - len(tree.leaves)
+    out: list[Expansion[S]] = []
+    for i, node in enumerate(ranked(live)[:keep]):
+        count = min(beam_width, room - i * beam_width)
+        if count <= 0:
+            break
+        node.kept = True
+        out.append(Expansion(tree, node, count))
+    return out
+
+
 MAX_STEPS = 10_000
 """Safety cap on search steps: a space whose paths never end is refused, not looped over forever."""
 
