@@ -111,6 +111,17 @@ class NodeContext:
                          kind, None, about, completion.completion_tokens, completion.finish_reason)
 
 
+
+def yes_score(result: GenerationResult, sampled: bool) -> float | None:
+    """A Yes/No judgement read from one request: P(Yes) of the first token (one greedy token with its
+    top logprobs), or the share of Yes verdicts among sampled replies; None when unreadable."""
+    if not sampled:
+        score = p_yes(result.completions[0].first_token_top_logprobs) if result.completions else None
+    else:
+        verdicts = [v for v in (final_verdict(c.text) for c in result.completions) if v is not None]
+        score = sum(verdicts) / len(verdicts) if verdicts else None
+    return score if score is not None and math.isfinite(score) else None
+
 def solutions(inputs: Sequence[Sequence[Candidate]]) -> list[Candidate]:
     """The solution candidates of all inputs, in input order."""
     return [c for group in inputs for c in group if c.kind == "solution"]
@@ -314,12 +325,8 @@ class Verifier(Role):
     def read(self, ctx, problem, inputs, results) -> RoleOutput:
         out, invalid = [], 0
         for i, (s, r) in enumerate(zip(solutions(inputs), results, strict=True)):
-            if ctx.spec.n == 1:
-                score = p_yes(r.completions[0].first_token_top_logprobs) if r.completions else None
-            else:
-                verdicts = [v for v in (final_verdict(c.text) for c in r.completions) if v is not None]
-                score = sum(verdicts) / len(verdicts) if verdicts else None
-            if score is None or not math.isfinite(score):
+            score = yes_score(r, sampled=ctx.spec.n > 1)
+            if score is None:
                 score, invalid = 0.5, invalid + 1
             out.append(Candidate(f"{ctx.name}:{i}", ctx.name, s.text, s.answer, "solution", score, s, written=False))
         return RoleOutput(tuple(out), {"invalid_verdict": invalid} if invalid else {})

@@ -25,15 +25,13 @@ the scripted backend can be given a distribution per sub-problem.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 
 from tts.backends.base import GenerationRequest, Message
-from tts.graphs.roles import _COMMON, Candidate, NodeContext, Role, RoleOutput
+from tts.graphs.roles import _COMMON, Candidate, NodeContext, Role, RoleOutput, yes_score
 from tts.search.base import vote
 from tts.types import Problem, Sample
-from tts.verifiers.judge import final_verdict, p_yes
 
 SUBPROBLEM = "subproblem"
 ASSESSMENT = "assessment"
@@ -136,12 +134,8 @@ class Assessor(Role):
     def read(self, ctx, problem, inputs, results) -> RoleOutput:
         out, invalid = [], 0
         for i, (sub, r) in enumerate(zip(_subproblems(inputs), results, strict=True)):
-            if ctx.spec.n == 1:
-                score = p_yes(r.completions[0].first_token_top_logprobs) if r.completions else None
-            else:
-                verdicts = [v for v in (final_verdict(c.text) for c in r.completions) if v is not None]
-                score = sum(verdicts) / len(verdicts) if verdicts else None
-            if score is None or not math.isfinite(score):
+            score = yes_score(r, sampled=ctx.spec.n > 1)
+            if score is None:
                 score, invalid = 0.0, invalid + 1  # unreadable: treated as hard (the safe side)
             out.append(Candidate(f"{ctx.name}:{i}", ctx.name, sub.text, kind=ASSESSMENT, score=score, about=sub,
                                  written=False))
