@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tts.cli import budget, cost, graph_search, models, show, strategies, sweep
+from tts.cli import budget, cost, graph_search, models, show, stage_plan, strategies, sweep
 from tts.cli import eval as eval_cmd
 from tts.cli import serve as serve_cmd
 
@@ -28,7 +28,7 @@ app.command("show")(show.show_command)
 app.command("sweep")(sweep.sweep_command)
 app.command("plot")(sweep.plot_command)
 app.command("graph-search")(graph_search.graph_search_command)
-app.command("stage-plan")(graph_search.stage_plan_command)
+app.command("stage-plan")(stage_plan.stage_plan_command)
 app.command("serve")(serve_cmd.serve_command)
 app.add_typer(models.app, name="models", help="Prepare models for the engine (GGUF -> safetensors).")
 app.add_typer(cost.app, name="cost", help="Price a strategy in FLOPs, bytes, eFLOPs and GPU-seconds.")

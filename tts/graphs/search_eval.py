@@ -13,7 +13,7 @@ from tts.backends.base import Generator
 from tts.benchmarks.grading import Outcome
 from tts.config import SamplingConfig
 from tts.graphs.graph import GraphError, GraphSpec
-from tts.graphs.search import Evaluation
+from tts.graphs.search import Evaluation, canonical_key
 from tts.graphs.strategy import GraphModels, GraphStrategy, GraphStrategyConfig
 from tts.search.base import PromptFn
 from tts.types import Problem
@@ -74,3 +74,18 @@ class SplitEvaluator:
                 requests_per_problem=sum(s.usage.calls for s in solutions) / n,
                 problems=n))
         return out
+
+
+class MemoEvaluator:
+    """Evaluates each distinct graph once per split; later searches reuse the evaluation (each search
+    still counts it against its own budget)."""
+
+    def __init__(self, evaluate: Callable[[list[GraphSpec]], list[Evaluation]]) -> None:
+        self.evaluate = evaluate
+        self.cache: dict[str, Evaluation] = {}
+
+    def __call__(self, specs: Sequence[GraphSpec]) -> list[Evaluation]:
+        todo = {canonical_key(s): s for s in specs if canonical_key(s) not in self.cache}
+        if todo:
+            self.cache.update(zip(todo, self.evaluate(list(todo.values())), strict=True))
+        return [self.cache[canonical_key(s)] for s in specs]
