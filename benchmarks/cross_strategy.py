@@ -46,13 +46,16 @@ def main() -> None:
     parser.add_argument("--orderings", type=int, default=10)
     parser.add_argument("--target", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--switch-z", type=float, default=1.0,
+                        help="Noise guard: switch rule in a bin only where its gain exceeds this many standard "
+                             "errors (0: trust every fitted curve, the behaviour before the guard).")
     parser.add_argument("--json", type=Path, default=None, help="Also write all results to this file.")
     args = parser.parse_args()
 
     rules = parse_rules(args.rules)
     pool = load_pool(args.pool)
     print(f"pool: {args.pool.resolve().name}; rules {', '.join(rules)}; cost in {args.unit}; target n={args.target}; "
-          f"{args.orderings} orderings, 95% bootstrap intervals over orderings\n")
+          f"{args.orderings} orderings, 95% bootstrap intervals over orderings; noise guard z={args.switch_z}\n")
     head = (f"{'model':<28} {'best@n':>14} {'acc':>6} | {'cross: saved x':>22} {'acc@same cost':>22} | "
             f"{'best 1-rule alloc: x':>22} {'acc@same cost':>22} | {'cross - 1-rule @n=8/16/32':>26} | chosen")
     print(head)
@@ -66,7 +69,7 @@ def main() -> None:
         except ValueError:
             pricer = make_pricer(args.unit, args.arch, args.gpu)
         res = cross_replay(mp, CrossConfig(rules=rules, target_n=args.target, orderings=args.orderings,
-                                           seed=args.seed), pricer)
+                                           seed=args.seed, switch_z=args.switch_z), pricer)
         singles = {r: res.allocators[r] for r in rules}
         best1 = max(singles, key=lambda r: singles[r].acc_at_uniform_tokens.mean)
         cross = res.allocators["cross"]

@@ -133,3 +133,42 @@ def test_cross_replay_never_reads_a_problems_own_grade(pool) -> None:
     flipped.correct[0] = ~flipped.correct[0] & flipped.mask[0]
     after = cross_replay(flipped, cfg)
     assert np.array_equal(before.plans[:, 0], after.plans[:, 0])
+
+
+def _coin_pool(path: Path, n_problems: int = 60, n_samples: int = 16, seed: int = 3) -> Path:
+    """Every problem a coin flip between a right and a wrong answer, with scores that carry no
+    signal: vote and best-of-N by score are equally good in truth, so any gap is noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(n_problems):
+        q = rng.uniform(0.3, 0.7)
+        for s in range(n_samples):
+            ok = bool(rng.random() < q)
+            rows.append({"problem_id": f"p{p}", "model": "m", "sample_idx": s, "answer": "1" if ok else "2",
+                         "correct": ok, "num_tokens": int(300 + rng.integers(0, 50)), "score": float(rng.random())})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_the_noise_guard_keeps_real_gains_and_drops_ties(pool, tmp_path: Path) -> None:
+    orders = random_orders(pool.mask, 8, np.random.default_rng(1))
+    # Real differences: best_of_n wins the 'score' problems by far, so the guard lets it be chosen there.
+    cal = calibrate(pool, ("vote", "best_of_n"), 4, [4, 8, 16], orders=orders, n_bins=3, switch_z=1.0)
+    assert cal.reference is not None
+    other = "best_of_n" if cal.reference == "vote" else "vote"
+    assert any(cal.switches[(other, b)] for b in range(3))
+    # Noise only: unguarded, the fitted curves put the score rule ahead somewhere; guarded, it is never
+    # ahead of the reference, so the allocator keeps one rule.
+    coin = load_pool(_coin_pool(tmp_path / "coin.jsonl"))["m"]
+    orders = random_orders(coin.mask, 8, np.random.default_rng(2))
+    raw = calibrate(coin, ("vote", "best_of_n"), 4, [4, 8, 16], orders=orders, n_bins=3, switch_z=0.0)
+    guarded = calibrate(coin, ("vote", "best_of_n"), 4, [4, 8, 16], orders=orders, n_bins=3, switch_z=1.0)
+
+    def ahead(c):  # (bin, n) cells where the non-reference rule's curve beats the reference's
+        ref = guarded.reference
+        oth = "best_of_n" if ref == "vote" else "vote"
+        return sum(a > b for bn in range(3) for a, b in zip(c.curves[(oth, bn)].accuracy, c.curves[(ref, bn)].accuracy))
+
+    assert ahead(raw) >= 1
+    assert ahead(guarded) <= 1
+    assert sum(len(v) for v in guarded.switches.values()) <= 1

@@ -82,6 +82,9 @@ class AutoConfig(StrategyConfigBase):
     """Difficulty: logistic model on pilot features fitted on the calibration problems, or pilot agreement."""
     n_bins: int = Field(5, ge=1)
     """Quantile difficulty bins."""
+    switch_z: float = Field(1.0, ge=0)
+    """Noise guard: choose a strategy other than the calibration's best overall one only in a bin
+    where its gain exceeds this many standard errors (0 trusts every fitted curve)."""
 
     @field_validator("strategies", mode="before")
     @classmethod
@@ -146,7 +149,8 @@ class AutoStrategy(Strategy):
                 ns = ladder(cfg.pilot, min(cfg.n_max, have))
                 orders = random_orders(pool.mask, 8, np.random.default_rng(self.seed))
                 self._calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
-                                              difficulty=cfg.difficulty, n_bins=cfg.n_bins)
+                                              difficulty=cfg.difficulty, n_bins=cfg.n_bins,
+                                              switch_z=cfg.switch_z)
                 try:
                     self._pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
                                                cfg.efficiency)

@@ -44,7 +44,7 @@ from tts.budgets.allocator import (
 )
 from tts.budgets.cost_model import CostModel
 from tts.budgets.replay import random_orders
-from tts.budgets.strategy_curves import RULES, curve_for, fit_rule_curves, rule_outcomes
+from tts.budgets.strategy_curves import RULES, curve_for, fit_rule_curves, guard_rule_switches, rule_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +199,10 @@ class Calibration:
     curves: dict[tuple[str, int], AccuracyCurve]
     estimator: dif.LearnedDifficulty | None = None
     mean_tokens: float = float("nan")
+    reference: str | None = None
+    """The rule the noise guard compares others with (None: no guard)."""
+    switches: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    """Per (rule, bin), the ns where the guard lets a rule other than the reference be chosen."""
 
     def scores(self, features: np.ndarray) -> np.ndarray:
         """Difficulty score per row of features (higher = easier)."""
@@ -225,12 +229,14 @@ class Calibration:
         return {"rules": list(self.rules), "pilot": self.pilot, "ns": list(self.ns), "difficulty": self.difficulty,
                 "edges": [float(e) for e in self.edges],
                 "curves": {f"{r}/bin{b}": dict(zip(map(str, c.ns), np.round(c.accuracy, 4).tolist()))
-                           for (r, b), c in sorted(self.curves.items())}}
+                           for (r, b), c in sorted(self.curves.items())},
+                "reference": self.reference,
+                "switches": {f"{r}/bin{b}": ns for (r, b), ns in sorted(self.switches.items())}}
 
 
 def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[int], *, orders: np.ndarray,
               outcomes: Mapping[str, np.ndarray] | None = None, problems: np.ndarray | None = None,
-              difficulty: Difficulty = "learned", n_bins: int = 5) -> Calibration:
+              difficulty: Difficulty = "learned", n_bins: int = 5, switch_z: float = 1.0) -> Calibration:
     """Fit difficulty, bins and per-(rule, bin) curves on ``problems`` of ``pool`` (default all).
 
     Args:
@@ -243,6 +249,9 @@ def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[in
         problems: Indices of the calibration problems (the replay passes the other folds).
         difficulty: "pilot" (agreement) or "learned" (logistic model on pilot features).
         n_bins: Quantile bins.
+        switch_z: Noise guard: a rule other than the best pooled one is chosen in a bin only where its
+            gain there exceeds this many standard errors
+            (:func:`~tts.budgets.strategy_curves.guard_rule_switches`); 0 trusts every curve.
     """
     idx = np.arange(pool.n_problems) if problems is None else np.asarray(problems)
     if len(idx) == 0:
@@ -265,8 +274,12 @@ def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[in
     bins = dif.assign_bins(s, edges)
     table = {r: np.asarray(outcomes[r])[:, idx].reshape(-1, np.asarray(outcomes[r]).shape[-1]) for r in rules}
     curves = fit_rule_curves(table, bins, ns)
+    ref, switches = None, {}
+    if len(rules) > 1 and switch_z > 0:
+        curves, ref, switches = guard_rule_switches(curves, table, bins, np.tile(idx, r_n), ns, switch_z)
     mean_tok = float(np.nanmean(np.where(pool.mask[idx], pool.tokens[idx], np.nan))) if pool.has_tokens else float("nan")
-    return Calibration(tuple(rules), pilot, tuple(int(n) for n in ns), difficulty, edges, curves, est, mean_tok)
+    return Calibration(tuple(rules), pilot, tuple(int(n) for n in ns), difficulty, edges, curves, est, mean_tok,
+                       ref, switches)
 
 
 # --- planning -------------------------------------------------------------------------------------------
@@ -390,7 +403,8 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
 def plan_from_pilot(problem_ids: Sequence[str], pilot_answers: Sequence[Sequence[str | None]],
                     pilot_tokens: Sequence[Sequence[int]], prompt_tokens: Sequence[int], calibration_pool: ModelPool,
                     rules: Sequence[str], budget: float, pricer: Pricer, *, n_max: int = 64,
-                    difficulty: Difficulty = "learned", n_bins: int = 5, orderings: int = 8, seed: int = 0) -> CrossPlan:
+                    difficulty: Difficulty = "learned", n_bins: int = 5, orderings: int = 8, seed: int = 0,
+                    switch_z: float = 1.0) -> CrossPlan:
     """Live planning: calibrate on a past run or pool (other problems), then :func:`choose`.
 
     Args:
@@ -423,7 +437,8 @@ def plan_from_pilot(problem_ids: Sequence[str], pilot_answers: Sequence[Sequence
                        "not report the result as achievable", len(shared), len(problem_ids))
     ns = ladder(k, min(n_max, have))
     orders = random_orders(calibration_pool.mask, orderings, np.random.default_rng(seed))
-    cal = calibrate(calibration_pool, rules, k, ns, orders=orders, difficulty=difficulty, n_bins=n_bins)
+    cal = calibrate(calibration_pool, rules, k, ns, orders=orders, difficulty=difficulty, n_bins=n_bins,
+                    switch_z=switch_z)
     feats = pilot_feature_rows(_answer_ids(pilot_answers, k), np.asarray(pilot_tokens, dtype=float))
     lengths = [float(np.mean(t)) if len(t) else cal.mean_tokens for t in pilot_tokens]
     return choose(problem_ids, feats, prompt_tokens, lengths, cal, pricer, budget)

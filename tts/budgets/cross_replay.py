@@ -58,6 +58,9 @@ class CrossConfig(BaseModel):
     pilot: int = Field(4, ge=1)
     difficulty: Difficulty = "learned"
     n_bins: int = Field(5, ge=1)
+    switch_z: float = Field(1.0, ge=0)
+    """Noise guard: switch from the best pooled rule only where a gain exceeds this many standard
+    errors (0: trust every fitted curve, as before the guard)."""
     max_n: int | None = Field(None, ge=1)
     tolerance: float = Field(0.0, ge=0.0, lt=1.0)
     bootstrap: int = Field(1000, ge=10)
@@ -175,7 +178,7 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     for f in np.unique(fold).tolist():
         tr, te = np.nonzero(fold != f)[0], np.nonzero(fold == f)[0]
         cal = calibrate(pool, rules, k, ns, orders=orders, outcomes=outcomes, problems=tr,
-                        difficulty=cfg.difficulty, n_bins=cfg.n_bins)
+                        difficulty=cfg.difficulty, n_bins=cfg.n_bins, switch_z=cfg.switch_z)
         for r in range(R):
             exp_acc[r, te] = cal.accuracy(cal.bins(feats[r, te]))
             exp_cost[r, te] = real_alloc[r, te, 0][:, None] + option_costs(pricer, options, [0] * len(te),

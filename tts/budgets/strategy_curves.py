@@ -158,6 +158,59 @@ def fit_rule_curves(outcomes: Mapping[str, np.ndarray], bins: np.ndarray, ns: Se
     return out
 
 
+def guard_rule_switches(curves: Mapping[tuple[str, int], AccuracyCurve], outcomes: Mapping[str, np.ndarray],
+                        bins: np.ndarray, groups: np.ndarray, ns: Sequence[int], z: float = 1.0
+                        ) -> tuple[dict[tuple[str, int], AccuracyCurve], str, dict[tuple[str, int], list[int]]]:
+    """Keep a rule's advantage over the reference rule in a bin only where it exceeds ``z`` standard errors.
+
+    Where two rules' curves nearly tie, an allocator that trusts the curves follows noise (fitted on
+    other problems, the ranking flips). The reference is the rule with the highest accuracy pooled
+    over all bins and ns (the most data behind it). In each bin and at each n, another rule's curve
+    keeps its value only when its mean paired gain over the reference exceeds ``z`` times that
+    gain's standard error, clustered by problem (a problem's cases over orderings are not
+    independent); elsewhere it is capped just below the reference, so the allocator never switches
+    to it on a tie. ``z = 0`` keeps every curve as fitted.
+
+    Args:
+        curves: :func:`fit_rule_curves`'s output.
+        outcomes: Rule -> ``(cases, n_max)`` prefix correctness, as given to :func:`fit_rule_curves`.
+        bins: ``(cases,)`` bin of each case.
+        groups: ``(cases,)`` problem of each case (the clusters of the standard error).
+        ns: The n values of the curves.
+        z: Standard errors a gain must exceed (1.0: one standard error).
+
+    Returns:
+        The guarded curves, the reference rule, and per (rule, bin) the ns where a switch is allowed.
+    """
+    if z < 0:
+        raise ValueError(f"z must be >= 0 standard errors, got {z}")
+    rules = list(outcomes)
+    cols = np.asarray(ns) - 1
+    ref = max(rules, key=lambda r: float(np.asarray(outcomes[r])[:, cols].mean()))
+    bins, groups = np.asarray(bins), np.asarray(groups)
+    out = dict(curves)
+    allowed: dict[tuple[str, int], list[int]] = {}
+    for b in np.unique(bins).tolist():
+        sel = bins == b
+        _, cluster = np.unique(groups[sel], return_inverse=True)
+        size = np.bincount(cluster)
+        base = np.asarray(outcomes[ref])[sel][:, cols]
+        ref_acc = np.asarray(curves[(ref, int(b))].accuracy)
+        for rule in rules:
+            if rule == ref:
+                continue
+            diff = np.asarray(outcomes[rule])[sel][:, cols] - base  # (cases, ns)
+            per = np.stack([np.bincount(cluster, weights=diff[:, j]) / size for j in range(len(cols))], axis=1)
+            m = len(size)
+            se = per.std(axis=0, ddof=1) / np.sqrt(m) if m > 1 else np.full(len(cols), np.inf)
+            ok = per.mean(axis=0) > z * se if z > 0 else np.ones(len(cols), dtype=bool)
+            acc = np.asarray(curves[(rule, int(b))].accuracy)
+            capped = np.where(ok, acc, np.minimum(acc, ref_acc - 1e-9))
+            out[(rule, int(b))] = AccuracyCurve(rule, tuple(int(n) for n in ns), tuple(float(a) for a in capped))
+            allowed[(rule, int(b))] = [int(n) for n, k in zip(ns, ok.tolist()) if k]
+    return out, ref, allowed
+
+
 def curve_for(curves: Mapping[tuple[str, int], AccuracyCurve], rule: str, b: int) -> AccuracyCurve:
     """The curve of (rule, bin), or of the rule's nearest fitted bin (the harder one on ties)."""
     if (rule, b) in curves:
