@@ -25,7 +25,7 @@ from pathlib import Path
 from tts.benchmarks.pool import load_pool
 from tts.budgets.cross_allocator import make_pricer
 from tts.budgets.cross_replay import CrossConfig, cross_replay
-from tts.budgets.strategy_curves import parse_rules
+from tts.budgets.strategy_curves import SWITCH_Z, parse_rules
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--orderings", type=int, default=10)
     parser.add_argument("--target", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--switch-z", type=float, default=1.0,
+    parser.add_argument("--switch-z", type=float, default=SWITCH_Z,
                         help="Noise guard: switch rule in a bin only where its gain exceeds this many standard "
                              "errors (0: trust every fitted curve, the behaviour before the guard).")
     parser.add_argument("--json", type=Path, default=None, help="Also write all results to this file.")

@@ -43,7 +43,7 @@ from tts.budgets.cross_allocator import (
     pilot_feature_rows,
 )
 from tts.budgets.replay import random_orders
-from tts.budgets.strategy_curves import RULES, check_pool_supports, parse_rules
+from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
 from tts.config import SamplingStrategyConfig, StrategyConfigBase
 from tts.registry import STRATEGIES
 from tts.search.base import Strategy, StrategyInputError, to_sample
@@ -82,7 +82,7 @@ class AutoConfig(StrategyConfigBase):
     """Difficulty: logistic model on pilot features fitted on the calibration problems, or pilot agreement."""
     n_bins: int = Field(5, ge=1)
     """Quantile difficulty bins."""
-    switch_z: float = Field(1.0, ge=0)
+    switch_z: float = Field(SWITCH_Z, ge=0)
     """Noise guard: choose a strategy other than the calibration's best overall one only in a bin
     where its gain exceeds this many standard errors (0 trusts every fitted curve)."""
 

@@ -44,7 +44,14 @@ from tts.budgets.allocator import (
 )
 from tts.budgets.cost_model import CostModel
 from tts.budgets.replay import random_orders
-from tts.budgets.strategy_curves import RULES, curve_for, fit_rule_curves, guard_rule_switches, rule_outcomes
+from tts.budgets.strategy_curves import (
+    RULES,
+    SWITCH_Z,
+    curve_for,
+    fit_rule_curves,
+    guard_rule_switches,
+    rule_outcomes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +243,7 @@ class Calibration:
 
 def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[int], *, orders: np.ndarray,
               outcomes: Mapping[str, np.ndarray] | None = None, problems: np.ndarray | None = None,
-              difficulty: Difficulty = "learned", n_bins: int = 5, switch_z: float = 1.0) -> Calibration:
+              difficulty: Difficulty = "learned", n_bins: int = 5, switch_z: float = SWITCH_Z) -> Calibration:
     """Fit difficulty, bins and per-(rule, bin) curves on ``problems`` of ``pool`` (default all).
 
     Args:
@@ -404,7 +411,7 @@ def plan_from_pilot(problem_ids: Sequence[str], pilot_answers: Sequence[Sequence
                     pilot_tokens: Sequence[Sequence[int]], prompt_tokens: Sequence[int], calibration_pool: ModelPool,
                     rules: Sequence[str], budget: float, pricer: Pricer, *, n_max: int = 64,
                     difficulty: Difficulty = "learned", n_bins: int = 5, orderings: int = 8, seed: int = 0,
-                    switch_z: float = 1.0) -> CrossPlan:
+                    switch_z: float = SWITCH_Z) -> CrossPlan:
     """Live planning: calibrate on a past run or pool (other problems), then :func:`choose`.
 
     Args:

@@ -37,7 +37,7 @@ from tts.budgets.cross_allocator import (
 )
 from tts.budgets.replay import random_orders
 from tts.budgets.simulate import Interval, ModeResult, _compare, _interval
-from tts.budgets.strategy_curves import RULES, rule_outcomes
+from tts.budgets.strategy_curves import RULES, SWITCH_Z, rule_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class CrossConfig(BaseModel):
     pilot: int = Field(4, ge=1)
     difficulty: Difficulty = "learned"
     n_bins: int = Field(5, ge=1)
-    switch_z: float = Field(1.0, ge=0)
+    switch_z: float = Field(SWITCH_Z, ge=0)
     """Noise guard: switch from the best pooled rule only where a gain exceeds this many standard
     errors (0: trust every fitted curve, as before the guard)."""
     max_n: int | None = Field(None, ge=1)
