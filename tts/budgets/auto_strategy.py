@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -42,6 +43,7 @@ from tts.budgets.cross_allocator import (
     make_pricer,
     pilot_feature_rows,
 )
+from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs
 from tts.budgets.replay import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
 from tts.config import SamplingStrategyConfig, StrategyConfigBase
@@ -82,6 +84,11 @@ class AutoConfig(StrategyConfigBase):
     """Difficulty: logistic model on pilot features fitted on the calibration problems, or pilot agreement."""
     n_bins: int = Field(5, ge=1)
     """Quantile difficulty bins."""
+    escalate: tuple[str, ...] = ()
+    """Past ``tts eval`` runs of search or verification strategies (rebase, beam, lookahead, ...) on
+    the calibration problems: each config in them becomes an option a problem can be escalated to
+    after its pilot, at its difficulty bin's measured accuracy and cost (``RUN`` for every config of
+    the run, ``RUN::LABEL`` for one, e.g. ``runs/cal_rebase::rebase@4``)."""
     switch_z: float = Field(SWITCH_Z, ge=0)
     """Noise guard: choose a strategy other than the calibration's best overall one only in a bin
     where its gain exceeds this many standard errors (0 trusts every fitted curve)."""
@@ -96,6 +103,11 @@ class AutoConfig(StrategyConfigBase):
                 raise ValueError(f"{name} is a pool-only rule (no live strategy runs it); choose from "
                                  + ", ".join(i.strategy for i in RULES.values() if i.strategy))
         return tuple(RULES[parse_rules([n])[0]].strategy for n in names)
+
+    @field_validator("escalate", mode="before")
+    @classmethod
+    def _escalate(cls, value: Any) -> Any:
+        return tuple(v for v in value.split(",") if v.strip()) if isinstance(value, str) else value
 
     @field_validator("efficiency", mode="before")
     @classmethod
@@ -129,6 +141,8 @@ class AutoStrategy(Strategy):
         self._logprobs = any(RULES[r].needs_scores for r in self.rules)
         self._calibration: Calibration | None = None
         self._pricer: Pricer | None = None
+        self._escalations: list[Escalation] = []
+        self._searches: dict[str, Strategy] = {}
         self._lock = threading.Lock()
 
     # 1. Calibration and pricing, once per strategy object.
@@ -156,8 +170,29 @@ class AutoStrategy(Strategy):
                                                cfg.efficiency)
                 except ValueError as exc:
                     raise StrategyInputError(f"auto: budget unit {cfg.budget_unit}: {exc}") from None
+                self._setup_escalations(pool, orders)
             assert self._pricer is not None
             return self._calibration, self._pricer
+
+    def _setup_escalations(self, pool: Any, orders: np.ndarray) -> None:
+        """Fit each escalation run's per-bin accuracy and cost, and build its strategy."""
+        assert self._calibration is not None and self._pricer is not None
+        for spec in self.config.escalate:
+            source, _, label = spec.partition("::")
+            for run in read_escalation_runs(source, label or None):
+                kind = str(run.strategy.get("kind"))
+                if kind not in STRATEGIES.names():
+                    raise StrategyInputError(f"auto: --escalate {spec}: strategy {kind!r} is not registered")
+                cls = STRATEGIES.load(kind)
+                esc = fit_escalation(run, pool, self._calibration, orders, self._pricer, self.config.switch_z)
+                self._escalations.append(esc)
+                self._searches[esc.label] = cls(cls.config_class(**run.strategy), self.generator, self.prompt,
+                                                self.sampling, self.extract, self.seed)
+
+    def close(self) -> None:
+        for strategy in self._searches.values():
+            strategy.close()
+        super().close()
 
     def _request(self, problem: Any, n: int, drawn: int) -> Any:
         return dataclasses.replace(self._sampler.request(problem, n=n, drawn=drawn), logprobs=self._logprobs)
@@ -196,25 +231,42 @@ class AutoStrategy(Strategy):
         # whole blocks, so a problem's own tail of the prompt is usually paid again).
         prompts = [max(pt, r.usage.prompt_tokens) for pt, r in zip(prompts, pilots, strict=True)]
         cached = [r.usage.cached_prompt_tokens for r in pilots]
-        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent, cached)
+        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent, cached,
+                      self._escalations)
         # 5. Extra samples, one call, then each problem's rule aggregates all its samples.
-        more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k]
+        more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k and c.escalation is None]
         extra = dict(zip([i for i, _ in more], self.generator.generate(
             [self._request(problems[i], m, k) for i, m in more]) if more else []))
+        # 5b. Escalated problems: each search runs once over its problems (its own batched calls).
+        searched: dict[int, Solution] = {}
+        for label, search in self._searches.items():
+            which = [i for i, c in enumerate(plan.choices) if c.escalation == label]
+            if which:
+                searched.update(zip(which, search.solve([problems[i] for i in which]), strict=True))
         out = []
         for i, (p, choice) in enumerate(zip(problems, plan.choices, strict=True)):
             usage = pilots[i].usage
-            got = list(samples[i])
-            if i in extra:
-                got += [to_sample(c, self.extract) for c in extra[i].completions]
-                usage = usage + extra[i].usage
-            sol = self._aggregators[choice.rule].aggregate(p.id, got, usage)
+            if i in searched:  # the search's answer; the pilot was paid for and is kept in the trace's notes
+                sol = searched[i]
+                usage = usage + sol.usage
+                sol = dataclasses.replace(sol, usage=usage)
+                pilot_votes = dict(Counter(s.answer for s in samples[i] if s.answer is not None))
+            else:
+                got = list(samples[i])
+                if i in extra:
+                    got += [to_sample(c, self.extract) for c in extra[i].completions]
+                    usage = usage + extra[i].usage
+                sol = self._aggregators[choice.rule].aggregate(p.id, got, usage)
+                pilot_votes = None
             notes = {**choice.to_json(), "unit": cfg.budget_unit, "pilot": k,
                      "spent": pricer.usage(usage), "batch_budget": total, "batch_problems": len(problems)}
+            if pilot_votes is not None:
+                notes["pilot_votes"] = pilot_votes
             trace = dataclasses.replace(sol.trace, strategy=f"auto:{choice.strategy}", notes=notes)
             out.append(dataclasses.replace(sol, trace=trace))
         logger.info("auto: %d problems, spent %.6g of %.6g %s; %s", len(problems),
                     sum(pricer.usage(s.usage) for s in out), total, cfg.budget_unit,
-                    {r: sum(c.rule == r for c in plan.choices) for r in self.rules})
+                    {r: sum(c.rule == r for c in plan.choices)
+                     for r in [*self.rules, *(e.label for e in self._escalations)]})
         return out
 

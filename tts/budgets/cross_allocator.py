@@ -43,6 +43,7 @@ from tts.budgets.allocator import (
     greedy_allocate,
 )
 from tts.budgets.cost_model import CostModel
+from tts.budgets.escalation import Escalation, escalation_options
 from tts.budgets.replay import random_orders
 from tts.budgets.strategy_curves import (
     RULES,
@@ -323,6 +324,9 @@ class Choice:
     pilot_accuracy: float
     gain_per_cost: float
     alternatives: dict[str, float]
+    escalation: str | None = None
+    """The search config label when the problem was escalated (:mod:`tts.budgets.escalation`); then
+    ``rule`` is that label, ``strategy`` its kind and ``n`` its n, and the pilot is not reused."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready fields (for a trace or a plan file)."""
@@ -368,11 +372,12 @@ def option_costs(pricer: Pricer, options: Sequence[tuple[str, int]], prompt_toke
 
 def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequence[int],
            lengths: Sequence[float], calibration: Calibration, pricer: Pricer, budget: float,
-           cached: Sequence[int] | None = None) -> CrossPlan:
+           cached: Sequence[int] | None = None, escalations: Sequence[Escalation] = ()) -> CrossPlan:
     """Plan (rule, n) per problem from pilot features within ``budget`` (beyond the pilot).
 
     ``cached``: per problem, the prompt tokens the extra request is expected to find in the prefix
-    cache (a live run passes what the engine cached for the pilot; default all).
+    cache (a live run passes what the engine cached for the pilot; default all). ``escalations``:
+    search strategies as further options of every problem, at their bin's accuracy and cost.
 
     Raises:
         BudgetTooSmallError: A negative budget (the pilot already cost more than the total);
@@ -384,6 +389,10 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
     scores = calibration.scores(features)
     accs = calibration.accuracy(bins)
     costs = option_costs(pricer, options, prompt_tokens, lengths, k, cached)
+    n_sampling = len(options)
+    if escalations:
+        e_acc, e_cost = escalation_options(escalations, bins)
+        accs, costs = np.hstack([accs, e_acc]), np.hstack([costs, e_cost])
     if budget < 0:
         raise BudgetTooSmallError(f"the pilot already cost {-budget:.6g} {pricer.unit} more than the budget; raise "
                                   f"the budget by at least that much, or lower the pilot", -float(budget))
@@ -396,14 +405,25 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
     out = []
     for i, pid in enumerate(problem_ids):
         j = int(choice[i])
-        rule, n = options[j]
         base = float(accs[i, at_k].max())
         cost = float(costs[i, j])
+        gain = (float(accs[i, j]) - base) / cost if cost > 0 else 0.0
+        if j >= n_sampling:  # escalated to a search
+            esc = escalations[j - n_sampling]
+            n = int(esc.strategy.get("n", 0))
+            alts = {r: float(curve_for(calibration.curves, r, int(bins[i])).at(max(n, k))) for r in calibration.rules}
+            alts.update({e.label: float(e.raw_accuracy[int(bins[i])]) for e in escalations})
+            out.append(Choice(str(pid), esc.label, str(esc.strategy.get("kind")), n, int(bins[i]), float(scores[i]),
+                              float(lengths[i]), float(accs[i, j]), cost, base, gain, alts, esc.label))
+            continue
+        rule, n = options[j]
         alts = {r: float(accs[i, options.index((r, n))]) for r in calibration.rules}
+        alts.update({e.label: float(e.raw_accuracy[int(bins[i])]) for e in escalations})
         out.append(Choice(str(pid), rule, RULES[rule].strategy, n, int(bins[i]), float(scores[i]), float(lengths[i]),
-                          float(accs[i, j]), cost, base, (float(accs[i, j]) - base) / cost if cost > 0 else 0.0, alts))
+                          float(accs[i, j]), cost, base, gain, alts))
     logger.info("cross plan: %d problems, %.6g of %.6g %s; rules %s", len(out), sum(c.expected_cost for c in out),
-                budget, pricer.unit, {r: sum(c.rule == r for c in out) for r in calibration.rules})
+                budget, pricer.unit, {r: sum(c.rule == r for c in out)
+                                      for r in [*calibration.rules, *(e.label for e in escalations)]})
     return CrossPlan(out, pricer.unit, float(budget), calibration)
 
 

@@ -1,0 +1,102 @@
+"""Escalation in `auto`: a search calibrated per difficulty bin from a past run, chosen after the pilot
+only where it measurably beats the sampling rules at matched cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.budgets.test_cross_strategy import _write_pool
+from tts.backends.scripted import ScriptedGenerator
+from tts.benchmarks.pool import load_pool
+from tts.budgets.allocator import CalibrationError
+from tts.budgets.auto_strategy import AutoConfig, AutoStrategy
+from tts.budgets.cross_allocator import Pricer, calibrate, choose
+from tts.budgets.escalation import fit_escalation, read_escalation_runs
+from tts.budgets.replay import random_orders
+from tts.config import SamplingConfig
+from tts.prompts import MATH_PROMPT
+from tts.types import Problem
+
+
+def _write_search_run(path: Path, correct, label: str = "rebase@2", tokens: int = 2000,
+                      n_problems: int = 60) -> Path:
+    """A past `tts eval` run of a search on the calibration problems: who it got right, what it cost."""
+    path.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for p in range(n_problems):
+        usage = {"prompt_tokens": tokens // 2, "cached_prompt_tokens": 0, "completion_tokens": tokens // 2,
+                 "wall_seconds": 0.1, "calls": 1, "shapes": []}
+        rows.append({"problem_id": f"p{p}", "config": label, "strategy": {"kind": "rebase", "n": 2},
+                     "correct": bool(correct(p)), "usage": usage})
+        rows.append({"problem_id": f"p{p}", "config": "self_consistency@4", "strategy": {"kind": "self_consistency",
+                     "n": 4}, "correct": True, "usage": usage})
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture()
+def pool(tmp_path: Path):
+    return load_pool(_write_pool(tmp_path / "pool.jsonl", scores=False))["m"]
+
+
+def _fit(pool, run_dir: Path, z: float = 3.0):
+    orders = random_orders(pool.mask, 8, np.random.default_rng(0))
+    cal = calibrate(pool, ("vote",), 4, [4, 8, 16], orders=orders, n_bins=3)
+    (run,) = read_escalation_runs(run_dir)
+    return cal, fit_escalation(run, pool, cal, orders, Pricer("tokens"), z)
+
+
+def test_a_search_that_wins_the_hard_bin_is_chosen_there_only(pool, tmp_path: Path) -> None:
+    # The search is right on the 'score' problems (kind 2: the majority is wrong) and wrong on the
+    # 'vote' problems (kind 1: the majority is right); both are right on the easy ones.
+    cal, esc = _fit(pool, _write_search_run(tmp_path / "run", lambda p: p % 3 != 1))
+    assert esc.label == "rebase@2" and esc.strategy["kind"] == "rebase"
+    assert esc.allowed.any() and not esc.allowed.all()
+    assert np.allclose(esc.cost, 2000.0)
+    feats = np.array([[0.75, 0.0, np.log1p(400)], [0.75, 0.0, np.log1p(800)], [1.0, 0.0, np.log1p(50)]])
+    plan = choose(["vote-like", "score-like", "easy"], feats, [0, 0, 0], [400, 800, 50], cal, Pricer("tokens"),
+                  budget=3 * 4000.0, escalations=[esc])
+    by_id = {c.problem_id: c for c in plan.choices}
+    assert by_id["score-like"].escalation == "rebase@2" and by_id["score-like"].strategy == "rebase"
+    assert by_id["vote-like"].escalation is None and by_id["easy"].escalation is None
+    assert by_id["vote-like"].alternatives["rebase@2"] < by_id["vote-like"].alternatives["vote"]
+    assert plan.expected_cost <= 3 * 4000.0
+
+
+def test_a_search_no_better_than_voting_is_never_chosen(pool, tmp_path: Path) -> None:
+    # The search is right exactly where the vote is (its grades copy the pool's majority at 16).
+    majority_right = {f"p{p}": pool.correct[p, pool.mask[p]].mean() > 0.5 for p in range(pool.n_problems)}
+    cal, esc = _fit(pool, _write_search_run(tmp_path / "run", lambda p: majority_right[f"p{p}"]))
+    assert not esc.allowed.any()
+    feats = np.array([[0.75, 0.0, np.log1p(800)], [0.5, 0.0, np.log1p(400)]])
+    plan = choose(["a", "b"], feats, [0, 0], [800, 400], cal, Pricer("tokens"), budget=1e6, escalations=[esc])
+    assert all(c.escalation is None for c in plan.choices)
+
+
+def test_a_run_without_a_search_config_says_what_it_holds(tmp_path: Path) -> None:
+    run = _write_search_run(tmp_path / "run", lambda p: True)
+    with pytest.raises(CalibrationError, match="self_consistency@4"):
+        read_escalation_runs(run, only="beam@8")
+
+
+def test_auto_escalates_contested_problems_and_pays_for_pilot_and_search(tmp_path: Path) -> None:
+    cal = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    run = _write_search_run(tmp_path / "run", lambda p: True)  # the search solves every calibration problem
+    problems = [Problem(f"q{i}", f"What is {i} + 1?", "1") for i in range(4)]
+    # Live problems that look like the calibration's 'score' problems: long, 70% on a wrong answer.
+    gen = ScriptedGenerator({p.id: {"1": 0.3, "2": 0.7} for p in problems}, seed=0, mean_tokens=800)
+    auto = AutoStrategy(AutoConfig(calibration=str(cal), budget=8000.0, strategies=("self_consistency",),
+                                   escalate=(str(run),)), gen, MATH_PROMPT.render, SamplingConfig(max_tokens=2048))
+    sols = auto.solve(problems)
+    auto.close()
+    escalated = [s for s in sols if s.trace.notes["escalation"] == "rebase@2"]
+    assert escalated, [s.trace.notes for s in sols]
+    for s in escalated:
+        assert s.trace.strategy == "auto:rebase"
+        assert sum(s.trace.notes["pilot_votes"].values()) <= 4  # the pilot is recorded, not voted
+        assert s.usage.calls >= 2  # the pilot's call and the search's
+        assert s.trace.notes["spent"] == s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens
