@@ -40,3 +40,26 @@ def test_auto_runs_from_a_past_run_and_refuses_what_it_cannot_do(tmp_path):
         assert r.exit_code == 2, (extra, r.output)
         assert message in " ".join(r.output.split()), (extra, r.output)
         assert "Traceback" not in r.output
+
+
+def test_auto_escalate_takes_a_search_run_and_refuses_a_run_without_one(tmp_path):
+    base = ["--backend", "scripted", "--max-tokens", "48"]
+    cal, search = tmp_path / "cal", tmp_path / "search"
+    assert _eval(*base, "--limit", "12", "-s", "self_consistency", "-n", "8", "--out", str(cal)).exit_code == 0
+    r = _eval(*base, "--limit", "12", "-s", "rebase", "-n", "2", "--out", str(search))
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "auto"
+    r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "20000", "--calibration", str(cal),
+              "--escalate", str(search), "--set", "strategies=[self_consistency]", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        notes = row["trace"]["notes"]
+        assert "rebase@2" in notes["alternatives"]  # the search was an option of every problem
+        assert notes["escalation"] in (None, "rebase@2")
+    r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "20000", "--calibration", str(cal),
+              "--escalate", str(cal), "--out", str(tmp_path / "bad"))
+    assert r.exit_code == 2 and "no graded search" in r.output, r.output
+    r = _eval(*base, "--limit", "4", "-s", "self_consistency", "--escalate", str(search), "--out", str(tmp_path / "b2"))
+    assert r.exit_code == 2 and "--escalate only applies with --strategy auto" in r.output, r.output

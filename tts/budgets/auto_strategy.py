@@ -16,6 +16,13 @@ One :meth:`AutoStrategy.solve` over a batch of problems, under ``budget`` per pr
 5. The extra samples, in ONE generator call; each problem's samples are aggregated by its rule's
    strategy (self_consistency, best_of_n, weighted_vote). The trace's ``notes`` say what was
    chosen and why (bin, expected accuracy, gain per unit cost, what the other rules would give).
+
+With ``escalate`` (past ``tts eval`` runs of search strategies on the calibration problems), step
+4 also offers each problem those searches at its bin's measured accuracy and cost
+(:mod:`tts.budgets.escalation`): the pilot is the online stage, and a contested problem whose bin
+the search measurably wins goes to the search (its pilot stays paid; the trace keeps its votes).
+Each search runs once over all its problems. The noise guard (``switch_z``) keeps the allocator on
+the best overall rule wherever another option's gain is within noise.
 """
 
 from __future__ import annotations
@@ -88,7 +95,8 @@ class AutoConfig(StrategyConfigBase):
     """Past ``tts eval`` runs of search or verification strategies (rebase, beam, lookahead, ...) on
     the calibration problems: each config in them becomes an option a problem can be escalated to
     after its pilot, at its difficulty bin's measured accuracy and cost (``RUN`` for every config of
-    the run, ``RUN::LABEL`` for one, e.g. ``runs/cal_rebase::rebase@4``)."""
+    the run, ``RUN::LABEL`` for one, e.g. ``runs/cal_rebase::rebase@4``; a string lists several
+    separated by ``;``, since labels hold commas)."""
     switch_z: float = Field(SWITCH_Z, ge=0)
     """Noise guard: choose a strategy other than the calibration's best overall one only in a bin
     where its gain exceeds this many standard errors (0 trusts every fitted curve)."""
@@ -107,7 +115,7 @@ class AutoConfig(StrategyConfigBase):
     @field_validator("escalate", mode="before")
     @classmethod
     def _escalate(cls, value: Any) -> Any:
-        return tuple(v for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+        return tuple(v.strip() for v in value.split(";") if v.strip()) if isinstance(value, str) else value
 
     @field_validator("efficiency", mode="before")
     @classmethod

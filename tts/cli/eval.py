@@ -224,8 +224,10 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
 
 def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
     """``--strategy auto``: its settings from --budget (the TOTAL; :func:`auto_per_problem` divides it),
-    --budget-unit, --calibration, --pilot, --n-max and --gpu; -n does not apply."""
+    --budget-unit, --calibration, --escalate, --pilot, --n-max and --gpu; -n does not apply."""
     if not any(s.get("kind") == "auto" for s in strategies):
+        if opts.get("escalate"):
+            raise fail("--escalate only applies with --strategy auto; add it or drop --escalate.")
         return strategies
     if opts.get("n"):
         raise fail("--strategy auto chooses n per problem; drop -n and cap it with --n-max.")
@@ -239,6 +241,8 @@ def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> li
             s = {k: v for k, v in s.items() if k != "n"}
             s.update({key: str(opts[name]) if key == "calibration" else opts[name]
                       for key, name in flags.items() if opts.get(name) is not None})
+            if opts.get("escalate"):
+                s["escalate"] = [str(p) for p in opts["escalate"]]
             if "budget" not in s or "calibration" not in s:
                 raise fail("--strategy auto needs --budget (total, in --budget-unit) and --calibration (a sample pool, "
                            "a past tts eval run or a tts sweep directory of this model on other problems).")
@@ -391,6 +395,7 @@ def eval_command(
     budget: float | None = typer.Option(None, "--budget", help="Total budget for --allocate or --strategy auto, e.g. 2e6 (implies --allocate unless --strategy auto)."),
     budget_unit: str | None = typer.Option(None, "--budget-unit", help="tokens (default), eflops or gpu_seconds (priced on --gpu); --strategy auto also takes dollars."),
     n_max: int | None = typer.Option(None, "--n-max", help="Most samples one problem may get under --allocate (default 64)."),
+    escalate: list[Path] | None = typer.Option(None, "--escalate", help="Repeatable; --strategy auto: a past tts eval run of search strategies (rebase, beam, ...) on the calibration problems; each of its configs becomes an option after the pilot, per difficulty bin."),
     graph: list[Path] | None = typer.Option(None, "--graph", help="Repeatable; a collaboration-graph YAML file (examples/graphs/) run as a strategy, beside any --strategy."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
 ) -> None:
@@ -399,7 +404,7 @@ def eval_command(
                 data=data, id_field=id_field, question_field=question_field, answer_field=answer_field,
                 limit=limit, temperature=temperature, max_tokens=max_tokens, batch_size=batch_size, seed=seed,
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
-                chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, verifier=verifier, beam_width=beam_width,
+                chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, escalate=escalate, verifier=verifier, beam_width=beam_width,
                 max_depth=max_depth, settings=settings, deterministic=deterministic, graph=graph)
     with user_errors():
         cfg = _config_from_options(opts, config)
