@@ -13,10 +13,15 @@ to change its majority answer. Two stopping rules are offered:
   (:class:`tts.budgets.vote_value.VoteValue`: the posterior value of more samples, best rate
   over the horizons left); rounds then serve the highest rate first. A vote that is flat after
   many samples (20 against 19) has a low rate, so it stops instead of running to ``n_max``.
+* ``"contested"``: the same bar, but the rate comes from a model *fitted* on other problems'
+  graded samples (:mod:`tts.budgets.contested`: which votes stay contested, i.e. gain nothing
+  from more samples); a Beta-confident leader also stops. The caller supplies the rates (a replay
+  cross-fits them; a live :class:`OnlineAllocator` takes a fitted ``predictor``).
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the Beta criterion at 0.99, then 0.999, then the
-exact rule; for "gain", ``min_gain`` / 4, / 16, / 64, then the exact rule), so a larger budget
+exact rule; for "gain" and "contested", ``min_gain`` / 4, / 16, / 64, then the exact rule;
+"contested" raises its Beta confidence along: 0.95, 0.99, 0.999), so a larger budget
 keeps buying the most contested votes.
 
 One rule, used by the real run (``tts eval --allocate``) and by every replay
@@ -52,8 +57,8 @@ from tts.budgets.vote_value import VoteValue
 
 logger = logging.getLogger(__name__)
 
-StopRule = Literal["beta", "exact", "gain"]
-STOP_RULES = ("beta", "exact", "gain")
+StopRule = Literal["beta", "exact", "gain", "contested"]
+STOP_RULES = ("beta", "exact", "gain", "contested")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
@@ -81,6 +86,7 @@ def decided(
     rule: StopRule = "beta",
     confidence: float = 0.95,
     rate: np.ndarray | None = None,
+    beta_confidence: float = 0.95,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -91,8 +97,9 @@ def decided(
         rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``), "exact" (the leader
             cannot be overtaken within ``n_max``) or "gain" (``rate`` below ``confidence``, which
             is then the least expected accuracy gain per sample worth paying for).
-        rate: For "gain": per problem, the expected accuracy gained per sample
-            (:meth:`VoteValue.rate`).
+        rate: For "gain" and "contested": per problem, the expected accuracy gained per sample
+            (:meth:`VoteValue.rate`, :meth:`tts.budgets.contested.ContestedModel.rate`).
+        beta_confidence: For "contested": a leader this Beta-confident stops too.
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
     done = n >= n_max
@@ -105,6 +112,12 @@ def decided(
         if rate is None:
             raise ValueError("the 'gain' rule needs each problem's rate (VoteValue.rate)")
         return done | lead_safe | ((n > 0) & (np.asarray(rate) < confidence))
+    if rule == "contested":
+        if rate is None:
+            raise ValueError("the 'contested' rule needs each problem's predicted rate "
+                             "(tts.budgets.contested.ContestedModel.rate)")
+        sure = (top1 > 0) & (vote_confidence(top1, top2) >= beta_confidence)
+        return done | lead_safe | sure | ((n > 0) & (np.asarray(rate) < confidence))
     raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {rule!r}")
 
 
@@ -114,10 +127,10 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
 
     The bar is the Beta confidence for "beta" and the least gain per sample for "gain".
     """
-    if rule == "gain":
-        stages: list[tuple[StopRule, float]] = [("gain", min_gain)]
+    if rule in ("gain", "contested"):
+        stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
         if escalate:
-            stages += [("gain", min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
+            stages += [(rule, min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
         return stages
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
@@ -138,10 +151,10 @@ class OnlinePolicy:
     Args:
         n_max: Most samples per problem.
         chunk: Samples a chosen problem gets per round, drawn as one request.
-        rule: Stopping rule ("beta", "exact" or "gain").
+        rule: Stopping rule ("beta", "exact", "gain" or "contested").
         confidence: Beta-criterion threshold.
         escalate: Raise the bar when every vote is decided and budget is left.
-        min_gain: "gain": the least expected accuracy gain per sample worth paying for.
+        min_gain: "gain", "contested": the least expected accuracy gain per sample worth paying for.
         kappa: "gain": how strongly a larger vote share means "correct"
             (:func:`tts.budgets.vote_value.leader_correct`; inf = the larger share is right).
     """
@@ -166,6 +179,12 @@ class OnlinePolicy:
         if not self.kappa > 0:
             raise ValueError(f"kappa must be > 0 (inf = the larger share is right), got {self.kappa}")
 
+    def contested_confidence(self, stage: int) -> float:
+        """"contested": the Beta confidence that also stops a leader at ``stage`` (it rises with
+        the stages, as the "beta" rule's does)."""
+        ladder = [self.confidence] + [c for c in (0.99, 0.999) if c > self.confidence]
+        return ladder[min(stage, len(ladder) - 1)]
+
     @property
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
@@ -186,7 +205,7 @@ _VALUES: dict[float, VoteValue] = {}
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
-               stage: int) -> tuple[np.ndarray, np.ndarray, int]:
+               stage: int, rate: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Step 1 of the rule: who gets how many more samples this round.
 
     Args:
@@ -196,21 +215,29 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         cap: Most samples per problem (``policy.n_max``; a replay lowers it to the samples its
             pool holds).
         stage: Current stopping stage (index into ``policy.stages``); 0 at the start of a run.
+        rate: "contested" (required there): each problem's predicted accuracy gain per sample
+            (:mod:`tts.budgets.contested`, fitted on other problems).
 
     Returns:
         ``(problems, k, stage)``: problem indices least confident first (ties by index), the
         samples each gets, and the stage reached. No problems = the run is complete.
     """
     stages = policy.stages
-    rate = policy.rates(top1, top2, n, cap)
+    if policy.rule == "contested":
+        if rate is None:
+            raise ValueError("the 'contested' rule needs each problem's predicted rate: pass rate= "
+                             "(a replay cross-fits it; a live run needs a fitted predictor)")
+    else:
+        rate = policy.rates(top1, top2, n, cap)
     while True:
         rule, bar = stages[stage]
-        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate)
+        sure = policy.contested_confidence(stage)
+        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate, beta_confidence=sure)
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1
     conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
-    if rate is not None:  # "gain": the highest value first (never-sampled problems first of all)
+    if rate is not None:  # "gain", "contested": the highest value first (never-sampled problems first)
         conf = np.where(n > 0, -rate, -np.inf)
     who = serve_order(conf, open_)
     return who, np.minimum(policy.chunk, cap[who] - n[who]).astype(np.int64), stage
@@ -277,6 +304,9 @@ class OnlineAllocator:
         problem_ids: The problems, in order (ties in confidence are served in this order).
         budget: Total budget, in the unit of the costs passed to :meth:`record`.
         policy: The rule's settings.
+        predictor: For rule "contested": a fitted model of which votes stay contested
+            (:func:`tts.budgets.contested.fit_pool` on a calibration pool of *other* problems);
+            anything with ``live_rate(top1, top2, n, n_none, n_distinct, mean_tokens, cap)``.
 
     Example:
         >>> alloc = OnlineAllocator(["p1", "p2"], budget=1e6, policy=OnlinePolicy(n_max=8, chunk=4))
@@ -287,6 +317,7 @@ class OnlineAllocator:
     problem_ids: Sequence[Hashable]
     budget: float
     policy: OnlinePolicy = field(default_factory=OnlinePolicy)
+    predictor: object | None = None
     spent: float = 0.0
     stage: int = 0
     finished: bool = False
@@ -303,16 +334,25 @@ class OnlineAllocator:
         self.n = np.zeros(size, dtype=np.int64)
         self.top1 = np.zeros(size, dtype=np.int64)
         self.top2 = np.zeros(size, dtype=np.int64)
+        if self.policy.rule == "contested" and not hasattr(self.predictor, "live_rate"):
+            raise ValueError("rule 'contested' needs a fitted predictor: pass "
+                             "predictor=tts.budgets.contested.fit_pool(calibration_pool)")
+        self.n_none = np.zeros(size, dtype=np.int64)
+        self.tokens = np.zeros(size)
         self._cap = np.full(size, self.policy.n_max, dtype=np.int64)
         self._round: tuple[np.ndarray, np.ndarray] | None = None
         self._j = 0
         self._done = 0
 
-    def record(self, problem_id: Hashable, answer: str | None, cost: float) -> None:
-        """Account one drawn sample: its answer (None = no answer) and its actual cost."""
+    def record(self, problem_id: Hashable, answer: str | None, cost: float, tokens: float | None = None) -> None:
+        """Account one drawn sample: its answer (None = no answer), its actual cost and its
+        generated tokens (default: the cost; only the "contested" rule reads them)."""
         i = self._index[problem_id]
         self.n[i] += 1
-        if answer is not None:
+        self.tokens[i] += float(cost if tokens is None else tokens)
+        if answer is None:
+            self.n_none[i] += 1
+        else:
             self.votes[i][answer] += 1
             counts = sorted(self.votes[i].values(), reverse=True) + [0]
             self.top1[i], self.top2[i] = counts[0], counts[1]
@@ -329,7 +369,13 @@ class OnlineAllocator:
             return []
         if self._round is None or self._j >= len(self._round[0]):
             # 1. A new round, decided from the samples drawn so far.
-            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage)
+            rate = None
+            if self.policy.rule == "contested":
+                distinct = np.array([len(v) for v in self.votes])
+                rate = self.predictor.live_rate(self.top1, self.top2, self.n, self.n_none, distinct,
+                                                self.tokens / np.maximum(self.n, 1), self._cap)
+                rate = np.where(self.n > 0, rate, np.inf)
+            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate)
             if not len(who):
                 self.finished = True
                 return []

@@ -43,7 +43,7 @@ class OnlineSequence:
 
     @classmethod
     def build(cls, top1: np.ndarray, top2: np.ndarray, sample_cost: np.ndarray, cap: np.ndarray,
-              policy: OnlinePolicy) -> OnlineSequence:
+              policy: OnlinePolicy, rates: np.ndarray | None = None) -> OnlineSequence:
         """Replay the rounds of :func:`plan_round` on prefix votes.
 
         Args:
@@ -52,6 +52,9 @@ class OnlineSequence:
             sample_cost: ``(n_problems, n_samples)`` actual cost of each sample of the ordering.
             cap: Most samples per problem (at most the samples the pool holds).
             policy: The rule's settings.
+            rates: "contested": ``(n_problems, n_samples + 1)`` predicted gain per sample after
+                ``n`` samples (column n), fitted on other problems
+                (:func:`tts.budgets.contested.cross_fitted_rates`).
         """
         size = len(cap)
         rows = np.arange(size)
@@ -60,7 +63,8 @@ class OnlineSequence:
         t2 = np.zeros(size, dtype=np.int64)
         stage, ps, ks, ends = 0, [], [], []
         while True:
-            who, k, stage = plan_round(policy, t1, t2, n, cap, stage)
+            rate = None if rates is None else rates[rows, n]
+            who, k, stage = plan_round(policy, t1, t2, n, cap, stage, rate)
             if not len(who):
                 break
             ps.append(who)

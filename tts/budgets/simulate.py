@@ -74,11 +74,13 @@ class SimulateConfig(BaseModel):
     """Most samples per problem (default: the pool's sample count)."""
     chunk: int = Field(4, ge=1)
     """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
-    rule: Literal["beta", "exact", "gain"] = "beta"
-    """Online stopping rule (Aggarwal et al.'s Beta criterion, exact lead, or the value of more
-    samples: :mod:`tts.budgets.vote_value`)."""
+    rule: Literal["beta", "exact", "gain", "contested"] = "beta"
+    """Online stopping rule (Aggarwal et al.'s Beta criterion, exact lead, the value of more
+    samples: :mod:`tts.budgets.vote_value`, or that value predicted by a model cross-fitted on the
+    other folds' graded samples: :mod:`tts.budgets.contested`)."""
     min_gain: float = Field(1e-3, gt=0.0, lt=1.0)
-    """Online, rule "gain": the least expected accuracy gain per sample worth paying for."""
+    """Online, rules "gain" and "contested": the least expected accuracy gain per sample worth
+    paying for."""
     kappa: float = Field(1.0, gt=0.0)
     """Online, rule "gain": how strongly a larger vote share means "correct" (inf: always)."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
@@ -129,7 +131,8 @@ class ModeDecisions:
 
     Args:
         n_at_uniform: ``(orderings, problems)`` samples each problem gets at uniform's tokens.
-        steps: Per ordering, per fold (online: one entry), the decision sequence as a
+        steps: Per ordering, per fold (online: one entry, or one per fold under rule
+            "contested", in pool indices), the decision sequence as a
             ``(2, steps)`` array: offline, the problem and its new n of each greedy upgrade;
             online, the problem and samples of each request of every round (unlimited budget).
     """
@@ -311,9 +314,18 @@ def _offline_on_grid(paths: list[dict[int, _Path]], fold: np.ndarray, grid: np.n
 # --- online -------------------------------------------------------------------------------------------
 
 
-def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_n: int):
-    """Per ordering, the online run at unlimited budget (:class:`OnlineSequence`), the
-    worst-case bound it is paid under, and per-sample accuracy and token increments."""
+def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_n: int,
+            orders: np.ndarray, fold: np.ndarray):
+    """Per ordering, the online runs at unlimited budget, the worst-case bound they are paid under.
+
+    Returns ``(units, worst)``: per ordering, a list of ``(problems, sequence, (ok, tokens))``:
+    the run's problems (pool indices), its :class:`OnlineSequence` (indices local to those
+    problems) and its per-sample accuracy and token increments. One run holds every problem,
+    except under rule "contested", whose rates come from models fitted on the other folds: there
+    each fold is a run of its own with its share of the budget (as offline), so that no problem's
+    rounds or budget depend on rates fitted on its own grades (a global run would couple them
+    through the shared stages and budget cuts).
+    """
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
                           escalate=cfg.escalate, min_gain=cfg.min_gain, kappa=cfg.kappa)
     cap = np.minimum(pool.counts, max_n)
@@ -322,16 +334,25 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     def worst(p: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np.asarray(k, dtype=float) * max_tokens
 
-    seqs, gains = [], []
-    for rep in reps:
-        seq = OnlineSequence.build(rep.top1, rep.top2, rep.sample_tokens, cap, policy)
-        q, c = seq.sample_problem, seq.columns
-        now = rep.vote_correct[q, c].astype(float)
-        before = np.where(c > 0, rep.vote_correct[q, np.maximum(c - 1, 0)], False)
-        seqs.append(seq)
-        gains.append((np.concatenate([[0.0], np.cumsum(now - before)]),
-                      np.concatenate([[0.0], np.cumsum(rep.sample_tokens[q, c])])))
-    return seqs, gains, worst
+    rates: list[np.ndarray | None] = [None] * len(reps)
+    groups = [np.arange(pool.n_problems)]
+    if cfg.rule == "contested":  # each fold's rates from a model fitted on the other folds
+        from tts.budgets.contested import cross_fitted_rates
+
+        rates = cross_fitted_rates(pool, orders, reps, fold, cap, cfg.chunk)
+        groups = [np.nonzero(fold == f)[0] for f in np.unique(fold).tolist()]
+    units = []
+    for rep, rate in zip(reps, rates):
+        units.append([])
+        for te in groups:
+            seq = OnlineSequence.build(rep.top1[te], rep.top2[te], rep.sample_tokens[te], cap[te], policy,
+                                       None if rate is None else rate[te])
+            q, c = te[seq.sample_problem], seq.columns
+            now = rep.vote_correct[q, c].astype(float)
+            before = np.where(c > 0, rep.vote_correct[q, np.maximum(c - 1, 0)], False)
+            units[-1].append((te, seq, (np.concatenate([[0.0], np.cumsum(now - before)]),
+                                        np.concatenate([[0.0], np.cumsum(rep.sample_tokens[q, c])]))))
+    return units, worst
 
 
 # --- comparison ----------------------------------------------------------------------------------------
@@ -411,20 +432,23 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationRe
             n_u = np.stack([plan(r, float(ut)) for r, ut in enumerate(uniform_tok)])
             at_u = np.array([(rep.correct_at(n).mean(), rep.tokens_at(n).sum()) for rep, n in zip(reps, n_u)])
         else:
-            seqs, gains, worst = _online(pool, reps, cfg, max_n)
+            units, worst = _online(pool, reps, cfg, max_n, orders, fold)
+            flat = [(r, te, seq, g) for r, us in enumerate(units) for te, seq, g in us]
             lo = min(float(rep.sample_tokens[:, 0].sum()) for rep in reps)
-            hi = max(max(float(g[1][-1]) for g in gains), uniform_tok.max()) * 1.01
+            hi = max(max(sum(float(g[1][-1]) for _, _, g in us) for us in units), uniform_tok.max()) * 1.01
             grid = _grid(lo, hi)
             acc = np.zeros((len(reps), len(grid)))
             tok = np.zeros_like(acc)
             n_u = np.zeros((len(reps), pool.n_problems), dtype=np.int64)
             at_u = np.zeros((len(reps), 2))
-            budgets = np.column_stack([np.tile(grid, (len(reps), 1)), uniform_tok])
-            for r, (seq, (ok, tk), drawn) in enumerate(zip(seqs, gains, within_each(seqs, budgets, worst))):
-                acc[r], tok[r] = ok[drawn[:-1]] / pool.n_problems, tk[drawn[:-1]]
-                at_u[r] = ok[drawn[-1]] / pool.n_problems, tk[drawn[-1]]
-                n_u[r] = seq.n_at(int(drawn[-1]))
-            steps = [[np.stack([seq.p, seq.k])] for seq in seqs]
+            # Each run gets its problems' share of every budget (one run: all of it).
+            budgets = np.stack([np.append(grid, uniform_tok[r]) * len(te) / pool.n_problems for r, te, _, _ in flat])
+            for (r, te, seq, (ok, tk)), drawn in zip(flat, within_each([u[2] for u in flat], budgets, worst)):
+                acc[r] += ok[drawn[:-1]] / pool.n_problems
+                tok[r] += tk[drawn[:-1]]
+                at_u[r] += ok[drawn[-1]] / pool.n_problems, tk[drawn[-1]]
+                n_u[r, te] = seq.n_at(int(drawn[-1]))
+            steps = [[np.stack([te[seq.p], seq.k]) for te, seq, _ in us] for us in units]
         modes[mode] = _compare(mode, grid, acc, tok, uniform_acc, uniform_tok, at_u, cfg)
         decisions[mode] = ModeDecisions(n_u, steps)
         logger.info("%s %s: %s", pool.model, mode, modes[mode].token_ratio)

@@ -64,9 +64,11 @@ def simulate(
     pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
     confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
-    rule: str = typer.Option("beta", "--rule", help="Online stopping rule: beta (Aggarwal et al.), exact, or "
-                             "gain (stop when a sample buys less than --min-gain expected accuracy)."),
-    min_gain: float = typer.Option(1e-3, "--min-gain", help="Online, --rule gain: least accuracy gain per sample."),
+    rule: str = typer.Option("beta", "--rule", help="Online stopping rule: beta (Aggarwal et al.), exact, "
+                             "gain (stop when a sample buys less than --min-gain expected accuracy), or contested "
+                             "(that gain predicted by a model cross-fitted on the other folds' problems)."),
+    min_gain: float = typer.Option(1e-3, "--min-gain", help="Online, --rule gain / contested: least accuracy "
+                                   "gain per sample."),
     kappa: float = typer.Option(1.0, "--kappa", help="Online, --rule gain: how strongly a larger vote share "
                                 "means correct (inf: always)."),
     chunk: int = typer.Option(4, "--chunk", min=1, help="Online: samples per problem per round (as tts eval --chunk)."),
@@ -95,10 +97,13 @@ def simulate(
     from rich.table import Table
 
     from tts.benchmarks.pool import PoolError, load_pool
+    from tts.budgets.online import STOP_RULES
     from tts.budgets.simulate import SimulateConfig
     from tts.budgets.simulate import simulate as run_simulation
 
     err = Console(stderr=True)
+    if rule not in STOP_RULES:
+        raise typer.BadParameter(f"unknown rule {rule!r}; choose one of {', '.join(STOP_RULES)}", param_hint="--rule")
     target_n = _parse_target(target)
     rules = None
     if strategies is not None:
