@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--budget-from", default="self_consistency@8",
                         help="--step auto: the test config whose total tokens are auto's budget")
     parser.add_argument("--escalate", action="store_true", help="--step auto: offer REBASE after the pilot")
+    parser.add_argument("--switch-z", type=float, default=None,
+                        help="--step auto: noise guard in standard errors (default: auto's, 3)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/auto_demo"))
     parser.add_argument("--limit-cal", type=int, default=40, help="calibration problems (of demo 40-99)")
     parser.add_argument("--limit-test", type=int, default=30, help="test problems (of demo 0-39)")
@@ -98,9 +100,11 @@ def main() -> None:
         budget = sum(_tokens(r) for r in rows)
         print(f"budget = tokens of uniform {args.budget_from} on the {len(rows)} test problems: {budget:.0f}")
         name = "auto" + ("_esc" if args.escalate else "") + "_" + args.budget_from.split(",")[0].replace("@", "")
+        guard = [] if args.switch_z is None else ["--set", f"switch_z={args.switch_z:g}"]
+        name += "" if args.switch_z is None else f"_z{args.switch_z:g}"
         _tts("eval", "--benchmark", "demo", "--data", str(test_data), "--limit", str(args.limit_test), *COMMON,
              "-s", "auto", "--budget", f"{budget:.0f}", "--calibration", str(sweep),
-             *(["--escalate", str(search_cal)] if args.escalate else []), "--out", str(args.out / name))
+             *(["--escalate", str(search_cal)] if args.escalate else []), *guard, "--out", str(args.out / name))
     else:
         runs = sorted(p for p in args.out.glob("auto*") if (p / "results.jsonl").is_file())
         for run in runs:
