@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,14 @@ def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> li
     return out
 
 
+def _round_down(value: float, digits: int = 6) -> float:
+    """``value`` cut to ``digits`` significant digits (never rounded up: a budget must not grow)."""
+    if value <= 0:
+        return value
+    step = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return min(value, float(f"{math.floor(value / step) * step:.{digits}g}"))
+
+
 def auto_per_problem(cfg: Any, n_problems: int, batch_size_given: bool) -> Any:
     """The config with each auto strategy's total budget divided over ``n_problems`` and, unless
     --batch-size was given, every problem in one batch (so one plan spans them all)."""
@@ -258,7 +267,8 @@ def auto_per_problem(cfg: Any, n_problems: int, batch_size_given: bool) -> Any:
     if not any(s.kind == "auto" for s in cfg.strategies) or n_problems == 0:
         return cfg
     data = cfg.model_dump(mode="json")
-    data["strategies"] = [{**s, "budget": s["budget"] / n_problems} if s["kind"] == "auto" else s
+    # Rounded down to 6 significant digits: the budget is part of the config's label (and of the table).
+    data["strategies"] = [{**s, "budget": _round_down(s["budget"] / n_problems)} if s["kind"] == "auto" else s
                           for s in data["strategies"]]
     if not batch_size_given:
         data["batch_size"] = max(cfg.batch_size, n_problems)
