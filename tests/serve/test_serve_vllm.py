@@ -36,4 +36,7 @@ def test_openai_client_against_tts_serve_on_vllm(vllm_generator):
         before = session.stats["engine_calls"]
         out = asyncio.run(burst())
         assert all(len(x.model_extra["tts"]["answers"]) == 2 for x in out)
-        assert session.stats["engine_calls"] - before <= 3  # six requests, batched into a few engine calls
+        # Six requests share engine calls: fewer calls than requests. How many depends on when the HTTP
+        # requests arrive (a loaded CI machine spread them over 4 calls once; 3 is usual), so only
+        # "unbatched" (6) fails; the exact coalescing is tested on the scripted backend.
+        assert session.stats["engine_calls"] - before < 6
