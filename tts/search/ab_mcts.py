@@ -58,9 +58,9 @@ from tts.config import (
     changed_settings,
     setting_text,
 )
-from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, to_sample, vote
+from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, to_sample, vote
 from tts.types import Budget, Problem, Sample, Solution, Trace, Usage
-from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier, clean_score, score_or_fallback
+from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, clean_score, score_or_fallback
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def backend_config(entry: str | Mapping[str, Any], policy: Generator) -> BaseMod
         raise StrategyInputError(f"ab_mcts: model {_model_name(entry)!r}: {' '.join(str(exc).split())}") from None
 
 
-class ABMCTS(Strategy):
+class ABMCTS(VerifierStrategy):
     """AB-MCTS over whole answers (Inoue et al. 2025); see the module docstring.
 
     Args:
@@ -305,25 +305,14 @@ class ABMCTS(Strategy):
     def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
                  extract: ExtractFn = extract_answer, seed: int = 0, verifier: Verifier | None = None,
                  generators: Mapping[str, Generator] | None = None) -> None:
-        super().__init__(config, generator, prompt, sampling, extract, seed)
-        self._verifier = verifier
-        self._owns_verifier = verifier is None
+        super().__init__(config, generator, prompt, sampling, extract, seed, verifier)
         self._given = dict(generators or {})
         self._pool = EnginePool()
         self.model_names = [_model_name(m) for m in config.models]
 
-    @property
-    def verifier(self) -> Verifier:
-        """The verifier, built from the config on first use (judges run on the policy's generator)."""
-        if self._verifier is None:
-            self._verifier = build_verifier(self.config.verifier, self.generator)
-        return self._verifier
-
     def close(self) -> None:
         """Close the verifier and the generators this strategy opened (never the run's)."""
-        if self._owns_verifier and self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
+        super().close()
         self._pool.close_all()
 
     def _generators(self, problems: Sequence[Problem]) -> dict[str, tuple[Generator, str]]:

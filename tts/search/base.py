@@ -182,6 +182,36 @@ def prefix_usage(result_usage: Usage, samples: Sequence[Sample], total_samples: 
     )
 
 
+
+class VerifierStrategy(Strategy):
+    """A strategy whose config names a verifier (``config.verifier``): built on first use, closed
+    with the strategy unless the caller passed a ready one (tests, notebooks).
+
+    Args:
+        verifier: A ready verifier instead of building ``config.verifier`` (then not closed here).
+        (the rest as :class:`Strategy`)
+    """
+
+    def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
+                 extract: ExtractFn = extract_answer, seed: int = 0, verifier: Verifier | None = None) -> None:
+        super().__init__(config, generator, prompt, sampling, extract, seed)
+        self._verifier = verifier
+        self._owns_verifier = verifier is None
+
+    @property
+    def verifier(self) -> Verifier | None:
+        """The verifier, built from the config on first use (None when the config names none)."""
+        if self._verifier is None and getattr(self.config, "verifier", None) is not None:
+            self._verifier = build_verifier(self.config.verifier, self.generator)
+        return self._verifier
+
+    def close(self) -> None:
+        """Release the verifier this strategy built (a PRM or judge may own an engine)."""
+        if self._owns_verifier and self._verifier is not None:
+            self._verifier.close()
+            self._verifier = None
+
+
 class SamplingStrategy(Strategy):
     """Sample ``config.n`` completions per problem in one batched call, then aggregate.
 

@@ -29,16 +29,14 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from tts.answers import answer_keys, extract_answer
-from tts.backends.base import Completion, GenerationRequest, Generator, Message, derive_seed
-from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig
-from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, to_sample, vote
+from tts.answers import answer_keys
+from tts.backends.base import Completion, GenerationRequest, Message, derive_seed
+from tts.config import StrategyConfigBase, VerifierConfig
+from tts.search.base import StrategyInputError, VerifierStrategy, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import (
-    Verifier,
     VerifierScore,
     VerifyItem,
-    build_verifier,
     clean_score,
     score_or_fallback,
 )
@@ -122,7 +120,7 @@ class _Attempt:
     score: float | None = None
 
 
-class Revision(Strategy):
+class Revision(VerifierStrategy):
     """Self-refine chains with optional verifier critique; see the module docstring.
 
     Args:
@@ -134,25 +132,6 @@ class Revision(Strategy):
     name = "revision"
     config_class: ClassVar[type[StrategyConfigBase]] = RevisionConfig
     pool_rule = None  # later attempts depend on earlier ones: not replayable from i.i.d. samples
-
-    def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
-                 extract: ExtractFn = extract_answer, seed: int = 0, verifier: Verifier | None = None) -> None:
-        super().__init__(config, generator, prompt, sampling, extract, seed)
-        self._verifier = verifier
-        self._owns_verifier = verifier is None
-
-    @property
-    def verifier(self) -> Verifier | None:
-        """The verifier, built from the config on first use (None when the config names none)."""
-        if self._verifier is None and self.config.verifier is not None:
-            self._verifier = build_verifier(self.config.verifier, self.generator)
-        return self._verifier
-
-    def close(self) -> None:
-        """Release the verifier this strategy built (a PRM or judge may own an engine)."""
-        if self._owns_verifier and self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
 
     # --- budgets --------------------------------------------------------------------------------
 

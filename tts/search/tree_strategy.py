@@ -29,14 +29,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from tts.answers import extract_answer
-from tts.backends.base import Generator
-from tts.config import SamplingConfig, StrategyConfigBase, VerifierConfig, changed_settings, setting_text
-from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError, vote
+from tts.config import StrategyConfigBase, VerifierConfig, changed_settings, setting_text
+from tts.search.base import StrategyInputError, VerifierStrategy, vote
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import SearchResult, TreeNode
 from tts.types import Budget, Problem, RequestShape, Sample, Solution, Trace
-from tts.verifiers.base import Verifier, build_verifier
 
 ANSWER_TOKENS = 32
 """Most tokens of a forced answer."""
@@ -121,7 +118,7 @@ class WidthSearchConfig(TreeSearchConfig):
         return [f"beam_width={self.width}"] if self.width != default_beam_width(self.n) else []
 
 
-class TreeSearchStrategy(Strategy):
+class TreeSearchStrategy(VerifierStrategy):
     """A step-wise search with a verifier; subclasses name the algorithm (:meth:`search`).
 
     Args:
@@ -132,25 +129,6 @@ class TreeSearchStrategy(Strategy):
 
     config_class: ClassVar[type[StrategyConfigBase]] = TreeSearchConfig
     pool_rule = None
-
-    def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
-                 extract: ExtractFn = extract_answer, seed: int = 0, verifier: Verifier | None = None) -> None:
-        super().__init__(config, generator, prompt, sampling, extract, seed)
-        self._verifier = verifier
-        self._owns_verifier = verifier is None
-
-    @property
-    def verifier(self) -> Verifier:
-        """The verifier, built from the config on first use."""
-        if self._verifier is None:
-            self._verifier = build_verifier(self.config.verifier, self.generator)
-        return self._verifier
-
-    def close(self) -> None:
-        """Release the verifier this strategy built (a PRM or judge may own an engine)."""
-        if self._owns_verifier and self._verifier is not None:
-            self._verifier.close()
-            self._verifier = None
 
     @abstractmethod
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
