@@ -163,12 +163,11 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
             continue
         raw[b] = float(np.average(ok, weights=share))
         mean_cost[b] = float(np.average(cost, weights=share))
-        length = float(lengths[sel].mean()) if sel.any() else 1.0
+        length = float(lengths[sel].mean())
         fits = [n for n in calibration.ns if pricer.option(ref, 0, length, k, n) <= mean_cost[b]]
         matched[b] = max(fits) if fits else k
         # Paired per problem: the search's correctness minus the reference's mean over this bin's orderings.
-        with np.errstate(invalid="ignore"):
-            ref_p = np.where(sel, ref_out[:, :, matched[b] - 1], 0.0).sum(axis=0) / np.maximum(sel.sum(axis=0), 1)
+        ref_p = np.where(sel, ref_out[:, :, matched[b] - 1], 0.0).sum(axis=0) / np.maximum(sel.sum(axis=0), 1)
         live = share > 0
         d, w = (ok - ref_p)[live], share[live]
         gain = float(np.average(d, weights=w))
@@ -185,8 +184,6 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
 def escalation_options(escalations: Sequence[Escalation], bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(P, E)`` expected accuracy and cost of each escalation for problems in ``bins``."""
     b = np.asarray(bins, dtype=int)
-    if not escalations:
-        return np.zeros((len(b), 0)), np.zeros((len(b), 0))
     acc = np.stack([e.accuracy[np.clip(b, 0, len(e.accuracy) - 1)] for e in escalations], axis=1)
     cost = np.stack([e.cost[np.clip(b, 0, len(e.cost) - 1)] for e in escalations], axis=1)
     return acc, cost
