@@ -21,6 +21,13 @@ self-certainty) that does not saturate at the values real traces have (SC of 5 t
 near-empty tail beyond the top 20 tokens makes the KL large).
 An item without top-k log-probabilities scores 0 and is counted invalid, and a warning names the
 scorers this backend cannot serve.
+
+Kang et al. also vote with self-certainty (:func:`borda_vote`): the N samples are ranked by it and
+the sample at rank r (1 = most certain) adds ``(N - r + 1) ** p`` to its answer's tally (p = 0.5 in
+their code; p = 0 is the plain majority vote). As a verifier, self-certainty gives each sample its
+own score, which ``best_of_n`` and ``weighted_vote`` use as is: ``best_of_n`` picks the sample
+Kang et al.'s best-of-N picks (the score is a monotone map of SC), while ``weighted_vote`` weights
+by the score, not by Borda rank votes; :func:`borda_vote` is the paper's vote on the same samples.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from tts.answers import answer_keys
 from tts.config import VerifierConfigBase
 from tts.verifiers.base import VerifierScore, VerifyItem, clean_score
 
@@ -77,6 +85,49 @@ def self_certainty(positions: Sequence[Sequence[float]], vocab_size: int = 50_00
     if not positions:
         raise ValueError("no positions: ask the backend for top_logprobs")
     return sum(token_self_certainty(p, vocab_size) for p in positions) / len(positions)
+
+
+def borda_vote(answers: Sequence[str | None], certainties: Sequence[float],
+               power: float = 0.5) -> tuple[str | None, dict[str, float]]:
+    """Kang et al.'s Borda vote: rank the samples by self-certainty, weigh rank r by (N - r + 1) ** power.
+
+    Every sample takes a rank (ties keep the samples' order; the earlier ranks higher); samples
+    without an answer add nothing. Equal answers (by :func:`~tts.answers.answer_keys`) pool their
+    votes; among answers with the same total, the one whose first sample comes first wins.
+
+    Args:
+        answers: Each sample's extracted answer (None: no answer).
+        certainties: Each sample's self-certainty (any monotone map of it ranks the same).
+        power: p; 0 gives the plain majority vote.
+
+    Returns:
+        The winning answer (the first sample's spelling; None when no sample has one) and the
+        votes of each answer key.
+
+    Example:
+        >>> borda_vote(["7", "5", "5"], [9.0, 1.0, 2.0], power=1.0)  # 3 votes for 7; 1 + 2 for 5
+        ('7', {'7': 3.0, '5': 3.0})
+    """
+    if len(answers) != len(certainties):
+        raise ValueError(f"got {len(answers)} answers and {len(certainties)} certainties; give one per sample")
+    if power < 0:
+        raise ValueError(f"power must be >= 0 (0 is majority vote), got {power}")
+    n = len(answers)
+    order = sorted(range(n), key=lambda i: -certainties[i])  # stable: ties keep sample order
+    weight = {i: float(n - rank) ** power for rank, i in enumerate(order)}
+    keys = answer_keys(list(answers))
+    votes: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, (answer, key) in enumerate(zip(answers, keys, strict=True)):
+        if answer is None or key is None:
+            continue
+        votes[key] = votes.get(key, 0.0) + weight[i]
+        first.setdefault(key, i)
+    if not votes:
+        return None, {}
+    top = max(votes.values())
+    winner = min((k for k, v in votes.items() if v == top), key=first.__getitem__)
+    return answers[first[winner]], votes
 
 
 class SelfCertaintyVerifier:
