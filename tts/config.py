@@ -183,6 +183,10 @@ class VLLMBackendConfig(_Frozen):
                          "to float32), or drop deterministic")
 
 
+SEEDED_HOSTS = frozenset({"api.openai.com"})
+"""Hosts whose OpenAI-compatible servers are known to take a per-request ``seed`` safely."""
+
+
 class OpenAIBackendConfig(_Frozen):
     """Any OpenAI-compatible server, e.g. ``vllm serve``."""
 
@@ -205,6 +209,22 @@ class OpenAIBackendConfig(_Frozen):
     """Consecutive failed attempts that open the circuit breaker: later requests fail at once."""
     breaker_cooldown: float = Field(30.0, gt=0)
     """Seconds the open breaker waits before letting one probe request through."""
+    request_seeds: Literal["auto", "always", "never"] = "auto"
+    """Whether requests carry a ``seed``. vLLM's CPU build kills its engine (every client's
+    requests then fail until a restart) on a seeded request whose prefill is chunked, which is
+    vLLM's default, so a client of a shared server must not send seeds unasked. "auto": seeds go
+    only to servers known to take them (api.openai.com); "always": every request carries its
+    derived seed (a server you run with chunked prefill off, or on a GPU); "never": none.
+    run.json records which was used."""
+
+    @property
+    def sends_seeds(self) -> bool:
+        """Whether requests carry seeds under :attr:`request_seeds` (see there)."""
+        if self.request_seeds != "auto":
+            return self.request_seeds == "always"
+        from urllib.parse import urlparse
+
+        return (urlparse(self.base_url).hostname or "") in SEEDED_HOSTS
 
 
 class ScriptedBackendConfig(_Frozen):

@@ -5,6 +5,7 @@ within a time bound (never a hang); a server that stays down opens the circuit b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import threading
@@ -34,6 +35,7 @@ class FaultyUpstream:
         self.plan = plan
         self.slow_seconds = slow_seconds
         self.seen: list[str] = []
+        self.bodies: list[dict] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -71,6 +73,7 @@ class FaultyUpstream:
             with self._lock:
                 mode = self.plan(len(self.seen))
                 self.seen.append(mode)
+                self.bodies.append(body)
             if mode == "drop":
                 writer.transport.abort()
                 return
@@ -260,3 +263,50 @@ def test_per_token_top_logprobs_reach_the_completion(upstream_factory):
     assert all(c.token_top_logprobs == ((-0.2, -3.0),) * 3 for c in with_top.completions)  # largest first
     (without,) = gen.generate(_requests(1))
     assert all(c.token_top_logprobs is None for c in without.completions)  # not asked: unavailable, not flat
+
+
+def test_requests_carry_no_seed_unless_asked(upstream_factory):
+    """A seeded request kills vLLM-CPU's engine when its prefill is chunked (vLLM's default), and
+    with it every other client of a shared server: seeds are sent only when the config asks."""
+    upstream = upstream_factory(lambda i: "ok")
+    reqs = [dataclasses.replace(r, seed=1234 + i) for i, r in enumerate(_requests(3))]
+    _gen(upstream.url).generate(reqs)
+    assert [b.get("seed") for b in upstream.bodies] == [None, None, None]
+    _gen(upstream.url, request_seeds="always").generate(reqs)
+    assert sorted(b.get("seed") for b in upstream.bodies[3:]) == [1234, 1235, 1236]
+    from tts.config import OpenAIBackendConfig
+
+    assert OpenAIBackendConfig(base_url="https://api.openai.com/v1").sends_seeds  # known to take them
+    assert not OpenAIBackendConfig(base_url="https://api.openai.com/v1", request_seeds="never").sends_seeds
+
+
+def test_wall_time_of_concurrent_requests_adds_up_to_the_elapsed_time(upstream_factory):
+    """Eight requests answered after 0.4 s each, all in flight at once, took about 0.4 s, not 3.2 s:
+    the usages' wall seconds sum to the call's elapsed time."""
+    upstream = upstream_factory(lambda i: "slow", slow_seconds=0.4)
+    gen = _gen(upstream.url, concurrency=8)
+    start = time.perf_counter()
+    results = gen.generate(_requests(8))
+    elapsed = time.perf_counter() - start
+    total = sum(r.usage.wall_seconds for r in results)
+    assert 0.4 <= total <= elapsed + 1e-6
+    assert total == pytest.approx(elapsed, rel=0.2)
+
+
+def test_eval_time_column_is_the_elapsed_time_not_a_sum_over_concurrent_requests(upstream_factory, tmp_path):
+    """`tts eval`'s time column for a config equals the elapsed time of its calls (here the whole
+    run's, as one config ran): 12 problems x 0.3 s each, all concurrent, is ~0.3 s per batch."""
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+    from tts.types import Problem
+
+    upstream = upstream_factory(lambda i: "slow", slow_seconds=0.3)
+    problems = [Problem(f"p{i}", f"What is 2 + {i}?", "5") for i in range(12)]
+    config = EvalConfig.model_validate({
+        "backend": {"kind": "openai", "base_url": upstream.url, "model": "m", "concurrency": 16, "timeout": 5},
+        "strategies": [{"kind": "self_consistency", "n": 2}], "batch_size": 6,
+    })
+    result = run_eval(config, tmp_path / "run", problems=problems)
+    (summary,) = result.summaries
+    assert 0.6 <= summary.wall_seconds <= result.wall_seconds  # two batches of ~0.3 s, not 12 x 0.3 s
+    assert summary.wall_seconds < 0.3 * 12 / 2

@@ -40,6 +40,9 @@ def server(tmp_path_factory):
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model.path,
            "--served-model-name", "smollm2-135m", "--dtype", "float32", "--enforce-eager",
            "--max-model-len", "1024", "--gpu-memory-utilization", "0.3", "--host", "127.0.0.1",
+           # Chunked prefill on (vLLM's default) with chunks small enough that a batch of few-shot
+           # prompts is split: started the usual way, where a seeded request kills vLLM-CPU's engine.
+           "--enable-chunked-prefill", "--max-num-batched-tokens", "256",
            "--port", str(port)]
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
@@ -104,3 +107,24 @@ def test_unreachable_server_fails_fast_with_the_fix():
     gen = _gen("http://127.0.0.1:9/v1", max_retries=1, timeout=2)
     with pytest.raises(BackendError, match="Cannot reach an OpenAI-compatible server"):
         gen.generate([GenerationRequest((Message("user", "hi"),), max_tokens=2)])
+
+
+def test_a_tts_eval_leaves_a_shared_server_with_chunked_prefill_alive(server, tmp_path):
+    """tts's requests carry no seed by default: vLLM-CPU dies on a seeded request whose prefill is
+    chunked ("CPU Generator does not use offset"), and then every client of the server gets 500s."""
+    import json
+    import urllib.request
+
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    config = EvalConfig.model_validate({
+        "data": {"benchmark": "demo", "limit": 8}, "sampling": {"max_tokens": 16},
+        "backend": {"kind": "openai", "base_url": server, "model": "smollm2-135m", "max_retries": 0},
+        "strategies": [{"kind": "self_consistency", "n": 4}], "batch_size": 8,
+    })
+    result = run_eval(config, tmp_path / "run")
+    assert len(result.rows) == 8 and all(r.usage.completion_tokens > 0 for r in result.rows)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["engine"]["request_seeds"] is False
+    with urllib.request.urlopen(server.removesuffix("/v1") + "/health", timeout=10) as r:
+        assert r.status == 200  # the engine is still up for the next client

@@ -39,6 +39,7 @@ from tts.backends.base import (
     GenerationResult,
     merge_top_logprobs,
     request_usage,
+    split_wall_time,
 )
 from tts.backends.resilience import CircuitBreaker, CircuitOpenError, backoff_delay
 from tts.config import OpenAIBackendConfig
@@ -113,7 +114,7 @@ class OpenAIGenerator:
             top_p=req.top_p,
             max_tokens=req.max_tokens,
             stop=list(req.stop) or None,
-            seed=req.seed,
+            seed=req.seed if self.config.sends_seeds else None,
             logprobs=True,
             top_logprobs=req.top_logprobs,
             extra_body=extra or None,
@@ -281,6 +282,7 @@ class OpenAIGenerator:
         if not requests:
             return []
         stop = threading.Event()
+        start = time.perf_counter()
         pool = cf.ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="tts-openai")
         futures = [pool.submit(self._one, r, stop) for r in requests]
         try:
@@ -288,10 +290,16 @@ class OpenAIGenerator:
             for f in futures:
                 if f.done() and f.exception() is not None and not isinstance(f.exception(), _Stopped):
                     raise self._translate(f.exception()) from f.exception()
-            return [f.result() for f in futures]
+            results = [f.result() for f in futures]
         finally:
             stop.set()  # requests still retrying give up at their next step
             pool.shutdown(wait=False, cancel_futures=True)
+        # Concurrent requests overlap in time: their own durations sum to more than the call took.
+        # Share the call's elapsed time by generated tokens, as the in-process engine does, so that
+        # a run's wall seconds add up to the time it really took.
+        shares = split_wall_time(time.perf_counter() - start, [r.usage.completion_tokens for r in results])
+        return [dataclasses.replace(r, usage=dataclasses.replace(r.usage, wall_seconds=w))
+                for r, w in zip(results, shares, strict=True)]
 
     def close(self) -> None:
         """Close the HTTP client."""

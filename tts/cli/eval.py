@@ -320,7 +320,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     """The results table: accuracy with 95% interval beside coverage, no-answer rate and cost.
 
     With ``gpu``, each config's usage is priced by the cost model: FLOPs, eFLOPs and predicted
-    GPU-seconds per problem, next to the wall time measured here.
+    GPU-seconds per problem, next to the elapsed time measured here.
     """
     from rich.console import Console
     from rich.table import Table
@@ -333,7 +333,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         ["events"] if events else []) + ["tokens/pb"]
     if ledger:
         cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
-    cols.append("wall s")
+    cols.append("time s")
     for col in cols:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in result.summaries:
@@ -356,9 +356,12 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     if not console.is_terminal:  # a log file or CI: do not squeeze the table into 80 columns
         console = Console(width=140)
     console.print(table)
+    timed = ("time s: elapsed seconds of this config's engine and verifier calls, over every session of the run, "
+             "each call's time shared among its problems by generated tokens (a smaller n that reuses a larger n's "
+             "samples gets its samples' share).")
     console.print("pass@n: a correct answer among the n samples (coverage); /pb: per problem; "
-                  f"{gpu} s: roofline seconds predicted by the cost model; wall s: measured here." if ledger else
-                  "pass@n: a correct answer among the n samples (coverage); /pb: per problem; wall s: measured here.")
+                  f"{gpu} s: roofline seconds predicted by the cost model; {timed}" if ledger else
+                  f"pass@n: a correct answer among the n samples (coverage); /pb: per problem; {timed}")
     if why:
         console.print(why)
     if events:

@@ -29,7 +29,7 @@ MANIFEST = "run.json"
 # Config fields that may change between a run and its resumption without changing any result.
 _RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout"}
 # Config fields added after runs were written, with the value those runs had.
-_ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False}
+_ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False, "backend.request_seeds": "auto"}
 
 
 class RunMismatchError(ValueError):
@@ -82,7 +82,13 @@ def _environment(config: dict[str, Any]) -> dict[str, Any]:
             if key in engine:
                 hardware[key] = engine.pop(key)
     elif kind == "openai":
+        from tts.config import OpenAIBackendConfig
+
         engine["note"] = "the server chooses dtype, batching and hardware; hardware below is this client's"
+        try:
+            engine["request_seeds"] = OpenAIBackendConfig.model_validate(backend).sends_seeds
+        except ValueError:
+            pass
     return {"engine": engine, "hardware": hardware}
 
 
