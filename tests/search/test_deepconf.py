@@ -69,9 +69,11 @@ def test_online_stops_traces_in_the_engine_and_spends_fewer_tokens_than_the_same
         for i, smp in enumerate(sol.trace.samples):
             if smp.finish_reason == "confidence":
                 assert smp.answer is None and i >= 4 and i != sol.trace.selected
+        # the voters: traces at or above the warm-up threshold (warm-up ones included), with an answer
+        bar = sol.trace.tree[0]["score"]
         assert sum(sol.trace.votes.values()) == pytest.approx(sum(
             c for c, smp in zip(sol.trace.scores, sol.trace.samples, strict=True)
-            if smp.finish_reason != "confidence" and smp.answer is not None))
+            if smp.finish_reason != "confidence" and smp.answer is not None and c >= bar))
 
 
 def test_the_threshold_is_the_warm_up_quantile_and_a_backend_without_the_stop_pays_every_token():
@@ -97,8 +99,11 @@ def test_the_threshold_is_the_warm_up_quantile_and_a_backend_without_the_stop_pa
 def test_offline_filter_keeps_the_most_confident_share_and_weights_the_vote():
     sols = _run(DeepConfConfig(n=16, mode="offline", keep=0.25, window=16))
     for sol in sols:
-        assert sol.trace.events["filtered_out"] == 12
-        kept = sorted(range(16), key=lambda i: -sol.trace.scores[i])[:4]
+        # among the answered traces, those at or above the 75th percentile of their confidences vote
+        answered = [i for i, smp in enumerate(sol.trace.samples) if smp.answer is not None]
+        bar = quantile([sol.trace.scores[i] for i in answered], 0.75)
+        kept = [i for i in answered if sol.trace.scores[i] >= bar]
+        assert sol.trace.events.get("filtered_out", 0) == 16 - len(kept)
         assert sol.trace.selected in kept
     # on this backend confident traces are more often right: filtering helps over a plain vote
     plain = _run(DeepConfConfig(n=16, mode="offline", keep=1.0, measure="mean"))
@@ -119,6 +124,8 @@ def test_missing_top_logprobs_is_refused_naming_the_unavailable_scorers():
     assert "self_consistency" in str(err.value)
 
 
-def test_warmup_above_n_is_refused():
+def test_warmup_above_n_is_refused_and_the_default_is_capped_at_n():
     with pytest.raises(ValueError, match="warmup"):
         DeepConfConfig(n=2, warmup=4)
+    sols = _run(DeepConfConfig(n=4, window=16, consensus=None), problems=PROBLEMS[:3])  # warmup 16, capped at 4
+    assert all(len(s.trace.samples) == 4 and "stopped_low_confidence" not in s.trace.events for s in sols)

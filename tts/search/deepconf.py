@@ -1,32 +1,60 @@
 """DeepConf: vote with the traces' own token confidence, and stop weak traces while they generate.
 
-Fu, Wang, Tian & Zhao 2025, "Deep Think with Confidence". Token confidence C_i is minus the mean
-of the top-k log-probabilities at position i (:mod:`tts.backends.confidence`); a trace's
-confidence is one of (``measure``):
+Fu, Wang, Tian & Zhao 2025, "Deep Think with Confidence"; reference code facebookresearch/deepconf
+(``deepconf/utils.py``, ``deepconf/wrapper.py``, ``deepconf/processors.py``; pinned in
+``tests/parity/test_deepconf.py``). Token confidence C_i is minus the mean of the top-k
+log-probabilities at position i (:mod:`tts.backends.confidence`); a trace's confidence is one of
+(``measure``):
 
 * ``lowest_group``: the lowest mean C_i over any ``window`` consecutive tokens (the paper's
-  lowest group confidence, its best single signal);
-* ``bottom_window``: the mean of the lowest 10% of the trace's group confidences (bottom-10%);
+  lowest group confidence, its best single signal; the reference's ``min_window``);
+* ``bottom_window``: the mean of the lowest 10% of the trace's group confidences (bottom-10%;
+  as in the reference, floor(10% of the groups), at least one);
 * ``tail``: the mean C_i of the last ``window`` tokens, where the answer is written;
 * ``mean``: the mean C_i of the whole trace (the paper's average-trace-confidence baseline).
 
-**Offline** (``mode: offline``): draw n traces in one call, keep the ``keep`` share with the
-highest confidence (the paper's top-eta% filter: 0.1 or 0.9) and take a vote weighted by
-confidence among them.
+A trace shorter than ``window`` is one group: its mean C_i.
+
+**Offline** (``mode: offline``): draw n traces in one call; among the traces with an answer, keep
+those whose confidence is at or above the (1 - ``keep``) percentile of theirs (the paper's
+top-eta% filter, eta = 10% or 90%; the reference's ``filter_top_confidence``) and take a vote
+weighted by that confidence among them.
 
 **Online** (``mode: online``, the default):
 
-1. Warm-up: ``warmup`` traces per problem (one call for all problems). The stop threshold of a
-   problem is the (1 - keep) quantile of its warm-up traces' lowest group confidences (keep = 0.1:
-   DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
+1. Warm-up: ``warmup`` traces per problem (one call for all problems; the paper's N_init = 16).
+   The stop threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
+   confidences (keep = 0.1: DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
 2. The remaining traces (n - warmup, in rounds of ``chunk``) are generated with that threshold as
    a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace INSIDE the engine
    as soon as its group confidence falls below the threshold (vLLM: a logits processor forces the
-   end token), so its remaining tokens are never generated. Stopped traces do not vote.
-3. Adaptive sampling: a problem whose confidence-weighted vote share reaches ``consensus`` after
-   a round gets no more traces.
-4. The answer is the confidence-weighted vote over the warm-up traces and the traces that were
-   not stopped.
+   end token), so its remaining tokens are never generated.
+3. Who votes (as the reference's online voting): a trace whose lowest group confidence is at or
+   above the threshold. So a warm-up trace below the bar does not vote (about 1 - keep of them,
+   by construction), a stopped trace does not, and neither does a finished trace below the bar
+   that the engine never checked (one shorter than the window).
+4. Adaptive sampling: a problem whose consensus share beta = V(a) / sum_b V(b) (the paper's: the
+   sums run over answers, so over the voting traces that have one) reaches ``consensus`` (tau)
+   after a round gets no more traces.
+5. The answer is the vote of the voting traces, weighted by their confidence (``measure``).
+
+Where tts departs from the reference, and the setting that gives the reference behaviour:
+
+* ``window`` defaults to 64 tokens, the reference's scripts to 2048: tts's default models write
+  traces of tens to a few hundred tokens, where a 2048-token window would make every trace one
+  group and the in-engine stop would never fire. ``window=2048`` gives the reference's value.
+* Adaptive sampling: the paper checks beta after every trace; tts checks after each round of
+  ``chunk`` traces (default: all the rest in one round, one engine call, as the reference's
+  script draws them; it has no consensus check). ``chunk=1`` is the paper's per-trace check;
+  ``consensus=None`` the reference script's fixed budget.
+* Answers vote together when math-verify finds them equal (:func:`tts.search.base.vote`); the
+  reference compares the extracted strings.
+* Confidences are not rounded; the reference rounds C_i and group means to 3 decimals. Its
+  post-hoc C_i averages every log-probability vLLM returns (the top 20 and, when it is not among
+  them, the sampled token); tts uses the top k everywhere, as the reference's in-engine stop does.
+* Old tts behaviour, kept as settings: ``warmup_votes="all"`` (every warm-up trace votes),
+  ``consensus_over="all"`` (unanswered voting traces count in beta's denominator),
+  ``offline_filter="top_share"`` (keep the ceil(keep * n) most confident of all n traces).
 
 A backend that cannot stop traces inside the engine (``supports_confidence_stop`` missing, e.g.
 an OpenAI-compatible server) still gets the same answers: the stop is applied to the finished
@@ -69,20 +97,33 @@ class DeepConfConfig(StrategyConfigBase):
     """eta: offline, the share of traces kept (highest confidence first); online, the warm-up
     quantile 1 - keep sets the threshold (0.9: DeepConf-high, 0.1: DeepConf-low)."""
     window: int = Field(64, ge=1)
-    """Tokens per group (sliding window) and of the tail; the paper uses 2048 on long traces."""
+    """Tokens per group (sliding window) and of the tail. The reference uses 2048 (set
+    ``window=2048`` for it); 64 suits the short traces of small models (see the module docstring)."""
     top_k: int = Field(20, ge=1, le=20)
     """k of the token confidence (top log-probabilities per position)."""
-    warmup: int = Field(4, ge=1, le=4096)
-    """Online: warm-up traces per problem that set its threshold (the paper's N_init)."""
+    warmup: int = Field(16, ge=1, le=4096)
+    """Online: warm-up traces per problem that set its threshold (the paper's and the reference's
+    N_init = 16). Left unset it is capped at n; set above n it is refused."""
+    warmup_votes: Literal["above_threshold", "all"] = "above_threshold"
+    """Online: which warm-up traces vote. ``above_threshold`` (the reference): those whose lowest
+    group confidence is at or above the threshold; ``all``: every warm-up trace (old tts rule)."""
     chunk: int | None = Field(None, ge=1, le=4096)
-    """Online: traces per round after the warm-up; None: all the rest in one round."""
+    """Online: traces per round after the warm-up; None: all the rest in one round; 1: the
+    paper's consensus check after every trace."""
     consensus: float | None = Field(0.95, gt=0.0, le=1.0)
-    """Online: stop sampling a problem once its weighted vote share reaches this (the paper's
-    tau); None: always draw n traces."""
+    """Online: stop sampling a problem once its consensus share reaches this (the paper's tau);
+    None: always draw n traces (the reference script's fixed budget)."""
+    consensus_over: Literal["answered", "all"] = "answered"
+    """Online: the consensus share's denominator. ``answered`` (the paper's beta): the weight of
+    the voting traces that have an answer; ``all``: of every voting trace (old tts rule)."""
+    offline_filter: Literal["percentile", "top_share"] = "percentile"
+    """Offline: ``percentile`` (the reference): among the traces with an answer, keep those at or
+    above the (1 - keep) percentile of their confidences; ``top_share`` (old tts rule): the
+    ceil(keep * n) most confident of all n traces, ties to the earlier."""
 
     @model_validator(mode="after")
     def _consistent(self) -> DeepConfConfig:
-        if self.mode == "online" and self.warmup > self.n:
+        if self.mode == "online" and self.warmup > self.n and "warmup" in self.model_fields_set:
             raise ValueError(f"warmup ({self.warmup}) is more than n ({self.n}): the warm-up traces are part of the "
                              "n; lower warmup or raise n.")
         return self
@@ -101,7 +142,7 @@ def trace_confidence(top: Sequence[Sequence[float]], measure: Measure, window: i
     groups = group_confidences(conf, window)
     if measure == "lowest_group":
         return min(groups)
-    lowest = sorted(groups)[: max(1, math.ceil(0.1 * len(groups)))]
+    lowest = sorted(groups)[: max(1, int(len(groups) * 0.1))]  # the reference's floor, at least one
     return sum(lowest) / len(lowest)
 
 
@@ -114,25 +155,41 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def consensus_share(samples: Sequence[Sample], weights: Sequence[float],
+                    over: Literal["answered", "all"] = "answered") -> float:
+    """The weighted vote share of the leading answer among voting ``samples``.
+
+    ``answered``: the paper's beta = V(a) / sum_b V(b), the sums over answers, so a sample without
+    an answer is in neither; ``all``: the share of all the samples' weight (old tts rule).
+    """
+    _, share, totals, _ = vote(samples, weights)
+    if over == "all" or not totals:
+        return share
+    answered = sum(totals.values())
+    return max(totals.values()) / answered if answered > 0 else 0.0
+
+
 class _Problem:
-    """One problem's traces so far: samples, confidences, which voted, and usage."""
+    """One problem's traces so far: samples, confidences, which were stopped, which vote, and usage."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.samples: list[Sample] = []
         self.confidence: list[float] = []
         self.lowest: list[float] = []
+        self.stopped: list[bool] = []
         self.votes: list[bool] = []
         self.usage = Usage()
         self.threshold: float | None = None
+        self.warm = 0
         self.done = False
         self.stopped_after = 0
 
-    def share(self) -> float:
-        voting = [(s, c) for s, c, v in zip(self.samples, self.confidence, self.votes, strict=True) if v]
+    def share(self, over: Literal["answered", "all"]) -> float:
+        voting = [i for i, v in enumerate(self.votes) if v]
         if not voting:
             return 0.0
-        return vote([s for s, _ in voting], [c for _, c in voting])[1]
+        return consensus_share([self.samples[i] for i in voting], [self.confidence[i] for i in voting], over)
 
 
 class DeepConf(Strategy):
@@ -174,9 +231,11 @@ class DeepConf(Strategy):
         self._round(problems, states, first, None, in_engine)
         if c.mode == "online":
             for s in states:
+                s.warm = len(s.samples)
                 s.threshold = quantile(s.lowest, 1.0 - c.keep)
+                self._online_votes(s)
                 s.done = self._enough(s)
-            # 2-3. Rounds with the in-engine stop until n traces or consensus.
+            # 2-4. Rounds with the in-engine stop until n traces or consensus.
             while True:
                 sizes = [0 if s.done else min(c.chunk or s.n, s.n - len(s.samples)) for s in states]
                 if not any(sizes):
@@ -185,17 +244,27 @@ class DeepConf(Strategy):
                          for s in states]
                 self._round(problems, states, sizes, stops, in_engine)
                 for s in states:
+                    self._online_votes(s)
                     s.done = s.done or self._enough(s)
         else:
             for s in states:
                 self._filter(s)
-        # 4. The confidence-weighted vote.
+        # 5. The confidence-weighted vote of the voting traces.
         return [self._solution(p, s, in_engine) for p, s in zip(problems, states, strict=True)]
 
     def _enough(self, s: _Problem) -> bool:
         if len(s.samples) >= s.n:
             return True
-        return self.config.consensus is not None and s.share() >= self.config.consensus
+        return self.config.consensus is not None and s.share(self.config.consensus_over) >= self.config.consensus
+
+    def _online_votes(self, s: _Problem) -> None:
+        """Online: a trace votes when its lowest group confidence is at or above the threshold
+        (the reference's rule; stopped traces, and finished ones below the bar that the engine
+        never checked, do not); ``warmup_votes="all"`` lets every warm-up trace vote."""
+        bar = s.threshold if s.threshold is not None else -math.inf
+        every_warm = self.config.warmup_votes == "all"
+        s.votes = [not stopped and (low >= bar or (every_warm and i < s.warm))
+                   for i, (low, stopped) in enumerate(zip(s.lowest, s.stopped, strict=True))]
 
     def _round(self, problems: Sequence[Any], states: list[_Problem], sizes: list[int],
                stops: list[ConfidenceStop | None] | None, in_engine: bool) -> None:
@@ -223,14 +292,23 @@ class DeepConf(Strategy):
                 s.samples.append(sample)
                 s.confidence.append(trace_confidence(top, c.measure, c.window, c.top_k) if top else 0.0)
                 s.lowest.append(trace_confidence(top, "lowest_group", c.window, c.top_k) if top else 0.0)
-                s.votes.append(not stopped)
+                s.stopped.append(stopped)
 
     def _filter(self, s: _Problem) -> None:
-        """Offline: only the ``keep`` share with the highest confidence votes (ties: earlier first)."""
-        kept = max(1, math.ceil(self.config.keep * len(s.samples)))
-        order = sorted(range(len(s.samples)), key=lambda i: (-s.confidence[i], i))
-        chosen = set(order[:kept])
-        s.votes = [i in chosen for i in range(len(s.samples))]
+        """Offline: which traces vote (``offline_filter``, see the config)."""
+        c = self.config
+        if c.offline_filter == "top_share":
+            kept = max(1, math.ceil(c.keep * len(s.samples)))
+            order = sorted(range(len(s.samples)), key=lambda i: (-s.confidence[i], i))
+            chosen = set(order[:kept])
+            s.votes = [i in chosen for i in range(len(s.samples))]
+            return
+        answered = [i for i, x in enumerate(s.samples) if x.answer is not None]
+        if not answered:
+            s.votes = [False] * len(s.samples)
+            return
+        bar = quantile([s.confidence[i] for i in answered], 1.0 - c.keep)
+        s.votes = [x.answer is not None and s.confidence[i] >= bar for i, x in enumerate(s.samples)]
 
     def _solution(self, problem: Any, s: _Problem, in_engine: bool) -> Solution:
         voting = [i for i, v in enumerate(s.votes) if v]
@@ -243,6 +321,8 @@ class DeepConf(Strategy):
             events["stop_after_generation"] = s.stopped_after
         if self.config.mode == "offline":
             events["filtered_out"] = len(s.samples) - len(voting)
+        else:  # finished (not stopped) traces that the threshold kept out of the vote, warm-up included
+            events["below_threshold"] = sum(1 for st, v in zip(s.stopped, s.votes, strict=True) if not st and not v)
         tree = ({"id": "threshold", "parent": None, "depth": 0, "text": f"threshold {s.threshold:.4g}",
                  "score": s.threshold, "kept": True},) if s.threshold is not None else ()
         trace = Trace(self.name, tuple(s.samples), scores=tuple(s.confidence), votes=votes,
