@@ -151,3 +151,28 @@ def test_vote_keys_work_outside_the_main_thread():
     worker.start()
     worker.join()
     assert out == [["0.25", "0.25"]]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # Boxes with only joiners between them are one answer in parts: a set, as math-verify reads them.
+        ("so the pairs are $\\boxed{(1, 3)} \\quad \\text{and} \\quad \\boxed{(4, 0)}$", "(1, 3),(4, 0)"),
+        ("the roots are \\boxed{2}, \\boxed{5}.", "2,5"),
+        ("\\boxed{a = 1} and \\boxed{b = 7}", "a = 1,b = 7"),
+        ("it is \\boxed{6}, or written out, \\boxed{6}", "6"),  # words between boxes: the last box
+        ("\\boxed{6} and \\boxed{6}", "6"),  # the same box twice states it once
+        # A whole output that is one formula naming a constant is that answer, not prose.
+        ("$E$", "E"),
+        ("$e$", "e"),
+    ],
+)
+def test_boxes_in_parts_and_lone_formulas(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_boxes_in_parts_grade_against_the_whole_answer():
+    from tts.answers.equivalence import AnswerKeys
+
+    keys = AnswerKeys().keys([extract_answer("\\boxed{(4, 0)} and \\boxed{(1, 3)}"), "(1, 3), (4, 0)"])
+    assert keys[0] == keys[1]

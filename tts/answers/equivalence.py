@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from tts.answers.extraction import (
+    _STRAY_STARS,
     _TEXT,
     _has_word,
     _math_verify,
     _mv_parse,
+    _stated,
     normalize_answer,
 )
 from tts.answers.forms import align_vectors, as_math
@@ -76,6 +78,57 @@ def _simple_number(key: str) -> Any:
     return sympy.Rational(int(num), int(den)) * (-1 if m["sign"] else 1)
 
 
+_ARITHMETIC = re.compile(r"[-+*/()\d.]{1,60}")
+_OPERATOR = re.compile(r"(?<=[\d)])[-+*/]")
+
+
+def _arithmetic_value(key: str) -> str | None:
+    """The value of a computation on plain numbers ("40+2", "6*7", "(3+5)/2") when it is an
+    integer, as a plain number ("42"); None for anything else (powers, decimals left as values)."""
+    if not _ARITHMETIC.fullmatch(key) or "**" in key or "//" in key or not _OPERATOR.search(key):
+        return None
+    import ast
+    import fractions
+
+    def value(node: ast.AST) -> fractions.Fraction:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+            return fractions.Fraction(str(node.value))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else inner
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            return left / right
+        raise ValueError("not plain arithmetic")
+
+    try:
+        result = value(ast.parse(key, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return None
+    return str(result.numerator) if result.denominator == 1 else None
+
+
+def vote_form(answer: str) -> str:
+    """The normalised answer a vote counts: :func:`normalize_answer`, then the value it states.
+
+    Markdown bold is markup (``**31**`` and ``31**`` are 31), a computation on numbers states its
+    value (``17+25=42`` and ``40+2`` are 42), so they vote under the plain number's key.
+
+    Example:
+        >>> vote_form("17 + 25 = 42"), vote_form("31**"), vote_form("x = 5")
+        ('42', '31', 'x=5')
+    """
+    key = normalize_answer(_STRAY_STARS.sub("", answer.strip()))
+    key = _stated(key)
+    return _arithmetic_value(key) or key
+
+
 class _Value(NamedTuple):
     """math-verify's parse of an answer, and its numeric value when it is one constant."""
 
@@ -101,7 +154,8 @@ def _constant(values: list[Any]) -> complex | None:
 class AnswerKeys:
     """Vote keys under which answers that math-verify finds equal vote together.
 
-    Each answer is first normalised (:func:`normalize_answer`); distinct normalised keys are then
+    Each answer is first normalised (:func:`vote_form`: :func:`normalize_answer`, Markdown bold
+    dropped, a computation on numbers read as its value); distinct normalised keys are then
     merged when math-verify's ``verify`` says they are equal (``0.5``, ``\\frac{1}{2}`` and
     ``\\dfrac12`` become one key). The key of a group is its first-seen normalised key, so the
     result is deterministic for a given order of answers. Parses and pairwise verdicts are cached,
@@ -138,12 +192,13 @@ class AnswerKeys:
         Returns:
             The group key of each answer (a normalised answer string), or None.
         """
-        # 1. Normalise, remembering the first raw answer behind each distinct key.
-        normalised = [None if a is None else normalize_answer(a) for a in answers]
+        # 1. Normalise, remembering the first raw answer behind each distinct key (the key itself
+        #    when it is a value the raw answer states: "42" for "17 + 25 = 42").
+        normalised = [None if a is None else vote_form(a) for a in answers]
         first_raw: dict[str, str] = {}
         for raw, key in zip(answers, normalised, strict=True):
             if key is not None:
-                first_raw.setdefault(key, raw)
+                first_raw.setdefault(key, raw if normalize_answer(raw) == key else key)
         # 2. Greedy grouping in first-seen order: each key joins the first earlier group it equals.
         reps: list[tuple[str, _Value]] = []  # groups whose key math-verify could read
         group = {key: key for key in first_raw}

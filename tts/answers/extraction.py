@@ -2,15 +2,19 @@
 
 Extraction first *locates* where the answer is stated, then *reads* it as mathematics:
 
-1. locate: the last complete ``\\boxed{...}``; else the last "the answer is X" / "final answer: X";
-   else the whole output (its last few thousand characters);
+1. locate: the last complete ``\\boxed{...}``, together with the boxes right before it when only
+   joiners stand between them (``\\boxed{(2, 2)} \\text{ and } \\boxed{(6, 2)}`` is one answer, a
+   set); else the last "the answer is X" / "final answer: X"; else the whole output (its last few
+   thousand characters, Markdown bold ``**42**`` read as 42);
 2. read: math-verify's extraction (``math_verify.parse`` with its LaTeX and expression configs)
    reads the located span, so "$\\frac{1}{3}$" is one answer, not the number 3, and "1 000" is
    1000; when it finds nothing, the regex rules read it (the box content as written, the phrase
-   with a lone number kept, and finally the last number in the text).
+   with a lone number kept, and finally the last number in the text). A computation on numbers
+   states its value: ``17 + 25 = 42`` is read as 42, while ``x = 5`` is kept whole.
 
-We locate the phrase and the box ourselves: math-verify's own priorities let a check written
-after "the answer is $\\frac{1}{3}$" ("2 + 2 = 4") win, and join several boxes into one set.
+We locate the phrase and the boxes ourselves: math-verify's own priorities let a check written
+after "the answer is $\\frac{1}{3}$" ("2 + 2 = 4") win, and join every box of an output into one
+set, including boxes far apart ("first \\boxed{3}, then \\boxed{4}" is 4, not {3, 4}).
 
 math-verify's timeouts use ``signal.alarm``, which only works in a process's main thread and
 would also replace any alarm the caller set (pytest-timeout, a server). Strategies extract in
@@ -57,23 +61,28 @@ _EQUALS = re.compile(r"(?<![\\<!>])=")
 _TEXT = re.compile(r"\\text\{[^{}]*\}")
 _MATH_ENV = re.compile(r"\$\$.*?\$\$|(?<!\\)\$[^$]*\$|\\\(.*?\\\)", re.DOTALL)  # paired left to right
 _JOINED_ENVS = re.compile(r"(\$|\\\]|\\\))(\s*(?:,?\s*and|,?\s*or|,)\s*)(?=\$|\\\[|\\\()")
-_NUMERIC_COMMANDS = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot)")
+_NUMERIC_COMMANDS = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|div|left|right)")
+# Markdown bold around an answer ("**42**"), not Python's power ("2**3"): no operand on either side.
+_BOLD = re.compile(r"(?<![\w)\]}*])\*\*(?=[^\s*])([^\n]*?[^\s*])\*\*(?![\w(*])")
+_STRAY_STARS = re.compile(r"^\*{2,}\s*|\s*\*{2,}$")
+# Between two boxes that state one answer together: spaces, punctuation, "and"/"or", spacing
+# commands, math delimiters, and \text{...} without digits ("\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}").
+_BOX_JOINER = re.compile(
+    r"(?:\s|[,;~]|\band\b|\bor\b|\\q?quad\b|\\[,:;! ]|\$|\\[()\[\]]|\\(?:text|mbox|textrm)\{[^{}\d]*\})*"
+)
 _LONE_VARIABLE = re.compile(r"[A-Za-z](?:_\{?\w\}?)?'?")
 
 
 # --- extraction ---------------------------------------------------------------------------------
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}``, respecting nested braces."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
+def _box_at(text: str, start: int) -> tuple[str, int] | None:
+    """Content and end of the box starting at ``start`` (nested braces respected), or None."""
     brace = text.find("{", start)
-    if brace < 0:
+    if brace < 0 or text[start:brace].strip() not in ("\\boxed", "\\fbox"):
         # "\boxed 5" form
-        m = re.match(r"\\boxed\s+([^\s$]+)", text[start:])
-        return m.group(1) if m else None
+        m = re.match(r"\\boxed\s+([^\s${}]+)", text[start:])
+        return (m.group(1), start + m.end()) if m else None
     depth = 0
     for i in range(brace, len(text)):
         if text[i] == "{":
@@ -81,8 +90,43 @@ def _last_boxed(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[brace + 1 : i].strip()
+                return text[brace + 1 : i].strip(), i + 1
     return None  # unbalanced: the sample was cut off inside the box
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}``, respecting nested braces."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    found = _box_at(text, start)
+    return found[0] if found else None
+
+
+def _last_boxes(text: str) -> list[str]:
+    """The contents of the last box and of the boxes right before it that state one answer with it.
+
+    Boxes separated only by joiners (``,``, "and", ``\\quad``, ``\\text{ and }``, math delimiters;
+    see ``_BOX_JOINER``) are one answer written in parts, as math-verify reads them:
+    ``\\boxed{(2, 2)} and \\boxed{(6, 2)}`` is the set of both pairs. Any other text between two
+    boxes ("first \\boxed{3}, then \\boxed{4}") leaves the last box alone.
+    """
+    boxes: list[tuple[int, int, str]] = []
+    for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
+        if boxes and m.start() < boxes[-1][1]:
+            continue  # a box inside the previous one
+        found = _box_at(text, m.start())
+        if found is not None:
+            boxes.append((m.start(), found[1], found[0]))
+    if not boxes:
+        return []
+    run = [boxes[-1]]
+    for box in reversed(boxes[:-1]):
+        if box[1] > run[0][0] or not _BOX_JOINER.fullmatch(text[box[1] : run[0][0]]):
+            break
+        run.insert(0, box)
+    contents = [c for _, _, c in run if c]
+    return list(dict.fromkeys(contents))  # "\\boxed{5} and \\boxed{5}" states 5 once
 
 
 def _strip_wrapping(ans: str) -> str:
@@ -90,7 +134,7 @@ def _strip_wrapping(ans: str) -> str:
     for left, right in (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")):
         if ans.startswith(left) and ans.endswith(right) and len(ans) >= len(left) + len(right):
             ans = ans[len(left) : len(ans) - len(right)].strip()
-    return ans.rstrip(".").strip()
+    return _STRAY_STARS.sub("", ans).rstrip(".").strip()  # "42.**": bold cut apart by the phrase
 
 
 def _too_risky(span: str) -> bool:
@@ -154,6 +198,21 @@ def _tidy(answer: str) -> str:
     return _SET_MEMBER.sub("", answer)
 
 
+def _numeric(side: str) -> bool:
+    """Whether one side of an equation is a number or a computation on numbers (no variables)."""
+    return bool(side) and re.search(r"\d", side) is not None and not re.search(
+        r"[A-Za-z]", _NUMERIC_COMMANDS.sub("", side))
+
+
+def _stated(answer: str) -> str:
+    """The value a computation states: ``17 + 25 = 42`` states 42 (a final ``a = b`` whose sides
+    are both numeric); ``x = 5`` and ``y = 2x + 3`` are kept whole."""
+    parts = _EQUALS.split(answer)
+    if len(parts) == 2 and _numeric(parts[0].strip()) and _numeric(parts[1].strip()):
+        return parts[1].strip()
+    return answer
+
+
 def _read(span: str) -> str | None:
     """The answer string math-verify reads in ``span``, tidied, or None."""
     found = _mv_parse(span)
@@ -176,7 +235,10 @@ def _read_unanchored(tail: str) -> str | None:
     a value ("$96 + 48 = 144$", "$x = 83$") states that value, while an equation whose right side
     still has variables ("$y = 2x + 3$") is kept whole.
     """
-    prose = _JOINED_ENVS.sub(r"\1\2; ", _MATH_ENV.sub(_unwrap_lone_variable, tail))
+    if _MATH_ENV.fullmatch(tail.strip()):  # the whole output is one formula: "$E$" is the answer
+        prose = tail
+    else:
+        prose = _JOINED_ENVS.sub(r"\1\2; ", _MATH_ENV.sub(_unwrap_lone_variable, tail))
     found = _mv_parse(prose)
     if not found or not isinstance(found[-1], str):
         return None
@@ -207,7 +269,7 @@ def _read_phrase(ans: str) -> str | None:
         return ans
     found = _read(ans if "$" in ans or _has_word(ans) else f"${ans}$")
     if found is not None and _digits(found) == _digits(ans):
-        return found
+        return _stated(found)
     inner = _last_boxed(ans)
     if inner:
         return inner
@@ -220,7 +282,13 @@ def _read_phrase(ans: str) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _read_box(boxed: str) -> str:
-    return _read(f"$\\boxed{{{boxed}}}$") or boxed
+    return _stated(_read(f"$\\boxed{{{boxed}}}$") or boxed)
+
+
+def _read_boxes(boxes: tuple[str, ...]) -> str:
+    """Several boxes that state one answer, read together by math-verify (a set: "(2, 2),(6, 2)")."""
+    joined = ", ".join(f"\\boxed{{{b}}}" for b in boxes)
+    return _read(f"${joined}$") or ", ".join(boxes)
 
 
 @functools.lru_cache(maxsize=4096)  # keyed by the tail, so the cache holds at most 4096 * MAX_CHARS
@@ -260,11 +328,16 @@ def extract_answer(text: str) -> str | None:
         >>> extract_answer("the probability is $\\\\frac{1}{3}$.")
         '\\\\frac{1}{3}'
     """
-    # 1. The last complete box, read by math-verify (or kept as written when it reads nothing).
+    # 1. The last complete box (with the boxes just before it that complete it: "\\boxed{1} and
+    # \\boxed{2}"), read by math-verify (or kept as written when it reads nothing).
+    boxes = _last_boxes(text[-MAX_CHARS:]) if "\\boxed" in text or "\\fbox" in text else []
+    if len(boxes) > 1 and sum(map(len, boxes)) <= _MAX_SPAN:
+        return _read_boxes(tuple(boxes))
     boxed = _last_boxed(text)
     if boxed:
         return boxed if len(boxed) > _MAX_SPAN or _PLAIN_NUMBER.fullmatch(boxed) else _read_box(boxed)
-    return _extract_unboxed(text[-MAX_CHARS:])
+    # Markdown bold is markup: "**42**" states 42 (Python's "2**3" is left alone).
+    return _extract_unboxed(_BOLD.sub(r"\1", text[-MAX_CHARS:]))
 
 
 @functools.lru_cache(maxsize=1 << 16)
