@@ -127,8 +127,11 @@ class VerifierConfigBase(_Frozen):
 
     kind: str
     """Registry name of the verifier (``tts.registry.VERIFIERS``)."""
-    aggregation: Literal["last", "min", "prod", "mean"] = "min"
-    """How step scores become one solution score (process verifiers)."""
+    aggregation: Literal["last", "min", "prod", "mean"] = "last"
+    """How step scores become one solution score (process verifiers): "last" (the default, as
+    search-and-learn's ``agg_strategy`` and its final scoring, and the ETS repository's REBASE,
+    which scores a node by its last step), "min" (the weakest step, Lightman et al. 2023; tts's
+    default before), "prod" or "mean"."""
 
 
 def parse_verifier_config(value: Any) -> VerifierConfigBase:

@@ -58,9 +58,9 @@ from tts.config import (
     changed_settings,
     setting_text,
 )
-from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, to_sample, vote
+from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample, vote
 from tts.types import Budget, Problem, Sample, Solution, Trace, Usage
-from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, clean_score, score_or_fallback
+from tts.verifiers.base import Verifier, VerifierScore, clean_score, score_or_fallback
 
 logger = logging.getLogger(__name__)
 
@@ -397,7 +397,7 @@ class ABMCTS(VerifierStrategy):
                         texts[i] = Sample(text="", answer=None, completion_tokens=0)
             samples: list[Sample] = [t for t in texts if t is not None]
             # 2. One verifier call for every new answer.
-            items = [VerifyItem(problems[j.root], (s.text,), finished=True, logprobs=(s.mean_logprob,))
+            items = [solution_item(problems[j.root], s.text, self.verifier, mean_logprob=s.mean_logprob)
                      for j, s in zip(jobs, samples, strict=True)]
             scored, failed = score_or_fallback(self.verifier, items, VerifierScore((), 0.0), "answers")
             out = []

@@ -45,6 +45,11 @@ from tts.verifiers.base import (
 
 logger = logging.getLogger(__name__)
 
+STEP_SEPARATOR = "\n\n"
+"""What ends one step of a solution: a blank line, as in Snell et al. 2024 and search-and-learn
+(whose PRMs replace it by their step tag). The step-wise search space stops each step at it, and
+:func:`split_steps` cuts whole solutions at it, so both hand a verifier the same steps."""
+
 PromptFn = Callable[[Any], tuple[Message, ...]]
 ExtractFn = Callable[[str], "str | None"]
 
@@ -152,6 +157,39 @@ def to_sample(c: Completion, extract: ExtractFn) -> Sample:
         mean_logprob=c.mean_logprob,
         finish_reason=c.finish_reason,
     )
+
+
+def split_steps(text: str, separator: str = STEP_SEPARATOR) -> tuple[str, ...]:
+    """The steps of a whole solution: ``text`` cut at ``separator``, each piece stripped, empty ones
+    dropped; the steps the step-wise search space would have made of the same text.
+
+    Example:
+        >>> split_steps("2 + 3 = 5.\\n\\nThen 5 * 2 = 10.\\n\\n\\n\\nSo \\\\boxed{10}.")
+        ('2 + 3 = 5.', 'Then 5 * 2 = 10.', 'So \\\\boxed{10}.')
+    """
+    return tuple(piece for piece in (part.strip() for part in text.split(separator)) if piece)
+
+
+def scores_steps(verifier: object) -> bool:
+    """Whether a verifier scores each step of a solution (a PRM, the arithmetic tool, a per-step
+    judge): it declares ``step_verifier = True``. Verifiers that read a whole answer (an ORM, a
+    whole-solution judge, a logprob or self-certainty scorer) do not declare it."""
+    return bool(getattr(verifier, "step_verifier", False))
+
+
+def solution_item(problem: Any, text: str, verifier: object, *, mean_logprob: float | None = None,
+                  token_top_logprobs: tuple[tuple[float, ...], ...] | None = None) -> VerifyItem:
+    """The VerifyItem of one whole (finished) solution, as ``verifier`` expects it.
+
+    A step verifier (:func:`scores_steps`) gets the solution cut into steps by :func:`split_steps`,
+    so that a PRM puts its step tag after every step and the verifier's ``aggregation`` decides, as
+    in search-and-learn's best-of-N; the step logprobs are then unknown (a sample carries only its
+    mean over all tokens) and left empty. Any other verifier gets the text as one step with its
+    mean logprob, as before. Every strategy that scores whole solutions builds its items here.
+    """
+    if scores_steps(verifier):
+        return VerifyItem(problem, split_steps(text), finished=True, token_top_logprobs=token_top_logprobs)
+    return VerifyItem(problem, (text,), finished=True, logprobs=(mean_logprob,), token_top_logprobs=token_top_logprobs)
 
 
 def prefix_usage(result_usage: Usage, samples: Sequence[Sample], total_samples: int) -> Usage:
@@ -281,7 +319,7 @@ class SamplingStrategy(Strategy):
         verifier = self.verifier
         if verifier is None:
             return [None] * len(problems)
-        items = [VerifyItem(p, (c.text,), finished=True, logprobs=(c.mean_logprob,), token_top_logprobs=c.token_top_logprobs)
+        items = [solution_item(p, c.text, verifier, mean_logprob=c.mean_logprob, token_top_logprobs=c.token_top_logprobs)
                  for p, r in zip(problems, results, strict=True) for c in r.completions]
         scored, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "samples")  # failed: lowest
         events: dict[str, int] = {"verifier_error": 1} if failed else {}

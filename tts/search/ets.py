@@ -43,6 +43,12 @@ T_b = 0.2, lambda_b = 1 (``lambdac``), lambda_s = 1.5 (``lambdas``; 1.5 / 1.4 / 
   nothing (one kept for coverage, say) is not continued; their sequential ceil rounding gives most
   retained nodes at least one child.
 
+``rounding="ceil"`` (:attr:`ETSConfig.rounding`) undoes the first, third and fourth of these and
+follows their code: O_i are their rounded widths (:func:`~tts.search.rebase.ceil_widths`, equal
+scores in order) normalised, the retained set is not capped, and the width is split by their
+sequential ceilings. Pinned both ways in ``tests/parity/test_rebase_ets.py``, with the program
+checked against an enumeration of the authors' objective.
+
 Clusters: the paper embeds each node's latest step with a sentence-embedding model (their code:
 ``math-similarity/Bert-MLM_arXiv-MP-class_zbMath``) and clusters each tree's embeddings by
 average-linkage agglomerative clustering at a cosine distance of 0.05. No embedding model may be
@@ -52,7 +58,9 @@ a looser threshold (:attr:`ETSConfig.cluster_threshold`, 0.3). It groups steps t
 formatting or a few characters, not paraphrases: "3 + 5 = 8" and "3+5=8" are one cluster,
 "3 + 5 = 9" another. To cluster by meaning, give it an embedding model:
 ``ETS(config, generator, prompt, cluster=StepClusterer(threshold=0.05, embed=model.encode))``
-with a sentence-transformers ``model``; any ``states -> labels`` callable works too.
+with a sentence-transformers ``model``; any ``states -> labels`` callable works too. Given the
+same embeddings, ``StepClusterer(0.05, embed=...)`` makes the authors' partition (their
+``linkage(E, "average", metric="cosine")`` cut at 0.05; pinned in ``tests/parity/test_rebase_ets.py``).
 
 Robustness: a program the solver does not solve to proven optimality (or that raises) falls back
 to REBASE's choice (every node retained), counted in the tree's events as ``ilp_fallback``; a
@@ -76,7 +84,7 @@ from tts.answers import extract_answer
 from tts.backends.base import Generator
 from tts.config import SamplingConfig, StrategyConfigBase
 from tts.search.base import ExtractFn, PromptFn
-from tts.search.rebase import balanced_widths
+from tts.search.rebase import balanced_widths, ceil_widths
 from tts.search.step_clusters import CLUSTER_THRESHOLD, StepClusterer
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import (
@@ -295,7 +303,8 @@ def _cluster_depth(cluster: ClusterFn, trees: Sequence[SearchTree],
 
 def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = BALANCE_TEMPERATURE,
                kv_weight: float = KV_WEIGHT, coverage_weight: float = COVERAGE_WEIGHT,
-               cluster: ClusterFn | None = None, max_steps: int = MAX_STEPS) -> list[SearchResult]:
+               cluster: ClusterFn | None = None, max_steps: int = MAX_STEPS,
+               rounding: Literal["largest_remainder", "ceil"] = "largest_remainder") -> list[SearchResult]:
     """ETS from every root of ``space`` in lockstep.
 
     Args:
@@ -309,6 +318,9 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
         cluster: States -> cluster labels, called once per depth with the candidates of every
             tree (labels are compared within a tree); None drops the coverage term.
         max_steps: Safety cap on depths.
+        rounding: ``largest_remainder``: O_i are the unrounded shares, at most the width is
+            retained, and the width is split by largest remainder; ``ceil``: the authors' code
+            (O_i their rounded widths, normalised; no cap; their sequential ceilings).
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every finished child, in the order found.
@@ -317,6 +329,9 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
         raise ValueError(f"n must be >= 1, got {n}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if rounding not in ("largest_remainder", "ceil"):
+        raise ValueError(f"rounding must be 'largest_remainder' or 'ceil', got {rounding!r}")
+    reference = rounding == "ceil"
     if not (kv_weight >= 0 and coverage_weight >= 0):
         raise ValueError(f"kv_weight and coverage_weight must be >= 0, got {kv_weight} and {coverage_weight}")
     trees = [SearchTree(root) for root in space.initial_states()]
@@ -343,16 +358,22 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
                 continue
             room = n - len(tree.leaves)
             scores = [node.score for node in pool]
+            if reference:
+                rounded = ceil_widths(scores, room, temperature, later_first=False)
+                shares = [w / sum(rounded) for w in rounded]
+            else:
+                shares = rebase_shares(scores, temperature)
             try:
-                keep = select_nodes(rebase_shares(scores, temperature), [_path(tree, node) for node in pool],
-                                    labels.get(id(tree)), kv_weight, coverage_weight, limit=room)
+                keep = select_nodes(shares, [_path(tree, node) for node in pool],
+                                    labels.get(id(tree)), kv_weight, coverage_weight,
+                                    limit=None if reference else room)
             except Exception as exc:  # noqa: BLE001 -- a failed program falls back to REBASE, never ends the search
                 logger.warning("ETS program failed on %d nodes (%s: %s); REBASE's choice is kept",
                                len(pool), type(exc).__name__, exc)
                 tree.events["ilp_fallback"] += 1
                 keep = [True] * len(pool)
             chosen = [node for node, k in zip(pool, keep, strict=True) if k]
-            widths = balanced_widths([node.score for node in chosen], room, temperature)
+            widths = (ceil_widths if reference else balanced_widths)([node.score for node in chosen], room, temperature)
             for node, width in zip(chosen, widths, strict=True):
                 if width > 0:
                     node.kept = True
@@ -397,6 +418,11 @@ class ETSConfig(TreeSearchConfig):
     cluster_threshold: float = Field(CLUSTER_THRESHOLD, ge=0.0, le=1.0)
     """Cosine distance (of TF-IDF character n-gram vectors of the latest step) below which steps
     count as one cluster: higher merges more. The lexical stand-in for the paper's embedding model."""
+    rounding: Literal["largest_remainder", "ceil"] = "largest_remainder"
+    """``largest_remainder``: the program weighs each node's unrounded REBASE share, retains at most
+    the width, and the width is split by largest remainder; ``ceil``: as the authors' code, the
+    program weighs REBASE's rounded widths (a node that rounds to nothing weighs 0), the retained
+    set is not capped, and the width is split by their sequential ceilings (best node first)."""
 
 
 class ETS(TreeSearchStrategy):
@@ -424,4 +450,4 @@ class ETS(TreeSearchStrategy):
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
         c = self.config
         return ets_search(space, scorer, c.n, c.balance_temperature, c.kv_weight, c.coverage_weight,
-                          self.clusterer())
+                          self.clusterer(), rounding=c.rounding)

@@ -35,9 +35,9 @@ from pydantic import Field, field_validator, model_validator
 
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import SamplingStrategyConfig, changed_settings, setting_text
-from tts.search.base import Strategy, StrategyInputError, to_sample, vote
+from tts.search.base import Strategy, StrategyInputError, solution_item, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
-from tts.verifiers.base import Verifier, VerifierScore, VerifyItem, build_verifier, score_or_fallback
+from tts.verifiers.base import Verifier, VerifierScore, build_verifier, score_or_fallback
 from tts.verifiers.judge import JudgeConfig
 
 logger = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class GenerativeVerification(Strategy):
     def _verify(self, problems: Sequence[Any],
                 samples: Sequence[Sequence[Sample]]) -> tuple[list[VerifierScore], dict[str, int]]:
         """One verifier call for every solution; a verifier that raises scores all 0.5 (no evidence), counted."""
-        items = [VerifyItem(p, (s.text,), finished=True) for p, mine in zip(problems, samples, strict=True)
+        items = [solution_item(p, s.text, self.verifier) for p, mine in zip(problems, samples, strict=True)
                  for s in mine]
         # A broken verifier gives no verdicts: every solution scores 0.5 (no evidence either way).
         scored, failed = score_or_fallback(self.verifier, items, VerifierScore((), 0.5, invalid=1), "solutions")

@@ -14,8 +14,15 @@ ends when N solutions have finished or no unfinished node is left.
 
 Choices of this implementation:
 
-- ``Round`` is largest-remainder rounding, so the widths sum to W exactly (independent rounding
-  can over- or under-spend the budget by up to half a child per node).
+- ``Round`` is largest-remainder rounding by default, so the widths sum to W exactly
+  (independent rounding can over- or under-spend the budget by up to half a child per node) and
+  no node is favoured beyond its remainder. The authors' code (the REBASE baseline of the ETS
+  repository, SqueezeAILab/ETS ``rebase.py``, ``select_softmax``) rounds differently: it serves
+  the nodes best first, each taking the ceiling of its share of the width still left, so the best
+  nodes round up and the last ones often get nothing (also W exactly). ``rounding="ceil"``
+  (:func:`ceil_widths`) gives that rule; on [0.9, 0.8, 0.5] with W = 4 and T_b = 0.2 it gives
+  3 / 1 / 0 where largest remainder gives 2 / 2 / 0. Pinned both ways in
+  ``tests/parity/test_rebase_ets.py``.
 - Nodes without a valid score (:data:`~tts.search.tree_search.PENALTY`: an empty step, a failed
   or invalid verifier score) get no width while any sibling has a valid score; when none has,
   the width is split evenly.
@@ -80,8 +87,58 @@ def balanced_widths(scores: Sequence[float], width: int, temperature: float) -> 
     return widths
 
 
+def ceil_widths(scores: Sequence[float], width: int, temperature: float, later_first: bool = True) -> list[int]:
+    """Split ``width`` children by softmax(score / temperature) the way the REBASE authors' code does.
+
+    The nodes are served best first; each takes the ceiling of its share of the width still left
+    (width left x its weight / the weights not yet served), so the width is spent exactly and
+    the best nodes round up. Reference: SqueezeAILab/ETS ``rebase.py``, ``select_softmax``.
+
+    Args:
+        scores: One score per node; a negative score (PENALTY) gets nothing while any node has a
+            valid score (as :func:`balanced_widths`).
+        width: Children to hand out (W).
+        temperature: T_b > 0.
+        later_first: Of equal scores, serve the later node first (the reference's ascending sort,
+            reversed: ``select_softmax``); False keeps their order (its ``select_softmax_costmodel``
+            computing ETS's outcome weights).
+
+    Returns:
+        One non-negative width per node, summing to ``width``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not scores or width <= 0:
+        return [0] * len(scores)
+    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
+    if any(valid):
+        top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
+        weights = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
+        keys = list(scores)
+    else:
+        weights = [1.0] * len(scores)
+        keys = [0.0] * len(scores)
+    if later_first:
+        order = sorted(range(len(scores)), key=lambda j: (keys[j] if valid[j] else -math.inf, j), reverse=True)
+    else:
+        order = sorted(range(len(scores)), key=lambda j: keys[j] if valid[j] else -math.inf, reverse=True)
+    widths = [0] * len(scores)
+    left, rest = width, sum(weights)
+    for j in order:
+        if left <= 0 or rest <= 0:
+            break
+        # The last weight served equals what is left of the sum: it takes all the width left
+        # (the reference does too, up to its float rounding).
+        quota = left if weights[j] >= rest else left * weights[j] / rest
+        widths[j] = min(left, math.ceil(quota - 1e-9))
+        left -= widths[j]
+        rest -= weights[j]
+    return widths
+
+
 def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = 0.2,
-                  max_steps: int = MAX_STEPS) -> list[SearchResult]:
+                  max_steps: int = MAX_STEPS,
+                  rounding: Literal["largest_remainder", "ceil"] = "largest_remainder") -> list[SearchResult]:
     """REBASE from every root of ``space`` in lockstep.
 
     Args:
@@ -91,10 +148,15 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
             finished count, and at most n finished candidates are returned.
         temperature: Balance temperature T_b of the softmax over node scores.
         max_steps: Safety cap on depths.
+        rounding: How shares become whole widths: ``largest_remainder`` (:func:`balanced_widths`)
+            or ``ceil``, the authors' rule (:func:`ceil_widths`).
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every finished child, in the order found.
     """
+    if rounding not in ("largest_remainder", "ceil"):
+        raise ValueError(f"rounding must be 'largest_remainder' or 'ceil', got {rounding!r}")
+    split = balanced_widths if rounding == "largest_remainder" else ceil_widths
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not temperature > 0:
@@ -108,7 +170,7 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
         frontier = []
         for tree, live in zip(trees, live_by_tree, strict=True):
             room = n - len(tree.leaves)
-            for node, width in zip(live, balanced_widths([k.score for k in live], room, temperature), strict=True):
+            for node, width in zip(live, split([k.score for k in live], room, temperature), strict=True):
                 if width > 0:
                     node.kept = True
                     frontier.append(Expansion(tree, node, width))
@@ -122,6 +184,11 @@ class RebaseConfig(TreeSearchConfig):
     balance_temperature: float = Field(0.2, gt=0.0, le=100.0)
     """T_b of the softmax that turns node scores into widths: lower gives the best nodes more of
     the budget (near 0: greedy), higher spreads it evenly (large: like independent sampling)."""
+    rounding: Literal["largest_remainder", "ceil"] = "largest_remainder"
+    """How each node's softmax share of the width becomes a whole number of children:
+    ``largest_remainder`` (floors, then the largest remainders get one more) or ``ceil``, the REBASE
+    authors' rule (best node first, each the ceiling of its share of what is left: the best nodes
+    round up, the last get nothing). Both spend the width exactly; ``ceil`` is the reference."""
 
 
 class Rebase(TreeSearchStrategy):
@@ -131,4 +198,5 @@ class Rebase(TreeSearchStrategy):
     config_class: ClassVar[type[StrategyConfigBase]] = RebaseConfig
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
-        return rebase_search(space, scorer, self.config.n, self.config.balance_temperature)
+        return rebase_search(space, scorer, self.config.n, self.config.balance_temperature,
+                            rounding=self.config.rounding)

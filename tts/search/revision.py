@@ -32,11 +32,10 @@ from pydantic import Field, model_validator
 from tts.answers import answer_keys
 from tts.backends.base import Completion, GenerationRequest, Message, derive_seed
 from tts.config import StrategyConfigBase, VerifierConfig
-from tts.search.base import StrategyInputError, VerifierStrategy, to_sample, vote
+from tts.search.base import StrategyInputError, VerifierStrategy, solution_item, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import (
     VerifierScore,
-    VerifyItem,
     clean_score,
     score_or_fallback,
 )
@@ -175,7 +174,7 @@ class Revision(VerifierStrategy):
         verifier = self.verifier
         if verifier is None or not todo:
             return [None] * len(todo), [Usage()] * len(todo)
-        items = [VerifyItem(problems[i], (c.text,), finished=True, logprobs=(c.mean_logprob,)) for i, c in todo]
+        items = [solution_item(problems[i], c.text, verifier, mean_logprob=c.mean_logprob) for i, c in todo]
         scored, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "attempts")  # failed: lowest
         if failed:
             for i in {i for i, _ in todo}:

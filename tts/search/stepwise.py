@@ -28,7 +28,7 @@ from typing import NamedTuple
 from tts.answers import extract_answer
 from tts.backends.base import Completion, GenerationRequest, Generator, derive_seed
 from tts.config import SamplingConfig
-from tts.search.base import ExtractFn, PromptFn
+from tts.search.base import STEP_SEPARATOR, ExtractFn, PromptFn
 from tts.types import Problem, Usage
 from tts.verifiers.base import Verifier, VerifierScore, VerifyItem
 
@@ -117,7 +117,9 @@ class StepwiseSpace:
         prompt: Problem -> chat messages.
         problems: The problems; one search root each.
         sampling: Temperature, top-p, and ``max_tokens``: the token cap of one whole solution.
-        separator: The step separator (a stop string of every step request).
+        separator: The step separator (a stop string of every step request); the default is
+            :data:`~tts.search.base.STEP_SEPARATOR`, at which :func:`~tts.search.base.split_steps`
+            cuts the whole solutions of the other strategies, so a verifier sees the same steps.
         max_depth: Steps after which an unfinished solution has its answer forced.
         step_tokens: Most tokens of one step.
         extract: Text -> answer.
@@ -139,7 +141,7 @@ class StepwiseSpace:
         prompt: PromptFn,
         problems: Sequence[Problem],
         sampling: SamplingConfig,
-        separator: str = "\n\n",
+        separator: str = STEP_SEPARATOR,
         max_depth: int = 8,
         step_tokens: int = 128,
         extract: ExtractFn = extract_answer,

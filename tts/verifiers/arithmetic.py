@@ -318,6 +318,8 @@ class ArithmeticVerifier:
 
     name: ClassVar[str] = "arithmetic"
     config_class: ClassVar[type[ArithmeticConfig]] = ArithmeticConfig
+    step_verifier: ClassVar[bool] = True
+    """It checks each step: whole solutions reach it cut into steps (tts.search.base.solution_item)."""
 
     def __init__(self, config: ArithmeticConfig | None = None) -> None:
         self.config = config or ArithmeticConfig()

@@ -122,6 +122,12 @@ class LLMJudge:
     name: ClassVar[str] = "judge"
     config_class: ClassVar[type[JudgeConfig]] = JudgeConfig
 
+    @property
+    def step_verifier(self) -> bool:
+        """Judging each step (``per_step``): whole solutions reach it cut into steps
+        (tts.search.base.solution_item); otherwise it reads the whole text as one step."""
+        return self.config.per_step
+
     def __init__(self, config: JudgeConfig, generator: Generator, owns_generator: bool = False) -> None:
         self.config = config
         self.generator = generator

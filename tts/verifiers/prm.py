@@ -189,6 +189,9 @@ class PRMVerifier:
     config_class: ClassVar[type[PRMVerifierConfig]] = PRMVerifierConfig
     keep_warm: ClassVar[bool] = True
     """Start-up is expensive (tens of seconds): keep the verifier for the whole run."""
+    step_verifier: ClassVar[bool] = True
+    """It scores every step: strategies that score whole solutions cut them into steps first
+    (:func:`tts.search.base.solution_item`), so a tag follows each step and ``aggregation`` decides."""
 
     def __init__(self, config: PRMVerifierConfig | None = None) -> None:
         self.config = config or PRMVerifierConfig()

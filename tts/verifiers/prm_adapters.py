@@ -157,11 +157,27 @@ class PRMAdapter(BaseModel):
         return text.replace(marker, solution, 1), [(a + start, b + start) for a, b in spans], False
 
 
+SAL_SYSTEM_PROMPT = (
+    "Solve the following math problem efficiently and clearly:\n\n- For simple problems (2 steps or fewer):\n"
+    "Provide a concise solution with minimal explanation.\n\n- For complex problems (3 steps or more):\n"
+    "Use this step-by-step format:\n\n## Step 1: [Concise description]\n[Brief explanation and calculations]\n\n"
+    "## Step 2: [Concise description]\n[Brief explanation and calculations]\n\n...\n\n"
+    "Regardless of the approach, always conclude with:\n\n"
+    "Therefore, the final answer is: $\\boxed{answer}$. I hope it is correct.\n\n"
+    "Where [answer] is just the final number or expression that solves the problem."
+)
+"""search-and-learn's default system prompt (``sal.config.Config.system_prompt``, Apache-2.0), which
+its Math-Shepherd PRM reads before the question in every shipped recipe."""
+
 ADAPTERS: dict[str, PRMAdapter] = {
-    # Qwen/Qwen2.5-Math-PRM-7B and -72B (model card): steps joined by <extra_0>, one after the last
-    # step too, inside Qwen's chat template with this system prompt; the head's class 1 is "good".
-    # Tag and index are from the model card and vLLM's Qwen2ForProcessRewardModel default
-    # (step_tag_id 151651); recheck both on a machine with the weights.
+    # Qwen/Qwen2.5-Math-PRM-7B and -72B, laid out as search-and-learn's Qwen_2_5_Math PRM does
+    # (src/sal/models/reward_models.py, which follows the model card): <extra_0> after every step,
+    # the last one included, the whole in Qwen's chat format (system, user, assistant, no generation
+    # prompt) with this system prompt; the head's class 1 is "good". A solution's steps are the
+    # pieces between its blank lines (tts.search.base.split_steps), which the reference replaces by
+    # <extra_0>. Tag and index are from the model card and vLLM's Qwen2ForProcessRewardModel default
+    # (step_tag_id 151651); recheck both on a machine with the weights
+    # (tests/parity/test_prm_and_aggregation.py does when the tokenizer is in the local cache).
     "qwen2.5-math-prm": PRMAdapter(
         name="qwen2.5-math-prm",
         head="token_classify",
@@ -172,11 +188,27 @@ ADAPTERS: dict[str, PRMAdapter] = {
         system="Please reason step by step, and put your final answer within \\boxed{}.",
         positive_index=1,
     ),
-    # peiyi9979/math-shepherd-mistral-7b-prm (model card): "{question} Step 1: ... ки\nStep 2: ... ки",
-    # score = softmax over the logits of "+" and "-" at each "ки", P("+"). Recheck on the real
-    # tokenizer that "ки" and "+"/"-" are one token each (the card reads ids 12902, 648 and 387).
+    # peiyi9979/math-shepherd-mistral-7b-prm, laid out as search-and-learn's MathShepherd PRM does
+    # (src/sal/models/reward_models.py): system prompt, newline, question, newline, a space, then
+    # the solution with " ки" after every step and the blank lines between steps kept; score =
+    # softmax over the logits of "+" and "-" at each "ки", P("+") (its CANDIDATE_TOKENS 648, 387 and
+    # STEP_TAG_ID 12902). Recheck on the real tokenizer that "ки" and "+"/"-" are one token each.
     "math-shepherd": PRMAdapter(
         name="math-shepherd",
+        head="lm_labels",
+        step_tag="ки",
+        step_separator="\n\n",
+        step_template="{step} {tag}",
+        template="{system}\n{question}\n {solution}",
+        system=SAL_SYSTEM_PROMPT,
+        good_label="+",
+        bad_label="-",
+    ),
+    # The same model as its model card writes the input: "{question} Step 1: ... ки\nStep 2: ... ки"
+    # (numbered steps, one newline, no system prompt); tts's math-shepherd layout before it followed
+    # search-and-learn. Kept as a setting: adapter: math-shepherd-card.
+    "math-shepherd-card": PRMAdapter(
+        name="math-shepherd-card",
         head="lm_labels",
         step_tag="ки",
         step_separator="\n",
