@@ -79,13 +79,34 @@ def test_with_uninformative_scores_resampling_is_uniform_and_random(targets):
     assert 0.75 < variance < 1.0  # 1 - 1/8 = 0.875; the sd of this estimate is about 0.03
 
 
-def test_equal_scores_give_equal_weights_and_a_sharp_softmax_puts_the_weight_on_the_best():
-    assert particle_weights([0.3] * 4, 1.0) == [0.25] * 4
-    w = particle_weights([1.0, 0.0, 0.5, -1.0], 0.05)
+@pytest.mark.parametrize("weighting", ["log_odds", "proportional", "softmax"])
+def test_equal_scores_give_equal_weights_and_a_sharp_temperature_puts_the_weight_on_the_best(weighting):
+    assert particle_weights([0.3] * 4, 1.0, weighting) == [0.25] * 4
+    w = particle_weights([1.0, 0.0, 0.5, -1.0], 0.05, weighting)
     assert w[0] > 0.99 and w[3] == 0.0 and abs(sum(w) - 1) < 1e-12
-    assert particle_weights([-1.0, -1.0], 1.0) == [0.5, 0.5]  # no valid score: uniform
+    assert particle_weights([-1.0, -1.0], 1.0, weighting) == [0.5, 0.5]  # no valid score: uniform
     with pytest.raises(ValueError, match="temperature"):
-        particle_weights([0.5], 0.0)
+        particle_weights([0.5], 0.0, weighting)
+
+
+def test_the_weightings_order_from_greedy_to_flat_and_a_bad_one_is_refused():
+    # [0.9, 0.5, 0.1]: log-odds (its_hub) is the sharpest, the softmax of raw scores the flattest
+    best = {k: particle_weights([0.9, 0.5, 0.1], weighting=k)[0] for k in ("log_odds", "proportional", "softmax")}
+    assert best["log_odds"] > best["proportional"] > best["softmax"]
+    with pytest.raises(ValueError, match="weighting must be"):
+        particle_weights([0.5], weighting="odds")
+    with pytest.raises(ValidationError):
+        ParticleFilteringConfig(weighting="odds")
+
+
+def test_every_step_is_resampled_the_last_one_included(targets):
+    # The toy strings all finish at LENGTH steps: LENGTH resamplings, the last after every particle
+    # has finished (its_hub resamples after every propagation); the final particles are its draws.
+    space = DigitSpace(targets(20, seed=9), base=BASE, seed=10)
+    results = particle_filter(space, PerfectScorer(space), n=8, rngs=_rngs(20))
+    for r in results:
+        assert r.events["resamples"] == LENGTH
+        assert all(r.nodes[i].kept for i in r.leaves) and len(r.leaves) == 8
 
 
 def test_with_a_sharp_verifier_the_particles_concentrate_on_the_best_branch(targets, chosen):
@@ -95,7 +116,7 @@ def test_with_a_sharp_verifier_the_particles_concentrate_on_the_best_branch(targ
     flat = particle_filter(flat_space, PerfectScorer(flat_space), n=16, temperature=100.0, rngs=_rngs(60))
 
     def share_on_target(results, space):
-        # the branch: the first LENGTH - 1 digits (the last step is sampled after the last resampling)
+        # the branch: the first LENGTH - 1 digits
         hits = [leaf.state.digits[:-1] == t[:-1] for r, t in zip(results, space.targets, strict=True)
                 for leaf in r.leaf_nodes]
         return sum(hits) / len(hits)
@@ -171,6 +192,8 @@ def test_particle_gibbs_n_counts_all_iterations_and_the_message_says_what_to_cha
     with pytest.raises(ValidationError, match="at least 2 particles"):
         ParticleGibbsConfig(n=3, iterations=3)
     assert ParticleFilteringConfig(n=8, temperature=0.5).label == "particle_filtering@8,temperature=0.5"
+    assert ParticleFilteringConfig(n=8, weighting="softmax").label == "particle_filtering@8,weighting=softmax"
+    assert ParticleGibbsConfig(n=8, reference_weight="prefix").label == "particle_gibbs@8,reference_weight=prefix"
     assert STRATEGIES.load("particle_filtering") is ParticleFiltering
     assert STRATEGIES.load("particle_gibbs") is ParticleGibbs
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal
 
@@ -66,32 +67,61 @@ from tts.search.tree_search import (
     never_ends,
 )
 from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+from tts.types import Sample
 
 
-def particle_weights(scores: Sequence[float], temperature: float) -> list[float]:
-    """Normalised resampling weights: softmax(score / temperature) over the valid scores.
+Weighting = Literal["log_odds", "proportional", "softmax"]
+"""How a particle's score p in [0, 1] becomes its resampling weight (see :func:`particle_weights`)."""
+
+ReferenceWeight = Literal["final", "prefix"]
+"""Which score the Particle Gibbs reference enters each resampling with (see the module docstring)."""
+
+CLIP = 1e-7
+"""Scores are clipped to [CLIP, 1 - CLIP] before a log (its_hub's ``_inv_sigmoid`` uses 1e-7)."""
+
+
+def _log_weight(p: float, weighting: Weighting) -> float:
+    """The unnormalised log-weight of a score under ``weighting`` (before the temperature)."""
+    if weighting == "softmax":
+        return p
+    q = min(max(p, CLIP), 1.0 - CLIP)
+    return math.log(q / (1.0 - q)) if weighting == "log_odds" else math.log(q)
+
+
+def particle_weights(scores: Sequence[float], temperature: float = 1.0,
+                     weighting: Weighting = "log_odds") -> list[float]:
+    """Normalised resampling weights: softmax(f(score) / temperature) over the valid scores.
+
+    f is log(p / (1 - p)) for ``log_odds`` (its_hub: weights proportional to the odds), log(p) for
+    ``proportional`` (weights proportional to the score) and p itself for ``softmax`` (tts before
+    it followed its_hub); p is clipped to [1e-7, 1 - 1e-7] before a log. At temperature 1 the
+    scores [0.9, 0.5, 0.1] give [0.89, 0.10, 0.01], [0.60, 0.33, 0.07] and [0.47, 0.32, 0.21].
 
     Args:
         scores: One score per particle in [0, 1]; a negative one (PENALTY) marks a particle
             without a valid score, which gets weight 0 while any particle has a valid score.
-        temperature: > 0; lower concentrates the weight on the best particles.
+        temperature: > 0; lower concentrates the weight on the best particles (1: the rule itself).
+        weighting: ``log_odds`` (default), ``proportional`` or ``softmax``.
 
     Returns:
         Weights summing to 1 (uniform when no score is valid).
 
     Example:
-        >>> particle_weights([0.5, 0.5], 1.0)
-        [0.5, 0.5]
+        >>> [round(w, 2) for w in particle_weights([0.9, 0.5, 0.1])]
+        [0.89, 0.1, 0.01]
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if weighting not in ("log_odds", "proportional", "softmax"):
+        raise ValueError(f"weighting must be log_odds, proportional or softmax, got {weighting!r}")
     if not scores:
         return []
     valid = [s >= 0.0 and math.isfinite(s) for s in scores]
     if not any(valid):
         return [1.0 / len(scores)] * len(scores)
-    top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
-    raw = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
+    logs = [_log_weight(s, weighting) / temperature if ok else -math.inf for s, ok in zip(scores, valid, strict=True)]
+    top = max(logs)
+    raw = [math.exp(x - top) if ok else 0.0 for x, ok in zip(logs, valid, strict=True)]
     total = sum(raw)
     return [w / total for w in raw]
 
@@ -118,7 +148,8 @@ class _Filter:
         return self.reference[min(depth, len(self.reference)) - 1]
 
 
-def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filter], n: int, temperature: float,
+def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filter], n: int,
+                weigh: Callable[[Sequence[float]], list[float]], reference_weight: ReferenceWeight,
                 max_steps: int) -> None:
     """Particle filtering from every root in lockstep (see the module docstring for the steps)."""
     # 1. The first step: each root expanded n ways (n - 1 besides a reference's first node).
@@ -131,22 +162,25 @@ def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filt
             f.done = True
     for depth in range(1, max_steps + 1):
         live = [f for f in filters if not f.done]
-        for f in live:
-            if all(p.terminal for p in f.particles):
-                f.done = True
-        live = [f for f in live if not f.done]
         if not live:
             return
-        # 2-3. Weights from the scores of all particles; resample (the reference keeps its slot).
+        # 2-3. Weights from the scores of all particles; resample after every step, the last one
+        # included; the reference keeps its slot.
         batch: list[Expansion] = []
         owners: list[tuple[_Filter, list[int]]] = []
         for f in live:
-            weights = particle_weights([p.score for p in f.particles], temperature)
-            ref = f.reference_at(depth + 1)
-            drawn = [f.particles[i] for i in resample(weights, n - (1 if ref is not None else 0), f.rng)]
+            scores = [p.score for p in f.particles]
+            if f.reference and reference_weight == "final":
+                scores[0] = f.reference[-1].score  # its_hub: the (finished) reference's final score
+            drawn = [f.particles[i] for i in resample(weigh(scores), n - (1 if f.reference else 0), f.rng)]
             f.tree.events["resamples"] += 1
             for p in drawn:
                 p.kept = True
+            if all(p.terminal for p in drawn):  # every particle has finished (the reference had)
+                f.particles = ([f.reference[-1]] if f.reference else []) + drawn
+                f.done = True
+                continue
+            ref = f.reference_at(depth + 1)
             f.particles = ([ref] if ref is not None else []) + drawn
             # 4. Unfinished particles on the same node are one request of n = copies.
             copies: dict[int, list[int]] = {}
@@ -181,21 +215,26 @@ def _trajectory(tree: SearchTree, node: TreeNode) -> list[TreeNode]:
 
 
 def particle_filter(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = 1.0,
-                    rngs: Sequence[random.Random] | None = None, max_steps: int = MAX_STEPS) -> list[SearchResult]:
-    """Particle filtering (Puri et al. 2025, Algorithm 1) from every root of ``space`` in lockstep.
+                    rngs: Sequence[random.Random] | None = None, max_steps: int = MAX_STEPS, *,
+                    weighting: Weighting = "log_odds") -> list[SearchResult]:
+    """Particle filtering (Puri et al. 2025, Algorithm 1; its_hub's ``ParticleFiltering``) from
+    every root of ``space`` in lockstep.
 
     Args:
         space: The search space (one root per problem).
         scorer: Scores states in [0, 1] (higher is better).
         n: Particles per root.
-        temperature: Of the softmax that turns scores into resampling weights.
+        temperature: Divides the log-weights (1: the weighting itself; lower is greedier).
         rngs: One random generator per root (default: seeded 0, 1, 2, ...).
         max_steps: Safety cap on steps.
+        weighting: How scores become weights (:func:`particle_weights`): ``log_odds`` (its_hub),
+            ``proportional`` or ``softmax``.
 
     Returns:
         One :class:`SearchResult` per root; its leaves are the n final particles (duplicates
-        included); ``kept`` marks every node that was drawn in a resampling. Events:
-        ``resamples`` (resampling steps), ``no_children``.
+        included), drawn in the resampling after the last step; ``kept`` marks every node that was
+        drawn in a resampling. Events: ``resamples`` (resampling steps, one per step),
+        ``no_children``.
 
     Example:
         >>> from tts.search.toy import DigitSpace, PerfectScorer
@@ -204,27 +243,31 @@ def particle_filter(space: SearchSpace, scorer: StateScorer, n: int, temperature
         >>> max(r.leaf_nodes, key=lambda node: node.score).state.digits
         '3102'
     """
-    return particle_gibbs(space, scorer, n, 1, temperature, rngs, max_steps=max_steps)
+    return particle_gibbs(space, scorer, n, 1, temperature, rngs, max_steps=max_steps, weighting=weighting)
 
 
 def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: int = 2, temperature: float = 1.0,
                    rngs: Sequence[random.Random] | None = None, before_iteration: Callable[[int], None] | None = None,
-                   max_steps: int = MAX_STEPS) -> list[SearchResult]:
-    """Particle Gibbs (Puri et al. 2025, Algorithm 2): ``iterations`` particle filters of ``n``
-    particles; from the second on, one particle is the reference trajectory drawn at the end of
-    the previous one (by weight), which is never resampled away.
+                   max_steps: int = MAX_STEPS, *, weighting: Weighting = "log_odds",
+                   reference_weight: ReferenceWeight = "final") -> list[SearchResult]:
+    """Particle Gibbs (Puri et al. 2025, Algorithm 2; its_hub's ``ParticleGibbs``): ``iterations``
+    particle filters of ``n`` particles; from the second on, one particle is the reference
+    trajectory drawn at the end of the previous one (by weight), which is never resampled away.
 
     Args:
-        space, scorer, n, temperature, rngs, max_steps: As :func:`particle_filter` (n is the
-            particles of one iteration).
+        space, scorer, n, temperature, rngs, max_steps, weighting: As :func:`particle_filter` (n
+            is the particles of one iteration).
         iterations: Filtering runs; 1 is plain particle filtering.
         before_iteration: Called with the iteration's index before it starts (the step-wise
             space changes its seeds there, so an iteration never resends an earlier one's).
+        reference_weight: The score the reference enters every resampling with: ``final`` (its
+            whole trajectory's, as its_hub's code does) or ``prefix`` (its score after as many
+            steps as the other particles have taken).
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every iteration's final particles, in
-        iteration order. Events also count ``references_kept``: final particle sets that held their
-        iteration's reference.
+        iteration order (the reference first from the second iteration on). Events also count
+        ``references_kept``: final particle sets that held their iteration's reference.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -232,6 +275,13 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     if iterations > 1 and n < 2:
         raise ValueError("Particle Gibbs needs n >= 2 particles per iteration: one is the reference")
+    if reference_weight not in ("final", "prefix"):
+        raise ValueError(f"reference_weight must be final or prefix, got {reference_weight!r}")
+    particle_weights([0.5], temperature, weighting)  # refuses a bad temperature or weighting up front
+
+    def weigh(scores: Sequence[float]) -> list[float]:
+        return particle_weights(scores, temperature, weighting)
+
     trees = [SearchTree(root) for root in space.initial_states()]
     rngs = list(rngs) if rngs is not None else [random.Random(i) for i in range(len(trees))]
     if len(rngs) != len(trees):
@@ -242,15 +292,15 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
         if before_iteration is not None:
             before_iteration(it)
         filters = [_Filter(t, rng, ref) for t, rng, ref in zip(trees, rngs, references, strict=True)]
-        _run_filter(space, scorer, filters, n, temperature, max_steps)
+        _run_filter(space, scorer, filters, n, weigh, reference_weight, max_steps)
         for i, f in enumerate(filters):
             if f.reference and f.particles and f.particles[0] is f.reference[-1]:
                 f.tree.events["references_kept"] += 1
             _finish(f)
             finished = [p for p in f.particles if p.terminal]
             if it + 1 < iterations and finished:
-                # The next reference: one final particle drawn by weight (conditional SMC's draw).
-                [j] = resample(particle_weights([p.score for p in finished], temperature), 1, f.rng)
+                # The next reference: one final particle drawn by weight (its_hub: the same softmax).
+                [j] = resample(weigh([p.score for p in finished]), 1, f.rng)
                 references[i] = _trajectory(f.tree, finished[j])
     return [t.result() for t in trees]
 
@@ -259,13 +309,24 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
 
 
 class ParticleFilteringConfig(TreeSearchConfig):
-    """Particle filtering: n partial solutions resampled by softmax(verifier score / temperature) every step."""
+    """Particle filtering: n partial solutions resampled every step by their verifier scores
+    (default: softmax of the scores' log-odds, as its_hub)."""
 
     kind: Literal["particle_filtering"] = "particle_filtering"
+    weighting: Weighting = "log_odds"
+    """How a verifier score p becomes a resampling weight: ``log_odds`` (default; its_hub, the
+    authors' library: softmax of log(p / (1 - p)), weights proportional to the odds),
+    ``proportional`` (weights proportional to p: the PRM read as the emission likelihood) or
+    ``softmax`` (softmax of p itself: tts's rule before it followed its_hub; with p in [0, 1] the
+    best particle outweighs the worst by at most e, so it resamples almost uniformly)."""
     temperature: float = Field(1.0, gt=0.0, le=100.0)
-    """Of the softmax over verifier scores (in [0, 1]) that gives the resampling weights: 1 is
-    Puri et al.'s softmax of the scores; lower resamples more greedily (near 0: every particle
-    onto the best), higher more uniformly (like independent sampling)."""
+    """Divides the log-weights before they are normalised: 1 is the weighting itself; lower
+    resamples more greedily (near 0: every particle onto the best), higher more uniformly (like
+    independent sampling)."""
+    select: Literal["verifier", "weighted_vote"] = "verifier"
+    """How the answer is chosen among the final particles: ``verifier`` (default; its_hub: the
+    particle with the highest weight, i.e. the best score) or ``weighted_vote`` (a vote weighted by
+    verifier score, duplicates counting as often as they were drawn)."""
 
 
 class ParticleGibbsConfig(ParticleFilteringConfig):
@@ -274,7 +335,17 @@ class ParticleGibbsConfig(ParticleFilteringConfig):
     kind: Literal["particle_gibbs"] = "particle_gibbs"  # type: ignore[assignment]
     iterations: int = Field(2, ge=1, le=64)
     """Filtering runs; each has n / iterations particles, one of which (from the second run on) is
-    the reference trajectory drawn from the previous run. n must be a multiple of it."""
+    the reference trajectory drawn from the previous run. n must be a multiple of it. (its_hub's
+    class defaults to 1, which is particle filtering; 2 is the fewest that make it Gibbs.)"""
+    reference_weight: ReferenceWeight = "final"
+    """The score the reference trajectory enters every resampling with: ``final`` (default; its_hub's
+    code: the reference is a finished particle and weighs by its whole trajectory's score) or
+    ``prefix`` (its score after as many steps as the other particles have taken: the rule its_hub's
+    issue #54 proposed, and tts's before it followed the code)."""
+    answer_from: Literal["last_iteration", "all_iterations"] = "last_iteration"
+    """Which final particles the answer is chosen among: ``last_iteration`` (default; its_hub reads
+    it off the last iteration) or ``all_iterations`` (every iteration's). Either way every
+    iteration's final particles are the trace's candidates (n in all, for pass@n)."""
 
     @model_validator(mode="after")
     def _iterations_divide_n(self) -> ParticleGibbsConfig:
@@ -301,7 +372,8 @@ class ParticleFiltering(TreeSearchStrategy):
         return [random.Random(derive_seed(self.seed, f"{p.id}|{self.config.label}", 0)) for p in space.problems]
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
-        return particle_filter(space, scorer, self.config.n, self.config.temperature, self._rngs(space))
+        c = self.config
+        return particle_filter(space, scorer, c.n, c.temperature, self._rngs(space), weighting=c.weighting)
 
 
 class ParticleGibbs(ParticleFiltering):
@@ -318,4 +390,16 @@ class ParticleGibbs(ParticleFiltering):
             space.seed_key = f"{key}|iteration{it}" if it else key  # new seeds for every iteration's samples
 
         return particle_gibbs(space, scorer, c.particles, c.iterations, c.temperature, self._rngs(space),
-                              before_iteration=before_iteration)
+                              before_iteration=before_iteration, weighting=c.weighting,
+                              reference_weight=c.reference_weight)
+
+    def _select(self, samples: Sequence[Sample], scores: Sequence[float],
+                events: Counter[str]) -> tuple[str | None, float, dict[str, float], int | None]:
+        """The answer among the last iteration's final particles (the last ``particles`` candidates)
+        unless ``answer_from="all_iterations"``."""
+        c = self.config
+        if c.answer_from == "all_iterations" or len(samples) <= c.particles:
+            return super()._select(samples, scores, events)
+        start = len(samples) - c.particles
+        answer, confidence, votes, index = super()._select(samples[start:], scores[start:], events)
+        return answer, confidence, votes, None if index is None else start + index
