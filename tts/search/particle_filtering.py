@@ -1,43 +1,67 @@
-"""Particle filtering and Particle Gibbs over solution steps (Puri et al. 2025).
+"""Particle filtering and Particle Gibbs over solution steps (Puri et al. 2025, as in its_hub).
 
 Puri, Sudalairaj, Xu, Xu and Srivastava, "A Probabilistic Inference Approach to Inference-Time
 Scaling of LLMs using Particle-Based Monte Carlo Methods" (arXiv:2502.01618), treat a step-wise
-search as inference in a state-space model: the partial solutions are particles, the verifier's
-(PRM's) score of a partial solution is its weight, and instead of beam search's hard cut to the
-N/M best, the particles are *resampled* in proportion to their weights, so a lower-scored partial
-solution still survives with some probability (the verifier is noisy; a deterministic cut trusts
-it completely). With N particles:
+search as inference in a state-space model: the LLM is the transition model, the partial solutions
+are particles, and the verifier (a PRM) is the emission model whose score of a partial solution
+weighs it; instead of beam search's hard cut to the N/M best, the particles are *resampled* by
+their weights, so a lower-scored partial solution still survives with some probability (the
+verifier is noisy; a deterministic cut trusts it completely). The reference implementation is the
+authors' library its_hub (Red-Hat-AI-Innovation-Team/its_hub, ``its_hub/algorithms/particle_gibbs.py``
+at commit e4d00d1a342c7b4dadc201a7d3648237180adf22); ``tests/parity/test_particle_filtering.py``
+checks that tts makes its decisions. With N particles:
 
-1. sample N first steps (one particle each) and score them;
-2. weights: softmax(score / temperature) over all N particles (Puri et al.'s Algorithm 1 uses a
-   softmax of the reward-model scores; ``temperature`` scales them);
+1. sample N first steps (one particle each) and score each partial solution as a whole (the
+   verifier's score, with its ``aggregation`` over the steps; its_hub: reward_hub's aggregation);
+2. weights: softmax(log(p / (1 - p))) over all N particles, finished ones included, p the score
+   clipped to [1e-7, 1 - 1e-7] (``weighting="log_odds"``, the default);
 3. resample N particles from the weights (multinomial: each draw picks particle i with
-   probability w_i), finished particles included: a finished particle that is drawn stays
-   finished, so the set drifts towards finished solutions the verifier likes;
-4. continue every unfinished particle by one step and score it; repeat from 2 until every
-   particle is finished.
+   probability w_i); a finished particle that is drawn stays finished;
+4. continue every unfinished particle by one step and score it; repeat from 2. The loop ends at
+   the resampling that draws only finished particles: every step is resampled, the last included
+   (its_hub resamples after every propagation, then finds every particle stopped);
+5. the answer: the final particle with the highest score (``select="verifier"``, its_hub's
+   default ``SelectionMethod.ARGMAX``; first on ties).
 
-Particle Gibbs (their Algorithm 2; conditional SMC, Andrieu, Doucet and Holenstein 2010) runs the
-filter for several iterations. From the second iteration on, one particle is the *reference*: the
-trajectory chosen (by its weight) at the end of the previous iteration. At every step the
-reference keeps its own next step instead of being sampled, and it is never resampled away; it
-does take part in the weights, so the other particles can be resampled onto its prefix and branch
-off it. The reference thus carries what an iteration found into the next.
+Why log-odds by default: its_hub, written by the paper's authors and aligned with the paper's
+results ("fixes for parity with paper impl & results"), stores log(p / (1 - p)) of the PRM's score
+as a particle's log-weight and resamples by the softmax of the log-weights, so weights are
+proportional to the odds p / (1 - p); that is the softmax step of Algorithm 1 as the authors run
+it. For scores [0.9, 0.5, 0.1] it gives [0.89, 0.10, 0.01]. Two other rules are settings:
+``weighting="proportional"`` (weights proportional to p, the PRM read literally as the emission
+likelihood: [0.60, 0.33, 0.07]) and ``weighting="softmax"`` (softmax of p itself, tts's rule before
+it followed its_hub: [0.47, 0.32, 0.21], the best particle outweighing the worst by at most e, so
+almost uniform). ``temperature`` divides the log-weights of any of them (1: the rule itself).
 
-Choices of this implementation:
+Particle Gibbs (their Algorithm 2; conditional SMC, Andrieu, Doucet and Holenstein 2010; its_hub's
+``ParticleGibbs`` with one reference particle) runs the filter ``iterations`` times with ``n /
+iterations`` particles each. From the second iteration on, one particle is the *reference*: a
+final particle of the previous iteration drawn by the same weights. It keeps its own steps instead
+of being sampled, keeps its slot at every resampling (it is never resampled away), and takes part
+in the weights, so the other particles can be resampled onto it: a drawn copy is cut back to as
+many steps as the others have taken and continues from there (branches off the reference's
+prefix). As in its_hub's code the reference, a finished particle, enters every resampling with its
+final score (``reference_weight="final"``); ``reference_weight="prefix"`` weighs it by its score
+after the current number of steps instead (the rule its_hub's issue #54 argued for, and tts's
+before it followed the code). The answer is chosen among the last iteration's final particles, as
+its_hub does (``answer_from="last_iteration"``); ``answer_from="all_iterations"`` chooses among
+every iteration's.
 
+Departures from its_hub, on purpose:
+
+- ``ParticleGibbsConfig.iterations`` defaults to 2: its_hub's class defaults to 1, which is
+  particle filtering; ``iterations=1`` gives it.
 - Particles that point at the same node are expanded by ONE request of ``n = copies`` (as beam
-  search expands a kept node M ways), so copies branch into different continuations instead of
-  resending one seed; every step of every problem is one expand call and one score call.
+  search expands a kept node M ways), so copies branch into different continuations; its_hub sends
+  one request per particle. The continuations are samples either way; every step of every problem
+  is one expand call and one score call.
 - A particle without a valid score (:data:`~tts.search.tree_search.PENALTY`) has weight 0 while
-  any particle has a valid score; when none has, resampling is uniform.
-- The candidates (``SearchResult.leaves``) are the final particles, duplicates included (a
-  particle drawn k times counts k times in a weighted vote: the particle approximation of the
-  posterior). Particle Gibbs returns the final particles of every iteration (n in all, the last
-  iteration's last), so its answer is chosen among as many candidates as the other searches at
-  the same ``n``; the paper reads it off the last iteration.
-- ``n`` of Particle Gibbs is particles x iterations, so ``-n`` compares it with the other
-  searches at the same number of sampled steps per depth.
+  any particle has a valid score; when none has, resampling is uniform (its_hub's PRM always
+  returns a score).
+- The candidates (``SearchResult.leaves``, the trace's samples) are every iteration's final
+  particles, duplicates included (n in all, so pass@n counts as many candidates as the other
+  searches at the same ``n``); the answer still comes from the last iteration by default.
+- ``n`` of Particle Gibbs is particles x iterations, as its_hub's ``budget``.
 - Randomness: each root has its own :class:`random.Random`, seeded by the strategy from the run
   seed, the problem and the config, so a run repeats exactly on a seeded backend.
 """
