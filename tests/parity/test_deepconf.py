@@ -323,13 +323,16 @@ def test_trace_confidence_measures_equal_the_reference(measure, ref):
     """REF utils.py: mean (calculate_mean_confidence), tail (calculate_tail_confidence, last
     ``tail_tokens``), bottom_window (calculate_bottom_window_confidence: the mean of the lowest
     max(1, floor(10% of groups)) groups) and min_window (the same with bottom_percent = -1, the
-    lowest group). tts's ``window`` plays both window_size and tail_tokens. Failed before the fix
-    for bottom_window: tts rounded the 10% up (ceil)."""
+    lowest group). tts's ``window`` plays both window_size and tail_tokens."""
     for window in (2, 4, 5):
         for top in _hand_traces():
             conf = [ref_token_confidence(p) for p in top]
             assert trace_confidence(top, measure, window, 4) == pytest.approx(ref(conf, window)), (measure, window)
-    # 15 groups (window 1): the lowest floor(1.5) = 1 group, not ceil(1.5) = 2
+
+
+def test_bottom_ten_percent_takes_the_floor_of_the_group_count():
+    """REF utils.py calculate_bottom_window_confidence: max(1, int(groups * 0.1)) groups, rounded
+    down. With 15 groups that is the lowest one, not two. Failed before the fix: tts rounded up."""
     top = [[-float(v)] * 4 for v in (9, 4, 12, 1, 7, 15, 3, 10, 2, 14, 6, 11, 5, 13, 8)]
     conf = [ref_token_confidence(p) for p in top]
     assert trace_confidence(top, "bottom_window", 1, 4) == pytest.approx(ref_bottom_window(conf, 1, 0.1)) == 1.0
