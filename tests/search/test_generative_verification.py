@@ -185,7 +185,8 @@ def test_a_judge_that_gives_no_verdict_is_counted_per_solution():
     gen = ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=3, verdict_mass=0.0)
     sols = _strategy(gen, n=4, verifications=2).solve(PROBLEMS[:3])
     for sol in sols:
-        assert sol.trace.events == {"no_verdict": 4} and sol.trace.scores == (0.5,) * 4
+        # 4 solutions x 2 replies without a verdict; no valid verdict scores 0 (Singhi et al.)
+        assert sol.trace.events == {"no_verdict": 4, "invalid_verdict": 8} and sol.trace.scores == (0.0,) * 4
         assert VerificationCost.from_trace(sol.trace).verify_tokens > 0  # the rambling was still paid for
 
 

@@ -154,10 +154,29 @@ def test_p_yes_merges_spellings_and_normalises_by_yes_and_no():
     assert p_yes({"The": -0.1, "I": -2.0}) is None and p_yes(None) is None and p_yes({}) is None
 
 
-def test_final_verdict_is_the_last_yes_or_no():
+def test_final_verdict_is_the_trailing_yes_or_no_of_a_finished_reply():
     assert final_verdict("No wait, the sum is right. Yes.") is True
     assert final_verdict("Yes the steps look fine but 3 + 4 is not 8. No") is False
     assert final_verdict("Nothing to say.") is None  # "Nothing" is not "No"
+    assert final_verdict("Yes, the solution is correct: there is no error.") is True
+    assert final_verdict("Yes.\n\nThen I re-read the problem") is None  # a verdict must come last
+    assert final_verdict("The steps are right. Yes.", "length") is None  # cut off: no verdict
+
+
+def test_votes_leave_out_replies_without_a_verdict_and_count_them():
+    class Replies:
+        model_name = "fixed"
+
+        def generate(self, requests):
+            texts = [("Fine. Yes.", "stop"), ("Step 2 is fine, no issue with", "length"), ("Hmm.", "stop")]
+            return [GenerationResult(tuple(Completion(t, 5, finish_reason=f) for t, f in texts), Usage(calls=1))
+                    for _ in requests]
+
+        def close(self):
+            pass
+
+    (score,) = LLMJudge(JudgeConfig(votes=3), Replies()).score(_items()[:1])
+    assert score.score == 1.0 and score.invalid == 2
 
 
 @pytest.mark.slow

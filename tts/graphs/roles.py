@@ -118,7 +118,7 @@ def yes_score(result: GenerationResult, sampled: bool) -> float | None:
     if not sampled:
         score = p_yes(result.completions[0].first_token_top_logprobs) if result.completions else None
     else:
-        verdicts = [v for v in (final_verdict(c.text) for c in result.completions) if v is not None]
+        verdicts = [v for v in (final_verdict(c.text, c.finish_reason) for c in result.completions) if v is not None]
         score = sum(verdicts) / len(verdicts) if verdicts else None
     return score if score is not None and math.isfinite(score) else None
 

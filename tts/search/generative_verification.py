@@ -3,7 +3,17 @@
 Zhang et al. (2024), "Generative Verifiers: Reward Modeling as Next-Token Prediction": a model
 verifies a solution by writing a check that ends in a verdict; sampling V such checks and
 averaging their verdicts ("majority voting" over verification rationales) gives the solution's
-verification score, and the best-scored of S solutions is the answer. The verifier is the LLM
+verification score, and the best-scored of S solutions is the answer.
+
+Faithful to Singhi et al.'s code (github.com/nishadsinghi/sc-genrm-scaling, ``eval_utils.py``;
+pinned in tests/parity/test_judge_and_genrm.py): only a trailing verdict counts; a solution's score
+is the mean of its valid verdicts (replies cut off at ``max_tokens`` or without a verdict are left
+out, and counted in the trace's ``invalid_verdict`` event), 0 when none is valid
+(``no_verdict_score``); ``select=score`` is their best-of-N and ``select=weighted_vote`` their
+weighted self-consistency, solutions without an answer never chosen. Departures: a verdict is the
+sampled Yes/No (their text mode), not P(Yes) at the verdict token (their logprob mode); tied scores
+go to the earliest solution, where the reference averages accuracy over random tie orders (the
+same in expectation: solutions are i.i.d.). The verifier is the LLM
 judge in its votes mode (:class:`~tts.verifiers.judge.LLMJudge` with ``votes = V``), judging with
 the policy model, or with a model of its own (``verifier: {kind: judge, backend: ...}``).
 
@@ -50,6 +60,10 @@ class GenerativeVerificationConfig(SamplingStrategyConfig):
     verifications: int = Field(4, ge=1, le=64)
     """V, sampled verifications of each solution; a solution's verification score is the share
     of its V verdicts that say Yes."""
+    no_verdict_score: float = Field(0.0, ge=0.0, le=1.0)
+    """Verification score of a solution none of whose V verifications ends in a verdict (each cut
+    off at the judge's ``max_tokens``, or without a trailing Yes/No): 0.0 as Singhi et al.'s
+    ``get_solution_score``; 0.5 (no evidence either way) was tts's rule before."""
     select: Literal["score", "weighted_vote"] = "score"
     """``score``: the answered solution with the highest verification score (ties: the earliest);
     ``weighted_vote``: a vote over answers, each solution weighted by its verification score."""
@@ -260,10 +274,15 @@ class GenerativeVerification(Strategy):
 
     def _select(self, problem_id: str, samples: Sequence[Sample], solve_usage: Usage,
                 verdicts: Sequence[VerifierScore], events: dict[str, int]) -> Solution:
-        scores = tuple(v.score for v in verdicts)
-        no_verdict = sum(1 for v in verdicts if v.invalid)
-        if no_verdict and "verifier_error" not in events:
-            events["no_verdict"] = no_verdict  # every verification of these solutions lacked a Yes/No
+        if "verifier_error" in events:  # the judge never ran: every solution keeps the fallback's 0.5
+            scores = tuple(v.score for v in verdicts)
+        else:
+            # The judge scores a solution by the mean of its valid verdicts and counts each reply
+            # without one in ``invalid``; a solution with no valid verdict scores no_verdict_score.
+            none = [v.invalid >= self.config.verifications for v in verdicts]
+            scores = tuple(self.config.no_verdict_score if n else v.score for v, n in zip(verdicts, none, strict=True))
+            events["invalid_verdict"] = sum(v.invalid for v in verdicts)  # replies cut off or without a verdict
+            events["no_verdict"] = sum(none)  # solutions none of whose verifications gave a verdict
         verify_usage = Usage.total([v.usage for v in verdicts])
         cost = VerificationCost(
             solutions=len(samples), solve_tokens=sum(s.completion_tokens for s in samples),

@@ -9,13 +9,18 @@ Two ways to read the verdict:
 * **votes** (``votes > 0``): GenRM-style (Zhang et al. 2024, "Generative Verifiers: Reward
   Modeling as Next-Token Prediction"): sample V verdicts with reasoning at a temperature and
   score by the share that end in Yes. It spends far more tokens and suits judges that must think
-  before they answer.
+  before they answer. Only a *trailing* verdict counts (:func:`final_verdict`): GenRM's verifiers
+  answer at the end of their rationale, and Singhi et al. (2025) read the verdict there. A reply
+  cut off at ``max_tokens`` or without a trailing Yes/No has no verdict: it is left out of the
+  share (the mean of the valid verdicts, as Singhi et al.'s ``get_solution_score``) and counted in
+  the score's ``invalid``.
 
 The judge is the policy model by default (the generator the search already has), or a model of
 its own (``backend``). Every ``score()`` call sends all the texts it must judge, of all items, to
 the generator in ONE ``generate`` call. Verdicts are remembered per judged text, so a step judged
-in an earlier search round costs nothing again (``reuse_verdicts``). A judge whose reply carries
-neither Yes nor No scores 0.5 for that text and counts it as invalid.
+in an earlier search round costs nothing again (``reuse_verdicts``). A text with no verdict at all
+(no Yes/No first token; no sampled reply with a trailing verdict) scores 0.5; every reply without
+a verdict is counted in ``invalid``.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class JudgeConfig(VerifierConfigBase):
     step verdicts with ``aggregation``; False judges the whole (partial) solution once."""
     votes: int = Field(0, ge=0, le=64)
     """0: read P(Yes) from the first token's logprobs. V > 0: sample V reasoned verdicts at
-    ``temperature`` and score by the share ending in Yes (GenRM majority)."""
+    ``temperature`` and score by the share of those with a trailing verdict that end in Yes
+    (GenRM majority; replies cut off or without a verdict are left out and counted invalid)."""
     top_logprobs: int = Field(10, ge=2, le=20)
     """First-token alternatives read for P(Yes) (Yes and No must both be among them to compare)."""
     temperature: float = Field(0.7, gt=0.0, le=2.0)
@@ -73,7 +79,14 @@ class JudgeConfig(VerifierConfigBase):
     later search rounds cost nothing. False: judge every text every time."""
 
 
-_VERDICT_WORD = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+# A "Yes/No" (or "yes or no") pair is the prompt's question echoed, never a verdict.
+_YES_NO_PAIR = re.compile(r"\(?\s*\b(?:yes\s*(?:/|\bor\b|\|)\s*no|no\s*(?:/|\bor\b|\|)\s*yes)\b\s*\)?", re.IGNORECASE)
+# The line ends with the verdict word ("... No.", "**Yes**", "\boxed{Yes}").
+_ENDS_WITH = re.compile(r"\b(yes|no)\b[\W_]*$", re.IGNORECASE)
+# A labelled verdict: "Verdict: Yes", "Answer: no", "Is the answer correct? Yes, ...".
+_LABELLED = re.compile(r"\b(?:verdict|answer|judge?ment|correct)\b[\s*_]*[:?][\W_]*?\b(yes|no)\b", re.IGNORECASE)
+# The line opens with the verdict as a word of its own: "Yes, the solution is correct: ..." ("No error" is not one).
+_OPENS_WITH = re.compile(r"^[\W_]*(yes|no)(?:[\W_]*$|\s*[,.;:!\u2013\u2014-])", re.IGNORECASE)
 _STRIP = " \t\n\r.,:;!?\"'*`()[]"
 _CACHE_LIMIT = 100_000
 
@@ -99,10 +112,35 @@ def p_yes(top_logprobs: Mapping[str, float] | None) -> float | None:
     return mass["yes"] / total if total > 0 else None
 
 
-def final_verdict(text: str) -> bool | None:
-    """True / False for a reply whose last "yes"/"no" word is Yes / No; None without one."""
-    words = _VERDICT_WORD.findall(text)
-    return words[-1].lower() == "yes" if words else None
+def final_verdict(text: str, finish_reason: str | None = None) -> bool | None:
+    """The trailing verdict of a reasoned reply: True (Yes), False (No), or None (no verdict).
+
+    Only the last non-empty line is read, as GenRM's verifiers put their verdict last (Zhang et al.
+    2024) and Singhi et al. (2025) read it there. On that line, after dropping an echoed "Yes/No":
+    a line ending in yes/no gives that word; else a labelled verdict ("Verdict: No", "correct? Yes,
+    ..."), the last one; else a line that opens with "Yes" / "No" as a word of its own ("Yes, the
+    solution is correct: there is no error." is Yes; "No error found" is no verdict). A reply cut
+    off at the token limit (``finish_reason == "length"``) has no verdict, whatever it says.
+
+    Example:
+        >>> final_verdict("Yes, the solution is correct: there is no error.")
+        True
+        >>> final_verdict("3 + 4 is 7, not 8.\\n\\nVerdict: No"), final_verdict("Step 2 is fine, no issue", "length")
+        (False, None)
+    """
+    if finish_reason == "length":
+        return None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = _YES_NO_PAIR.sub(" ", lines[-1])
+    match = _ENDS_WITH.search(line)
+    if match is None:
+        labelled = _LABELLED.findall(line)
+        if labelled:
+            return labelled[-1].lower() == "yes"
+        match = _OPENS_WITH.search(line)
+    return match.group(1).lower() == "yes" if match else None
 
 
 class LLMJudge:
@@ -179,11 +217,15 @@ class LLMJudge:
     def _read(self, result: GenerationResult) -> tuple[float, int]:
         """(score, invalid) of one judged text."""
         if self.config.votes:
-            verdicts = [v for v in (final_verdict(c.text) for c in result.completions) if v is not None]
-            raw = sum(verdicts) / len(verdicts) if verdicts else None
-        else:
-            first = result.completions[0] if result.completions else None
-            raw = p_yes(first.first_token_top_logprobs if first else None)
+            # The mean of the valid verdicts; every reply without one (cut off, or no trailing Yes/No) counted.
+            read = [final_verdict(c.text, c.finish_reason) for c in result.completions]
+            verdicts = [v for v in read if v is not None]
+            missing = len(read) - len(verdicts)
+            if not verdicts:
+                return 0.5, max(missing, 1)
+            return sum(verdicts) / len(verdicts), missing
+        first = result.completions[0] if result.completions else None
+        raw = p_yes(first.first_token_top_logprobs if first else None)
         if raw is None:
             return 0.5, 1
         value, bad = clean_score(raw)
@@ -223,7 +265,7 @@ class LLMJudge:
                 self._verdicts.update(fresh)
             invalid = sum(bad for _, bad in fresh.values())
             if invalid:
-                logger.debug("judge: %d of %d verdicts had neither Yes nor No", invalid, len(fresh))
+                logger.debug("judge: %d replies to %d judged texts had no verdict", invalid, len(fresh))
         out = []
         for item, keys in zip(items, keyed, strict=True):
             verdicts = [fresh.get(k) or self._verdicts[k] for k in keys]
