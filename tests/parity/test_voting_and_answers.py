@@ -111,3 +111,138 @@ def test_stated_values_and_marked_up_numbers_vote_with_the_plain_number():
     assert keys == ["42", "42", "42", "42", "42", "36", "36", "31", "31"]
     sol = _self_consistency([extract_answer(t) for t in STATES_42] + ["36", "36"])
     assert sol.answer == "42" and sol.trace.votes == {"42": float(len(STATES_42)), "36": 2.0}
+
+
+# --- tool_vote: its_hub's hierarchical tool voting ---------------------------------------------
+
+ITS_HUB_REF = ("its_hub: Red-Hat-AI-Innovation-Team/its_hub, its_hub/algorithms/self_consistency.py "
+               "(_select_hierarchical_most_common_or_random, SelfConsistency._extract_tool_call_features), "
+               "read at lukeinglis/its_hub_luke commit 06f9c91db4fda5bbdac4feeda3f498f79bfe521f")
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}},
+]
+
+
+def _frozen(value):
+    """Arguments as a comparable value, the way the reference keys them: a dict as its sorted
+    (key, value) pairs, a list as a tuple, anything else as it is (so 2.0 equals 2)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def its_hub_hierarchical(calls: list[dict | None]) -> list[int]:
+    """its_hub's ``tool_hierarchical`` vote, transcribed: the replies holding a call vote (and only
+    if at least ceil(n/2) replies hold one; else it votes on content); each vote is (name, frozen
+    arguments of the first call). Level 1 keeps the replies whose name is among the most common;
+    unless one reply is left, level 2 keeps, among those, the replies whose arguments are among the
+    most common. Returns the replies left, in order; the reference draws one uniformly at random."""
+    eligible = [i for i, c in enumerate(calls) if c is not None]
+    assert 2 * len(eligible) >= len(calls), "the reference would vote on content here"
+    features = {i: (calls[i]["name"], _frozen(calls[i]["arguments"])) for i in eligible}
+    left = eligible
+    for level in (0, 1):
+        counts = Counter(features[i][level] for i in left)
+        top = max(counts.values())
+        left = [i for i in left if counts[features[i][level]] == top]
+        if len(left) == 1:
+            break
+    return left
+
+
+class FixedReplies:
+    """A generator that returns the given replies, in order, for every request."""
+
+    model_name = "fixed"
+
+    def __init__(self, replies: list[str]):
+        self.replies = replies
+
+    def generate(self, requests):
+        out = []
+        for req in requests:
+            texts = self.replies[: req.n]
+            comps = tuple(Completion(t, 5, -0.1, "stop") for t in texts)
+            out.append(GenerationResult(comps, request_usage(20, 0, [5] * len(comps), 0.0)))
+        return out
+
+    def close(self):
+        pass
+
+
+def _call(name, **arguments):
+    return {"name": name, "arguments": arguments}
+
+
+def _reply(call):
+    return "I cannot tell." if call is None else f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def _tool_vote(calls, **config):
+    problem = Problem("turn", "What is the weather?", None, {"tools": TOOLS})
+    strategy = ToolVote(ToolVoteConfig(n=len(calls), **config), FixedReplies([_reply(c) for c in calls]),
+                        lambda p: ())
+    return strategy.solve([problem])[0]
+
+
+# Fixed hand-made votes; each is a list of first calls (None: a reply without a call).
+SCATTERED = [_call("get_weather", city="Paris"), _call("search", q="weather"), _call("get_weather", city="London"),
+             _call("search", q="weather"), _call("get_weather", city="Rome"), _call("search", q="weather"),
+             _call("get_weather", city="Paris"), _call("get_weather", city="London")]
+NAMES_TIED = [_call("get_weather", city="Paris"), _call("search", q="rain"), _call("get_weather", city="Oslo"),
+              _call("search", q="rain"), None]
+SPELLINGS = [_call("get_weather", city="Paris"), _call("get_weather", city="London"),
+             _call("get_weather", city=" paris "), _call("get_weather", city="London"),
+             _call("get_weather", city="Paris"), _call("search", q="x")]
+UNIQUE = [_call("search", q="a"), _call("get_weather", city="Oslo"), _call("get_weather", city="Oslo"),
+          _call("get_weather", city="Lima"), None, None]
+
+
+@pytest.mark.parametrize("calls", [SCATTERED, NAMES_TIED, SPELLINGS, UNIQUE])
+def test_tool_vote_is_its_hubs_hierarchical_vote(calls):
+    """its_hub (see ``ITS_HUB_REF``): vote on the tool name, then on the arguments among the calls of
+    the winning name(s); a tie left after both goes to a uniformly random call. tts's default
+    returns a call the reference can return, and with exact arguments (``normalize_arguments=False``)
+    the reference's exact candidate set: its documented tie-break picks the first of them."""
+    left = its_hub_hierarchical(calls)
+    sol = _tool_vote(calls, normalize_arguments=False)
+    assert sol.trace.selected == left[0]
+    assert json.loads(sol.answer) == calls[left[0]]
+    # SCATTERED: get_weather wins on its name (5 of 8) although search's 3 identical calls are
+    # the most common single call; the flat vote (the earlier default) returns search.
+    if calls is SCATTERED:
+        assert calls[_tool_vote(calls).trace.selected]["name"] == "get_weather"
+        flat = _tool_vote(calls, match="name_and_arguments")
+        assert json.loads(flat.answer) == _call("search", q="weather")
+
+
+def test_tool_vote_random_ties_draw_from_the_references_candidates():
+    """its_hub draws the winner uniformly among the calls left after the vote: with
+    ``ties="random"`` tts draws among the same calls (seeded, so a run repeats)."""
+    calls = [_call("get_weather", city=c) for c in ("Paris", "London", "Rome", "Oslo")]
+    left = its_hub_hierarchical(calls)
+    assert left == [0, 1, 2, 3]
+    picked = set()
+    for seed in range(12):
+        problem = Problem(f"turn-{seed}", "What is the weather?", None, {"tools": TOOLS})
+        strategy = ToolVote(ToolVoteConfig(n=4, ties="random", normalize_arguments=False),
+                            FixedReplies([_reply(c) for c in calls]), lambda p: ())
+        picked.add(strategy.solve([problem])[0].trace.selected)
+    assert picked <= set(left) and len(picked) > 1
+
+
+def test_tool_vote_normalises_arguments_on_purpose():
+    """Documented departure: tts normalises arguments before comparing them (" paris " is "Paris");
+    the reference compares them exactly, so the two spellings split the vote and London ties Paris."""
+    exact = its_hub_hierarchical(SPELLINGS)
+    assert [SPELLINGS[i]["arguments"]["city"] for i in exact] == ["Paris", "London", "London", "Paris"]
+    sol = _tool_vote(SPELLINGS)  # normalised: Paris 3, London 2
+    assert json.loads(sol.answer) == _call("get_weather", city="Paris")
+    assert sol.confidence == pytest.approx(3 / len(SPELLINGS))
+    assert _tool_vote(SPELLINGS, normalize_arguments=False).trace.selected == exact[0]

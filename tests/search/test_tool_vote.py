@@ -112,3 +112,18 @@ def test_through_tts_solve():
     model = ToolModel(REPLIES[:3], [1, 1, 1])
     sol = tts.solve(_problem(), strategy="tool_vote", n=16, generator=model)
     assert json.loads(sol.answer)["name"] == "get_weather" and sol.trace.strategy == "tool_vote"
+
+
+def test_name_is_the_hierarchical_vote_and_the_flat_vote_stays_available():
+    # get_weather holds most replies with scattered cities; search's calls all agree.
+    replies = [call("get_weather", city="Paris"), call("search", q="x"), call("get_weather", city="Rome"),
+               call("search", q="x"), call("get_weather", city="Oslo")]
+    model = ToolModel(replies, [1] * 5)
+    default = ToolVote(ToolVoteConfig(n=5), model, lambda p: ()).solve([_problem()])[0]
+    by_name = ToolVote(ToolVoteConfig(n=5, match="name"), model, lambda p: ()).solve([_problem()])[0]
+    flat = ToolVote(ToolVoteConfig(n=5, match="name_and_arguments"), model, lambda p: ()).solve([_problem()])[0]
+    assert json.loads(default.answer)["name"] == json.loads(by_name.answer)["name"] == "get_weather"
+    assert json.loads(flat.answer) == {"name": "search", "arguments": {"q": "x"}}
+    assert flat.confidence == pytest.approx(2 / 5) and default.confidence == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="ties"):
+        ToolVoteConfig(ties="last")

@@ -1,14 +1,34 @@
 """Tool-call voting: the most consistent next action of an agent, by a vote over sampled tool calls.
 
 When a model answers with tool calls, self-consistency over the *calls* (not over free text) gives
-an agent the action most samples agree on (its_hub's tool voting). n replies are sampled in one
-request; the first tool call of each reply is its vote, keyed by (``match``):
+an agent the action most samples agree on. The reference is its_hub's tool voting
+(Red-Hat-AI-Innovation-Team/its_hub, ``its_hub/algorithms/self_consistency.py``: ``SelfConsistency``
+with ``tool_vote="tool_hierarchical"``, its recommended mode). n replies are sampled in one request;
+the first tool call of each reply is its vote, counted by (``match``):
 
-* ``name``: the tool's name; the call returned is the most common argument set among the winner's
-  calls (the first one seen on ties);
-* ``name_and_arguments``: the name and the arguments, normalised (keys sorted, strings trimmed,
-  whitespace collapsed and case-folded, 2.0 == 2), so that trivially different spellings of one
-  call vote together.
+* ``hierarchical`` (default; its_hub's ``tool_hierarchical``): first the tool names are counted and
+  only the calls of the most common name (of every name tied for most) stay; then, among those,
+  the argument sets are counted and only the calls of the most common set (sets tied for most)
+  stay; the call returned is one of those left (see ``ties``). ``name`` is the same vote (its
+  earlier name here);
+* ``name_and_arguments``: one flat vote over (name, arguments) pairs (tts's default before it
+  followed its_hub: a tool called with scattered arguments can lose to a rarer tool whose calls all
+  agree).
+
+Departures from its_hub, on purpose (each has the setting that gives its_hub's rule):
+
+* arguments are normalised before they are compared (keys sorted, strings trimmed, whitespace
+  collapsed and case-folded, 2.0 == 2), so that ``" paris "`` and ``"Paris"`` are one call;
+  its_hub compares them exactly (key order ignored): ``normalize_arguments=False``;
+* a tie left after both counts goes to the call seen first (reproducible, like every tts vote);
+  its_hub draws one at random: ``ties="random"`` (drawn with the run's seed and the problem id);
+* tts reads the calls from the reply text and checks them against the offered tools, so a call
+  to a tool that was not offered, a required argument missing or arguments that do not parse vote
+  for nothing; its_hub takes the engine's parsed ``tool_calls`` unchecked (unparseable arguments
+  count as ``{}``). No setting: the check is what keeps a malformed call from being returned;
+* its_hub votes over content instead when fewer than half of the replies hold a call; tts always
+  votes over the calls it found (the content vote is the ``self_consistency`` strategy), and
+  returns no call only when no reply held a valid one. No setting.
 
 A reply without a parseable call votes for nothing: no ``<tool_call>`` block or JSON object with a
 ``name``, JSON that does not parse, arguments that are not an object, a tool that is not offered,
@@ -27,6 +47,7 @@ sorted); None when no reply held a valid call.
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
@@ -55,8 +76,16 @@ class ToolVoteConfig(StrategyConfigBase):
     kind: Literal["tool_vote"] = "tool_vote"
     n: int = Field(8, ge=1, le=4096)
     """Replies sampled per request."""
-    match: Literal["name", "name_and_arguments"] = "name_and_arguments"
-    """What makes two calls the same vote: the tool name, or the name and the normalised arguments."""
+    match: Literal["hierarchical", "name", "name_and_arguments"] = "hierarchical"
+    """How calls vote: ``hierarchical`` (its_hub's ``tool_hierarchical``: the tool name first, then
+    the arguments among the winning name's calls; ``name`` is the same vote), or
+    ``name_and_arguments`` (one flat vote over name and arguments together; the earlier default)."""
+    normalize_arguments: bool = True
+    """Compare arguments after normalising them (sorted keys, trimmed case-folded strings, 2.0 == 2);
+    False compares them exactly, as its_hub does (key order still ignored)."""
+    ties: Literal["first", "random"] = "first"
+    """Which call wins a tie left after the vote: the first one seen (reproducible), or one drawn at
+    random as its_hub does (seeded by the run's seed and the problem id)."""
     tools_template: str = Field(TOOLS_TEMPLATE, min_length=1)
     """System text that offers the tools, with ``{tools}``."""
 
@@ -74,12 +103,32 @@ def _normalise(value: Any) -> Any:
     return value
 
 
+def _exact(value: Any) -> Any:
+    """Arguments as its_hub compares them: nested values as they are, dict key order ignored."""
+    if isinstance(value, Mapping):
+        return {str(k): _exact(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_exact(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # Python's 2.0 == 2, which its_hub's Counter keys inherit
+    return value
+
+
 def _sorted(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _sorted(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, list):
         return [_sorted(v) for v in value]
     return value
+
+
+def _most_common(indices: list[int], keys: Sequence[str | None]) -> list[int]:
+    """The indices (in order) whose key is among the most common keys of ``indices``."""
+    counts: dict[str | None, int] = {}
+    for i in indices:
+        counts[keys[i]] = counts.get(keys[i], 0) + 1
+    top = max(counts.values())
+    return [i for i in indices if counts[keys[i]] == top]
 
 
 def canonical(name: str, arguments: Mapping[str, Any]) -> str:
@@ -215,28 +264,32 @@ class ToolVote(Strategy):
             calls.append(call)
             samples.append(Sample(comp.text, canonical(call["name"], call["arguments"]) if call else None,
                                   comp.completion_tokens, comp.mean_logprob, comp.finish_reason))
-        keys = [None if c is None else c["name"] if self.config.match == "name"
-                else json.dumps({"name": c["name"], "arguments": _normalise(c["arguments"])}, sort_keys=True)
-                for c in calls]
+        norm = _normalise if self.config.normalize_arguments else _exact
+        args = [None if c is None else json.dumps(norm(c["arguments"]), sort_keys=True) for c in calls]
+        pairs = [None if c is None else json.dumps({"name": c["name"], "arguments": json.loads(a)}, sort_keys=True)
+                 for c, a in zip(calls, args, strict=True)]
         votes: dict[str, float] = {}
-        first: dict[str, int] = {}
-        for i, k in enumerate(keys):
+        for k in pairs:
             if k is not None:
                 votes[k] = votes.get(k, 0.0) + 1.0
-                first.setdefault(k, i)
         if not votes:
             trace = Trace(self.name, tuple(samples), votes={}, events=events)
             return Solution(problem.id, None, 0.0, result.usage, trace)
-        best = max(votes, key=lambda k: (votes[k], -first[k]))
-        chosen = first[best]
-        if self.config.match == "name":
-            # The winner's most common argument set (normalised), first seen on ties.
-            same = [i for i, k in enumerate(keys) if k == best]
-            arg_keys = [json.dumps(_normalise(calls[i]["arguments"]), sort_keys=True) for i in same]
-            top = max(arg_keys, key=lambda a: (arg_keys.count(a), -arg_keys.index(a)))
-            chosen = same[arg_keys.index(top)]
+        left = [i for i, c in enumerate(calls) if c is not None]
+        if self.config.match == "name_and_arguments":
+            left = _most_common(left, pairs)
+        else:  # hierarchical: the names first, then the arguments among the calls left
+            left = _most_common(left, [None if c is None else c["name"] for c in calls])
+            if len(left) > 1:
+                left = _most_common(left, args)
+        if self.config.ties == "random" and len(left) > 1:
+            chosen = random.Random(derive_seed(self.seed, problem.id, 1)).choice(left)
+        else:
+            chosen = left[0]
+        support = votes[pairs[chosen]] if self.config.match == "name_and_arguments" else sum(
+            1.0 for i in left if calls[i]["name"] == calls[chosen]["name"] and args[i] == args[chosen])
         trace = Trace(self.name, tuple(samples), votes=votes, selected=chosen, events=events)
-        return Solution(problem.id, samples[chosen].answer, votes[best] / len(samples), result.usage, trace)
+        return Solution(problem.id, samples[chosen].answer, support / len(samples), result.usage, trace)
 
     @classmethod
     def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
