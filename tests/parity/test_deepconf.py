@@ -8,7 +8,7 @@ References:
   and top-eta% filtering, eta in {10, 90} (Sec. 3.2); online: N_init = 16 warm-up traces, the
   stop threshold s = Percentile_{100-eta} of their lowest group confidences, the early stop, and
   adaptive sampling until the consensus share beta = V(a_hat) / sum_a V(a) reaches tau (Sec. 4,
-  Algorithm 2).
+  and the online algorithm in its appendix).
 * Code: facebookresearch/deepconf at commit 675529d172ef6d240aa1f21cb60940d427cc1ea6;
   ``deepconf/utils.py`` (confidences, sliding-window groups, the bottom-window and tail
   measures, the top-percent filter, the weighted vote, the table of offline voting variants),
@@ -237,8 +237,8 @@ def test_consensus_share_counts_answered_traces_only():
 
 
 def test_adaptive_sampling_stops_where_the_papers_beta_reaches_tau():
-    """Paper Sec. 4 / Algorithm 2: after the warm-up, keep drawing while beta < tau; with
-    ``chunk=1`` tts checks after every trace as the algorithm does. The scripted backend answers
+    """Paper Sec. 4 (adaptive sampling) and its online algorithm: after the warm-up, keep drawing
+    while beta < tau; with ``chunk=1`` tts checks after every trace as the algorithm does. The scripted backend answers
     10% of traces with nothing, so the denominator matters. Failed before the fix: the share
     counted unanswered voting traces (and every warm-up trace voted), so tts drew more traces."""
     problems = PROBLEMS[:20]

@@ -47,6 +47,11 @@ Where tts departs from the reference, and the setting that gives the reference b
   ``chunk`` traces (default: all the rest in one round, one engine call, as the reference's
   script draws them; it has no consensus check). ``chunk=1`` is the paper's per-trace check;
   ``consensus=None`` the reference script's fixed budget.
+* The online vote is weighted by ``measure``; the reference's online vote always uses the lowest
+  group confidence, which is the default ``measure``. (Its ``deepthink`` also computes an
+  unweighted majority over the same voters and reports that as the final answer when its
+  ``compute_multiple_voting`` is on; tts follows the paper's and the basic vote's weighting. An
+  unweighted vote of all traces is ``self_consistency``.)
 * Answers vote together when math-verify finds them equal (:func:`tts.search.base.vote`); the
   reference compares the extracted strings.
 * Confidences are not rounded; the reference rounds C_i and group means to 3 decimals. Its
