@@ -216,3 +216,21 @@ def test_equal_verifier_scores_are_told_apart_by_the_models_confidence():
     samples = [Sample("a", "5", 10, -1.5), Sample("b", "4", 10, -0.2), Sample("c", "6", 10, -0.1)]
     bon = BestOfN(BestOfNConfig(n=3, verifier="arithmetic"), ScriptedGenerator({}), MATH_PROMPT.render)
     assert bon.aggregate("p", samples, Usage(), scores=[1.0, 1.0, 0.5]).answer == "4"
+
+
+def test_a_step_verifier_scores_each_step_of_a_sample_and_its_aggregation_decides():
+    # The arithmetic tool checks each step (the sample is cut at blank lines, as the step-wise search
+    # cuts it): under the default "last" the last checked step decides, under "min" any wrong step.
+    from tts.backends.base import Completion, GenerationResult
+
+    text = "2 + 2 = 5.\n\n5 + 1 = 6.\n\nSo \\boxed{6}."
+    result = GenerationResult((Completion(text, 10, -0.1),), Usage())
+    for how, want in (("last", 1.0), ("min", 0.0)):
+        bon = BestOfN(BestOfNConfig(n=1, verifier={"kind": "arithmetic", "aggregation": how}),
+                      ScriptedGenerator({}), MATH_PROMPT.render)
+        (scored,) = bon.score_samples([PROBLEMS[2]], [result])
+        assert scored.scores == (want,)
+    # A verifier that reads whole answers (the logprob scorer) still gets the sample as one step.
+    bon = BestOfN(BestOfNConfig(n=1, verifier="logprob"), ScriptedGenerator({}), MATH_PROMPT.render)
+    (scored,) = bon.score_samples([PROBLEMS[2]], [result])
+    assert scored.scores == (pytest.approx(math.exp(-0.1)),)

@@ -103,14 +103,40 @@ def test_rendering_puts_exactly_one_tag_after_each_step(tiny_prm, tiny_label_lm)
     ids, rows = encode_item(resolved, tokenizer, QUESTION, ("a <extra_0> b", "c"))
     assert sum(t == resolved.tag_id for t in ids) == 3 and rows == [1, 2]
 
-    # Math-Shepherd layout: "question Step 1: ... ки\nStep 2: ... ки".
+    # Math-Shepherd as search-and-learn lays it out: "{system}\n{question}\n a ки\n\nb ки".
     tokenizer = _tokenizer(tiny_label_lm)
     shepherd = ADAPTERS["math-shepherd"]
     text, spans, _ = shepherd.render("Q?", ("a", "b"), tokenizer)
-    assert text == "Q? Step 1: a ки\nStep 2: b ки"
+    assert text == f"{shepherd.system}\nQ?\n a ки\n\nb ки"
     assert [text[a:b] for a, b in spans] == ["ки", "ки"]
     ids, rows = encode_item(resolve_adapter(shepherd, tokenizer), tokenizer, "Q?", ("a", "b"))
     assert rows == [0, 1]
+    # The model card's layout, kept as math-shepherd-card: "question Step 1: ... ки\nStep 2: ... ки".
+    card = ADAPTERS["math-shepherd-card"]
+    text, spans, _ = card.render("Q?", ("a", "b"), tokenizer)
+    assert text == "Q? Step 1: a ки\nStep 2: b ки"
+    assert [text[a:b] for a, b in spans] == ["ки", "ки"]
+    ids, rows = encode_item(resolve_adapter(card, tokenizer), tokenizer, "Q?", ("a", "b"))
+    assert rows == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-math-prm", "math-shepherd", "math-shepherd-card"])
+def test_a_whole_three_step_solution_gets_one_single_token_tag_per_step(name, tiny_prm, tiny_label_lm):
+    # A sample as best-of-N gets it: cut at blank lines by the shared splitter, each step tagged;
+    # every tag is one token of the tokenizer (the tiny ones carry the real tags as added tokens;
+    # tests/parity/test_prm_and_aggregation.py checks the real tokenizers when they are cached).
+    from tts.search.base import split_steps
+
+    tokenizer = _tokenizer(tiny_prm if name == "qwen2.5-math-prm" else tiny_label_lm)
+    resolved = resolve_adapter(ADAPTERS[name], tokenizer)
+    solution = "Tom starts with 3 apples.\n\nHe buys 4 more: 3 + 4 = 7.\n\nSo he has \\boxed{7} apples."
+    steps = split_steps(solution)
+    assert len(tokenizer.encode(ADAPTERS[name].step_tag, add_special_tokens=False)) == 1
+    ids, rows = encode_item(resolved, tokenizer, QUESTION, steps)
+    positions = [i for i, t in enumerate(ids) if t == resolved.tag_id]
+    assert len(steps) == 3 and rows == [0, 1, 2] and len(positions) == 3
+    for step, pos in zip(steps, positions, strict=True):
+        assert step in tokenizer.decode(ids[:pos])
 
 
 def test_a_chat_template_adapter_renders_through_the_tokenizers_template(tiny_prm):
@@ -131,7 +157,7 @@ def test_the_config_takes_a_shipped_adapter_by_name_or_one_inline_and_refuses_ba
     config = parse_verifier_config({"kind": "prm", "model": "/m", "adapter": "math-shepherd", "aggregation": "last"})
     assert isinstance(config, PRMVerifierConfig) and config.aggregation == "last"
     assert isinstance(parse_verifier_config("prm"), PRMVerifierConfig)
-    with pytest.raises(ValueError, match="math-shepherd, qwen2.5-math-prm"):
+    with pytest.raises(ValueError, match="math-shepherd, math-shepherd-card, qwen2.5-math-prm"):
         PRMVerifierConfig(adapter="qwen-prm")
     with pytest.raises(ValueError, match="needs good_label and bad_label"):
         get_adapter({"head": "lm_labels", "step_tag": "<t>"})
@@ -209,8 +235,8 @@ def test_one_score_per_step_in_item_order_at_the_right_positions(prm, tiny_prm):
     scores = prm.score(items)
     assert [len(s.step_scores) for s in scores] == [1, 5, 2, 2]
     assert all(0.0 <= v <= 1.0 for s in scores for v in s.step_scores) and all(s.invalid == 0 for s in scores)
-    # The default aggregation is min.
-    assert all(s.score == min(s.step_scores) for s in scores)
+    # The default aggregation is last (search-and-learn's agg_strategy).
+    assert all(s.score == s.step_scores[-1] for s in scores)
     # The same numbers as the checkpoint computed in transformers: positions and the positive class.
     for item, got in zip(items, scores, strict=True):
         ids, _ = prm.encode(item)
