@@ -22,8 +22,9 @@ weighted by that confidence among them.
 
 **Online** (``mode: online``, the default):
 
-1. Warm-up: ``warmup`` traces per problem (one call for all problems; the paper's N_init = 16).
-   The stop threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
+1. Warm-up: ``warmup`` traces per problem (one call for all problems; the paper's N_init = 16,
+   against budgets of 256-512 traces; with n <= warmup every trace is a warm-up trace, nothing
+   is stopped in the engine, and online DeepConf only filters by the warm-up bar). The stop threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
    confidences (keep = 0.1: DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
 2. The remaining traces (n - warmup, in rounds of ``chunk``) are generated with that threshold as
    a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace INSIDE the engine
@@ -99,8 +100,9 @@ class DeepConfConfig(StrategyConfigBase):
     measure: Measure = "lowest_group"
     """Trace confidence used for filtering and as the vote weight (online: also for the threshold)."""
     keep: float = Field(0.9, gt=0.0, le=1.0)
-    """eta: offline, the share of traces kept (highest confidence first); online, the warm-up
-    quantile 1 - keep sets the threshold (0.9: DeepConf-high, 0.1: DeepConf-low)."""
+    """eta: offline, the share of answered traces kept (those at or above the 1 - keep quantile of
+    their confidences); online, the warm-up quantile 1 - keep sets the threshold (0.9:
+    DeepConf-high, 0.1: DeepConf-low)."""
     window: int = Field(64, ge=1)
     """Tokens per group (sliding window) and of the tail. The reference uses 2048 (set
     ``window=2048`` for it); 64 suits the short traces of small models (see the module docstring)."""
@@ -108,7 +110,9 @@ class DeepConfConfig(StrategyConfigBase):
     """k of the token confidence (top log-probabilities per position)."""
     warmup: int = Field(16, ge=1, le=4096)
     """Online: warm-up traces per problem that set its threshold (the paper's and the reference's
-    N_init = 16). Left unset it is capped at n; set above n it is refused."""
+    N_init = 16). Left unset it is capped at n; set above n it is refused. With n <= warmup no
+    trace is generated under the in-engine stop: raise n (the reference draws 256-512) or lower
+    warmup for that."""
     warmup_votes: Literal["above_threshold", "all"] = "above_threshold"
     """Online: which warm-up traces vote. ``above_threshold`` (the reference): those whose lowest
     group confidence is at or above the threshold; ``all``: every warm-up trace (old tts rule)."""
