@@ -24,7 +24,8 @@ weighted by that confidence among them.
 
 1. Warm-up: ``warmup`` traces per problem (one call for all problems; the paper's N_init = 16,
    against budgets of 256-512 traces; with n <= warmup every trace is a warm-up trace, nothing
-   is stopped in the engine, and online DeepConf only filters by the warm-up bar). The stop threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
+   is stopped in the engine, and online DeepConf only filters by the warm-up bar). The stop
+   threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
    confidences (keep = 0.1: DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
 2. The remaining traces (n - warmup, in rounds of ``chunk``) are generated with that threshold as
    a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace INSIDE the engine
