@@ -148,7 +148,8 @@ def test_logprob_is_the_geometric_mean_token_probability_per_step():
         assert got.step_scores == pytest.approx(steps, rel=1e-12)
         assert got.score == pytest.approx(agg(steps), rel=1e-12)
         assert got.invalid == 0
-    missing = LogprobVerifier(LogprobConfig(aggregation="min")).score([VerifyItem(P, ("a", "b"), logprobs=(-0.1, None))])[0]
+    gap = VerifyItem(P, ("a", "b"), logprobs=(-0.1, None))
+    missing = LogprobVerifier(LogprobConfig(aggregation="min")).score([gap])[0]
     assert missing.step_scores == pytest.approx([math.exp(-0.1), 0.0]) and missing.invalid == 1
 
 

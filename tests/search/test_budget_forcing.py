@@ -66,13 +66,13 @@ def test_a_thought_past_the_cap_is_cut_at_exactly_b_tokens_and_its_answer_forced
     sols = _forcing(gen, max_thinking_tokens=20).solve(PROBLEMS)
     assert len(gen.calls) == 2 and all(r.max_tokens == 20 and r.stop == ("</think>",) for r in gen.calls[0])
     answers = {r.key: r.continuation for r in gen.calls[1]}
-    # the long thought: 20 words, then the delimiter and the answer prefix are forced
-    assert answers["long"] == "<think>\n" + " ".join(["hmm"] * 20) + "</think>\nFinal answer: $\\boxed{"
+    # the long thought: 20 words, then a newline, the delimiter and s1's answer prefix are forced
+    assert answers["long"] == "<think>\n" + " ".join(["hmm"] * 20) + "\n</think>\nFinal Answer:"
     short, long_ = sols
     assert long_.answer == "4" and long_.trace.samples[0].finish_reason == "forced"
     assert long_.trace.events == {"forced_cap": 1}
-    assert long_.trace.samples[0].completion_tokens == 20 + 3
-    assert long_.trace.samples[0].text == answers["long"] + "4}$."
+    assert long_.trace.samples[0].completion_tokens == 20 + 6
+    assert long_.trace.samples[0].text == answers["long"] + "\nThe answer is $\\boxed{4}$."
     # the short thought ended on its own: continued after its delimiter, nothing forced
     assert answers["short"] == "<think>\n" + " ".join(["hmm"] * 10) + " </think>"
     assert short.answer == "2" and short.trace.events == {} and short.trace.samples[0].finish_reason == "stop"
@@ -101,7 +101,7 @@ def test_extension_stops_once_the_minimum_is_reached_and_never_passes_the_cap():
     # 11 + 11 tokens, then only 3 left: the third piece is cut there and the answer forced
     assert [r.max_tokens for c in gen.calls[:3] for r in c] == [25, 14, 3]
     assert sol.trace.events == {"forced_cap": 1, "waits": 2}
-    assert sol.trace.samples[0].completion_tokens == 25 + 3 and sol.answer == "2"
+    assert sol.trace.samples[0].completion_tokens == 25 + 6 and sol.answer == "2"
 
 
 def test_usage_counts_every_generated_token_thought_extensions_and_forced_answers():
@@ -121,7 +121,8 @@ def test_usage_counts_every_generated_token_thought_extensions_and_forced_answer
 def test_a_model_without_a_thinking_section_still_gets_an_answer_on_the_scripted_backend():
     problems = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(6)]
     gen = ScriptedGenerator.for_problems(problems, accuracy=0.6, seed=1)
-    sols = _forcing(gen, n=4, sampling=SamplingConfig(max_tokens=300)).solve(problems)
+    sols = _forcing(gen, n=4, sampling=SamplingConfig(max_tokens=300), force_after_eos=True,
+                    answer_prefix="\nFinal answer: $\\boxed{").solve(problems)
     for sol in sols:  # it ends its message inside the "thought": the answer is forced after it
         assert all(s.answer is not None and s.finish_reason == "forced" for s in sol.trace.samples)
         assert sol.trace.events == {"forced_eos": 4}
@@ -142,7 +143,7 @@ def test_delimiters_and_forcing_strings_are_settings():
                max_thinking_tokens=10, min_thinking_tokens=5, max_waits=1)
     sols = _forcing(gen, **cfg).solve(PROBLEMS)
     heads = {r.key: r.continuation for r in gen.calls[-1]}
-    assert heads["short"] == " ".join(["hmm"] * 10) + "<|end_think|> So: \\boxed{"
+    assert heads["short"] == " ".join(["hmm"] * 10) + "\n<|end_think|> So: \\boxed{"
     assert heads["long"] == "hmm hmm  But wait,hmm hmm <|end_think|>"
     assert [s.answer for s in sols] == ["2", "4"]
 

@@ -30,7 +30,8 @@ def test_probe_requests_are_in_the_usage_and_counted():
     sols = CertaintyProbe(CertaintyProbeConfig(n=2, probe_every=16, stable=2), gen, DEMO_PROMPT.render,
                           SAMPLING).solve(PROBLEMS)
     probes = [r for r in gen.seen if r.continuation.endswith(CertaintyProbeConfig().probe_prefix)]
-    assert probes and all(r.temperature == 0 and r.max_tokens == 16 for r in probes)
+    # Dynasor's probes: sampled at 0.6, top-p 0.95, 20 tokens
+    assert probes and all(r.temperature == 0.6 and r.top_p == 0.95 and r.max_tokens == 20 for r in probes)
     assert sum(s.trace.events["probes"] for s in sols) == len(probes)
     for sol in sols:
         trace_tokens = sum(s.completion_tokens for s in sol.trace.samples)
@@ -55,7 +56,8 @@ def test_a_trace_stops_at_the_first_stable_point_and_saves_tokens():
             assert answers[-1] is not None and len(set(keys[-3:])) == 1 and len(keys) >= 3
             # no earlier run of three equal answers: it stopped at the first stable point
             assert not any(answers[i] is not None and len(set(keys[i:i + 3])) == 1 for i in range(len(keys) - 3))
-            assert sample.completion_tokens == 16 * len(answers)  # k tokens before each probe
+            # the first probe reads the bare prompt (Dynasor), then one after every k tokens
+            assert sample.completion_tokens == 16 * (len(answers) - 1)
             assert sample.answer == answers[-1]
     assert stopped >= 20
     full = SelfConsistency(SelfConsistencyConfig(n=4), _gen(), DEMO_PROMPT.render, SAMPLING).solve(PROBLEMS)
@@ -65,5 +67,15 @@ def test_a_trace_stops_at_the_first_stable_point_and_saves_tokens():
 
 def test_hedging_probes_count_as_no_answer():
     strat = CertaintyProbe(CertaintyProbeConfig(), _gen(), DEMO_PROMPT.render)
-    assert strat._probe_answer("12}$. Wait, let me check") is None
-    assert strat._probe_answer("12}$.") == "12"
+    assert strat._probe_answer("12} \\]. Wait, let me check") is None
+    assert strat._probe_answer("12} \\]") == "12"
+    assert strat._probe_answer("12} \\] I do not doubt it") is None  # "no" inside "not": a hedge (Dynasor)
+
+
+def test_old_probe_rules_are_settings():
+    old = CertaintyProbeConfig(probe_prefix="\n\nFinal answer: $\\boxed{", close_open_probes=True,
+                               hedges=("wait", "hmm", "but ", "however", "double-check", "recheck", "let me"))
+    strat = CertaintyProbe(old, _gen(), DEMO_PROMPT.render)
+    assert strat._probe_answer("12") == "12"  # a box left open is closed for it
+    assert strat._probe_answer("12}$. I do not doubt it") == "12"
+    assert CertaintyProbe(CertaintyProbeConfig(), _gen(), DEMO_PROMPT.render)._probe_answer("12") is None

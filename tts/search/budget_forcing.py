@@ -1,19 +1,30 @@
 """Budget forcing for models with a thinking section (s1; Muennighoff et al. 2025).
 
+The reference is s1's paper (section 3.1) and its evaluation code (github.com/simplescaling/s1,
+``eval/lm-evaluation-harness/lm_eval/models/vllm_causallms.py`` and the README's budget forcing
+example); the parity test is ``tests/parity/test_sequential.py``.
+
 A thinking model writes ``<think> ... </think>`` and then its answer. Budget forcing controls how
 long the thought is, with nothing but continuations of the model's own partial reply:
 
 * **cap** (``max_thinking_tokens`` = B): the thought is generated with at most B tokens and the
-  end-of-thinking delimiter as a stop string. A thought cut at B has the delimiter and an answer
-  prefix (``answer_prefix``, e.g. "Final answer: $\\boxed{") appended, and the model continues
-  from there: a cut-off thought still yields a final answer.
+  end-of-thinking delimiter as a stop string. A thought cut at B gets a newline (unless it ends in
+  one), the delimiter and an answer prefix (``answer_prefix``, s1's "Final Answer:" on a new line)
+  appended, and the model continues from there: a cut-off thought still yields a final answer.
 * **extend** (``min_thinking_tokens``, ``max_waits`` = k): a thought that ends before the minimum
   has its end suppressed: the delimiter (a stop string, so never in the text) is left out,
   ``wait`` ("Wait") is appended, and the model thinks on, up to k times and within B.
 
 A thought that ends on its own, above the minimum, is continued after the delimiter untouched (no
-prefix is forced on it). A thought that the model ends with its end-of-sequence token instead of
-the delimiter has its answer forced like a cut one.
+prefix is forced on it), and so is one that the model ends with its end-of-sequence token instead
+of the delimiter (s1 treats every end but the cap alike). ``force_after_eos`` forces the answer
+after such a thought like after a cut one (tts's rule before it followed s1: useful for models
+that do not write a thinking section and end their message inside the "thought").
+
+s1's "Wait" rounds ignore every end of thinking k times (``thinking_n_ignore``); here a thought is
+extended while it is below ``min_thinking_tokens`` (the paper's "minimum"), so
+``min_thinking_tokens = max_thinking_tokens`` is s1's rule. The pre-s1 forcing strings are
+settings: ``answer_prefix="\\nFinal answer: $\\\\boxed{"`` and ``cut_newline=False``.
 
 The delimiters and the forcing strings are settings, not code: ``think_start`` opens the thought
 as the start of the reply (empty when the model's chat template already opens it).
@@ -64,8 +75,14 @@ class BudgetForcingConfig(StrategyConfigBase):
     """The end-of-thinking delimiter (a stop string of every thinking request)."""
     wait: str = Field("Wait", min_length=1)
     """Appended in place of a suppressed end of thinking."""
-    answer_prefix: str = "\nFinal answer: $\\boxed{"
-    """Appended after the delimiter of a thought cut at B (or ended without it), to force the answer."""
+    answer_prefix: str = "\nFinal Answer:"
+    """Appended after the delimiter of a thought cut at B, to force the answer (s1's "Final Answer:"
+    on a new line; an open ``\\boxed{`` here is closed for the answer)."""
+    cut_newline: bool = True
+    """Put a newline before the delimiter of a cut thought that does not end in one (s1)."""
+    force_after_eos: bool = False
+    """Force the answer prefix after a thought that ended with the end-of-sequence token too.
+    False (s1): only a thought cut at B is forced."""
     answer_tokens: int = Field(32, ge=1)
     """Most tokens of the answer after the thought."""
 
@@ -150,6 +167,10 @@ class BudgetForcing(Strategy):
             max_tokens=max_tokens, stop=stop, continuation=continuation,
             seed=derive_seed(self.seed, f"{problem.id}|{self.config.label}|{seed_key}", 0), key=problem.id)
 
+    def _forced(self, t: _Thought) -> bool:
+        """Whether the answer prefix is forced after this thought."""
+        return t.ended == "cap" or (t.ended == "eos" and self.config.force_after_eos)
+
     @staticmethod
     def _ended(completion: Completion) -> str:
         if completion.finish_reason == "length":
@@ -188,8 +209,10 @@ class BudgetForcing(Strategy):
                 t.add("wait", c.wait, result.completions[0])
                 t.waits += 1
                 t.ended = "cap" if t.tokens >= cap else self._ended(result.completions[0])
-        # 3. Answer: a thought cut at B (or ended without the delimiter) gets the answer prefix forced.
-        heads = [start + t.text + c.think_end + (c.answer_prefix if t.ended != "delimiter" else "") for t in thoughts]
+        # 3. Answer: a thought cut at B (or, with force_after_eos, ended without the delimiter) gets
+        # the answer prefix forced; a cut one a newline before its delimiter (s1).
+        heads = [start + t.text + ("\n" if c.cut_newline and t.ended == "cap" and not t.text.endswith("\n") else "")
+                 + c.think_end + (c.answer_prefix if self._forced(t) else "") for t in thoughts]
         results = self.generator.generate([
             self._request(problems[t.problem], head, 1, c.answer_tokens, f"{t.index}|answer", ())
             for t, head in zip(thoughts, heads, strict=True)])
@@ -197,7 +220,7 @@ class BudgetForcing(Strategy):
         for t, head, result in zip(thoughts, heads, results, strict=True):
             usage[t.problem] = usage[t.problem] + result.usage
             comp = result.completions[0]
-            forced = t.ended != "delimiter"
+            forced = self._forced(t)
             reply = (c.answer_prefix if forced else "") + comp.text
             t.segments.append({"kind": "answer", "text": reply, "tokens": comp.completion_tokens})
             sample = Sample(text=head + comp.text, answer=self.extract(_close_braces(reply) if forced else reply),
@@ -214,14 +237,14 @@ class BudgetForcing(Strategy):
         events: Counter[str] = Counter()
         tree: list[dict[str, Any]] = []
         for (sample, t), key in zip(drawn, answer_keys([s.answer for s in samples]), strict=True):
-            if t.ended != "delimiter":
+            if self._forced(t):
                 events[f"forced_{t.ended}"] += 1
             if t.waits:
                 events["waits"] += t.waits
             for depth, seg in enumerate(t.segments):
                 tree.append({"id": f"{t.index}.{depth}", "parent": f"{t.index}.{depth - 1}" if depth else None,
                              "depth": depth, **seg, "score": None, "answer": sample.answer if seg["kind"] == "answer"
-                             else None, "forced": seg["kind"] == "answer" and t.ended != "delimiter",
+                             else None, "forced": seg["kind"] == "answer" and self._forced(t),
                              "kept": chosen is not None and key == chosen})
         trace = Trace(self.name, samples, votes=votes, selected=idx, tree=tuple(tree),
                       events=dict(sorted(events.items())))
