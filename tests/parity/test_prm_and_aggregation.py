@@ -329,3 +329,23 @@ def test_math_shepherd_tag_and_labels_are_the_references_token_ids_in_the_real_t
     assert (resolved.good_id, resolved.bad_id) == (648, 387)
     ids, rows = encode_item(resolved, tokenizer, PROBLEM.question, split_steps(THREE_STEPS))
     assert resolved.tag_id == 12902 and ids.count(12902) == 3 and rows == [0, 1, 2]
+
+
+def test_weighted_vote_departures_when_no_weight_informs_and_for_unanswered_samples():
+    """Documented departures of weighted_vote (its module docstring): when the verifier scores every
+    answered sample 0, tts counts the answers plainly (event ``unweighted_vote``) where
+    find_answer_with_largest_sum (src/sal/utils/math.py at SAL) keeps the first answer seen (all
+    sums 0); and a sample without an answer abstains in tts, where the reference groups the empty
+    extraction as one more candidate. Neither has a setting: both only arise when the weights carry
+    no information or the answer is missing."""
+    from tts.types import Sample
+
+    wv = WeightedVote(WeightedVoteConfig(n=3, verifier="prm"), ScriptedGenerator({}), MATH_PROMPT.render)
+    samples = [Sample("a", "5", 10, -0.5), Sample("b", "3", 10, -0.5), Sample("c", "3", 10, -0.5)]
+    sol = wv.aggregate("p", samples, Usage(), scores=[0.0, 0.0, 0.0])
+    assert sol.answer == "3" and sol.trace.events == {"unweighted_vote": 1}
+    assert sal_weighted_answer(["5", "3", "3"], [[0.0]] * 3, "last")[0] == "5"
+    samples = [Sample("a", None, 10, -0.5), Sample("b", "3", 10, -0.5), Sample("c", None, 10, -0.5)]
+    sol = wv.aggregate("p", samples, Usage(), scores=[0.6, 0.5, 0.6])
+    assert sol.answer == "3"
+    assert sal_weighted_answer(["", "3", ""], [[0.6], [0.5], [0.6]], "last")[0] == ""

@@ -6,6 +6,14 @@ log-probability (a model-internal confidence); with a verifier, equal verifier s
 apart by mean logprob. A backend that returns no logprobs is refused
 (:func:`~tts.search.base.require_logprobs`), never silently turned into "first sample". Samples
 without an answer are only chosen when no sample has one. Ties go to the earliest sample.
+
+With a step verifier (a PRM, the arithmetic tool, a per-step judge) each sample is cut into steps
+at blank lines (:func:`~tts.search.base.split_steps`, the step-wise search's steps) and the
+verifier's ``aggregation`` (default "last") makes one score of them: search-and-learn's best-of-N
+(huggingface/search-and-learn, ``src/sal/search/best_of_n.py``; pinned in
+tests/parity/test_prm_and_aggregation.py). Departures: equal scores go to the higher mean logprob
+before the earliest sample (the reference takes the earliest), and an unanswered sample is chosen
+only when no sample has an answer; ``aggregation: min`` gives tts's former default.
 """
 
 from __future__ import annotations

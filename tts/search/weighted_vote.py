@@ -4,7 +4,14 @@ Without a verifier the weight is exp(mean token logprob) of the sample, a number
 favours fluent, confident samples (the "confidence-weighted" voting of e.g. Kang et al., 2025 and
 the weighted self-consistency variants); samples without logprobs are refused rather than given
 a default weight. With a verifier, its score is the weight: verifier-weighted majority voting,
-which Liu et al. (2025) found the strongest simple rule with PRMs.
+which Liu et al. (2025) found the strongest simple rule with PRMs. With a step verifier (a PRM)
+each sample is cut into steps at blank lines (:func:`~tts.search.base.split_steps`) and its
+aggregated score (``aggregation``, default "last") is its vote; the answer with the largest sum
+of votes wins, the one seen first on ties: search-and-learn's weighted best-of-N
+(huggingface/search-and-learn, ``src/sal/utils/math.py``, ``find_answer_with_largest_sum``;
+pinned in tests/parity/test_prm_and_aggregation.py). The confidence is the winner's share of all
+the weight (the reference reports none). When the verifier scores every answered sample 0, tts
+falls back to a plain vote (counted as ``unweighted_vote``), where the reference picks the first.
 """
 
 from __future__ import annotations
