@@ -111,8 +111,9 @@ def test_default_width_keeps_any_n_ladder_valid():
 
 def test_labels_name_n_and_every_setting_that_differs_from_its_default():
     assert BeamConfig(n=16, verifier={"kind": "toy_perfect"}).label == "beam@16,verifier=toy_perfect"
-    cfg = BeamConfig(n=16, beam_width=2, select="verifier", verifier={"kind": "toy_perfect", "aggregation": "last"})
-    assert cfg.label == "beam@16,beam_width=2,select=verifier,verifier=toy_perfect(aggregation=last)"
+    cfg = BeamConfig(n=16, beam_width=2, select="verifier", verifier={"kind": "toy_perfect", "aggregation": "prod"})
+    assert cfg.label == "beam@16,beam_width=2,select=verifier,verifier=toy_perfect(aggregation=prod)"
+    assert BeamConfig(n=16, fill="every_step").label == "beam@16,fill=every_step"
 
 
 def test_config_round_trips_through_json_and_the_registry():

@@ -9,13 +9,21 @@ Scaling Model Parameters" (arXiv:2408.03314), search against a PRM with budget N
 4. sample M next steps from each kept one (N/M x M = N candidates again); repeat from 2.
 
 Finished candidates leave the beam and are collected, as in Hugging Face's search-and-learn
-implementation (Beeching, Tunstall and Rush 2024). This implementation keeps the total at N:
-once k candidates have finished, a step expands at most N - k children, so a problem never gets
-more than N finished candidates, and no step generates more than N steps for a problem.
+implementation (Beeching, Tunstall and Rush 2024; ``src/sal/search/beam_search.py``). By default
+(``fill="within_n"``) this implementation keeps the total at N: once k candidates have finished,
+a step expands at most N - k children, so a problem never gets more than N finished candidates,
+and no step generates more than N steps for a problem (a budget that ``tts cost`` and the
+allocators can count on). search-and-learn instead samples N steps at every step whatever has
+finished: it repeats the kept beams in turn until there are N (so when fewer than N/M survive,
+each gets more than M), collects every finished beam, and returns the first N to finish.
+``fill="every_step"`` does that (the N/M kept are the best by score in the order generated, the
+later of equal scores, as its ``np.argsort``; without early finishes the two fills coincide).
+Both are pinned in ``tests/parity/test_tree_searches.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from tts.config import StrategyConfigBase
@@ -27,6 +35,8 @@ from tts.search.tree_search import (
     SearchSpace,
     SearchTree,
     StateScorer,
+    TreeNode,
+    grow,
     grow_level,
     keep_best,
     never_ends,
@@ -34,8 +44,48 @@ from tts.search.tree_search import (
 from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
+def sal_keep(live: Sequence[TreeNode], keep: int) -> list[TreeNode]:
+    """search-and-learn's pruning: the ``keep`` best-scored nodes (the later of equal scores, as an
+    ascending ``np.argsort`` cut from the end), in the order given."""
+    order = sorted(range(len(live)), key=lambda j: (live[j].score, j))
+    top = set(order[len(order) - keep:]) if keep > 0 else set()
+    return [node for j, node in enumerate(live) if j in top]
+
+
+def _every_step(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
+                max_steps: int) -> list[SearchResult]:
+    """Beam search as search-and-learn runs it (``fill="every_step"``; see the module docstring)."""
+    keep = n // beam_width
+    trees = [SearchTree(root) for root in space.initial_states()]
+    frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
+    for _ in range(max_steps):
+        if not frontier:
+            for tree in trees:  # the first N to finish are the candidates
+                for i in tree.leaves[n:]:
+                    tree.nodes[i].kept = False
+                del tree.leaves[n:]
+            return [t.result() for t in trees]
+        grown: dict[int, list[list[TreeNode]]] = {id(t): [] for t in trees}
+        for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True):
+            grown[id(e.tree)].append(kids)
+        frontier = []
+        for tree in trees:
+            # search-and-learn's beams of a step are the kept ones repeated in turn: the first child
+            # of every kept node, then the second of every one, ...
+            groups = grown[id(tree)]
+            beams = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+            for node in beams:
+                if node.terminal:
+                    tree.take(node)
+            kept = sal_keep([node for node in beams if not node.terminal], keep)
+            for j, node in enumerate(kept):  # N steps dealt in turn: n // k each, one more to the first n % k
+                node.kept = True
+                frontier.append(Expansion(tree, node, n // len(kept) + (j < n % len(kept))))
+    raise never_ends(max_steps)
+
+
 def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
-                max_steps: int = MAX_STEPS) -> list[SearchResult]:
+                max_steps: int = MAX_STEPS, fill: Literal["within_n", "every_step"] = "within_n") -> list[SearchResult]:
     """Beam search from every root of ``space`` in lockstep.
 
     Args:
@@ -45,12 +95,18 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
             candidates are returned.
         beam_width: M: the N/M best unfinished children are kept, each expanded M ways.
         max_steps: Safety cap on steps (a space must end its paths well before).
+        fill: ``within_n``: a step expands at most N minus the finished count; ``every_step``:
+            search-and-learn's N steps at every step, the first N to finish returned.
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every finished child, in the order found.
     """
     if beam_width < 1 or n < beam_width or n % beam_width:
         raise ValueError(f"n ({n}) must be a positive multiple of beam_width ({beam_width})")
+    if fill not in ("within_n", "every_step"):
+        raise ValueError(f"fill must be 'within_n' or 'every_step', got {fill!r}")
+    if fill == "every_step":
+        return _every_step(space, scorer, n, beam_width, max_steps)
     keep = n // beam_width
     trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
@@ -71,6 +127,11 @@ class BeamConfig(WidthSearchConfig):
     """Step-wise beam search with a verifier: keep the n/M best partial solutions, expand each M ways."""
 
     kind: Literal["beam"] = "beam"
+    fill: Literal["within_n", "every_step"] = "within_n"
+    """``within_n``: once k candidates have finished, a step samples at most n - k steps, so a
+    problem never costs more than n steps per depth nor gets more than n candidates;
+    ``every_step``: search-and-learn's rule, n steps at every step from the kept nodes (repeated
+    in turn), the first n to finish returned. The same search until a candidate finishes early."""
 
 
 class BeamSearch(TreeSearchStrategy):
@@ -80,4 +141,4 @@ class BeamSearch(TreeSearchStrategy):
     config_class: ClassVar[type[StrategyConfigBase]] = BeamConfig
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
-        return beam_search(space, scorer, self.config.n, self.config.width)
+        return beam_search(space, scorer, self.config.n, self.config.width, fill=self.config.fill)

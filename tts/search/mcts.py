@@ -25,7 +25,10 @@ budget N (``n``), width M (``beam_width``) and a node budget B per problem:
    Until a root has its first finished candidate, its first descent of the round is a greedy
    dive instead (the child with the best verifier score at every level): it goes one level
    deeper every round, so a root finishes a path within as many rounds as that path has steps,
-   and a node budget of N per step (beam search's) always leaves room for it;
+   and a node budget of N per step (beam search's) always leaves room for it. This
+   first-finish rule is not UCT's (every descent by the UCT formula); ``greedy_dive=False``
+   turns it off for plain UCT with virtual loss (pinned both ways in
+   ``tests/parity/test_tree_searches.py``);
 3. every selected leaf of every root is expanded M ways and all children are scored;
 4. a child's value is its verifier score, backed up its path (visits N, mean value Q); finished
    children are candidates. A node whose children are all finished or exhausted is exhausted,
@@ -177,7 +180,8 @@ class _Tree:
 
 
 def mcts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int, max_nodes: int | None = None,
-                exploration: float = EXPLORATION, max_steps: int = MAX_STEPS) -> list[SearchResult]:
+                exploration: float = EXPLORATION, max_steps: int = MAX_STEPS,
+                greedy_dive: bool = True) -> list[SearchResult]:
     """UCT with the verifier as value from every root of ``space`` in lockstep.
 
     Args:
@@ -190,6 +194,8 @@ def mcts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
             least n). None: no budget; a root ends at n candidates or when nothing is left.
         exploration: The UCT constant c (0: always descend into the best mean value).
         max_steps: Safety cap on rounds (a space must end its paths well before).
+        greedy_dive: Until a root has a finished candidate, make its first descent of every round
+            a greedy dive by verifier score (the first-finish rule); False: every descent by UCT.
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every finished child, in the order
@@ -236,7 +242,7 @@ def mcts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
             tree = r.tree
             room = int(min(n - len(tree.leaves), budget - len(tree.nodes)))
             leaves = r.select(min(n // beam_width, -(-room // beam_width)), exploration,
-                              dive=not tree.leaves) if room > 0 else []
+                              dive=greedy_dive and not tree.leaves) if room > 0 else []
             if not leaves:  # n candidates, the budget spent, or nothing left to expand
                 r.done = True
                 if len(tree.leaves) < n and len(tree.nodes) >= budget:
@@ -258,6 +264,11 @@ class MCTSConfig(WidthSearchConfig):
     max_nodes: int | None = Field(None, ge=1, le=1_000_000)
     """Node budget per problem: steps generated in all (forced answers not counted), at least n.
     Default: n * max_depth, what beam search generates at most."""
+    greedy_dive: bool = True
+    """Until a problem has its first finished candidate, the first descent of each round follows
+    the best verifier score instead of UCT, so a path finishes within as many rounds as it has
+    steps (the node budget always leaves room for it). False: every descent by UCT (Kocsis and
+    Szepesvari 2006), with virtual loss between the descents of a round."""
 
     @model_validator(mode="after")
     def _budget_covers_the_root(self) -> MCTSConfig:
@@ -281,7 +292,8 @@ class MCTS(TreeSearchStrategy):
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
         c = self.config
-        return mcts_search(space, scorer, c.n, c.width, max_nodes=c.node_budget, exploration=c.exploration)
+        return mcts_search(space, scorer, c.n, c.width, max_nodes=c.node_budget, exploration=c.exploration,
+                           greedy_dive=c.greedy_dive)
 
     def _check_budget(self, budget: Budget | None) -> None:
         """As the other tree searches, but the worst case in tokens is the node budget."""

@@ -1,0 +1,409 @@
+"""Parity: beam search, DVTS, lookahead and MCTS against their references.
+
+References:
+
+- Beam search, DVTS and lookahead: Snell et al. 2024 (arXiv:2408.03314, §5) as implemented in
+  huggingface/search-and-learn at commit 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f:
+  ``src/sal/search/beam_search.py`` (``_beam_search``), ``src/sal/search/diverse_verifier_tree_search.py``
+  (``_dvts``) and ``src/sal/search/utils.py`` (``generate_k_steps``: the lookahead rollout).
+- MCTS: UCT (Kocsis and Szepesvari 2006, the UCB1 rule Q + c sqrt(ln N(parent) / N(child)) at
+  every level of the descent), with the virtual loss of parallel MCTS (Chaslot et al. 2008), the
+  papers ``tts/search/mcts.py`` cites.
+
+Each test transcribes the reference's rule in our own words and runs it and tts on the same
+hand-made inputs: the toy digit space of ``tts.search.toy`` with a fixed score table, or a
+hand-built tree. Sampled steps are i.i.d. given their parent, so the reference's M separate
+samples of a node and tts's one request for M samples are modelled as one expansion of M
+children; the rules compared are which nodes are kept, how many children each gets, which
+candidates are returned and with what score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tts.search import mcts as mcts_module
+from tts.search.beam import BeamConfig, BeamSearch, beam_search
+from tts.search.dvts import dvts_search
+from tts.search.lookahead import lookahead_search
+from tts.search.mcts import MCTS, MCTSConfig, mcts_search
+from tts.search.toy import DigitSpace, Digits
+from tts.verifiers.base import VerifierScore
+
+PINNED = {"strategy:beam", "strategy:dvts", "strategy:lookahead", "strategy:mcts"}
+
+SAL = "huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f"
+
+
+# --- hand-made toy inputs -------------------------------------------------------------------------
+
+
+def table_score(digits: str) -> float:
+    """A fixed score per digit string (distinct values, so no rule ever breaks a tie)."""
+    return int(hashlib.sha256(f"parity|{digits}".encode()).hexdigest()[:8], 16) / 2**32
+
+
+class TableScorer:
+    def score(self, states):
+        return [VerifierScore((), table_score(s.digits)) for s in states]
+
+
+class EarlyEnd(DigitSpace):
+    """The toy space, where a string whose last digit is 0 also finishes (some paths end early).
+
+    The tests use base 10 and at most 10 children per expansion, so that no two nodes of a tree
+    spell the same digits."""
+
+    def is_terminal(self, state):
+        return super().is_terminal(state) or state.digits.endswith("0")
+
+
+class Greedy(DigitSpace):
+    """The toy space with a greedy next step (the model's most likely digit: the last one plus 1)."""
+
+    def rollout_step(self, states):
+        return [Digits(s.root, s.digits + str((int(s.digits[-1]) + 1) % self.base)) for s in states]
+
+
+TARGETS = ("31092", "22130", "80312", "13203", "57748", "61905")
+
+
+def kept_and_children(result):
+    """({digits: children} of every expanded node, [digits of every candidate, in order])."""
+    children: dict[str, int] = {}
+    for node in result.nodes:
+        if node.parent is not None:
+            key = result.nodes[node.parent].state.digits
+            children[key] = children.get(key, 0) + 1
+    return children, [n.state.digits for n in result.leaf_nodes]
+
+
+# --- beam search ----------------------------------------------------------------------------------------
+
+
+def ref_beam(space, n, m, score=table_score):
+    """search-and-learn ``_beam_search`` (agg "last", ``filter_duplicates`` and ``sort_completed``
+    off, its defaults), on one root. Step 0: N beams sampled from the prompt. Every step: score
+    every beam; a finished beam joins the completed list (in beam order) and leaves; of the rest,
+    the N/M best (``np.argsort`` ascending, the last N/M: of equal scores the later) survive, in
+    their order; the survivors are repeated in turn until there are N beams, each sampling one
+    step. At the end the first N completed are returned.
+
+    Returns ({digits: children} of every expanded node, [completed digits, in order])."""
+    root = space.initial_states()[0]
+    beams = space.expand([root], [n])[0]
+    completed, children = [], {}
+    while True:
+        completed += [b for b in beams if space.is_terminal(b)]
+        active = [b for b in beams if not space.is_terminal(b)]
+        if not active:
+            return children, [b.digits for b in completed[:n]]
+        ranks = sorted(range(len(active)), key=lambda i: (score(active[i].digits), i))
+        top = set(ranks[-(n // m):])
+        survivors = [b for i, b in enumerate(active) if i in top]
+        copies = [survivors[i % len(survivors)] for i in range(n)]  # (active * repeats)[:n]
+        counts = {b.digits: copies.count(b) for b in survivors}
+        drawn = {b.digits: iter(space.expand([b], [counts[b.digits]])[0]) for b in survivors}
+        children.update(counts)
+        beams = [next(drawn[b.digits]) for b in copies]  # one sample per copy, in copy order
+
+
+@pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2)])
+def test_beam_search_keeps_the_reference_beams_on_the_toy_space(n, m):
+    """search-and-learn ``_beam_search`` (see ``ref_beam``): without early finishes, tts's default
+    keeps the same N/M beams at every step, expands each M ways, and returns the same N candidates."""
+    for target in TARGETS:
+        mine = beam_search(DigitSpace([target], base=10, seed=2), TableScorer(), n, m)[0]
+        ref = ref_beam(DigitSpace([target], base=10, seed=2), n, m)
+        assert kept_and_children(mine)[0] == ref[0]
+        assert sorted(kept_and_children(mine)[1]) == sorted(ref[1])
+
+
+@pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2)])
+def test_beam_search_fill_every_step_is_the_reference_when_beams_finish_early(n, m):
+    """search-and-learn ``_beam_search`` (see ``ref_beam``) where beams finish early: with
+    ``fill="every_step"`` tts samples N steps at every step, deals them over the survivors in
+    turn, and returns the first N to finish, in the reference's order."""
+    differs = 0
+    for target in TARGETS:
+        mine = beam_search(EarlyEnd([target], base=10, seed=2), TableScorer(), n, m, fill="every_step")[0]
+        ref = ref_beam(EarlyEnd([target], base=10, seed=2), n, m)
+        assert kept_and_children(mine) == ref
+        default = beam_search(EarlyEnd([target], base=10, seed=2), TableScorer(), n, m)[0]
+        differs += kept_and_children(default) != ref
+    assert differs  # the documented departure shows on these inputs
+
+
+def test_beam_search_default_fill_is_the_documented_within_n_departure():
+    """The departure (``beam.py`` docstring): once k candidates have finished, a step expands at most
+    N - k children, so no problem gets more than N candidates or N steps per depth. The reference
+    samples N every step: here more than N beams finish and it keeps the first N."""
+    n, m = 8, 2
+    for target in TARGETS:
+        space = EarlyEnd([target], base=10, seed=2)
+        result = beam_search(space, TableScorer(), n, m)[0]
+        assert len(result.leaves) <= n
+        for depth in range(1, 6):
+            finished_before = sum(1 for node in result.nodes if node.terminal and node.depth < depth)
+            assert sum(1 for node in result.nodes if node.depth == depth) <= n - finished_before
+    space = EarlyEnd(["22130"], base=10, seed=2)
+    finished = sum(1 for _ in _all_finished(space, n, m))
+    assert finished > n  # the reference finishes more than N and truncates
+    assert BeamConfig().fill == "within_n"
+
+
+def _all_finished(space, n, m):
+    """Every beam the reference finishes (before its first-N cut)."""
+    root = space.initial_states()[0]
+    beams = space.expand([root], [n])[0]
+    while beams:
+        yield from (b for b in beams if space.is_terminal(b))
+        active = [b for b in beams if not space.is_terminal(b)]
+        if not active:
+            return
+        ranks = sorted(range(len(active)), key=lambda i: (table_score(active[i].digits), i))
+        top = set(ranks[-(n // m):])
+        survivors = [b for i, b in enumerate(active) if i in top]
+        copies = [survivors[i % len(survivors)] for i in range(n)]
+        drawn = {b.digits: iter(space.expand([b], [copies.count(b)])[0]) for b in survivors}
+        beams = [next(drawn[b.digits]) for b in copies]
+
+
+def test_beam_strategy_passes_its_fill_setting(monkeypatch):
+    seen = {}
+
+    def spy(space, scorer, n, width, fill="within_n"):
+        seen.update(n=n, width=width, fill=fill)
+        return []
+
+    monkeypatch.setattr("tts.search.beam.beam_search", spy)
+    strategy = object.__new__(BeamSearch)
+    strategy.config = BeamConfig(n=8, beam_width=2, fill="every_step")
+    strategy.search(None, None)
+    assert seen == {"n": 8, "width": 2, "fill": "every_step"}
+    assert "fill=every_step" in strategy.config.label
+
+
+# --- DVTS ---------------------------------------------------------------------------------------------------
+
+
+def ref_dvts(space, n, m, score=table_score):
+    """search-and-learn ``_dvts`` on one root: N/M independent beams, each sampling M steps from
+    its current text every iteration; a beam moves to its best-scored step (``np.argmax``: the
+    first of equal scores) and stops when that step finishes; its outputs are the M steps of its
+    last expansion, each with its own score (pred: ``np.argmax`` over all N outputs).
+
+    The first iteration's N samples from the prompt (M per beam) are one draw of N dealt in
+    groups of M (i.i.d. samples). Returns (chosen digits per beam per step, outputs in order)."""
+    root = space.initial_states()[0]
+    first = space.expand([root], [n])[0]
+    groups = [first[s:s + m] for s in range(0, n, m)]
+    path, outputs = [], []
+    for kids in groups:
+        chosen = []
+        while True:
+            best = max(kids, key=lambda k: score(k.digits))  # first of equal: max keeps the first
+            chosen.append(best.digits)
+            if space.is_terminal(best):
+                outputs += kids
+                break
+            kids = space.expand([best], [m])[0]
+        path.append(chosen)
+    return path, [k.digits for k in outputs]
+
+
+@pytest.mark.parametrize(("n", "m"), [(8, 2), (8, 4), (6, 3)])
+def test_dvts_takes_the_reference_steps_and_returns_its_candidates(n, m):
+    """search-and-learn ``_dvts`` (see ``ref_dvts``): the same greedy step in every subtree and,
+    where every path has the same length, the same N candidates (the M children of each
+    subtree's last expansion) with the same scores, so the same verifier pick."""
+    for target in TARGETS:
+        mine = dvts_search(DigitSpace([target], base=10, seed=4), TableScorer(), n, m)[0]
+        path, outputs = ref_dvts(DigitSpace([target], base=10, seed=4), n, m)
+        kept = sorted(node.state.digits for node in mine.nodes if node.kept and not node.terminal)
+        assert kept == sorted(d for chosen in path for d in chosen[:-1])
+        assert sorted(node.state.digits for node in mine.leaf_nodes) == sorted(outputs)
+        assert max(mine.leaf_nodes, key=lambda k: k.score).state.digits == max(outputs, key=table_score)
+
+
+def test_dvts_drops_unfinished_siblings_the_documented_departure():
+    """The departure (``dvts.py`` docstring): a subtree whose best child finishes returns only its
+    finished children; the reference returns all M children of that last expansion, unfinished
+    ones (partial solutions without an answer) included. The greedy steps are the same."""
+    n, m, dropped = 8, 4, 0
+    for target in TARGETS:
+        mine = dvts_search(EarlyEnd([target], base=10, seed=4), TableScorer(), n, m)[0]
+        path, outputs = ref_dvts(EarlyEnd([target], base=10, seed=4), n, m)
+        space = EarlyEnd([target], base=10)
+        kept = sorted(node.state.digits for node in mine.nodes if node.kept and not node.terminal)
+        assert kept == sorted(d for chosen in path for d in chosen[:-1])
+        assert sorted(node.state.digits for node in mine.leaf_nodes) == sorted(
+            d for d in outputs if space.is_terminal(Digits(0, d)))
+        dropped += len(outputs) - len(mine.leaves)
+    assert dropped > 0
+
+
+# --- lookahead ------------------------------------------------------------------------------------------
+
+
+def ref_lookahead(space, n, m, k, score=table_score):
+    """search-and-learn ``_beam_search`` with ``lookahead=k`` (``generate_k_steps``): every beam's
+    sampled step is followed by up to k greedy (temperature 0) steps, stopping when a step
+    finishes; the PRM scores the beam's text plus that rollout, and the beam keeps only its
+    sampled step. Otherwise as ``ref_beam`` (without early finishes: M children per survivor).
+
+    Returns ({digits: children} of every expanded node, {candidate digits: score})."""
+
+    def rollout_score(state):
+        end = state
+        for _ in range(k):
+            if space.is_terminal(end):
+                break
+            end = space.rollout_step([end])[0]
+        return score(end.digits)
+
+    root = space.initial_states()[0]
+    beams = space.expand([root], [n])[0]
+    children, completed = {}, {}
+    while True:
+        scores = {b.digits: rollout_score(b) for b in beams}
+        completed.update({b.digits: scores[b.digits] for b in beams if space.is_terminal(b)})
+        active = [b for b in beams if not space.is_terminal(b)]
+        if not active:
+            return children, completed
+        ranks = sorted(range(len(active)), key=lambda i: (scores[active[i].digits], i))
+        survivors = [active[i] for i in sorted(ranks[-(n // m):])]
+        beams = []
+        for b in survivors:
+            children[b.digits] = m
+            beams += space.expand([b], [m])[0]
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_lookahead_scores_each_step_by_its_greedy_rollout_as_the_reference(k):
+    """search-and-learn ``_beam_search`` with lookahead (see ``ref_lookahead``): the same beams
+    kept and expanded, and every candidate scored by the end of its k-step greedy rollout (a
+    rollout that finishes stops), on the toy space with a greedy next digit."""
+    n, m = 8, 2
+    for target in TARGETS:
+        mine = lookahead_search(Greedy([target], base=10, seed=6), TableScorer(), n, m, k)[0]
+        children, completed = ref_lookahead(Greedy([target], base=10, seed=6), n, m, k)
+        assert kept_and_children(mine)[0] == children
+        assert {node.state.digits: node.score for node in mine.leaf_nodes} == completed
+
+
+# --- MCTS -------------------------------------------------------------------------------------------------
+
+
+def ref_uct_descents(tree, scores, count, c):
+    """UCT (Kocsis and Szepesvari 2006) with virtual loss (Chaslot et al. 2008), on a tree given as
+    {node: children} with a verifier score per node: from the root, repeatedly take the child with
+    the largest Q + c * sqrt(ln N(parent) / N(child)) (the first of equal values) until a node
+    without children; N counts the scored nodes of a subtree (itself included), Q their mean
+    score; after each descent every node on its path gets one more visit worth 0, and the leaf
+    it reached is not chosen again.
+
+    Returns the chosen leaves, in order."""
+    import math
+
+    def below(node):
+        out = [node]
+        for child in tree.get(node, []):
+            out += below(child)
+        return out
+
+    visits = {v: len(below(v)) for v in scores}
+    total = {v: sum(scores[u] for u in below(v)) for v in scores}
+    visits["root"] = sum(visits[v] for v in tree["root"])
+    virtual: dict[str, int] = {}
+    taken: list[str] = []
+    for _ in range(count):
+        node, path = "root", ["root"]
+        while tree.get(node):
+            options = [ch for ch in tree[node] if ch not in taken]
+            parent = visits[node] + virtual.get(node, 0)
+
+            def uct(ch, parent=parent):
+                n_ch = visits[ch] + virtual.get(ch, 0)
+                return total[ch] / n_ch + c * math.sqrt(math.log(parent) / n_ch)
+
+            node = max(options, key=uct)
+            path.append(node)
+        taken.append(node)
+        for v in path:
+            virtual[v] = virtual.get(v, 0) + 1
+    return taken
+
+
+def _hand_tree():
+    """Root children A (0.9), B (0.6), C (0.3); A expanded into A1 (0.1), A2 (0.2): A's mean falls to
+    0.4, below B's 0.6, while its own score is still the best."""
+    structure = {"root": ["A", "B", "C"], "A": ["A1", "A2"]}
+    scores = {"A": 0.9, "B": 0.6, "C": 0.3, "A1": 0.1, "A2": 0.2}
+    mine = mcts_module._Tree(root="q")
+    nodes = {}
+    for parent, kids in structure.items():
+        made = []
+        for name in kids:
+            node = mine.tree.add(nodes.get(parent), name, False)
+            node.score = scores[name]
+            nodes[name] = node
+            made.append(node)
+        mine.record(nodes.get(parent), made)
+    return structure, scores, mine
+
+
+@pytest.mark.parametrize("c", [0.05, 0.5, 1.4])
+def test_mcts_without_the_dive_selects_leaves_by_uct_with_virtual_loss(c):
+    """UCT with virtual loss (see ``ref_uct_descents``): with ``greedy_dive`` off, tts's descents of a
+    round choose the same leaves in the same order, on a hand-built tree."""
+    structure, scores, mine = _hand_tree()
+    for count in (1, 2, 3):
+        chosen = [node.state for node in mine.select(count, c, dive=False)]
+        assert chosen == ref_uct_descents(structure, scores, count, c)
+
+
+def test_mcts_first_finish_dive_is_the_documented_departure():
+    """The departure (``mcts.py`` docstring): until a root has a finished candidate, its first
+    descent of a round follows the best verifier score. On the hand-built tree UCT goes to B
+    (mean 0.6 beats A's 0.4); the dive goes A (0.9) then A2 (0.2)."""
+    structure, scores, mine = _hand_tree()
+    assert ref_uct_descents(structure, scores, 1, 0.05) == ["B"]
+    assert [node.state for node in mine.select(1, 0.05, dive=True)] == ["A2"]
+    assert [node.state for node in mine.select(1, 0.05, dive=False)] == ["B"]
+    assert MCTSConfig().greedy_dive is True
+
+
+def test_mcts_search_dives_only_until_the_first_finish_and_never_with_greedy_dive_off(monkeypatch):
+    """The search passes the rule on: the dive is asked for while a root has no candidate, and
+    never with ``greedy_dive=False``."""
+    calls = []
+    select = mcts_module._Tree.select
+
+    def spy(self, count, exploration, dive=False):
+        calls.append((bool(self.tree.leaves), dive))
+        return select(self, count, exploration, dive)
+
+    monkeypatch.setattr(mcts_module._Tree, "select", spy)
+    mcts_search(EarlyEnd(["31022"], base=10, seed=1), TableScorer(), n=8, beam_width=2, max_nodes=40)
+    assert calls and all(dive == (not finished) for finished, dive in calls)
+    calls.clear()
+    mcts_search(EarlyEnd(["31022"], base=10, seed=1), TableScorer(), n=8, beam_width=2, max_nodes=40, greedy_dive=False)
+    assert calls and not any(dive for _, dive in calls)
+
+
+def test_mcts_strategy_passes_its_dive_setting(monkeypatch):
+    seen = {}
+
+    def spy(space, scorer, n, width, max_nodes=None, exploration=0.05, greedy_dive=True):
+        seen.update(greedy_dive=greedy_dive)
+        return []
+
+    monkeypatch.setattr("tts.search.mcts.mcts_search", spy)
+    strategy = object.__new__(MCTS)
+    strategy.config = MCTSConfig(n=8, greedy_dive=False)
+    strategy.search(None, None)
+    assert seen == {"greedy_dive": False}
+    assert "greedy_dive=False" in strategy.config.label
