@@ -13,17 +13,25 @@ from the root in which every node decides by Thompson sampling between
 so the search widens where fresh samples have scored well and deepens where refinements have.
 The multi-LLM variant also chooses, by Thompson sampling, which model generates.
 
-This implementation (the Beta-posterior variant, for verifier scores in [0, 1]):
+This implementation follows TreeQuest's ABMCTS-A with Beta posteriors (github.com/SakanaAI/treequest,
+``algos/ab_mcts_a``; pinned in tests/parity/test_ab_mcts.py), for verifier scores in [0, 1]:
 
-1. Statistics per node, backed up after every scored generation: the scores of the children it
-   generated (GEN's posterior), and the scores of every node in its children's subtrees, the
-   children included (CONT's posterior); each child's subtree scores (which child CONT takes).
-   A score s counts as a fractional success: Beta(1 + sum s, 1 + sum (1 - s)) (a uniform prior).
+1. Statistics per node, backed up after every scored generation: GEN's posterior from the scores
+   of the children the node generated; CONT's posterior from the scores of its grandchildren and
+   every deeper descendant, its children's own scores NOT included (they are GEN's evidence), as
+   in TreeQuest's back-propagation; and one posterior per child, from that child's own score and
+   its whole subtree's (which child CONT descends into). A score s counts as a fractional success:
+   Beta(a + sum s, b + sum (1 - s)) with the prior Beta(a, b) = Beta(0.5, 0.5) (Jeffreys, TreeQuest's
+   ``BetaPrior``); ``prior_a = prior_b = 1`` gives the uniform prior tts used before.
 2. A node without children always takes GEN. Ties go to GEN.
 3. Model choice (``models`` with more than one entry): a Beta posterior per model over the scores
-   of every answer that model wrote for this problem (the whole tree, not per node: a
-   simplification of TreeQuest's per-node model arms that needs fewer samples to learn which
-   model scores higher); the model with the highest draw generates.
+   of every answer that model wrote for this problem (the whole tree, not per node), as
+   TreeQuest's default multi-armed-bandit Thompson sampling (``multiarm_bandit_thompson``; its
+   per-node ``stack`` variant is not implemented); the model with the highest draw generates.
+
+Departures: TreeQuest's ABMCTS-A defaults to Gaussian posteriors (``dist_type="gaussian"``); tts
+implements the Beta variant only, which suits scores in [0, 1]. TreeQuest also draws GEN and CONT at
+a childless node, where the outcome is fixed; tts skips those draws (same decisions in distribution).
 4. Batching: each round, every problem makes ``parallel`` independent descents (default 1, the
    paper's sequential search), all generations of the round go out as ONE generator call per
    model for all problems, and all new answers are scored in ONE verifier call. ``n`` is the
@@ -70,6 +78,9 @@ ROOT = -1
 POLICY = "policy"
 """The run's own model in ``models``."""
 
+JEFFREYS = (0.5, 0.5)
+"""The Beta prior's (a, b) by default: Jeffreys, as TreeQuest's ``BetaPrior``."""
+
 
 @dataclass(slots=True)
 class _Stats:
@@ -82,9 +93,9 @@ class _Stats:
         self.total += score
         self.count += 1
 
-    def draw(self, rng: random.Random) -> float:
-        """A Thompson draw from Beta(1 + sum s, 1 + sum (1 - s))."""
-        return rng.betavariate(1.0 + self.total, 1.0 + self.count - self.total)
+    def draw(self, rng: random.Random, prior: tuple[float, float] = JEFFREYS) -> float:
+        """A Thompson draw from Beta(a + sum s, b + sum (1 - s)), the prior being Beta(a, b)."""
+        return rng.betavariate(prior[0] + self.total, prior[1] + self.count - self.total)
 
 
 @dataclass(slots=True)
@@ -112,8 +123,9 @@ class Job:
 class ABTree:
     """One problem's AB-MCTS tree: its answers and the statistics Thompson sampling draws from."""
 
-    def __init__(self, models: Sequence[str]) -> None:
+    def __init__(self, models: Sequence[str], prior: tuple[float, float] = JEFFREYS) -> None:
         self.models = list(models)
+        self.prior = prior
         self.nodes: list[ABNode] = []
         self.children: dict[int, list[int]] = {ROOT: []}
         self.gen: dict[int, _Stats] = {ROOT: _Stats()}
@@ -127,12 +139,12 @@ class ABTree:
         key = ROOT
         while True:
             kids = self.children[key]
-            if not kids or self.gen[key].draw(rng) >= self.cont[key].draw(rng):
+            if not kids or self.gen[key].draw(rng, self.prior) >= self.cont[key].draw(rng, self.prior):
                 break
-            key = max(kids, key=lambda c: self.subtree[c].draw(rng))
+            key = max(kids, key=lambda c: self.subtree[c].draw(rng, self.prior))
         if len(self.models) == 1:
             return key, self.models[0]
-        return key, max(self.models, key=lambda m: self.by_model[m].draw(rng))
+        return key, max(self.models, key=lambda m: self.by_model[m].draw(rng, self.prior))
 
     def add(self, parent: int, state: Any, score: float, model: str) -> ABNode:
         """Record a scored answer generated under ``parent`` and back its score up."""
@@ -148,7 +160,8 @@ class ABTree:
         self.children[parent].append(node.id)
         self.gen[parent].add(score)
         self.by_model[model].add(score)
-        # CONT of every ancestor above the parent, and the subtree of every ancestor from the parent up.
+        # CONT of every ancestor above the parent (a node's CONT never holds its children's own
+        # scores), and the subtree of every ancestor from the parent up.
         key: int | None = parent
         while key is not None and key != ROOT:
             self.subtree[key].add(score)
@@ -160,7 +173,8 @@ class ABTree:
 
 def ab_mcts_search(roots: int, expand: Callable[[list[Job]], list[tuple[Any, float]]], n: int,
                    models: Sequence[str] = (POLICY,), parallel: int = 1,
-                   rngs: Sequence[random.Random] | None = None) -> list[ABTree]:
+                   rngs: Sequence[random.Random] | None = None,
+                   prior: tuple[float, float] = JEFFREYS) -> list[ABTree]:
     """AB-MCTS from ``roots`` problems in lockstep.
 
     Args:
@@ -171,6 +185,7 @@ def ab_mcts_search(roots: int, expand: Callable[[list[Job]], list[tuple[Any, flo
         models: The models the search may call (Thompson sampling chooses among several).
         parallel: Descents per problem per round (all generated in one round).
         rngs: One random generator per problem (default: seeded 0, 1, 2, ...).
+        prior: (a, b) of every posterior's Beta prior (default Jeffreys, as TreeQuest).
 
     Returns:
         One :class:`ABTree` per problem, with n answers each.
@@ -179,7 +194,9 @@ def ab_mcts_search(roots: int, expand: Callable[[list[Job]], list[tuple[Any, flo
         raise ValueError(f"n ({n}) and parallel ({parallel}) must be >= 1")
     if not models or len(set(models)) != len(models):
         raise ValueError(f"models must be distinct names, at least one; got {list(models)}")
-    trees = [ABTree(models) for _ in range(roots)]
+    if min(prior) <= 0:
+        raise ValueError(f"the Beta prior's (a, b) must both be > 0; got {prior}")
+    trees = [ABTree(models, prior) for _ in range(roots)]
     rngs = list(rngs) if rngs is not None else [random.Random(i) for i in range(roots)]
     if len(rngs) != roots:
         raise ValueError(f"got {len(rngs)} random generators for {roots} problems; give one per problem")
@@ -223,6 +240,11 @@ class ABMCTSConfig(StrategyConfigBase):
     """The user turn that asks for a refinement, after the answer being refined."""
     select: Literal["weighted_vote", "verifier", "vote"] = "weighted_vote"
     """The answer among all generated: a vote weighted by verifier score, the best-scored one, or a plain vote."""
+    prior_a: float = Field(0.5, gt=0.0, le=100.0)
+    """a of the Beta(a, b) prior of every Thompson-sampling posterior: 0.5 with ``prior_b = 0.5`` is
+    Jeffreys' prior, TreeQuest's default; 1 and 1 is the uniform prior (tts's rule before)."""
+    prior_b: float = Field(0.5, gt=0.0, le=100.0)
+    """b of the Beta(a, b) prior (see ``prior_a``)."""
 
     @property
     def label(self) -> str:
@@ -413,7 +435,7 @@ class ABMCTS(VerifierStrategy):
             return out
 
         rngs = [random.Random(derive_seed(self.seed, f"{p.id}|{label}|thompson", 0)) for p in problems]
-        trees = ab_mcts_search(len(problems), expand, c.n, self.model_names, c.parallel, rngs)
+        trees = ab_mcts_search(len(problems), expand, c.n, self.model_names, c.parallel, rngs, (c.prior_a, c.prior_b))
         return [self._solution(p, t, Usage.total(u), e)
                 for p, t, u, e in zip(problems, trees, usage, events, strict=True)]
 
