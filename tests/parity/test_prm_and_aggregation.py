@@ -150,8 +150,10 @@ def _run(strategy_cls, config_cls, how: str, texts: list[str], logprobs: list[fl
 
 def test_the_default_step_aggregation_is_last_as_in_search_and_learn():
     """search-and-learn's Config.agg_strategy defaults to "last" (src/sal/config.py at SAL), and its
-    final scoring aggregates with "last" (src/sal/utils/score.py). tts's default follows it for
-    every verifier; "min" (tts's default before) stays a setting."""
+    final scoring aggregates with "last" (src/sal/utils/score.py); the ETS repository's REBASE
+    scores a node by the last of its step scores (SqueezeAILab/ETS, rebase.py, Tree.insert,
+    commit ac937a72319fae68b2f4e9c439d3a07c85377f1f). tts's default follows them for every
+    verifier; "min" (tts's default before) stays a setting."""
     assert VerifierConfigBase.model_fields["aggregation"].default == "last"
     assert PRMVerifierConfig().aggregation == "last"
     assert PRMVerifierConfig(aggregation="min").aggregation == "min"
