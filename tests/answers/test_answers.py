@@ -162,6 +162,7 @@ def test_vote_keys_work_outside_the_main_thread():
         ("\\boxed{a = 1} and \\boxed{b = 7}", "a = 1,b = 7"),
         ("it is \\boxed{6}, or written out, \\boxed{6}", "6"),  # words between boxes: the last box
         ("\\boxed{6} and \\boxed{6}", "6"),  # the same box twice states it once
+        ("so $\\boxed{15\\frac{39}{40}}$, or $\\boxed{\\frac{639}{40}}$.", "\\frac{639}{40}"),  # "or": one answer twice
         # A whole output that is one formula naming a constant is that answer, not prose.
         ("$E$", "E"),
         ("$e$", "e"),

@@ -65,10 +65,11 @@ _NUMERIC_COMMANDS = re.compile(r"\\(?:[dt]?frac|sqrt|pi|cdot|times|div|left|righ
 # Markdown bold around an answer ("**42**"), not Python's power ("2**3"): no operand on either side.
 _BOLD = re.compile(r"(?<![\w)\]}*])\*\*(?=[^\s*])([^\n]*?[^\s*])\*\*(?![\w(*])")
 _STRAY_STARS = re.compile(r"^\*{2,}\s*|\s*\*{2,}$")
-# Between two boxes that state one answer together: spaces, punctuation, "and"/"or", spacing
+# Between two boxes that state one answer together: spaces, punctuation, "and", spacing
 # commands, math delimiters, and \text{...} without digits ("\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}").
+# Not "or": "\boxed{15\frac{39}{40}}, or \boxed{\frac{639}{40}}" writes one answer twice.
 _BOX_JOINER = re.compile(
-    r"(?:\s|[,;~]|\band\b|\bor\b|\\q?quad\b|\\[,:;! ]|\$|\\[()\[\]]|\\(?:text|mbox|textrm)\{[^{}\d]*\})*"
+    r"(?:\s|[,;~]|\band\b|\\q?quad\b|\\[,:;! ]|\$|\\[()\[\]]|\\(?:text|mbox|textrm)\{(?![^{}]*\bor\b)[^{}\d]*\})*"
 )
 _LONE_VARIABLE = re.compile(r"[A-Za-z](?:_\{?\w\}?)?'?")
 
