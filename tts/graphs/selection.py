@@ -14,6 +14,16 @@ they need no executor of their own and their traces show every node in ``tts sho
 
 They live with the graphs (not in ``tts.search``) because they run the graph executor: the layers
 import downward only.
+
+Against the references (pinned in ``tests/parity/test_selection.py``): GenSelect follows optillm's
+plugin (``genselect_plugin.py``: n candidates, one numbered comparison prompt, the first candidate
+when the reply names none) except that the selector answers with the number only, read from the
+first token's probabilities (one cheap greedy call instead of a reasoned comparison at temperature
+0.3 ending in "BEST CANDIDATE: N"), and that more than ``group`` candidates (a one-digit choice
+reads at most 9) run as a tournament; ``group >= n`` is optillm's single prompt. ``aggregate``
+follows RSA's Algorithm 1 (N new solutions per step, each from K distinct members of the previous
+population drawn without replacement, T steps); the answer is the last population's majority vote.
+Its defaults (N = 4, K = 3, T = 1) are a cheap start, not the paper's larger settings.
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ sequential:parallel ratio of 2 chains x 4 attempts at the cost of self-consisten
 A per-problem :class:`~tts.types.Budget` (``samples`` = attempts, ``tokens`` = generated tokens at
 ``max_tokens`` per attempt) keeps the rounds and runs fewer chains; below R + 1 attempts it runs
 one shorter chain. Verifier usage is added to each problem's usage.
+
+What it follows (pinned in ``tests/parity/test_sequential.py``): Snell et al.'s split of a budget
+of N attempts into S parallel chains of R + 1 sequential attempts, with the answer selected over
+all attempts; and Self-Refine's prompt-only revision (no fine-tuning). Departure: Snell et al.
+fine-tune a revision model that reads several earlier attempts of its chain; an ordinary model
+here reads the previous attempt only (and, with ``critique``, a verifier score instead of
+Self-Refine's written feedback). There is no setting for a longer history.
 """
 
 from __future__ import annotations
