@@ -21,15 +21,17 @@ candidates are returned and with what score.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 
 import pytest
 
 from tts.search import mcts as mcts_module
 from tts.search.beam import BeamConfig, BeamSearch, beam_search
-from tts.search.dvts import dvts_search
+from tts.search.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.lookahead import lookahead_search
 from tts.search.mcts import MCTS, MCTSConfig, mcts_search
 from tts.search.toy import DigitSpace, Digits
+from tts.types import Sample
 from tts.verifiers.base import VerifierScore
 
 PINNED = {"strategy:beam", "strategy:dvts", "strategy:lookahead", "strategy:mcts"}
@@ -228,10 +230,11 @@ def test_dvts_takes_the_reference_steps_and_returns_its_candidates(n, m):
         assert max(mine.leaf_nodes, key=lambda k: k.score).state.digits == max(outputs, key=table_score)
 
 
-def test_dvts_drops_unfinished_siblings_the_documented_departure():
+def test_dvts_drops_unfinished_siblings_the_documented_departure_and_siblings_all_keeps_them():
     """The departure (``dvts.py`` docstring): a subtree whose best child finishes returns only its
     finished children; the reference returns all M children of that last expansion, unfinished
-    ones (partial solutions without an answer) included. The greedy steps are the same."""
+    ones (partial solutions without an answer) included. The greedy steps are the same, and
+    ``siblings="all"`` returns the reference's outputs with their scores."""
     n, m, dropped = 8, 4, 0
     for target in TARGETS:
         mine = dvts_search(EarlyEnd([target], base=10, seed=4), TableScorer(), n, m)[0]
@@ -242,7 +245,60 @@ def test_dvts_drops_unfinished_siblings_the_documented_departure():
         assert sorted(node.state.digits for node in mine.leaf_nodes) == sorted(
             d for d in outputs if space.is_terminal(Digits(0, d)))
         dropped += len(outputs) - len(mine.leaves)
+        every = dvts_search(EarlyEnd([target], base=10, seed=4), TableScorer(), n, m, siblings="all")[0]
+        assert sorted(node.state.digits for node in every.leaf_nodes) == sorted(outputs)
+        assert all(node.score == table_score(node.state.digits) for node in every.leaf_nodes)
     assert dropped > 0
+    assert DVTSConfig().siblings == "finished"
+
+
+def test_dvts_strategy_passes_its_siblings_setting(monkeypatch):
+    seen = {}
+
+    def spy(space, scorer, n, width, siblings="finished"):
+        seen.update(siblings=siblings)
+        return []
+
+    monkeypatch.setattr("tts.search.dvts.dvts_search", spy)
+    strategy = object.__new__(DVTS)
+    strategy.config = DVTSConfig(n=8, siblings="all")
+    strategy.search(None, None)
+    assert seen == {"siblings": "all"}
+    assert "siblings=all" in strategy.config.label
+
+
+# --- the final pick (beam search and DVTS share it) ------------------------------------------------
+
+
+def _sample(answer):
+    return Sample(text=f"... \\boxed{{{answer}}}", answer=answer)
+
+
+def test_the_final_pick_is_the_references_weighted_vote_or_best_score():
+    """search-and-learn ``src/sal/utils/math.py`` ``find_answer_with_largest_sum`` (its
+    ``pred_weighted``: the answer whose candidates' aggregated scores sum highest) and the
+    ``pred`` of ``beam_search`` / ``dvts`` (``np.argmax`` of the scores: the first best
+    candidate). tts's ``select="weighted_vote"`` and ``select="verifier"`` pick the same."""
+    answers = ["4", "5", "4", "6", "5"]
+    scores = [0.2, 0.7, 0.3, 0.6, 0.05]
+
+    def ref_weighted(answers, scores):
+        sums = {}
+        for a, s in zip(answers, scores, strict=True):
+            sums[a] = sums.get(a, 0.0) + s
+        return max(sums, key=sums.get)
+
+    def ref_argmax(answers, scores):
+        return answers[max(range(len(scores)), key=lambda j: (scores[j], -j))]
+
+    samples = [_sample(a) for a in answers]
+    for select, ref in (("weighted_vote", ref_weighted), ("verifier", ref_argmax)):
+        for strategy_class, config_class in ((BeamSearch, BeamConfig), (DVTS, DVTSConfig)):
+            strategy = object.__new__(strategy_class)
+            strategy.config = config_class(n=5, beam_width=1, select=select)
+            for order in (scores, scores[::-1], [0.5, 0.5, 0.1, 0.9, 0.2]):
+                picked = strategy._select(samples, order, Counter())[0]
+                assert picked == ref(answers, order), (select, order)
 
 
 # --- lookahead ------------------------------------------------------------------------------------------

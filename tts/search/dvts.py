@@ -9,8 +9,15 @@ beam (beam search's lack of diversity at large N). With budget N and width M:
 1. sample N first steps and deal them into N/M subtrees of M;
 2. each subtree scores its M children and keeps only the best one (greedy);
 3. if that best child is finished, the subtree is done: its finished children of this last
-   expansion are its candidates (at most M; search-and-learn returns the M children of each
-   subtree's last expansion); otherwise sample M next steps from it and repeat from 2.
+   expansion are its candidates (at most M); otherwise sample M next steps from it and repeat
+   from 2.
+
+One departure from search-and-learn, on purpose: it returns all M children of each subtree's
+last expansion, unfinished siblings of the finished best child included. Those are partial
+solutions without an answer: they cannot win a vote, only dilute coverage and, under its
+``np.argmax`` pick, win with a high score and give no answer. tts returns the finished ones;
+``siblings="all"`` returns all M, as the reference (pinned both ways in
+``tests/parity/test_tree_searches.py``).
 
 At most N candidates per problem (N/M subtrees x M), and every step of every subtree of every
 problem is one generator call and one verifier call.
@@ -38,7 +45,7 @@ from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
 def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
-                max_steps: int = MAX_STEPS) -> list[SearchResult]:
+                max_steps: int = MAX_STEPS, siblings: Literal["finished", "all"] = "finished") -> list[SearchResult]:
     """DVTS from every root of ``space`` in lockstep.
 
     Args:
@@ -47,13 +54,17 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
         n: Candidates per root (N); the root is expanded n ways into n/beam_width subtrees.
         beam_width: M: children of each subtree's node per step.
         max_steps: Safety cap on steps.
+        siblings: Candidates of a finished subtree: the ``finished`` children of its last
+            expansion, or ``all`` of them (search-and-learn's outputs).
 
     Returns:
-        One :class:`SearchResult` per root; its leaves are the finished children of each
+        One :class:`SearchResult` per root; its leaves are the finished (or all) children of each
         subtree's last expansion.
     """
     if beam_width < 1 or n < beam_width or n % beam_width:
         raise ValueError(f"n ({n}) must be a positive multiple of beam_width ({beam_width})")
+    if siblings not in ("finished", "all"):
+        raise ValueError(f"siblings must be 'finished' or 'all', got {siblings!r}")
     trees = [SearchTree(root) for root in space.initial_states()]
     # 1. The first step: each root expanded n ways, its children dealt into n/M subtrees of M.
     groups: list[tuple[SearchTree, list[TreeNode]]] = []
@@ -69,7 +80,7 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
             best = ranked(kids)[0]
             if best.terminal:
                 for node in kids:
-                    if node.terminal:
+                    if node.terminal or siblings == "all":
                         tree.take(node)
                 continue
             best.kept = True
@@ -85,6 +96,10 @@ class DVTSConfig(WidthSearchConfig):
     """Diverse verifier tree search: n/M independent subtrees, each greedily expanding its best step M ways."""
 
     kind: Literal["dvts"] = "dvts"
+    siblings: Literal["finished", "all"] = "finished"
+    """Candidates of a subtree whose best step finished: the ``finished`` steps of its last
+    expansion, or ``all`` M of them, unfinished ones (no answer) included, as search-and-learn
+    returns them."""
 
 
 class DVTS(TreeSearchStrategy):
@@ -94,4 +109,4 @@ class DVTS(TreeSearchStrategy):
     config_class: ClassVar[type[StrategyConfigBase]] = DVTSConfig
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
-        return dvts_search(space, scorer, self.config.n, self.config.width)
+        return dvts_search(space, scorer, self.config.n, self.config.width, siblings=self.config.siblings)

@@ -189,7 +189,8 @@ class TreeSearchStrategy(VerifierStrategy):
             answer=state.answer,
             completion_tokens=state.tokens,
             mean_logprob=sum(logprobs) / len(logprobs) if whole else None,
-            finish_reason="forced" if state.forced else "stop",
+            # "unfinished": a partial solution kept as a candidate (DVTS with siblings="all").
+            finish_reason="forced" if state.forced else ("stop" if state.finished else "unfinished"),
         )
 
     def _select(self, samples: Sequence[Sample], scores: Sequence[float],
