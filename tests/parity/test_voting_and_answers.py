@@ -59,7 +59,7 @@ def test_self_consistency_is_wangs_plurality_vote(answers):
     answer whose first sample came earliest, documented in ``tts.search.base.vote``) picks a member of
     the tied set, which the paper leaves unspecified; a problem where no sample has an answer has no
     answer (None). The confidence is the winner's share of all n samples, answered or not (the
-    paper's Fig. 5 "consistency": the share of decodes that agree with the final answer).
+    paper's "consistency": the share of decodes that agree with the final answer).
     """
     winners, counts = wang_majority(answers)
     sol = _self_consistency(answers)
