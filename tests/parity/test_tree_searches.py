@@ -28,7 +28,7 @@ import pytest
 from tts.search import mcts as mcts_module
 from tts.search.beam import BeamConfig, BeamSearch, beam_search
 from tts.search.dvts import DVTS, DVTSConfig, dvts_search
-from tts.search.lookahead import lookahead_search
+from tts.search.lookahead import Lookahead, LookaheadConfig, lookahead_search
 from tts.search.mcts import MCTS, MCTSConfig, mcts_search
 from tts.search.toy import DigitSpace, Digits
 from tts.types import Sample
@@ -308,9 +308,10 @@ def ref_lookahead(space, n, m, k, score=table_score):
     """search-and-learn ``_beam_search`` with ``lookahead=k`` (``generate_k_steps``): every beam's
     sampled step is followed by up to k greedy (temperature 0) steps, stopping when a step
     finishes; the PRM scores the beam's text plus that rollout, and the beam keeps only its
-    sampled step. Otherwise as ``ref_beam`` (without early finishes: M children per survivor).
+    sampled step. Otherwise as ``ref_beam`` (survivors repeated in turn to N beams, the first N
+    completed returned).
 
-    Returns ({digits: children} of every expanded node, {candidate digits: score})."""
+    Returns ({digits: children} of every expanded node, [(candidate digits, score), in order])."""
 
     def rollout_score(state):
         end = state
@@ -322,32 +323,58 @@ def ref_lookahead(space, n, m, k, score=table_score):
 
     root = space.initial_states()[0]
     beams = space.expand([root], [n])[0]
-    children, completed = {}, {}
+    children, completed = {}, []
     while True:
         scores = {b.digits: rollout_score(b) for b in beams}
-        completed.update({b.digits: scores[b.digits] for b in beams if space.is_terminal(b)})
+        completed += [(b.digits, scores[b.digits]) for b in beams if space.is_terminal(b)]
         active = [b for b in beams if not space.is_terminal(b)]
         if not active:
-            return children, completed
+            return children, completed[:n]
         ranks = sorted(range(len(active)), key=lambda i: (scores[active[i].digits], i))
-        survivors = [active[i] for i in sorted(ranks[-(n // m):])]
-        beams = []
-        for b in survivors:
-            children[b.digits] = m
-            beams += space.expand([b], [m])[0]
+        top = set(ranks[-(n // m):])
+        survivors = [b for i, b in enumerate(active) if i in top]
+        copies = [survivors[i % len(survivors)] for i in range(n)]
+        counts = {b.digits: copies.count(b) for b in survivors}
+        drawn = {b.digits: iter(space.expand([b], [counts[b.digits]])[0]) for b in survivors}
+        children.update(counts)
+        beams = [next(drawn[b.digits]) for b in copies]
+
+
+class GreedyEarly(Greedy, EarlyEnd):
+    pass
 
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_lookahead_scores_each_step_by_its_greedy_rollout_as_the_reference(k):
     """search-and-learn ``_beam_search`` with lookahead (see ``ref_lookahead``): the same beams
     kept and expanded, and every candidate scored by the end of its k-step greedy rollout (a
-    rollout that finishes stops), on the toy space with a greedy next digit."""
+    rollout that finishes stops), on the toy space with a greedy next digit: by default where no
+    path ends early, and with ``fill="every_step"`` where paths do."""
     n, m = 8, 2
     for target in TARGETS:
         mine = lookahead_search(Greedy([target], base=10, seed=6), TableScorer(), n, m, k)[0]
         children, completed = ref_lookahead(Greedy([target], base=10, seed=6), n, m, k)
         assert kept_and_children(mine)[0] == children
-        assert {node.state.digits: node.score for node in mine.leaf_nodes} == completed
+        assert sorted((node.state.digits, node.score) for node in mine.leaf_nodes) == sorted(completed)
+        mine = lookahead_search(GreedyEarly([target], base=10, seed=6), TableScorer(), n, m, k, fill="every_step")[0]
+        children, completed = ref_lookahead(GreedyEarly([target], base=10, seed=6), n, m, k)
+        assert kept_and_children(mine)[0] == children
+        assert [(node.state.digits, node.score) for node in mine.leaf_nodes] == completed
+
+
+def test_lookahead_strategy_passes_its_fill_setting(monkeypatch):
+    seen = {}
+
+    def spy(space, scorer, n, width, lookahead, fill="within_n"):
+        seen.update(lookahead=lookahead, fill=fill)
+        return []
+
+    monkeypatch.setattr("tts.search.lookahead.lookahead_search", spy)
+    strategy = object.__new__(Lookahead)
+    strategy.config = LookaheadConfig(n=8, lookahead=2, fill="every_step")
+    strategy.search(None, None)
+    assert seen == {"lookahead": 2, "fill": "every_step"}
+    assert LookaheadConfig().fill == "within_n"
 
 
 # --- MCTS -------------------------------------------------------------------------------------------------

@@ -52,35 +52,56 @@ def sal_keep(live: Sequence[TreeNode], keep: int) -> list[TreeNode]:
     return [node for j, node in enumerate(live) if j in top]
 
 
+def every_step_frontier(tree: SearchTree, groups: Sequence[Sequence[TreeNode]], n: int,
+                        keep: int) -> list[Expansion]:
+    """One step of search-and-learn's beam search for one tree (``fill="every_step"``).
+
+    Args:
+        tree: The tree.
+        groups: The scored children of each node expanded this step, in expansion order.
+        n: N, the steps sampled at every step.
+        keep: N/M, the unfinished children kept.
+
+    Returns:
+        The next step's expansions: N children dealt in turn over the kept nodes. Finished
+        children are taken as candidates in the reference's order (its beams are the kept nodes
+        repeated in turn: the first child of every kept node, then the second of every one, ...).
+    """
+    beams = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+    for node in beams:
+        if node.terminal:
+            tree.take(node)
+    kept = sal_keep([node for node in beams if not node.terminal], keep)
+    out = []
+    for j, node in enumerate(kept):  # n // k each, one more to the first n % k
+        node.kept = True
+        out.append(Expansion(tree, node, n // len(kept) + (j < n % len(kept))))
+    return out
+
+
+def first_n(trees: Sequence[SearchTree], n: int) -> None:
+    """``fill="every_step"``'s end: the first N to finish are each tree's candidates."""
+    for tree in trees:
+        for i in tree.leaves[n:]:
+            tree.nodes[i].kept = False
+        del tree.leaves[n:]
+
+
 def _every_step(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
                 max_steps: int) -> list[SearchResult]:
     """Beam search as search-and-learn runs it (``fill="every_step"``; see the module docstring)."""
-    keep = n // beam_width
     trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
-            for tree in trees:  # the first N to finish are the candidates
-                for i in tree.leaves[n:]:
-                    tree.nodes[i].kept = False
-                del tree.leaves[n:]
+            first_n(trees, n)
             return [t.result() for t in trees]
         grown: dict[int, list[list[TreeNode]]] = {id(t): [] for t in trees}
         for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True):
             grown[id(e.tree)].append(kids)
         frontier = []
         for tree in trees:
-            # search-and-learn's beams of a step are the kept ones repeated in turn: the first child
-            # of every kept node, then the second of every one, ...
-            groups = grown[id(tree)]
-            beams = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
-            for node in beams:
-                if node.terminal:
-                    tree.take(node)
-            kept = sal_keep([node for node in beams if not node.terminal], keep)
-            for j, node in enumerate(kept):  # N steps dealt in turn: n // k each, one more to the first n % k
-                node.kept = True
-                frontier.append(Expansion(tree, node, n // len(kept) + (j < n % len(kept))))
+            frontier += every_step_frontier(tree, grown[id(tree)], n, n // beam_width)
     raise never_ends(max_steps)
 
 

@@ -17,6 +17,11 @@ lookahead k:
 4. finished candidates are collected; keep the N/M best unfinished ones, expand each M ways,
    within N candidates in all (as :func:`~tts.search.beam.beam_search`); repeat from 1.
 
+As in beam search, ``fill="every_step"`` gives search-and-learn's rule instead of step 4's
+"within N": N steps sampled at every step, dealt in turn over the kept nodes, the first N to
+finish returned (see :mod:`tts.search.beam`). Pinned both ways in
+``tests/parity/test_tree_searches.py``.
+
 k = 0 is beam search. A step costs about (k + 1) times beam search's generated tokens, which
 Snell et al. count when they compare it at equal compute. Events: ``lookahead_steps`` (rollout
 steps generated) and ``lookahead_calls`` (rollout levels, each one generator call).
@@ -31,6 +36,7 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 from pydantic import Field
 
 from tts.config import StrategyConfigBase
+from tts.search.beam import every_step_frontier, first_n
 from tts.search.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import (
     MAX_STEPS,
@@ -113,7 +119,8 @@ def rollout(space: RolloutSpace, entries: Sequence[tuple[SearchTree, TreeNode]],
 
 
 def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_width: int, lookahead: int,
-                     max_steps: int = MAX_STEPS) -> list[SearchResult]:
+                     max_steps: int = MAX_STEPS,
+                     fill: Literal["within_n", "every_step"] = "within_n") -> list[SearchResult]:
     """Lookahead search from every root of ``space`` in lockstep (see the module docstring).
 
     Args:
@@ -123,6 +130,8 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
         beam_width: M: the N/M best unfinished candidates are kept, each expanded M ways.
         lookahead: k, greedy rollout steps behind every candidate (0: beam search).
         max_steps: Safety cap on steps.
+        fill: ``within_n`` (at most N minus the finished count per step) or ``every_step``
+            (search-and-learn's N per step, the first N to finish returned), as in beam search.
 
     Returns:
         One :class:`SearchResult` per root; its leaves are every finished candidate, in the order
@@ -130,6 +139,8 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
     """
     if beam_width < 1 or n < beam_width or n % beam_width:
         raise ValueError(f"n ({n}) must be a positive multiple of beam_width ({beam_width})")
+    if fill not in ("within_n", "every_step"):
+        raise ValueError(f"fill must be 'within_n' or 'every_step', got {fill!r}")
     if lookahead < 0:
         raise ValueError(f"lookahead must be >= 0, got {lookahead}")
     keep = n // beam_width
@@ -137,9 +148,12 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
+            if fill == "every_step":
+                first_n(trees, n)
             return [t.result() for t in trees]
         # 1. Candidate steps of every kept node of every root: one expand call.
-        entries = [(e.tree, node) for e, kids in zip(frontier, _expand(space, frontier), strict=True) for node in kids]
+        groups = list(zip(frontier, _expand(space, frontier), strict=True))
+        entries = [(e.tree, node) for e, kids in groups for node in kids]
         # 2. Greedy rollouts, one call per level (empty steps are not rolled out, nor scored: they
         #    keep PENALTY and rank last, as in beam search); 3. one score call for the rollout ends.
         ends = rollout(space, entries, lookahead)
@@ -150,6 +164,10 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
             node.score = proxy.score
         # 4. Finished candidates are collected; the N/M best unfinished ones are kept.
         frontier = []
+        if fill == "every_step":
+            for tree in trees:
+                frontier += every_step_frontier(tree, [kids for e, kids in groups if e.tree is tree], n, keep)
+            continue
         for tree in trees:
             mine = [node for t, node in entries if t is tree]
             for node in mine:
@@ -166,6 +184,9 @@ class LookaheadConfig(WidthSearchConfig):
     lookahead: int = Field(1, ge=0, le=64)
     """k: greedy (temperature 0) steps rolled out behind every candidate step before the verifier
     scores it; each costs about one more beam step of tokens. 0 is beam search."""
+    fill: Literal["within_n", "every_step"] = "within_n"
+    """As beam search's: ``within_n`` samples at most n minus the finished count per step;
+    ``every_step`` is search-and-learn's rule (n every step, the first n to finish returned)."""
 
 
 class Lookahead(TreeSearchStrategy):
@@ -175,7 +196,8 @@ class Lookahead(TreeSearchStrategy):
     config_class: ClassVar[type[StrategyConfigBase]] = LookaheadConfig
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
-        return lookahead_search(space, scorer, self.config.n, self.config.width, self.config.lookahead)
+        return lookahead_search(space, scorer, self.config.n, self.config.width, self.config.lookahead,
+                                fill=self.config.fill)
 
     @classmethod
     def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int,
