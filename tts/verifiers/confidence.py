@@ -1,8 +1,11 @@
 """Confidence from the generator's own token log-probabilities: no extra model, no extra cost.
 
 The ``logprob`` verifier scores each step by exp(mean token logprob), the geometric-mean
-probability the policy gave its own tokens (the self-certainty signal of best-of-N by
-likelihood; cf. Kang et al. 2025, "Scalable Best-of-N Selection for LLMs via Self-Certainty").
+probability the policy gave its own tokens (the inverse perplexity of the step): the likelihood
+baseline of confidence-based best-of-N. It is not Kang et al.'s self-certainty (2025, "Scalable
+Best-of-N Selection for LLMs via Self-Certainty"), which measures the whole next-token distribution
+against uniform: that is the ``self_certainty`` scorer. No paper owns this rule; its parity test
+(``tests/parity/test_verifiers_misc.py``) pins the documented one.
 An item whose generator returned no logprobs scores 0 and is counted as invalid: a missing
 signal must never pass for a confident one.
 
