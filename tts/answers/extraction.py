@@ -112,21 +112,17 @@ def _last_boxes(text: str) -> list[str]:
     ``\\boxed{(2, 2)} and \\boxed{(6, 2)}`` is the set of both pairs. Any other text between two
     boxes ("first \\boxed{3}, then \\boxed{4}") leaves the last box alone.
     """
-    boxes: list[tuple[int, int, str]] = []
-    for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
-        if boxes and m.start() < boxes[-1][1]:
-            continue  # a box inside the previous one
-        found = _box_at(text, m.start())
-        if found is not None:
-            boxes.append((m.start(), found[1], found[0]))
-    if not boxes:
+    starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text)]
+    last = _box_at(text, starts[-1]) if starts else None
+    if last is None:
         return []
-    run = [boxes[-1]]
-    for box in reversed(boxes[:-1]):
-        if box[1] > run[0][0] or not _BOX_JOINER.fullmatch(text[box[1] : run[0][0]]):
+    run = [(starts[-1], last[0])]
+    for start in reversed(starts[:-1]):  # walk back only while boxes are joined: linear in the run
+        found = _box_at(text, start)
+        if found is None or found[1] > run[0][0] or not _BOX_JOINER.fullmatch(text[found[1] : run[0][0]]):
             break
-        run.insert(0, box)
-    contents = [c for _, _, c in run if c]
+        run.insert(0, (start, found[0]))
+    contents = [c for _, c in run if c]
     return list(dict.fromkeys(contents))  # "\\boxed{5} and \\boxed{5}" states 5 once
 
 
