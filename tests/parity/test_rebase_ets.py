@@ -384,3 +384,25 @@ def test_ets_default_clusters_are_lexical_the_documented_departure():
     steps = ["3 + 5 = 8", "3+5=8.", "Adding three and five gives eight.", "Factor the quadratic first."]
     assert StepClusterer()([_state(s) for s in steps]) == [0, 0, 1, 2]
     assert ETSConfig().cluster_threshold == 0.3
+
+
+def test_ets_embedding_model_setting_clusters_by_that_models_embeddings(monkeypatch):
+    """The setting for the reference's clustering from a config (the CLI cannot pass a function):
+    ``embedding_model`` builds ``StepClusterer(cluster_threshold, embed=<the model's encode>)``."""
+    loaded = []
+
+    def fake_loader(name):
+        loaded.append(name)
+        return lambda texts: np.array([[1.0, 0.0] if "5" in t else [0.0, 1.0] for t in texts])
+
+    monkeypatch.setattr("tts.search.ets.sentence_embedder", fake_loader)
+    strategy = object.__new__(ETS)
+    strategy.config = ETSConfig(embedding_model="math-similarity/Bert-MLM_arXiv-MP-class_zbMath",
+                                cluster_threshold=0.05)
+    strategy._cluster = None
+    clusterer = strategy.clusterer()
+    assert loaded == ["math-similarity/Bert-MLM_arXiv-MP-class_zbMath"]
+    assert isinstance(clusterer, StepClusterer) and clusterer.threshold == 0.05
+    assert clusterer([_state(s) for s in ["3 + 5 = 8", "five", "8 - 5 = 3"]]) == [0, 1, 0]
+    strategy.config = ETSConfig()
+    assert strategy.clusterer().embed.__name__ == "tfidf_vectors"

@@ -58,7 +58,8 @@ a looser threshold (:attr:`ETSConfig.cluster_threshold`, 0.3). It groups steps t
 formatting or a few characters, not paraphrases: "3 + 5 = 8" and "3+5=8" are one cluster,
 "3 + 5 = 9" another. To cluster by meaning, give it an embedding model:
 ``ETS(config, generator, prompt, cluster=StepClusterer(threshold=0.05, embed=model.encode))``
-with a sentence-transformers ``model``; any ``states -> labels`` callable works too. Given the
+with a sentence-transformers ``model`` (from a config: ``embedding_model=<name>`` and
+``cluster_threshold=0.05``); any ``states -> labels`` callable works too. Given the
 same embeddings, ``StepClusterer(0.05, embed=...)`` makes the authors' partition (their
 ``linkage(E, "average", metric="cosine")`` cut at 0.05; pinned in ``tests/parity/test_rebase_ets.py``).
 
@@ -401,6 +402,17 @@ def kv_nodes(result: SearchResult) -> int:
     return sum(len(ids) for ids in held.values())
 
 
+def sentence_embedder(name: str) -> Callable[[list[str]], Any]:
+    """The ``encode`` of a sentence-transformers model (loaded here, at the edge: a heavy import)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise ImportError(f"ETS's embedding_model={name!r} needs the sentence-transformers package: "
+                          "pip install sentence-transformers, or leave embedding_model unset for the "
+                          "lexical clusters") from exc
+    return SentenceTransformer(name).encode
+
+
 class ETSConfig(TreeSearchConfig):
     """ETS: REBASE that first prunes, per depth, to the nodes worth their KV cache and their diversity."""
 
@@ -417,7 +429,13 @@ class ETSConfig(TreeSearchConfig):
     one node of more clusters; 0 drops the clustering."""
     cluster_threshold: float = Field(CLUSTER_THRESHOLD, ge=0.0, le=1.0)
     """Cosine distance (of TF-IDF character n-gram vectors of the latest step) below which steps
-    count as one cluster: higher merges more. The lexical stand-in for the paper's embedding model."""
+    count as one cluster: higher merges more. The lexical stand-in for the paper's embedding model;
+    with ``embedding_model``, the distance of its embeddings (the paper cuts at 0.05)."""
+    embedding_model: str | None = Field(None, min_length=1)
+    """A sentence-transformers model (hub name or local path) whose embeddings of the latest step
+    cluster the nodes, as in the paper (the authors use
+    ``math-similarity/Bert-MLM_arXiv-MP-class_zbMath``; set ``cluster_threshold=0.05`` for their
+    cut). Needs the ``sentence-transformers`` package. None: the lexical TF-IDF stand-in."""
     rounding: Literal["largest_remainder", "ceil"] = "largest_remainder"
     """``largest_remainder``: the program weighs each node's unrounded REBASE share, retains at most
     the width, and the width is split by largest remainder; ``ceil``: as the authors' code, the
@@ -444,8 +462,14 @@ class ETS(TreeSearchStrategy):
         self._cluster = cluster
 
     def clusterer(self) -> ClusterFn:
-        """The clusterer of the coverage term: the one given, else the lexical default."""
-        return self._cluster if self._cluster is not None else StepClusterer(self.config.cluster_threshold)
+        """The clusterer of the coverage term: the one given, else ``embedding_model``'s embeddings,
+        else the lexical default."""
+        if self._cluster is not None:
+            return self._cluster
+        c = self.config
+        if c.embedding_model is not None:
+            return StepClusterer(c.cluster_threshold, embed=sentence_embedder(c.embedding_model))
+        return StepClusterer(c.cluster_threshold)
 
     def search(self, space: StepwiseSpace, scorer: StepScorer) -> list[SearchResult[StepState]]:
         c = self.config
