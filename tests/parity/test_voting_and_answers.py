@@ -246,3 +246,15 @@ def test_tool_vote_normalises_arguments_on_purpose():
     assert json.loads(sol.answer) == _call("get_weather", city="Paris")
     assert sol.confidence == pytest.approx(3 / len(SPELLINGS))
     assert _tool_vote(SPELLINGS, normalize_arguments=False).trace.selected == exact[0]
+
+
+def test_finding_8_through_tts_solve():
+    """Finding 8 as a user met it: ``tts.solve("What is 17 + 25?", n=16)`` showed vote keys such as
+    ``17+25=36`` and ``31**`` beside plain numbers. Every key is now a plain value."""
+    import tts
+
+    texts = (STATES_42 + ["17 + 25 = 36", "**31**", "The answer is 32+27.", "I am not sure.", "36", "42", "**36**"])[:16]
+    sol = tts.solve("What is 17 + 25?", strategy="self_consistency", n=16, generator=FixedReplies(texts))
+    assert sol.answer == "42"
+    assert set(sol.trace.votes) == {"42", "36", "31", "59"}
+    assert sol.trace.votes["42"] == len(STATES_42) + 1 and sol.trace.votes["36"] == 3
