@@ -36,9 +36,6 @@ from tts.verifiers.base import VerifierScore
 
 PINNED = {"strategy:rebase", "strategy:ets"}
 
-REF = "SqueezeAILab/ETS rebase.py @ ac937a72319fae68b2f4e9c439d3a07c85377f1f"
-
-
 # --- hand-made toy inputs -------------------------------------------------------------------------
 
 
@@ -212,7 +209,8 @@ def test_a_whole_quota_is_not_rounded_up_by_float_noise():
 
 
 def test_rebase_default_rounding_is_the_documented_largest_remainder_departure():
-    """The departure (``rebase.py`` module docstring): largest remainder, ties to the earlier node.
+    """Against SqueezeAILab/ETS ``rebase.py`` @ ac937a72319fae68b2f4e9c439d3a07c85377f1f.
+    The departure (``rebase.py`` module docstring): largest remainder, ties to the earlier node.
     On [0.9, 0.8, 0.5] with W = 4 and T_b = 0.2 the quotas are 2.30 / 1.39 / 0.31: the reference's
     ceilings give 3 / 1 / 0 (the best node rounds up first), largest remainder 2 / 2 / 0."""
     assert ref_softmax_widths([0.9, 0.8, 0.5], 4, 0.2) == [3, 1, 0]
@@ -283,7 +281,8 @@ def test_ets_program_with_the_reference_shares_retains_the_reference_nodes(case)
 
 
 def test_ets_default_weighs_unrounded_shares_the_documented_departure():
-    """The departure (``ets.py`` docstring): O_i is the unrounded softmax share, so a node that
+    """Against SqueezeAILab/ETS ``rebase.py`` @ ac937a72319fae68b2f4e9c439d3a07c85377f1f.
+    The departure (``ets.py`` docstring): O_i is the unrounded softmax share, so a node that
     REBASE's rounding gives no child still weighs its share, and at most the width is retained.
     On [0.9, 0.8, 0.5] with W = 4 the reference weighs 0.75 / 0.25 / 0 and, at lambda_b = 1 with
     the three nodes on separate branches (each retained node pins itself and its branch: 2/7 of
@@ -377,7 +376,8 @@ def test_ets_clusters_with_an_embedding_function_as_the_reference_does():
 
 
 def test_ets_default_clusters_are_lexical_the_documented_departure():
-    """The departure (``ets.py`` and ``step_clusters.py`` docstrings): without an embedding model the
+    """Against SqueezeAILab/ETS ``rebase.py`` @ ac937a72319fae68b2f4e9c439d3a07c85377f1f.
+    The departure (``ets.py`` and ``step_clusters.py`` docstrings): without an embedding model the
     default groups steps worded alike, not paraphrases. A sentence embedding would put the two
     phrasings of one step in one cluster; the lexical default keeps them apart, and merges
     reformatted copies."""

@@ -36,9 +36,6 @@ from tts.verifiers.base import VerifierScore
 
 PINNED = {"strategy:beam", "strategy:dvts", "strategy:lookahead", "strategy:mcts"}
 
-SAL = "huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f"
-
-
 # --- hand-made toy inputs -------------------------------------------------------------------------
 
 
@@ -114,7 +111,8 @@ def ref_beam(space, n, m, score=table_score):
 
 @pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2)])
 def test_beam_search_keeps_the_reference_beams_on_the_toy_space(n, m):
-    """search-and-learn ``_beam_search`` (see ``ref_beam``): without early finishes, tts's default
+    """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
+    ``src/sal/search/beam_search.py`` ``_beam_search`` (see ``ref_beam``): without early finishes, tts's default
     keeps the same N/M beams at every step, expands each M ways, and returns the same N candidates."""
     for target in TARGETS:
         mine = beam_search(DigitSpace([target], base=10, seed=2), TableScorer(), n, m)[0]
@@ -125,7 +123,8 @@ def test_beam_search_keeps_the_reference_beams_on_the_toy_space(n, m):
 
 @pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2)])
 def test_beam_search_fill_every_step_is_the_reference_when_beams_finish_early(n, m):
-    """search-and-learn ``_beam_search`` (see ``ref_beam``) where beams finish early: with
+    """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
+    ``src/sal/search/beam_search.py`` ``_beam_search`` (see ``ref_beam``) where beams finish early: with
     ``fill="every_step"`` tts samples N steps at every step, deals them over the survivors in
     turn, and returns the first N to finish, in the reference's order."""
     differs = 0
@@ -139,7 +138,9 @@ def test_beam_search_fill_every_step_is_the_reference_when_beams_finish_early(n,
 
 
 def test_beam_search_default_fill_is_the_documented_within_n_departure():
-    """The departure (``beam.py`` docstring): once k candidates have finished, a step expands at most
+    """Against huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
+    ``src/sal/search/beam_search.py``.
+    The departure (``beam.py`` docstring): once k candidates have finished, a step expands at most
     N - k children, so no problem gets more than N candidates or N steps per depth. The reference
     samples N every step: here more than N beams finish and it keeps the first N."""
     n, m = 8, 2
@@ -218,7 +219,9 @@ def ref_dvts(space, n, m, score=table_score):
 
 @pytest.mark.parametrize(("n", "m"), [(8, 2), (8, 4), (6, 3)])
 def test_dvts_takes_the_reference_steps_and_returns_its_candidates(n, m):
-    """search-and-learn ``_dvts`` (see ``ref_dvts``): the same greedy step in every subtree and,
+    """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
+    ``src/sal/search/diverse_verifier_tree_search.py`` ``_dvts`` (see ``ref_dvts``): the same
+    greedy step in every subtree and,
     where every path has the same length, the same N candidates (the M children of each
     subtree's last expansion) with the same scores, so the same verifier pick."""
     for target in TARGETS:
@@ -231,7 +234,9 @@ def test_dvts_takes_the_reference_steps_and_returns_its_candidates(n, m):
 
 
 def test_dvts_drops_unfinished_siblings_the_documented_departure_and_siblings_all_keeps_them():
-    """The departure (``dvts.py`` docstring): a subtree whose best child finishes returns only its
+    """Against huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
+    ``src/sal/search/diverse_verifier_tree_search.py`` ``_dvts``.
+    The departure (``dvts.py`` docstring): a subtree whose best child finishes returns only its
     finished children; the reference returns all M children of that last expansion, unfinished
     ones (partial solutions without an answer) included. The greedy steps are the same, and
     ``siblings="all"`` returns the reference's outputs with their scores."""
@@ -275,7 +280,8 @@ def _sample(answer):
 
 
 def test_the_final_pick_is_the_references_weighted_vote_or_best_score():
-    """search-and-learn ``src/sal/utils/math.py`` ``find_answer_with_largest_sum`` (its
+    """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f, ``src/sal/utils/math.py``
+    ``find_answer_with_largest_sum`` (its
     ``pred_weighted``: the answer whose candidates' aggregated scores sum highest) and the
     ``pred`` of ``beam_search`` / ``dvts`` (``np.argmax`` of the scores: the first best
     candidate). tts's ``select="weighted_vote"`` and ``select="verifier"`` pick the same."""
@@ -346,7 +352,9 @@ class GreedyEarly(Greedy, EarlyEnd):
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_lookahead_scores_each_step_by_its_greedy_rollout_as_the_reference(k):
-    """search-and-learn ``_beam_search`` with lookahead (see ``ref_lookahead``): the same beams
+    """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f, ``src/sal/search/beam_search.py``
+    ``_beam_search`` and ``src/sal/search/utils.py`` ``generate_k_steps`` with lookahead (see
+    ``ref_lookahead``): the same beams
     kept and expanded, and every candidate scored by the end of its k-step greedy rollout (a
     rollout that finishes stops), on the toy space with a greedy next digit: by default where no
     path ends early, and with ``fill="every_step"`` where paths do."""
@@ -440,7 +448,9 @@ def _hand_tree():
 
 @pytest.mark.parametrize("c", [0.05, 0.5, 1.4])
 def test_mcts_without_the_dive_selects_leaves_by_uct_with_virtual_loss(c):
-    """UCT with virtual loss (see ``ref_uct_descents``): with ``greedy_dive`` off, tts's descents of a
+    """UCT: Kocsis and Szepesvari 2006 (ECML), the UCB1 rule at every node of the descent; virtual
+    loss: Chaslot, Winands and van den Herik 2008 (see ``ref_uct_descents``): with
+    ``greedy_dive`` off, tts's descents of a
     round choose the same leaves in the same order, on a hand-built tree."""
     structure, scores, mine = _hand_tree()
     for count in (1, 2, 3):
@@ -449,7 +459,8 @@ def test_mcts_without_the_dive_selects_leaves_by_uct_with_virtual_loss(c):
 
 
 def test_mcts_first_finish_dive_is_the_documented_departure():
-    """The departure (``mcts.py`` docstring): until a root has a finished candidate, its first
+    """Against UCT (Kocsis and Szepesvari 2006). The departure (``mcts.py`` docstring): until a
+    root has a finished candidate, its first
     descent of a round follows the best verifier score. On the hand-built tree UCT goes to B
     (mean 0.6 beats A's 0.4); the dive goes A (0.9) then A2 (0.2)."""
     structure, scores, mine = _hand_tree()
