@@ -18,6 +18,7 @@ The rules are transcribed below in our own code and compared with tts on hand-ma
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -128,6 +129,58 @@ def test_agrees_with_singhi_where_their_text_rule_finds_a_verdict(text, finish, 
     assert final_verdict(text, finish) is singhi_text_verdict(text) is expected
 
 
+# --- 1b. the first-token verdict (votes = 0) -----------------------------------------------------
+
+
+def singhi_p_yes(top: dict[str, float]) -> float | None:
+    """``extract_P_yes`` at the first position plus ``extract_final_verification_from_logprobs``
+    (GenRM's direct verifier, Zhang et al. 2024): the probability of the token "Yes" (or " Yes");
+    when Yes is not among the top tokens, 1 - P("No"); None when neither is."""
+    yes = [math.exp(lp) for t, lp in top.items() if t in ("Yes", " Yes")]
+    no = [math.exp(lp) for t, lp in top.items() if t in ("No", " No")]
+    return yes[-1] if yes else 1 - no[-1] if no else None
+
+
+FIRST_TOKENS = [
+    {"Yes": math.log(0.6), "No": math.log(0.2), "The": math.log(0.2)},
+    {" No": math.log(0.3), "Let": math.log(0.5), "I": math.log(0.2)},
+    {"The": math.log(0.7), "Let": math.log(0.3)},
+]
+
+
+class FirstToken:
+    """Answers the i-th judged text's first token with FIRST_TOKENS[i]."""
+
+    model_name = "fixed"
+
+    def generate(self, requests):
+        return [GenerationResult((Completion("x", 1, finish_reason="length", first_token_top_logprobs=top),),
+                                 request_usage(40, 0, [1], 0.0)) for top, _ in zip(FIRST_TOKENS, requests, strict=True)]
+
+    def close(self):
+        pass
+
+
+def _first_token_scores(**knobs):
+    items = [VerifyItem(Problem(f"p{i}", f"What is {i} + 1?", str(i + 1)), (f"It is {i + 1}.",), finished=True)
+             for i in range(len(FIRST_TOKENS))]
+    return LLMJudge(JudgeConfig(**knobs), FirstToken()).score(items)
+
+
+def test_first_token_raw_p_yes_is_the_reference_setting():
+    """``yes_probability="raw"`` reads the first token as GenRM / Singhi et al. do: P(Yes), else 1 - P(No)."""
+    scores = _first_token_scores(yes_probability="raw")
+    assert [s.score for s in scores[:2]] == pytest.approx([singhi_p_yes(t) for t in FIRST_TOKENS[:2]])
+    assert singhi_p_yes(FIRST_TOKENS[2]) is None and (scores[2].score, scores[2].invalid) == (0.5, 1)
+
+
+def test_first_token_default_normalises_yes_against_no_a_documented_departure():
+    """Default: P(Yes) / (P(Yes) + P(No)) (see the judge's module docstring for why)."""
+    scores = _first_token_scores()
+    assert [s.score for s in scores] == pytest.approx([0.75, 0.0, 0.5])
+    assert [s.invalid for s in scores] == [0, 0, 1]
+
+
 # --- 2. a solution's verification score: the mean of its verdicts --------------------------------
 
 
@@ -151,7 +204,8 @@ def test_the_judge_scores_the_mean_of_valid_verdicts_and_counts_the_invalid_ones
     """Singhi et al. ``get_solution_score``: the mean over verdicts, leaving out those without one.
     Each reply without a trailing verdict (or cut off) is counted in ``invalid``."""
     replies = [("I checked it. Yes.", "stop"), ("It is wrong. No.", "stop"),
-               ("Step 2 is fine, no issue with", "length"), ("Yes, the solution is correct: there is no error.", "stop")]
+               ("Step 2 is fine, no issue with", "length"),
+               ("Yes, the solution is correct: there is no error.", "stop")]
     item = VerifyItem(Problem("p", "What is 2 + 2?", "4"), ("2 + 2 = 4, so \\boxed{4}.",), finished=True)
     (score,) = LLMJudge(JudgeConfig(votes=4), FixedJudge(replies)).score([item])
     verdicts = [final_verdict(t, f) for t, f in replies]

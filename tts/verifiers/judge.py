@@ -6,6 +6,11 @@ Two ways to read the verdict:
   read P("Yes") from the top logprobs of the judge's first generated token, normalised by the
   Yes + No mass. One prefill and one decoded token per judged text (the "LLM-as-a-judge"
   probability score; Zheng et al. 2023, "Judging LLM-as-a-Judge with MT-Bench and Chatbot Arena").
+  Departure from GenRM's direct verifier (Zhang et al. 2024; Singhi et al.'s ``extract_P_yes``),
+  which scores by the raw P(Yes) (1 - P(No) when Yes is not among the top tokens): a policy model
+  that is not fine-tuned to answer Yes/No puts varying mass on other first tokens ("The", "Let"),
+  and the raw P(Yes) would then rank texts by that mass rather than by Yes against No.
+  ``yes_probability="raw"`` gives the reference rule.
 * **votes** (``votes > 0``): GenRM-style (Zhang et al. 2024, "Generative Verifiers: Reward
   Modeling as Next-Token Prediction"): sample V verdicts with reasoning at a temperature and
   score by the share that end in Yes. It spends far more tokens and suits judges that must think
@@ -53,6 +58,10 @@ class JudgeConfig(VerifierConfigBase):
     """0: read P(Yes) from the first token's logprobs. V > 0: sample V reasoned verdicts at
     ``temperature`` and score by the share of those with a trailing verdict that end in Yes
     (GenRM majority; replies cut off or without a verdict are left out and counted invalid)."""
+    yes_probability: Literal["normalized", "raw"] = "normalized"
+    """How the first token's logprobs give the score (votes = 0): ``normalized`` P(Yes) / (P(Yes) +
+    P(No)); ``raw`` P(Yes) itself, or 1 - P(No) when no Yes token is among the top logprobs, as
+    GenRM (Zhang et al. 2024) and Singhi et al.'s ``extract_P_yes`` read it."""
     top_logprobs: int = Field(10, ge=2, le=20)
     """First-token alternatives read for P(Yes) (Yes and No must both be among them to compare)."""
     temperature: float = Field(0.7, gt=0.0, le=2.0)
@@ -91,23 +100,30 @@ _STRIP = " \t\n\r.,:;!?\"'*`()[]"
 _CACHE_LIMIT = 100_000
 
 
-def p_yes(top_logprobs: Mapping[str, float] | None) -> float | None:
+def p_yes(top_logprobs: Mapping[str, float] | None, normalized: bool = True) -> float | None:
     """P(Yes) / (P(Yes) + P(No)) from a first token's top logprobs; None when neither appears.
 
     Tokens count as Yes (No) when they read "yes" ("no") after stripping spaces and
-    punctuation and lower-casing (" Yes", "YES", "yes.").
+    punctuation and lower-casing (" Yes", "YES", "yes."). ``normalized=False``: the raw P(Yes),
+    or 1 - P(No) when no Yes token is among them (GenRM's reading).
 
     Example:
         >>> round(p_yes({"Yes": math.log(0.6), " yes": math.log(0.1), "No": math.log(0.1)}), 3)
         0.875
+        >>> round(p_yes({"Yes": math.log(0.6), " yes": math.log(0.1), "No": math.log(0.1)}, normalized=False), 3)
+        0.7
     """
     if not top_logprobs:
         return None
     mass = {"yes": 0.0, "no": 0.0}
+    seen = set()
     for token, logprob in top_logprobs.items():
         word = token.strip(_STRIP).lower()
         if word in mass and math.isfinite(logprob):
             mass[word] += math.exp(logprob)
+            seen.add(word)
+    if not normalized:
+        return mass["yes"] if "yes" in seen else 1.0 - mass["no"] if "no" in seen else None
     total = mass["yes"] + mass["no"]
     return mass["yes"] / total if total > 0 else None
 
@@ -225,7 +241,7 @@ class LLMJudge:
                 return 0.5, max(missing, 1)
             return sum(verdicts) / len(verdicts), missing
         first = result.completions[0] if result.completions else None
-        raw = p_yes(first.first_token_top_logprobs if first else None)
+        raw = p_yes(first.first_token_top_logprobs if first else None, self.config.yes_probability == "normalized")
         if raw is None:
             return 0.5, 1
         value, bad = clean_score(raw)
