@@ -59,7 +59,8 @@ class GenerativeVerificationConfig(SamplingStrategyConfig):
     kind: Literal["generative_verification"] = "generative_verification"
     verifications: int = Field(4, ge=1, le=64)
     """V, sampled verifications of each solution; a solution's verification score is the share
-    of its V verdicts that say Yes."""
+    of Yes among its valid verdicts (a verification cut off at the judge's ``max_tokens``, or
+    without a trailing Yes/No, has none), ``no_verdict_score`` when none is valid."""
     no_verdict_score: float = Field(0.0, ge=0.0, le=1.0)
     """Verification score of a solution none of whose V verifications ends in a verdict (each cut
     off at the judge's ``max_tokens``, or without a trailing Yes/No): 0.0 as Singhi et al.'s
