@@ -139,7 +139,9 @@ def _round(pairs):
 
 def test_posteriors_and_the_descent_are_treequests_with_the_jeffreys_prior():
     """Default prior Beta(0.5, 0.5) as TreeQuest's ``BetaPrior``; GEN(root) from the root's children,
-    CONT(root) from the four deeper answers only, each child from its own and its subtree's scores."""
+    CONT(root) from the four deeper answers only, each child from its own and its subtree's scores
+    (SakanaAI/treequest@e6865b7: src/treequest/algos/ab_mcts_a/prob_state.py ``BetaPrior``, ``NodeProbState``;
+    algo.py ``tell``, ``_backpropagate``, ``_select_child``)."""
     ours, ref = _trees()
     mine, theirs = Recording(), Recording()
     assert ours.select(mine) == ref.select(theirs)
@@ -154,7 +156,9 @@ def test_posteriors_and_the_descent_are_treequests_with_the_jeffreys_prior():
 
 
 def test_a_uniform_prior_is_a_setting():
-    """Beta(1, 1), tts's earlier prior, stays reachable (``prior_a=1, prior_b=1``)."""
+    """Beta(1, 1), tts's earlier prior, stays reachable (``prior_a=1, prior_b=1``); TreeQuest takes
+    any Beta prior the same way (SakanaAI/treequest@e6865b7:
+    src/treequest/algos/ab_mcts_a/prob_state.py ``PriorConfig``)."""
     ours, ref = _trees(prior=(1.0, 1.0))
     mine, theirs = Recording(), Recording()
     assert ours.select(mine) == ref.select(theirs, prior=(1.0, 1.0))
@@ -169,7 +173,9 @@ def test_a_uniform_prior_is_a_setting():
 @pytest.mark.parametrize("models", [("policy",), ("a", "b", "c")])
 def test_gen_vs_cont_and_model_choices_match_on_fixed_seeds(models):
     """Same seeded random stream, same decisions: 300 descents of the hand-made tree, one and three
-    models (TreeQuest's multi-armed-bandit Thompson sampling over each model's scores in the tree)."""
+    models (TreeQuest's multi-armed-bandit Thompson sampling over each model's scores in the tree;
+    SakanaAI/treequest@e6865b7: src/treequest/algos/ab_mcts_a/prob_state.py ``_select_next_multiarm_bandit``,
+    ``_select_best_action``, ``thompson_sampling``)."""
     ours, ref = _trees(models=models)
     picks = set()
     for seed in range(300):
@@ -180,7 +186,8 @@ def test_gen_vs_cont_and_model_choices_match_on_fixed_seeds(models):
 
 
 def test_whole_searches_grow_the_same_trees_on_fixed_seeds():
-    """ab_mcts_search against a search loop built from the transcription: same parents, same models."""
+    """ab_mcts_search against a search loop built from the transcription (SakanaAI/treequest@e6865b7:
+    src/treequest/algos/ab_mcts_a/algo.py ``step`` = ask, generate, tell): same parents, same models."""
 
     def score(parent, depth, k):  # deterministic, hand-made: refinements of answer 0's line score high
         return [0.3, 0.8, 0.5, 0.95, 0.1][(parent + 2 * depth + k) % 5]

@@ -119,13 +119,17 @@ def test_only_a_trailing_verdict_of_a_finished_reply_counts(text, finish, expect
 
 
 def test_no_used_as_an_ordinary_word_is_not_the_verdict():
-    """Issue 19, finding 6: the last "no" anywhere in the reply used to be read as the verdict."""
+    """Issue 19, finding 6: the last "no" anywhere in the reply used to be read as the verdict; the
+    reference reads the answer after the final question (nishadsinghi/sc-genrm-scaling@1d310ee:
+    llmonk/evaluate/eval_utils.py ``extract_final_verification``)."""
     assert final_verdict("Yes, the solution is correct: there is no error.") is True
     assert final_verdict("I checked it. Yes.\n\nThere is no other way to read the problem.") is None
 
 
 @pytest.mark.parametrize(("text", "finish", "expected"), [c for c in CASES if singhi_text_verdict(c[0]) is not None])
 def test_agrees_with_singhi_where_their_text_rule_finds_a_verdict(text, finish, expected):
+    """Where the reference's text rule finds a verdict (nishadsinghi/sc-genrm-scaling@1d310ee:
+    llmonk/evaluate/eval_utils.py ``extract_final_verification``), tts reads the same one."""
     assert final_verdict(text, finish) is singhi_text_verdict(text) is expected
 
 
@@ -168,14 +172,18 @@ def _first_token_scores(**knobs):
 
 
 def test_first_token_raw_p_yes_is_the_reference_setting():
-    """``yes_probability="raw"`` reads the first token as GenRM / Singhi et al. do: P(Yes), else 1 - P(No)."""
+    """``yes_probability="raw"`` reads the first token as GenRM / Singhi et al. do: P(Yes), else 1 - P(No)
+    (nishadsinghi/sc-genrm-scaling@1d310ee: llmonk/verify/generate_verifications.py ``extract_P_yes``;
+    llmonk/evaluate/eval_utils.py ``extract_final_verification_from_logprobs``)."""
     scores = _first_token_scores(yes_probability="raw")
     assert [s.score for s in scores[:2]] == pytest.approx([singhi_p_yes(t) for t in FIRST_TOKENS[:2]])
     assert singhi_p_yes(FIRST_TOKENS[2]) is None and (scores[2].score, scores[2].invalid) == (0.5, 1)
 
 
 def test_first_token_default_normalises_yes_against_no_a_documented_departure():
-    """Default: P(Yes) / (P(Yes) + P(No)) (see the judge's module docstring for why)."""
+    """Default: P(Yes) / (P(Yes) + P(No)) (see the judge's module docstring for why), where the
+    reference takes the raw P(Yes) (nishadsinghi/sc-genrm-scaling@1d310ee:
+    llmonk/verify/generate_verifications.py ``extract_P_yes``)."""
     scores = _first_token_scores()
     assert [s.score for s in scores] == pytest.approx([0.75, 0.0, 0.5])
     assert [s.invalid for s in scores] == [0, 0, 1]
@@ -201,7 +209,8 @@ class FixedJudge:
 
 
 def test_the_judge_scores_the_mean_of_valid_verdicts_and_counts_the_invalid_ones():
-    """Singhi et al. ``get_solution_score``: the mean over verdicts, leaving out those without one.
+    """Singhi et al. ``get_solution_score`` (nishadsinghi/sc-genrm-scaling@1d310ee:
+    llmonk/evaluate/eval_utils.py): the mean over verdicts, leaving out those without one.
     Each reply without a trailing verdict (or cut off) is counted in ``invalid``."""
     replies = [("I checked it. Yes.", "stop"), ("It is wrong. No.", "stop"),
                ("Step 2 is fine, no issue with", "length"),
@@ -264,7 +273,8 @@ def _reference_scores() -> list[float]:
 
 
 def test_solution_scores_are_the_mean_of_their_verdicts_zero_without_any():
-    """Singhi et al. ``get_solution_score`` (mean of the valid verdicts; 0 when none is valid)."""
+    """Singhi et al. ``get_solution_score`` (mean of the valid verdicts; 0 when none is valid;
+    nishadsinghi/sc-genrm-scaling@1d310ee: llmonk/evaluate/eval_utils.py)."""
     sol = _solve()
     expected = _reference_scores()
     assert expected == pytest.approx([0.5, 2 / 3, 1.0, 1.0, 0.0])
@@ -274,13 +284,15 @@ def test_solution_scores_are_the_mean_of_their_verdicts_zero_without_any():
 
 def test_no_verdict_score_half_is_the_documented_setting_for_no_evidence():
     """tts's earlier rule (a solution without any verdict scores 0.5, no evidence either way) stays
-    reachable as ``no_verdict_score=0.5``; the default follows the reference (0)."""
+    reachable as ``no_verdict_score=0.5``; the default follows the reference (0; nishadsinghi/sc-genrm-scaling@1d310ee:
+    llmonk/evaluate/eval_utils.py ``get_solution_score``)."""
     assert _solve(no_verdict_score=0.5).trace.scores[4] == 0.5
 
 
 def test_the_answer_is_the_best_scored_solutions_or_the_heaviest_weighted_answer():
     """``select=score`` follows ``compute_best_of_k`` and ``select=weighted_vote`` follows
-    ``compute_weighted_sc`` (the verifier-weighted vote), solutions without an answer never chosen."""
+    ``compute_weighted_sc`` (the verifier-weighted vote), solutions without an answer never chosen
+    (nishadsinghi/sc-genrm-scaling@1d310ee: llmonk/evaluate/eval_utils.py)."""
     answers = [a for a, _ in SOLUTIONS]
     scores = _reference_scores()
     best = _solve()
@@ -291,7 +303,8 @@ def test_the_answer_is_the_best_scored_solutions_or_the_heaviest_weighted_answer
 
 
 def test_compute_is_counted_as_singhi_et_al_count_it():
-    """Singhi et al. (Sec. 3 and plot_success_rate.py): with lambda = (tokens of a verification) /
+    """Singhi et al. (nishadsinghi/sc-genrm-scaling@1d310ee: llmonk/evaluate/plot_success_rate.py,
+    the compute axis of its plots): with lambda = (tokens of a verification) /
     (tokens of a solution), S solutions with V verifications cost S (1 + lambda V) solutions'
     worth of generated tokens; self-consistency at matched compute draws that many samples."""
     cost = VerificationCost.from_trace(_solve().trace)
