@@ -275,10 +275,11 @@ def test_online_settings_follow_the_reference_defaults_and_keep_the_old_rule_rea
     (documented departure: short traces) and 2048 is accepted. ``warmup_votes="all"`` gives the
     old, departing rule (every answered warm-up trace votes)."""
     cfg = DeepConfConfig()
-    assert cfg.warmup == 16 and cfg.window == 64 and cfg.warmup_votes == "above_threshold"
+    assert cfg.warmup_traces == 16 and cfg.window == 64 and cfg.warmup_votes == "above_threshold"
     assert cfg.consensus_over == "answered" and cfg.offline_filter == "percentile"
     assert DeepConfConfig(window=2048, n=512).window == 2048
-    assert DeepConfConfig(n=4).warmup == 16  # capped at n when the run starts
+    assert DeepConfConfig(n=4).warmup_traces == 4  # the default is capped at n
+    assert DeepConfConfig(n=64).warmup_traces == 16
     with pytest.raises(ValueError, match="warmup"):
         DeepConfConfig(n=4, warmup=8)
     # the old rule: every warm-up trace with an answer votes

@@ -89,6 +89,10 @@ logger = logging.getLogger(__name__)
 Measure = Literal["lowest_group", "bottom_window", "tail", "mean"]
 
 
+REFERENCE_WARMUP = 16
+"""The paper's and the reference's N_init: warm-up traces that set a problem's threshold."""
+
+
 class DeepConfConfig(StrategyConfigBase):
     """Confidence-weighted, confidence-filtered voting; online, low-confidence traces stopped in the engine."""
 
@@ -109,11 +113,11 @@ class DeepConfConfig(StrategyConfigBase):
     ``window=2048`` for it); 64 suits the short traces of small models (see the module docstring)."""
     top_k: int = Field(20, ge=1, le=20)
     """k of the token confidence (top log-probabilities per position)."""
-    warmup: int = Field(16, ge=1, le=4096)
-    """Online: warm-up traces per problem that set its threshold (the paper's and the reference's
-    N_init = 16). Left unset it is capped at n; set above n it is refused. With n <= warmup no
-    trace is generated under the in-engine stop: raise n (the reference draws 256-512) or lower
-    warmup for that."""
+    warmup: int | None = Field(None, ge=1, le=4096)
+    """Online: warm-up traces per problem that set its threshold. None: the paper's and the
+    reference's N_init = 16, capped at n; a number above n is refused. With n <= warmup no trace
+    is generated under the in-engine stop: raise n (the reference draws 256-512) or lower warmup
+    for that."""
     warmup_votes: Literal["above_threshold", "all"] = "above_threshold"
     """Online: which warm-up traces vote. ``above_threshold`` (the reference): those whose lowest
     group confidence is at or above the threshold; ``all``: every warm-up trace (old tts rule)."""
@@ -133,10 +137,15 @@ class DeepConfConfig(StrategyConfigBase):
 
     @model_validator(mode="after")
     def _consistent(self) -> DeepConfConfig:
-        if self.mode == "online" and self.warmup > self.n and "warmup" in self.model_fields_set:
+        if self.mode == "online" and self.warmup is not None and self.warmup > self.n:
             raise ValueError(f"warmup ({self.warmup}) is more than n ({self.n}): the warm-up traces are part of the "
                              "n; lower warmup or raise n.")
         return self
+
+    @property
+    def warmup_traces(self) -> int:
+        """Warm-up traces per problem: ``warmup``, or the reference's 16 capped at n when unset."""
+        return self.warmup if self.warmup is not None else min(REFERENCE_WARMUP, self.n)
 
 
 def trace_confidence(top: Sequence[Sequence[float]], measure: Measure, window: int, k: int) -> float:
@@ -237,7 +246,7 @@ class DeepConf(Strategy):
             logger.warning("deepconf online: backend %s cannot stop traces inside the engine; the stop is applied "
                            "after generation and saves no tokens", type(self.generator).__name__)
         # 1. Warm-up (online) or the whole draw (offline): one call for all problems.
-        first = [min(c.warmup, s.n) if c.mode == "online" else s.n for s in states]
+        first = [min(c.warmup_traces, s.n) if c.mode == "online" else s.n for s in states]
         self._round(problems, states, first, None, in_engine)
         if c.mode == "online":
             for s in states:
