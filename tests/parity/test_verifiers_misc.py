@@ -200,3 +200,18 @@ def test_arithmetic_solution_score_skips_unchecked_steps_unless_told():
     assert last.score == 1.0  # the last CHECKED step
     none = ArithmeticVerifier(ArithmeticConfig(neutral=0.3)).score([VerifyItem(P, ("No numbers here.",))])[0]
     assert none.score == pytest.approx(0.3)
+
+
+def test_arithmetic_whole_solution_fails_on_any_false_step_by_default():
+    """tts's own rule (no reference): the tool checks facts, so a solution scores by its weakest
+    checked step ("min"), not by its last one as a PRM does; best-of-N cuts a whole solution into
+    steps before the tool sees it, so an early false equality is not hidden by a true last one."""
+    from tts.search.base import solution_item
+
+    verifier = ArithmeticVerifier(ArithmeticConfig())
+    text = "2 + 2 = 5.\n\n5 + 1 = 6.\n\nThe answer is 6."
+    item = solution_item(P, text, verifier)
+    assert item.steps == ("2 + 2 = 5.", "5 + 1 = 6.", "The answer is 6.")
+    assert verifier.score([item])[0].score == 0.0
+    last = ArithmeticVerifier(ArithmeticConfig(aggregation="last", skip_neutral=True))
+    assert last.score([solution_item(P, text, last)])[0].score == 1.0  # the setting for a PRM-like rule

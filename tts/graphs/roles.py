@@ -122,6 +122,7 @@ def yes_score(result: GenerationResult, sampled: bool) -> float | None:
         score = sum(verdicts) / len(verdicts) if verdicts else None
     return score if score is not None and math.isfinite(score) else None
 
+
 def solutions(inputs: Sequence[Sequence[Candidate]]) -> list[Candidate]:
     """The solution candidates of all inputs, in input order."""
     return [c for group in inputs for c in group if c.kind == "solution"]

@@ -48,6 +48,11 @@ class ArithmeticConfig(VerifierConfigBase):
     """Check the arithmetic equalities each step states (no model, no cost)."""
 
     kind: Literal["arithmetic"] = "arithmetic"
+    aggregation: Literal["last", "min", "prod", "mean"] = "min"
+    """How step scores become one solution score. "min" here, unlike the PRMs' "last": the tool
+    checks facts, so one false equality anywhere makes the solution wrong, whereas a PRM's score
+    of the last step already estimates the prospects of everything before it (search-and-learn's
+    reason for "last"). No paper defines this tool, so no reference applies; "last" is a setting."""
     neutral: float = Field(0.5, ge=0.0, le=1.0)
     """Score of a step that states no equality the tool can read (no evidence either way)."""
     skip_neutral: bool = True
