@@ -134,6 +134,27 @@ def test_borda_vote_is_kang_votes_with_power_p(answers, certainties, power):
     assert {answers[j]: v for j, v in enumerate(tally) if v} == pytest.approx(votes)
 
 
+@pytest.mark.parametrize("power", [0.0, 0.5, 1.0, 2.0])
+def test_weighted_vote_with_borda_weighting_is_kangs_vote(power):
+    """``weighted_vote`` with ``weighting=borda`` (and the self-certainty verifier, as in the paper)
+    picks Kang et al.'s Borda winner: the reference rule (src/voting_from_list.py, commit b17d021)
+    transcribed in ``_kang_borda``."""
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.prompts import MATH_PROMPT
+    from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
+    from tts.types import Sample, Usage
+
+    answers = ["7", "5", "5", "5", "7", None]
+    certainties = [9.0, 1.0, 2.0, 1.5, 8.0, 10.0]
+    samples = [Sample(f"The answer is {a}." if a else "no idea", a) for a in answers]
+    config = WeightedVoteConfig(n=6, weighting="borda", borda_power=power, verifier={"kind": "self_certainty"})
+    strategy = WeightedVote(config, ScriptedGenerator({}), MATH_PROMPT.render)
+    got = strategy.aggregate("p", samples, Usage(), scores=certainties)
+    want, _ = _kang_borda(answers, certainties, power)
+    assert got.answer == want
+    assert got.trace.scores == tuple(certainties)  # the trace keeps the scorer's numbers
+
+
 # --- logprob confidence ---------------------------------------------------------------------------
 
 

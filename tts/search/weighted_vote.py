@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
+from pydantic import Field
+
 from tts.config import SamplingStrategyConfig, VerifierConfig
 from tts.search.base import SamplingStrategy, require_logprobs, vote
 from tts.types import Sample, Solution, Trace, Usage
@@ -31,6 +33,12 @@ class WeightedVoteConfig(SamplingStrategyConfig):
     kind: Literal["weighted_vote"] = "weighted_vote"
     verifier: VerifierConfig | None = None
     """Weigh each sample by this verifier's score; None = by exp(mean token logprob)."""
+    weighting: Literal["score", "borda"] = "score"
+    """"score": each sample votes with its weight (score or exp(mean logprob)); "borda": Kang et
+    al. (2025)'s Borda vote, which the self-certainty paper uses: samples are ranked by weight and
+    rank r of N votes (N - r + 1) ** ``borda_power`` (:func:`tts.verifiers.self_certainty.borda_vote`)."""
+    borda_power: float = Field(0.5, ge=0.0, le=10.0)
+    """p of the Borda vote; 0 is the plain majority vote, larger p trusts the top ranks more."""
 
 
 class WeightedVote(SamplingStrategy):
@@ -49,6 +57,8 @@ class WeightedVote(SamplingStrategy):
         else:
             weights = [math.exp(lp) for lp in require_logprobs(self.name, problem_id, samples)]
         shown = tuple(weights)  # the trace keeps the verifier's (or logprob) weights
+        if self.config.weighting == "borda":
+            weights = borda_weights(weights, self.config.borda_power)
         events = {}
         if not any(w > 0 for w, s in zip(weights, samples, strict=True) if s.answer is not None):
             # The verifier rejects every answered sample: no weight is informative, so count the
@@ -58,3 +68,15 @@ class WeightedVote(SamplingStrategy):
         answer, share, votes, idx = vote(samples, weights)
         trace = Trace(self.name, tuple(samples), scores=shown, votes=votes, selected=idx, events=events)
         return Solution(problem_id, answer, share, usage, trace)
+
+
+def borda_weights(weights: Sequence[float], power: float) -> list[float]:
+    """Kang et al. (2025)'s rank votes: the sample ranked r of N by weight (ties keep sample
+    order) votes (N - r + 1) ** power. Pooled by :func:`~tts.search.base.vote`, this is
+    :func:`tts.verifiers.self_certainty.borda_vote` (pinned in tests/parity/test_verifiers_misc.py)."""
+    n = len(weights)
+    order = sorted(range(n), key=lambda i: -weights[i])
+    out = [0.0] * n
+    for rank, i in enumerate(order):
+        out[i] = float(n - rank) ** power
+    return out
