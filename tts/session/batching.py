@@ -18,6 +18,18 @@ drops its requests that are still queued and makes its next ``generate`` raise
 :class:`SolveCancelled`, so the strategy stops at its next step. Requests already inside an
 engine call finish with that call (an offline engine call cannot be split), and their results are
 dropped.
+
+Errors stay with the caller that caused them: when a batched engine call fails, its callers are
+split in halves and each half is sent again (bisection), until the failing callers are alone
+and get their error while every other caller gets its results. One bad request among k callers
+costs about 2 log2(k) extra engine calls; an engine that is down fails every caller as before.
+
+Generators that take concurrent calls (an HTTP upstream: ``concurrent_calls = True`` on the
+generator, whose ``generate`` then accepts ``cancel=``, a :class:`threading.Event`) are not
+batched at all: each solve's call goes straight to the generator from the solve's own thread,
+as many at once as there are solves, and cancelling the solve sets ``cancel`` so the generator
+aborts that call's requests in flight. A single dispatcher is right for an in-process engine,
+and wrong for a server that schedules its own requests.
 """
 
 from __future__ import annotations
@@ -78,6 +90,10 @@ class BatchStats:
     sequences: int = 0
     dropped_requests: int = 0
     largest_batch: int = 0
+    isolated_failures: int = 0
+    """Callers that failed alone after their batch failed and was split (the others were served)."""
+    aborted_requests: int = 0
+    """Requests in flight at a concurrent generator that were aborted because their solve was cancelled."""
 
 
 _LOCAL = threading.local()
@@ -101,6 +117,8 @@ class BatchingGenerator:
         if max_requests < 1:
             raise ValueError(f"max_requests must be >= 1, got {max_requests}")
         self.inner = inner
+        self.direct = bool(getattr(inner, "concurrent_calls", False))
+        """The inner generator takes concurrent calls: each solve calls it directly (no batching)."""
         self.window = window
         self.max_requests = max_requests
         self.active = 0  # solves between begin() and end()
@@ -137,6 +155,8 @@ class BatchingGenerator:
             raise SolveCancelled()
         if not requests:
             return []
+        if self.direct:
+            return self._direct(list(requests), context)
         pending = _Pending(list(requests), context)
         with self._cond:
             if self._closed:
@@ -196,6 +216,34 @@ class BatchingGenerator:
             self._cond.notify_all()
         self._thread.join(timeout=5)
 
+    def _direct(self, requests: list[GenerationRequest], context: CallContext | None) -> list[GenerationResult]:
+        """Call a generator that takes concurrent calls from this (the solve's) thread; a cancelled
+        solve's requests in flight are aborted by the generator."""
+        if self._closed:
+            raise RuntimeError("the session is closed; open a new one")
+        cancel = context.cancelled if context is not None else None
+        try:
+            results = self.inner.generate(requests, cancel=cancel)  # type: ignore[call-arg]
+        except Exception as exc:
+            if cancel is not None and cancel.is_set():
+                with self._cond:
+                    self.stats.aborted_requests += len(requests)
+                raise SolveCancelled() from exc
+            raise
+        if len(results) != len(requests):
+            raise RuntimeError(f"the generator returned {len(results)} results for {len(requests)} requests")
+        with self._cond:
+            self.stats.engine_calls += 1
+            self.stats.generate_calls += 1
+            self.stats.requests += len(requests)
+            self.stats.sequences += sum(r.n for r in requests)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(requests))
+        if context is not None:
+            if context.cancelled.is_set():
+                raise SolveCancelled()
+            self._progress(context, _Pending(requests, context, results=list(results)))
+        return list(results)
+
     # --- the dispatcher ----------------------------------------------------------------------
 
     @staticmethod
@@ -242,29 +290,56 @@ class BatchingGenerator:
             batch = self._take_batch()
             if batch is None:
                 return
+            if batch:
+                self._serve(batch)
+
+    def _serve(self, batch: list[_Pending], split: bool = False) -> None:
+        """One engine call for ``batch``; when it fails, its halves are served apart, so that an
+        error reaches only the callers whose requests cause it (``split``: a half of a failed batch)."""
+        if split:  # a caller cancelled while its batch was being split: drop it
+            for p in [p for p in batch if p.context is not None and p.context.cancelled.is_set()]:
+                batch.remove(p)
+                self.stats.dropped_requests += len(p.requests)
+                p.error = SolveCancelled()
+                p.done.set()
             if not batch:
-                continue
-            flat = [r for p in batch for r in p.requests]
-            try:
-                with self._inner_lock:
-                    results = self.inner.generate(flat)
-                if len(results) != len(flat):
-                    raise RuntimeError(f"the generator returned {len(results)} results for {len(flat)} requests")
-            except BaseException as exc:  # every caller of this batch gets the error
+                return
+        flat = [r for p in batch for r in p.requests]
+        try:
+            with self._inner_lock:
+                results = self.inner.generate(flat)
+            if len(results) != len(flat):
+                raise RuntimeError(f"the generator returned {len(results)} results for {len(flat)} requests")
+        except Exception as exc:
+            if len(batch) == 1 or self._closed:
                 for p in batch:
                     p.error = exc
                     p.done.set()
-                continue
+                if split and len(batch) == 1:
+                    self.stats.isolated_failures += 1
+                return
+            logger.info("an engine call of %d callers failed (%s); serving its halves apart to find the cause",
+                        len(batch), exc)
+            half = len(batch) // 2
+            self._serve(batch[:half], split=True)
+            self._serve(batch[half:], split=True)
+            return
+        except BaseException as exc:  # interpreter exit: every caller of this batch gets it
+            for p in batch:
+                p.error = exc
+                p.done.set()
+            raise
+        with self._cond:
             self.stats.engine_calls += 1
             self.stats.generate_calls += len(batch)
             self.stats.requests += len(flat)
             self.stats.sequences += sum(r.n for r in flat)
             self.stats.largest_batch = max(self.stats.largest_batch, len(flat))
-            at = 0
-            for p in batch:
-                p.results = list(results[at:at + len(p.requests)])
-                at += len(p.requests)
-                p.done.set()
+        at = 0
+        for p in batch:
+            p.results = list(results[at:at + len(p.requests)])
+            at += len(p.requests)
+            p.done.set()
 
 
 def set_context(context: CallContext | None) -> None:
