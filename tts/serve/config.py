@@ -1,6 +1,9 @@
-"""What a ``tts serve`` instance allows: API key, size and compute limits, concurrency."""
+"""What a ``tts serve`` instance allows: API key, size and compute limits, concurrency, and the
+strategies, verifiers and calibrations requests may name (:mod:`tts.serve.policy`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +25,23 @@ class ServeConfig(BaseModel):
     constant time); /health and /metrics stay open."""
     max_body_bytes: int = Field(1 << 20, ge=1024)
     """Largest request body; larger ones get 413."""
+    body_timeout: float = Field(30.0, gt=0)
+    """Seconds a client has to send its whole request body; a slower (or stalled) upload gets 408
+    and its connection is closed, so stalled uploads cannot hold connections open."""
+    max_json_depth: int = Field(64, ge=2, le=512)
+    """Deepest nesting of arrays and objects in a request body; deeper bodies get 400 before they are
+    parsed (Python's JSON parser would overflow its recursion limit near 1,000)."""
+    strategies: tuple[str, ...] | None = None
+    """Strategies requests may run (registered names). None: every registered strategy whose config
+    is complete with the operator's settings (``auto`` only with a calibration, ``graph`` only with
+    a graph)."""
+    verifiers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Verifiers requests may name, besides those that need no model of their own (arithmetic, judge,
+    logprob, self_certainty): name -> verifier config (``{"kind": "prm", "model": "/models/prm"}``).
+    A request names one (``"verifier": "prm7b"``) and may change only its numbers and choices."""
+    calibrations: dict[str, str] = Field(default_factory=dict)
+    """Calibrations requests may name for ``auto``: name -> calibration source (a sample pool, past
+    ``tts eval`` run or ``tts sweep`` directory). A request sends the name, never a path."""
     max_choices: int = Field(8, ge=1)
     """Largest ``n`` (choices per request, each an independent solve)."""
     max_samples: int = Field(64, ge=1)
@@ -38,3 +58,8 @@ class ServeConfig(BaseModel):
     """Seconds a 429 tells the client to wait."""
     max_prompts: int = Field(16, ge=1)
     """Most prompts in one /v1/completions request (a list of prompts)."""
+    rate_limit_tokens: int | None = Field(None, ge=1)
+    """Most generated tokens per minute for each API key (for the whole server without a key): a
+    token bucket of this size refilled at this rate per minute. A request reserves its worst case
+    (its budget, or this server's per-request cap) and gets back what it did not spend; past the
+    bucket it gets 429 with the seconds until the bucket holds its reservation. None: no limit."""
