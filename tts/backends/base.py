@@ -57,6 +57,16 @@ class GenerationRequest:
             a threshold (DeepConf online); backends that can do it say so with a
             ``supports_confidence_stop = True`` attribute, and mark such samples with
             ``finish_reason == "confidence"``. None: no stop.
+        presence_penalty, frequency_penalty: OpenAI's penalties on tokens already generated
+            (-2..2; 0 = none).
+        logit_bias: ``(token id, bias)`` pairs added to those tokens' logits (-100..100).
+        json_schema: A JSON schema (as JSON text) every sample must match, by the engine's
+            structured output (vLLM's ``structured_outputs``, an upstream's ``response_format``);
+            None: free text.
+
+    Greedy sampling (``temperature == 0``) with ``n > 1`` asks for n copies of one sample:
+    backends whose engine refuses that (vLLM) draw one sample and repeat it, counting the tokens
+    of the one they drew.
     """
 
     messages: tuple[Message, ...]
@@ -71,6 +81,10 @@ class GenerationRequest:
     key: str = ""
     top_logprobs: int = 0
     confidence_stop: ConfidenceStop | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    json_schema: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -111,6 +125,13 @@ class Completion:
     """When ``top_logprobs`` was asked and the backend returns them: the log-probabilities of the
     most likely tokens at every generated position (largest first), for token confidences
     (DeepConf, self-certainty)."""
+    tokens: tuple[str, ...] | None = field(default=None, hash=False, compare=False)
+    """When logprobs were asked and the backend returns them: the text of each generated token,
+    aligned with ``token_logprobs`` (an OpenAI ``logprobs`` answer needs them)."""
+    token_alternatives: tuple[tuple[tuple[str, float], ...], ...] | None = field(default=None, hash=False,
+                                                                                 compare=False)
+    """When ``top_logprobs`` was asked: the most likely tokens at every position as (text, logprob)
+    pairs, largest first (OpenAI's ``top_logprobs``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +170,12 @@ def merge_top_logprobs(pairs: Iterable[tuple[str, float]]) -> dict[str, float]:
 def _logaddexp(a: float, b: float) -> float:
     hi, lo = max(a, b), min(a, b)
     return hi if lo == -math.inf else hi + math.log1p(math.exp(lo - hi))
+
+
+def greedy_repeats(request: GenerationRequest) -> bool:
+    """Whether ``request`` asks for several greedy samples (identical by definition), which a
+    backend serves as one sample repeated ``n`` times."""
+    return request.temperature == 0 and request.n > 1
 
 
 def count_prompt_tokens(generator: object, request: GenerationRequest) -> int | None:

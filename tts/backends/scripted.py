@@ -43,7 +43,9 @@ alternatives.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import math
 import random
 import re
@@ -64,6 +66,32 @@ STEP_SEPARATOR = "\n\n"
 _STEP_END = "." + STEP_SEPARATOR
 # First tokens a judge puts its remaining probability on when it does not answer Yes/No at once.
 _OTHER_FIRST_TOKENS = ("The", "I", "To", "Let", "This")
+
+
+def _pieces(text: str, k: int) -> tuple[str, ...]:
+    """``text`` cut into ``k`` consecutive pieces (its tokens here): words with the space before
+    them, the last piece holding what is left, empty pieces where there are fewer words."""
+    words = re.findall(r"\s*\S+", text) or [text]
+    if k <= 0:
+        return ()
+    head = words[: k - 1]
+    return (*head, "".join(words[k - 1:]), *([""] * (k - 1 - len(head))))[:k]
+
+
+def _with_request_options(req: GenerationRequest, c: Completion) -> Completion:
+    """A sample as the request's options shape it: a structured-output request (``json_schema``)
+    gets the sample's answer as ``{"answer": ...}``; logprobs come with each token's text."""
+    if req.json_schema is not None:
+        boxed = _BOXED.findall(c.text)
+        c = dataclasses.replace(c, text=json.dumps({"answer": boxed[-1] if boxed else None}))
+    if c.token_logprobs is not None:
+        tokens = _pieces(c.text, len(c.token_logprobs))
+        alternatives = None
+        if c.token_top_logprobs is not None:
+            alternatives = tuple(((tok, lp), *((f"{tok}~{j}", a) for j, a in enumerate(top[1:], 1)))
+                                 for tok, lp, top in zip(tokens, c.token_logprobs, c.token_top_logprobs, strict=False))
+        c = dataclasses.replace(c, tokens=tokens, token_alternatives=alternatives)
+    return c
 
 
 def _rng(*parts: object) -> random.Random:
@@ -123,6 +151,8 @@ class ScriptedGenerator:
 
     supports_confidence_stop = True
     """``confidence_stop`` requests are carried out (emulated; see the module docstring)."""
+    honours_seeds = True
+    """A request seed fixes its samples (see the module docstring)."""
 
     def __init__(
         self,
@@ -369,7 +399,7 @@ class ScriptedGenerator:
             else:
                 offset = 0  # a seeded request is reproducible: same seed, same samples
             draw = self._verdict if req.messages and _VERDICT_REQUEST.search(req.messages[-1].content) else self._sample
-            completions = tuple(draw(req, offset + i, prompt) for i in range(req.n))
+            completions = tuple(_with_request_options(req, draw(req, offset + i, prompt)) for i in range(req.n))
             prompt_tokens = self.prompt_tokens(req)
             cached = prompt_tokens if prompt in self._seen_prefixes else 0
             self._seen_prefixes.add(prompt)

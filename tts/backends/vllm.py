@@ -52,6 +52,7 @@ from tts.backends.base import (
     Completion,
     GenerationRequest,
     GenerationResult,
+    greedy_repeats,
     merge_top_logprobs,
     request_usage,
     split_wall_time,
@@ -383,6 +384,23 @@ def _token_logprobs(
     return token_lps, first_top, all_top
 
 
+def _token_texts(output: Any, request: GenerationRequest) -> tuple[tuple[str, ...] | None, Any]:
+    """(text of each generated token, each position's top (text, logprob) pairs) of one vLLM
+    completion, when logprobs were asked; (None, None) otherwise."""
+    positions = output.logprobs
+    if not positions or not request.logprobs:
+        return None, None
+    texts = []
+    for tid, pos in zip(output.token_ids, positions, strict=False):
+        lp = pos.get(tid) if hasattr(pos, "get") else None
+        texts.append(lp.decoded_token if lp is not None and lp.decoded_token is not None else "")
+    alternatives = None
+    if request.top_logprobs:
+        alternatives = tuple(tuple(sorted(((lp.decoded_token or "", float(lp.logprob)) for lp in pos.values()),
+                                          key=lambda a: -a[1])[:request.top_logprobs]) for pos in positions)
+    return tuple(texts), alternatives
+
+
 def _stopped_on_confidence(request: GenerationRequest, completion: Any, top: Any) -> bool:
     """Whether the engine's confidence-stop processor ended this sample: it ended with the end
     token exactly where the returned top-k log-probabilities (the raw ones the processor saw) put
@@ -473,8 +491,13 @@ class VLLMGenerator:
             extra = {EXTRA_ARG: {"threshold": stop.threshold, "window": stop.window, "top_k": stop.top_k,
                                  "eos": self.tokenizer.eos_token_id}}
             top = max(top, stop.top_k)  # the stop is recognised from the returned top-k afterwards
+        structured = None
+        if request.json_schema is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured = StructuredOutputsParams(json=request.json_schema)
         return SamplingParams(
-            n=request.n,
+            n=1 if greedy_repeats(request) else request.n,  # vLLM refuses greedy with n > 1
             temperature=request.temperature,
             top_p=request.top_p,
             max_tokens=request.max_tokens,
@@ -484,8 +507,18 @@ class VLLMGenerator:
             extra_args=extra,
             # CPU: a seeded request kills the engine once its prefill is chunked (module docstring);
             # deterministic mode turns chunked prefill off, so the seeds can go through.
-            seed=request.seed if self.on_gpu or self.config.deterministic else None,
+            seed=request.seed if self.honours_seeds else None,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            logit_bias=dict(request.logit_bias) or None,
+            structured_outputs=structured,
         )
+
+    @property
+    def honours_seeds(self) -> bool:
+        """Whether per-request seeds reach the engine: on GPU, or on CPU in deterministic mode
+        (module docstring); otherwise only the engine-level seed applies."""
+        return bool(self.on_gpu or self.config.deterministic)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """All requests in one ``LLM.generate`` call; results in request order."""
@@ -522,11 +555,15 @@ class VLLMGenerator:
                 finish = c.finish_reason
                 if _stopped_on_confidence(req, c, all_top):
                     finish, eos = CONFIDENCE_STOPPED, False
+                texts, alternatives = _token_texts(c, req)
                 completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
-                                              all_top if req.top_logprobs else None))
+                                              all_top if req.top_logprobs else None, texts, alternatives))
+            if greedy_repeats(req) and len(completions) == 1:
+                completions = completions * req.n
+            drawn = completions[:1] if greedy_repeats(req) else completions  # the tokens generated
             usage = request_usage(
-                len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in completions], w,
-                batch_sequences=sum(r.n for r in requests),
+                len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in drawn], w,
+                batch_sequences=sum(1 if greedy_repeats(r) else r.n for r in requests),
             )
             results.append(GenerationResult(tuple(completions), usage))
         return results

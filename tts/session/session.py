@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import hashlib
 import itertools
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +29,131 @@ from tts.types import Budget, Problem, Solution
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Session", "SessionSolution", "SolveCancelled", "CallContext", "chat_prompt"]
+__all__ = ["Session", "SessionSolution", "SampleOptions", "SolveCancelled", "CallContext", "chat_prompt",
+           "split_reasoning"]
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """(reasoning section, the rest) of a reasoning model's reply, as vLLM's reasoning parsers
+    split it: the text before ``</think>`` (an opening ``<think>`` dropped; templates that open it
+    in the prompt leave only the closing tag) and the text after it. A reply that opens a section
+    and never closes it (cut by max_tokens) is all reasoning. None and the whole text when there is
+    no section.
+
+    Example:
+        >>> split_reasoning("<think>\n6*7=42\n</think>\n\nIt is 42.")
+        ('6*7=42', 'It is 42.')
+    """
+    head, sep, tail = text.partition(_THINK_CLOSE)
+    if sep:
+        stripped = head.lstrip()
+        if stripped.startswith(_THINK_OPEN):
+            stripped = stripped[len(_THINK_OPEN):]
+        return stripped.strip(), tail.strip()
+    if text.lstrip().startswith(_THINK_OPEN):
+        return text.lstrip()[len(_THINK_OPEN):].strip(), ""
+    return None, text
+
+
+def json_answer(text: str) -> str | None:
+    """The answer of a structured-output sample: its JSON value in canonical form (keys sorted,
+    no spaces, integral floats as integers), so that samples that agree in value vote together;
+    None when the text is not JSON."""
+    _, rest = split_reasoning(text)
+    try:
+        value = json.loads(rest.strip())
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+    def canon(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {k: canon(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [canon(x) for x in v]
+        return v
+
+    return json.dumps(canon(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleOptions:
+    """OpenAI sampling settings a solve applies to every sample its strategy draws.
+
+    Args:
+        stop: Strings that end a sample, added to the strategy's own (step-wise searches treat
+            them as a step end).
+        presence_penalty, frequency_penalty: Penalties on tokens already generated (-2..2).
+        logit_bias: ``(token id, bias)`` pairs added to those tokens' logits.
+        json_schema: A JSON schema (JSON text) every sample must match (structured output); the
+            answers are then the samples' JSON values in canonical form (:func:`json_answer`) and
+            the vote is over those.
+        logprobs: None: not asked; k >= 0: return the chosen sample's token log-probabilities
+            with the k most likely alternatives at each position.
+    """
+
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    json_schema: str | None = None
+    logprobs: int | None = None
+
+
+class _OptionsGenerator:
+    """The session's batcher as one solve sees it: each request carries the solve's
+    :class:`SampleOptions`, and the completions that came with token texts are kept by their text
+    so that the chosen sample's log-probabilities can be returned. Everything else is the batcher's."""
+
+    def __init__(self, inner: Any, options: SampleOptions) -> None:
+        self.inner = inner
+        self.options = options
+        self.completions: dict[str, Any] = {}
+
+    def _request(self, r: GenerationRequest) -> GenerationRequest:
+        o = self.options
+        update: dict[str, Any] = {}
+        if o.stop:
+            update["stop"] = tuple(dict.fromkeys(r.stop + o.stop))
+        if o.presence_penalty:
+            update["presence_penalty"] = o.presence_penalty
+        if o.frequency_penalty:
+            update["frequency_penalty"] = o.frequency_penalty
+        if o.logit_bias:
+            update["logit_bias"] = o.logit_bias
+        if o.json_schema is not None:
+            update["json_schema"] = o.json_schema
+        if o.logprobs is not None:
+            update["logprobs"] = True
+            # The strategy's own top_logprobs (a judge's, DeepConf's k) are never changed: they feed its decisions.
+            if o.logprobs and not r.top_logprobs and r.confidence_stop is None:
+                update["top_logprobs"] = o.logprobs
+        return dataclasses.replace(r, **update) if update else r
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Any]:
+        results = self.inner.generate([self._request(r) for r in requests])
+        if self.options.logprobs is not None:
+            for result in results:
+                for c in result.completions:
+                    if c.tokens is not None:
+                        self.completions[c.text] = c
+        return results
+
+    def token_logprobs(self, text: str, k: int) -> tuple[tuple[str, float, tuple[tuple[str, float], ...]], ...] | None:
+        """(token, logprob, top k alternatives) of the sample whose text is ``text``; None when no
+        single engine sample wrote it (a step-wise path) or the backend returned no token texts."""
+        c = self.completions.get(text)
+        if c is None or c.token_logprobs is None or c.tokens is None:
+            return None
+        alternatives = c.token_alternatives or ((),) * len(c.tokens)
+        return tuple((tok, float(lp), tuple(alt[:k]))
+                     for tok, lp, alt in zip(c.tokens, c.token_logprobs, alternatives, strict=False))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +168,17 @@ class SessionSolution(Solution):
         strategy: The label of the strategy config that ran (``self_consistency@16``).
         budget: The budget it ran under (``"0.01 dollars"``) and the generated-token allowance it
             became, or None.
+        logprobs, reasoning_tokens: See the fields.
     """
 
     cost: dict[str, Any] = field(default_factory=dict)
     strategy: str = ""
     budget: dict[str, Any] | None = None
+    logprobs: tuple[tuple[str, float, tuple[tuple[str, float], ...]], ...] | None = None
+    """When :class:`SampleOptions` asked for them: (token, logprob, top alternatives) of each
+    token of the chosen sample; None otherwise or when no single engine sample wrote it."""
+    reasoning_tokens: int = 0
+    """Tokens of the reasoning sections (``<think>...</think>``) of the samples in the trace."""
 
 
 def chat_prompt(template: Any) -> Callable[[Problem], tuple[Message, ...]]:
@@ -208,7 +340,7 @@ class Session:
               temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
               messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
               prompt: Any = None, seed: int | None = None, context: CallContext | None = None,
-              _expected: bool = False) -> SessionSolution:
+              options: SampleOptions | None = None, _expected: bool = False) -> SessionSolution:
         """Answer one question with a test-time strategy on the session's warm engine.
 
         Args:
@@ -227,6 +359,8 @@ class Session:
             prompt: A PromptTemplate for this solve.
             seed: The seed request seeds derive from (default: the session's).
             context: A CallContext to cancel the solve or follow its progress.
+            options: Sampling settings for every sample the strategy draws (stop strings,
+                penalties, logit bias, a JSON schema, the chosen sample's logprobs).
 
         Returns:
             A :class:`SessionSolution`: answer, confidence, usage, trace and cost.
@@ -259,7 +393,13 @@ class Session:
             allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
             limit = Budget(tokens=allowance)
         cls = STRATEGIES.load(config.kind)
-        runner = cls(config, self.batcher, render, sampling, seed=self.seed if seed is None else seed)
+        generator: Any = self.batcher
+        extra: dict[str, Any] = {}
+        if options is not None and options != SampleOptions():
+            generator = _OptionsGenerator(self.batcher, options)
+            if options.json_schema is not None:
+                extra["extract"] = json_answer
+        runner = cls(config, generator, render, sampling, seed=self.seed if seed is None else seed, **extra)
         ctx = context or CallContext()
         self.batcher.begin()
         set_context(ctx)
@@ -276,9 +416,34 @@ class Session:
         with self._lock:
             self.solves += 1
         fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
+        logprobs = None
+        trace = solution.trace
+        if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
+                and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
+            logprobs = generator.token_logprobs(trace.samples[trace.selected].text, options.logprobs)
         return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=config.label,
                                budget=None if solve_budget is None else
-                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance})
+                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance},
+                               logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
+
+    def _reasoning_tokens(self, samples: Sequence[Any]) -> int:
+        """Tokens of the samples' reasoning sections: counted by the engine's tokenizer where the
+        backend has one, else the sample's tokens shared by characters."""
+        try:
+            tokenizer = getattr(self.generator, "tokenizer", None)
+        except Exception:  # a closed engine
+            tokenizer = None
+        total = 0
+        for s in samples:
+            reasoning, _ = split_reasoning(s.text)
+            if not reasoning:
+                continue
+            if callable(tokenizer):
+                with contextlib.suppress(Exception):
+                    total += min(s.completion_tokens, len(tokenizer(reasoning, add_special_tokens=False)["input_ids"]))
+                    continue
+            total += round(s.completion_tokens * len(reasoning) / max(len(s.text), 1))
+        return total
 
     async def asolve(self, question: str | Problem, **kwargs: Any) -> SessionSolution:
         """:meth:`solve` for asyncio: runs in the session's worker pool; concurrent calls share
