@@ -10,17 +10,20 @@ Examples:
 from __future__ import annotations
 
 import os
-from typing import Annotated
+import re
+import signal
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 
-from tts.cli.errors import user_errors
+from tts.cli.errors import fail, user_errors
 
 API_KEY_ENV = "TTS_API_KEY"
 
 
 def build_generator(backend: str, model: str | None, base_url: str | None, accuracy: float, seed: int,
-                    max_model_len: int, kv_cache_gib: int | None) -> object:
+                    max_model_len: int, kv_cache_gib: int | None, upstream: Mapping[str, Any] | None = None) -> object:
     """The generator ``tts serve`` keeps warm.
 
     ``scripted`` is the deterministic test backend: with no problems known in advance, every
@@ -43,11 +46,72 @@ def build_generator(backend: str, model: str | None, base_url: str | None, accur
         spec["model"] = model
     if backend == "openai" and base_url:
         spec["base_url"] = base_url
+    if backend == "openai" and upstream:
+        spec.update(upstream)  # timeout, max_retries, deadline, concurrency
     if backend == "vllm":
         spec.update(max_model_len=max_model_len, seed=seed)
         if kv_cache_gib is not None:
             spec["kv_cache_gib"] = kv_cache_gib
     return create_generator(TypeAdapter(BackendConfig).validate_python(spec), [])
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def named_settings(values: list[str], flag: str, mapping: bool = False) -> dict[str, Any]:
+    """``NAME=VALUE`` options as a dict (``--verifier``, ``--calibration``).
+
+    ``mapping``: VALUE is a kind name or a JSON/YAML mapping with a ``kind`` (a bare NAME is the kind
+    named after itself); otherwise VALUE is a path, and a bare PATH is named ``default``.
+
+    Raises:
+        ValueError: A malformed value (the message names ``flag``).
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for text in values:
+        name, sep, value = text.partition("=")
+        if not sep or not _NAME.match(name):
+            if sep and not name:
+                raise ValueError(f"{flag} {text!r}: write NAME=VALUE with a name before the '='")
+            name, value = (text, text) if mapping else ("default", text)
+        if not mapping:
+            out[name] = value
+            continue
+        if _NAME.match(value):
+            out[name] = {"kind": value}
+            continue
+        try:
+            spec = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{flag} {name}: the spec is neither a kind nor a JSON/YAML mapping ({exc})") from None
+        if not isinstance(spec, dict) or "kind" not in spec:
+            raise ValueError(f"{flag} {name}: the spec must be a kind or a mapping with a 'kind', got {value!r}")
+        out[name] = spec
+    return out
+
+
+def operator_resources(verifiers: list[str], calibrations: list[str], strategies: list[str],
+                       ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The named verifiers and calibrations of the ``tts serve`` flags, checked before an engine starts.
+
+    Raises:
+        ValueError: A malformed flag, a verifier config its kind refuses, or an unknown strategy.
+    """
+    from tts.config import parse_verifier_config
+    from tts.registry import STRATEGIES
+    from tts.serve.policy import setting_error
+
+    named = named_settings(verifiers, "--verifier", mapping=True)
+    for name, spec in named.items():
+        try:
+            parse_verifier_config(spec)
+        except ValueError as exc:
+            raise ValueError(f"--verifier {name}: {setting_error(exc)}") from None
+    for kind in strategies:
+        STRATEGIES.check(kind)
+    return named, named_settings(calibrations, "--calibration")
 
 
 def serve_command(
@@ -57,6 +121,14 @@ def serve_command(
                                               "write after the strategy (sc-16/<model>). Default: smollm2-135m.")] = None,
     served_name: Annotated[str | None, typer.Option(help="Name clients use for the model (default: --model).")] = None,
     base_url: Annotated[str | None, typer.Option(help="openai backend: upstream URL up to /v1.")] = None,
+    upstream_timeout: Annotated[float, typer.Option(min=0.001, help="openai backend: seconds to wait for one "
+                                                    "answer of the upstream.")] = 120.0,
+    upstream_retries: Annotated[int, typer.Option(min=0, max=20, help="openai backend: retries of a failed upstream "
+                                                  "request (429, 5xx, timeouts, dropped connections).")] = 2,
+    upstream_deadline: Annotated[float, typer.Option(min=0.001, help="openai backend: seconds one upstream request "
+                                                     "may take in all, retries included.")] = 180.0,
+    upstream_concurrency: Annotated[int, typer.Option(min=1, help="openai backend: upstream requests in flight at "
+                                                      "once (the upstream queues the rest itself).")] = 256,
     host: Annotated[str, typer.Option(help="Interface to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
     strategy: Annotated[str, typer.Option(help="Strategy of requests whose model name has none (sc-8, beam-4x8, "
@@ -70,15 +142,35 @@ def serve_command(
     default_max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of requests that give none.")] = 512,
     max_budget_tokens: Annotated[int, typer.Option(min=1, help="Most generated tokens (worst case) one request "
                                                    "may spend; budgets in other units are converted.")] = 1_000_000,
+    rate_limit_tokens: Annotated[int | None, typer.Option(min=1, help="Most generated tokens per minute per API key "
+                                                          "(the whole server without a key); past it, 429 with "
+                                                          "Retry-After.")] = None,
     max_body_bytes: Annotated[int, typer.Option(min=1024, help="Largest request body.")] = 1 << 20,
     batch_window: Annotated[float, typer.Option(min=0.0, help="Seconds an engine call waits for concurrent "
                                                 "requests to join.")] = 0.01,
     gpu: Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in responses.")] = "h100",
     price_as: Annotated[str | None, typer.Option(help="Model architecture that prices usage (default: the backend's "
                                                  "model; smollm2-135m for scripted).")] = None,
-    calibration: Annotated[str | None, typer.Option(help="auto/<model>: calibration source of the auto strategy (a "
-                                                    "sample pool, past tts eval run or tts sweep directory of "
-                                                    "this model).")] = None,
+    calibration: Annotated[list[str] | None, typer.Option(help="A calibration requests may name for the auto "
+                                                          "strategy, as NAME=PATH (repeatable; a sample pool, past "
+                                                          "tts eval run or tts sweep directory of this model); the "
+                                                          "first is auto's default. A bare PATH is named 'default'.")
+                           ] = None,
+    verifier: Annotated[list[str] | None, typer.Option(help="A verifier requests may name, as NAME=SPEC (repeatable): "
+                                                       "SPEC is a verifier kind or a JSON/YAML mapping, e.g. "
+                                                       "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
+                                                       "arithmetic, judge, logprob and self_certainty are always "
+                                                       "offered.")] = None,
+    allow_strategy: Annotated[list[str] | None, typer.Option(help="A strategy requests may run (repeatable). "
+                                                             "Default: every registered one that works with this "
+                                                             "server's settings.")] = None,
+    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
+                                                "slower uploads get 408.")] = 30.0,
+    keep_alive_timeout: Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays "
+                                                    "open.")] = 5,
+    max_connections: Annotated[int | None, typer.Option(min=1, help="Most open connections and requests at once; "
+                                                        "past it, new requests get 503 (default: no limit, "
+                                                        "--max-concurrent still applies).")] = None,
     accuracy: Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")] = 0.6,
     seed: Annotated[int, typer.Option(help="Run seed (engine seed of vllm and scripted).")] = 0,
     max_model_len: Annotated[int, typer.Option(min=64, help="vllm: longest prompt + completion.")] = 2048,
@@ -97,20 +189,49 @@ def serve_command(
         from tts.serve.routing import strategy_spec
 
         strategy_spec(strategy)  # refuse a bad default before an engine starts
-        generator = build_generator(backend, model, base_url, accuracy, seed, max_model_len, kv_cache_gib)
+        try:
+            verifiers, calibrations = operator_resources(verifier or [], calibration or [], allow_strategy or [])
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        signal.signal(signal.SIGTERM, _exit_on_signal)  # the finally below shuts the engine down
+        generator = build_generator(backend, model, base_url, accuracy, seed, max_model_len, kv_cache_gib,
+                                    upstream={"timeout": upstream_timeout, "max_retries": upstream_retries,
+                                              "deadline": upstream_deadline, "concurrency": upstream_concurrency})
         name = served_name or model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
         pricing = price_as or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
         session = Session(generator=generator, max_tokens=default_max_tokens, batch_window=batch_window, gpu=gpu,
                           price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8) * max_choices,
-                          strategy_settings={"auto": {"calibration": calibration}} if calibration else None)
+                          strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
+                          if calibrations else None)
         config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_body_bytes=max_body_bytes,
                              max_choices=max_choices, max_samples=max_samples, max_tokens=max_tokens,
-                             max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent)
-        app = create_app(session, config)
+                             max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
+                             rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
+                             strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
+                             calibrations=calibrations)
+        try:
+            app = create_app(session, config)
+        except ValueError as exc:  # an allowed strategy that cannot run with these settings
+            session.close()
+            generator.close()  # type: ignore[attr-defined]
+            raise fail(str(exc)) from None
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
+        # again under the handler that was there before: SIGTERM's default would end the process
+        # before this finally, orphaning vLLM's engine process, so _exit_on_signal raises SystemExit.
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                    timeout_graceful_shutdown=10, timeout_keep_alive=keep_alive_timeout,
+                    limit_concurrency=max_connections)
     finally:
-        session.close()
-        generator.close()  # type: ignore[attr-defined]
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
+        try:
+            session.close()
+        finally:
+            generator.close()  # type: ignore[attr-defined]
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM ends ``tts serve`` through its ``finally`` (which shuts the engine down), like SIGINT."""
+    raise SystemExit(128 + signum)

@@ -45,6 +45,15 @@ _MAX_NESTING = 4
 """Nested verifier configs a request may reach (a strategy's verifier, a verifier's verifier, ...)."""
 
 
+def setting_error(exc: ValueError) -> str:
+    """One line for a config error (a pydantic error as ``field: problem``, without links)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors())
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 class PolicyError(ValueError):
     """A strategy setting this server does not let requests choose; ``param`` names it."""
 
@@ -164,7 +173,7 @@ class ServePolicy:
             try:
                 parse_verifier_config(dict(spec))
             except ValueError as exc:
-                raise ValueError(f"verifier {name!r}: {exc}") from None
+                raise ValueError(f"verifier {name!r}: {setting_error(exc)}") from None
             verifiers[name] = dict(spec)
         budget = SolveBudget(config.max_budget_tokens, "tokens")
         settings = {k: dict(v) for k, v in (getattr(session, "strategy_settings", {}) or {}).items()}
@@ -183,7 +192,8 @@ class ServePolicy:
             try:
                 check_default(kind)
             except ValueError as exc:
-                raise ValueError(f"strategy {kind!r} cannot run with this server's settings: {exc}") from None
+                raise ValueError(f"strategy {kind!r} cannot run with this server's settings ({setting_error(exc)}); "
+                                 "give what it needs (auto: --calibration) or do not allow it") from None
         return policy
 
     # --- strategies ------------------------------------------------------------------------------
