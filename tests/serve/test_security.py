@@ -319,3 +319,11 @@ def test_the_serve_command_offers_the_operators_verifiers_and_strategies_only():
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_setting_the_strategy_does_not_have_is_refused_by_name(served):
+    r = _post(served, {"kind": "beam", "colour": "red"})
+    assert r.status_code == 400 and "has no setting 'colour'; its settings are n, max_depth" in r.text, r.text
+    r = _post(served, {"kind": "best_of_n", "verifier": {"kind": "checker", "model": "/etc"}})
+    assert r.status_code == 400 and "has no setting 'model'" in r.text and r.json()["error"]["param"] == \
+        "tts.strategy.verifier.model", r.text

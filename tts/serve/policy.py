@@ -251,10 +251,13 @@ class ServePolicy:
                depth: int) -> dict[str, Any]:
         out = dict(spec)
         for key, value in spec.items():
-            if key == "kind" or key not in cls.model_fields:
-                continue  # the config itself refuses unknown fields, naming them
-            field = cls.model_fields[key]
+            if key == "kind":
+                continue
             param = f"{where}.{key}"
+            if key not in cls.model_fields:  # refused here too, whatever the config's own extra setting
+                raise PolicyError(f"{param}: {spec.get('kind', where.rpartition('.')[2])!r} has no setting {key!r}; "
+                                  f"its settings are {', '.join(k for k in cls.model_fields if k != 'kind')}", param)
+            field = cls.model_fields[key]
             if is_knob(field.annotation):
                 if not _knob_accepts(field.annotation, value):
                     raise PolicyError(f"{param}: {key} must be {_knob_expects(field.annotation)}, "
