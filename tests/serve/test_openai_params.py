@@ -26,7 +26,9 @@ KEY = "k"
 
 
 class Recording(ScriptedGenerator):
-    """A scripted generator that keeps every request it was sent."""
+    """A scripted generator that keeps every request it was sent (its vocabulary: 1,000 token ids)."""
+
+    vocab_size = 1000
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -243,11 +245,11 @@ def test_vllm_on_cpu_honours_request_seeds_only_in_deterministic_mode():
 
 def test_stop_penalties_and_logit_bias_reach_every_sample(served, client):
     gen = served[0]
-    r = _ask(client, stop=["END"], presence_penalty=0.5, frequency_penalty=-0.25, logit_bias={"50256": -100},
+    r = _ask(client, stop=["END"], presence_penalty=0.5, frequency_penalty=-0.25, logit_bias={"256": -100},
              user="u1", metadata={"run": "7"}, store=False, service_tier="auto")
     assert r.choices[0].message.content is not None
     assert gen.requests and all("END" in q.stop and q.presence_penalty == 0.5 and q.frequency_penalty == -0.25
-                                and q.logit_bias == ((50256, -100.0),) for q in gen.requests)
+                                and q.logit_bias == ((256, -100.0),) for q in gen.requests)
 
 
 def test_stop_string_ends_the_returned_text(client):
@@ -334,6 +336,9 @@ def test_response_format_json_schema_is_sent_to_the_engine_and_the_vote_is_over_
     ({"presence_penalty": 3}, "presence_penalty"),
     ({"reasoning_effort": "extreme"}, "reasoning_effort"),
     ({"response_format": {"type": "json_schema"}}, "json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "banana"}}}},
+     "not a valid JSON schema"),
+    ({"logit_bias": {"99999": 1}}, "outside this model's vocabulary of 1000 tokens"),
 ])
 def test_out_of_range_openai_fields_are_a_400_that_says_which(client, kwargs, says):
     with pytest.raises(openai.BadRequestError) as err:

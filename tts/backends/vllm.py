@@ -515,6 +515,11 @@ class VLLMGenerator:
         )
 
     @property
+    def vocab_size(self) -> int:
+        """Token ids are 0..vocab_size - 1 (``logit_bias`` keys outside it are refused before batching)."""
+        return len(self.tokenizer)
+
+    @property
     def honours_seeds(self) -> bool:
         """Whether per-request seeds reach the engine: on GPU, or on CPU in deterministic mode
         (module docstring); otherwise only the engine-level seed applies."""

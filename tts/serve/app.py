@@ -205,6 +205,14 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
         options = SampleOptions(stop=body.stops(), presence_penalty=body.presence_penalty or 0.0,
                                 frequency_penalty=body.frequency_penalty or 0.0, logit_bias=body.bias(),
                                 json_schema=schema, logprobs=body.logprobs_asked())
+        try:
+            vocab = getattr(session.generator, "vocab_size", None)
+        except Exception:  # a closed engine: the solve says so
+            vocab = None
+        outside = [t for t, _ in options.logit_bias if isinstance(vocab, int) and t >= vocab]
+        if outside:  # refused here, not by the engine, where it would fail a batch shared with other requests
+            raise BadRequest(f"logit_bias token id {outside[0]} is outside this model's vocabulary of {vocab} tokens; "
+                             f"give ids 0..{vocab - 1}", param="logit_bias")
         if body.temperature == 0 and (samples or 1) > 1:
             notes.append(f"temperature 0 is greedy: the strategy's {samples} samples are one greedy sample repeated "
                          "(drawn once), so they all agree; raise the temperature for a vote that means something")
@@ -387,6 +395,9 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
         message: dict[str, Any] = ({"role": "assistant", "content": None, "tool_calls": calls} if calls else
                                    {"role": "assistant",
                                     "content": protocol.message_text(sol, p.answer_only, without_reasoning=True)})
+        if p.tool_calls and calls is None and p.body.tool_choice not in (None, "auto"):
+            ext["notes"] = [*ext.get("notes", []), "tool_choice asked for a tool call, but no sample held a valid "
+                            "call to an offered tool, so the reply is text"]
         reasoning = None if calls else protocol.reasoning_text(sol, p.answer_only)
         if reasoning is not None:  # vLLM's field for a reasoning model's <think> section
             message["reasoning_content"] = reasoning

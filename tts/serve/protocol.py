@@ -83,6 +83,17 @@ class ResponseFormat(BaseModel):
         if self.type == "json_schema" and self.json_schema is None:
             raise PydanticCustomError("json_schema", "type json_schema needs a json_schema object with the schema: "
                                       '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}')
+        if self.json_schema is not None:
+            try:  # refused here, not by the engine, where it would fail a batch shared with other requests
+                from jsonschema import Draft202012Validator
+                from jsonschema.exceptions import SchemaError
+            except ImportError:
+                return self
+            try:
+                Draft202012Validator.check_schema(self.json_schema.schema_)
+            except SchemaError as exc:
+                raise PydanticCustomError("json_schema", "json_schema.schema is not a valid JSON schema: {why}",
+                                          {"why": " ".join(str(exc.message).split())[:200]}) from None
         return self
 
     def schema_text(self) -> str | None:
