@@ -1,7 +1,8 @@
-"""Who may call the server and how much: the API key check and the concurrency gate."""
+"""Who may call the server and how much: the API key check, the rate-limit identity and the concurrency gate."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import threading
 
@@ -18,6 +19,16 @@ def key_matches(header: str | None, api_key: str | None) -> bool:
     if scheme.lower() != "bearer":
         given = ""
     return hmac.compare_digest(given.strip().encode(), api_key.encode())
+
+
+def rate_key(header: str | None, api_key: str | None) -> str:
+    """Whose token bucket a request draws on: its API key, or the whole server when the server
+    has no key (then any bearer a client sends is no identity: a new one must not buy a new
+    bucket). Call after :func:`key_matches` accepted the request."""
+    if api_key is None:
+        return ""
+    scheme, _, given = (header or "").partition(" ")
+    return hashlib.sha256(given.strip().encode()).hexdigest()[:16] if scheme.lower() == "bearer" else ""
 
 
 class ConcurrencyGate:
