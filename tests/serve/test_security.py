@@ -219,7 +219,8 @@ def test_templates_from_a_client_are_refused_quickly(served, strategy):
 # --- item 5: deeply nested JSON ------------------------------------------------------------------
 
 def test_deeply_nested_json_gets_a_400_and_the_connection_keeps_serving(served):
-    deep = b'{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    deep = (b'{"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "x": '
+            + b"[" * 1000 + b"]" * 1000 + b"}")
     assert len(deep) < 2100
     with httpx.Client(timeout=20) as client:
         r = client.post(f"{served.url}/chat/completions", content=deep, headers={"Content-Type": "application/json"})

@@ -131,8 +131,9 @@ def _same(a: Any, b: Any) -> bool:
     """Whether a client value equals a configured one (a tuple field may arrive as a JSON list)."""
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(b, BaseModel):
-        return isinstance(a, Mapping) and b == type(b).model_validate(dict(a))
+    if isinstance(b, BaseModel):  # compared as data: client values are never run through validators here
+        return isinstance(a, Mapping) and dict(a) in (b.model_dump(mode="json"), b.model_dump(mode="json",
+                                                                                              exclude_unset=True))
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
