@@ -205,7 +205,12 @@ class OpenAIBackendConfig(_Frozen):
     max_retries: int = Field(3, ge=0, le=20)
     """Retries with exponential back-off and jitter on 429, 5xx, timeouts and connection errors."""
     concurrency: int = Field(8, ge=1)
-    """Requests in flight at once."""
+    """Requests in flight at once, across every concurrent call of the backend (``tts serve``
+    raises it: an OpenAI-compatible server schedules its own requests)."""
+    deadline: float | None = Field(None, gt=0)
+    """Seconds one request may take in all, its retries and back-off included (None: up to
+    ``(max_retries + 1) * timeout`` plus back-off); a hanging server then holds a request this long
+    at most."""
     backoff: float = Field(0.5, ge=0, le=60)
     """First retry waits up to this many seconds (full jitter), doubling per retry up to 30 s."""
     breaker_failures: int = Field(5, ge=1)

@@ -8,13 +8,27 @@ fail at once for a cool-down, then one probe is let through (half-open): success
 failure opens it again; calls that arrive while the probe is out wait for its outcome. A server
 that stays down thus costs each caller one fast, clear error
 instead of minutes of timeouts.
+
+An HTTP attempt (:class:`Attempt`) can be aborted from another thread and has a deadline:
+:func:`abortable_http_client` builds an ``httpx.Client`` whose sockets belong, while a read or
+write is under way, to the attempt that the calling thread runs (:func:`attempt_scope`), so
+``Attempt.abort()`` shuts that socket down (the blocked read returns at once and the server sees
+the connection close: vLLM then aborts the request and frees its KV cache), and every read and
+write waits at most until the attempt's deadline (a request's retries never run past it).
+Connections are still pooled and kept alive: a socket is bound to an attempt only while the
+attempt's thread uses it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import socket
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 
 def backoff_delay(attempt: int, base: float, cap: float = 30.0, rng: random.Random | None = None) -> float:
@@ -95,3 +109,140 @@ class CircuitBreaker:
                 self.opened_at = self._clock()  # type: ignore[operator]
                 self._probing = False
                 self._lock.notify_all()
+
+
+class Attempt:
+    """One HTTP attempt: its deadline (``time.monotonic()`` seconds, or None) and, while its thread
+    reads or writes, its socket; :meth:`abort` from any thread ends it."""
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline
+        self.aborted = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def bind(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            aborted = self.aborted
+        if aborted and sock is not None:
+            _shutdown(sock)
+
+    def release(self) -> None:
+        """The attempt is over: its connection may go back to the pool, aborting no longer touches it."""
+        with self._lock:
+            self._sock = None
+
+    def abort(self) -> None:
+        """End the attempt: its socket is shut down (the read in flight fails, the server sees a close)."""
+        with self._lock:
+            self.aborted = True
+            sock = self._sock
+        if sock is not None:
+            _shutdown(sock)
+
+    def timeout(self, timeout: float | None) -> float | None:
+        """``timeout`` cut to the time left before the deadline (a tiny positive number once past it)."""
+        if self.deadline is None:
+            return timeout
+        left = max(self.deadline - time.monotonic(), 1e-3)
+        return left if timeout is None else min(timeout, left)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Shut the connection down through a duplicate descriptor: the thread blocked reading ``sock``
+    wakes up at once, and a TLS socket's own state is left to that thread."""
+    with contextlib.suppress(OSError, ValueError):
+        dup = socket.socket(fileno=os.dup(sock.fileno()))
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        finally:
+            dup.close()
+
+
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def attempt_scope(attempt: Attempt) -> Iterator[Attempt]:
+    """HTTP done by this thread inside the block belongs to ``attempt``."""
+    _current.attempt = attempt
+    try:
+        yield attempt
+    finally:
+        _current.attempt = None
+        attempt.release()
+
+
+def _attempt() -> Attempt | None:
+    return getattr(_current, "attempt", None)
+
+
+def abortable_http_client(timeout: float, max_connections: int | None = None) -> Any:
+    """An ``httpx.Client`` whose requests obey the calling thread's :class:`Attempt` (abort, deadline).
+
+    The network backend of httpx's connection pool is wrapped; with an httpx that builds its pool
+    differently, the client is a plain one (attempts are then bounded by ``timeout`` only).
+    """
+    import httpcore
+    import httpx
+
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=100)
+    transport = httpx.HTTPTransport(limits=limits)
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if isinstance(pool, httpcore.ConnectionPool) and backend is not None:
+        pool._network_backend = _Backend(backend, httpcore)
+    return httpx.Client(transport=transport, timeout=timeout, follow_redirects=True)
+
+
+class _Backend:
+    """An httpcore network backend whose streams obey the calling thread's Attempt."""
+
+    def __init__(self, inner: Any, httpcore: Any) -> None:
+        self.inner = inner
+        self.httpcore = httpcore
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Any = None) -> Any:
+        a = _attempt()
+        timeout = a.timeout(timeout) if a is not None else timeout
+        return _Stream(self.inner.connect_tcp(host, port, timeout, local_address, socket_options), self.httpcore)
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
+        return _Stream(self.inner.connect_unix_socket(path, timeout, socket_options), self.httpcore)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class _Stream:
+    """A network stream whose reads and writes bind its socket to the current Attempt."""
+
+    def __init__(self, inner: Any, httpcore: Any) -> None:
+        self.inner = inner
+        self.httpcore = httpcore
+
+    def _enter(self, timeout: float | None) -> float | None:
+        a = _attempt()
+        if a is None:
+            return timeout
+        if a.aborted:
+            raise self.httpcore.ReadError("the request was aborted")
+        a.bind(self.inner.get_extra_info("socket"))
+        return a.timeout(timeout)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, self._enter(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, self._enter(timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        return _Stream(self.inner.start_tls(ssl_context, server_hostname, timeout), self.httpcore)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
