@@ -8,8 +8,15 @@ HTTP attempt is bounded by ``timeout``, so a call ends within about
 what failed and what to change; never a hang. Refusals that a retry cannot fix (400, 401, 404)
 fail at once and do not count against the breaker.
 
-Requests of one batch run concurrently in a thread pool; results come back in request order; the
-first request that fails for good stops the others. A partial assistant message is continued
+Requests run concurrently in a thread pool shared by every call (``concurrency`` requests in
+flight at once, across calls); results come back in request order; the first request that fails
+for good stops the others. The generator takes concurrent calls (``concurrent_calls``): a
+:class:`~tts.session.Session` calls it from each solve's thread rather than batching solves into
+one call, so a slow or hanging request never holds up another solve's. A call given ``cancel``
+(an Event) aborts its requests in flight once it is set: their connections are shut down, which
+makes vLLM abort them and free their KV cache; ``aborted_requests`` and ``aborted_max_tokens``
+(the most tokens they could still have generated) count what that saved. ``deadline`` bounds a
+request's attempts, back-off included: every read waits at most until it. A partial assistant message is continued
 with vLLM's ``continue_final_message`` chat extension. Logprobs are always requested (top 0 unless
 a request asks for ``top_logprobs``): they give each choice's token count and mean logprob, which
 the usage ledger needs.
@@ -42,14 +49,48 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
-from tts.backends.resilience import CircuitBreaker, CircuitOpenError, backoff_delay
+from tts.backends.resilience import (
+    Attempt,
+    CircuitBreaker,
+    CircuitOpenError,
+    abortable_http_client,
+    attempt_scope,
+    backoff_delay,
+)
 from tts.config import OpenAIBackendConfig
 
 logger = logging.getLogger(__name__)
 
 
 class _Stopped(Exception):
-    """Another request of the batch failed for good: this one stops retrying."""
+    """Another request of the batch failed for good, or the call was cancelled: this one stops."""
+
+
+class _Call:
+    """The requests of one generate call: a stop flag and the attempts in flight, to abort them."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._attempts: set[Attempt] = set()
+        self._lock = threading.Lock()
+
+    def add(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts.add(attempt)
+        if self.stop.is_set():
+            attempt.abort()
+
+    def discard(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts.discard(attempt)
+
+    def abort(self) -> None:
+        """Stop retrying and shut down the connections of the attempts in flight."""
+        self.stop.set()
+        with self._lock:
+            attempts = list(self._attempts)
+        for a in attempts:
+            a.abort()
 
 
 class OpenAIGenerator:
@@ -63,6 +104,9 @@ class OpenAIGenerator:
             not serve the model; the message says what to change.
     """
 
+    concurrent_calls = True
+    """``generate`` may be called from many threads at once, and takes ``cancel=``."""
+
     def __init__(self, config: OpenAIBackendConfig | None = None) -> None:
         import openai
 
@@ -74,7 +118,11 @@ class OpenAIGenerator:
             api_key=self.config.api_key,
             timeout=self.config.timeout,
             max_retries=0,  # retried here, with jitter and the breaker
+            http_client=abortable_http_client(self.config.timeout),
         )
+        self._pool = cf.ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="tts-openai")
+        self.aborted_requests = 0
+        self.aborted_max_tokens = 0
         self.breaker = CircuitBreaker(self.config.breaker_failures, self.config.breaker_cooldown)
         self._rng = random.Random()
         self.attempts = 0
@@ -206,19 +254,30 @@ class OpenAIGenerator:
         except ValueError:
             return None
 
-    def _one(self, req: GenerationRequest, stop: threading.Event | None = None) -> GenerationResult:
-        """One request with retries, back-off and the breaker; raises the last error when they run out."""
+    def _one(self, req: GenerationRequest, call: _Call | None = None,
+             deadline: float | None = None) -> GenerationResult:
+        """One request with retries, back-off and the breaker, within its deadline; raises the last
+        error when they run out (``_Stopped`` once ``call`` is stopped)."""
+        if deadline is None and self.config.deadline is not None:
+            deadline = time.monotonic() + self.config.deadline
+        stop = call.stop if call is not None else None
         if req.n > 1 and self.single_choice:
-            return self._one_sample_at_a_time(req, stop)
+            return self._one_sample_at_a_time(req, call, deadline)
         attempt = 0
         while True:
             if stop is not None and stop.is_set():
                 raise _Stopped()
-            self.breaker.before(self.config.timeout)  # CircuitOpenError when the server keeps failing
+            wait = self.config.timeout if deadline is None else max(0.0, min(self.config.timeout,
+                                                                             deadline - time.monotonic()))
+            self.breaker.before(wait)  # CircuitOpenError when the server keeps failing
             with self._count_lock:
                 self.attempts += 1
+            handle = Attempt(deadline)
+            if call is not None:
+                call.add(handle)
             try:
-                result = self._call(req)
+                with attempt_scope(handle):
+                    result = self._call(req)
             except _FewerChoices as exc:
                 self.breaker.success()
                 with self._count_lock:
@@ -228,16 +287,21 @@ class OpenAIGenerator:
                     logger.warning("%s returned %d choice(s) for a request of n = %d: it does not sample n > 1 per "
                                    "request, so tts now sends n one-sample requests instead (each bills the prompt)",
                                    self.config.base_url, exc.got, req.n)
-                return self._one_sample_at_a_time(req, stop)
+                return self._one_sample_at_a_time(req, call, deadline)
             except Exception as exc:
+                if handle.aborted:  # the call was stopped: not the server's fault
+                    raise _Stopped() from exc
                 if not self._retryable(exc):
                     self.breaker.success()  # the server answered: it is up, the request is wrong
                     raise
                 self.breaker.failure(self._describe(exc))
                 attempt += 1
-                if attempt > self.config.max_retries:
-                    raise _GaveUp(attempt, exc) from exc
+                late = deadline is not None and time.monotonic() >= deadline
+                if attempt > self.config.max_retries or late:
+                    raise _GaveUp(attempt, exc, deadline=late) from exc
                 delay = self._retry_after(exc) or backoff_delay(attempt, self.config.backoff, rng=self._rng)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise _GaveUp(attempt, exc, deadline=True) from exc
                 logger.info("%s: attempt %d failed (%s); retrying in %.2f s", self.config.base_url, attempt,
                             self._describe(exc), delay)
                 with self._count_lock:
@@ -247,12 +311,17 @@ class OpenAIGenerator:
                 if stop is None:
                     time.sleep(delay)
                 continue
+            finally:
+                if call is not None:
+                    call.discard(handle)
             self.breaker.success()
             return result
 
-    def _one_sample_at_a_time(self, req: GenerationRequest, stop: threading.Event | None) -> GenerationResult:
+    def _one_sample_at_a_time(self, req: GenerationRequest, call: _Call | None,
+                              deadline: float | None) -> GenerationResult:
         """``req`` as ``n`` one-sample requests (for servers that return one choice), merged in order."""
-        parts = [self._one(dataclasses.replace(req, n=1, seed=None if req.seed is None else req.seed + i), stop)
+        parts = [self._one(dataclasses.replace(req, n=1, seed=None if req.seed is None else req.seed + i), call,
+                           deadline)
                  for i in range(req.n)]
         usage = parts[0].usage
         for part in parts[1:]:
@@ -279,6 +348,11 @@ class OpenAIGenerator:
                                 "that it is up and not overloaded (raise breaker_failures to tolerate more failures).")
         tries = ""
         if isinstance(exc, _GaveUp):
+            if exc.deadline:
+                return BackendError(
+                    f"The server at {url} did not answer within the request deadline of {self.config.deadline:g} s "
+                    f"({exc.attempts} attempt(s), last: {self._describe(exc.last)}). Check the server, or raise the "
+                    "deadline (tts serve --upstream-deadline).")
             tries = f" after {exc.attempts} attempts"
             exc = exc.last
         if isinstance(exc, o.APITimeoutError):
@@ -304,27 +378,45 @@ class OpenAIGenerator:
                                 "OpenAI-compatible chat-completions server?")
         return BackendError(f"Request to {url} failed{tries}: {exc}")
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+    def generate(self, requests: Sequence[GenerationRequest],
+                 cancel: threading.Event | None = None) -> list[GenerationResult]:
         """Send the requests concurrently; results in request order.
 
+        Args:
+            requests: The prompts.
+            cancel: Once set, the requests still in flight are aborted (their connections shut
+                down) and the call raises BackendError.
+
         Raises:
-            BackendError: A request failed for good (the others are stopped).
+            BackendError: A request failed for good (the others are stopped), or ``cancel`` was set.
         """
         if not requests:
             return []
-        stop = threading.Event()
+        call = _Call()
         start = time.perf_counter()
-        pool = cf.ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="tts-openai")
-        futures = [pool.submit(self._one, r, stop) for r in requests]
+        futures = [self._pool.submit(self._one, r, call) for r in requests]
+        finished = False
         try:
-            cf.wait(futures, return_when=cf.FIRST_EXCEPTION)
-            for f in futures:
-                if f.done() and f.exception() is not None and not isinstance(f.exception(), _Stopped):
-                    raise self._translate(f.exception()) from f.exception()
+            pending = set(futures)
+            while pending:
+                done, pending = cf.wait(pending, timeout=None if cancel is None else 0.05,
+                                        return_when=cf.FIRST_EXCEPTION)
+                for f in done:
+                    if f.exception() is not None and not isinstance(f.exception(), _Stopped):
+                        raise self._translate(f.exception()) from f.exception()
+                if pending and cancel is not None and cancel.is_set():
+                    raise BackendError(f"the call to {self.config.base_url} was cancelled")
             results = [f.result() for f in futures]
+            finished = True
         finally:
-            stop.set()  # requests still retrying give up at their next step
-            pool.shutdown(wait=False, cancel_futures=True)
+            if not finished:  # stop retries, abort what is in flight, drop what has not started
+                left = [(f, r) for f, r in zip(futures, requests, strict=True) if not f.done()]
+                with self._count_lock:
+                    self.aborted_requests += len(left)
+                    self.aborted_max_tokens += sum(r.n * r.max_tokens for _, r in left)
+                call.abort()
+                for f, _ in left:
+                    f.cancel()
         # Concurrent requests overlap in time: their own durations sum to more than the call took.
         # Share the call's elapsed time by generated tokens, as the in-process engine does, so that
         # a run's wall seconds add up to the time it really took.
@@ -333,7 +425,8 @@ class OpenAIGenerator:
                 for r, w in zip(results, shares, strict=True)]
 
     def close(self) -> None:
-        """Close the HTTP client."""
+        """Stop the request threads (once idle) and close the HTTP client."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
 
 
@@ -352,7 +445,8 @@ class _FewerChoices(Exception):
 class _GaveUp(Exception):
     """Retries ran out; carries the attempts made and the last error."""
 
-    def __init__(self, attempts: int, last: BaseException) -> None:
+    def __init__(self, attempts: int, last: BaseException, deadline: bool = False) -> None:
         super().__init__(f"gave up after {attempts} attempts: {last}")
         self.attempts = attempts
         self.last = last
+        self.deadline = deadline
