@@ -205,6 +205,25 @@ def test_every_listed_model_answers_and_retrieve_works():
         served.close()
 
 
+class _Concurrent(Metered):
+    """A generator called directly from each solve, as the OpenAI backend is (``concurrent_calls``)."""
+
+    concurrent_calls = True
+
+    def generate(self, requests, cancel=None):
+        return super().generate(requests)
+
+
+def test_models_are_listed_over_a_generator_that_takes_concurrent_calls():
+    served = _Served(generator=_Concurrent(), max_budget_tokens=100_000)
+    try:
+        listed = [m.id for m in served.client.models.list()]
+        assert "sc-8/scripted" in listed and "beam-4x8/scripted" in listed
+        assert served.gen.generated == 0  # the dry runs stop before the engine
+    finally:
+        served.close()
+
+
 def test_auto_without_a_calibration_is_not_usable_and_retrieve_says_why():
     gen = Metered()
     from tts.serve.routing import listed_models

@@ -664,8 +664,8 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
             return refused.response
         why = await asyncio.to_thread(usable, model_id)
         if why is not None:
-            return _error(f"model {model_id!r} cannot be used on this server: {why}", 404, param="model",
-                          code="model_not_found")
+            return _error(why if repr(model_id) in why else f"model {model_id!r} cannot be used on this server: {why}",
+                          404, param="model", code="model_not_found")
         return JSONResponse(model_card(model_id))
 
     @app.get("/health")
@@ -772,7 +772,7 @@ class _DryRun:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._generator, name)
 
-    def generate(self, requests: Any) -> Any:
+    def generate(self, requests: Any, **kwargs: Any) -> Any:  # kwargs: what a concurrent generator takes (cancel)
         raise _WouldGenerate()
 
     def close(self) -> None:

@@ -72,7 +72,11 @@ def route(model: str, served: str, default_strategy: str) -> dict[str, Any]:
 
 
 def listed_models(served: str) -> list[str]:
-    """The model ids GET /v1/models shows: the model, and one per registered strategy."""
+    """The candidate model ids of GET /v1/models: the model, and one per registered strategy.
+
+    The server lists those of them that work with its configuration (its budget cap, the
+    strategies, calibrations and graphs its operator allowed): see ``create_app``'s dry runs.
+    """
     from tts.registry import STRATEGIES
 
     short = {v: k for k, v in ALIASES.items()}
