@@ -29,6 +29,10 @@ and a sample whose group confidence falls below the threshold ends there (``fini
 "confidence", no answer, the tokens up to and including the forced end counted); the samples it
 does not stop are exactly those drawn without it.
 
+Structured output (``json_schema``) is emulated: the sample's answer comes as ``{"answer": ...}``
+(null when it has none), whatever the schema. Samples with logprobs carry their text cut into as
+many pieces as tokens (``Completion.tokens``). Penalties and ``logit_bias`` change nothing here.
+
 It also plays an LLM judge, so that verifiers that ask the policy model for a verdict can be
 tested: a request whose last message asks for "Yes or No" is a *verdict request*. The judged
 answer is the last ``\\boxed{...}`` in that message; the probability of "Yes" is drawn high
