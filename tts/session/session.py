@@ -43,7 +43,7 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
     no section.
 
     Example:
-        >>> split_reasoning("<think>\n6*7=42\n</think>\n\nIt is 42.")
+        >>> split_reasoning("<think>\\n6*7=42\\n</think>\\n\\nIt is 42.")
         ('6*7=42', 'It is 42.')
     """
     head, sep, tail = text.partition(_THINK_CLOSE)
