@@ -399,8 +399,8 @@ class Thinker:
 
     def generate(self, requests):
         text = "<think>\nSix sevens: 42.\n</think>\n\nThe answer is \\boxed{42}."
-        return [GenerationResult(tuple(Completion(text, 20) for _ in range(r.n)), request_usage(30, 0, [20] * r.n, 0.01))
-                for r in requests]
+        return [GenerationResult(tuple(Completion(text, 20) for _ in range(r.n)),
+                                 request_usage(30, 0, [20] * r.n, 0.01)) for r in requests]
 
     def close(self):
         pass
