@@ -151,3 +151,33 @@ def test_cancelling_a_solve_aborts_its_call_in_flight():
     batcher.stop()
     assert isinstance(out["r"], SolveCancelled)
     assert gen.cancels[0] is ctx.cancelled  # the generator saw the solve's cancel flag
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_on_vllm_a_request_the_engine_refuses_fails_only_its_caller(vllm_generator):
+    """The real engine refuses a whole call when one prompt is over the context; the batcher
+    splits the call, so only that caller fails."""
+    batcher = BatchingGenerator(vllm_generator, window=0.5)
+    long = GenerationRequest((Message("user", "seven " * 3000),), n=1, max_tokens=8)
+    out: dict[str, object] = {}
+    start = threading.Barrier(5)
+
+    def call(key: str) -> None:
+        batcher.begin()
+        try:
+            start.wait()
+            req = long if key == "poison" else GenerationRequest((Message("user", f"Say {key}."),), n=2, max_tokens=8)
+            out[key] = batcher.generate([req])
+        except Exception as exc:
+            out[key] = exc
+        finally:
+            batcher.end()
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in ("a", "b", "poison", "c", "d")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batcher.stop()
+    assert all(not isinstance(out[k], BaseException) and len(out[k][0].completions) == 2 for k in "abcd"), out
