@@ -37,8 +37,9 @@ class Upstream:
     never answers a prompt containing "hang" (it waits for the client to close), and records how
     many requests were in flight at once and how many its clients aborted."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, gather: int = 0) -> None:
         self.delay = delay
+        self.gather = gather  # hold answers until this many requests are in flight (or 5 s pass)
         self.in_flight = 0
         self.most = 0
         self.requests = 0
@@ -91,6 +92,9 @@ class Upstream:
                     return
                 if self.delay:
                     await asyncio.sleep(self.delay)
+                held = time.monotonic() + 5
+                while self.in_flight < self.gather and self.most < self.gather and time.monotonic() < held:
+                    await asyncio.sleep(0.01)
             finally:
                 self.in_flight -= 1
             n = int(body.get("n") or 1)
@@ -114,8 +118,8 @@ class Upstream:
 def upstream():
     made: list[Upstream] = []
 
-    def make(delay: float = 0.0) -> Upstream:
-        made.append(Upstream(delay))
+    def make(delay: float = 0.0, gather: int = 0) -> Upstream:
+        made.append(Upstream(delay, gather))
         return made[-1]
 
     yield make
@@ -156,7 +160,7 @@ def test_a_hanging_upstream_request_holds_up_no_other_request(upstream):
 
 
 def test_a_burst_reaches_the_upstream_at_once(upstream):
-    up = upstream(delay=1.5)
+    up = upstream(gather=16)  # answers once all 16 are in flight, or after 5 s
     gen, session, server = _served(up)
     out: list[int] = []
     try:
