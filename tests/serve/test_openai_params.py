@@ -462,3 +462,18 @@ def test_on_vllm_greedy_n_and_json_schema_and_seeds(vllm_generator):
     finally:
         server.stop()
         session.close()
+
+
+def test_masked_tokens_logprobs_are_sent_as_a_finite_floor():
+    """Structured output masks tokens: their log-probability is minus infinity, which JSON cannot
+    carry (the real engine's reply was a 500). They go out as -9999.0, as vLLM's server sends them."""
+    import json as _json
+    from types import SimpleNamespace
+
+    from tts.serve.protocol import LOGPROB_FLOOR, logprobs_block
+
+    sol = SimpleNamespace(logprobs=[("{", 0.0, [("{", 0.0), ("x", float("-inf"))]), ("}", float("-inf"), [])])
+    for kind in ("chat", "completions"):
+        block = logprobs_block(sol, kind, answer_only=False)
+        text = _json.dumps(block, allow_nan=False)  # raises on inf / nan
+        assert str(LOGPROB_FLOOR) in text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import time
 import uuid
@@ -384,6 +385,15 @@ def reasoning_text(solution: Any, answer_only: bool) -> str | None:
     return None if answer_only or chosen is None else split_reasoning(chosen)[0]
 
 
+LOGPROB_FLOOR = -9999.0
+"""What a log-probability of minus infinity is sent as (JSON has no infinity): the token was
+masked, e.g. by structured output. vLLM's own OpenAI server sends the same number."""
+
+
+def _finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else LOGPROB_FLOOR
+
+
 def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any] | None:
     """The chosen sample's token log-probabilities in OpenAI's shape (chat: ``content`` entries;
     completions: ``tokens``/``token_logprobs``/``top_logprobs``/``text_offset``); None when they
@@ -393,7 +403,7 @@ def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any
         return None
     if kind == "chat":
         def entry(token: str, logprob: float) -> dict[str, Any]:
-            return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+            return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
 
         return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alts]}
                             for t, lp, alts in tokens], "refusal": None}
@@ -401,8 +411,8 @@ def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any
     for t, _, _ in tokens:
         offsets.append(at)
         at += len(t)
-    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [lp for _, lp, _ in tokens],
-            "top_logprobs": [dict(alts) for _, _, alts in tokens], "text_offset": offsets}
+    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [_finite(lp) for _, lp, _ in tokens],
+            "top_logprobs": [{a: _finite(alp) for a, alp in alts} for _, _, alts in tokens], "text_offset": offsets}
 
 
 def tool_call(solution: Any) -> list[dict[str, Any]] | None:
