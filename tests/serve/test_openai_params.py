@@ -477,3 +477,17 @@ def test_masked_tokens_logprobs_are_sent_as_a_finite_floor():
         block = logprobs_block(sol, kind, answer_only=False)
         text = _json.dumps(block, allow_nan=False)  # raises on inf / nan
         assert str(LOGPROB_FLOOR) in text
+
+
+def test_chosen_sample_tokens_past_the_reply_are_left_out():
+    """The engine returns the end-of-sequence token's logprob too (``<|im_end|>`` on the real
+    engine): it is not in the reply, so the returned tokens must spell the reply exactly."""
+    from tts.backends.base import Completion
+    from tts.session.session import SampleOptions, _OptionsGenerator
+
+    wrapper = _OptionsGenerator(None, SampleOptions(logprobs=1))
+    text = '{"answer": 36}'
+    wrapper.completions[text] = Completion(text, 4, -0.1, "stop", (-0.1, -0.2, -0.3, -0.01), None,
+                                           tokens=('{"answer"', ": 3", '6}', "<|im_end|>"))
+    got = wrapper.token_logprobs(text, 1)
+    assert "".join(t for t, _, _ in got) == text and [lp for _, lp, _ in got] == [-0.1, -0.2, -0.3]

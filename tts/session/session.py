@@ -149,8 +149,16 @@ class _OptionsGenerator:
         if c is None or c.token_logprobs is None or c.tokens is None:
             return None
         alternatives = c.token_alternatives or ((),) * len(c.tokens)
-        return tuple((tok, float(lp), tuple(alt[:k]))
-                     for tok, lp, alt in zip(c.tokens, c.token_logprobs, alternatives, strict=False))
+        out = [(tok, float(lp), tuple(alt[:k]))
+               for tok, lp, alt in zip(c.tokens, c.token_logprobs, alternatives, strict=False)]
+        # Tokens past the returned text (the end-of-sequence token, a stop string) were generated
+        # but are not in the reply: leave them out, so the tokens spell the reply.
+        joined = "".join(t for t, _, _ in out)
+        if joined.startswith(text):
+            while out and len(joined) - len(out[-1][0]) >= len(text) and len(joined) > len(text):
+                joined = joined[: len(joined) - len(out[-1][0])]
+                out.pop()
+        return tuple(out)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
