@@ -175,17 +175,29 @@ def scripted(args: argparse.Namespace) -> dict:
 
 # --- 2. vLLM: through tts vs direct --------------------------------------------------------------
 
+# On a CPU, vLLM's default reserves 92% of memory and compiles for minutes: start it as the tests do.
+_CPU_VLLM_ARGS = ("--gpu-memory-utilization", "0.3", "--enforce-eager")
+
+
+def _has_cuda() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def vllm(args: argparse.Namespace) -> dict:
     with contextlib.ExitStack() as stack:
         upstream = args.vllm_url
         model = args.model
         if args.start_vllm:
             port = _free_port()
-            model = model or args.start_vllm
+            model = model or Path(args.start_vllm).name  # a served name without slashes (sc-4/<name>)
             stack.enter_context(_process(
                 [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.start_vllm,
                  "--served-model-name", model, "--port", str(port), "--max-model-len", "2048",
-                 *args.vllm_arg], f"http://127.0.0.1:{port}/health", Path(args.log + ".vllm"), 900))
+                 *(_CPU_VLLM_ARGS if not _has_cuda() else ()), *args.vllm_arg],
+                f"http://127.0.0.1:{port}/health", Path(args.log + ".vllm"), 900))
             upstream = f"http://127.0.0.1:{port}/v1"
         if not upstream or not model:
             raise SystemExit("--half vllm needs --vllm-url and --model, or --start-vllm MODEL")
@@ -197,7 +209,10 @@ def vllm(args: argparse.Namespace) -> dict:
             f"http://127.0.0.1:{tts_port}/health", Path(args.log), 120))
         direct_bodies = [{"model": model, "n": args.n, "max_tokens": args.max_tokens, "temperature": 0.7,
                           "messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)]
+        # "plain": the upstream gets the client's messages as they are (not tts's math prompt), so both
+        # sides ask the engine for the same samples.
         tts_bodies = [{"model": f"sc-{args.n}/{model}", "max_tokens": args.max_tokens, "temperature": 0.7,
+                       "tts": {"prompt": "plain"},
                        "messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)]
         direct_url, tts_url = f"{upstream}/chat/completions", f"http://127.0.0.1:{tts_port}/v1/chat/completions"
         asyncio.run(_fire(direct_url, direct_bodies[:4], args.requests, 600))  # warm both
