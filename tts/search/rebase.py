@@ -55,6 +55,22 @@ from tts.search.tree_search import (
 from tts.search.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 
 
+def _check_temperature(temperature: float) -> None:
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+
+def _softmax_weights(scores: Sequence[float], temperature: float) -> tuple[list[bool], list[float]]:
+    """(which scores are valid, softmax(score / T) weights, unnormalised); a node without a valid
+    score (negative: PENALTY, or not finite) weighs 0 while any node has one, else all weigh 1."""
+    _check_temperature(temperature)
+    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
+    if not any(valid):
+        return valid, [1.0] * len(scores)
+    top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
+    return valid, [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
+
+
 def balanced_widths(scores: Sequence[float], width: int, temperature: float) -> list[int]:
     """Split ``width`` children over nodes by softmax(score / temperature), summing to ``width`` exactly.
 
@@ -67,16 +83,10 @@ def balanced_widths(scores: Sequence[float], width: int, temperature: float) -> 
     Returns:
         One non-negative width per node; ties in rounding go to the earlier node.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
     if not scores or width <= 0:
+        _check_temperature(temperature)
         return [0] * len(scores)
-    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
-    if any(valid):
-        top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
-        weights = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
-    else:
-        weights = [1.0] * len(scores)
+    valid, weights = _softmax_weights(scores, temperature)
     total = sum(weights)
     quotas = [width * w / total for w in weights]
     widths = [math.floor(q) for q in quotas]
@@ -106,18 +116,11 @@ def ceil_widths(scores: Sequence[float], width: int, temperature: float, later_f
     Returns:
         One non-negative width per node, summing to ``width``.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
     if not scores or width <= 0:
+        _check_temperature(temperature)
         return [0] * len(scores)
-    valid = [s >= 0.0 and math.isfinite(s) for s in scores]
-    if any(valid):
-        top = max(s for s, ok in zip(scores, valid, strict=True) if ok)
-        weights = [math.exp((s - top) / temperature) if ok else 0.0 for s, ok in zip(scores, valid, strict=True)]
-        keys = list(scores)
-    else:
-        weights = [1.0] * len(scores)
-        keys = [0.0] * len(scores)
+    valid, weights = _softmax_weights(scores, temperature)
+    keys = list(scores) if any(valid) else [0.0] * len(scores)
     if later_first:
         order = sorted(range(len(scores)), key=lambda j: (keys[j] if valid[j] else -math.inf, j), reverse=True)
     else:
