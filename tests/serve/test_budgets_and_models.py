@@ -113,10 +113,7 @@ def capped_4000():
 def _candidates() -> list[Any]:
     from tts.serve.routing import listed_models
 
-    overspends = pytest.mark.xfail(strict=True, reason="certainty_probe plans n x max_tokens within a token budget "
-                                   "but does not count its probes (20 tokens each) against it: 525 spent of 500")
-    return [pytest.param(m, marks=overspends) if m.startswith("certainty_probe/") else m
-            for m in listed_models("scripted")]
+    return list(listed_models("scripted"))
 
 
 @pytest.mark.parametrize("model", _candidates())

@@ -137,15 +137,22 @@ class Strategy(ABC):
         n = self.config.n
         if budget is None:
             return n
+        worst = self.sample_worst_case_tokens()
         if budget.samples is not None:
             n = min(n, budget.samples)
         if budget.tokens is not None:
-            n = min(n, budget.tokens // self.sampling.max_tokens)
+            n = min(n, budget.tokens // worst)
         if n < 1:
             raise StrategyInputError(
                 f"{self.name}: a budget of {budget} does not cover one sample of up to "
-                f"{self.sampling.max_tokens} tokens; raise the budget or lower max_tokens.")
+                f"{worst} tokens; raise the budget or lower max_tokens.")
         return n
+
+    def sample_worst_case_tokens(self) -> int:
+        """Most generated tokens one sample can cost, everything it brings included (a strategy
+        whose samples carry extra generation, such as certainty probing's probes, says so), so
+        that :meth:`samples_within` keeps a token budget."""
+        return self.sampling.max_tokens
 
 
 def to_sample(c: Completion, extract: ExtractFn) -> Sample:

@@ -208,6 +208,13 @@ class CertaintyProbe(Strategy):
         return [self._solution(p, [t for t in traces if t.problem == i], usage[i], probe_usage[i])
                 for i, p in enumerate(problems)]
 
+    def sample_worst_case_tokens(self) -> int:
+        """A trace of ``max_tokens`` plus its probes: one of the bare prompt (``probe_at_start``)
+        and one after every chunk of ``probe_every`` tokens but the last, ``probe_tokens`` each."""
+        c, cap = self.config, self.sampling.max_tokens
+        probes = -(-cap // c.probe_every) - 1 + (1 if c.probe_at_start else 0)
+        return cap + max(probes, 0) * c.probe_tokens
+
     @staticmethod
     def _after_chunk(t: _Trace, comp: Any, cap: int) -> str:
         if comp.finish_reason != "length":
