@@ -25,6 +25,7 @@ from pydantic import Field
 from tts.config import SamplingStrategyConfig, VerifierConfig
 from tts.search.base import SamplingStrategy, require_logprobs, vote
 from tts.types import Sample, Solution, Trace, Usage
+from tts.verifiers.self_certainty import borda_weights
 
 
 class WeightedVoteConfig(SamplingStrategyConfig):
@@ -36,7 +37,7 @@ class WeightedVoteConfig(SamplingStrategyConfig):
     weighting: Literal["score", "borda"] = "score"
     """"score": each sample votes with its weight (score or exp(mean logprob)); "borda": Kang et
     al. (2025)'s Borda vote, which the self-certainty paper uses: samples are ranked by weight and
-    rank r of N votes (N - r + 1) ** ``borda_power`` (:func:`tts.verifiers.self_certainty.borda_vote`)."""
+    rank r of N votes (N - r + 1) ** ``borda_power`` (:func:`tts.verifiers.self_certainty.borda_weights`)."""
     borda_power: float = Field(0.5, ge=0.0, le=10.0)
     """p of the Borda vote; 0 is the plain majority vote, larger p trusts the top ranks more."""
 
@@ -69,14 +70,3 @@ class WeightedVote(SamplingStrategy):
         trace = Trace(self.name, tuple(samples), scores=shown, votes=votes, selected=idx, events=events)
         return Solution(problem_id, answer, share, usage, trace)
 
-
-def borda_weights(weights: Sequence[float], power: float) -> list[float]:
-    """Kang et al. (2025)'s rank votes: the sample ranked r of N by weight (ties keep sample
-    order) votes (N - r + 1) ** power. Pooled by :func:`~tts.search.base.vote`, this is
-    :func:`tts.verifiers.self_certainty.borda_vote` (pinned in tests/parity/test_verifiers_misc.py)."""
-    n = len(weights)
-    order = sorted(range(n), key=lambda i: -weights[i])
-    out = [0.0] * n
-    for rank, i in enumerate(order):
-        out[i] = float(n - rank) ** power
-    return out

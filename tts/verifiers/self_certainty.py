@@ -87,6 +87,17 @@ def self_certainty(positions: Sequence[Sequence[float]], vocab_size: int = 50_00
     return sum(token_self_certainty(p, vocab_size) for p in positions) / len(positions)
 
 
+def borda_weights(certainties: Sequence[float], power: float) -> list[float]:
+    """Kang et al.'s rank votes: the sample ranked r of N by certainty (ties keep sample order,
+    the earlier ranks higher) votes (N - r + 1) ** power."""
+    n = len(certainties)
+    order = sorted(range(n), key=lambda i: -certainties[i])  # stable: ties keep sample order
+    out = [0.0] * n
+    for rank, i in enumerate(order):
+        out[i] = float(n - rank) ** power
+    return out
+
+
 def borda_vote(answers: Sequence[str | None], certainties: Sequence[float],
                power: float = 0.5) -> tuple[str | None, dict[str, float]]:
     """Kang et al.'s Borda vote: rank the samples by self-certainty, weigh rank r by (N - r + 1) ** power.
@@ -112,9 +123,7 @@ def borda_vote(answers: Sequence[str | None], certainties: Sequence[float],
         raise ValueError(f"got {len(answers)} answers and {len(certainties)} certainties; give one per sample")
     if power < 0:
         raise ValueError(f"power must be >= 0 (0 is majority vote), got {power}")
-    n = len(answers)
-    order = sorted(range(n), key=lambda i: -certainties[i])  # stable: ties keep sample order
-    weight = {i: float(n - rank) ** power for rank, i in enumerate(order)}
+    weight = borda_weights(certainties, power)
     keys = answer_keys(list(answers))
     votes: dict[str, float] = {}
     first: dict[str, int] = {}
