@@ -16,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from tts.answers.exact import NotPlainArithmetic, exact_value
 from tts.answers.extraction import (
     _STRAY_STARS,
     _TEXT,
@@ -87,29 +88,9 @@ def _arithmetic_value(key: str) -> str | None:
     integer, as a plain number ("42"); None for anything else (powers, decimals left as values)."""
     if not _ARITHMETIC.fullmatch(key) or "**" in key or "//" in key or not _OPERATOR.search(key):
         return None
-    import ast
-    import fractions
-
-    def value(node: ast.AST) -> fractions.Fraction:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
-            return fractions.Fraction(str(node.value))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            inner = value(node.operand)
-            return -inner if isinstance(node.op, ast.USub) else inner
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
-            left, right = value(node.left), value(node.right)
-            if isinstance(node.op, ast.Add):
-                return left + right
-            if isinstance(node.op, ast.Sub):
-                return left - right
-            if isinstance(node.op, ast.Mult):
-                return left * right
-            return left / right
-        raise ValueError("not plain arithmetic")
-
     try:
-        result = value(ast.parse(key, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError):
+        result = exact_value(key)
+    except (NotPlainArithmetic, ZeroDivisionError):
         return None
     return str(result.numerator) if result.denominator == 1 else None
 

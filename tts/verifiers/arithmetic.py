@@ -30,7 +30,6 @@ decimal with d places matches a value within half a unit of its last place ("10 
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from tts.answers.exact import NotPlainArithmetic as _Unreadable
+from tts.answers.exact import exact_value
 from tts.config import VerifierConfigBase
 from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score
 
@@ -113,7 +114,6 @@ def _normalise(text: str) -> str:
 _RUN = re.compile(r"[0-9.+\-*/()=\t ]*=[0-9.+\-*/()=\t ]*")
 _SEPARATOR = re.compile(r"\.(?!\d)")  # a period not followed by a digit ends a sentence
 _MAX_SIDE = 200
-_MAX_DIGITS = 40
 
 # --- 3. context that makes a side unreadable ------------------------------------------------------
 
@@ -168,45 +168,14 @@ def _right_side_readable(after: str) -> bool:
 # --- 4. exact evaluation ------------------------------------------------------------------------
 
 
-class _Unreadable(Exception):
-    """A side that is not plain arithmetic on numbers."""
-
-
 def _is_compound(side: str) -> bool:
     return any(op in side.lstrip("+-") for op in "+-*/")
 
 
 def _evaluate(side: str) -> Fraction:
-    """The exact value of ``side``; raises _Unreadable for anything but numbers and + - * / ( )."""
-    side = side.strip()
-    if not side or len(side) > _MAX_SIDE:
-        raise _Unreadable(side)
-    try:
-        tree = ast.parse(side, mode="eval")
-    except SyntaxError as exc:
-        raise _Unreadable(side) from exc
-    return _value(tree.body, side)
-
-
-def _value(node: ast.AST, source: str) -> Fraction:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        literal = source[node.col_offset:node.end_col_offset]  # type: ignore[misc]
-        if sum(c.isdigit() for c in literal) > _MAX_DIGITS:
-            raise _Unreadable(literal)
-        return Fraction(literal)  # from the text, so 0.1 is exactly 1/10
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = _value(node.operand, source)
-        return -inner if isinstance(node.op, ast.USub) else inner
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
-        left, right = _value(node.left, source), _value(node.right, source)
-        if isinstance(node.op, ast.Add):
-            return left + right
-        if isinstance(node.op, ast.Sub):
-            return left - right
-        if isinstance(node.op, ast.Mult):
-            return left * right
-        return left / right  # ZeroDivisionError: the equality fails (see _link_holds)
-    raise _Unreadable(ast.dump(node))
+    """The exact value of ``side``; raises _Unreadable for anything but numbers and + - * / ( );
+    a division by zero raises ZeroDivisionError: the equality fails (see _link_holds)."""
+    return exact_value(side, _MAX_SIDE)
 
 
 def _trim_unbalanced(side: str, bracket: str, partner: str) -> str:
