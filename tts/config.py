@@ -270,6 +270,9 @@ class DataConfig(_Frozen):
     """Field holding the gold answer (default: the benchmark's, else "answer")."""
     limit: int | None = Field(None, ge=1)
     """Use only the first ``limit`` problems."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Options of a generated benchmark (chains: ``steps``, ``seed``); ``--set data.KEY=VALUE``.
+    A benchmark refuses options it does not take."""
 
 
 _ONLINE_ONLY = ("chunk", "rule", "confidence", "escalate")

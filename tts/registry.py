@@ -151,6 +151,7 @@ BENCHMARKS = Registry(
         "amc2023": "tts.benchmarks.datasets:AMC2023",
         "gsm8k": "tts.benchmarks.datasets:GSM8K",
         "stories": "tts.benchmarks.stories:StoriesBenchmark",
+        "chains": "tts.benchmarks.chains:ChainsBenchmark",
         "jsonl": "tts.benchmarks.datasets:FileBenchmark",
     },
 )

@@ -22,6 +22,15 @@ takes on the real engine:
   partial solution is soon answered); a continuation that ends inside an open ``\boxed{`` (a
   forced answer) gets the answer and the closing brace.
 
+Chains of operations (problems whose metadata holds ``start`` and ``ops``, as the ``chains``
+benchmark's do) are worked out instead of drawn: one equation per step ("12 * 2 = 24"), steps
+separated by blank lines, then "The answer is N." Each step slips with probability
+``1 - step_accuracy``, half the time by misstating the result (a false equality, which the
+arithmetic verifier catches) and half by applying the wrong operation correctly (a true equality
+carrying a wrong value, which it does not); the value a slip leaves is carried on. A partial
+solution is continued from its last stated value, so a step-wise search really branches and a
+step verifier really prunes, as on the real model.
+
 Top logprobs (``top_logprobs`` > 0) fill ``token_top_logprobs`` of ordinary samples with an
 emulation (:func:`_top_logprobs`). A ``confidence_stop`` request is carried out as an engine
 would (DeepConf online): the sample's per-position confidences are computed from that emulation,
@@ -55,6 +64,7 @@ import random
 import re
 import time
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
@@ -96,6 +106,23 @@ def _with_request_options(req: GenerationRequest, c: Completion) -> Completion:
                                  for tok, lp, top in zip(tokens, c.token_logprobs, c.token_top_logprobs, strict=False))
         c = dataclasses.replace(c, tokens=tokens, token_alternatives=alternatives)
     return c
+
+
+_CHAIN_STEP = re.compile(r"=\s*(-?\d+(?:\.\d+)?)\s*(?:\n|$)")
+"""The value a chain step states (the right side of its equation, at the end of its line)."""
+_CHAIN_ANSWER = re.compile(r"[Tt]he answer is (-?\d+(?:\.\d+)?)")
+
+
+def _apply(value: Fraction, op: str) -> Fraction:
+    """``value`` after an arithmetic suffix ("+ 5", "* 2", "/ 2")."""
+    sign, operand = op.split()
+    a = Fraction(operand)
+    return {"+": value + a, "-": value - a, "*": value * a, "/": value / a}[sign]
+
+
+def _number(value: Fraction) -> str:
+    """A chain value as a model writes it: "12", "3.5" (a slip can make a half of an odd number)."""
+    return str(value.numerator) if value.denominator == 1 else format(float(value), "g")
 
 
 def _rng(*parts: object) -> random.Random:
@@ -148,6 +175,9 @@ class ScriptedGenerator:
         verdict_mass: Share of a verdict's first-token probability on "Yes"/"No" (0 mimics a
             judge model that never answers with either).
         step_tokens: Mean tokens of a solution step (steps end with a blank line).
+        chains: ``key -> (start, ops)``: problems worked out step by step (see the module
+            docstring); ``ops`` are arithmetic suffixes ("+ 5", "* 2").
+        step_accuracy: Probability that one step of a chain is right.
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -169,11 +199,17 @@ class ScriptedGenerator:
         returns_logprobs: bool = True,
         verdict_mass: float = 0.9,
         step_tokens: int = 30,
+        chains: Mapping[str, tuple[int, Sequence[str]]] | None = None,
+        step_accuracy: float = 0.8,
     ) -> None:
         if not 0.0 <= verdict_mass <= 1.0:
             raise ValueError(f"verdict_mass must be in [0, 1], got {verdict_mass}")
         if step_tokens < 1:
             raise ValueError(f"step_tokens must be at least 1, got {step_tokens}")
+        if not 0.0 <= step_accuracy <= 1.0:
+            raise ValueError(f"step_accuracy must be in [0, 1], got {step_accuracy}")
+        self.chains = {k: (start, tuple(ops)) for k, (start, ops) in (chains or {}).items()}
+        self.step_accuracy = step_accuracy
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
             total = sum(dist.values())
@@ -210,7 +246,9 @@ class ScriptedGenerator:
             except ValueError:
                 d1, d2 = f"{gold}'", f"{gold}''"
             dists[p.id] = {gold: accuracy, d1: max(wrong, 0) * 0.6, d2: max(wrong, 0) * 0.4}
-        return cls(dists, seed=seed, **kwargs)  # type: ignore[arg-type]
+        chains = {p.id: (int(p.metadata["start"]), str(p.metadata["ops"]).split(";"))
+                  for p in problems if "start" in p.metadata and p.metadata.get("ops")}
+        return cls(dists, seed=seed, chains=chains, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
     def from_config(cls, config: Any, problems: Sequence[Problem] = ()) -> ScriptedGenerator:
@@ -231,7 +269,12 @@ class ScriptedGenerator:
         dist = self.distributions.get(req.key, self.default)
         answer = self._draw(dist, rng)
         if req.continuation and _OPEN_BOX.search(req.continuation):
+            if req.key in self.chains:  # pushed to answer mid-chain: the value reached so far
+                done = _CHAIN_STEP.findall(req.continuation)
+                answer = done[-1] if done else str(self.chains[req.key][0])
             return self._close_box(req, answer, dist, rng)
+        if req.key in self.chains:
+            return self._chain_sample(req, rng)
         # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
         if req.continuation:
@@ -272,6 +315,49 @@ class ScriptedGenerator:
             ended_by_eos=eos,
             token_top_logprobs=top_back,
         )
+
+    def _chain_sample(self, req: GenerationRequest, rng: random.Random) -> Completion:
+        """A chain worked out from where the request's partial solution left it (module docstring)."""
+        start, ops = self.chains[req.key]
+        done = _CHAIN_STEP.findall(req.continuation)
+        steps: list[str] = []
+        slipped = False
+        stated = _CHAIN_ANSWER.findall(req.continuation)
+        if stated:  # asked again after the answer line (an answer phase after thinking): restate it
+            steps = [f"The answer is {stated[-1]}."]
+        else:
+            value = Fraction(done[-1]) if done else Fraction(start)
+            for op in ops[len(done):]:
+                right = _apply(value, op)
+                if rng.random() < self.step_accuracy:
+                    new, said = right, right
+                elif rng.random() < 0.5:  # misstated result: a false equality
+                    new = said = right + rng.choice((-2, -1, 1, 2))
+                    slipped = True
+                else:  # another operation, applied correctly: a true equality, a wrong value
+                    op = rng.choice([o for o in ("+ 1", "+ 2", "- 1", "* 2", "+ 3") if o != op])
+                    new = said = _apply(value, op)
+                    slipped = True
+                steps.append(f"{_number(value)} {op} = {_number(said)}")
+                value = new
+            steps.append(f"The answer is {_number(value)}.")
+        lead = STEP_SEPARATOR if req.continuation and not req.continuation.endswith(STEP_SEPARATOR) and steps else ""
+        text = lead + STEP_SEPARATOR.join(steps)
+        text, stopped = _cut(text, req.stop)
+        pieces = re.findall(r"\s*\S+|\s+$", text) or [text]
+        finish, eos = ("stop", not stopped)
+        if len(pieces) > req.max_tokens:
+            pieces, finish, eos = pieces[: req.max_tokens], "length", False
+            text = "".join(pieces)
+        tokens = max(1, len(pieces))
+        mean_lp = -rng.uniform(0.05, 0.4) - (0.25 if slipped else 0.0)  # slips are less confident
+        token_lps = _token_logprobs(mean_lp, tokens, rng)
+        logprobs = req.logprobs and self.returns_logprobs
+        k = req.top_logprobs
+        top = _top_logprobs(token_lps, k) if k and self.returns_logprobs else None
+        return Completion(text=text, completion_tokens=tokens, mean_logprob=mean_lp if logprobs else None,
+                          finish_reason=finish, token_logprobs=token_lps if logprobs else None, ended_by_eos=eos,
+                          token_top_logprobs=top)
 
     def _mean_logprob(self, answer: str | None, dist: Mapping[str, float], rng: random.Random) -> float:
         # Confident (high logprob) samples are somewhat more often the distribution's mode.

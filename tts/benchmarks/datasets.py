@@ -64,6 +64,15 @@ class Benchmark:
     question_fields: ClassVar[tuple[str, ...]] = ("problem", "question", "prompt")
     answer_fields: ClassVar[tuple[str, ...]] = ("answer", "expected_answer", "gold")
     prompt: ClassVar[PromptTemplate] = MATH_PROMPT
+    option_names: ClassVar[tuple[str, ...]] = ()
+    """Options a generated benchmark takes (``data.options``); files and hub sets take none."""
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Refuse options this benchmark does not take, naming the ones it does."""
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            takes = f"it takes: {', '.join(self.option_names)}" if self.option_names else "it takes none"
+            raise DatasetError(f"the {self.name} benchmark has no option {', '.join(unknown)}; {takes}.")
 
     def clean_answer(self, raw: Any) -> str:
         """Gold answer as a string (GSM8K overrides this to take the number after ####)."""

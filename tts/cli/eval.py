@@ -37,6 +37,9 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
                       ("question_field", "question_field"), ("answer_field", "answer_field")):
         if opts[name] is not None:
             data[key] = opts[name]
+    data_options = [(path[1], value) for path, value in _parse_settings(opts.get("settings") or []) if path[0] == "data"]
+    if data_options:
+        data["options"] = {**data.get("options", {}), **dict(data_options)}
     if "benchmark" in data:
         BENCHMARKS.check(data["benchmark"])
     if data.get("path") and "benchmark" not in data:
@@ -122,9 +125,10 @@ def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
     for item in items:
         key, sep, raw = item.partition("=")
         path = key.strip().split(".")
-        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] != "verifier"):
-            raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1) or "
-                       "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last).")
+        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] not in ("verifier", "data")):
+            raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1), "
+                       "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last) or "
+                       "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains).")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
@@ -158,7 +162,8 @@ def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]
             if field == "verifier":
                 value = _verifier_from_flag(value)
             settings.append(([field], value, flag))
-    settings += [(path, value, f"--set {'.'.join(path)}") for path, value in _parse_settings(opts.get("settings") or [])]
+    settings += [(path, value, f"--set {'.'.join(path)}") for path, value in _parse_settings(opts.get("settings") or [])
+                 if path[0] != "data"]  # benchmark options, taken by the data section
 
     def fields(kind: str) -> dict[str, Any]:
         return STRATEGIES.load(kind).config_class.model_fields
@@ -384,7 +389,7 @@ def eval_command(
     verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
     beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: children of each kept node (M); n/M nodes are kept per step."),
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
-    settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier) or verifier.KEY=VALUE (verifier.aggregation=last); `tts strategies` lists them."),
+    settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier), verifier.KEY=VALUE (verifier.aggregation=last) or data.KEY=VALUE (a benchmark option: data.steps=6 on chains); `tts strategies` lists them."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),

@@ -55,7 +55,8 @@ def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None)
     if problems is not None:
         return bench, list(problems)
     d = config.data
-    return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field)
+    bench.check_options(d.options)
+    return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field, **d.options)
 
 
 def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTemplate) -> list[Strategy]:

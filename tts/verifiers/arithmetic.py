@@ -30,6 +30,7 @@ decimal with d places matches a value within half a unit of its last place ("10 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +67,13 @@ class ArithmeticConfig(VerifierConfigBase):
     decimal_rounding: bool = True
     """A side written as a decimal with d places matches a value within half a unit of its last
     place ("10 / 3 = 3.33"). False: decimals must be exact."""
+    noise: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a checked step's score is flipped (1 <-> 0): an imperfect verifier, to
+    emulate PRMs of lower quality (0.3: wrong on 30% of steps). The flip is a seeded function of
+    the problem and the solution up to that step, so a step scored twice gets the same score, as
+    from a deterministic model. Steps without an equality stay neutral."""
+    noise_seed: int = 0
+    """Seed of the noise: another seed, another verifier of the same quality."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,12 +311,20 @@ class ArithmeticVerifier:
         """Build from a config; the generator is not used (the tool needs no model)."""
         return cls(config)
 
+    def _flipped(self, item: VerifyItem, upto: int) -> bool:
+        """Whether the noise flips the score of step ``upto`` of ``item`` (seeded, see ``noise``)."""
+        key = "\x1f".join((str(self.config.noise_seed), item.problem.id, *item.steps[: upto + 1]))
+        draw = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") / 2**64
+        return draw < self.config.noise
+
     def _score_one(self, item: VerifyItem) -> VerifierScore:
         c = self.config
         steps, checked, invalid = [], [], 0
-        for text in item.steps:
+        for at, text in enumerate(item.steps):
             has_checks = bool(_equalities(text, c.running_chains, c.decimal_rounding))
             value, bad = clean_score(step_score(text, c.neutral, c.running_chains, c.decimal_rounding))
+            if has_checks and c.noise and self._flipped(item, at):
+                value = 1.0 - value
             invalid += bad
             steps.append(value)
             if has_checks:
