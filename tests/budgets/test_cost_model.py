@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tts.budgets.architecture import ModelArchitecture, load_architecture
-from tts.budgets.cost_model import Cost, CostModel
+from tts.budgets.cost_model import Cost, CostModel, SparseAttention
 from tts.budgets.hardware import Hardware, get_hardware
 from tts.types import RequestShape, Usage
 
@@ -111,6 +111,82 @@ def test_matches_brute_force_reference(seed, budget):
     assert c.seconds == pytest.approx(seconds)
 
 
+# One full-attention and one 3-position sliding-window layer; and a hybrid with one Mamba layer.
+TINY_WINDOW = ModelArchitecture.from_config({
+    "model_type": "gpt_oss", "hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16, "vocab_size": 32,
+    "torch_dtype": "float32", "sliding_window": 3,
+    "layer_types": ["sliding_attention", "full_attention"],
+})
+TINY_HYBRID = ModelArchitecture.from_config({
+    "model_type": "nemotron_h", "hidden_size": 8, "num_hidden_layers": 3,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16,
+    "vocab_size": 32, "torch_dtype": "float32", "hybrid_override_pattern": "M-*",
+    "mamba_num_heads": 2, "mamba_head_dim": 4, "n_groups": 1, "ssm_state_size": 2,
+    "conv_kernel": 2,
+})
+
+
+def _reference_layers(arch, hw, prompt, lengths, budget=None, block=None):
+    """Brute force per layer group for independent samples: every step, every sample, every
+    layer's window; full layers share the prompt's KV, capped layers read their own positions;
+    a hybrid's state is read and written once per step per sample."""
+    pc, d, h = arch.flop_params, arch.head_dim, arch.heads
+    per_layer = 2 * arch.kv_heads * d * arch.dtype_bytes
+    W = arch.flop_params * arch.dtype_bytes
+    windows = [None] * arch.full_layers + [arch.sliding_window] * arch.window_layers
+    flops = 2 * pc * prompt + sum(4 * h * d * min(w or j, j) for w in windows
+                                  for j in range(1, prompt + 1))
+    nbytes = W + arch.kv_bytes_per_token * prompt + (arch.state_bytes_per_sequence if prompt else 0)
+    seconds = max(flops / hw.peak_flops, nbytes / hw.bandwidth)
+    for s in range(1, max(lengths) + 1):
+        active = [n for n in lengths if n >= s]
+        ctx = prompt + s
+        step_flops = step_bytes = 0
+        for w in windows:
+            cap = w if budget is None else budget if w is None else min(w, budget)
+            if cap is None:
+                step_flops += len(active) * 4 * h * d * ctx
+                step_bytes += per_layer * (prompt + sum(s for _ in active))
+            else:
+                step_flops += len(active) * 4 * h * d * min(cap, ctx)
+                step_bytes += per_layer * len(active) * min(cap, ctx)
+            if block is not None and w is None:  # score one summary key per block, read K only
+                step_flops += len(active) * 2 * h * d * ctx / block
+                step_bytes += per_layer / 2 * (prompt + s * len(active)) / block
+        step_flops += 2 * pc * len(active)
+        step_bytes += W + len(active) * (arch.kv_bytes_per_token + 2 * arch.state_bytes_per_sequence)
+        flops += step_flops
+        nbytes += step_bytes
+        seconds += max(step_flops / hw.peak_flops, step_bytes / hw.bandwidth)
+    return flops, nbytes, seconds
+
+
+@pytest.mark.parametrize("arch", [TINY, TINY_WINDOW, TINY_HYBRID], ids=["dense", "window", "hybrid"])
+@pytest.mark.parametrize(("budget", "block"), [(None, None), (5, None), (2, None), (6, 2)])
+@pytest.mark.parametrize("seed", range(3))
+def test_layer_groups_match_brute_force(arch, budget, block, seed):
+    rng = np.random.default_rng(seed)
+    prompt = int(rng.integers(0, 8))
+    lengths = [int(x) for x in rng.integers(1, 12, size=int(rng.integers(1, 5)))]
+    hw = Hardware("x", peak_flops=float(rng.uniform(1e2, 1e5)), bandwidth=1e3, memory_bytes=0.0)
+    c = CostModel(arch, hw, sparse_kv_budget=budget, sparse_block=block).cost_request(prompt, lengths)
+    flops, nbytes, seconds = _reference_layers(arch, hw, prompt, lengths, budget, block)
+    assert c.flops == pytest.approx(flops)
+    assert c.bytes == pytest.approx(nbytes)
+    assert c.seconds == pytest.approx(seconds)
+
+
+def test_sliding_window_layers_cut_long_generation_kv_reads():
+    arch = load_architecture("gpt-oss-20b")
+    as_if_full = arch.model_copy(update={"window_layers": 0, "sliding_window": None})
+    hw = get_hardware("h100")
+    windowed = CostModel(arch, hw).cost_request(200, [16000] * 4)
+    full = CostModel(as_if_full, hw).cost_request(200, [16000] * 4)
+    # Half the layers read at most 128 positions: KV traffic falls to about half.
+    assert windowed.kv_bytes == pytest.approx(full.kv_bytes / 2, rel=0.02)
+
+
 def test_tree_matches_brute_force_and_shares_prefixes():
     segments = [(None, 3), (None, 2), (0, 2), (0, 4), (1, 1), (3, 2), (3, 1)]
     hw = Hardware("x", peak_flops=3e3, bandwidth=1e3, memory_bytes=0.0)
@@ -170,6 +246,51 @@ def test_invalid_sparse_settings_raise():
         CostModel(TINY, SLOW, sparse_kv_budget=0)
     with pytest.raises(ValueError, match="sparse_kv_budget"):
         CostModel(TINY, SLOW, sparse_block=64)
+    with pytest.raises(ValueError, match="once"):
+        CostModel(TINY, SLOW, sparse_kv_budget=64, sparse=SparseAttention("topk", 64))
+
+
+@pytest.mark.parametrize(("spec", "kind", "budget", "block"), [
+    ("topk:2048", "topk", 2048, None),
+    ("topk:1024,local=64", "topk", 1088, None),
+    ("block:64,size=16", "block", 1024, 16),
+    ("block:64,size=16,local=128", "block", 1152, 16),
+    (" BLOCK_TOPK:8, local=32, size=32 ", "block", 288, 32),
+])
+def test_sparse_settings_parse_to_kinetics_budgets(spec, kind, budget, block):
+    sparse = SparseAttention.parse(spec)
+    assert (sparse.kind, sparse.budget, sparse.selection_block) == (kind, budget, block)
+    assert SparseAttention.parse(sparse.label) == sparse
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("topk", "write topk:K"),
+    ("dense:5", "write topk:K"),
+    ("topk:", "write topk:K"),
+    ("topk:0", "at least 1"),
+    ("block:0,size=16", "at least 1"),
+    ("topk:x", "whole number"),
+    ("topk:64,local=-1", "local window"),
+    ("topk:64,size=16", "block size"),
+    ("block:64", "needs size"),
+    ("block:64,size=0", "needs size"),
+    ("block:64,size=16,window=8", "unknown or repeated"),
+    ("block:64,size=16,size=8", "unknown or repeated"),
+])
+def test_bad_sparse_settings_say_what_to_write(spec, message):
+    with pytest.raises(ValueError, match=message):
+        SparseAttention.parse(spec)
+
+
+def test_sparse_setting_prices_like_its_budget_and_block():
+    arch, hw = load_architecture("qwen3-8b"), get_hardware("h100")
+    sparse = SparseAttention.parse("block:64,size=16,local=128")
+    a = CostModel(arch, hw, sparse=sparse).cost_request(300, [9000] * 4)
+    b = CostModel(arch, hw, sparse_kv_budget=1152, sparse_block=16).cost_request(300, [9000] * 4)
+    assert a == b
+    # Top-k with the same budget skips the block scoring, so it costs less.
+    topk = CostModel(arch, hw, sparse=SparseAttention("topk", 1024, 128)).cost_request(300, [9000] * 4)
+    assert topk.eflops < a.eflops and topk.flops < a.flops
 
 
 def test_long_generations_are_fast():

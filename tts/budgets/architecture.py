@@ -3,7 +3,11 @@
 A :class:`ModelArchitecture` holds the shape of a decoder-only transformer (layers, heads, KV heads,
 head size, vocabulary, dtype) and its parameter counts, computed from the config rather than taken
 on trust: embeddings, attention q/k/v/o with grouped-query attention, gated MLPs, norms, tied
-embeddings and mixture-of-experts layers (total versus active parameters).
+embeddings and mixture-of-experts layers (total versus active parameters). Two layer kinds change
+what attention costs and are read from the config too: sliding-window attention layers (gpt-oss's
+``layer_types``), which attend to at most ``sliding_window`` positions, and the Mamba-2 layers of a
+hybrid Nemotron-H (``hybrid_override_pattern``), which hold no KV cache but a fixed-size recurrent
+state per sequence that every decode step reads and writes.
 
 :func:`load_architecture` accepts a config.json path, a directory holding one, a shipped model name
 (``tts/budgets/data/*.json``, e.g. ``"Qwen/Qwen3-8B"`` or ``"qwen3-8b"``), or a Hugging Face id it
@@ -19,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +77,34 @@ class ModelArchitecture(BaseModel):
     moe_intermediate_size: int = Field(default=0, ge=0)
     expert_params: int = Field(default=0, ge=0)
     """Routed-expert weights over all layers (0 for dense models)."""
+    attention_layers: int | None = Field(default=None, ge=1)
+    """Layers that attend and hold a KV cache; None: every layer (a hybrid Mamba model has fewer)."""
+    window_layers: int = Field(default=0, ge=0)
+    """Attention layers with a sliding window (they attend to at most ``sliding_window`` positions)."""
+    sliding_window: int | None = Field(default=None, ge=1)
+    """Window of the sliding-window layers, in positions."""
+    state_bytes_per_sequence: int = Field(default=0, ge=0)
+    """Recurrent state (Mamba-2 SSM and convolution states) one sequence keeps; read and written
+    once per decode step."""
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> ModelArchitecture:
+        if self.window_layers > self.kv_layers:
+            raise ValueError(f"{self.window_layers} sliding-window layers exceed the {self.kv_layers} "
+                             "attention layers")
+        if self.window_layers and self.sliding_window is None:
+            raise ValueError("sliding-window layers need sliding_window (positions)")
+        return self
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that attend and hold a KV cache (all layers unless the model is a hybrid)."""
+        return self.layers if self.attention_layers is None else self.attention_layers
+
+    @property
+    def full_layers(self) -> int:
+        """Attention layers that attend to the whole context (no sliding window)."""
+        return self.kv_layers - self.window_layers
 
     @property
     def is_moe(self) -> bool:
@@ -90,21 +122,39 @@ class ModelArchitecture(BaseModel):
 
     @property
     def kv_elements_per_token(self) -> int:
-        """K and V elements cached per token: 2 * layers * kv_heads * head_dim."""
-        return 2 * self.layers * self.kv_heads * self.head_dim
+        """K and V elements cached per token: 2 * attention layers * kv_heads * head_dim."""
+        return 2 * self.kv_layers * self.kv_heads * self.head_dim
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token (elements times ``dtype_bytes``)."""
+        """KV-cache bytes per token (elements times ``dtype_bytes``), every attention layer."""
         return self.kv_elements_per_token * self.dtype_bytes
 
     @property
     def attention_flops_per_context_token(self) -> int:
-        """Attention FLOPs one query token spends per context token: 4 * layers * heads * head_dim.
+        """Attention FLOPs one query token spends per context token, every attention layer:
+        4 * attention layers * heads * head_dim.
 
         2 FLOPs per multiply-add for q.k and again for the weighted sum of values.
         """
-        return 4 * self.layers * self.heads * self.head_dim
+        return 4 * self.kv_layers * self.heads * self.head_dim
+
+    def attention_groups(self) -> list[tuple[int, int, int | None]]:
+        """The attention layers split by how far they look back.
+
+        Returns:
+            ``(layers, kv_bytes_per_token, window)`` per group: the full-attention layers
+            (``window`` None) and, when there are any, the sliding-window layers. The KV bytes are
+            those of the group's layers only, so the groups' bytes add up to
+            :attr:`kv_bytes_per_token`.
+        """
+        per_layer = 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+        groups: list[tuple[int, int, int | None]] = []
+        if self.full_layers:
+            groups.append((self.full_layers, self.full_layers * per_layer, None))
+        if self.window_layers:
+            groups.append((self.window_layers, self.window_layers * per_layer, self.sliding_window))
+        return groups
 
     def weight_bytes_per_step(self, batch: Any = 1) -> Any:
         """Bytes of weights read by one forward pass over ``batch`` sequences.
@@ -122,7 +172,11 @@ class ModelArchitecture(BaseModel):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], name: str | None = None) -> ModelArchitecture:
-        """Build from a parsed Hugging Face config.json (Llama, Qwen2, Qwen3, Qwen3-MoE keys).
+        """Build from a parsed Hugging Face config.json.
+
+        Reads the keys of Llama, Qwen2/3, Qwen3-MoE, Phi-3/4, EXAONE (``num_layers``), gpt-oss
+        (biased experts and attention sinks; ``layer_types`` with sliding-window layers) and the
+        hybrid Nemotron-H (``hybrid_override_pattern``: Mamba-2, MLP and attention layers).
 
         Raises:
             ValueError: when a required key is missing.
@@ -130,11 +184,12 @@ class ModelArchitecture(BaseModel):
         cfg = dict(config.get("text_config") or config)
         try:
             hidden = int(cfg["hidden_size"])
-            layers = int(cfg["num_hidden_layers"])
+            layers = int(cfg.get("num_hidden_layers") or cfg["num_layers"])  # EXAONE: num_layers
             heads = int(cfg["num_attention_heads"])
             vocab = int(cfg["vocab_size"])
         except KeyError as exc:
-            raise ValueError(f"config.json of {name or 'the model'} lacks the key {exc}; "
+            missing = "'num_hidden_layers'" if str(exc) == "'num_layers'" else str(exc)
+            raise ValueError(f"config.json of {name or 'the model'} lacks the key {missing}; "
                              "pass a decoder-only transformer's config.json") from None
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or hidden // heads)
@@ -145,7 +200,7 @@ class ModelArchitecture(BaseModel):
         dtype_bytes = _DTYPE_BYTES.get(dtype.lower(), 2)
 
         # 1. Attention: q/o use all heads, k/v the (fewer) KV heads. Qwen2 always has q/k/v
-        #    biases; Llama/Qwen3 have biases on all four only when attention_bias is set.
+        #    biases; Llama/Qwen3/gpt-oss have biases on all four only when attention_bias is set.
         q_out, kv_out = heads * head_dim, kv_heads * head_dim
         attn = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
         if model_type in ("qwen2", "qwen2_moe"):
@@ -154,13 +209,15 @@ class ModelArchitecture(BaseModel):
             attn += q_out + 2 * kv_out + hidden
         if model_type.startswith("qwen3"):
             attn += 2 * head_dim  # per-head RMSNorm on q and k
+        if model_type == "gpt_oss":
+            attn += heads  # one learned attention sink per head
         norms = 2 * hidden  # input and post-attention RMSNorm
 
         # 2. MLP: gated (gate, up, down). MoE layers: router + experts (+ optional shared expert).
         mlp_bias = 2 * inter + hidden if cfg.get("mlp_bias") else 0
         dense_mlp = 3 * hidden * inter + mlp_bias
         n_exp = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
-        top_k = int(cfg.get("num_experts_per_tok") or 0)
+        top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
         moe_inter = int(cfg.get("moe_intermediate_size") or inter)
         shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
         step = int(cfg.get("decoder_sparse_step") or 1)
@@ -172,11 +229,26 @@ class ModelArchitecture(BaseModel):
         one_expert = 3 * hidden * moe_inter
         shared = (3 * hidden * shared_inter + hidden) if shared_inter else 0
         router = hidden * n_exp
+        if model_type == "gpt_oss":  # biased experts (gate-up and down) and router
+            one_expert += 2 * moe_inter + hidden
+            router += n_exp
 
-        # 3. Totals. A tied LM head shares the embedding table.
+        # 3. Sliding-window attention layers (gpt-oss alternates them with full attention).
+        window = cfg.get("sliding_window")
+        layer_types = list(cfg.get("layer_types") or [])
+        window_layers = sum(t == "sliding_attention" for t in layer_types) if window else 0
+
+        # 4. Totals. A tied LM head shares the embedding table.
         embed = vocab * hidden
         head = 0 if tied else embed
-        base = embed + head + hidden + layers * (attn + norms) + dense_layers * dense_mlp
+        pattern = cfg.get("hybrid_override_pattern")
+        if pattern:
+            body, attention_layers, state = _hybrid_layers(cfg, str(pattern), layers, hidden,
+                                                           attn, inter, dtype_bytes, name)
+            dense_layers = 0
+        else:
+            body, attention_layers, state = layers * (attn + norms) + dense_layers * dense_mlp, None, 0
+        base = embed + head + hidden + body
         expert_total = moe_layers * n_exp * one_expert
         params = base + moe_layers * (router + shared) + expert_total
         active = base + moe_layers * (router + shared + top_k * one_expert)
@@ -184,11 +256,58 @@ class ModelArchitecture(BaseModel):
             name=name or str(cfg.get("_name_or_path") or model_type or "model"),
             params=params, active_params=active, embedding_params=embed, layers=layers,
             hidden_size=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-            vocab_size=vocab, intermediate_size=inter if dense_layers else 0,
+            vocab_size=vocab, intermediate_size=inter if (dense_layers or pattern) else 0,
             dtype_bytes=dtype_bytes, tie_word_embeddings=tied,
             num_experts=n_exp if moe_layers else 0, experts_per_token=top_k if moe_layers else 0,
             moe_intermediate_size=moe_inter if moe_layers else 0, expert_params=expert_total,
+            attention_layers=attention_layers, window_layers=window_layers,
+            sliding_window=int(window) if window_layers else None,
+            state_bytes_per_sequence=state,
         )
+
+
+def _hybrid_layers(cfg: dict[str, Any], pattern: str, layers: int, hidden: int, attn: int,
+                   inter: int, dtype_bytes: int, name: str | None) -> tuple[int, int, int]:
+    """Parameters, attention layers and per-sequence state bytes of a Nemotron-H layer pattern.
+
+    One character per layer (``hybrid_override_pattern``): ``M`` a Mamba-2 mixer, ``-`` an MLP
+    (up and down projections with squared ReLU, not gated), ``*`` an attention mixer; each layer
+    also has one RMSNorm. Parameters follow the Mamba-2 layer of Nemotron-H: the input projection
+    to x, z, B, C and dt (``2 d_inner + 2 groups state + heads``), a depthwise causal convolution
+    over x, B and C, per-head dt bias, A and D, a gated RMSNorm over d_inner and the output
+    projection. The recurrent state a sequence keeps per Mamba layer is the SSM state
+    (heads x head_dim x state) plus the convolution's last ``conv_kernel - 1`` inputs.
+    """
+    if len(pattern) != layers:
+        raise ValueError(f"config.json of {name or 'the model'}: hybrid_override_pattern has "
+                         f"{len(pattern)} layers, num_hidden_layers says {layers}")
+    unknown = set(pattern) - set("M-*")
+    if unknown:
+        raise ValueError(f"config.json of {name or 'the model'}: hybrid_override_pattern layer "
+                         f"kinds {''.join(sorted(unknown))!r} are not priced (only M, - and *)")
+    try:
+        m_heads, m_head_dim = int(cfg["mamba_num_heads"]), int(cfg["mamba_head_dim"])
+        groups, state = int(cfg.get("n_groups") or 1), int(cfg["ssm_state_size"])
+    except KeyError as exc:
+        raise ValueError(f"config.json of {name or 'the model'} has Mamba layers but lacks the key "
+                         f"{exc}") from None
+    kernel = int(cfg.get("conv_kernel") or 4)
+    d_inner = m_heads * m_head_dim
+    conv_dim = d_inner + 2 * groups * state
+    in_proj = hidden * (2 * d_inner + 2 * groups * state + m_heads)
+    if cfg.get("use_bias"):
+        in_proj += 2 * d_inner + 2 * groups * state + m_heads
+    conv = conv_dim * kernel + (conv_dim if cfg.get("use_conv_bias", True) else 0)
+    out_proj = d_inner * hidden + (hidden if cfg.get("use_bias") else 0)
+    mamba = in_proj + conv + 3 * m_heads + d_inner + out_proj
+    mlp = 2 * hidden * inter + ((inter + hidden) if cfg.get("mlp_bias") else 0)
+    counts = {kind: pattern.count(kind) for kind in "M-*"}
+    body = counts["M"] * mamba + counts["-"] * mlp + counts["*"] * attn + layers * hidden
+    state_elements = counts["M"] * (m_heads * m_head_dim * state + conv_dim * (kernel - 1))
+    if not counts["*"]:
+        raise ValueError(f"config.json of {name or 'the model'}: no attention layer (*) in "
+                         "hybrid_override_pattern; a pure state-space model is not priced")
+    return body, counts["*"], state_elements * dtype_bytes
 
 
 def _aliases(hf_id: str) -> set[str]:

@@ -19,11 +19,20 @@ head_dim, ``K`` = KV bytes per token = 2 * layers * kv_heads * head_dim * dtype_
    ONCE for all samples (``K * P``) plus each active sample's own generated KV (``K * t``).
    With sparse attention each sample reads only its ``min(B, ctx)`` selected positions (no sharing,
    as in Kinetics). Tree search (:meth:`CostModel.cost_tree`) reads a shared branch once per step.
+   Sliding-window layers (gpt-oss) attend to, and read, ``min(W, ctx)`` positions per sample; a
+   hybrid Mamba model's attention layers alone hold KV, and each of its sequences reads and writes
+   its recurrent state once per step (counted in ``kv_bytes``).
 4. Weights: one read per decode step, shared by the sequences in that step. ``concurrency=None``:
    the request runs alone (weights read once per step while any of its samples is active);
    ``concurrency=C``: an engine keeping C sequences in flight, each token charged 1/C of a read.
    A mixture-of-experts step reads only the experts its batch was routed to.
 5. Seconds: roofline per step, ``max(flops / peak, bytes / bandwidth)``, summed over the steps.
+
+Sparse attention (:class:`SparseAttention`, Kinetics Sec. 5): top-k keeps ``B = k + local`` KV
+positions per token at no selection cost (the paper's oracle top-k); block top-k keeps
+``B = local + block_size * k`` and pays for choosing the blocks: every step each sample dots its
+query with one summary key per block of its dense context (``2 * H * d`` FLOPs per block and
+attention layer) and reads those keys (half a token's KV per block, the prompt's shared).
 
 Totals use closed-form arithmetic series vectorised over the samples; per-step arrays (numpy, no
 Python loop per token) are used only for the roofline seconds and for MoE weight reads.
@@ -57,7 +66,7 @@ class Cost:
         param_flops: Linear-layer FLOPs, 2 per flop-parameter per token.
         attention_flops: q.k and attention-weighted-value FLOPs (plus sparse block scoring).
         weight_bytes: Weight reads.
-        kv_bytes: KV-cache reads and writes.
+        kv_bytes: KV-cache reads and writes (plus a hybrid model's recurrent-state traffic).
         param_eflops: ``param_flops + I * weight_bytes``.
         attention_eflops: ``attention_flops + I * kv_bytes``.
         generated_tokens: Tokens generated (all samples).
@@ -104,6 +113,97 @@ class Cost:
             out = out + c
         return out
 
+SPARSE_FORMS = ("topk:K[,local=W]", "block:K,size=S[,local=W]")
+"""How a sparse-attention setting is written (``tts cost --sparse``, ``tts sweep --sparse``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparseAttention:
+    """A sparse-attention engine's KV budget, in the two forms Kinetics prices (its Sec. 5).
+
+    Args:
+        kind: ``"topk"``: each query attends to its ``topk`` highest-scoring KV positions plus a
+            local window, found at no cost (Kinetics' "oracle"/zero-overhead top-k). ``"block"``:
+            block top-k (Quest-style): the KV cache is cut into blocks of ``block_size``; each step
+            scores every block by one summary key and keeps the ``topk`` best blocks plus the local
+            window. That scoring is the block-selection overhead.
+        topk: KV positions kept (``topk``) or blocks kept (``block``).
+        local: The most recent positions always kept (the local window).
+        block_size: Positions per block (``block`` only).
+
+    Example:
+        >>> SparseAttention.parse("block:64,size=16,local=128").budget
+        1152
+    """
+
+    kind: Literal["topk", "block"]
+    topk: int
+    local: int = 0
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("topk", "block"):
+            raise ValueError(f"sparse attention kind {self.kind!r}: write one of {', '.join(SPARSE_FORMS)}")
+        if self.topk < 1:
+            what = "KV positions" if self.kind == "topk" else "blocks"
+            raise ValueError(f"sparse attention keeps at least 1 of its {what}; got {self.kind}:{self.topk}")
+        if self.local < 0:
+            raise ValueError(f"the local window is a number of positions >= 0, got local={self.local}")
+        if self.kind == "block" and (self.block_size is None or self.block_size < 1):
+            raise ValueError("block top-k needs size=S, the positions per block (>= 1), e.g. "
+                             f"block:{self.topk},size=16")
+        if self.kind == "topk" and self.block_size is not None:
+            raise ValueError(f"size={self.block_size} is a block size; top-k keeps positions, not "
+                             f"blocks: write block:K,size={self.block_size} for block top-k")
+
+    @property
+    def budget(self) -> int:
+        """KV positions each query attends to: local + k (top-k) or local + size * k (block)."""
+        if self.kind == "topk":
+            return self.local + self.topk
+        return self.local + int(self.block_size or 0) * self.topk
+
+    @property
+    def selection_block(self) -> int | None:
+        """Block size whose summary keys are scored every step (None: selection is free)."""
+        return self.block_size if self.kind == "block" else None
+
+    @property
+    def label(self) -> str:
+        """The setting as it is written on the command line (``parse`` reads it back)."""
+        size = f",size={self.block_size}" if self.kind == "block" else ""
+        local = f",local={self.local}" if self.local else ""
+        return f"{self.kind}:{self.topk}{size}{local}"
+
+    @classmethod
+    def parse(cls, spec: str) -> SparseAttention:
+        """Read ``topk:K[,local=W]`` or ``block:K,size=S[,local=W]``.
+
+        Raises:
+            ValueError: a malformed setting; the message shows the two forms.
+        """
+        forms = " or ".join(SPARSE_FORMS)
+        kind, sep, rest = spec.strip().partition(":")
+        kind = kind.strip().lower()
+        if kind in ("block_topk", "blocktopk"):
+            kind = "block"
+        if not sep or kind not in ("topk", "block") or not rest.strip():
+            raise ValueError(f"sparse attention {spec!r}: write {forms} (e.g. topk:2048 or "
+                             "block:64,size=16,local=128)")
+        first, *pairs = [part.strip() for part in rest.split(",")]
+        values: dict[str, int] = {}
+        for name, text in [("k", first), *(p.partition("=")[::2] for p in pairs)]:
+            name = name.strip()
+            if name not in ("k", "size", "local") or name in values:
+                raise ValueError(f"sparse attention {spec!r}: unknown or repeated setting "
+                                 f"{name!r}; write {forms}")
+            try:
+                values[name] = int(text)
+            except ValueError:
+                raise ValueError(f"sparse attention {spec!r}: {name} must be a whole number, got "
+                                 f"{text!r}") from None
+        return cls(kind, values["k"], values.get("local", 0), values.get("size"))  # type: ignore[arg-type]
+
 
 def _series(lo: np.ndarray, hi: np.ndarray, cap: int | None) -> np.ndarray:
     """Sum of ``min(cap, x)`` for integer x from lo+1 to hi (elementwise; no cap: sum of x)."""
@@ -123,6 +223,8 @@ class CostModel:
         sparse_kv_budget: Attend to at most this many KV positions per token (top-k / block top-k).
         sparse_block: Block size of block top-k attention; adds the block-scoring cost (one summary
             key per block read and dotted with the query each step, as in Kinetics).
+        sparse: The same in Kinetics' terms (:class:`SparseAttention`: top-k or block top-k with a
+            local window); sets the two above, so it cannot be combined with them.
 
     Example:
         >>> from tts.budgets import architecture, hardware
@@ -133,7 +235,13 @@ class CostModel:
     """
 
     def __init__(self, arch: ModelArchitecture, hardware: Hardware,
-                 sparse_kv_budget: int | None = None, sparse_block: int | None = None) -> None:
+                 sparse_kv_budget: int | None = None, sparse_block: int | None = None,
+                 sparse: SparseAttention | None = None) -> None:
+        if sparse is not None:
+            if sparse_kv_budget is not None or sparse_block is not None:
+                raise ValueError("give sparse attention once: either sparse= or "
+                                 "sparse_kv_budget/sparse_block")
+            sparse_kv_budget, sparse_block = sparse.budget, sparse.selection_block
         if sparse_kv_budget is not None and sparse_kv_budget < 1:
             raise ValueError(f"sparse_kv_budget must be >= 1 KV positions, got {sparse_kv_budget}")
         if sparse_block is not None and sparse_block < 1:
@@ -144,6 +252,7 @@ class CostModel:
         self.hardware = hardware
         self.sparse_kv_budget = sparse_kv_budget
         self.sparse_block = sparse_block
+        self.sparse = sparse
 
     @property
     def ridge(self) -> float:
@@ -245,36 +354,43 @@ class CostModel:
                              f"prompt_tokens, got {prompt} and {cached}")
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 sequences, got {concurrency}")
-        a, hw, budget, block = self.arch, self.hardware, self.sparse_kv_budget, self.sparse_block
-        pc, attn, kvb = float(a.flop_params), float(a.attention_flops_per_context_token), \
-            float(a.kv_bytes_per_token)
+        a, hw, block = self.arch, self.hardware, self.sparse_block
+        pc, kvb = float(a.flop_params), float(a.kv_bytes_per_token)
+        state = float(a.state_bytes_per_sequence)
         keep = length > 0
         offset, length, hold = offset[keep], length[keep], hold[keep]
         start = prompt + offset
         tokens = int(length.sum())
         steps = int((offset + length).max()) if tokens else 0
 
-        # 1. Prefill of the uncached prompt tokens (one compute-bound pass).
+        # 1. Prefill of the uncached prompt tokens (one compute-bound pass; dense, windows apply).
         new = prompt - cached
         pre_param = 2.0 * pc * new
-        pre_attn = attn * float(_series(np.array([cached]), np.array([prompt]), None)[0])
+        pre_attn = sum(flops * float(_series(np.array([cached]), np.array([prompt]), window)[0])
+                       for flops, _, window, _ in self._groups(prefill=True))
         pre_weight = float(a.weight_bytes_per_step(new)) if new else 0.0
-        pre_kv = kvb * (cached + new) if new else 0.0  # read the cached prefix, write the rest
+        # Read the cached prefix, write the rest (and a hybrid's recurrent state once).
+        pre_kv = kvb * (cached + new) + state if new else 0.0
         pre_seconds = max((pre_param + pre_attn) / hw.peak_flops,
                           (pre_weight + pre_kv) / hw.bandwidth) if new else 0.0
 
         # 2. Decode totals in closed form (arithmetic series over each segment's contexts).
         dense_ctx = _series(start, start + length, None)  # per-sequence sum of ctx
-        ctx = dense_ctx if budget is None else _series(start, start + length, budget)
         # KV positions read: prompt once per step, own tokens while generating, held tokens after.
         shared_read = prompt * steps + float(np.sum(length * (length + 1) / 2 + length * hold))
-        kv_read_pos = shared_read if budget is None else float(ctx.sum())
         dec_param = 2.0 * pc * tokens
-        dec_attn = attn * float(ctx.sum())
-        dec_kv = kvb * (kv_read_pos + tokens)  # reads + one write per generated token
+        dec_attn, dec_kv = 0.0, kvb * tokens + 2.0 * state * tokens  # KV writes, state read+write
+        for flops, group_kvb, cap, _ in self._groups():
+            if cap is None:  # dense: the shared prefix is read once per step
+                dec_attn += flops * float(dense_ctx.sum())
+                dec_kv += group_kvb * shared_read
+            else:  # sparse or sliding window: each sequence reads its own min(cap, ctx)
+                capped = float(_series(start, start + length, cap).sum())
+                dec_attn += flops * capped
+                dec_kv += group_kvb * capped
         if block is not None:  # block top-k: score one summary key per block, every step
-            dec_attn += 2.0 * a.layers * a.heads * a.head_dim * float(dense_ctx.sum()) / block
-            dec_kv += kvb / 2 * shared_read / block
+            dec_attn += 2.0 * a.full_layers * a.heads * a.head_dim * float(dense_ctx.sum()) / block
+            dec_kv += self._full_kvb() / 2 * shared_read / block
 
         # 3. Per-step profile for weights (MoE) and roofline seconds, via difference arrays.
         dec_weight, dec_seconds = self._decode_steps(prompt, offset, length, hold, steps,
@@ -292,13 +408,31 @@ class CostModel:
             generated_tokens=tokens,
         )
 
+    def _groups(self, prefill: bool = False) -> list[tuple[float, float, int | None, int]]:
+        """``(attention FLOPs per position, KV bytes per position, cap, layers)`` per layer group.
+
+        The cap is how many positions a query of that group reads: None for dense full attention,
+        the sparse budget for full-attention layers under sparse attention, the window (or the
+        budget, if smaller) for sliding-window layers. Prefill is dense: only windows cap it.
+        """
+        a, budget = self.arch, None if prefill else self.sparse_kv_budget
+        out = []
+        for layers, group_kvb, window in a.attention_groups():
+            cap = window if budget is None else budget if window is None else min(window, budget)
+            out.append((4.0 * layers * a.heads * a.head_dim, float(group_kvb), cap, layers))
+        return out
+
+    def _full_kvb(self) -> float:
+        """KV bytes per position of the full-attention layers (the ones sparse attention selects in)."""
+        return float(sum(kvb for _, kvb, window in self.arch.attention_groups() if window is None))
+
     def _decode_steps(self, prompt: int, offset: np.ndarray, length: np.ndarray,
                       hold: np.ndarray, steps: int, concurrency: int | None,
                       ) -> tuple[float, float]:
         """Weight bytes and roofline seconds of the decode steps 1..steps (numpy over steps)."""
         if steps == 0:
             return 0.0, 0.0
-        a, hw, budget, block = self.arch, self.hardware, self.sparse_kv_budget, self.sparse_block
+        a, hw, block = self.arch, self.hardware, self.sparse_block
         size = steps + 2
         active = np.zeros(size)
         np.add.at(active, offset + 1, 1.0)
@@ -315,15 +449,20 @@ class CostModel:
         active, slope, const = (np.cumsum(x)[1:steps + 1] for x in (active, slope, const))
         s = s[1:steps + 1]
         dense_read = prompt + slope * s + const
-        ctx = prompt + s if budget is None else np.minimum(budget, prompt + s)
+        ctx = prompt + s
 
-        pc, attn = float(a.flop_params), float(a.attention_flops_per_context_token)
-        flops = active * (2.0 * pc + attn * ctx)
-        kv_read = dense_read if budget is None else active * ctx
-        kv_bytes = a.kv_bytes_per_token * (kv_read + active)
+        flops = active * 2.0 * float(a.flop_params)
+        kv_bytes = active * (float(a.kv_bytes_per_token) + 2.0 * a.state_bytes_per_sequence)
+        for per_pos, group_kvb, cap, _ in self._groups():
+            if cap is None:
+                flops += active * per_pos * ctx
+                kv_bytes += group_kvb * dense_read
+            else:
+                flops += active * per_pos * np.minimum(cap, ctx)
+                kv_bytes += group_kvb * active * np.minimum(cap, ctx)
         if block is not None:
-            flops += active * 2.0 * a.layers * a.heads * a.head_dim * (prompt + s) / block
-            kv_bytes += a.kv_bytes_per_token / 2 * dense_read / block
+            flops += active * 2.0 * a.full_layers * a.heads * a.head_dim * ctx / block
+            kv_bytes += self._full_kvb() / 2 * dense_read / block
         if concurrency is None:
             weight = a.weight_bytes_per_step(active)
         else:
