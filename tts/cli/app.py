@@ -13,6 +13,7 @@ import typer
 
 from tts.cli import budget, cost, graph_search, models, show, stage_plan, strategies, sweep
 from tts.cli import eval as eval_cmd
+from tts.cli import mcp as mcp_cmd
 from tts.cli import serve as serve_cmd
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command("plot")(sweep.plot_command)
 app.command("graph-search")(graph_search.graph_search_command)
 app.command("stage-plan")(stage_plan.stage_plan_command)
 app.command("serve")(serve_cmd.serve_command)
+app.command("mcp")(mcp_cmd.mcp_command)
 app.add_typer(models.app, name="models", help="Prepare models for the engine (GGUF -> safetensors).")
 app.add_typer(cost.app, name="cost", help="Price a strategy in FLOPs, bytes, eFLOPs and GPU-seconds.")
 app.add_typer(budget.app, name="budget", help="Budget allocation: replay the allocator on a sample pool.")

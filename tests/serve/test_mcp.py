@@ -1,0 +1,264 @@
+"""``tts mcp``: the ``solve`` tool seen through the official MCP SDK's own client.
+
+Over stdio the client spawns ``python -m tts.cli mcp --backend scripted`` as an agent's MCP host
+would; in process it connects to the server object (and over streamable HTTP to a thread serving
+it). The scripted backend answers "42" with probability ``accuracy``, so answers, confidences and
+costs are known without an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from tts.backends.scripted import ScriptedGenerator  # noqa: E402
+from tts.serve import ServeConfig  # noqa: E402
+from tts.serve.mcp import create_mcp_server, http_app  # noqa: E402
+from tts.session import Session  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _stdio(*flags: str) -> StdioServerParameters:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TTS_API_KEY", None)
+    return StdioServerParameters(command=sys.executable, args=["-m", "tts.cli", "mcp", "--backend", "scripted",
+                                                               *flags], env=env)
+
+
+def _error(result: Any) -> str:
+    assert result.is_error, result.structured_content
+    return result.content[0].text
+
+
+# --- over stdio, the CLI as an MCP host starts it -------------------------------------------------
+
+def test_stdio_lists_solve_answers_and_refuses_what_the_operator_did_not_allow() -> None:
+    flags = ("--accuracy", "0.9", "--allow-strategy", "self_consistency", "--allow-strategy", "best_of_n",
+             "--max-samples", "16", "--default-max-tokens", "256", "--strategy", "sc-4")
+
+    async def run() -> None:
+        async with Client(_stdio(*flags), read_timeout_seconds=60) as client:
+            tools = (await client.list_tools()).tools
+            assert [t.name for t in tools] == ["solve"]
+            schema = tools[0].input_schema
+            assert schema["required"] == ["question"]
+            assert set(schema["properties"]) == {"question", "strategy", "n", "budget", "budget_unit", "max_tokens",
+                                                 "settings"}
+            assert "best_of_n, self_consistency" in schema["properties"]["strategy"]["description"]
+            assert schema["properties"]["n"]["maximum"] == 16
+            assert {"answer", "confidence", "cost"} <= set(tools[0].output_schema["properties"])
+
+            ok = await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "self_consistency",
+                                                  "n": 8})
+            assert not ok.is_error, ok.content
+            out = ok.structured_content
+            assert out["answer"] == "42" and out["strategy"] == "self_consistency@8" and out["samples"] == 8
+            assert out["confidence"] == pytest.approx(out["votes"]["42"] / 8) and 0.5 < out["confidence"] <= 1
+            cost = out["cost"]
+            assert cost["tokens"] == cost["prompt_tokens"] + cost["completion_tokens"] > 0
+            assert cost["calls"] >= 1 and cost["eflops"] > 0 and cost["dollars"] > 0
+            assert cost["priced_as"] == "smollm2-135m" and cost["gpu"] == "h100"
+
+            default = (await client.call_tool("solve", {"question": "What is 40+2?"})).structured_content
+            assert default["strategy"] == "self_consistency@4"  # the operator's --strategy sc-4
+
+            text = _error(await client.call_tool("solve", {"question": "q", "strategy": "beam"}))
+            assert "strategy 'beam' is not offered on this server; use one of best_of_n, self_consistency" in text
+            text = _error(await client.call_tool("solve", {"question": "q", "strategy": "majority"}))
+            assert "unknown strategy 'majority'; this server offers best_of_n, self_consistency" in text
+            text = _error(await client.call_tool("solve", {"question": "q", "n": 17}))
+            assert "n=17 is over this server's limit of 16 samples per call" in text
+            text = _error(await client.call_tool("solve", {"question": "q", "strategy": "sc-32"}))
+            assert "n=32 is over this server's limit of 16" in text
+
+    asyncio.run(run())
+
+
+def test_stdio_handshake_era_client_and_budget_in_tokens() -> None:
+    """A client on the initialize handshake (the pre-2026 protocol most hosts speak) gets the same
+    tool; a budget of two worst-case samples caps the samples drawn and the tokens spent."""
+
+    async def run() -> None:
+        async with Client(_stdio("--default-max-tokens", "256"), mode="legacy", read_timeout_seconds=60) as client:
+            out = (await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "self_consistency",
+                                                    "n": 16, "budget": 512})).structured_content
+            assert 1 <= out["samples"] <= 2 and out["cost"]["completion_tokens"] <= 512
+            assert out["answer"] in ("42", "41", "43", None)
+
+    asyncio.run(run())
+
+
+def test_stdio_refuses_a_bad_operator_setting_before_serving() -> None:
+    proc = subprocess.run([sys.executable, "-m", "tts.cli", "mcp", "--backend", "scripted", "--allow-strategy",
+                           "beam", "--strategy", "sc-8"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0
+    assert "default strategy 'sc-8'" in proc.stderr and "not offered" in proc.stderr
+    assert proc.stdout == ""  # nothing on the protocol channel
+
+
+def test_stdout_to_stderr_keeps_the_protocol_channel_clean() -> None:
+    """An engine started inside the block (its logs and its worker processes' output) writes to
+    stderr; stdout carries only what is written after the block."""
+    code = ("import os, subprocess, sys\n"
+            "from tts.serve.mcp import stdout_to_stderr\n"
+            "with stdout_to_stderr():\n"
+            "    print('py-noise', flush=True)\n"
+            "    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.3); print(\"late\")'])\n"
+            "print('wire', flush=True)\n"
+            "child.wait()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "wire\n"
+    assert "py-noise" in proc.stderr and "late" in proc.stderr
+
+
+# --- in process: the policy, the shared session, the limits ----------------------------------------
+
+class _Slow(ScriptedGenerator):
+    """Scripted generator whose engine calls wait on ``gate`` (when set) and ``delay``, and are counted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate: threading.Event | None = None
+        self.delay = 0.0
+        self.calls = 0
+
+    def generate(self, requests):
+        self.calls += 1
+        if self.gate is not None:
+            self.gate.wait(10)
+        time.sleep(self.delay)
+        return super().generate(requests)
+
+
+def _server(**config: Any) -> tuple[Session, Any, _Slow]:
+    gen = _Slow(default={"42": 0.8, "41": 0.1}, seed=0, model_name="scripted")
+    session = Session(generator=gen, price_as="smollm2-135m", max_tokens=256, batch_window=0.05)
+    settings = {"model": "scripted", "max_samples": 16, **config}
+    return session, create_mcp_server(session, ServeConfig(**settings)), gen
+
+
+def test_settings_name_only_what_the_operator_offers() -> None:
+    session, server, _ = _server(verifiers={"prm7b": {"kind": "prm", "model": "/models/prm"}}, max_tokens=512,
+                                 max_budget_tokens=1000)
+
+    async def run() -> None:
+        async with Client(server) as client:
+            schema = (await client.list_tools()).tools[0].input_schema
+            assert "prm7b" in schema["properties"]["settings"]["description"]
+            ok = await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "best_of_n", "n": 4,
+                                                  "settings": {"verifier": "self_certainty"}})
+            assert not ok.is_error and ok.structured_content["strategy"].startswith("best_of_n")
+            cases = [
+                ({"strategy": "best_of_n", "settings": {"verifier": "/models/other-prm"}},
+                 "settings.verifier: '/models/other-prm' is not a verifier this server offers; use one of "
+                 "arithmetic, judge, logprob, prm7b, self_certainty"),
+                ({"strategy": "best_of_n", "settings": {"verifier": {"kind": "prm7b", "model": "/tmp/x"}}},
+                 "does not let requests set model"),
+                ({"strategy": "beam", "settings": {"step_separator": "{__import__}"}},
+                 "does not let requests set step_separator"),
+                ({"settings": {"kind": "beam"}}, "name the strategy in 'strategy'"),
+                ({"max_tokens": 513}, "max_tokens=513 is over this server's limit of 512 tokens per sample"),
+                ({"budget": 2000}, "allows 2000 generated tokens, over this server's limit of 1000 per call"),
+                ({"budget": 0.01, "budget_unit": "dollars"}, "over this server's limit of 1000 per call"),
+                ({"budget": 100}, "does not cover one sample of up to 256 tokens"),
+            ]
+            for args, expected in cases:
+                assert expected in _error(await client.call_tool("solve", {"question": "q", **args})), args
+            refused = await client.call_tool("solve", {"question": "q", "n": 0})
+            assert refused.is_error and "n" in refused.content[0].text
+
+    try:
+        asyncio.run(run())
+    finally:
+        session.close()
+
+
+def test_calls_share_one_warm_session_and_its_batched_engine_calls() -> None:
+    session, server, gen = _server()
+    gen.delay = 0.1  # an engine call takes time, as a real one does: calls arriving meanwhile join the next
+
+    async def run() -> list[Any]:
+        async with Client(server) as client:
+            calls = [client.call_tool("solve", {"question": f"Question {i}", "n": 4}) for i in range(8)]
+            return await asyncio.gather(*calls)
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        session.close()
+    assert all(not r.is_error for r in results)
+    assert session.stats["solves"] == 8
+    assert gen.calls < 8  # concurrent calls joined engine calls instead of one engine call each
+
+
+def test_calls_past_max_concurrent_are_refused_not_queued() -> None:
+    session, server, gen = _server(max_concurrent=1)
+    gen.gate = threading.Event()
+
+    async def run() -> tuple[Any, Any]:
+        async with Client(server) as client:
+            first = asyncio.ensure_future(client.call_tool("solve", {"question": "slow", "n": 2}))
+            while session.batcher.active == 0:  # the first call is inside the engine
+                await asyncio.sleep(0.01)
+            second = await client.call_tool("solve", {"question": "refused", "n": 2})
+            gen.gate.set()
+            return await first, second
+
+    try:
+        first, second = asyncio.run(run())
+    finally:
+        gen.gate.set()
+        session.close()
+    assert not first.is_error
+    assert "solving 1 calls already, its limit; retry in a moment" in _error(second)
+
+
+def test_a_default_strategy_the_operator_did_not_allow_is_refused_at_start() -> None:
+    gen = ScriptedGenerator(default={"42": 1.0}, seed=0, model_name="scripted")
+    with Session(generator=gen, price_as=None) as session, pytest.raises(ValueError, match="not offered"):
+        create_mcp_server(session, ServeConfig(model="scripted", strategies=("beam",), default_strategy="sc-8"))
+
+
+# --- streamable HTTP, in process ------------------------------------------------------------------
+
+def test_streamable_http_with_api_key() -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tts.serve.server import ServerThread
+
+    session, server, _ = _server()
+    app = http_app(server, api_key="k-123")
+    try:
+        with ServerThread(app) as thread:
+            url = f"http://{thread.host}:{thread.port}/mcp"
+            refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=10)
+            assert refused.status_code == 401 and "API key" in refused.text
+
+            async def run() -> Any:
+                async with httpx2.AsyncClient(headers={"Authorization": "Bearer k-123"}, timeout=30) as http:
+                    async with Client(streamable_http_client(url, http_client=http)) as client:
+                        assert [t.name for t in (await client.list_tools()).tools] == ["solve"]
+                        return await client.call_tool("solve", {"question": "What is 6*7?", "n": 4})
+
+            t0 = time.monotonic()
+            result = asyncio.run(run())
+            assert time.monotonic() - t0 < 60
+    finally:
+        session.close()
+    assert not result.is_error and result.structured_content["samples"] == 4
+    assert result.structured_content["cost"]["tokens"] > 0
