@@ -262,3 +262,66 @@ def test_streamable_http_with_api_key() -> None:
         session.close()
     assert not result.is_error and result.structured_content["samples"] == 4
     assert result.structured_content["cost"]["tokens"] > 0
+
+
+def test_a_client_that_cancels_a_call_stops_its_solve() -> None:
+    session, server, gen = _server()
+    gen.gate = threading.Event()
+
+    async def run() -> None:
+        async with Client(server) as client:
+            call = asyncio.ensure_future(client.call_tool("solve", {"question": "slow", "n": 2}))
+            while session.batcher.active == 0:
+                await asyncio.sleep(0.01)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            gen.gate.set()
+            deadline = time.monotonic() + 10
+            while session.stats["cancelled"] == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+
+    try:
+        asyncio.run(run())
+    finally:
+        gen.gate.set()
+        session.close()
+    assert session.stats["cancelled"] == 1 and session.stats["solves"] == 0
+
+
+def test_cli_over_streamable_http() -> None:
+    import socket
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TTS_API_KEY": "k-env"}
+    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", "mcp", "--backend", "scripted", "--transport", "http",
+                             "--port", str(port), "--allow-strategy", "best_of_n"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def run() -> Any:
+        async with httpx2.AsyncClient(headers={"Authorization": "Bearer k-env"}, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                return await client.call_tool("solve", {"question": "What is 6*7?", "n": 4})
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx2.post(url, json={}, timeout=5).status_code == 401:  # up, and the key from the env holds
+                    break
+            except httpx2.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.2)
+        result = asyncio.run(run())
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert not result.is_error, result.content
+    assert result.structured_content["strategy"] == "best_of_n@4"  # the default: the first allowed strategy

@@ -43,7 +43,9 @@ def mcp_command(
     host: Annotated[str, typer.Option(help="http: interface to listen on (127.0.0.1: this machine only).")
                     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="http: port.")] = 8000,
-    strategy: Annotated[str, typer.Option(help="Strategy of calls that name none (sc-8, beam-4x8, ...).")] = "sc-8",
+    strategy: Annotated[str | None, typer.Option(help="Strategy of calls that name none (sc-8, beam-4x8, ...). "
+                                                 "Default: sc-8, or the first --allow-strategy when sc-8 is not "
+                                                 "allowed.")] = None,
     api_key: Annotated[str | None, typer.Option(help=f"http: require 'Authorization: Bearer KEY' (default: "
                                                 f"${API_KEY_ENV} when set). stdio needs none: only the client "
                                                 "that started the process can reach it.")] = None,
@@ -86,6 +88,8 @@ def mcp_command(
     with user_errors():
         from tts.serve.routing import strategy_spec
 
+        if strategy is None:
+            strategy = "sc-8" if not allow_strategy or "self_consistency" in allow_strategy else allow_strategy[0]
         strategy_spec(strategy)  # refuse a bad default before an engine starts
         try:
             verifiers, calibrations = operator_resources(verifier or [], calibration or [], allow_strategy or [])
