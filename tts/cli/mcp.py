@@ -96,27 +96,28 @@ def mcp_command(
         except ValueError as exc:
             raise fail(str(exc)) from None
         signal.signal(signal.SIGTERM, _exit_on_signal)  # the finally below shuts the engine down
-        # Over stdio, stdout carries the protocol: the engine (and its worker processes) must log elsewhere.
+        # Over stdio, stdout carries the protocol: the engine (and its worker processes) and any log line
+        # written before the transport takes stdout over must go elsewhere.
         with stdout_to_stderr():
             generator = build_generator(backend, model, base_url, accuracy, seed, max_model_len, kv_cache_gib,
                                         upstream={"timeout": upstream_timeout, "max_retries": upstream_retries,
                                                   "deadline": upstream_deadline, "concurrency": upstream_concurrency})
-        name = model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
-        pricing = price_as or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
-        session = Session(generator=generator, max_tokens=default_max_tokens, batch_window=batch_window, gpu=gpu,
-                          price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8),
-                          strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
-                          if calibrations else None)
-        config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_samples=max_samples,
-                             max_tokens=max_tokens, max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
-                             strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
-                             calibrations=calibrations)
-        try:
-            server = create_mcp_server(session, config)
-        except ValueError as exc:  # an allowed strategy that cannot run with these settings
-            session.close()
-            generator.close()  # type: ignore[attr-defined]
-            raise fail(str(exc)) from None
+            name = model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
+            pricing = price_as or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
+            session = Session(generator=generator, max_tokens=default_max_tokens, batch_window=batch_window, gpu=gpu,
+                              price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8),
+                              strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
+                              if calibrations else None)
+            config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_samples=max_samples,
+                                 max_tokens=max_tokens, max_budget_tokens=max_budget_tokens,
+                                 max_concurrent=max_concurrent, verifiers=verifiers, calibrations=calibrations,
+                                 strategies=tuple(allow_strategy) if allow_strategy else None)
+            try:
+                server = create_mcp_server(session, config)
+            except ValueError as exc:  # an allowed strategy that cannot run with these settings
+                session.close()
+                generator.close()  # type: ignore[attr-defined]
+                raise fail(str(exc)) from None
     try:
         if transport == "stdio":
             typer.echo(f"tts mcp: tool 'solve' on {name} over stdio", err=True)
