@@ -13,7 +13,7 @@ from tts.search.base import Strategy, to_sample
 from tts.types import Solution, Trace
 
 ROW_KEYS = {"problem_id", "config", "strategy", "model", "backend", "answer", "gold", "outcome", "correct",
-            "coverage", "confidence", "usage", "trace", "allocation", "budget_spent"}
+            "coverage", "confidence", "usage", "trace", "allocation", "budget_spent", "metadata"}
 
 
 def _config(**kw):

@@ -137,13 +137,6 @@ def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
     return out
 
 
-def _without_n(label: str) -> str:
-    """A config label without its ``@n`` (the table has an n column): ``best_of_n,verifier=arithmetic``."""
-    head, at, rest = label.partition("@")
-    settings = rest.partition(",")[2] if at else ""
-    return f"{head},{settings}" if settings else head
-
-
 def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
     """Set each strategy knob given as a flag on every strategy whose config has that setting.
 
@@ -330,6 +323,8 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from tts.eval.breakdown import config_line
+
     ledger, why = _ledger(result, model, gpu)
     table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
     ungraded = any(s.ungraded for s in result.summaries)
@@ -343,7 +338,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for s in result.summaries:
         cells = [
-            _without_n(s.config),  # the strategy and its settings, or e.g. "allocated-online"
+            config_line(s.config),  # the strategy and its settings, or e.g. "allocated-online"
             f"{s.n:.3g}",
             f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]",
             f"{s.coverage:.3f}",

@@ -64,7 +64,8 @@ def _spec(opts: dict[str, Any], config: Path | None) -> Any:
         knobs = {s["kind"]: s for s in (SweepSpec._names_to_mappings(base.get("strategies")) or [])
                  if isinstance(s, dict) and "kind" in s}
         spec["strategies"] = [knobs.get(name, {"kind": name}) for name in opts["strategy"]]
-    for key in ("n", "models", "pool", "seeds", "draws", "gpu", "prompt_tokens", "lengths"):
+    for key in ("n", "models", "pool", "seeds", "draws", "gpu", "prompt_tokens", "lengths", "sparse",
+                "concurrency"):
         if opts.get(key) not in (None, [], ""):
             spec[key] = opts[key]
     if opts["prices"] is not None or opts["price"]:
@@ -114,6 +115,8 @@ def sweep_command(
     prices: Path | None = typer.Option(None, "--prices", help="YAML/JSON file of KIND: USD_PER_HOUR."),
     arch: list[str] | None = typer.Option(None, "--arch", help="Repeatable POOL_MODEL=ARCH to price a pool model (e.g. gpt-oss-20b=path/config.json)."),
     prompt_tokens: int | None = typer.Option(None, "--prompt-tokens", min=0, help="Pool: prompt tokens priced per problem (default 0)."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Pool: price each decode step as one of a serving engine's CONCURRENCY sequences, sharing its weight read (default: a problem's samples run alone)."),
+    sparse: str | None = typer.Option(None, "--sparse", help="Price the cells as if the engine ran sparse attention (Kinetics): topk:K[,local=W] or block:K,size=S[,local=W]; accuracy stays the dense one."),
     lengths: list[str] | None = typer.Option(None, "--lengths", help="Pool: length budgets, e.g. --lengths 2000,4000,8000: every cell replayed as if each generation had been capped there (a longer one is cut off before its answer)."),
     benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="Live: benchmark (default demo)."),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Live: first K problems."),
@@ -138,6 +141,7 @@ def sweep_command(
 
     opts = dict(pool=pool, strategy=strategy, n=_numbers(n), models=model, seeds=seeds, draws=draws, gpu=gpu,
                 price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, lengths=_numbers(lengths, "--lengths"),
+                sparse=sparse, concurrency=concurrency,
                 benchmark=benchmark, limit=limit,
                 backend=backend, max_tokens=max_tokens)
     if workers is not None and ray is None:
@@ -206,15 +210,54 @@ def _print_cells(result: Any, console: Any) -> None:
     console.print(f"plots and an HTML report: tts plot {result.out}")
 
 
+def _plot_by(runs: list[Path], by: str, out: Path | None, title: str | None) -> None:
+    """``tts plot RUN... --by FIELD``: the runs' results broken down by a problem metadata field."""
+    from rich.console import Console
+
+    from tts.eval.breakdown import BreakdownError, level_points, levels_markdown, plot_levels
+    from tts.eval.rows import ResultRow
+
+    rows = []
+    for run in runs:
+        results = run / "results.jsonl"
+        if not results.is_file():
+            raise fail(f"{run} is not a `tts eval` run directory (no results.jsonl); --by breaks down eval runs.")
+        with user_errors():
+            rows += [ResultRow.model_validate_json(line) for line in results.read_text().splitlines() if line.strip()]
+    try:
+        points = level_points(rows, by)
+    except BreakdownError as exc:
+        raise fail(str(exc)) from None
+    target = out or runs[0] / "plots"
+    title = title or f"accuracy by {by}: {', '.join(r.name for r in runs)}"
+    figures = [plot_levels(points, by, target, title, axis) for axis in ("generated", "total")]
+    table = target / f"by_{by}.md"
+    table.write_text(levels_markdown(points, by))
+    console = Console()
+    console.print(f"{len(points)} (config, {by}) cells from {len(rows)} results")
+    for png, svg in figures:
+        console.print(f"figure: {png}  {svg.name}")
+    console.print(f"table:  {table}")
+
+
 def plot_command(
-    run: Path = typer.Argument(..., help="A `tts sweep` directory."),
+    runs: list[Path] = typer.Argument(..., help="A `tts sweep` directory; with --by, one or more `tts eval` run directories."),
+    by: str | None = typer.Option(None, "--by", help="Break eval runs down by a problem metadata field (chains: k; MATH-500: level): one panel per value, accuracy against generated tokens."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where figures go (default RUN/plots)."),
     gain: float = typer.Option(0.01, "--saturation-gain", min=0.0, help="Saturation: the point past which doubling the cost buys less than this accuracy."),
     title: str | None = typer.Option(None, "--title", help="Figure title (default: the sweep's source)."),
     frontier_axis: str = typer.Option("n", "--frontier-axis", help="Budget levels of the compute-optimal frontier: n (configs with the same n compete) or a cost axis (tokens, eflops, flops, gpu_seconds, dollars: configs costing at most each level compete)."),
 ) -> None:
-    """Plot a sweep: accuracy vs tokens, eFLOPs, GPU-seconds and dollars (PNG, SVG) and one HTML report."""
+    """Plot a sweep: accuracy vs tokens, eFLOPs, GPU-seconds and dollars (PNG, SVG) and one HTML report.
+
+    With ``--by FIELD``: eval runs broken down by a difficulty field, a panel per level."""
     import json
+
+    if by is not None:
+        return _plot_by(runs, by, out, title)
+    if len(runs) != 1:
+        raise fail("give one sweep directory (several run directories go with --by FIELD).")
+    run = runs[0]
 
     from rich.console import Console
 
@@ -234,12 +277,16 @@ def plot_command(
         manifest = json.loads((run / "sweep.json").read_text()) if (run / "sweep.json").is_file() else {}
         source = manifest.get("source", "sweep")
         name = Path(source.removeprefix("pool:")).name if source.startswith("pool:") else source
-        title = title or f"{name}: accuracy per unit of compute ({cells[0].gpu})"
+        sparse = manifest.get("spec", {}).get("sparse")
+        concurrency = manifest.get("spec", {}).get("concurrency")
+        priced_on = (cells[0].gpu + (f", sparse attention {sparse}" if sparse else "")
+                     + (f", {concurrency} sequences in flight" if concurrency else ""))
+        title = title or f"{name}: accuracy per unit of compute ({priced_on})"
         points = curve_points(cells)
         target = out or run / "plots"
         figures = write_figures(points, target, title, gain)
         notes = [f"Source: {source}. Every accuracy carries a 95% interval over problems; costs are per problem, "
-                 f"priced on {cells[0].gpu}. Rings mark saturation (doubling the cost buys < {gain:.0%})."]
+                 f"priced on {priced_on}. Rings mark saturation (doubling the cost buys < {gain:.0%})."]
         optimal = compute_optimal_for_run(run, cells, axis=frontier_axis)
         optimal.write_json(target / "compute_optimal.json")
         report = write_report(points, figures, target, title, notes, sections=[optimal.section()])

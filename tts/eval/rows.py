@@ -52,6 +52,9 @@ class ResultRow(BaseModel):
     """Allocated runs: mode, budget, unit, GPU and the allocator's settings."""
     budget_spent: float | None = None
     """Allocated runs: what this problem cost, in the budget's unit."""
+    metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """The problem's short metadata (numbers, flags and strings up to 40 characters: chains' ``k``,
+    MATH-500's ``level`` and ``subject``), so results break down by difficulty (``tts plot --by``)."""
 
     @field_validator("strategy")
     @classmethod

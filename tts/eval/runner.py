@@ -157,6 +157,12 @@ def run_eval(
             generator.close()
 
 
+def short_metadata(problem: Problem) -> dict[str, str | int | float | bool]:
+    """The metadata a result row keeps: numbers, flags and short strings (not a reference solution)."""
+    return {k: v for k, v in problem.metadata.items()
+            if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= 40)}
+
+
 def grade_rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]], grader: Grader,
                model: str, backend: str) -> list[ResultRow]:
     """Grade each solution's answer and every sample of its trace (for coverage) in one grader call.
@@ -178,6 +184,6 @@ def grade_rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Soluti
             problem_id=problem.id, config=config.label, strategy=config.model_dump(mode="json"), model=model,
             backend=backend, answer=sol.answer, gold=problem.answer, outcome=outcome.value,
             correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o in sample_outcomes),
-            confidence=min(max(sol.confidence, 0.0), 1.0), usage=sol.usage, trace=trace,
+            confidence=min(max(sol.confidence, 0.0), 1.0), usage=sol.usage, trace=trace, metadata=short_metadata(problem),
         ))
     return rows
