@@ -4,6 +4,7 @@ Examples:
     tts cost --model Qwen/Qwen3-8B --gpu h100 --strategy self_consistency -n 32 --gen 8000
     tts cost -m qwen3-0.6b -m qwen3-8b -m qwen3-32b --gpu b200 -n 8 --gen 16000
     tts cost -m qwen3-8b --gpu all -n 16 --gen 4000 --max-seconds 60 --price h100=2.10
+    tts cost -m qwen3-8b -n 8 --gen 32000 --sparse block:64,size=16,local=128
     tts cost calibrate --engine --model HuggingFaceTB/SmolLM2-135M-Instruct
 
 Library imports (numpy, scipy) happen inside the commands so that ``tts --help`` stays fast.
@@ -57,6 +58,10 @@ def cost(
     gen: Annotated[int, typer.Option(min=0, help="Generated tokens per sample.")] = 8000,
     cached: Annotated[int, typer.Option(min=0, help="Prompt tokens already in the prefix cache.")
                       ] = 0,
+    sparse: Annotated[str | None, typer.Option(
+        "--sparse", metavar="SPEC", help="Sparse attention as Kinetics prices it: topk:K[,local=W] "
+        "(K + W positions per token, selection free) or block:K,size=S[,local=W] (K blocks of S "
+        "plus W local positions, plus scoring every block each step).")] = None,
     sparse_kv: Annotated[int | None, typer.Option(
         "--sparse-kv", min=1, help="Sparse attention KV budget B (positions per token).")] = None,
     sparse_block: Annotated[int | None, typer.Option(
@@ -82,7 +87,7 @@ def cost(
     if ctx.invoked_subcommand is not None:
         return
     from tts.budgets.architecture import load_architecture
-    from tts.budgets.cost_model import CostModel
+    from tts.budgets.cost_model import CostModel, SparseAttention
     from tts.budgets.hardware import HARDWARE, get_hardware
     from tts.budgets.prices import (
         PriceError,
@@ -127,17 +132,27 @@ def cost(
     try:
         archs = [load_architecture(m, dtype_bytes=dtype_bytes) for m in model]
         devices = [get_hardware(k) for k in kinds]
+        if sparse is not None and (sparse_kv is not None or sparse_block is not None):
+            raise ValueError("--sparse sets the KV budget and block size itself; drop --sparse-kv "
+                             "and --sparse-block")
+        setting = SparseAttention.parse(sparse) if sparse is not None else None
         # Checks the sparse-attention flags before anything is printed.
-        CostModel(archs[0], devices[0], sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
+        CostModel(archs[0], devices[0], sparse_kv_budget=sparse_kv, sparse_block=sparse_block,
+                  sparse=setting)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if setting is not None:
+        sparse_kv = setting.budget
 
     shapes = planned(n, prompt, gen, cached)
     plan = {"strategy": strategy, "n": n, "prompt_tokens": prompt, "gen_tokens": gen,
-            "sparse_kv": sparse_kv}
+            "sparse_kv": sparse_kv, "sparse": setting.label if setting else None}
 
     def priced(arch: Any, device: Any) -> tuple[Any, float | None, float | None]:
-        cm = CostModel(arch, device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
+        if setting is not None:
+            cm = CostModel(arch, device, sparse=setting)
+        else:
+            cm = CostModel(arch, device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
         c = _plan_cost(cm, shapes, concurrency)
         usd_h = prices.get(device.name.lower())
         return c, usd_h, None if usd_h is None else c.seconds / 3600.0 * usd_h
@@ -239,7 +254,9 @@ def _print_ranking(report: dict[str, Any]) -> None:
     bound = report["max_seconds"]
     title = (f"{report['model'].rpartition('/')[2]}, {report['strategy']}: n={report['n']}, "
              f"prompt={report['prompt_tokens']}, gen={report['gen_tokens']}")
-    if report["sparse_kv"]:
+    if report["sparse"]:
+        title += f", sparse {report['sparse']} (KV budget {report['sparse_kv']})"
+    elif report["sparse_kv"]:
         title += f", sparse KV {report['sparse_kv']}"
     yours = any(r["price_source"] == "user" for r in report["ranking"])
     alone = ("one problem alone on one GPU" if report["concurrency"] is None else
@@ -289,7 +306,9 @@ def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
     first = rows[0]
     title = (f"{first['strategy']}: n={first['n']}, prompt={first['prompt_tokens']}, "
              f"gen={first['gen_tokens']} on {hw_name} (I = {ridge:.4g} FLOP/byte)")
-    if first["sparse_kv"]:
+    if first["sparse"]:
+        title += f", sparse {first['sparse']} (KV budget {first['sparse_kv']})"
+    elif first["sparse_kv"]:
         title += f", sparse KV budget {first['sparse_kv']}"
     console = _console()
     if len(rows) == 1:

@@ -93,6 +93,14 @@ class SweepSpec(BaseModel):
     config.json path); pool models whose name is a known architecture need no entry."""
     prompt_tokens: int = Field(0, ge=0)
     """Pool: prompt length priced per problem (pools record generated tokens only)."""
+    concurrency: int | None = Field(None, ge=1)
+    """Pool: sequences in flight per decode step sharing each weight read, as in a busy serving
+    engine (Kinetics' setting, where weight reads are nearly free); None: each problem's n samples
+    run alone and share only their own steps' reads."""
+    sparse: str | None = None
+    """Price every cell as if the engine ran sparse attention (Kinetics' what-if):
+    ``topk:K[,local=W]`` or ``block:K,size=S[,local=W]`` (:class:`tts.budgets.cost_model.SparseAttention`).
+    Accuracy is the pool's or run's, measured with dense attention; only the costs change."""
     lengths: list[int] = Field(default_factory=list)
     """Pool: length budgets, caps on generated tokens per sample. Each cap replays the grid from the
     stored generations as if they had been capped there (:meth:`ModelPool.capped`: a longer sample
@@ -117,12 +125,28 @@ class SweepSpec(BaseModel):
             raise ValueError(f"every n must be at least 1, got {value}")
         return sorted(set(value))
 
+    @field_validator("sparse")
+    @classmethod
+    def _sparse_readable(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from tts.budgets.cost_model import SparseAttention
+
+        return SparseAttention.parse(value).label
+
     @field_validator("lengths")
     @classmethod
     def _lengths_positive_sorted(cls, value: list[int]) -> list[int]:
         if any(v < 1 for v in value):
             raise ValueError(f"every length budget must be at least 1 token, got {value}")
         return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _concurrency_needs_a_pool(self) -> SweepSpec:
+        if self.concurrency is not None and not self.pool:
+            raise ValueError("concurrency prices a pool's samples as part of a busy engine; a live sweep prices "
+                             "the batches it ran (drop --concurrency, or sweep a pool)")
+        return self
 
     @model_validator(mode="after")
     def _lengths_need_a_pool(self) -> SweepSpec:
@@ -216,7 +240,7 @@ class CellStore:
         manifest = self.directory / MANIFEST
         if manifest.exists():
             old = json.loads(manifest.read_text())
-            for key in ("source", "gpu", "prompt_tokens", "weighting"):
+            for key in ("source", "gpu", "prompt_tokens", "weighting", "sparse", "concurrency"):
                 before = old.get(key, old.get("spec", {}).get(key))
                 now = spec.source if key == "source" else getattr(spec, key)
                 if before != now:
@@ -428,18 +452,25 @@ def _cost_model(model: str, spec: SweepSpec) -> Any:
     from tts.budgets.ledger import cost_model_for
 
     try:
-        return cost_model_for(spec.arch.get(model, model), spec.gpu)
+        cost_model = cost_model_for(spec.arch.get(model, model), spec.gpu)
     except (ValueError, OSError, KeyError):
         if model in spec.arch:
             raise SweepError(f"arch {model}={spec.arch[model]}: no such architecture; give a shipped name "
                              "(`tts cost --help` lists them) or a config.json path") from None
         return None
+    if spec.sparse is None:
+        return cost_model
+    from tts.budgets.cost_model import CostModel, SparseAttention
+
+    return CostModel(cost_model.arch, cost_model.hardware, sparse=SparseAttention.parse(spec.sparse))
 
 
-def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, prompt: int) -> tuple[float, ...]:
+def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, prompt: int,
+                concurrency: int | None = None) -> tuple[float, ...]:
     """Per-problem mean FLOPs, eFLOPs and seconds of n samples of each problem's mean length."""
     means = np.where(mask.any(axis=1), np.nanmean(np.where(mask, tokens, np.nan), axis=1), 0.0)
-    costs = [cost_model.cost_request(prompt, [max(1, int(round(m)))] * n) for m in means]
+    costs = [cost_model.cost_request(prompt, [max(1, int(round(m)))] * n, concurrency=concurrency)
+             for m in means]
     return (float(np.mean([c.flops for c in costs])), float(np.mean([c.eflops for c in costs])),
             float(np.mean([c.seconds for c in costs])))
 
@@ -473,7 +504,8 @@ def _pool_cells_at(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfig
         curve = curves[rules[c.label]]
         acc, lo, hi = curve.at(c.n)
         column = int(np.flatnonzero(curve.ns == c.n)[0])
-        costs = _pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens) if cost_model else None
+        costs = (_pool_costs(cost_model, mp.tokens, mp.mask, c.n, spec.prompt_tokens, spec.concurrency)
+                 if cost_model else None)
         cells.append(Cell(
             model=unit.model, strategy=c.kind, config=cell_label(c, length), n=c.n, seed=unit.seed,
             source=spec.source, method=curve.method, problems=mp.n_problems, accuracy=acc, accuracy_low=lo,
