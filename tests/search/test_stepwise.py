@@ -9,6 +9,7 @@ samples get wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,8 @@ from typing import ClassVar, Literal
 
 import pytest
 
+from tts.answers import extract_answer
+from tts.backends.base import GenerationRequest
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import EvalConfig, SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
@@ -25,7 +28,7 @@ from tts.search.dvts import DVTS, DVTSConfig
 from tts.search.stepwise import ANSWER_NUDGE, StepScorer, StepState, StepwiseSpace
 from tts.search.tree_search import PENALTY
 from tts.types import Budget, Problem, Usage, to_jsonable
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.base import VerifierScore, VerifyItem
 
 SEP = "\n\n"
 
@@ -97,6 +100,47 @@ def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary(step
     assert all(len(kid) == len(StepState._fields) for kids in first + second for kid in kids)
     seeds = [r.seed for call in model.calls for r in call]
     assert len(set(seeds)) == len(seeds)  # no two expansions resend a seed
+
+
+def test_step_requests_and_verifier_items_equal_what_their_constructors_build(step_model, addition_problems):
+    # The space builds requests and verifier items without their frozen constructors (a search
+    # makes thousands per step); a backend and a verifier must see the same values all the same.
+    model = step_model(slip=0.0)
+    sampling = SamplingConfig(max_tokens=256, temperature=0.6, top_p=0.9)
+    space = _space(model, addition_problems(2), sampling=sampling, step_tokens=50, seed=7)
+    kids = space.expand(space.initial_states(), [2, 3])
+    space.expand([kids[0][1], kids[1][0]], [1, 2])
+    for call, parents in zip(model.calls, [space.initial_states(), [kids[0][1], kids[1][0]]], strict=True):
+        for req, state in zip(call, parents, strict=True):
+            expected = GenerationRequest(messages=space.messages[state.root], n=req.n, temperature=0.6, top_p=0.9,
+                                         max_tokens=50, stop=(SEP,), seed=req.seed, logprobs=True,
+                                         continuation=space._continuation(state), key=state.problem.id)
+            assert req == expected and hash(req) == hash(expected)
+            assert all(getattr(req, f.name) == getattr(expected, f.name) for f in dataclasses.fields(req))
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        space.expand(space.initial_states(), [0, 1])
+    seen = []
+    scorer = StepScorer(type("V", (), {"score": lambda self, items: seen.extend(items) or
+                                        [VerifierScore((), 1.0, Usage())] * len(items)})(), 2)
+    scorer.score(kids[0])
+    assert seen == [VerifyItem(k.problem, k.steps, k.finished, k.logprobs) for k in kids[0]]
+    assert all(item.token_top_logprobs is None for item in seen)
+
+
+def test_an_answer_is_extracted_once_per_distinct_step_text(step_model, addition_problems):
+    read = []
+
+    def extract(text):
+        read.append(text)
+        return extract_answer(text)
+
+    space = _space(step_model(slip=0.0), addition_problems(1), extract=extract)
+    states = space.initial_states()
+    for _ in range(4):
+        states = [kid for kids in space.expand(states[:1], [4]) for kid in kids]
+    assert all(s.finished and s.answer == space.problems[0].answer for s in states)
+    assert len({s.step for s in states}) < len(states)  # siblings that end alike...
+    assert len(read) == len(set(read)) == len({s.step for s in states})  # ...are read once
 
 
 def test_a_step_that_states_an_answer_finishes_the_solution(step_model, addition_problems):

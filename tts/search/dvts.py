@@ -37,9 +37,9 @@ from tts.search.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
+    best,
     grow,
     never_ends,
-    ranked,
 )
 from tts.search.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
@@ -77,14 +77,14 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
             if not kids:
                 tree.events["no_children"] += 1
                 continue
-            best = ranked(kids)[0]
-            if best.terminal:
+            top = best(kids)
+            if top.terminal:
                 for node in kids:
                     if node.terminal or siblings == "all":
                         tree.take(node)
                 continue
-            best.kept = True
-            frontier.append(Expansion(tree, best, beam_width))
+            top.kept = True
+            frontier.append(Expansion(tree, top, beam_width))
         if not frontier:
             return [t.result() for t in trees]
         # 3. Every live subtree of every root expands its node M ways (one call each to expand and score).

@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
 from tts.backends.base import Completion, GenerationRequest, Generator, derive_seed
@@ -109,6 +109,65 @@ def _close_braces(text: str) -> str:
     return text + "}" * max(text.count("{") - text.count("}"), 0)
 
 
+def _slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[..., Any]:
+    """A function ``build(*values)``: an instance of the frozen, slotted dataclass ``cls`` with the
+    ``varying`` fields set to ``values`` (in that order) and the others as in ``template``.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a global
+    lookup, an attribute lookup and a call per field: about 3 us for the 16 fields of a
+    GenerationRequest). A search builds one request per expanded node, thousands per step, so the
+    space sets the slots directly (about 1 us). ``template`` is built by the real constructor, so the
+    fields that do not vary were validated by its ``__post_init__``; the caller validates the
+    varying ones (or calls the constructor where they could be invalid).
+    """
+    names = [f.name for f in dataclasses.fields(cls)]
+    missing = sorted(set(varying) - set(names))
+    if missing:
+        raise ValueError(f"{cls.__name__} has no fields {missing}")
+    vary = [getattr(cls, name).__set__ for name in varying]
+    fixed = [(getattr(cls, name).__set__, getattr(template, name)) for name in names if name not in varying]
+    new = object.__new__
+
+    def build(*values: Any) -> Any:
+        obj = new(cls)
+        for set_, value in zip(vary, values, strict=True):
+            set_(obj, value)
+        for set_, value in fixed:
+            set_(obj, value)
+        return obj
+
+    return build
+
+
+_ITEM_FIELDS = ("problem", "steps", "finished", "logprobs", "token_top_logprobs")
+
+
+def _item_builder() -> Callable[[Problem, tuple[str, ...], bool, tuple[float | None, ...]], VerifyItem]:
+    """``VerifyItem(problem, steps, finished, logprobs)``, with its slots set directly: the scorer
+    builds one per child of every search step, and the frozen constructor costs twice as much.
+    Falls back to the constructor if VerifyItem ever gains fields or a ``__post_init__``."""
+    if tuple(f.name for f in dataclasses.fields(VerifyItem)) != _ITEM_FIELDS or \
+            hasattr(VerifyItem, "__post_init__"):
+        return VerifyItem
+    new = object.__new__
+    set_problem, set_steps, set_finished, set_logprobs, set_top = (getattr(VerifyItem, f).__set__ for f in _ITEM_FIELDS)
+
+    def build(problem: Problem, steps: tuple[str, ...], finished: bool,
+              logprobs: tuple[float | None, ...]) -> VerifyItem:
+        item = new(VerifyItem)
+        set_problem(item, problem)
+        set_steps(item, steps)
+        set_finished(item, finished)
+        set_logprobs(item, logprobs)
+        set_top(item, None)
+        return item
+
+    return build
+
+
+_verify_item = _item_builder()
+
+
 class StepwiseSpace:
     """Partial solutions of a batch of problems, grown one step per expansion.
 
@@ -162,6 +221,16 @@ class StepwiseSpace:
         self.seed = seed
         self.seed_key = seed_key
         self.answer_tokens = answer_tokens
+        self._stop = (separator,)
+        # The step requests differ only in these fields; the rest are set from one template.
+        self._build_request = _slots_builder(
+            GenerationRequest,
+            GenerationRequest(messages=(), temperature=sampling.temperature, top_p=sampling.top_p,
+                              stop=self._stop, logprobs=True),
+            ("messages", "n", "temperature", "max_tokens", "seed", "continuation", "key"))
+        # extract() of every step that states an answer, by its text: siblings often end alike
+        # ("The answer is \\boxed{12}."), and extraction (math-verify) costs microseconds each.
+        self._answers: dict[str, str | None] = {}
         self._usage_parts: list[list[Usage]] = [[] for _ in self.problems]
         self._usage: list[Usage] | None = None
         self.events: list[Counter[str]] = [Counter() for _ in self.problems]
@@ -204,11 +273,11 @@ class StepwiseSpace:
         results = self._generate(requests)
         parts, self._usage = self._usage_parts, None
         children: list[list[StepState]] = []
-        for state, result in zip(states, results, strict=True):
+        pending: list[tuple[int, int]] = []  # (state, child) of the children that must stop without an answer
+        for i, (state, result) in enumerate(zip(states, results, strict=True)):
             parts[state.root].append(result.usage)
-            children.append(self._children(state, result.completions))
+            children.append(self._children(state, result.completions, pending, i))
         # 2. One more call forcing an answer onto every child that must stop without one.
-        pending = [(i, j) for i, kids in enumerate(children) for j, kid in enumerate(kids) if kid.forced]
         if pending:
             forced = self._generate([self._answer_request(children[i][j]) for i, j in pending])
             for (i, j), result in zip(pending, forced, strict=True):
@@ -243,18 +312,20 @@ class StepwiseSpace:
         return state.text(self.separator) + self.separator if state.steps else ""
 
     def _step_request(self, state: StepState, k: int, temperature: float | None = None) -> GenerationRequest:
-        room = self.sampling.max_tokens - state.tokens
-        return GenerationRequest(
-            messages=self.messages[state.root],
-            n=k,
-            temperature=self.sampling.temperature if temperature is None else temperature,
-            top_p=self.sampling.top_p,
-            max_tokens=max(1, min(self.step_tokens, room)),
-            stop=(self.separator,),
-            seed=self._seed(state),
-            logprobs=True,
-            continuation=self._continuation(state),
-            key=state.problem.id,
+        if k < 1:
+            raise ValueError(f"GenerationRequest.n must be >= 1, got {k}")
+        sampling = self.sampling
+        room = sampling.max_tokens - state.tokens
+        # GenerationRequest(messages, n, temperature, max_tokens, seed, continuation, key; top_p,
+        # stop and logprobs=True from the template), built without its frozen constructor.
+        return self._build_request(
+            self.messages[state.root],
+            k,
+            sampling.temperature if temperature is None else temperature,
+            max(1, min(self.step_tokens, room)),
+            self._seed(state),
+            self._continuation(state),
+            state.problem.id,
         )
 
     def _answer_request(self, state: StepState) -> GenerationRequest:
@@ -264,7 +335,7 @@ class StepwiseSpace:
             n=1,
             temperature=0.0,
             max_tokens=self.answer_tokens,
-            stop=(self.separator,),
+            stop=self._stop,
             seed=self._seed(state, "|answer"),
             logprobs=True,
             continuation=self._continuation(state) + ANSWER_NUDGE,
@@ -273,17 +344,19 @@ class StepwiseSpace:
 
     # --- children -------------------------------------------------------------------------------
 
-    def _children(self, parent: StepState, completions: Sequence[Completion]) -> list[StepState]:
+    def _children(self, parent: StepState, completions: Sequence[Completion], pending: list[tuple[int, int]],
+                  index: int) -> list[StepState]:
         """The children the completions of one request make, in order.
 
         A child is finished when its step states an answer; ``forced`` is set (the child not yet
-        finished) when it must stop without one. This is the hot loop of a search step (it runs
-        once per generated step), so what the children share is read off the parent once.
+        finished) when it must stop without one, and ``(index, its position)`` is added to
+        ``pending``. This is the hot loop of a search step (it runs once per generated step), so
+        what the children share is read off the parent once.
         """
         root, problem, steps, logprobs = parent.root, parent.problem, parent.steps, parent.logprobs
         depth, tokens, prefix = parent.depth + 1, parent.tokens, f"{parent.path}." if parent.path else ""
         at_depth_cap, cap = depth >= self.max_depth, self.sampling.max_tokens
-        extract, marker, new = self.extract, _ANSWER_MARKER.search, tuple.__new__
+        answers, marker, new = self._answers, _ANSWER_MARKER.search, tuple.__new__
         kids: list[StepState] = []
         empty = 0
         for j, c in enumerate(completions):
@@ -293,7 +366,7 @@ class StepwiseSpace:
                 # Most steps state no answer, and the case-insensitive marker regex has no fast literal
                 # scan: it runs only on steps with a backslash or "answer", without which it cannot match.
                 stated = ("\\" in step or "answer" in step.casefold()) and marker(step) is not None
-                answer = extract(step) if stated else None
+                answer = (answers[step] if step in answers else self._answer(step)) if stated else None
                 after, scores = steps + (step,), logprobs + (c.mean_logprob,)
             else:
                 answer, after, scores = None, steps, logprobs
@@ -306,6 +379,8 @@ class StepwiseSpace:
                     forced = "depth"
                 elif total >= cap:
                     forced = "tokens"
+                if forced is not None:
+                    pending.append((index, j))
             # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
             # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
             # that this lists every field).
@@ -324,8 +399,15 @@ class StepwiseSpace:
             tokens=state.tokens + (c.completion_tokens if c is not None else 0),
             logprobs=state.logprobs + ((c.mean_logprob if c is not None else None),),
             finished=True,
-            answer=self.extract(said),
+            answer=self._answer(said),
         )
+
+    def _answer(self, text: str) -> str | None:
+        """``extract(text)``, read once per distinct text of this search."""
+        answers = self._answers
+        if text not in answers:
+            answers[text] = self.extract(text)
+        return answers[text]
 
 
 class StepScorer:
@@ -362,7 +444,8 @@ class StepScorer:
         todo = [s for s in states if not s.depth or s.step.strip()]
         if not todo:
             return [None] * len(states)
-        items = [VerifyItem(s.problem, s.steps, s.finished, s.logprobs) for s in todo]
+        make = _verify_item  # VerifyItem(problem, steps, finished, logprobs), without its frozen constructor
+        items = [make(s.problem, s.steps, s.finished, s.logprobs) for s in todo]
         self.calls += 1
         scores = self.verifier.score(items)
         if len(scores) != len(items):

@@ -25,6 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
 from tts.verifiers.base import VerifierScore
@@ -245,9 +246,18 @@ def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence
             tree.events["invalid_score"] += 1
 
 
+_SCORE = attrgetter("score")
+
+
 def ranked(nodes: Sequence[TreeNode[S]]) -> list[TreeNode[S]]:
-    """Nodes by score, best first; ties keep generation order (deterministic)."""
-    return sorted(nodes, key=lambda n: -n.score)
+    """Nodes by score, best first; ties keep generation order (deterministic: a reversed sort is
+    stable too)."""
+    return sorted(nodes, key=_SCORE, reverse=True)
+
+
+def best(nodes: Sequence[TreeNode[S]]) -> TreeNode[S]:
+    """``ranked(nodes)[0]`` without sorting: the best-scored node, the first of equal scores."""
+    return max(nodes, key=_SCORE)
 
 
 def keep_best(tree: SearchTree[S], live: Sequence[TreeNode[S]], n: int, keep: int,
