@@ -105,3 +105,19 @@ def test_every_gpqa_pool_model_is_priced(tmp_path):
     cells = read_cells(tmp_path)
     assert len({c.model for c in cells}) == 6
     assert all(c.flops and c.eflops and c.gpu_seconds and c.dollars for c in cells)
+
+
+def test_memory_check_counts_windows_and_mamba_state_not_full_kv():
+    # gpt-oss-20b: 12 full-attention layers hold every position, 12 sliding-window layers at most
+    # 128 per sequence. Nemotron-H: 4 attention layers plus a recurrent state per sequence.
+    args = ["cost", "--gpu", "all", "-n", "4", "--prompt", "100", "--gen", "1000", "--json", "-m"]
+    from tts.budgets.architecture import load_architecture
+
+    oss = load_architecture("gpt-oss-20b")
+    need = json.loads(runner.invoke(app, [*args, "gpt-oss-20b"]).output)["ranking"][0]["memory_needed_bytes"]
+    per_layer = 2 * 8 * 64 * 2
+    assert need == oss.params * 2 + 12 * per_layer * (100 + 4 * 1000) + 12 * per_layer * 4 * 128
+    nemo = load_architecture("NVIDIA-Nemotron-Nano-9B-v2")
+    need = json.loads(runner.invoke(app, [*args, "NVIDIA-Nemotron-Nano-9B-v2"]).output)["ranking"][0][
+        "memory_needed_bytes"]
+    assert need == nemo.params * 2 + nemo.kv_bytes_per_token * 4100 + 4 * nemo.state_bytes_per_sequence

@@ -201,10 +201,18 @@ def _plan_cost(cm: Any, shapes: list[Any], concurrency: int | None) -> Any:
 
 
 def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int) -> float:
-    """Weights plus the KV cache of one problem with all its samples at full length at once."""
+    """Weights plus the KV cache of one problem with all its samples at full length at once.
+
+    Full-attention layers hold every position; a sliding-window layer holds at most its window per
+    sequence; a hybrid model adds each sequence's recurrent (Mamba) state.
+    """
     kv_tokens = max([prompt + n * gen] + [sh.prompt_tokens + sum(sh.completion_tokens)
                                           for sh in shapes])
-    return float(arch.params * arch.dtype_bytes + arch.kv_bytes_per_token * kv_tokens)
+    sequences = max([n] + [len(sh.completion_tokens) for sh in shapes])
+    cache = 0.0
+    for _, kvb, window in arch.attention_groups():
+        cache += kvb * (kv_tokens if window is None else sequences * min(window, prompt + gen))
+    return float(arch.params * arch.dtype_bytes + cache + arch.state_bytes_per_sequence * sequences)
 
 
 def _price_source(key: str, overrides: dict[str, float]) -> str:
