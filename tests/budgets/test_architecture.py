@@ -194,3 +194,10 @@ def test_bad_hybrid_patterns_are_clear_errors(change, message):
 def test_exaone_layer_key():
     arch = load_architecture("exaone-deep-32b")
     assert (arch.layers, arch.heads, arch.kv_heads, arch.head_dim) == (64, 40, 8, 128)
+
+
+def test_dtype_override_scales_the_mamba_state_too():
+    # --dtype-bytes applies to the Mamba state as to weights and KV (it was fixed at load before).
+    bf16 = load_architecture("NVIDIA-Nemotron-Nano-9B-v2")
+    fp32 = load_architecture("NVIDIA-Nemotron-Nano-9B-v2", dtype_bytes=4)
+    assert fp32.state_bytes_per_sequence == 2 * bf16.state_bytes_per_sequence > 0

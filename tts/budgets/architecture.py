@@ -83,9 +83,9 @@ class ModelArchitecture(BaseModel):
     """Attention layers with a sliding window (they attend to at most ``sliding_window`` positions)."""
     sliding_window: int | None = Field(default=None, ge=1)
     """Window of the sliding-window layers, in positions."""
-    state_bytes_per_sequence: int = Field(default=0, ge=0)
-    """Recurrent state (Mamba-2 SSM and convolution states) one sequence keeps; read and written
-    once per decode step."""
+    state_elements_per_sequence: int = Field(default=0, ge=0)
+    """Recurrent state (Mamba-2 SSM and convolution states) one sequence keeps, in elements; read
+    and written once per decode step."""
 
     @model_validator(mode="after")
     def _windows_fit(self) -> ModelArchitecture:
@@ -95,6 +95,11 @@ class ModelArchitecture(BaseModel):
         if self.window_layers and self.sliding_window is None:
             raise ValueError("sliding-window layers need sliding_window (positions)")
         return self
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        """Recurrent-state bytes per sequence (elements times ``dtype_bytes``; 0 without Mamba)."""
+        return self.state_elements_per_sequence * self.dtype_bytes
 
     @property
     def kv_layers(self) -> int:
@@ -244,7 +249,7 @@ class ModelArchitecture(BaseModel):
         pattern = cfg.get("hybrid_override_pattern")
         if pattern:
             body, attention_layers, state = _hybrid_layers(cfg, str(pattern), layers, hidden,
-                                                           attn, inter, dtype_bytes, name)
+                                                           attn, inter, name)
             dense_layers = 0
         else:
             body, attention_layers, state = layers * (attn + norms) + dense_layers * dense_mlp, None, 0
@@ -262,13 +267,13 @@ class ModelArchitecture(BaseModel):
             moe_intermediate_size=moe_inter if moe_layers else 0, expert_params=expert_total,
             attention_layers=attention_layers, window_layers=window_layers,
             sliding_window=int(window) if window_layers else None,
-            state_bytes_per_sequence=state,
+            state_elements_per_sequence=state,
         )
 
 
 def _hybrid_layers(cfg: dict[str, Any], pattern: str, layers: int, hidden: int, attn: int,
-                   inter: int, dtype_bytes: int, name: str | None) -> tuple[int, int, int]:
-    """Parameters, attention layers and per-sequence state bytes of a Nemotron-H layer pattern.
+                   inter: int, name: str | None) -> tuple[int, int, int]:
+    """Parameters, attention layers and per-sequence state elements of a Nemotron-H layer pattern.
 
     One character per layer (``hybrid_override_pattern``): ``M`` a Mamba-2 mixer, ``-`` an MLP
     (up and down projections with squared ReLU, not gated), ``*`` an attention mixer; each layer
@@ -307,7 +312,7 @@ def _hybrid_layers(cfg: dict[str, Any], pattern: str, layers: int, hidden: int, 
     if not counts["*"]:
         raise ValueError(f"config.json of {name or 'the model'}: no attention layer (*) in "
                          "hybrid_override_pattern; a pure state-space model is not priced")
-    return body, counts["*"], state_elements * dtype_bytes
+    return body, counts["*"], state_elements
 
 
 def _aliases(hf_id: str) -> set[str]:

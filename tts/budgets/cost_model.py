@@ -8,8 +8,9 @@ the Kinetics code (KV bytes at bf16 times I = 562.5, B200's fp8 peak over its 8 
 ``I`` gives the same numbers; with the bf16 ridge of a real device, eFLOPs are FLOP-equivalents of
 its roofline time.
 
-What is counted (``P_c`` = :attr:`ModelArchitecture.flop_params`, ``A`` = 4 * layers * heads *
-head_dim, ``K`` = KV bytes per token = 2 * layers * kv_heads * head_dim * dtype_bytes):
+What is counted (``P_c`` = :attr:`ModelArchitecture.flop_params`, ``A`` = 4 * attention layers *
+heads * head_dim, ``K`` = KV bytes per token = 2 * attention layers * kv_heads * head_dim *
+dtype_bytes; a hybrid model's Mamba layers are not attention layers):
 
 1. Prefill of the ``P - c`` uncached prompt tokens: ``2 P_c`` FLOPs each plus attention ``A * j``
    for the token at position j; weights read once, the cached prefix's KV read once, KV written.
@@ -32,7 +33,9 @@ Sparse attention (:class:`SparseAttention`, Kinetics Sec. 5): top-k keeps ``B = 
 positions per token at no selection cost (the paper's oracle top-k); block top-k keeps
 ``B = local + block_size * k`` and pays for choosing the blocks: every step each sample dots its
 query with one summary key per block of its dense context (``2 * H * d`` FLOPs per block and
-attention layer) and reads those keys (half a token's KV per block, the prompt's shared).
+attention layer) and reads those keys (half a token's KV per block, the prompt's shared). Sparse
+attention selects among the full-attention layers' positions; sliding-window layers keep their
+window (or the budget, if smaller).
 
 Totals use closed-form arithmetic series vectorised over the samples; per-step arrays (numpy, no
 Python loop per token) are used only for the roofline seconds and for MoE weight reads.
