@@ -197,7 +197,7 @@ def test_exaone_layer_key():
 
 
 def test_dtype_override_scales_the_mamba_state_too():
-    # --dtype-bytes applies to the Mamba state as to weights and KV (it was fixed at load before).
+    # --dtype-bytes applies to the Mamba state as it does to weights and KV.
     bf16 = load_architecture("NVIDIA-Nemotron-Nano-9B-v2")
     fp32 = load_architecture("NVIDIA-Nemotron-Nano-9B-v2", dtype_bytes=4)
     assert fp32.state_bytes_per_sequence == 2 * bf16.state_bytes_per_sequence > 0
