@@ -1,13 +1,13 @@
-"""Step-wise search batching: engine calls and orchestration overhead of beam search.
+"""Step-wise search batching: engine calls and orchestration overhead of beam search and DVTS.
 
-Beam search over 64 problems (n = 16, beam width 4, 8 steps each) on a fake engine that sleeps a
-fixed latency per ``generate`` call (default 50 ms), as a batched engine would take about as long
-for one request as for a step of all problems. It prints, for the batched strategy and for a naive
-loop that solves one problem at a time:
+Beam search (or DVTS, ``--strategy dvts``) over 64 problems (n = 16, beam width 4, 8 steps each)
+on a fake engine that sleeps a fixed latency per ``generate`` call (default 50 ms), as a batched
+engine would take about as long for one request as for a step of all problems. It prints, for the
+batched strategy and for a naive loop that solves one problem at a time:
 
 - engine calls (batched: one per step, plus one per forcing round; naive: that times the problems),
 - wall time, time inside the engine and the verifier, and the orchestration overhead as a share of
-  wall time (target < 5%).
+  wall time (target < 5% at 50 ms per call, < 10% at 20 ms).
 
 What counts as what:
 
@@ -20,6 +20,23 @@ What counts as what:
   bookkeeping, building the requests, the children and the verifier items, answer extraction on
   every finished candidate, score bookkeeping, building the solutions and their traces, and the
   garbage collector's pauses while it runs.
+- gc s: of the overhead, the garbage collector's pauses (collections that start inside the fake
+  engine or verifier count as theirs); ``full`` counts the full (generation 2) collections.
+- cpu s: the overhead as CPU time of this thread (thread CPU time minus the engine's and the
+  verifier's); unlike wall time it does not grow when other processes take the CPU, so on a shared
+  machine it is the steadier number (on a quiet one the two agree).
+
+Two batched rows, because the garbage collector's settings are the process's, not the library's:
+
+- ``batched``: the library alone, under Python's default collector. This is what tts does by
+  itself, in any host process (a notebook, an agent that imports it).
+- ``batched+cli``: the same after ``tts.serve.server.freeze_heap()`` (``gc.collect()`` then
+  ``gc.freeze()``), which the ``tts`` command runs at start-up and ``tts.serve.server.ServerThread``
+  when it starts: objects alive by then are never walked by a full collection again, so the full
+  collections a search triggers walk only its own nodes. Here it runs after this script's imports
+  and warm-up (math-verify and sympy loaded), as ServerThread's does with its engine loaded. The
+  ``tts`` command freezes earlier, before a command imports the engine and the grader, so for
+  ``tts eval`` this row is the better case and ``batched`` the worse.
 
 The fake engine's own work also makes each engine call longer than the simulated latency, which
 flatters the share of wall time; the last lines show the stricter share, with each engine call
@@ -35,6 +52,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import random
 import re
@@ -43,6 +61,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
+from tts.serve.server import freeze_heap
 from tts.config import SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS
@@ -56,6 +75,31 @@ _SUM = re.compile(r"= (-?\d+)")
 _ADDITION = re.compile(r"(\d+) \+ (\d+) = (-?\d+)")
 
 
+class _Clock:
+    """Where the time goes: CPU seconds inside the fake engine and verifier, and the collector's
+    pauses outside them (the orchestration's)."""
+
+    def __init__(self) -> None:
+        self.inside = 0  # > 0 while the fake engine or verifier runs
+        self.gc = 0.0
+        self.full = 0
+        self._start = 0.0
+        gc.callbacks.append(self._collection)
+
+    def _collection(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif not self.inside:
+            self.gc += time.perf_counter() - self._start
+            self.full += info["generation"] == 2
+
+    def reset(self) -> None:
+        self.gc, self.full = 0.0, 0
+
+
+CLOCK = _Clock()
+
+
 class SleepyModel:
     """Fake engine: one step of running sums per request sample, ``latency`` seconds per call."""
 
@@ -67,9 +111,11 @@ class SleepyModel:
         self.requests = 0
         self.seconds = 0.0
         self.slept = 0.0
+        self.cpu = 0.0
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        start = time.perf_counter()
+        CLOCK.inside += 1
+        start, cpu = time.perf_counter(), time.thread_time()
         self.calls += 1
         self.requests += len(requests)
         time.sleep(self.latency)
@@ -79,6 +125,8 @@ class SleepyModel:
             comps = tuple(self._one(req, i) for i in range(req.n))
             out.append(GenerationResult(comps, request_usage(50, 0, [c.completion_tokens for c in comps], 0.0)))
         self.seconds += time.perf_counter() - start
+        self.cpu += time.thread_time() - cpu
+        CLOCK.inside -= 1
         return out
 
     def _one(self, req: GenerationRequest, i: int) -> Completion:
@@ -112,19 +160,23 @@ class AdditionCheck:
     def __init__(self) -> None:
         self.calls = 0
         self.seconds = 0.0
+        self.cpu = 0.0
 
     @classmethod
     def from_config(cls, config: AdditionCheckConfig, generator: object = None) -> AdditionCheck:
         return cls()
 
     def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
-        start = time.perf_counter()
+        CLOCK.inside += 1
+        start, cpu = time.perf_counter(), time.thread_time()
         self.calls += 1
         out = []
         for item in items:
             ok = all(int(a) + int(b) == int(c) for step in item.steps for a, b, c in _ADDITION.findall(step))
             out.append(VerifierScore((), 1.0 if ok else 0.0, Usage()))
         self.seconds += time.perf_counter() - start
+        self.cpu += time.thread_time() - cpu
+        CLOCK.inside -= 1
         return out
 
     def close(self) -> None:
@@ -151,9 +203,11 @@ def _run(kind: str, problems: list[Problem], latency: float, n: int, width: int,
     config = config_cls(n=n, beam_width=width, max_depth=depth, verifier="addition_check")
     model, verifier = SleepyModel(latency), AdditionCheck()
     strategy = cls(config, model, MATH_PROMPT.render, SamplingConfig(max_tokens=1024), seed=0, verifier=verifier)
-    start = time.perf_counter()
+    CLOCK.reset()
+    start, cpu = time.perf_counter(), time.thread_time()
     sols = [s for p in problems for s in strategy.solve([p])] if naive else strategy.solve(problems)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
+    collector, full = CLOCK.gc, CLOCK.full
     accuracy = sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) / len(problems)
     other = wall - model.seconds - verifier.seconds
     nodes = sum(len(s.trace.tree) for s in sols)
@@ -161,6 +215,7 @@ def _run(kind: str, problems: list[Problem], latency: float, n: int, width: int,
     return {"calls": model.calls, "requests": model.requests, "score_calls": verifier.calls, "wall": wall,
             "engine": model.seconds, "slept": model.slept, "fake": fake, "verifier": verifier.seconds,
             "overhead": other, "share": other / wall, "strict": other / (wall - fake),
+            "gc": collector, "full": full, "cpu": cpu - model.cpu - verifier.cpu,
             "nodes": nodes, "per_node_us": other / nodes * 1e6, "accuracy": accuracy}
 
 
@@ -172,7 +227,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=16, help="Candidates per problem.")
     parser.add_argument("--width", type=int, default=4, help="Beam width M.")
     parser.add_argument("--steps", type=int, default=8, help="Steps per solution (the fake model answers at the last).")
-    parser.add_argument("--repeats", type=int, default=3, help="Batched runs; the median is shown.")
+    parser.add_argument("--repeats", type=int, default=5, help="Batched runs of each mode; the median is shown.")
     parser.add_argument("--skip-naive", action="store_true",
                         help="Skip the per-problem loop (it takes steps x problems x latency).")
     args = parser.parse_args()
@@ -183,36 +238,41 @@ def main() -> None:
           f"{args.latency * 1e3:.0f} ms per engine call\n")
     # Warm-up: first-use costs (math-verify's parser, regex compilation) are paid once per process.
     _run(args.strategy, problems[:2], 0.0, args.n, args.width, args.steps, False)
-    head = (f"{'mode':<10} {'engine calls':>12} {'requests':>9} {'score calls':>11} {'nodes':>6} {'wall s':>8} "
-            f"{'engine s':>9} {'(sleep s':>9} {'fake s)':>8} {'verifier s':>10} {'overhead s':>10} {'overhead %':>10} "
-            f"{'us/node':>8} {'accuracy':>8}")
+    head = (f"{'mode':<12} {'engine calls':>12} {'requests':>9} {'score calls':>11} {'nodes':>6} {'wall s':>7} "
+            f"{'engine s':>8} {'(sleep s':>9} {'fake s)':>8} {'verifier s':>10} {'overhead s':>10} {'overhead %':>10} "
+            f"{'(gc s':>6} {'full':>4} {'cpu s)':>7} {'us/node':>7} {'accuracy':>8}")
     print(head)
     print("-" * len(head))
     rows = {}
-    for mode in ("batched", "naive"):
+    for mode in ("batched", "batched+cli", "naive"):
         if mode == "naive" and args.skip_naive:
             continue
-        repeats = args.repeats if mode == "batched" else 1
+        if mode == "batched+cli":
+            freeze_heap()  # what `tts` runs at start-up (see the module docstring)
+        repeats = args.repeats if mode != "naive" else 1
         r = rows[mode] = _median_run(repeats, args.strategy, problems, args.latency, args.n, args.width, args.steps,
                                      mode == "naive")
-        print(f"{mode:<10} {r['calls']:>12} {r['requests']:>9} {r['score_calls']:>11} {r['nodes']:>6} "
-              f"{r['wall']:>8.2f} "
-              f"{r['engine']:>9.2f} {r['slept']:>9.2f} {r['fake']:>8.2f} {r['verifier']:>10.3f} {r['overhead']:>10.3f} "
+        if mode == "batched+cli":
+            gc.unfreeze()
+        print(f"{mode:<12} {r['calls']:>12} {r['requests']:>9} {r['score_calls']:>11} {r['nodes']:>6} "
+              f"{r['wall']:>7.2f} "
+              f"{r['engine']:>8.2f} {r['slept']:>9.2f} {r['fake']:>8.2f} {r['verifier']:>10.3f} {r['overhead']:>10.3f} "
               f"{100 * r['share']:>9.2f}% "
-              f"{r['per_node_us']:>8.1f} {r['accuracy']:>8.3f}")
+              f"{r['gc']:>6.3f} {r['full']:>4} {r['cpu']:>7.3f} "
+              f"{r['per_node_us']:>7.1f} {r['accuracy']:>8.3f}")
     if "naive" in rows:
         b, nv = rows["batched"], rows["naive"]
         print(f"\nnaive / batched: {nv['calls'] / b['calls']:.0f}x engine calls, "
               f"{nv['wall'] / b['wall']:.1f}x wall time")
-    b = rows["batched"]
-    print(f"batched orchestration overhead: {100 * b['share']:.2f}% of wall time; "
-          f"{100 * b['strict']:.2f}% if each engine call took only its simulated latency "
-          f"(the fake engine's own {b['fake']:.2f} s taken out of the wall time)")
-    step_overhead = b["overhead"] / b["calls"]
-    print(f"batched orchestration: {step_overhead * 1e3:.1f} ms per step; its share if a step's engine call "
-          "took (in all) " + ", ".join(f"{lat * 1e3:.0f} ms: {100 * step_overhead / (lat + step_overhead):.1f}%"
-                                       for lat in (0.05, 0.2, 0.5, 1.0)))
-
+    for mode in ("batched", "batched+cli"):
+        b = rows[mode]
+        print(f"{mode} orchestration overhead: {100 * b['share']:.2f}% of wall time ({100 * b['cpu'] / b['wall']:.2f}% "
+              f"in CPU time); {100 * b['strict']:.2f}% if each engine call took only its simulated latency "
+              f"(the fake engine's own {b['fake']:.2f} s taken out of the wall time)")
+        step_overhead = b["overhead"] / b["calls"]
+        print(f"{mode} orchestration: {step_overhead * 1e3:.1f} ms per step; its share if a step's engine call "
+              "took (in all) " + ", ".join(f"{lat * 1e3:.0f} ms: {100 * step_overhead / (lat + step_overhead):.1f}%"
+                                           for lat in (0.05, 0.2, 0.5, 1.0)))
 
 if __name__ == "__main__":
     main()

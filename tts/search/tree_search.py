@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from tts.verifiers.base import VerifierScore
 
@@ -141,9 +141,12 @@ class SearchTree(Generic[S]):
         return SearchResult(tuple(self.nodes), tuple(self.leaves), dict(self.events))
 
 
-@dataclass(frozen=True, slots=True)
-class Expansion(Generic[S]):
-    """One request of a search step: expand ``node`` (None: the root) into ``count`` children."""
+class Expansion(NamedTuple, Generic[S]):
+    """One request of a search step: expand ``node`` (None: the root) into ``count`` children.
+
+    Immutable, and a named tuple rather than a frozen dataclass: a search makes one per expanded
+    node of every step, and a named tuple builds in a third of the time.
+    """
 
     tree: SearchTree[S]
     node: TreeNode[S] | None

@@ -182,15 +182,14 @@ class TreeSearchStrategy(VerifierStrategy):
         return Solution(problem.id, answer, confidence, space.usage[i] + scorer.usage[i], trace)
 
     def _sample(self, state: StepState) -> Sample:
-        logprobs = [lp for lp in state.logprobs if lp is not None]
-        whole = bool(logprobs) and len(logprobs) == len(state.logprobs)
+        logprobs = state.logprobs  # the mean of the steps' means, where every step has one
         return Sample(
-            text=state.text(self.config.step_separator),
-            answer=state.answer,
-            completion_tokens=state.tokens,
-            mean_logprob=sum(logprobs) / len(logprobs) if whole else None,
-            # "unfinished": a partial solution kept as a candidate (DVTS with siblings="all").
-            finish_reason="forced" if state.forced else ("stop" if state.finished else "unfinished"),
+            state.text(self.config.step_separator),  # text
+            state.answer,  # answer
+            state.tokens,  # completion_tokens
+            sum(logprobs) / len(logprobs) if logprobs and None not in logprobs else None,  # mean_logprob
+            # finish_reason; "unfinished": a partial solution kept as a candidate (DVTS with siblings="all").
+            "forced" if state.forced else ("stop" if state.finished else "unfinished"),
         )
 
     def _select(self, samples: Sequence[Sample], scores: Sequence[float],

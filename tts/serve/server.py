@@ -6,10 +6,34 @@ bound here (port 0: a free one), so the caller knows the address before the firs
 
 from __future__ import annotations
 
+import atexit
+import gc
 import socket
 import threading
 import time
 from typing import Any, Self
+
+
+def freeze_heap() -> None:
+    """Take every object alive now out of the garbage collector's full collections.
+
+    A full collection walks every tracked object; a search triggers them as it allocates its
+    nodes (one every run or two of ``benchmarks/search_batching.py``, 20 to 40 ms each with
+    math-verify and sympy loaded), and an engine's objects make each one longer. Frozen objects are
+    never walked again (they are still freed when their references go). Process-wide, so it
+    belongs to a process's start-up: ``tts`` runs it at start-up, :class:`ServerThread` when it
+    starts; never the library. At exit they are unfrozen, so that interpreter shutdown collects
+    them (native extensions such as triton's report what it could not).
+    """
+    global _unfreeze_at_exit
+    gc.collect()  # garbage alive now would never be collected once frozen
+    gc.freeze()
+    if not _unfreeze_at_exit:
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit = True
+
+
+_unfreeze_at_exit = False
 
 
 class ServerThread:
@@ -38,6 +62,7 @@ class ServerThread:
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self, timeout: float = 10.0) -> Self:
+        freeze_heap()  # the app, its session and engine are built by now
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
