@@ -1,4 +1,4 @@
-"""tts.serve.server: the heap freeze that ``tts`` and ServerThread run at start-up."""
+"""tts.serve.server: the garbage collector settings that ``tts`` and ServerThread apply at start-up."""
 
 from __future__ import annotations
 
@@ -8,19 +8,20 @@ import sys
 # In a child process: freezing is process-wide, and a test must not freeze pytest's own heap.
 _CHILD = """
 import atexit, gc, weakref
-atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count()))  # runs after freeze_heap's
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count()))  # runs after tune_gc's
 class Cycle: pass
 cycle = Cycle(); cycle.me = cycle
 collected = []
 weakref.finalize(cycle, collected.append, True)
 del cycle
-from tts.serve.server import freeze_heap
-freeze_heap()
-freeze_heap()
-print("frozen:", gc.get_freeze_count() > 1000, "garbage collected first:", collected == [True])
+from tts.serve.server import YOUNG_THRESHOLD, tune_gc
+tune_gc()
+tune_gc()
+print("frozen:", gc.get_freeze_count() > 1000, "garbage collected first:", collected == [True],
+      "young threshold:", gc.get_threshold()[0] == YOUNG_THRESHOLD > 700)
 """
 
 
-def test_freeze_heap_collects_garbage_first_freezes_the_rest_and_unfreezes_at_exit():
+def test_tune_gc_collects_garbage_then_freezes_the_rest_raises_the_young_threshold_and_unfreezes_at_exit():
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.splitlines() == ["frozen: True garbage collected first: True", "frozen at exit: 0"]
+    assert out.stdout.splitlines() == ["frozen: True garbage collected first: True young threshold: True", "frozen at exit: 0"]

@@ -46,9 +46,9 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
         logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
     except ImportError:  # pragma: no cover - rich is a dependency
         logging.basicConfig(level=level)
-    from tts.serve.server import freeze_heap  # here, not at the top: `tts --help` imports no pydantic
+    from tts.serve.server import tune_gc  # here, not at the top: `tts --help` imports no pydantic
 
-    freeze_heap()  # start-up's objects out of the collector's full collections (see freeze_heap)
+    tune_gc()  # start-up's objects frozen, fewer young collections (see tune_gc)
 
 
 def main() -> None:
