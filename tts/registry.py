@@ -109,6 +109,7 @@ VERIFIERS = Registry(
         "self_certainty": "tts.verifiers.self_certainty:SelfCertaintyVerifier",
         "judge": "tts.verifiers.judge:LLMJudge",
         "prm": "tts.verifiers.prm:PRMVerifier",
+        "rm": "tts.verifiers.rm:RMVerifier",
     },
 )
 

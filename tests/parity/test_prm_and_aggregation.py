@@ -239,7 +239,7 @@ def test_whole_answer_verifiers_still_get_the_whole_text_as_one_step():
     from tts.verifiers.judge import JudgeConfig, LLMJudge
 
     text = SOLUTIONS[0][0]
-    whole = {"logprob", "self_certainty"}
+    whole = {"logprob", "self_certainty", "rm"}
     for name in VERIFIERS.names():
         cls = VERIFIERS.load(name)
         if name == "judge":

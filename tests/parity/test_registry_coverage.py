@@ -30,6 +30,12 @@ EXEMPT: dict[str, str] = {
         "runs a user-written collaboration graph; the graph, not tts, defines the algorithm "
         "(roles are tested in tests/graphs/)"
     ),
+    "verifier:rm": (
+        "outcome reward models are scored as their model reads them (an adapter's data); no "
+        "reference implementation's scoring is reproduced, and the shipped qwen2.5-math-rm layout "
+        "is not yet checked against its model card (no weights or tokenizer here). The server path "
+        "is pinned equal to the in-process one in tests/verifiers/test_prm_remote_server.py"
+    ),
 }
 
 

