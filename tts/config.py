@@ -173,6 +173,16 @@ class VLLMBackendConfig(_Frozen):
     chunked prefill, which seeded requests need there), and on GPUs vLLM's batch-invariant kernels
     (``VLLM_BATCH_INVARIANT=1``). Slower. Leaves ``dtype`` "auto" -> "float32"; any other dtype is
     refused."""
+    reasoning_parser: str | None = None
+    """vLLM's reasoning parser for a thinking model (``qwen3``, ``deepseek_r1``, ...): it names the
+    thinking delimiters. With it (or ``reasoning_start`` and ``reasoning_end``) the engine gets a
+    reasoning config: it enforces a request's thinking budget and the backend counts reasoning
+    tokens apart."""
+    reasoning_start: str | None = None
+    """The string that opens a thought (vLLM's ``reasoning_start_str``; default: the parser's)."""
+    reasoning_end: str | None = None
+    """The string the engine writes when the thinking budget is spent (vLLM's ``reasoning_end_str``;
+    default: the parser's end delimiter; may put a phrase before it, e.g. "Time to answer.\n</think>")."""
 
     @model_validator(mode="before")
     @classmethod
@@ -224,6 +234,17 @@ class OpenAIBackendConfig(_Frozen):
     only to servers known to take them (api.openai.com); "always": every request carries its
     derived seed (a server you run with chunked prefill off, or on a GPU); "never": none.
     run.json records which was used."""
+    thinking_budget: Literal["none", "vllm", "sglang"] = "none"
+    """How the server takes a per-request thinking budget, which budget forcing then uses as its cap
+    (one request instead of a cut and a re-prompt): "vllm": the ``thinking_token_budget`` field (a
+    vLLM server started with ``--reasoning-parser`` or ``--reasoning-config``); "sglang":
+    ``custom_params.thinking_budget`` (an SGLang server with ``--enable-strict-thinking`` or its
+    thinking-budget logit processor); "none": the server is not asked. A remote server's support
+    cannot be probed reliably (one that lacks it may ignore the field), so this is your statement
+    about the server; a thought that runs past the budget is counted as ``over_budget``."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    """Sent as ``reasoning_effort`` on every request (OpenAI's reasoning models, and servers that
+    pass it to the chat template): a hint to the model, not a token cap. None: not sent."""
 
     @property
     def sends_seeds(self) -> bool:
@@ -243,6 +264,8 @@ class ScriptedBackendConfig(_Frozen):
     accuracy: float = Field(0.4, ge=0, le=0.9)
     """Probability that one sample carries the gold answer."""
     seed: int = 0
+    thinking: bool = False
+    """Play a thinking model (``<think>`` thought ``</think>`` answer) that honours thinking budgets."""
 
 
 BackendConfig = Annotated[

@@ -66,6 +66,10 @@ class Usage:
     wall_seconds: float = 0.0
     calls: int = 0
     shapes: tuple[RequestShape, ...] = ()
+    reasoning_tokens: int = 0
+    """Of ``completion_tokens``, those inside a thinking section (``<think> ... </think>``), as the
+    engine's reasoning parser or the end-of-thinking delimiter split them; 0 when the model wrote
+    none or the backend cannot tell. The rest of the completion tokens are answer tokens."""
 
     @property
     def total_tokens(self) -> int:
@@ -82,6 +86,7 @@ class Usage:
             wall_seconds=self.wall_seconds + other.wall_seconds,
             calls=self.calls + other.calls,
             shapes=self.shapes + other.shapes,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     @staticmethod

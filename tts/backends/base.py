@@ -63,6 +63,13 @@ class GenerationRequest:
         json_schema: A JSON schema (as JSON text) every sample must match, by the engine's
             structured output (vLLM's ``structured_outputs``, an upstream's ``response_format``);
             None: free text.
+        thinking_budget: The most tokens of the sample's thinking section (``<think> ... </think>``),
+            enforced inside the engine: once the thought reaches it, the engine writes the
+            end-of-thinking delimiter and the model goes on to answer in the same request (vLLM's
+            ``thinking_token_budget``). The thought already in the prompt (an open ``<think>`` in
+            ``continuation``) counts towards it, as vLLM counts it. Backends that can do it say so
+            with a ``supports_thinking_budget`` attribute; others refuse such a request. None: no cap
+            but ``max_tokens``.
 
     Greedy sampling (``temperature == 0``) with ``n > 1`` asks for n copies of one sample:
     backends whose engine refuses that (vLLM) draw one sample and repeat it, counting the tokens
@@ -85,6 +92,7 @@ class GenerationRequest:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     json_schema: str | None = None
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -94,6 +102,8 @@ class GenerationRequest:
             raise ValueError(f"GenerationRequest.n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
             raise ValueError(f"GenerationRequest.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.thinking_budget is not None and self.thinking_budget < 0:
+            raise ValueError(f"GenerationRequest.thinking_budget must be >= 0 (or None), got {self.thinking_budget}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +142,14 @@ class Completion:
                                                                                  compare=False)
     """When ``top_logprobs`` was asked: the most likely tokens at every position as (text, logprob)
     pairs, largest first (OpenAI's ``top_logprobs``)."""
+    reasoning_tokens: int | None = field(default=None, compare=False)
+    """Of ``completion_tokens``, those inside a thinking section (before the end-of-thinking
+    delimiter), when the backend knows the model's delimiters (a reasoning parser or config);
+    None when it cannot tell."""
+    thinking_capped: bool | None = field(default=None, compare=False)
+    """True when the request's ``thinking_budget`` ended the thought (the engine wrote the
+    end-of-thinking delimiter for the model), False when the model ended it or there was no budget,
+    None when the backend cannot tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,13 +219,14 @@ class BackendError(RuntimeError):
 
 def request_usage(
     prompt_tokens: int, cached_tokens: int, completion_tokens: Sequence[int], wall_seconds: float,
-    batch_sequences: int = 0, model: str = "",
+    batch_sequences: int = 0, model: str = "", reasoning_tokens: int = 0,
 ) -> Usage:
     """Usage of one request: the prompt is counted once for its ``n`` samples.
 
     ``batch_sequences`` is the number of sequences of the whole engine call this request was part
     of (0 when unknown), so that the cost model can share each decode step's weight read.
     ``model`` names the model that served it when that is not the run's policy (a PRM, a judge).
+    ``reasoning_tokens``: of the completion tokens, those inside thinking sections.
     """
     lengths = tuple(int(t) for t in completion_tokens)
     return Usage(
@@ -217,6 +236,7 @@ def request_usage(
         wall_seconds=wall_seconds,
         calls=1,
         shapes=(RequestShape(prompt_tokens, cached_tokens, lengths, batch_sequences, model),),
+        reasoning_tokens=reasoning_tokens,
     )
 
 

@@ -21,6 +21,18 @@ with vLLM's ``continue_final_message`` chat extension. Logprobs are always reque
 a request asks for ``top_logprobs``): they give each choice's token count and mean logprob, which
 the usage ledger needs.
 
+Thinking models: a reasoning section that the server returns apart (``reasoning_content`` /
+``reasoning``, from vLLM's ``--reasoning-parser``) is put back in front of the text as
+``<think>...</think>``; each choice's reasoning tokens are counted from its logprob tokens up to the
+end delimiter, and the request's from the server's ``usage.completion_tokens_details`` where it
+sends them. A request's ``thinking_budget`` is sent only when the config says how the server takes
+one (``thinking_budget``: vLLM's ``thinking_token_budget`` or SGLang's
+``custom_params.thinking_budget``); whether a remote server enforces it cannot be probed reliably,
+so ``supports_thinking_budget`` is that setting, not a measurement. Whether the budget ended a
+thought is judged from the choice's reasoning tokens plus the open thought of the prompt, counted
+in words (the server's tokenizer is not at hand): exact for the usual ``<think>\n`` opening,
+approximate after a long re-sent thought.
+
 A server that returns fewer choices than the ``n`` asked for (many hosted APIs and some proxies
 allow only one) is not an error: the backend warns once, then sends such requests as ``n``
 one-sample requests (seeds ``seed + i`` where a seed is given) and merges them, so every strategy
@@ -49,6 +61,7 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
+from tts.backends.thinking import ThoughtSplit, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
     CircuitBreaker,
@@ -60,6 +73,21 @@ from tts.backends.resilience import (
 from tts.config import OpenAIBackendConfig
 
 logger = logging.getLogger(__name__)
+
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
+    """A choice's thinking section from its logprob tokens (see the module docstring)."""
+    reply = req.continuation
+    opened = reply.rfind(_THINK_OPEN)
+    prompt_open = opened >= 0 and reply.rfind(_THINK_CLOSE) < opened
+    split = split_token_texts(tokens, prompt_open, _THINK_OPEN, _THINK_CLOSE)
+    if req.thinking_budget is None or not split.closed:
+        return split
+    in_prompt = text_tokens(reply[opened + len(_THINK_OPEN):]) if prompt_open else 0
+    return ThoughtSplit(split.reasoning_tokens, True, in_prompt + split.reasoning_tokens >= req.thinking_budget)
 
 
 class _Stopped(Exception):
@@ -136,6 +164,12 @@ class OpenAIGenerator:
         """Build from a backend config (problems are not needed)."""
         return cls(config)
 
+    @property
+    def supports_thinking_budget(self) -> bool:
+        """Whether requests' thinking budgets are sent (the config's ``thinking_budget``; see the
+        module docstring: the operator's statement about the server, not a probe)."""
+        return self.config.thinking_budget != "none"
+
     def _call(self, req: GenerationRequest) -> GenerationResult:
         """One HTTP attempt, parsed; a malformed answer raises ``_Malformed``."""
         messages: list[dict[str, str]] = [{"role": m.role, "content": m.content} for m in req.messages]
@@ -165,6 +199,14 @@ class OpenAIGenerator:
         if req.json_schema is not None:
             optional["response_format"] = {"type": "json_schema",
                                            "json_schema": {"name": "response", "schema": json.loads(req.json_schema)}}
+        extra = dict(extra)
+        if req.thinking_budget is not None:
+            if self.config.thinking_budget == "vllm":
+                extra["thinking_token_budget"] = req.thinking_budget
+            else:  # "sglang" (a request with a budget to a server of "none" is refused in generate)
+                extra["custom_params"] = {"thinking_budget": req.thinking_budget}
+        if self.config.reasoning_effort is not None:
+            extra["reasoning_effort"] = self.config.reasoning_effort
         return self.client.chat.completions.create(
             model=self.config.model,
             messages=messages,  # type: ignore[arg-type]
@@ -218,11 +260,14 @@ class OpenAIGenerator:
             if isinstance(reasoning, str) and reasoning:
                 text = f"<think>{reasoning}</think>{text}"
             tokens = tuple(str(t.token) for t in content) if n_tok else None
+            thought = _thought(req, tokens) if tokens else None
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))
                                   for t in content) if req.top_logprobs and n_tok else None)
             completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_lps, first_top,
                                           token_top_logprobs=top_per_token, tokens=tokens,
-                                          token_alternatives=alternatives))
+                                          token_alternatives=alternatives,
+                                          reasoning_tokens=thought.reasoning_tokens if thought else None,
+                                          thinking_capped=thought.capped if thought else None))
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
@@ -232,9 +277,13 @@ class OpenAIGenerator:
             share = usage.completion_tokens // len(completions)
             completions = [Completion(c.text, share, None, c.finish_reason) for c in completions]
         drawn = [c.completion_tokens for c in completions]
+        # The server's own count (its reasoning parser) where it sends one, else the choices' counts.
+        served = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None) if usage else None
+        reasoning = int(served) if served else sum(c.reasoning_tokens or 0 for c in completions)
         if repeat:
             completions = completions * greedy_n
-        return GenerationResult(tuple(completions), request_usage(prompt_tokens, cached, drawn, wall))
+        return GenerationResult(tuple(completions),
+                                request_usage(prompt_tokens, cached, drawn, wall, reasoning_tokens=reasoning))
 
     def _retryable(self, exc: BaseException) -> bool:
         """Whether another attempt may succeed: timeouts, dropped connections, 408/409/429/5xx, malformed answers."""
@@ -392,6 +441,10 @@ class OpenAIGenerator:
         """
         if not requests:
             return []
+        if not self.supports_thinking_budget and any(r.thinking_budget is not None for r in requests):
+            raise BackendError(f"a request asks for a thinking budget, but this backend's thinking_budget is 'none' (the "
+                               f"server at {self.config.base_url} is not asked for one); set thinking_budget to 'vllm' "
+                               "or 'sglang' if the server enforces one, or leave the budget out")
         call = _Call()
         start = time.perf_counter()
         futures = [self._pool.submit(self._one, r, call) for r in requests]

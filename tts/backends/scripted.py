@@ -52,6 +52,11 @@ the judge is informative (right answers get higher P(Yes) on average) but noisy.
 first-token top logprobs (``top_logprobs``) put ``verdict_mass`` on "Yes"/"No"; sampled
 verdicts end in "Yes." or "No." (greedy: the likelier one). Other requests get no first-token
 alternatives.
+
+With ``thinking=True`` it plays a thinking model: replies are ``<think>`` thought ``</think>``
+answer, with their reasoning tokens counted apart, and a request's ``thinking_budget`` is honoured
+as vLLM's engine honours it (:mod:`tts.backends.scripted_thinking`; chains and verdicts are
+answered as without it). Without it, a request with a ``thinking_budget`` is refused.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
+from tts.backends.scripted_thinking import thinking_sample
 from tts.types import Problem
 
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
@@ -178,6 +184,7 @@ class ScriptedGenerator:
         chains: ``key -> (start, ops)``: problems worked out step by step (see the module
             docstring); ``ops`` are arithmetic suffixes ("+ 5", "* 2").
         step_accuracy: Probability that one step of a chain is right.
+        thinking: Play a thinking model that honours ``thinking_budget`` (module docstring).
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -201,6 +208,7 @@ class ScriptedGenerator:
         step_tokens: int = 30,
         chains: Mapping[str, tuple[int, Sequence[str]]] | None = None,
         step_accuracy: float = 0.8,
+        thinking: bool = False,
     ) -> None:
         if not 0.0 <= verdict_mass <= 1.0:
             raise ValueError(f"verdict_mass must be in [0, 1], got {verdict_mass}")
@@ -210,6 +218,7 @@ class ScriptedGenerator:
             raise ValueError(f"step_accuracy must be in [0, 1], got {step_accuracy}")
         self.chains = {k: (start, tuple(ops)) for k, (start, ops) in (chains or {}).items()}
         self.step_accuracy = step_accuracy
+        self.thinking = thinking
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
             total = sum(dist.values())
@@ -253,7 +262,22 @@ class ScriptedGenerator:
     @classmethod
     def from_config(cls, config: Any, problems: Sequence[Problem] = ()) -> ScriptedGenerator:
         """Build from a ScriptedBackendConfig: distributions from the problems' gold answers."""
-        return cls.for_problems(problems, accuracy=config.accuracy, seed=config.seed, model_name=config.model)
+        return cls.for_problems(problems, accuracy=config.accuracy, seed=config.seed, model_name=config.model,
+                                thinking=config.thinking)
+
+    @property
+    def supports_thinking_budget(self) -> bool:
+        """A request's ``thinking_budget`` is honoured (emulated) when the backend plays a thinking model."""
+        return self.thinking
+
+    def _thinking_sample(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float],
+                         rng: random.Random) -> Completion:
+        """A thinking model's sample (:func:`tts.backends.scripted_thinking.thinking_sample`), with logprobs."""
+        comp, tokens = thinking_sample(req, answer, rng, self.mean_tokens, _FILLER)
+        if not (req.logprobs and self.returns_logprobs):
+            return comp
+        mean_lp = self._mean_logprob(answer, dist, rng)
+        return dataclasses.replace(comp, mean_logprob=mean_lp, token_logprobs=_token_logprobs(mean_lp, tokens, rng))
 
     def _draw(self, dist: Mapping[str, float], rng: random.Random) -> str | None:
         u = rng.random()
@@ -275,6 +299,8 @@ class ScriptedGenerator:
             return self._close_box(req, answer, dist, rng)
         if req.key in self.chains:
             return self._chain_sample(req, rng)
+        if self.thinking:
+            return self._thinking_sample(req, answer, dist, rng)
         # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
         if req.continuation:
@@ -479,6 +505,9 @@ class ScriptedGenerator:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Sample every request; usage counts a repeated prompt as cached (like prefix caching)."""
+        if not self.thinking and any(r.thinking_budget is not None for r in requests):
+            raise ValueError("the scripted backend honours thinking_budget only as a thinking model: build it with "
+                             "thinking=True, or leave the request's thinking_budget None")
         results = []
         for req in requests:
             start = time.perf_counter()
@@ -499,6 +528,7 @@ class ScriptedGenerator:
                 [c.completion_tokens for c in completions],
                 time.perf_counter() - start,
                 batch_sequences=sum(r.n for r in requests),
+                reasoning_tokens=sum(c.reasoning_tokens or 0 for c in completions),
             )
             results.append(GenerationResult(completions, usage))
         return results

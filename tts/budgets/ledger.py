@@ -33,6 +33,7 @@ def usage_from_json(data: Mapping[str, Any]) -> Usage:
         wall_seconds=float(data.get("wall_seconds", 0.0)),
         calls=int(data.get("calls", 0)),
         shapes=shapes,
+        reasoning_tokens=int(data.get("reasoning_tokens", 0)),
     )
 
 
@@ -44,6 +45,14 @@ class LedgerEntry:
     problems: int
     cost: Cost
     wall_seconds: float
+    reasoning_tokens: int = 0
+    """Of the generated tokens, those inside thinking sections (``Usage.reasoning_tokens``); the
+    rest are answer tokens. Priced alike: a reasoning token costs what any generated token costs."""
+
+    @property
+    def answer_tokens(self) -> int:
+        """Generated tokens outside thinking sections."""
+        return self.cost.generated_tokens - self.reasoning_tokens
 
     @property
     def per_problem(self) -> Cost:
@@ -89,10 +98,12 @@ def price_usages(items: Iterable[tuple[str, Usage]], cost_model: CostModel) -> d
 
     costs: dict[str, list[Cost]] = {}
     walls: dict[str, float] = {}
+    reasoning: dict[str, int] = {}
     for config, usage in items:
         costs.setdefault(config, []).append(price(usage))
         walls[config] = walls.get(config, 0.0) + usage.wall_seconds
-    return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k]) for k, v in costs.items()}
+        reasoning[config] = reasoning.get(config, 0) + usage.reasoning_tokens
+    return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k], reasoning[k]) for k, v in costs.items()}
 
 
 def cost_model_for(model: str, gpu: str) -> CostModel:

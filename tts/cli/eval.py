@@ -329,8 +329,13 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
     ungraded = any(s.ungraded for s in result.summaries)
     events = any(s.events for s in result.summaries)
+    # Tokens inside thinking sections (Usage.reasoning_tokens), per problem: a column only when a model thought.
+    reasoning: dict[str, int] = {}
+    for r in result.rows:
+        reasoning[r.config] = reasoning.get(r.config, 0) + r.usage.reasoning_tokens
+    thought = any(reasoning.values())
     cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer"] + (["ungraded"] if ungraded else []) + (
-        ["events"] if events else []) + ["tokens/pb"]
+        ["events"] if events else []) + ["tokens/pb"] + (["reasoning tok/pb"] if thought else [])
     if ledger:
         cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
     cols.append("time s")
@@ -346,6 +351,7 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
             *([str(s.ungraded)] if ungraded else []),
             *([str(sum(s.events.values()))] if events else []),
             f"{s.tokens_per_problem:,.0f}",
+            *([f"{reasoning.get(s.config, 0) / max(s.problems, 1):,.0f}"] if thought else []),
         ]
         if ledger:
             per = ledger[s.config].per_problem
@@ -362,6 +368,10 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
     console.print("pass@n: a correct answer among the n samples (coverage); /pb: per problem; "
                   f"{gpu} s: roofline seconds predicted by the cost model; {timed}" if ledger else
                   f"pass@n: a correct answer among the n samples (coverage); /pb: per problem; {timed}")
+    if thought:
+        console.print("reasoning tok: of the generated tokens, those inside thinking sections (<think>...</think>, as "
+                      "the backend's reasoning parser or delimiter split them); the rest of tokens/pb is prompt and "
+                      "answer tokens.")
     if why:
         console.print(why)
     if events:
