@@ -440,12 +440,13 @@ class StepScorer:
 
     def score(self, states: Sequence[StepState]) -> list[VerifierScore | None]:
         """Scores of the non-empty states (None for empty steps), in order."""
-        # StepState.empty, inlined: this runs once per generated step.
-        todo = [s for s in states if not s.depth or s.step.strip()]
-        if not todo:
+        # VerifyItem(problem, steps, finished, logprobs) of the states that are not empty
+        # (StepState.empty, inlined: this runs once per generated step).
+        make = _verify_item
+        items = [make(s.problem, s.steps, s.finished, s.logprobs) for s in states if not s.depth or s.step.strip()]
+        if not items:
             return [None] * len(states)
-        make = _verify_item  # VerifyItem(problem, steps, finished, logprobs), without its frozen constructor
-        items = [make(s.problem, s.steps, s.finished, s.logprobs) for s in todo]
+        todo = states if len(items) == len(states) else [s for s in states if not s.depth or s.step.strip()]
         self.calls += 1
         scores = self.verifier.score(items)
         if len(scores) != len(items):
