@@ -221,10 +221,11 @@ class BudgetForcing(Strategy):
         opener = c.think_start.strip()
         if opener and head.startswith(opener):  # a backend that puts a parsed-out thought back opens it
             head = head[len(opener):]
+        tokens = comp.completion_tokens
         if comp.reasoning_tokens is not None:
             tokens = comp.reasoning_tokens
-        else:  # the backend cannot count: share the tokens by characters
-            tokens = round(comp.completion_tokens * len(head) / max(len(comp.text), 1)) if sep else comp.completion_tokens
+        elif sep:  # the backend cannot count: share the tokens by characters
+            tokens = round(comp.completion_tokens * len(head) / max(len(comp.text), 1))
         t.text, t.tokens = head, tokens
         t.segments.append({"kind": "think", "text": head, "tokens": tokens})
         if sep:
@@ -298,8 +299,8 @@ class BudgetForcing(Strategy):
                  + c.think_end + (c.answer_prefix if self._forced(t) else "") for t in thoughts]
         asked = [k for k, t in enumerate(thoughts) if t.reply is None]
         answered = self.generator.generate([
-            self._request(problems[thoughts[k].problem], heads[k], 1, c.answer_tokens, f"{thoughts[k].index}|answer", ())
-            for k in asked]) if asked else []
+            self._request(problems[thoughts[k].problem], heads[k], 1, c.answer_tokens, f"{thoughts[k].index}|answer",
+                          ()) for k in asked]) if asked else []
         replies: list[tuple[Completion, Usage | None]] = [(t.reply, None) for t in thoughts]  # type: ignore[misc]
         for k, result in zip(asked, answered, strict=True):
             replies[k] = (result.completions[0], result.usage)
