@@ -45,7 +45,8 @@ def test_the_generator_is_seeded_cycles_through_the_lengths_and_its_gold_is_the_
     assert [p.metadata["k"] for p in a[:16]] == [*range(1, 9)] * 2
     for p in a:
         assert len(p.metadata["ops"].split(";")) == p.metadata["k"]
-        assert p.question.count(".") == p.metadata["k"] + 1  # "Start with s." and one sentence per step
+        lines = p.question.splitlines()  # "Start with s.", one numbered line per operation, the question
+        assert len(lines) == p.metadata["k"] + 2 and lines[-2].startswith(f"{p.metadata['k']}. ")
         assert int(p.answer) == _replay(p)
 
 
@@ -69,7 +70,8 @@ def test_the_prompt_writes_one_equation_per_step_at_the_search_separator_and_the
     for question, solution in CHAINS_PROMPT.few_shot:
         steps = solution.split(STEP_SEPARATOR)
         assert steps[-1].startswith("The answer is ") and all(s.count("=") == 1 for s in steps[:-1])
-        assert len(steps) - 1 == question.count(".") - 1
+        assert [s.split(".")[0] for s in steps[:-1]] == [str(i) for i in range(1, len(steps))]
+        assert len(steps) + 1 == len(question.splitlines())
         score = verifier.score([VerifyItem(Problem("x", question), tuple(steps), finished=True)])[0]
         assert score.step_scores[:-1] == (1.0,) * (len(steps) - 1) and score.score == 1.0
         assert score.step_scores[-1] == ArithmeticConfig().neutral  # the answer line states no equality
@@ -77,7 +79,7 @@ def test_the_prompt_writes_one_equation_per_step_at_the_search_separator_and_the
 
 
 def test_the_verifier_scores_a_wrong_step_zero_and_the_rest_one():
-    steps = ("7 + 5 = 12", "12 * 2 = 25", "25 - 3 = 22", "The answer is 22.")
+    steps = ("1. 7 + 5 = 12", "2. 12 * 2 = 25", "3. 25 - 3 = 22", "The answer is 22.")
     score = ArithmeticVerifier().score([VerifyItem(Problem("x", "q"), steps, finished=True)])[0]
     assert score.step_scores == (1.0, 0.0, 1.0, 0.5) and score.score == 0.0
 
@@ -113,8 +115,8 @@ def test_the_scripted_model_works_chains_out_with_slips_at_its_step_accuracy():
             assert len(steps) == 6 and c.finish_reason == "stop"
             right += extract_answer(c.text) == problem.answer
             value = problem.metadata["start"]
-            for op, step in zip(problem.metadata["ops"].split(";"), steps, strict=False):
-                expected = f"{value} {op} = {format(float(exact_value(f'{value} {op}')), 'g')}"
+            for i, (op, step) in enumerate(zip(problem.metadata["ops"].split(";"), steps, strict=False), start=1):
+                expected = f"{i}. {value} {op} = {format(float(exact_value(f'{value} {op}')), 'g')}"
                 steps_total += 1
                 steps_right += step == expected
                 if step != expected:
@@ -131,11 +133,11 @@ def test_the_scripted_model_continues_a_partial_chain_one_step_at_a_time():
     ops = problem.metadata["ops"].split(";")
     gen = ScriptedGenerator.for_problems([problem], step_accuracy=1.0)
     start = problem.metadata["start"]
-    first = f"{start} {ops[0]} = 99"  # a slip: the continuation carries 99 on
+    first = f"1. {start} {ops[0]} = 99"  # a slip: the continuation carries 99 on
     result = gen.generate([_chain_request(problem, 2, first + STEP_SEPARATOR, stop=(STEP_SEPARATOR,))])[0]
     for c in result.completions:
-        assert c.text == f"99 {ops[1]} = {int(exact_value(f'99 {ops[1]}'))}" and not c.ended_by_eos
-    done = first + STEP_SEPARATOR + "1 + 1 = 2" + STEP_SEPARATOR + "2 + 1 = 3" + STEP_SEPARATOR
+        assert c.text == f"2. 99 {ops[1]} = {int(exact_value(f'99 {ops[1]}'))}" and not c.ended_by_eos
+    done = first + STEP_SEPARATOR + "2. 1 + 1 = 2" + STEP_SEPARATOR + "3. 2 + 1 = 3" + STEP_SEPARATOR
     last = gen.generate([_chain_request(problem, 1, done, stop=(STEP_SEPARATOR,))])[0].completions[0]
     assert last.text == "The answer is 3." and last.ended_by_eos
 

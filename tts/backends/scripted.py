@@ -23,7 +23,7 @@ takes on the real engine:
   forced answer) gets the answer and the closing brace.
 
 Chains of operations (problems whose metadata holds ``start`` and ``ops``, as the ``chains``
-benchmark's do) are worked out instead of drawn: one equation per step ("12 * 2 = 24"), steps
+benchmark's do) are worked out instead of drawn: one numbered equation per step ("2. 12 * 2 = 24"), steps
 separated by blank lines, then "The answer is N." Each step slips with probability
 ``1 - step_accuracy``, half the time by misstating the result (a false equality, which the
 arithmetic verifier catches) and half by applying the wrong operation correctly (a true equality
@@ -364,7 +364,7 @@ class ScriptedGenerator:
                     op = rng.choice([o for o in ("+ 1", "+ 2", "- 1", "* 2", "+ 3") if o != op])
                     new = said = _apply(value, op)
                     slipped = True
-                steps.append(f"{_number(value)} {op} = {_number(said)}")
+                steps.append(f"{len(done) + len(steps) + 1}. {_number(value)} {op} = {_number(said)}")
                 value = new
             steps.append(f"The answer is {_number(value)}.")
         lead = STEP_SEPARATOR if req.continuation and not req.continuation.endswith(STEP_SEPARATOR) and steps else ""

