@@ -355,6 +355,9 @@ def describe_engine(config: VLLMBackendConfig) -> dict[str, Any]:
         "batch_invariant_kernels": on_gpu and config.deterministic and _gpu_has_batch_invariant_kernels(),
         "max_model_len": config.max_model_len,
     }
+    if config.reasoning_parser or config.reasoning_start or config.reasoning_end:  # a thinking model's delimiters
+        info["reasoning"] = {"parser": config.reasoning_parser, "start": config.reasoning_start,
+                             "end": config.reasoning_end, "thinking_budget": has_thinking_budget()}
     if on_gpu:
         import torch
 
