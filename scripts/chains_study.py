@@ -7,8 +7,10 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
    best-of-N / weighted vote by mean logprob, at n = 4 and 16.
 2. ``search``: step-wise searches on the test problems with the arithmetic verifier: every
    ``--searches`` strategy at each ``--search-n``, at noise 0 and at ``--noise``.
-3. ``cal``: auto's calibration on OTHER chains (seed 1): a sweep of self_consistency, best_of_n
-   and weighted_vote at n = 16, and the ``--escalate-search`` run to escalate to.
+3. ``cal``: auto's calibration on OTHER chains (seed 1): self_consistency, best_of_n and
+   weighted_vote at n = 16 (one draw, logprobs on), and the options auto may escalate a problem
+   to after its pilot: the ``--escalate-search`` search and best-of-N / weighted vote by the
+   arithmetic verifier, each at n = 16.
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
    uncached prompt) that ``--budget-from`` spent there, with ``--escalate``.
 5. ``report``: ``tts plot --by k`` over every test run (figures and the per-k table), then auto
@@ -77,9 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--step", choices=("sample", "search", "cal", "auto", "report"), required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 7], help="chain lengths k")
-    parser.add_argument("--problems", type=int, default=210, help="test problems (seed 0), cycling the levels")
-    parser.add_argument("--cal-problems", type=int, default=90, help="calibration problems (seed 1)")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
+    parser.add_argument("--problems", type=int, default=200, help="test problems (seed 0), cycling the levels")
+    parser.add_argument("--cal-problems", type=int, default=100, help="calibration problems (seed 1)")
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--noise", type=float, default=0.3)
@@ -107,7 +109,8 @@ def main() -> None:
     elif args.step == "cal":
         _eval(args, out / "cal", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")],
               seed=1, limit=args.cal_problems)
-        _eval(args, out / f"cal_{args.escalate_search}", [_search(args.escalate_search, n, 0.0) for n in args.search_n],
+        verified = [{"kind": k, "n": 16, "verifier": _arith(0.0)} for k in ("best_of_n", "weighted_vote")]
+        _eval(args, out / "cal_escalate", [_search(args.escalate_search, n, 0.0) for n in args.search_n] + verified,
               seed=1, limit=args.cal_problems)
     elif args.step == "auto":
         runs = [p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto"))]
@@ -119,7 +122,7 @@ def main() -> None:
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
             "" if args.switch_z is None else f"_z{args.switch_z:g}")
         extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / "cal"),
-                 "--escalate", str(out / f"cal_{args.escalate_search}")]
+                 "--escalate", str(out / "cal_escalate")]
         if args.switch_z is not None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
         run = out / name

@@ -100,3 +100,18 @@ def test_auto_escalates_contested_problems_and_pays_for_pilot_and_search(tmp_pat
         assert sum(s.trace.notes["pilot_votes"].values()) <= 4  # the pilot is recorded, not voted
         assert s.usage.calls >= 2  # the pilot's call and the search's
         assert s.trace.notes["spent"] == s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens
+
+
+def test_sampling_configs_with_a_verifier_are_escalation_options_and_plain_ones_are_not(tmp_path: Path) -> None:
+    # best_of_n by the arithmetic tool is not on the allocator's logprob curves, so it is an option;
+    # self_consistency@4 (no verifier) is, so it is left to the curves.
+    run = _write_search_run(tmp_path / "run", lambda p: True, label="best_of_n@16,verifier=arithmetic")
+    rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["config"].startswith("best_of_n"):
+            r["strategy"] = {"kind": "best_of_n", "n": 16, "verifier": {"kind": "arithmetic"}}
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (found,) = read_escalation_runs(run)
+    assert found.label == "best_of_n@16,verifier=arithmetic" and found.strategy["verifier"] == {"kind": "arithmetic"}
+    with pytest.raises(CalibrationError, match="no graded config 'self_consistency@4'"):
+        read_escalation_runs(run, only="self_consistency@4")

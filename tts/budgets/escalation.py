@@ -42,7 +42,14 @@ from tts.budgets.strategy_curves import SWITCH_Z, rule_outcomes
 logger = logging.getLogger(__name__)
 
 SAMPLING_KINDS = frozenset({"self_consistency", "best_of_n", "weighted_vote"})
-"""Strategies the cross-strategy allocator already covers with per-n curves (no escalation)."""
+"""Strategies the cross-strategy allocator already covers with per-n curves (no escalation),
+unless they score with a verifier: the allocator's curves score by mean logprob, so best-of-N or
+a weighted vote by a verifier (a PRM, the arithmetic tool) is an escalation option like a search."""
+
+
+def _covered_by_curves(strategy: dict[str, Any]) -> bool:
+    """Whether the allocator's own per-n curves already cover this config (sampling, no verifier)."""
+    return strategy.get("kind") in SAMPLING_KINDS and not strategy.get("verifier")
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def read_escalation_runs(source: str | Path, only: str | None = None) -> list[Es
     for row in rows:
         label, strat = str(row.get("config")), dict(row.get("strategy") or {})
         seen.add(label)
-        if strat.get("kind") in SAMPLING_KINDS or strat.get("kind") == "auto" or (only and label != only):
+        if _covered_by_curves(strat) or strat.get("kind") == "auto" or (only and label != only):
             continue
         if row.get("correct") is None:
             continue  # ungraded rows cannot calibrate
