@@ -105,6 +105,7 @@ VERIFIERS = Registry(
     "verifier",
     {
         "arithmetic": "tts.verifiers.arithmetic:ArithmeticVerifier",
+        "chain": "tts.verifiers.chain_check:ChainCheckVerifier",
         "logprob": "tts.verifiers.confidence:LogprobVerifier",
         "self_certainty": "tts.verifiers.self_certainty:SelfCertaintyVerifier",
         "judge": "tts.verifiers.judge:LLMJudge",

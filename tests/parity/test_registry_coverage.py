@@ -30,6 +30,10 @@ EXEMPT: dict[str, str] = {
         "runs a user-written collaboration graph; the graph, not tts, defines the algorithm "
         "(roles are tested in tests/graphs/)"
     ),
+    "verifier:chain": (
+        "tts's own tool verifier for its chains benchmark (checks each step against the question's "
+        "operations); no paper defines it; its rules are tested in tests/verifiers/test_chain_check.py"
+    ),
     "verifier:rm": (
         "outcome reward models are scored as their model reads them (an adapter's data); no "
         "reference implementation's scoring is reproduced, and the shipped qwen2.5-math-rm layout "

@@ -33,6 +33,7 @@ fast with larger operands.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -75,6 +76,33 @@ def question(start: int, ops: Sequence[str]) -> str:
     """The question of a chain: "Start with 7.", the operations numbered one per line, "What is the result?"."""
     return "\n".join([f"Start with {start}.", *(f"{i}. {_phrase(op)}" for i, op in enumerate(ops, start=1)),
                       "What is the result?"])
+
+
+_START = re.compile(r"^Start with (\d+)\.$")
+_OP_LINE = re.compile(r"^(\d+)\. (.+)$")
+_FROM_PHRASE = {"Double it.": "* 2", "Triple it.": "* 3", "Halve it.": "/ 2"}
+_FROM_WORDS = ((re.compile(r"^Add (\d+)\.$"), "+"), (re.compile(r"^Take away (\d+)\.$"), "-"))
+
+
+def parse_question(text: str) -> tuple[int, tuple[str, ...]] | None:
+    """The start value and operations of a chain question (:func:`question`'s inverse), or None
+    when ``text`` is not one."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    start = _START.match(lines[0]) if lines else None
+    if start is None or len(lines) < 3 or lines[-1] != "What is the result?":
+        return None
+    ops = []
+    for i, line in enumerate(lines[1:-1], start=1):
+        m = _OP_LINE.match(line)
+        if m is None or int(m.group(1)) != i:
+            return None
+        phrase = m.group(2)
+        op = _FROM_PHRASE.get(phrase) or next((f"{sign} {w.group(1)}" for pattern, sign in _FROM_WORDS
+                                               if (w := pattern.match(phrase))), None)
+        if op is None:
+            return None
+        ops.append(op)
+    return int(start.group(1)), tuple(ops)
 
 
 CHAINS_PROMPT = PromptTemplate(

@@ -30,7 +30,6 @@ decimal with d places matches a value within half a unit of its last place ("10 
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from pydantic import Field
 from tts.answers.exact import NotPlainArithmetic as _Unreadable
 from tts.answers.exact import exact_value
 from tts.config import VerifierConfigBase
-from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score
+from tts.verifiers.base import VerifierScore, VerifyItem, aggregate, clean_score, noise_flips
 
 
 class ArithmeticConfig(VerifierConfigBase):
@@ -311,19 +310,13 @@ class ArithmeticVerifier:
         """Build from a config; the generator is not used (the tool needs no model)."""
         return cls(config)
 
-    def _flipped(self, item: VerifyItem, upto: int) -> bool:
-        """Whether the noise flips the score of step ``upto`` of ``item`` (seeded, see ``noise``)."""
-        key = "\x1f".join((str(self.config.noise_seed), item.problem.id, *item.steps[: upto + 1]))
-        draw = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") / 2**64
-        return draw < self.config.noise
-
     def _score_one(self, item: VerifyItem) -> VerifierScore:
         c = self.config
         steps, checked, invalid = [], [], 0
         for at, text in enumerate(item.steps):
             has_checks = bool(_equalities(text, c.running_chains, c.decimal_rounding))
             value, bad = clean_score(step_score(text, c.neutral, c.running_chains, c.decimal_rounding))
-            if has_checks and c.noise and self._flipped(item, at):
+            if has_checks and noise_flips(c.noise_seed, item, at, c.noise):
                 value = 1.0 - value
             invalid += bad
             steps.append(value)

@@ -10,6 +10,7 @@ one broken verifier call cannot decide a search.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
@@ -131,3 +132,17 @@ def build_verifier(config: object, generator: object) -> Verifier:
     from tts.registry import VERIFIERS
 
     return VERIFIERS.load(config.kind).from_config(config, generator)  # type: ignore[attr-defined]
+
+
+def noise_flips(seed: int, item: VerifyItem, upto: int, rate: float) -> bool:
+    """Whether a verifier's seeded noise flips its score of step ``upto`` of ``item``.
+
+    A function of the seed, the problem and the solution up to that step, so a step scored twice
+    gets the same score, as from a deterministic model; used by tool verifiers' ``noise`` knob to
+    emulate process verifiers of lower quality.
+    """
+    if rate <= 0.0:
+        return False
+    key = "\x1f".join((str(seed), item.problem.id, *item.steps[: upto + 1]))
+    draw = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") / 2**64
+    return draw < rate
