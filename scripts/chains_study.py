@@ -3,10 +3,10 @@
 Each step is one or more ``tts`` commands (resumable: rerun a step to finish it); run them in order.
 
 1. ``sample``: one shared draw of 16 samples per test problem, scored as self-consistency,
-   best-of-N and weighted vote by the arithmetic verifier (noise 0 and ``--noise``), and
-   best-of-N / weighted vote by mean logprob, at n = 4 and 16.
-2. ``search``: step-wise searches on the test problems with the arithmetic verifier: every
-   ``--searches`` strategy at each ``--search-n``, at noise 0 and at ``--noise``.
+   best-of-N and weighted vote by ``--verifier`` (noise 0 and ``--noise``), and (arithmetic
+   only) best-of-N / weighted vote by mean logprob, at n = 4 and 16.
+2. ``search``: step-wise searches on the test problems with ``--verifier``: every ``--searches``
+   strategy at each ``--search-n``, at noise 0 (or ``--noise`` with ``--noisy-searches``).
 3. ``cal``: auto's calibration on OTHER chains (seed 1): self_consistency, best_of_n and
    weighted_vote at n = 16 (one draw, logprobs on), and the options auto may escalate a problem
    to after its pilot: the ``--escalate-search`` search and best-of-N / weighted vote by the
@@ -64,15 +64,19 @@ def _eval(args: argparse.Namespace, out: Path, strategies: list[dict], seed: int
     _tts("eval", "--config", str(config), "--out", str(out), *extra)
 
 
+def _verifier(kind: str, noise: float) -> dict:
+    return {"kind": kind, "noise": noise} if noise else {"kind": kind}
+
+
 def _arith(noise: float) -> dict:
-    return {"kind": "arithmetic", "noise": noise} if noise else {"kind": "arithmetic"}
+    return _verifier("arithmetic", noise)
 
 
 SEARCH_KNOBS = {"beam": {"max_depth": 12}, "dvts": {"max_depth": 12}, "lookahead": {"max_depth": 12}}
 
 
-def _search(name: str, n: int, noise: float) -> dict:
-    return {"kind": name, "n": n, "verifier": _arith(noise), **SEARCH_KNOBS.get(name, {})}
+def _search(name: str, n: int, noise: float, verifier: str = "arithmetic") -> dict:
+    return {"kind": name, "n": n, "verifier": _verifier(verifier, noise), **SEARCH_KNOBS.get(name, {})}
 
 
 def main() -> None:
@@ -85,6 +89,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--noise", type=float, default=0.3)
+    parser.add_argument("--verifier", choices=("arithmetic", "chain"), default="arithmetic",
+                        help="the process verifier: the arithmetic tool (sees false equalities only) or the chain "
+                             "checker (every wrong step: a perfect PRM on chains)")
     parser.add_argument("--searches", nargs="+", default=["beam", "rebase", "particle_filtering"])
     parser.add_argument("--search-n", type=int, nargs="+", default=[16])
     parser.add_argument("--noisy-searches", action="store_true", help="--step search: the noisy verifier runs only")
@@ -97,21 +104,23 @@ def main() -> None:
         strategies = [{"kind": "self_consistency", "n": n} for n in (4, 16)]
         for n in (4, 16):
             for noise in (0.0, args.noise):
-                strategies += [{"kind": k, "n": n, "verifier": _arith(noise)} for k in ("best_of_n", "weighted_vote")]
-            strategies += [{"kind": k, "n": n} for k in ("best_of_n", "weighted_vote")]  # by mean logprob
-        _eval(args, out / "sample", strategies)
+                strategies += [{"kind": k, "n": n, "verifier": _verifier(args.verifier, noise)}
+                               for k in ("best_of_n", "weighted_vote")]
+            if args.verifier == "arithmetic":
+                strategies += [{"kind": k, "n": n} for k in ("best_of_n", "weighted_vote")]  # by mean logprob
+        _eval(args, out / ("sample" if args.verifier == "arithmetic" else f"sample_{args.verifier}"), strategies)
     elif args.step == "search":
         noises = [args.noise] if args.noisy_searches else [0.0]
         for name in args.searches:
             for noise in noises:
-                run = out / f"{name}{'_noisy' if noise else ''}"
-                _eval(args, run, [_search(name, n, noise) for n in args.search_n])
+                run = out / f"{name}{'' if args.verifier == 'arithmetic' else '_' + args.verifier}{'_noisy' if noise else ''}"
+                _eval(args, run, [_search(name, n, noise, args.verifier) for n in args.search_n])
     elif args.step == "cal":
         _eval(args, out / "cal", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")],
               seed=1, limit=args.cal_problems)
-        verified = [{"kind": k, "n": 16, "verifier": _arith(0.0)} for k in ("best_of_n", "weighted_vote")]
-        _eval(args, out / "cal_escalate", [_search(args.escalate_search, n, 0.0) for n in args.search_n] + verified,
-              seed=1, limit=args.cal_problems)
+        verified = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
+        _eval(args, out / "cal_escalate", [_search(args.escalate_search, n, 0.0, args.verifier) for n in args.search_n]
+              + verified, seed=1, limit=args.cal_problems)
     elif args.step == "auto":
         runs = [p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto"))]
         rows = [r for run in runs for r in _rows(run) if r["config"] == args.budget_from]
