@@ -307,3 +307,19 @@ def test_a_token_level_reward_head_is_read_at_the_last_token(tiny_prm, server):
         [score] = rm.score([_item(STEPS)])
         n = len(rm.encode(_item(STEPS)))
     assert score.score == pytest.approx(0.01 * ((n - 1) % 50))
+
+
+def test_outcome_rm_adapters_by_name_or_inline_and_what_they_refuse():
+    cfg = parse_verifier_config({"kind": "rm", "model": "Skywork/Skywork-Reward-Llama-3.1-8B-v0.2"})
+    assert cfg.adapter.name == "chat" and cfg.adapter.task == "classify" and cfg.backend.kind == "vllm"
+    assert parse_verifier_config({"kind": "rm", "model": "m", "adapter": "qwen2.5-math-rm"}).adapter.task \
+        == "token_classify"
+    inline = parse_verifier_config({"kind": "rm", "model": "m", "adapter": {"template": "Q: {question}\nA: {solution}",
+                                                                            "positive_index": 0}})
+    assert inline.adapter.column(2) == 0 and cfg.adapter.column(1) == 0 and cfg.adapter.column(2) == 1
+    with pytest.raises(ValueError, match="unknown reward-model adapter 'skywork'; choose one of chat, qwen2.5-math-rm"):
+        parse_verifier_config({"kind": "rm", "model": "m", "adapter": "skywork"})
+    with pytest.raises(ValueError, match=r"must hold \{question\} and \{solution\}"):
+        parse_verifier_config({"kind": "rm", "model": "m", "adapter": {"template": "{question} {answer}"}})
+    with pytest.raises(ValueError, match="model"):
+        parse_verifier_config({"kind": "rm"})  # no default model: name the reward model

@@ -69,7 +69,8 @@ class PoolingServerConfig(BaseModel):
     """Server URL, as for the generation backend (up to and including /v1); the pooling route
     ``/pooling`` is at the server's root, so a trailing /v1 is dropped for it."""
     api_key: str = "EMPTY"
-    """API key; local vLLM servers accept anything (a server started with --api-key checks it)."""
+    """API key; local vLLM servers accept anything (a server started with --api-key checks it). A
+    run saves its config, key included: prefer ``api_key_env``."""
     api_key_env: str | None = None
     """Name of an environment variable holding the API key (keeps the key out of config files);
     takes precedence over ``api_key``."""

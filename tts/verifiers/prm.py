@@ -1,4 +1,4 @@
-"""Trained process reward models (PRMs) on a vLLM pooling engine that the verifier owns.
+"""Trained process reward models (PRMs) on a vLLM pooling engine the verifier owns, or on a vLLM server.
 
 Each :class:`PRMVerifier` starts one engine with vLLM's pooling runner and step pooling
 (``PoolerConfig(tok_pooling_type="STEP", step_tag_id=...)``): a forward pass over the rendered
@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 
 class PRMVerifierConfig(VerifierConfigBase):
-    """A trained process reward model served by its own vLLM pooling engine."""
+    """A trained process reward model on its own vLLM pooling engine (default) or on a vLLM server."""
 
     kind: Literal["prm"] = "prm"
     model: str = Field("Qwen/Qwen2.5-Math-PRM-7B", min_length=1)
@@ -365,4 +365,6 @@ class PRMVerifier:
         self.close()
 
     def __repr__(self) -> str:
-        return f"PRMVerifier({self.config.model!r}, {self.config.adapter.name!r}, {'closed' if self.closed else 'open'})"
+        where = self.config.backend.base_url if self.remote else "in process"  # type: ignore[union-attr]
+        state = "closed" if self.closed else "open"
+        return f"PRMVerifier({self.config.model!r}, {self.config.adapter.name!r}, {where}, {state})"

@@ -48,6 +48,17 @@ def _fields(template: str, what: str) -> list[str]:
                          "as {{ and }}") from None
 
 
+def check_prompt_template(template: str | None) -> None:
+    """Refuse a prompt template without ``{question}`` and ``{solution}`` or with other fields
+    (``{system}`` is allowed); None (the tokenizer's chat template) passes."""
+    if template is None:
+        return
+    fields = _fields(template, "template")
+    if "question" not in fields or "solution" not in fields or set(fields) - _PROMPT_FIELDS:
+        raise ValueError(f"template {template!r} must hold {{question}} and {{solution}} (and may hold {{system}}); "
+                         "or set template to null to use the tokenizer's chat template")
+
+
 class PRMAdapter(BaseModel):
     """How to talk to one PRM family: rendering and score reading, all data.
 
@@ -90,11 +101,7 @@ class PRMAdapter(BaseModel):
         if step_fields.count("step") != 1 or step_fields.count("tag") != 1 or set(step_fields) - _STEP_FIELDS:
             raise ValueError(f"step_template {self.step_template!r} must hold {{step}} and {{tag}} exactly once "
                              f"and nothing else but {{index}}, e.g. 'Step {{index}}: {{step}} {{tag}}'")
-        if self.template is not None:
-            prompt_fields = _fields(self.template, "template")
-            if "question" not in prompt_fields or "solution" not in prompt_fields or set(prompt_fields) - _PROMPT_FIELDS:
-                raise ValueError(f"template {self.template!r} must hold {{question}} and {{solution}} (and may hold "
-                                 "{system}); or set template to null to use the tokenizer's chat template")
+        check_prompt_template(self.template)
         if self.head == "token_classify":
             if self.good_label is not None or self.bad_label is not None:
                 raise ValueError("good_label/bad_label are read only by head lm_labels; remove them or set "

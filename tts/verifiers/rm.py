@@ -29,7 +29,7 @@ from tts.models import prepare_model
 from tts.types import Usage
 from tts.verifiers.base import VerifierScore, VerifyItem, clean_score
 from tts.verifiers.prm import _load_tokenizer, refuse_engine_settings
-from tts.verifiers.prm_adapters import _PROMPT_FIELDS, _fields, wrap_prompt
+from tts.verifiers.prm_adapters import check_prompt_template, wrap_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +69,7 @@ class RMAdapter(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RMAdapter:
-        if self.template is not None:
-            prompt_fields = _fields(self.template, "template")
-            if "question" not in prompt_fields or "solution" not in prompt_fields or set(prompt_fields) - _PROMPT_FIELDS:
-                raise ValueError(f"template {self.template!r} must hold {{question}} and {{solution}} (and may hold "
-                                 "{system}); or set template to null to use the tokenizer's chat template")
+        check_prompt_template(self.template)
         return self
 
     @property
