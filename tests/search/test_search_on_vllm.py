@@ -40,3 +40,23 @@ def test_every_search_with_the_arithmetic_and_the_judge_verifier_on_vllm(vllm_ge
         # the verifier scored the tree: valid scores in [0, 1], no failed verifier call
         assert "verifier_error" not in trace["events"]
         assert any(0.0 <= node["score"] <= 1.0 for node in trace["tree"])
+
+
+def test_a_healed_continuation_lets_the_model_end_where_it_would_on_its_own(vllm_generator):
+    """After "1. 8 * 2 = 16" on a one-step chain, SmolLM2-135M writes "The answer is 16." most of
+    the time when it writes the blank line itself; a prompt that ends on the whole blank line
+    (one token the model never emits there) steers it to another step instead."""
+    from collections import Counter
+
+    from tts.backends.base import GenerationRequest
+    from tts.benchmarks.chains import CHAINS_PROMPT, generate_problems
+
+    problem = generate_problems(1)[0]
+    assert problem.question.startswith("Start with 8.\n1. Double it.")
+    answered = Counter()
+    for name, continuation in (("healed", "1. 8 * 2 = 16\n"), ("whole", "1. 8 * 2 = 16\n\n")):
+        request = GenerationRequest(messages=CHAINS_PROMPT.render(problem), n=16, max_tokens=24, temperature=0.7,
+                                    stop=("\n\n",), continuation=continuation, seed=5, key=problem.id)
+        (result,) = vllm_generator.generate([request])
+        answered[name] = sum(c.text.strip().startswith("The answer is 16") for c in result.completions)
+    assert answered["healed"] >= 6 and answered["healed"] >= answered["whole"] + 4, answered

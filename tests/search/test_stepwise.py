@@ -93,7 +93,8 @@ def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary(step
     second = space.expand([kids[0] for kids in first], [2, 2, 2])
     assert len(model.calls) == 2 and [r.n for r in model.calls[1]] == [2, 2, 2]
     req = model.calls[1][0]
-    assert req.stop == (SEP,) and req.max_tokens == 50 and req.continuation == first[0][0].steps[0] + SEP
+    # The partial solution is continued from all but the separator's last character (the model writes it).
+    assert req.stop == (SEP,) and req.max_tokens == 50 and req.continuation == first[0][0].steps[0] + SEP[:-1]
     assert second[0][0].steps == (first[0][0].steps[0], second[0][0].step) and second[0][0].depth == 2
     assert second[0][1].path == "0.1" and not second[0][0].finished
     # children are built as plain tuples: every field of StepState must be there
@@ -114,7 +115,7 @@ def test_step_requests_and_verifier_items_equal_what_their_constructors_build(st
         for req, state in zip(call, parents, strict=True):
             expected = GenerationRequest(messages=space.messages[state.root], n=req.n, temperature=0.6, top_p=0.9,
                                          max_tokens=50, stop=(SEP,), seed=req.seed, logprobs=True,
-                                         continuation=space._continuation(state), key=state.problem.id)
+                                         continuation=space.continuation(state), key=state.problem.id)
             assert req == expected and hash(req) == hash(expected)
             assert all(getattr(req, f.name) == getattr(expected, f.name) for f in dataclasses.fields(req))
     with pytest.raises(ValueError, match="n must be >= 1"):
@@ -223,15 +224,16 @@ def test_one_generate_and_one_score_call_per_step_for_all_problems(kind, step_mo
 def test_search_with_a_step_checking_verifier_repairs_slips_that_single_samples_keep(
         kind, step_model, addition_problems):
     problems = addition_problems(60, seed=4)
-    single = _strategy(kind, n=1, model=step_model(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
     searched = _strategy(kind, n=8, model=step_model(slip=0.4, seed=5), verifier=SumCheck()).solve(problems)
 
     def accuracy(sols):
         return sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) / len(problems)
 
     # A single path is right about 30% of the time (no slip in three steps at 40%, or slips that
-    # cancel); the search checks every step.
-    assert accuracy(single) < 0.5 and accuracy(searched) > 0.9
+    # cancel; averaged over three model seeds, 180 paths); the search checks every step.
+    single = [accuracy(_strategy(kind, n=1, model=step_model(slip=0.4, seed=seed), verifier=SumCheck()).solve(problems))
+              for seed in (5, 6, 7)]
+    assert sum(single) / 3 < 0.45 and accuracy(searched) > 0.9
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])
@@ -307,13 +309,15 @@ def test_search_on_the_scripted_backend_grows_solutions_step_by_step_as_on_vllm(
     problems = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(8)]
     gen = ScriptedGenerator.for_problems(problems, accuracy=0.8, seed=0, mean_tokens=100, step_tokens=30)
     sols = _strategy(kind, n=4, model=gen, verifier=SumCheck()).solve(problems)
+    finished = []
     for sol in sols:
         tree = sol.trace.tree
         assert max(node["depth"] for node in tree) >= 2
         assert all(SEP not in node["text"] for node in tree if not node["forced"])  # cut at the stop string
         assert sol.trace.samples and all(s.text.count(SEP) >= 1 for s in sol.trace.samples)
-        finished = [node for node in tree if node["finished"]]
-        assert finished and sum(node["forced"] is None for node in finished) > len(finished) / 2
+        finished += [node for node in tree if node["finished"]]
+    # Most candidates end by stating their answer, not by having it forced.
+    assert finished and sum(node["forced"] is None for node in finished) > 0.75 * len(finished)
     assert sum(s.answer == p.answer for s, p in zip(sols, problems, strict=True)) >= 6
 
 
@@ -352,3 +356,18 @@ def test_beam_and_dvts_run_through_eval_write_graded_rows_and_resume(tmp_path, s
                                                            "beam@4,verifier=sum_check"])
     assert shown.exit_code == 0, shown.output
     assert "search tree" in shown.output and f"{problems[0].question.split()[2]} + " in shown.output
+
+
+def test_healing_holds_back_the_separators_last_character_and_can_be_turned_off(step_model, addition_problems):
+    model = step_model(slip=0.0)
+    healed = _space(model, addition_problems(1), step_tokens=50, seed=7)
+    state = healed.expand(healed.initial_states(), [1])[0][0]
+    assert healed.continuation(state) == state.steps[0] + "\n"
+    assert healed.continuation(state, whole=True) == state.steps[0] + "\n\n"  # the forced answer's prefix
+    whole = _space(model, addition_problems(1), step_tokens=50, seed=7, heal_separator=False)
+    assert whole.continuation(state) == state.steps[0] + "\n\n"
+    one_char = _space(model, addition_problems(1), step_tokens=50, seed=7, separator="\n")
+    assert one_char.continuation(state) == state.steps[0] + "\n"  # nothing to hold back
+    # The next step is read the same either way: the held-back newline is edge whitespace.
+    kids = healed.expand([state], [2])[0]
+    assert all(k.step == k.step.strip() and k.step for k in kids)

@@ -367,7 +367,9 @@ class ScriptedGenerator:
                 steps.append(f"{len(done) + len(steps) + 1}. {_number(value)} {op} = {_number(said)}")
                 value = new
             steps.append(f"The answer is {_number(value)}.")
-        lead = STEP_SEPARATOR if req.continuation and not req.continuation.endswith(STEP_SEPARATOR) and steps else ""
+        # What of the separator the partial solution still lacks (all of it, or the held-back rest).
+        held = next((k for k in range(len(STEP_SEPARATOR), 0, -1) if req.continuation.endswith(STEP_SEPARATOR[:k])), 0)
+        lead = STEP_SEPARATOR[held:] if req.continuation and steps else ""
         text = lead + STEP_SEPARATOR.join(steps)
         text, stopped = _cut(text, req.stop)
         pieces = re.findall(r"\s*\S+|\s+$", text) or [text]

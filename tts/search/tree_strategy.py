@@ -57,6 +57,12 @@ class TreeSearchConfig(StrategyConfigBase):
     """Most tokens of one step (the run's ``max_tokens`` caps the whole solution)."""
     step_separator: str = Field("\n\n", min_length=1)
     """Text that ends a step (a stop string of every step request)."""
+    heal_separator: bool = True
+    """Continue a partial solution from all but the last character of the separator, so that the
+    model writes it (a prompt ending on a whole blank line shifts the model's next step:
+    :meth:`~tts.search.stepwise.StepwiseSpace.continuation`). False: the continuation ends with the
+    whole separator, as tts did before (and as a text-level reimplementation of the references
+    does)."""
     verifier: VerifierConfig = Field("arithmetic", validate_default=True)
     """Verifier that scores every partial and finished solution: a registered name
     (``arithmetic``, ``logprob``, ``judge``, ...) or a mapping with its ``kind`` and settings."""
@@ -147,7 +153,7 @@ class TreeSearchStrategy(VerifierStrategy):
         c = self.config
         space = StepwiseSpace(self.generator, self.prompt, problems, self.sampling, separator=c.step_separator,
                               max_depth=c.max_depth, step_tokens=c.step_tokens, extract=self.extract, seed=self.seed,
-                              seed_key=c.label, answer_tokens=ANSWER_TOKENS)
+                              seed_key=c.label, answer_tokens=ANSWER_TOKENS, heal_separator=c.heal_separator)
         scorer = StepScorer(self.verifier, len(problems))
         results = self.search(space, scorer)
         return [self._solution(i, p, r, space, scorer) for i, (p, r) in enumerate(zip(problems, results, strict=True))]
