@@ -102,16 +102,49 @@ def test_auto_escalates_contested_problems_and_pays_for_pilot_and_search(tmp_pat
         assert s.trace.notes["spent"] == s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens
 
 
-def test_sampling_configs_with_a_verifier_are_escalation_options_and_plain_ones_are_not(tmp_path: Path) -> None:
-    # best_of_n by the arithmetic tool is not on the allocator's logprob curves, so it is an option;
-    # self_consistency@4 (no verifier) is, so it is left to the curves.
-    run = _write_search_run(tmp_path / "run", lambda p: True, label="best_of_n@16,verifier=arithmetic")
+def _verified_run(path: Path, tokens: int = 2000) -> Path:
+    """A past run of best_of_n@16 by the arithmetic tool that solved every calibration problem."""
+    run = _write_search_run(path, lambda p: True, label="best_of_n@16,verifier=arithmetic", tokens=tokens)
     rows = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     for r in rows:
         if r["config"].startswith("best_of_n"):
             r["strategy"] = {"kind": "best_of_n", "n": 16, "verifier": {"kind": "arithmetic"}}
     (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_sampling_configs_with_a_verifier_are_escalation_options_and_plain_ones_are_not(tmp_path: Path) -> None:
+    # best_of_n by the arithmetic tool is not on the allocator's logprob curves, so it is an option;
+    # self_consistency@4 (no verifier) is, so it is left to the curves.
+    run = _verified_run(tmp_path / "run")
     (found,) = read_escalation_runs(run)
     assert found.label == "best_of_n@16,verifier=arithmetic" and found.strategy["verifier"] == {"kind": "arithmetic"}
     with pytest.raises(CalibrationError, match="no graded config 'self_consistency@4'"):
         read_escalation_runs(run, only="self_consistency@4")
+
+
+def test_a_verifier_scored_option_keeps_the_pilot_and_draws_only_the_rest(pool, tmp_path: Path) -> None:
+    run = _verified_run(tmp_path / "run")
+    orders = random_orders(pool.mask, 8, np.random.default_rng(0))
+    cal = calibrate(pool, ("vote",), 4, [4, 8, 16], orders=orders, n_bins=3)
+    (found,) = read_escalation_runs(run)
+    esc = fit_escalation(found, pool, cal, orders, Pricer("tokens"), 3.0)
+    assert np.allclose(esc.cost, 2000.0 * 12 / 16)  # 4 of its 16 samples are the pilot's, already paid
+    cal_pool = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    problems = [Problem(f"q{i}", f"What is {i} + 1?", "1") for i in range(4)]
+    gen = ScriptedGenerator({p.id: {"1": 0.3, "2": 0.7} for p in problems}, seed=0, mean_tokens=800)
+    calls = []
+    real = gen.generate
+    gen.generate = lambda requests: calls.append([r.n for r in requests]) or real(requests)
+    auto = AutoStrategy(AutoConfig(calibration=str(cal_pool), budget=8000.0, strategies=("self_consistency",),
+                                   escalate=(str(run),), switch_z=0.0), gen, MATH_PROMPT.render,
+                        SamplingConfig(max_tokens=2048))
+    sols = auto.solve(problems)
+    auto.close()
+    escalated = [s for s in sols if s.trace.notes["escalation"] == "best_of_n@16,verifier=arithmetic"]
+    assert escalated, [s.trace.notes for s in sols]
+    assert calls[0] == [4] * 4 and [12] * len(escalated) in calls[1:]  # the pilot, then only the rest
+    for s in escalated:
+        assert len(s.trace.samples) == 16 and "pilot_votes" not in s.trace.notes
+        assert s.usage.calls == 2  # the pilot's call and the completing one, each counted once
+        assert s.trace.notes["spent"] == s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens

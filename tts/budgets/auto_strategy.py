@@ -50,7 +50,7 @@ from tts.budgets.cross_allocator import (
     make_pricer,
     pilot_feature_rows,
 )
-from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs
+from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs, reuses_pilot
 from tts.budgets.replay import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
 from tts.config import SamplingStrategyConfig, StrategyConfigBase
@@ -202,6 +202,18 @@ class AutoStrategy(Strategy):
             strategy.close()
         super().close()
 
+    def _complete_pilots(self, option: Any, problems: Sequence[Any], pilots: Sequence[Any]) -> list[Solution]:
+        """A verifier-scored sampling option on escalated problems: each pilot completed to the
+        option's n in ONE generator call, every sample scored in one verifier call, then aggregated."""
+        from tts.backends.base import GenerationResult
+
+        k, n = self.config.pilot, option.config.n
+        extra = self.generator.generate([option.request(p, n=n - k, drawn=k) for p in problems])
+        merged = [GenerationResult(a.completions + b.completions, a.usage + b.usage)
+                  for a, b in zip(pilots, extra, strict=True)]
+        scored = option.score_samples(problems, merged)
+        return [option.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, merged, scored, strict=True)]
+
     def _request(self, problem: Any, n: int, drawn: int) -> Any:
         return dataclasses.replace(self._sampler.request(problem, n=n, drawn=drawn), logprobs=self._logprobs)
 
@@ -245,16 +257,27 @@ class AutoStrategy(Strategy):
         more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k and c.escalation is None]
         extra = dict(zip([i for i, _ in more], self.generator.generate(
             [self._request(problems[i], m, k) for i, m in more]) if more else []))
-        # 5b. Escalated problems: each search runs once over its problems (its own batched calls).
+        # 5b. Escalated problems: each search runs once over its problems (its own batched calls);
+        # a verifier-scored sampling option keeps the pilot and draws only the rest of its n.
         searched: dict[int, Solution] = {}
+        reused: set[int] = set()
         for label, search in self._searches.items():
             which = [i for i, c in enumerate(plan.choices) if c.escalation == label]
-            if which:
+            if not which:
+                continue
+            if reuses_pilot(search.config.model_dump(), k):
+                searched.update(zip(which, self._complete_pilots(search, [problems[i] for i in which],
+                                                                 [pilots[i] for i in which]), strict=True))
+                reused.update(which)
+            else:
                 searched.update(zip(which, search.solve([problems[i] for i in which]), strict=True))
         out = []
         for i, (p, choice) in enumerate(zip(problems, plan.choices, strict=True)):
             usage = pilots[i].usage
-            if i in searched:  # the search's answer; the pilot was paid for and is kept in the trace's notes
+            if i in reused:  # the pilot's samples are among the option's; its usage already counts them
+                sol, pilot_votes = searched[i], None
+                usage = sol.usage
+            elif i in searched:  # the search's answer; the pilot was paid for and is kept in the trace's notes
                 sol = searched[i]
                 usage = usage + sol.usage
                 sol = dataclasses.replace(sol, usage=usage)

@@ -52,6 +52,13 @@ def _covered_by_curves(strategy: dict[str, Any]) -> bool:
     return strategy.get("kind") in SAMPLING_KINDS and not strategy.get("verifier")
 
 
+def reuses_pilot(strategy: dict[str, Any], pilot: int) -> bool:
+    """Whether an escalation option keeps the problem's pilot samples: best-of-N or a weighted vote
+    by a verifier draws only its other ``n - pilot`` samples and scores all n, where a search runs
+    afresh (its pilot is paid and not reused)."""
+    return strategy.get("kind") in SAMPLING_KINDS and bool(strategy.get("verifier")) and int(strategy.get("n", 0)) > pilot
+
+
 @dataclass(frozen=True)
 class EscalationRun:
     """One strategy configuration's per-problem results from a past run."""
@@ -149,6 +156,8 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
     k, n_bins = calibration.pilot, len(calibration.edges) + 1
     ok = np.array([float(run.correct[pool.problem_ids[i]]) for i in idx])
     cost = np.array([pricer.usage(run.usage[pool.problem_ids[i]]) for i in idx])
+    if reuses_pilot(run.strategy, k):  # the pilot's k of its n samples are already paid
+        cost = cost * (int(run.strategy["n"]) - k) / int(run.strategy["n"])
     p_idx = idx[:, None]
     bins = np.stack([calibration.bins(pilot_features(pool.answers[p_idx, o[idx, :k]],
                                                      np.nan_to_num(pool.tokens[p_idx, o[idx, :k]]).astype(float)))
