@@ -137,7 +137,7 @@ def main() -> None:
         run = out / name
         run.mkdir(parents=True, exist_ok=True)
         config = run.with_suffix(".yaml")
-        config.write_text(json.dumps({"data": _data(args, 0, args.problems),
+        config.write_text(json.dumps({"data": _data(args, 0, args.problems), "batch_size": args.problems,  # one plan
                                       "sampling": {"max_tokens": args.max_tokens, "temperature": 0.7}}))
         _tts("eval", "--config", str(config), "-s", "auto", "--out", str(run), *extra)
     else:

@@ -63,3 +63,19 @@ def test_auto_escalate_takes_a_search_run_and_refuses_a_run_without_one(tmp_path
     assert r.exit_code == 2 and "no graded search" in r.output, r.output
     r = _eval(*base, "--limit", "4", "-s", "self_consistency", "--escalate", str(search), "--out", str(tmp_path / "b2"))
     assert r.exit_code == 2 and "--escalate only applies with --strategy auto" in r.output, r.output
+
+
+def test_auto_plans_every_problem_in_one_batch_unless_a_batch_size_is_given_also_from_a_config_file(tmp_path):
+    base = ["--backend", "scripted", "--max-tokens", "48"]
+    cal = tmp_path / "cal"
+    assert _eval(*base, "--limit", "12", "-s", "self_consistency", "-s", "best_of_n", "-n", "8",
+                 "--out", str(cal)).exit_code == 0
+    for name, yaml_text, expected in (("plain", "data: {limit: 20}\n", 20), ("sized", "data: {limit: 20}\nbatch_size: 5\n", 5)):
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(yaml_text)
+        out = tmp_path / name
+        r = _eval(*base, "--config", str(config), "-s", "auto", "--budget", "20000", "--calibration", str(cal),
+                  "--out", str(out), "--set", "strategies=[self_consistency, best_of_n]")
+        assert r.exit_code == 0, r.output
+        rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+        assert {row["trace"]["notes"]["batch_problems"] for row in rows} == {expected}, name

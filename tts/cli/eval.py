@@ -445,7 +445,10 @@ def eval_command(
 
         _, problems = load_problems(cfg)
         if strategy and "auto" in strategy:
-            cfg = auto_per_problem(cfg, len(problems), batch_size is not None or config is not None)
+            import yaml
+
+            from_file = config is not None and "batch_size" in (yaml.safe_load(config.read_text()) or {})
+            cfg = auto_per_problem(cfg, len(problems), batch_size is not None or from_file)
             run_dir = out or cfg.out or default_out(cfg)
         alloc = cfg.allocation
         if alloc is not None:
