@@ -73,3 +73,14 @@ def test_tts_plot_by_k_writes_figures_and_a_table_over_several_runs(tmp_path):
     assert not_eval.exit_code != 0 and "not a `tts eval` run directory" in not_eval.output
     two_sweeps = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "b")])
     assert two_sweeps.exit_code != 0 and "give one sweep directory" in two_sweeps.output
+
+
+def test_a_level_where_every_config_scores_zero_or_one_still_plots(tmp_path):
+    from tts.eval.breakdown import LevelPoint, plot_levels
+
+    # 0 of 11: the Wilson lower bound used to come out 2.8e-17, above the accuracy, and matplotlib refused it.
+    assert wilson_interval(0, 11)[0] == 0.0 and wilson_interval(11, 11)[1] == 1.0
+    points = [LevelPoint("a", "a@1", 1.0, "1", 11, c, c / 11, 2.8e-17 if c == 0 else 0.7, 1.0, 10.0 * (i + 1),
+                         20.0 * (i + 1)) for i, c in enumerate((0, 11))]
+    png, svg = plot_levels(points, "k", tmp_path, "edge")
+    assert png.stat().st_size > 1000 and svg.is_file()

@@ -124,7 +124,8 @@ def plot_levels(points: Sequence[LevelPoint], by: str, out: Path, title: str, ax
             if not mine:
                 continue
             xs, ys = [getattr(p, axis) for p in mine], [p.accuracy for p in mine]
-            err = [[p.accuracy - p.low for p in mine], [p.high - p.accuracy for p in mine]]
+            # Clamped at 0: a Wilson bound can sit a rounding error on the wrong side of an accuracy of 0 or 1.
+            err = [[max(0.0, p.accuracy - p.low) for p in mine], [max(0.0, p.high - p.accuracy) for p in mine]]
             ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], ms=5, lw=1.4, capsize=2,
                         color=colours(i % colours.N), label=line, alpha=0.9)
         problems = max((p.problems for p in points if p.level == level), default=0)

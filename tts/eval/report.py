@@ -17,7 +17,10 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
     denom = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Exact at the ends: no successes cannot have a lower bound above 0 (rounding gave 2.8e-17 at 0/11).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return (low, high)
 
 
 @dataclass(frozen=True)
