@@ -56,6 +56,7 @@ def test_config_line_drops_only_the_n():
     assert config_line("best_of_n@16,verifier=arithmetic") == "best_of_n,verifier=arithmetic"
     assert config_line("self_consistency@4") == "self_consistency"
     assert config_line("allocated-online") == "allocated-online"
+    assert config_line("self_consistency@16 [sample]") == "self_consistency [sample]"
 
 
 def test_tts_plot_by_k_writes_figures_and_a_table_over_several_runs(tmp_path):
@@ -71,6 +72,14 @@ def test_tts_plot_by_k_writes_figures_and_a_table_over_several_runs(tmp_path):
     assert missing.exit_code != 0 and "no result row has the metadata field 'level'" in missing.output
     not_eval = CliRunner().invoke(app, ["plot", str(tmp_path), "--by", "k"])
     assert not_eval.exit_code != 0 and "not a `tts eval` run directory" in not_eval.output
+    _run(tmp_path / "c", [{"kind": "self_consistency", "n": 2}])  # the same config in a second run
+    r = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "c"), "--by", "k", "--out", str(tmp_path / "q"),
+                                 "--only", "self_consistency"])
+    assert r.exit_code == 0, r.output
+    table = (tmp_path / "q" / "by_k.md").read_text()
+    assert "self_consistency@2 [a]" in table and "self_consistency@2 [c]" in table and "best_of_n" not in table
+    none = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), "--by", "k", "--only", "beam"])
+    assert none.exit_code != 0 and "no config label contains that" in none.output
     two_sweeps = CliRunner().invoke(app, ["plot", str(tmp_path / "a"), str(tmp_path / "b")])
     assert two_sweeps.exit_code != 0 and "give one sweep directory" in two_sweeps.output
 

@@ -210,20 +210,35 @@ def _print_cells(result: Any, console: Any) -> None:
     console.print(f"plots and an HTML report: tts plot {result.out}")
 
 
-def _plot_by(runs: list[Path], by: str, out: Path | None, title: str | None) -> None:
-    """``tts plot RUN... --by FIELD``: the runs' results broken down by a problem metadata field."""
+def _plot_by(runs: list[Path], by: str, out: Path | None, title: str | None, only: list[str] | None = None) -> None:
+    """``tts plot RUN... --by FIELD``: the runs' results broken down by a problem metadata field.
+
+    A config that appears in several runs (two draws of self_consistency@16) is kept apart, its
+    label suffixed with the run's name; ``only`` keeps the configs whose label contains one of its
+    strings."""
+    from collections import Counter
+
     from rich.console import Console
 
     from tts.eval.breakdown import BreakdownError, level_points, levels_markdown, plot_levels
     from tts.eval.rows import ResultRow
 
-    rows = []
+    per_run = []
     for run in runs:
         results = run / "results.jsonl"
         if not results.is_file():
             raise fail(f"{run} is not a `tts eval` run directory (no results.jsonl); --by breaks down eval runs.")
         with user_errors():
-            rows += [ResultRow.model_validate_json(line) for line in results.read_text().splitlines() if line.strip()]
+            per_run.append([ResultRow.model_validate_json(line) for line in results.read_text().splitlines()
+                            if line.strip()])
+    seen = Counter(label for rows_of in per_run for label in {r.config for r in rows_of})
+    rows = [r.model_copy(update={"config": f"{r.config} [{run.name}]"}) if seen[r.config] > 1 else r
+            for run, rows_of in zip(runs, per_run, strict=True) for r in rows_of]
+    if only:
+        rows = [r for r in rows if any(part in r.config for part in only)]
+        if not rows:
+            raise fail(f"--only {' '.join(only)}: no config label contains that; labels: "
+                       f"{', '.join(sorted(seen))}")
     try:
         points = level_points(rows, by)
     except BreakdownError as exc:
@@ -243,6 +258,7 @@ def _plot_by(runs: list[Path], by: str, out: Path | None, title: str | None) -> 
 def plot_command(
     runs: list[Path] = typer.Argument(..., help="A `tts sweep` directory; with --by, one or more `tts eval` run directories."),
     by: str | None = typer.Option(None, "--by", help="Break eval runs down by a problem metadata field (chains: k; MATH-500: level): one panel per value, accuracy against generated tokens."),
+    only: list[str] | None = typer.Option(None, "--only", help="With --by: keep the configs whose label contains this text (repeatable), e.g. --only verifier=chain --only self_consistency."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Where figures go (default RUN/plots)."),
     gain: float = typer.Option(0.01, "--saturation-gain", min=0.0, help="Saturation: the point past which doubling the cost buys less than this accuracy."),
     title: str | None = typer.Option(None, "--title", help="Figure title (default: the sweep's source)."),
@@ -254,7 +270,9 @@ def plot_command(
     import json
 
     if by is not None:
-        return _plot_by(runs, by, out, title)
+        return _plot_by(runs, by, out, title, only)
+    if only:
+        raise fail("--only goes with --by (it picks the configs of a breakdown).")
     if len(runs) != 1:
         raise fail("give one sweep directory (several run directories go with --by FIELD).")
     run = runs[0]

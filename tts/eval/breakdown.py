@@ -27,10 +27,13 @@ class BreakdownError(ValueError):
 
 
 def config_line(label: str) -> str:
-    """A config label without its ``@n``: ``best_of_n@16,verifier=arithmetic`` -> ``best_of_n,verifier=arithmetic``."""
-    head, at, rest = label.partition("@")
+    """A config label without its ``@n``: ``best_of_n@16,verifier=arithmetic`` -> ``best_of_n,verifier=arithmetic``
+    (a run-name suffix, ``self_consistency@16 [sample]``, is kept)."""
+    base, bracket, run = label.partition(" [")
+    head, at, rest = base.partition("@")
     settings = rest.partition(",")[2] if at else ""
-    return f"{head},{settings}" if settings else head
+    line = f"{head},{settings}" if settings else head
+    return f"{line} [{run}" if bracket else line
 
 
 @dataclass(frozen=True)
