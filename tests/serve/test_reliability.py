@@ -6,6 +6,7 @@ upstream requests are aborted, and SIGTERM shuts the engine down (no child proce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -109,7 +110,15 @@ class Upstream:
             await writer.drain()
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._server.close)
+        async def shutdown() -> None:  # end the connection handlers too, or their tasks die pending
+            self._server.close()
+            handlers = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_handle"]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
