@@ -74,7 +74,7 @@ from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
-from tts.backends.scripted_thinking import thinking_sample
+from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.types import Problem
 
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
@@ -417,17 +417,7 @@ class ScriptedGenerator:
             pieces += [". The" if pieces else "The", " answer", " is", " \\", "boxed{", answer, "}", "."]
         else:
             pieces.append(".")
-        text, finish, eos, longest = "", "stop", True, max(map(len, req.stop))
-        for count, piece in enumerate(pieces, start=1):
-            start = max(len(text) - longest + 1, 0)
-            text += piece
-            hits = [at for at in (text.find(s, start) for s in req.stop if s) if at >= 0]
-            if hits:  # the stop string is cut from the text; the tokens that wrote it are counted
-                text, finish, eos = text[: min(hits)], "stop", False
-                break
-            if count >= req.max_tokens and count < len(pieces):
-                finish, eos = "length", False
-                break
+        text, finish, eos, count = emit(pieces, req.stop, req.max_tokens)
         mean_lp = self._mean_logprob(answer, dist, rng)
         logprobs = req.logprobs and self.returns_logprobs
         return Completion(

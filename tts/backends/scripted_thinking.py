@@ -32,6 +32,23 @@ THINK_END = "</think>"
 _END_PIECE = "\n" + THINK_END
 
 
+
+def emit(pieces: Sequence[str], stop: Sequence[str], max_tokens: int) -> tuple[str, str, bool, int]:
+    """Pieces written one token each, as an engine writes them, until a stop string (cut from the
+    text; the tokens that wrote it counted), ``max_tokens`` or the end: (text, finish_reason,
+    ended_by_eos, tokens)."""
+    text, finish, eos, count = "", "stop", True, 0
+    longest = max((len(s) for s in stop), default=0)
+    for count, piece in enumerate(pieces, start=1):
+        begin = max(len(text) - longest + 1, 0)
+        text += piece
+        hits = [at for at in (text.find(s, begin) for s in stop if s) if at >= 0]
+        if hits:
+            return text[: min(hits)], "stop", False, count
+        if count >= max_tokens and count < len(pieces):
+            return text, "length", False, count
+    return text, finish, eos, count
+
 def _answer_pieces(answer: str | None) -> list[str]:
     if answer is None:
         return ["\n\nI", " am", " not", " sure", "."]
@@ -67,18 +84,7 @@ def thinking_sample(req: GenerationRequest, answer: str | None, rng: random.Rand
         pieces += [("\n" if i == 0 and opened < 0 else " " if i else "") + rng.choice(filler) for i in range(thought)]
         pieces.append(_END_PIECE)
         pieces += _answer_pieces(answer)
-    text, finish, eos, count = "", "stop", True, 0
-    longest = max((len(s) for s in req.stop), default=0)
-    for count, piece in enumerate(pieces, start=1):
-        begin = max(len(text) - longest + 1, 0)
-        text += piece
-        hits = [at for at in (text.find(s, begin) for s in req.stop if s) if at >= 0]
-        if hits:  # the stop string is cut from the text; the tokens that wrote it are counted
-            text, finish, eos = text[: min(hits)], "stop", False
-            break
-        if count >= req.max_tokens and count < len(pieces):
-            finish, eos = "length", False
-            break
+    text, finish, eos, count = emit(pieces, req.stop, req.max_tokens)
     reasoning = max(0, min(count, first + thought) - first)
     wrote_end = count > first + thought
     comp = Completion(text=text, completion_tokens=count, finish_reason=finish, ended_by_eos=eos,
