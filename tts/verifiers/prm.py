@@ -57,7 +57,31 @@ logger = logging.getLogger(__name__)
 
 
 
-class PRMVerifierConfig(VerifierConfigBase):
+class PoolingVerifierConfig(VerifierConfigBase):
+    """What the PRM and outcome-RM configs share: where the reward model runs and, in process, its engine."""
+
+    max_model_len: int = Field(4096, ge=64)
+    """Longest rendered (problem, solution) the in-process engine accepts."""
+    kv_cache_gib: int | None = Field(None, ge=1)
+    """KV-cache memory of the in-process engine on CPU, in whole GiB; None: ``VLLM_CPU_KVCACHE_SPACE``
+    if set, else 2 (as for the generation engine)."""
+    dtype: str = "auto"
+    """"auto" picks float32 on CPUs without bf16 support, else the model's own."""
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """Fraction of GPU memory for the in-process engine (GPU machines only); the policy's engine
+    shares the GPU, so the two fractions must fit together."""
+    backend: Annotated[InProcessPoolingConfig | PoolingServerConfig, Field(discriminator="kind")] = Field(
+        default_factory=InProcessPoolingConfig)
+    """Where the model runs: ``{kind: vllm}`` (the default), an engine of its own in this process; or
+    ``{kind: openai, base_url: ..., api_key_env: ...}``, a vLLM server running it as a pooling
+    model (``model`` is then the name it serves)."""
+
+    @model_validator(mode="after")
+    def _engine_settings_only_in_process(self) -> Self:
+        return refuse_engine_settings(self)
+
+
+class PRMVerifierConfig(PoolingVerifierConfig):
     """A trained process reward model on its own vLLM pooling engine (default) or on a vLLM server."""
 
     kind: Literal["prm"] = "prm"
@@ -67,25 +91,6 @@ class PRMVerifierConfig(VerifierConfigBase):
         default_factory=lambda: get_adapter("qwen2.5-math-prm"))
     """How the model reads a solution: a shipped adapter's name ("qwen2.5-math-prm",
     "math-shepherd") or one inline (head, step_tag, step_template, template, ...)."""
-    max_model_len: int = Field(4096, ge=64)
-    """Longest rendered (problem, solution) the engine accepts."""
-    kv_cache_gib: int | None = Field(None, ge=1)
-    """KV-cache memory on CPU, in whole GiB; None: ``VLLM_CPU_KVCACHE_SPACE`` if set, else 2
-    (as for the generation engine)."""
-    dtype: str = "auto"
-    """"auto" picks float32 on CPUs without bf16 support, else the model's own."""
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    """Fraction of GPU memory for this engine (GPU machines only); the policy's engine shares the
-    GPU, so the two fractions must fit together."""
-    backend: Annotated[InProcessPoolingConfig | PoolingServerConfig, Field(discriminator="kind")] = Field(
-        default_factory=InProcessPoolingConfig)
-    """Where the PRM runs: ``{kind: vllm}`` (the default), an engine of its own in this process; or
-    ``{kind: openai, base_url: ..., api_key_env: ...}``, a vLLM server running it as a pooling
-    model (``model`` is then the name it serves)."""
-
-    @model_validator(mode="after")
-    def _engine_settings_only_in_process(self) -> Self:
-        return refuse_engine_settings(self)
 
 
 ENGINE_SETTINGS = ("dtype", "gpu_memory_utilization", "kv_cache_gib", "max_model_len")

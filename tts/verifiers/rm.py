@@ -28,7 +28,7 @@ from tts.config import VerifierConfigBase
 from tts.models import prepare_model
 from tts.types import Usage
 from tts.verifiers.base import VerifierScore, VerifyItem, clean_score
-from tts.verifiers.prm import _load_tokenizer, refuse_engine_settings
+from tts.verifiers.prm import PoolingVerifierConfig, _load_tokenizer
 from tts.verifiers.prm_adapters import check_prompt_template, wrap_prompt
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def get_rm_adapter(value: str | RMAdapter | dict[str, Any]) -> RMAdapter:
     return RMAdapter.model_validate(value)
 
 
-class RMVerifierConfig(VerifierConfigBase):
+class RMVerifierConfig(PoolingVerifierConfig):
     """An outcome reward model, in its own vLLM pooling engine or on a vLLM server."""
 
     kind: Literal["rm"] = "rm"
@@ -137,23 +137,6 @@ class RMVerifierConfig(VerifierConfigBase):
         default_factory=lambda: get_rm_adapter("chat"))
     """How the model reads a solution: a shipped adapter's name ("chat", "qwen2.5-math-rm") or one
     inline (head, template, system, step_separator, positive_index)."""
-    max_model_len: int = Field(4096, ge=64)
-    """Longest rendered (problem, solution) the in-process engine accepts."""
-    kv_cache_gib: int | None = Field(None, ge=1)
-    """KV-cache memory of the in-process engine on CPU, in whole GiB (as for the PRM)."""
-    dtype: str = "auto"
-    """"auto" picks float32 on CPUs without bf16 support, else the model's own."""
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    """Fraction of GPU memory for the in-process engine (GPU machines only)."""
-    backend: Annotated[InProcessPoolingConfig | PoolingServerConfig, Field(discriminator="kind")] = Field(
-        default_factory=InProcessPoolingConfig)
-    """Where the RM runs: ``{kind: vllm}`` (the default), an engine of its own in this process; or
-    ``{kind: openai, base_url: ..., api_key_env: ...}``, a vLLM server running it as a pooling
-    model (``model`` is then the name it serves)."""
-
-    @model_validator(mode="after")
-    def _engine_settings_only_in_process(self) -> Self:
-        return refuse_engine_settings(self)
 
 
 class RMVerifier:
