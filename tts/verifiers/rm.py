@@ -23,8 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from tts.backends.base import BackendError, request_usage, split_wall_time
-from tts.backends.pooling import InProcessPoolingConfig, PoolingClient, PoolingServerConfig
-from tts.config import VerifierConfigBase
+from tts.backends.pooling import PoolingClient, PoolingServerConfig
 from tts.models import prepare_model
 from tts.types import Usage
 from tts.verifiers.base import VerifierScore, VerifyItem, clean_score
