@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -33,21 +32,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-def _tts(*args: str) -> None:
-    cmd = [str(Path(sys.executable).with_name("tts")), *args]
-    print("$ tts " + " ".join(args), flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def _rows(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines() if x.strip()]
-
-
-def _tokens(row: dict) -> float:
-    u = row["usage"]
-    return float(u["completion_tokens"] + u["prompt_tokens"] - u["cached_prompt_tokens"])
+from auto_vs_single_demo import _rows, _tokens, _tts  # noqa: E402  (the demo study's runner and readers)
 
 
 def _data(args: argparse.Namespace, seed: int, limit: int) -> dict:
