@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from tts.benchmarks.pool import load_pool
-from tts.budgets.simulate import SimulateConfig, simulate
+from tts.budgets.replay.simulate import SimulateConfig, simulate
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 def main() -> None:
     from tts.backends.vllm_timing import measure_decode
-    from tts.budgets.architecture import load_architecture
-    from tts.budgets.calibration import compare_predictions, default_points
-    from tts.budgets.cost_model import CostModel
-    from tts.budgets.hardware import calibrate_cpu
+    from tts.cost.architecture import load_architecture
+    from tts.cost.calibration import compare_predictions, default_points
+    from tts.cost.cost_model import CostModel
+    from tts.cost.hardware import calibrate_cpu
 
     hw = calibrate_cpu(refresh=True)
     print(f"this CPU: {hw.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), {hw.bandwidth / 1e9:.1f} GB/s, ridge {hw.ridge:.2f}")

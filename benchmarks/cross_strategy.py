@@ -1,6 +1,6 @@
 """Cross-strategy allocation on the reasoning-model pools: the frontier against the best single strategy.
 
-For every model of a pool, replays (tts.budgets.cross_replay, cross-fitted, 10 random orderings):
+For every model of a pool, replays (tts.budgets.replay.cross_strategy, cross-fitted, 10 random orderings):
 uniform single rules at n = 4..80, each rule alone under the allocator (n per problem), and the
 cross-strategy allocator (rule and n per problem). The MATH-500 and GPQA pools carry no verifier
 scores, so the rules there are `vote` (self-consistency) and `shortest` (the shortest answered
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tts.benchmarks.pool import load_pool
 from tts.budgets.cross_allocator import make_pricer
-from tts.budgets.cross_replay import CrossConfig, cross_replay
+from tts.budgets.replay.cross_strategy import CrossConfig, cross_replay
 from tts.budgets.strategy_curves import SWITCH_Z, parse_rules
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \

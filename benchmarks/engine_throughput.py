@@ -24,8 +24,8 @@ def main() -> None:
     from tts.backends.vllm import VLLMGenerator
     from tts.benchmarks.demo import DemoBenchmark
     from tts.config import SamplingConfig, VLLMBackendConfig
-    from tts.search.self_consistency import SelfConsistencyConfig
-    from tts.search.self_consistency import SelfConsistency
+    from tts.search.sampling.self_consistency import SelfConsistencyConfig
+    from tts.search.sampling.self_consistency import SelfConsistency
 
     start = time.perf_counter()
     gen = VLLMGenerator(VLLMBackendConfig(max_model_len=1024, dtype=args.dtype))

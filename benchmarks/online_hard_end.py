@@ -17,7 +17,7 @@ comes within ONE problem of uniform's accuracy ("ratio 1pb"), and its accuracy c
 worst).
 
 Settings of the online rule are passed as ``--set key=value`` (any field of
-:class:`tts.budgets.simulate.SimulateConfig`), e.g. ``--set rule=beta`` for the Beta criterion
+:class:`tts.budgets.replay.simulate.SimulateConfig`), e.g. ``--set rule=beta`` for the Beta criterion
 of Aggarwal et al. Several ``--policy NAME:key=value,key=value`` compare rules side by side.
 
 Usage (from the repository root):
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from tts.benchmarks.pool import load_pool
-from tts.budgets.simulate import SimulateConfig, simulate
+from tts.budgets.replay.simulate import SimulateConfig, simulate
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MATH_POOL = DATA / "pools" / "math500_reasoning_models.jsonl.gz"

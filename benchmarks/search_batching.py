@@ -69,9 +69,9 @@ from tts.serve.server import tune_gc
 from tts.config import SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS
-from tts.search.beam import BeamConfig, BeamSearch
-from tts.search.dvts import DVTS, DVTSConfig
-from tts.search.stepwise import ANSWER_NUDGE
+from tts.search.tree.beam import BeamConfig, BeamSearch
+from tts.search.tree.dvts import DVTS, DVTSConfig
+from tts.search.tree.stepwise import ANSWER_NUDGE
 from tts.types import Problem, Usage
 from tts.verifiers.base import VerifierScore, VerifyItem
 

@@ -62,7 +62,7 @@ def main() -> None:
     from tts.backends.vllm import VLLMGenerator
     from tts.benchmarks.demo import DemoBenchmark
     from tts.config import SamplingConfig, VLLMBackendConfig
-    from tts.search.beam import BeamConfig, BeamSearch
+    from tts.search.tree.beam import BeamConfig, BeamSearch
 
     bench = DemoBenchmark()
     problems = bench.load(None, args.problems, None, None, None)

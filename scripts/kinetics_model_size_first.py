@@ -89,7 +89,7 @@ def table(title: str, rows: list[dict[str, Any]], a: str, b: str) -> None:
 
 def model_table(points: list[Any]) -> None:
     """Per model: what makes its eFLOPs-to-FLOPs ratio (the same at every n here)."""
-    from tts.budgets.architecture import load_architecture
+    from tts.cost.architecture import load_architecture
 
     print("| model | FLOP params | KV bytes per token | recurrent state per sequence | tokens per sample | "
           "eFLOPs / FLOPs |")
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="Also write the tables as JSON here.")
     args = parser.parse_args()
 
-    from tts.budgets.architecture import load_architecture
+    from tts.cost.architecture import load_architecture
 
     summary: dict[str, Any] = {}
     for key, name in POOLS.items():

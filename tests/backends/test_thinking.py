@@ -15,7 +15,7 @@ import pytest
 from tts.backends.base import BackendError, GenerationRequest, Message, request_usage
 from tts.backends.scripted import ScriptedGenerator
 from tts.backends.thinking import ThoughtSplit, open_thought, split_ids, split_token_texts, text_tokens
-from tts.budgets.ledger import cost_model_for, price_usages, usage_from_json
+from tts.cost.ledger import cost_model_for, price_usages, usage_from_json
 from tts.config import OpenAIBackendConfig, VLLMBackendConfig
 from tts.types import Usage, to_jsonable
 

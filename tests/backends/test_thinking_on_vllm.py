@@ -68,7 +68,7 @@ def test_the_engine_ends_the_thought_at_the_budget_and_the_backend_counts_it_apa
 
 def test_budget_forcing_takes_the_one_request_path_on_vllm(thinking_engine):
     from tts.prompts import MATH_PROMPT
-    from tts.search.budget_forcing import BudgetForcing, BudgetForcingConfig
+    from tts.search.sequential.budget_forcing import BudgetForcing, BudgetForcingConfig
     from tts.types import Problem
 
     gen, _ = thinking_engine

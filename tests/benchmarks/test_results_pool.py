@@ -58,7 +58,7 @@ def test_each_sample_appears_once_with_its_grade_and_length(run_dir):
 
 
 def test_loaded_pool_matches_the_run_and_replays(run_dir):
-    from tts.budgets.simulate import SimulateConfig, simulate
+    from tts.budgets.replay.simulate import SimulateConfig, simulate
 
     pool = load_results_as_pool(run_dir)
     assert pool.path.endswith("results.jsonl") and len(pool) == N_PROBLEMS * 16

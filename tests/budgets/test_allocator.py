@@ -134,7 +134,7 @@ def test_candidates_take_any_registered_strategy_name():
     assert Candidate("weighted_vote", 4).strategy == "weighted_vote"
     with pytest.raises(UnknownNameError, match="Unknown strategy 'majority'"):
         Candidate("majority", 4)
-    STRATEGIES.register("my_vote", "tts.search.self_consistency:SelfConsistency")
+    STRATEGIES.register("my_vote", "tts.search.sampling.self_consistency:SelfConsistency")
     try:
         assert [c.strategy for c in candidate_ladder(["my_vote"], ladder=(1, 2))] == ["my_vote"] * 2
     finally:

@@ -18,9 +18,9 @@ from tts.budgets.contested import (
 )
 from tts.budgets.difficulty import majority_share
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, plan_round
-from tts.budgets.online_replay import OnlineSequence
-from tts.budgets.replay import random_orders, replay_prefixes
-from tts.budgets.simulate import SimulateConfig, simulate
+from tts.budgets.replay.online import OnlineSequence
+from tts.budgets.replay.prefix import random_orders, replay_prefixes
+from tts.budgets.replay.simulate import SimulateConfig, simulate
 
 CFG = SimulateConfig(target_n=16, orderings=3, folds=3, modes=("online",), rule="contested", min_gain=1e-3,
                      bootstrap=10)

@@ -19,8 +19,8 @@ from tts.budgets.cross_allocator import (
     make_pricer,
     plan_from_pilot,
 )
-from tts.budgets.cross_replay import CrossConfig, cross_replay
-from tts.budgets.replay import random_orders
+from tts.budgets.replay.cross_strategy import CrossConfig, cross_replay
+from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import UnknownRuleError, parse_rules, rule_outcomes
 
 

@@ -16,7 +16,7 @@ from tts.budgets.allocator import CalibrationError
 from tts.budgets.auto_strategy import AutoConfig, AutoStrategy
 from tts.budgets.cross_allocator import Pricer, calibrate, choose
 from tts.budgets.escalation import fit_escalation, read_escalation_runs
-from tts.budgets.replay import random_orders
+from tts.budgets.replay.prefix import random_orders
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.types import Problem

@@ -15,7 +15,7 @@ from tts.budgets.online import (
     stopping_stages,
     vote_confidence,
 )
-from tts.budgets.online_replay import OnlineSequence
+from tts.budgets.replay.online import OnlineSequence
 
 
 def _drive(alloc, answer, cost, worst):

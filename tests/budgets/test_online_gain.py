@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, plan_round
-from tts.budgets.online_replay import OnlineSequence
+from tts.budgets.replay.online import OnlineSequence
 from tts.budgets.vote_value import VoteValue, fit_kappa, leader_correct
 
 

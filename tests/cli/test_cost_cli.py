@@ -11,10 +11,10 @@ import types
 import pytest
 from typer.testing import CliRunner
 
-from tts.budgets import hardware
-from tts.budgets.architecture import load_architecture
-from tts.budgets.calibration import compare_predictions, default_points
-from tts.budgets.cost_model import CostModel
+from tts.cost import hardware
+from tts.cost.architecture import load_architecture
+from tts.cost.calibration import compare_predictions, default_points
+from tts.cost.cost_model import CostModel
 from tts.cli.cost import _seconds, app
 from tts.types import RequestShape, Usage
 

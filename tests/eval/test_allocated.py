@@ -16,7 +16,7 @@ from tts.benchmarks.pool import load_pool
 from tts.benchmarks.results_pool import write_pool
 from tts.config import AllocationConfig, EvalConfig
 from tts.eval.allocated import ROUNDS_FILE, BudgetTooSmallError, run_allocated_eval
-from tts.search.self_consistency import SelfConsistencyConfig
+from tts.search.sampling.self_consistency import SelfConsistencyConfig
 
 PROBLEMS = generate_problems(20)
 CFG = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 20}, "backend": {"kind": "scripted"},
@@ -123,7 +123,7 @@ def test_bad_budgets_are_refused(tmp_path):
 
 def _request(gen, problem):
     from tts.eval.runner import load_problems
-    from tts.search.self_consistency import SelfConsistency
+    from tts.search.sampling.self_consistency import SelfConsistency
 
     bench, _ = load_problems(CFG, PROBLEMS)
     return SelfConsistency(SelfConsistencyConfig(n=1), gen, bench.prompt.render, CFG.sampling).request(problem)
@@ -243,8 +243,8 @@ def test_replay_of_the_runs_samples_makes_the_runs_decisions(tmp_path):
     problem is padded to n_max samples, so that the replay may go as far as the run could have.
     """
     from tts.budgets.online import OnlinePolicy
-    from tts.budgets.online_replay import OnlineSequence
-    from tts.budgets.replay import replay_prefixes
+    from tts.budgets.replay.online import OnlineSequence
+    from tts.budgets.replay.prefix import replay_prefixes
 
     budget, n_max, chunk, max_tokens = 20 * 60 * 12, 24, 3, 64
     gen = _generator()

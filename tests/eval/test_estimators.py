@@ -245,7 +245,7 @@ def test_the_budget_replays_first_seen_tie_rule_has_the_estimators_expectation(t
     # first, as a live run does; the sweep's estimators count the share of correct answers among
     # the tied ones. Over random orderings the first-seen answer among equally voted ones is
     # uniform, so the two rules agree in expectation: the replay needs no rule of its own.
-    from tts.budgets.replay import random_orders, replay_prefixes
+    from tts.budgets.replay.prefix import random_orders, replay_prefixes
 
     pool = _random_pool(tmp_path, seed=3, problems=40)
     full = pool.subset([p for p in range(pool.n_problems) if pool.counts[p] == 10])

@@ -136,7 +136,7 @@ def test_the_run_seed_changes_the_samples_and_the_same_seed_repeats_them(tmp_pat
 
 
 def test_n1_evaluated_from_a_shared_draw_costs_what_n1_drawn_alone_costs(tmp_path):
-    from tts.budgets.ledger import cost_model_for
+    from tts.cost.ledger import cost_model_for
 
     cm = cost_model_for("smollm2-135m", "h100")
     ladder = run_eval(_config(strategies=[{"kind": "self_consistency", "n": n} for n in (1, 16)]), tmp_path / "l")

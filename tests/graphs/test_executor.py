@@ -9,7 +9,7 @@ import pytest
 
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
-from tts.budgets.ledger import cost_model_for, price_usages
+from tts.cost.ledger import cost_model_for, price_usages
 from tts.config import SamplingConfig
 from tts.graphs.executor import GraphExecutor
 from tts.graphs.graph import parse_graph

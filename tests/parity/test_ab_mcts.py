@@ -32,7 +32,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from tts.search.ab_mcts import ROOT, ABMCTSConfig, ABTree, ab_mcts_search
+from tts.search.tree.ab_mcts import ROOT, ABMCTSConfig, ABTree, ab_mcts_search
 
 PINNED = {"strategy:ab_mcts"}
 

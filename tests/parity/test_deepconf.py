@@ -33,7 +33,7 @@ from tts.backends.confidence import CONFIDENCE_STOPPED
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.config import SamplingConfig
-from tts.search.deepconf import DeepConf, DeepConfConfig, quantile, trace_confidence
+from tts.search.sampling.deepconf import DeepConf, DeepConfConfig, quantile, trace_confidence
 from tts.types import Sample, Usage
 
 PINNED = {"strategy:deepconf"}
@@ -227,7 +227,7 @@ def test_consensus_share_counts_answered_traces_only():
     without an answer is in neither sum. tts's consensus share with ``consensus_over="answered"``
     (the default) equals it; ``"all"`` keeps the old share of all voting weight (documented).
     Failed before the fix: there was no such setting and the share counted unanswered traces."""
-    from tts.search.deepconf import consensus_share  # added with the fix
+    from tts.search.sampling.deepconf import consensus_share  # added with the fix
 
     samples = [Sample("", a, 10, None, "stop") for a in ("12", "12", None, "13", None)]
     weights = [1.0, 2.0, 4.0, 1.0, 2.0]

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from tts.benchmarks.pool import load_pool
-from tts.budgets.architecture import load_architecture
-from tts.budgets.cost_model import CostModel
-from tts.budgets.hardware import Hardware
+from tts.cost.architecture import load_architecture
+from tts.cost.cost_model import CostModel
+from tts.cost.hardware import Hardware
 from tts.eval import estimators as est
 
 PINNED: set[str] = set()

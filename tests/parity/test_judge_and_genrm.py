@@ -25,7 +25,7 @@ import pytest
 
 from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.prompts import MATH_PROMPT
-from tts.search.generative_verification import (
+from tts.search.sequential.generative_verification import (
     GenerativeVerification,
     GenerativeVerificationConfig,
     VerificationCost,

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import pytest
 
-from tts.budgets.architecture import load_architecture
-from tts.budgets.cost_model import CostModel, SparseAttention
-from tts.budgets.hardware import Hardware
+from tts.cost.architecture import load_architecture
+from tts.cost.cost_model import CostModel, SparseAttention
+from tts.cost.hardware import Hardware
 
 PINNED: set[str] = set()
 

@@ -32,7 +32,7 @@ import pytest
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.search.particle_filtering import (
+from tts.search.tree.particle_filtering import (
     ParticleFilteringConfig,
     ParticleGibbs,
     ParticleGibbsConfig,

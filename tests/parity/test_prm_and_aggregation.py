@@ -30,9 +30,9 @@ from tts.backends.scripted import ScriptedGenerator
 from tts.config import VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.search.base import STEP_SEPARATOR, scores_steps, solution_item, split_steps
-from tts.search.best_of_n import BestOfN, BestOfNConfig
-from tts.search.stepwise import StepwiseSpace
-from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.tree.stepwise import StepwiseSpace
+from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Problem, Usage
 from tts.verifiers.base import VerifierScore, aggregate
 from tts.verifiers.prm import PRMVerifier, PRMVerifierConfig

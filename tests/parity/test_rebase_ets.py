@@ -8,7 +8,7 @@ selection program. Its loop (``Tree.select_and_expand``): every finished node of
 the remaining width by one; the unfinished ones share the remaining width.
 
 The rules below are transcribed in our own words and run on hand-made inputs (fixed score lists,
-the toy digit space of ``tts.search.toy`` with a fixed score table); tts must take the same
+the toy digit space of ``tts.search.tree.toy`` with a fixed score table); tts must take the same
 decisions: the same widths, the same retained nodes, the same candidates.
 
 Documented departures pinned both ways: tts rounds REBASE's widths by largest remainder (the
@@ -26,11 +26,11 @@ import math
 import numpy as np
 import pytest
 
-from tts.search.ets import ETS, ETSConfig, ets_search, rebase_shares, select_nodes
-from tts.search.rebase import Rebase, RebaseConfig, balanced_widths, ceil_widths, rebase_search
-from tts.search.step_clusters import StepClusterer
-from tts.search.stepwise import StepState
-from tts.search.toy import DigitSpace
+from tts.search.tree.ets import ETS, ETSConfig, ets_search, rebase_shares, select_nodes
+from tts.search.tree.rebase import Rebase, RebaseConfig, balanced_widths, ceil_widths, rebase_search
+from tts.search.tree.step_clusters import StepClusterer
+from tts.search.tree.stepwise import StepState
+from tts.search.tree.toy import DigitSpace
 from tts.types import Problem
 from tts.verifiers.base import VerifierScore
 
@@ -244,7 +244,7 @@ def test_rebase_strategy_passes_its_rounding_setting(monkeypatch):
         seen.update(n=n, temperature=temperature, rounding=rounding)
         return []
 
-    monkeypatch.setattr("tts.search.rebase.rebase_search", spy)
+    monkeypatch.setattr("tts.search.tree.rebase.rebase_search", spy)
     strategy = object.__new__(Rebase)
     strategy.config = RebaseConfig(n=4, balance_temperature=0.3, rounding="ceil")
     strategy.search(None, None)
@@ -340,7 +340,7 @@ def test_ets_strategy_passes_its_rounding_setting(monkeypatch):
         seen.update(rounding=rounding)
         return []
 
-    monkeypatch.setattr("tts.search.ets.ets_search", spy)
+    monkeypatch.setattr("tts.search.tree.ets.ets_search", spy)
     strategy = object.__new__(ETS)
     strategy.config = ETSConfig(n=4, rounding="ceil")
     strategy._cluster = lambda states: [0] * len(states)
@@ -395,7 +395,7 @@ def test_ets_embedding_model_setting_clusters_by_that_models_embeddings(monkeypa
         loaded.append(name)
         return lambda texts: np.array([[1.0, 0.0] if "5" in t else [0.0, 1.0] for t in texts])
 
-    monkeypatch.setattr("tts.search.ets.sentence_embedder", fake_loader)
+    monkeypatch.setattr("tts.search.tree.ets.sentence_embedder", fake_loader)
     strategy = object.__new__(ETS)
     strategy.config = ETSConfig(embedding_model="math-similarity/Bert-MLM_arXiv-MP-class_zbMath",
                                 cluster_threshold=0.05)

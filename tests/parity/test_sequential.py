@@ -30,9 +30,9 @@ import pytest
 from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.search.budget_forcing import BudgetForcing, BudgetForcingConfig
-from tts.search.certainty_probe import DYNASOR_PROBE, CertaintyProbe, CertaintyProbeConfig
-from tts.search.revision import Revision, RevisionConfig, plan_attempts
+from tts.search.sequential.budget_forcing import BudgetForcing, BudgetForcingConfig
+from tts.search.sampling.certainty_probe import DYNASOR_PROBE, CertaintyProbe, CertaintyProbeConfig
+from tts.search.sequential.revision import Revision, RevisionConfig, plan_attempts
 from tts.types import Problem
 
 PINNED = {"strategy:budget_forcing", "strategy:certainty_probe", "strategy:revision"}

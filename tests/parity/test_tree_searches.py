@@ -8,10 +8,10 @@ References:
   (``_dvts``) and ``src/sal/search/utils.py`` (``generate_k_steps``: the lookahead rollout).
 - MCTS: UCT (Kocsis and Szepesvari 2006, the UCB1 rule Q + c sqrt(ln N(parent) / N(child)) at
   every level of the descent), with the virtual loss of parallel MCTS (Chaslot et al. 2008), the
-  papers ``tts/search/mcts.py`` cites.
+  papers ``tts/search/tree/mcts.py`` cites.
 
 Each test transcribes the reference's rule in our own words and runs it and tts on the same
-hand-made inputs: the toy digit space of ``tts.search.toy`` with a fixed score table, or a
+hand-made inputs: the toy digit space of ``tts.search.tree.toy`` with a fixed score table, or a
 hand-built tree. Sampled steps are i.i.d. given their parent, so the reference's M separate
 samples of a node and tts's one request for M samples are modelled as one expansion of M
 children; the rules compared are which nodes are kept, how many children each gets, which
@@ -25,12 +25,12 @@ from collections import Counter
 
 import pytest
 
-from tts.search import mcts as mcts_module
-from tts.search.beam import BeamConfig, BeamSearch, beam_search
-from tts.search.dvts import DVTS, DVTSConfig, dvts_search
-from tts.search.lookahead import Lookahead, LookaheadConfig, lookahead_search
-from tts.search.mcts import MCTS, MCTSConfig, mcts_search
-from tts.search.toy import DigitSpace, Digits
+from tts.search.tree import mcts as mcts_module
+from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search
+from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
+from tts.search.tree.lookahead import Lookahead, LookaheadConfig, lookahead_search
+from tts.search.tree.mcts import MCTS, MCTSConfig, mcts_search
+from tts.search.tree.toy import DigitSpace, Digits
 from tts.types import Sample
 from tts.verifiers.base import VerifierScore
 
@@ -181,7 +181,7 @@ def test_beam_strategy_passes_its_fill_setting(monkeypatch):
         seen.update(n=n, width=width, fill=fill)
         return []
 
-    monkeypatch.setattr("tts.search.beam.beam_search", spy)
+    monkeypatch.setattr("tts.search.tree.beam.beam_search", spy)
     strategy = object.__new__(BeamSearch)
     strategy.config = BeamConfig(n=8, beam_width=2, fill="every_step")
     strategy.search(None, None)
@@ -264,7 +264,7 @@ def test_dvts_strategy_passes_its_siblings_setting(monkeypatch):
         seen.update(siblings=siblings)
         return []
 
-    monkeypatch.setattr("tts.search.dvts.dvts_search", spy)
+    monkeypatch.setattr("tts.search.tree.dvts.dvts_search", spy)
     strategy = object.__new__(DVTS)
     strategy.config = DVTSConfig(n=8, siblings="all")
     strategy.search(None, None)
@@ -377,7 +377,7 @@ def test_lookahead_strategy_passes_its_fill_setting(monkeypatch):
         seen.update(lookahead=lookahead, fill=fill)
         return []
 
-    monkeypatch.setattr("tts.search.lookahead.lookahead_search", spy)
+    monkeypatch.setattr("tts.search.tree.lookahead.lookahead_search", spy)
     strategy = object.__new__(Lookahead)
     strategy.config = LookaheadConfig(n=8, lookahead=2, fill="every_step")
     strategy.search(None, None)
@@ -495,7 +495,7 @@ def test_mcts_strategy_passes_its_dive_setting(monkeypatch):
         seen.update(greedy_dive=greedy_dive)
         return []
 
-    monkeypatch.setattr("tts.search.mcts.mcts_search", spy)
+    monkeypatch.setattr("tts.search.tree.mcts.mcts_search", spy)
     strategy = object.__new__(MCTS)
     strategy.config = MCTSConfig(n=8, greedy_dive=False)
     strategy.search(None, None)

@@ -141,7 +141,7 @@ def test_weighted_vote_with_borda_weighting_is_kangs_vote(power):
     transcribed in ``_kang_borda``."""
     from tts.backends.scripted import ScriptedGenerator
     from tts.prompts import MATH_PROMPT
-    from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
+    from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
     from tts.types import Sample, Usage
 
     answers = ["7", "5", "5", "5", "7", None]

@@ -14,8 +14,8 @@ import pytest
 
 from tts.answers import answer_keys, extract_answer
 from tts.backends.base import Completion, GenerationResult, request_usage
-from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
-from tts.search.tool_vote import ToolVote, ToolVoteConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
 from tts.types import Problem, Sample, Usage
 
 PINNED = {"strategy:self_consistency", "strategy:tool_vote"}

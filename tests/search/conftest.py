@@ -16,8 +16,8 @@ import re
 import pytest
 
 from tts.backends.base import Completion, GenerationResult, request_usage
-from tts.search.stepwise import ANSWER_NUDGE
-from tts.search.toy import DigitSpace
+from tts.search.tree.stepwise import ANSWER_NUDGE
+from tts.search.tree.toy import DigitSpace
 from tts.types import Problem, Usage
 from tts.verifiers.base import VerifierScore
 

@@ -10,9 +10,9 @@ from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.search.base import MissingLogprobsError, StrategyInputError, vote
-from tts.search.best_of_n import BestOfN, BestOfNConfig
-from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
-from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Budget, Problem, Sample, Usage
 
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]

@@ -82,7 +82,7 @@ def test_budgets_in_tokens_and_dollars_lower_n_and_too_small_budgets_are_refused
         sol = s.solve("What is 2+3?", n=16, budget=300)  # 3 samples of up to 100 tokens
         assert len(sol.trace.samples) == 3 and sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300}
         # the cost model's price of 3 worst-case samples (100 tokens each, one 22-token prompt) buys 3 samples
-        from tts.budgets.prices import dollars
+        from tts.cost.prices import dollars
 
         three = dollars(s.pricer.cost_model.cost_request(22, [100] * 3).seconds, "h100")
         cheap = s.solve("What is 2+3?", n=16, budget={"dollars": three * 1.001})

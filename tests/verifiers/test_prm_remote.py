@@ -114,7 +114,7 @@ def _prm(tiny_prm, url: str, **backend: Any) -> PRMVerifier:
 
 def test_one_request_scores_every_step_at_its_own_tag_and_prices_the_prefill_on_the_prm(
         tiny_prm, server, monkeypatch):
-    from tts.budgets.ledger import cost_model_for, price_usages
+    from tts.cost.ledger import cost_model_for, price_usages
 
     srv = server()
     monkeypatch.setenv("PRM_KEY", "sekret")

@@ -9,8 +9,8 @@ import pytest
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.registry import VERIFIERS
-from tts.search.best_of_n import BestOfN, BestOfNConfig
-from tts.search.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Problem
 from tts.verifiers.base import VerifyItem
 from tts.verifiers.self_certainty import SelfCertaintyConfig, SelfCertaintyVerifier, token_self_certainty

@@ -51,12 +51,12 @@ from tts.budgets.cross_allocator import (
     pilot_feature_rows,
 )
 from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs, reuses_pilot
-from tts.budgets.replay import random_orders
+from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
 from tts.config import SamplingStrategyConfig, StrategyConfigBase
 from tts.registry import STRATEGIES
 from tts.search.base import Strategy, StrategyInputError, to_sample
-from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Budget, Solution
 
 logger = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ import numpy as np
 from tts.benchmarks.pool import ModelPool
 from tts.budgets.difficulty import LearnedDifficulty
 from tts.budgets.online import vote_confidence
-from tts.budgets.replay import PrefixReplay
+from tts.budgets.replay.prefix import PrefixReplay
 
 FEATURES = ("leader share", "runner-up share", "no-answer share", "distinct share", "margin (s.e.)",
             "beta confidence", "log n", "share of cap left", "log mean tokens")
@@ -178,7 +178,7 @@ def fit_pool(pool: ModelPool, *, cap: int | None = None, chunk: int = 4, orderin
              l2: float = 0.05) -> ContestedModel:
     """Fit a :class:`ContestedModel` on every problem of a calibration pool (for a live run on
     *other* problems), over ``orderings`` random orderings of each problem's samples."""
-    from tts.budgets.replay import random_orders, replay_prefixes
+    from tts.budgets.replay.prefix import random_orders, replay_prefixes
 
     if pool.n_samples < 2:
         raise ValueError(f"the calibration pool of {pool.model!r} has {pool.n_samples} sample per problem; "

@@ -1,7 +1,7 @@
 """Choose a selection rule AND a sample count per problem under one total budget.
 
 The plan of a ``strategy="auto"`` run and of the cross-strategy replay
-(:mod:`tts.budgets.cross_replay`). Snell et al. (2024, "Scaling LLM Test-Time Compute Optimally",
+(:mod:`tts.budgets.replay.cross_strategy`). Snell et al. (2024, "Scaling LLM Test-Time Compute Optimally",
 Sec. 3.2) pick the strategy per difficulty bin; here each problem's options are every
 (rule, n) with n on a ladder starting at the pilot size k, and :func:`greedy_allocate` takes hull
 segments across all problems' options by expected accuracy gained per unit cost (a
@@ -42,9 +42,9 @@ from tts.budgets.allocator import (
     check_budget,
     greedy_allocate,
 )
-from tts.budgets.cost_model import CostModel
+from tts.cost.cost_model import CostModel
 from tts.budgets.escalation import Escalation, escalation_options
-from tts.budgets.replay import random_orders
+from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import (
     RULES,
     SWITCH_Z,
@@ -170,8 +170,8 @@ def make_pricer(unit: str, model: str | None = None, gpu: str = "h100", efficien
         raise ValueError(f"unknown budget unit {unit!r}; use one of {', '.join(UNITS)}")
     if unit in ("tokens", "samples"):
         return Pricer(unit)  # type: ignore[arg-type]
-    from tts.budgets.ledger import cost_model_for
-    from tts.budgets.prices import usd_per_hour
+    from tts.cost.ledger import cost_model_for
+    from tts.cost.prices import usd_per_hour
 
     if model is None:
         raise ValueError(f"budget unit {unit} needs the model (its architecture prices the work)")

@@ -36,7 +36,7 @@ from tts.benchmarks.pool import ModelPool, PoolError
 from tts.benchmarks.results_pool import read_results
 from tts.budgets.allocator import CalibrationError
 from tts.budgets.difficulty import pilot_features
-from tts.budgets.ledger import usage_from_json
+from tts.cost.ledger import usage_from_json
 from tts.budgets.strategy_curves import SWITCH_Z, rule_outcomes
 
 logger = logging.getLogger(__name__)

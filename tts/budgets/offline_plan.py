@@ -40,7 +40,7 @@ from tts.budgets.allocator import (
     check_budget,
 )
 from tts.budgets.difficulty import DifficultyEstimate, assign_bins, majority_share, quantile_edges
-from tts.budgets.replay import fit_bin_curves, random_orders, replay_prefixes
+from tts.budgets.replay.prefix import fit_bin_curves, random_orders, replay_prefixes
 
 logger = logging.getLogger(__name__)
 

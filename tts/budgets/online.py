@@ -38,7 +38,7 @@ One rule, used by the real run (``tts eval --allocate``) and by every replay
 
 Because rounds never depend on the budget, a run with budget B draws a prefix of the run with
 unlimited budget: a replay computes the rounds once and evaluates every budget on that sequence
-(:class:`tts.budgets.online_replay.OnlineSequence`), and :class:`OnlineAllocator` drives a real run with the same two
+(:class:`tts.budgets.replay.online.OnlineSequence`), and :class:`OnlineAllocator` drives a real run with the same two
 functions.
 """
 

@@ -119,7 +119,7 @@ def rule_outcomes(pool: ModelPool, orders: np.ndarray, rules: Sequence[str], n_m
     Args:
         pool: One model's samples.
         orders: ``(R, P, S)`` slot indices, a random permutation of each problem's real samples
-            (:func:`tts.budgets.replay.random_orders`).
+            (:func:`tts.budgets.replay.prefix.random_orders`).
         rules: Rule names (:data:`RULES`).
         n_max: Longest prefix; at most the fewest samples of any problem.
 

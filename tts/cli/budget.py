@@ -98,8 +98,8 @@ def simulate(
 
     from tts.benchmarks.pool import PoolError, load_pool
     from tts.budgets.online import STOP_RULES
-    from tts.budgets.simulate import SimulateConfig
-    from tts.budgets.simulate import simulate as run_simulation
+    from tts.budgets.replay.simulate import SimulateConfig
+    from tts.budgets.replay.simulate import simulate as run_simulation
 
     err = Console(stderr=True)
     if rule not in STOP_RULES:
@@ -137,7 +137,7 @@ def simulate(
         cross = None
         if rules is not None:
             from tts.budgets.cross_allocator import make_pricer
-            from tts.budgets.cross_replay import CrossConfig, cross_replay
+            from tts.budgets.replay.cross_strategy import CrossConfig, cross_replay
 
             pricer = make_pricer(budget_unit, model, gpu)
             cross = cross_replay(sample_pool[model], CrossConfig(rules=rules, target_n=target_n, orderings=orderings,

@@ -86,10 +86,10 @@ def cost(
     """Cost of N samples of GEN tokens on one prompt, per model, on one device or on every one."""
     if ctx.invoked_subcommand is not None:
         return
-    from tts.budgets.architecture import load_architecture
-    from tts.budgets.cost_model import CostModel, SparseAttention
-    from tts.budgets.hardware import HARDWARE, get_hardware
-    from tts.budgets.prices import (
+    from tts.cost.architecture import load_architecture
+    from tts.cost.cost_model import CostModel, SparseAttention
+    from tts.cost.hardware import HARDWARE, get_hardware
+    from tts.cost.prices import (
         PriceError,
         gpu_kind,
         load_prices,
@@ -192,7 +192,7 @@ _MEMORY_UTILIZATION = 0.9
 
 
 def _plan_cost(cm: Any, shapes: list[Any], concurrency: int | None) -> Any:
-    from tts.budgets.cost_model import Cost
+    from tts.cost.cost_model import Cost
 
     return Cost.total([cm.cost_request(sh.prompt_tokens, list(sh.completion_tokens),
                                        cached_prompt_tokens=sh.cached_prompt_tokens,
@@ -216,7 +216,7 @@ def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int) 
 
 
 def _price_source(key: str, overrides: dict[str, float]) -> str:
-    from tts.budgets.prices import DEFAULT_PRICES
+    from tts.cost.prices import DEFAULT_PRICES
 
     if key in overrides:
         return "user"
@@ -227,7 +227,7 @@ def _rank_gpus(arch: Any, devices: list[Any], priced: Any, shapes: list[Any],
                plan: dict[str, Any], overrides: dict[str, float], concurrency: int | None,
                max_seconds: float | None) -> dict[str, Any]:
     """Every GPU kind's seconds and dollars for one problem of ``arch``, cheapest first."""
-    from tts.budgets.prices import PRICE_BASIS, Quote, rank_by_dollars
+    from tts.cost.prices import PRICE_BASIS, Quote, rank_by_dollars
 
     need = _memory_needed(arch, shapes, plan["prompt_tokens"], plan["n"], plan["gen_tokens"])
     quotes, usable = [], {}
@@ -368,7 +368,7 @@ def calibrate(
                        ] = False,
 ) -> None:
     """Measure this CPU's matmul FLOP/s and memory bandwidth (cached for --gpu cpu)."""
-    from tts.budgets.hardware import calibrate_cpu
+    from tts.cost.hardware import calibrate_cpu
 
     cpu = calibrate_cpu(refresh=True)
     out: dict[str, Any] = {"cpu": {"peak_flops": cpu.peak_flops, "bandwidth": cpu.bandwidth,
@@ -405,10 +405,10 @@ def calibrate(
 def _engine_report(model: str, gpu: str, dtype_bytes: int | None) -> dict[str, Any]:
     import dataclasses
 
-    from tts.budgets.architecture import load_architecture
-    from tts.budgets.calibration import compare_predictions, default_points
-    from tts.budgets.cost_model import CostModel
-    from tts.budgets.hardware import get_hardware
+    from tts.cost.architecture import load_architecture
+    from tts.cost.calibration import compare_predictions, default_points
+    from tts.cost.cost_model import CostModel
+    from tts.cost.hardware import get_hardware
 
     try:
         from tts.backends.vllm_timing import measure_decode

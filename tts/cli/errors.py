@@ -17,7 +17,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tts.backends.base import BackendError
     from tts.benchmarks.append_log import CorruptLogError
     from tts.benchmarks.datasets import DatasetError
-    from tts.budgets.prices import PriceError
+    from tts.cost.prices import PriceError
     from tts.eval.store import RunMismatchError
     from tts.eval.sweep import SweepError
     from tts.models import ModelError

@@ -295,7 +295,7 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
     """Price the run on ``gpu``; returns ({} , reason) when the model's architecture is unknown."""
     if not gpu:
         return {}, None
-    from tts.budgets.ledger import cost_model_for, price_usages
+    from tts.cost.ledger import cost_model_for, price_usages
 
     try:
         cm = cost_model_for(model, gpu)

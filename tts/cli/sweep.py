@@ -69,7 +69,7 @@ def _spec(opts: dict[str, Any], config: Path | None) -> Any:
         if opts.get(key) not in (None, [], ""):
             spec[key] = opts[key]
     if opts["prices"] is not None or opts["price"]:
-        from tts.budgets.prices import load_prices, parse_prices
+        from tts.cost.prices import load_prices, parse_prices
 
         prices = dict(base.get("prices") or {})
         if opts["prices"] is not None:

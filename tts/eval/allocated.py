@@ -47,13 +47,13 @@ from tts.budgets.allocator import (
     BudgetTooSmallError,
     CalibrationError,
 )
-from tts.budgets.ledger import usage_from_json
+from tts.cost.ledger import usage_from_json
 from tts.config import AllocationConfig, EvalConfig
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, grade_rows, load_problems
 from tts.eval.store import ResultsStore
 from tts.search.base import to_sample
-from tts.search.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem, Sample, Usage, to_jsonable
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ Price = Callable[[Usage], float]
 def _pricer(alloc: AllocationConfig, model: str) -> Price:
     if alloc.unit == "tokens":
         return lambda u: float(u.completion_tokens + u.prompt_tokens - u.cached_prompt_tokens)
-    from tts.budgets.ledger import cost_model_for
+    from tts.cost.ledger import cost_model_for
 
     try:
         cm = cost_model_for(model, alloc.gpu)

@@ -99,7 +99,7 @@ class SweepSpec(BaseModel):
     run alone and share only their own steps' reads."""
     sparse: str | None = None
     """Price every cell as if the engine ran sparse attention (Kinetics' what-if):
-    ``topk:K[,local=W]`` or ``block:K,size=S[,local=W]`` (:class:`tts.budgets.cost_model.SparseAttention`).
+    ``topk:K[,local=W]`` or ``block:K,size=S[,local=W]`` (:class:`tts.cost.cost_model.SparseAttention`).
     Accuracy is the pool's or run's, measured with dense attention; only the costs change."""
     lengths: list[int] = Field(default_factory=list)
     """Pool: length budgets, caps on generated tokens per sample. Each cap replays the grid from the
@@ -130,7 +130,7 @@ class SweepSpec(BaseModel):
     def _sparse_readable(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from tts.budgets.cost_model import SparseAttention
+        from tts.cost.cost_model import SparseAttention
 
         return SparseAttention.parse(value).label
 
@@ -307,8 +307,8 @@ ProgressFn = Callable[[int, int], None]
 
 def check_spec(spec: SweepSpec) -> list[str]:
     """Refuse what cannot run before any work starts; returns the models of the grid."""
-    from tts.budgets.hardware import get_hardware
-    from tts.budgets.prices import usd_per_hour
+    from tts.cost.hardware import get_hardware
+    from tts.cost.prices import usd_per_hour
 
     try:
         get_hardware(spec.gpu)
@@ -449,7 +449,7 @@ def _weighting(spec: SweepSpec, scores: np.ndarray) -> str:
 
 
 def _cost_model(model: str, spec: SweepSpec) -> Any:
-    from tts.budgets.ledger import cost_model_for
+    from tts.cost.ledger import cost_model_for
 
     try:
         cost_model = cost_model_for(spec.arch.get(model, model), spec.gpu)
@@ -460,7 +460,7 @@ def _cost_model(model: str, spec: SweepSpec) -> Any:
         return None
     if spec.sparse is None:
         return cost_model
-    from tts.budgets.cost_model import CostModel, SparseAttention
+    from tts.cost.cost_model import CostModel, SparseAttention
 
     return CostModel(cost_model.arch, cost_model.hardware, sparse=SparseAttention.parse(spec.sparse))
 
@@ -489,7 +489,7 @@ def _pool_cells(spec: SweepSpec, unit: Unit, points: Sequence[tuple[StrategyConf
 
 def _pool_cells_at(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], mp: Any,
                    length: int | None, events: dict[str, int]) -> list[Cell]:
-    from tts.budgets.prices import dollars
+    from tts.cost.prices import dollars
     from tts.eval import estimators as est
 
     rules = {c.label: pool_rule_of(c) for c in configs}
@@ -543,8 +543,8 @@ def live_eval_config(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConf
 
 def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], out: Path,
                 generator: Any) -> list[Cell]:
-    from tts.budgets.ledger import price_usages
-    from tts.budgets.prices import dollars
+    from tts.cost.ledger import price_usages
+    from tts.cost.prices import dollars
     from tts.eval.runner import run_eval
 
     cost_model = _cost_model(unit.model, spec)

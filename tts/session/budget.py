@@ -96,7 +96,7 @@ class Pricer:
         self.why_unpriced = "no model to price with was given"
         if model:
             try:
-                from tts.budgets.ledger import cost_model_for
+                from tts.cost.ledger import cost_model_for
 
                 self.cost_model = cost_model_for(model, gpu)
             except (ValueError, OSError) as exc:
@@ -104,7 +104,7 @@ class Pricer:
                 logger.info("%s", self.why_unpriced)
 
     def _dollars(self, seconds: float) -> float | None:
-        from tts.budgets.prices import PriceError, dollars
+        from tts.cost.prices import PriceError, dollars
 
         try:
             return dollars(seconds, self.gpu, self.prices)
@@ -117,7 +117,7 @@ class Pricer:
                                "completion_tokens": usage.completion_tokens, "calls": usage.calls,
                                "wall_seconds": round(usage.wall_seconds, 6)}
         if self.cost_model is not None:
-            from tts.budgets.ledger import price_usages
+            from tts.cost.ledger import price_usages
 
             cost = price_usages([("x", usage)], self.cost_model)["x"].cost if usage.shapes else None
             eflops = cost.eflops if cost else 0.0

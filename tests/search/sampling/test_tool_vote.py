@@ -1,0 +1,129 @@
+"""Tool-call voting with a scripted model that answers in tool calls (some malformed)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+import tts
+from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig, parse_tool_call
+from tts.types import Problem
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search", "parameters": {"type": "object",
+                                                                        "properties": {"q": {"type": "string"}}}}},
+]
+
+
+class ToolModel:
+    """Replies drawn from ``replies`` with ``weights`` (shuffled, each reply ``weight`` times per
+    ``sum(weights)`` replies); records the requests it was sent."""
+
+    model_name = "tool-model"
+
+    def __init__(self, replies, weights, seed=0):
+        self.rng = random.Random(seed)
+        self.pool = [r for r, w in zip(replies, weights, strict=True) for _ in range(w)]
+        self.requests = []
+
+    def generate(self, requests):
+        self.requests += list(requests)
+        out = []
+        for req in requests:
+            texts = []
+            while len(texts) < req.n:
+                texts += self.rng.sample(self.pool, len(self.pool))
+            texts = texts[: req.n]
+            comps = tuple(Completion(t, len(t.split()), -0.2, "stop") for t in texts)
+            out.append(GenerationResult(comps, request_usage(50, 0, [c.completion_tokens for c in comps], 0.0)))
+        return out
+
+    def close(self):
+        pass
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+REPLIES = [
+    call("get_weather", city="Paris"),
+    call("get_weather", city=" paris "),               # the same call, spelled differently
+    call("get_weather", city="London"),
+    call("search", q="weather Paris"),
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Par',   # cut off: malformed
+    call("get_weather"),                                # required argument missing: malformed
+    call("launch_rockets", n=3),                        # not an offered tool: malformed
+    "I think it is sunny.",                             # no call at all
+]
+
+
+def _problem(**meta):
+    return Problem("turn-1", "What's the weather in Paris?", None,
+                   {"tools": TOOLS, "messages": [{"role": "user", "content": "What's the weather in Paris?"}], **meta})
+
+
+def test_votes_over_normalised_calls_and_returns_the_canonical_call():
+    model = ToolModel(REPLIES, [3, 3, 4, 2, 3, 2, 2, 1])
+    sol = ToolVote(ToolVoteConfig(n=40), model, lambda p: ()).solve([_problem()])[0]  # 12 Paris, 8 London
+    assert json.loads(sol.answer) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert list(json.loads(sol.answer)) == ["name", "arguments"]
+    paris = sum(1 for s in sol.trace.samples if s.answer is not None and "get_weather" in s.answer and "aris" in s.answer)
+    assert paris == 12 and sol.confidence == pytest.approx(12 / 40)
+    ev = sol.trace.events
+    assert ev["malformed_tool_call"] + ev["no_tool_call"] == sum(s.answer is None for s in sol.trace.samples) > 0
+    # the tools were offered in the system message, the chat followed
+    sent = model.requests[0].messages
+    assert sent[0].role == "system" and "get_weather" in sent[0].content and "<tool_call>" in sent[0].content
+    assert sent[-1].content == "What's the weather in Paris?"
+
+
+def test_by_name_the_winning_tool_brings_its_most_common_arguments():
+    model = ToolModel([call("get_weather", city="London"), call("get_weather", city="Paris"),
+                       call("search", q="x")], [1, 2, 4], seed=1)
+    by_call = ToolVote(ToolVoteConfig(n=40), model, lambda p: ()).solve([_problem()])[0]
+    assert json.loads(by_call.answer)["name"] == "search"
+    model = ToolModel([call("get_weather", city="London"), call("get_weather", city="Paris"),
+                       call("get_weather", city="Paris"), call("search", q="x"), call("search", q="y")],
+                      [1, 1, 1, 1, 1], seed=2)
+    by_name = ToolVote(ToolVoteConfig(n=40, match="name"), model, lambda p: ()).solve([_problem()])[0]
+    assert json.loads(by_name.answer) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+def test_only_malformed_calls_give_no_answer_and_never_raise():
+    model = ToolModel(["<tool_call>{oops</tool_call>", '{"name": 3}', "[]", "", "<tool_call>"], [1] * 5)
+    sol = ToolVote(ToolVoteConfig(n=10), model, lambda p: ()).solve([_problem()])[0]
+    assert sol.answer is None and sol.confidence == 0.0 and len(sol.trace.samples) == 10
+
+
+def test_parse_accepts_openai_shapes_and_string_arguments():
+    text = '{"type": "function", "function": {"name": "search", "arguments": "{\\"q\\": \\"a\\"}"}}'
+    assert parse_tool_call(text, TOOLS) == ({"name": "search", "arguments": {"q": "a"}}, "ok")
+    assert parse_tool_call("```json\n" + json.dumps({"name": "search", "arguments": {}}) + "\n```", TOOLS)[1] == "ok"
+
+
+def test_through_tts_solve():
+    model = ToolModel(REPLIES[:3], [1, 1, 1])
+    sol = tts.solve(_problem(), strategy="tool_vote", n=16, generator=model)
+    assert json.loads(sol.answer)["name"] == "get_weather" and sol.trace.strategy == "tool_vote"
+
+
+def test_name_is_the_hierarchical_vote_and_the_flat_vote_stays_available():
+    # get_weather holds most replies with scattered cities; search's calls all agree.
+    replies = [call("get_weather", city="Paris"), call("search", q="x"), call("get_weather", city="Rome"),
+               call("search", q="x"), call("get_weather", city="Oslo")]
+    model = ToolModel(replies, [1] * 5)
+    default = ToolVote(ToolVoteConfig(n=5), model, lambda p: ()).solve([_problem()])[0]
+    by_name = ToolVote(ToolVoteConfig(n=5, match="name"), model, lambda p: ()).solve([_problem()])[0]
+    flat = ToolVote(ToolVoteConfig(n=5, match="name_and_arguments"), model, lambda p: ()).solve([_problem()])[0]
+    assert json.loads(default.answer)["name"] == json.loads(by_name.answer)["name"] == "get_weather"
+    assert json.loads(flat.answer) == {"name": "search", "arguments": {"q": "x"}}
+    assert flat.confidence == pytest.approx(2 / 5) and default.confidence == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="ties"):
+        ToolVoteConfig(ties="last")

@@ -1,0 +1,56 @@
+"""The package's layers import only downward (DESIGN.md, "Layers"), checked on every module.
+
+A module may import its own layer and any layer below it, at module level or inside a function;
+an import that runs upward means the imported thing is in the wrong place. ``cost`` (the Kinetics
+cost model) sits below the backends: it reads only model shapes, hardware tables and usage.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tts"
+
+# Highest first, as in DESIGN.md; modules at the package's top level count as their own layer.
+LAYERS = [
+    "cli", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
+    "benchmarks", "prompts", "backends", "cost", "config", "models", "model_parts", "registry",
+    "paths", "answers", "types",
+]
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "tts" else None
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+    return found
+
+
+def test_every_subpackage_and_top_level_module_has_a_layer():
+    names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert names - set(LAYERS) == set(), "add the new part of tts to LAYERS (and to DESIGN.md's list)"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_import_runs_upward(path: Path):
+    own = _layer(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+    upward = []
+    for module, line in _imports(path):
+        target = _layer(module)
+        if target is None or own is None or target == own:
+            continue
+        if LAYERS.index(target) < LAYERS.index(own):
+            upward.append(f"line {line}: {module} ({target} is above {own})")
+    assert upward == []

@@ -1,0 +1,1 @@
+"""Sampling strategies: draw whole samples independently, then aggregate them (vote, score, filter)."""
