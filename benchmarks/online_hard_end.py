@@ -18,7 +18,10 @@ worst).
 
 Settings of the online rule are passed as ``--set key=value`` (any field of
 :class:`tts.budgets.replay.simulate.SimulateConfig`), e.g. ``--set rule=beta`` for the Beta criterion
-of Aggarwal et al. Several ``--policy NAME:key=value,key=value`` compare rules side by side.
+of Aggarwal et al. Several ``--policy NAME:key=value,key=value`` compare rules side by side. Two
+rules that lost, kept beside this script in ``stopping_rules/``, are named here too: ``rule=gain``
+(with ``kappa=``, the value of more samples) and ``rule=contested`` (the cross-fitted predictor),
+both with ``min_gain=``.
 
 Usage (from the repository root):
     python benchmarks/online_hard_end.py [--orderings 20] [--policy old:rule=beta] [--json out.json]
@@ -33,7 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from stopping_rules.contested import ContestedRule  # beside this script (its folder is on sys.path)
+from stopping_rules.vote_value import VoteValue
 from tts.benchmarks.pool import load_pool
+from tts.budgets.online import RateModel
 from tts.budgets.replay.simulate import SimulateConfig, simulate
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -92,6 +98,18 @@ def _num(v, fmt: str) -> str:
     return f"{'-':>{width}}" if v is None else format(v, fmt)
 
 
+def rate_rule(over: dict) -> tuple[dict, RateModel | None]:
+    """Policy overrides with ``rule=gain`` / ``rule=contested`` turned into rule "rate" and its model."""
+    over = dict(over)
+    if over.get("rule") == "gain":
+        over["rule"] = "rate"
+        return over, VoteValue(float(over.pop("kappa", 1.0)))
+    if over.get("rule") == "contested":
+        over["rule"] = "rate"
+        return over, ContestedRule(l2=float(over.pop("l2", 0.05)))
+    return over, None
+
+
 def run(sets: dict[str, dict], policies: list[tuple[str, dict]], orderings: int, seed: int) -> dict:
     out: dict = {}
     for set_name, pools in sets.items():
@@ -100,8 +118,9 @@ def run(sets: dict[str, dict], policies: list[tuple[str, dict]], orderings: int,
             rows = []
             t0 = time.perf_counter()
             for model, mp in pools.items():
-                cfg = SimulateConfig(modes=("online",), orderings=orderings, seed=seed, **over)
-                r = simulate(mp, cfg)
+                settings, model_ = rate_rule(over)
+                cfg = SimulateConfig(modes=("online",), orderings=orderings, seed=seed, **settings)
+                r = simulate(mp, cfg, rate_model=model_)
                 m = r.modes["online"]
                 delta = m.acc_at_uniform_tokens.mean - r.uniform_acc.mean
                 # Secondary, from the mean curve (observed orderings): within one problem of

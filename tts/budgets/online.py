@@ -9,20 +9,18 @@ to change its majority answer. Two stopping rules are offered:
   ``confidence`` (they use 0.95).
 * ``"exact"``: stop only when the leader cannot be overtaken by the samples still allowed
   (v1 - v2 > n_max - n): the answer is then the same as with n_max samples.
-* ``"gain"``: stop when one more sample is worth less than ``min_gain`` expected accuracy
-  (:class:`tts.budgets.vote_value.VoteValue`: the posterior value of more samples, best rate
-  over the horizons left); rounds then serve the highest rate first. A vote that is flat after
-  many samples (20 against 19) has a low rate, so it stops instead of running to ``n_max``.
-* ``"contested"``: the same bar, but the rate comes from a model *fitted* on other problems'
-  graded samples (:mod:`tts.budgets.contested`: which votes stay contested, i.e. gain nothing
-  from more samples); a Beta-confident leader also stops. The caller supplies the rates (a replay
-  cross-fits them; a live :class:`OnlineAllocator` takes a fitted ``predictor``).
+* ``"rate"``: stop when one more sample is predicted to buy less than ``min_gain`` expected
+  accuracy; rounds then serve the highest predicted gain first. The prediction comes from a
+  :class:`RateModel` the caller supplies (``OnlinePolicy(rate_model=...)``); none ships in the
+  library, because the two models tried (a closed-form value of more samples, and a predictor
+  fitted on other problems' graded votes) lost to ``"beta"`` on every pool where they were
+  measured. They live on, with their measurements, in ``benchmarks/stopping_rules/``.
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the Beta criterion at 0.99, then 0.999, then the
-exact rule; for "gain" and "contested", ``min_gain`` / 4, / 16, / 64, then the exact rule;
-"contested" raises its Beta confidence along: 0.95, 0.99, 0.999), so a larger budget
-keeps buying the most contested votes.
+exact rule; for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
+confidence of a model that also stops confident leaders rising along: 0.95, 0.99, 0.999), so a
+larger budget keeps buying the most contested votes.
 
 One rule, used by the real run (``tts eval --allocate``) and by every replay
 (``tts budget simulate``), in two steps:
@@ -48,17 +46,19 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from scipy.special import betainc
 
-from tts.budgets.vote_value import VoteValue
-
 logger = logging.getLogger(__name__)
 
-StopRule = Literal["beta", "exact", "gain", "contested"]
-STOP_RULES = ("beta", "exact", "gain", "contested")
+if TYPE_CHECKING:
+    from tts.benchmarks.pool import ModelPool
+    from tts.budgets.replay.prefix import PrefixReplay
+
+StopRule = Literal["beta", "exact", "rate"]
+STOP_RULES = ("beta", "exact", "rate")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
@@ -86,7 +86,7 @@ def decided(
     rule: StopRule = "beta",
     confidence: float = 0.95,
     rate: np.ndarray | None = None,
-    beta_confidence: float = 0.95,
+    beta_confidence: float | None = None,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -95,11 +95,11 @@ def decided(
         n: Samples drawn so far (no-answer samples included).
         n_max: Most samples a problem may get.
         rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``), "exact" (the leader
-            cannot be overtaken within ``n_max``) or "gain" (``rate`` below ``confidence``, which
+            cannot be overtaken within ``n_max``) or "rate" (``rate`` below ``confidence``, which
             is then the least expected accuracy gain per sample worth paying for).
-        rate: For "gain" and "contested": per problem, the expected accuracy gained per sample
-            (:meth:`VoteValue.rate`, :meth:`tts.budgets.contested.ContestedModel.rate`).
-        beta_confidence: For "contested": a leader this Beta-confident stops too.
+        rate: For "rate": per problem, the predicted accuracy gained per sample
+            (:meth:`RateModel.live_rate`).
+        beta_confidence: For "rate": a leader this Beta-confident stops too (None: no such stop).
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
     done = n >= n_max
@@ -108,15 +108,10 @@ def decided(
         return done | lead_safe
     if rule == "beta":
         return done | lead_safe | ((top1 > 0) & (vote_confidence(top1, top2) >= confidence))
-    if rule == "gain":
+    if rule == "rate":
         if rate is None:
-            raise ValueError("the 'gain' rule needs each problem's rate (VoteValue.rate)")
-        return done | lead_safe | ((n > 0) & (np.asarray(rate) < confidence))
-    if rule == "contested":
-        if rate is None:
-            raise ValueError("the 'contested' rule needs each problem's predicted rate "
-                             "(tts.budgets.contested.ContestedModel.rate)")
-        sure = (top1 > 0) & (vote_confidence(top1, top2) >= beta_confidence)
+            raise ValueError("the 'rate' rule needs each problem's predicted gain per sample (RateModel.live_rate)")
+        sure = False if beta_confidence is None else (top1 > 0) & (vote_confidence(top1, top2) >= beta_confidence)
         return done | lead_safe | sure | ((n > 0) & (np.asarray(rate) < confidence))
     raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {rule!r}")
 
@@ -125,9 +120,9 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
                     escalate: bool = True, min_gain: float = 1e-3) -> list[tuple[StopRule, float]]:
     """The (rule, bar) stages an online run walks through while budget is left.
 
-    The bar is the Beta confidence for "beta" and the least gain per sample for "gain".
+    The bar is the Beta confidence for "beta" and the least gain per sample for "rate".
     """
-    if rule in ("gain", "contested"):
+    if rule == "rate":
         stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
         if escalate:
             stages += [(rule, min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
@@ -144,6 +139,30 @@ def serve_order(confidence: np.ndarray, open_: np.ndarray) -> np.ndarray:
     return idx[np.argsort(confidence[idx], kind="stable")]
 
 
+class RateModel(Protocol):
+    """A prediction of what one more sample of each vote buys, for the "rate" stopping rule.
+
+    ``stop_confident``: whether a Beta-confident leader also stops (at the confidence of the
+    current stage), besides a low predicted gain. ``cross_fitted``: whether :meth:`replay_rates`
+    fits on graded problems, so that a replay must run each fold apart (no problem's rounds may
+    depend on a model fitted on its own grade).
+    """
+
+    stop_confident: bool
+    cross_fitted: bool
+
+    def live_rate(self, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, n_none: np.ndarray,
+                  n_distinct: np.ndarray, mean_tokens: np.ndarray, cap: np.ndarray, chunk: int) -> np.ndarray:
+        """Per problem, the predicted accuracy gained per sample, from its vote so far."""
+        ...
+
+    def replay_rates(self, pool: ModelPool, orders: np.ndarray, reps: Sequence[PrefixReplay], fold: np.ndarray,
+                     cap: np.ndarray, chunk: int) -> list[np.ndarray]:
+        """Per ordering, ``(n_problems, n_samples + 1)`` rates after ``n`` samples (column n) of
+        that ordering, each problem's from a model fitted on other folds if fitted at all."""
+        ...
+
+
 @dataclass(frozen=True)
 class OnlinePolicy:
     """The settings of the online rule (the same for a real run and its replays).
@@ -151,12 +170,11 @@ class OnlinePolicy:
     Args:
         n_max: Most samples per problem.
         chunk: Samples a chosen problem gets per round, drawn as one request.
-        rule: Stopping rule ("beta", "exact", "gain" or "contested").
+        rule: Stopping rule ("beta", "exact" or "rate").
         confidence: Beta-criterion threshold.
         escalate: Raise the bar when every vote is decided and budget is left.
-        min_gain: "gain", "contested": the least expected accuracy gain per sample worth paying for.
-        kappa: "gain": how strongly a larger vote share means "correct"
-            (:func:`tts.budgets.vote_value.leader_correct`; inf = the larger share is right).
+        min_gain: "rate": the least predicted accuracy gain per sample worth paying for.
+        rate_model: "rate": the model that predicts it (required there).
     """
 
     n_max: int = 64
@@ -165,7 +183,7 @@ class OnlinePolicy:
     confidence: float = 0.95
     escalate: bool = True
     min_gain: float = 1e-3
-    kappa: float = 1.0
+    rate_model: RateModel | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -176,12 +194,15 @@ class OnlinePolicy:
             raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {self.rule!r}")
         if not 0 < self.min_gain < 1:
             raise ValueError(f"min_gain must lie in (0, 1) (accuracy per sample), got {self.min_gain}")
-        if not self.kappa > 0:
-            raise ValueError(f"kappa must be > 0 (inf = the larger share is right), got {self.kappa}")
+        if self.rule == "rate" and self.rate_model is None:
+            raise ValueError("rule 'rate' needs rate_model= (anything with live_rate and replay_rates; "
+                             "see benchmarks/stopping_rules/ for two)")
 
-    def contested_confidence(self, stage: int) -> float:
-        """"contested": the Beta confidence that also stops a leader at ``stage`` (it rises with
-        the stages, as the "beta" rule's does)."""
+    def beta_stop(self, stage: int) -> float | None:
+        """"rate": the Beta confidence that also stops a leader at ``stage`` (it rises with the
+        stages, as the "beta" rule's does), or None where the model stops on gain alone."""
+        if self.rule != "rate" or not self.rate_model.stop_confident:
+            return None
         ladder = [self.confidence] + [c for c in (0.99, 0.999) if c > self.confidence]
         return ladder[min(stage, len(ladder) - 1)]
 
@@ -189,19 +210,6 @@ class OnlinePolicy:
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
         return stopping_stages(self.rule, self.confidence, self.escalate, self.min_gain)
-
-    def rates(self, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray) -> np.ndarray | None:
-        """"gain": expected accuracy gained per sample per problem (None for other rules)."""
-        if self.rule != "gain":
-            return None
-        value = _VALUES.get(self.kappa)
-        if value is None:
-            value = _VALUES[self.kappa] = VoteValue(self.kappa)
-        return value.rate(top1, top2, n, cap, self.chunk)
-
-
-_VALUES: dict[float, VoteValue] = {}
-"""One :class:`VoteValue` (and its cache of vote states) per kappa, shared by runs and replays."""
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
@@ -215,29 +223,25 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         cap: Most samples per problem (``policy.n_max``; a replay lowers it to the samples its
             pool holds).
         stage: Current stopping stage (index into ``policy.stages``); 0 at the start of a run.
-        rate: "contested" (required there): each problem's predicted accuracy gain per sample
-            (:mod:`tts.budgets.contested`, fitted on other problems).
+        rate: "rate" (required there): each problem's predicted accuracy gain per sample
+            (:meth:`RateModel.live_rate`, or a replay's table from :meth:`RateModel.replay_rates`).
 
     Returns:
         ``(problems, k, stage)``: problem indices least confident first (ties by index), the
         samples each gets, and the stage reached. No problems = the run is complete.
     """
     stages = policy.stages
-    if policy.rule == "contested":
-        if rate is None:
-            raise ValueError("the 'contested' rule needs each problem's predicted rate: pass rate= "
-                             "(a replay cross-fits it; a live run needs a fitted predictor)")
-    else:
-        rate = policy.rates(top1, top2, n, cap)
+    if policy.rule == "rate" and rate is None:
+        raise ValueError("the 'rate' rule needs each problem's predicted gain per sample: pass rate= "
+                         "(RateModel.live_rate in a run, RateModel.replay_rates in a replay)")
     while True:
         rule, bar = stages[stage]
-        sure = policy.contested_confidence(stage)
-        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate, beta_confidence=sure)
+        open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate, beta_confidence=policy.beta_stop(stage))
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1
     conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
-    if rate is not None:  # "gain", "contested": the highest value first (never-sampled problems first)
+    if policy.rule == "rate":  # the highest predicted gain first (never-sampled problems first)
         conf = np.where(n > 0, -rate, -np.inf)
     who = serve_order(conf, open_)
     return who, np.minimum(policy.chunk, cap[who] - n[who]).astype(np.int64), stage
@@ -304,9 +308,6 @@ class OnlineAllocator:
         problem_ids: The problems, in order (ties in confidence are served in this order).
         budget: Total budget, in the unit of the costs passed to :meth:`record`.
         policy: The rule's settings.
-        predictor: For rule "contested": a fitted model of which votes stay contested
-            (:func:`tts.budgets.contested.fit_pool` on a calibration pool of *other* problems);
-            anything with ``live_rate(top1, top2, n, n_none, n_distinct, mean_tokens, cap)``.
 
     Example:
         >>> alloc = OnlineAllocator(["p1", "p2"], budget=1e6, policy=OnlinePolicy(n_max=8, chunk=4))
@@ -317,7 +318,6 @@ class OnlineAllocator:
     problem_ids: Sequence[Hashable]
     budget: float
     policy: OnlinePolicy = field(default_factory=OnlinePolicy)
-    predictor: object | None = None
     spent: float = 0.0
     stage: int = 0
     finished: bool = False
@@ -334,9 +334,6 @@ class OnlineAllocator:
         self.n = np.zeros(size, dtype=np.int64)
         self.top1 = np.zeros(size, dtype=np.int64)
         self.top2 = np.zeros(size, dtype=np.int64)
-        if self.policy.rule == "contested" and not hasattr(self.predictor, "live_rate"):
-            raise ValueError("rule 'contested' needs a fitted predictor: pass "
-                             "predictor=tts.budgets.contested.fit_pool(calibration_pool)")
         self.n_none = np.zeros(size, dtype=np.int64)
         self.tokens = np.zeros(size)
         self._cap = np.full(size, self.policy.n_max, dtype=np.int64)
@@ -346,7 +343,7 @@ class OnlineAllocator:
 
     def record(self, problem_id: Hashable, answer: str | None, cost: float, tokens: float | None = None) -> None:
         """Account one drawn sample: its answer (None = no answer), its actual cost and its
-        generated tokens (default: the cost; only the "contested" rule reads them)."""
+        generated tokens (default: the cost; only a "rate" model reads them)."""
         i = self._index[problem_id]
         self.n[i] += 1
         self.tokens[i] += float(cost if tokens is None else tokens)
@@ -370,10 +367,11 @@ class OnlineAllocator:
         if self._round is None or self._j >= len(self._round[0]):
             # 1. A new round, decided from the samples drawn so far.
             rate = None
-            if self.policy.rule == "contested":
+            if self.policy.rule == "rate":
                 distinct = np.array([len(v) for v in self.votes])
-                rate = self.predictor.live_rate(self.top1, self.top2, self.n, self.n_none, distinct,
-                                                self.tokens / np.maximum(self.n, 1), self._cap)
+                rate = self.policy.rate_model.live_rate(self.top1, self.top2, self.n, self.n_none, distinct,
+                                                        self.tokens / np.maximum(self.n, 1), self._cap,
+                                                        self.policy.chunk)
                 rate = np.where(self.n > 0, rate, np.inf)
             who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate)
             if not len(who):

@@ -52,9 +52,9 @@ class OnlineSequence:
             sample_cost: ``(n_problems, n_samples)`` actual cost of each sample of the ordering.
             cap: Most samples per problem (at most the samples the pool holds).
             policy: The rule's settings.
-            rates: "contested": ``(n_problems, n_samples + 1)`` predicted gain per sample after
+            rates: Rule "rate": ``(n_problems, n_samples + 1)`` predicted gain per sample after
                 ``n`` samples (column n), fitted on other problems
-                (:func:`tts.budgets.contested.cross_fitted_rates`).
+                (:meth:`tts.budgets.online.RateModel.replay_rates`).
         """
         size = len(cap)
         rows = np.arange(size)

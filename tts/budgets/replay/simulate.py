@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tts.benchmarks.pool import ModelPool
 from tts.budgets import difficulty as dif
 from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
-from tts.budgets.online import OnlinePolicy
+from tts.budgets.online import OnlinePolicy, RateModel
 from tts.budgets.replay.online import OnlineSequence, within_each
 from tts.budgets.replay.prefix import (
     PrefixReplay,
@@ -74,15 +74,12 @@ class SimulateConfig(BaseModel):
     """Most samples per problem (default: the pool's sample count)."""
     chunk: int = Field(4, ge=1)
     """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
-    rule: Literal["beta", "exact", "gain", "contested"] = "beta"
-    """Online stopping rule (Aggarwal et al.'s Beta criterion, exact lead, the value of more
-    samples: :mod:`tts.budgets.vote_value`, or that value predicted by a model cross-fitted on the
-    other folds' graded samples: :mod:`tts.budgets.contested`)."""
+    rule: Literal["beta", "exact", "rate"] = "beta"
+    """Online stopping rule: Aggarwal et al.'s Beta criterion, exact lead, or a predicted gain per
+    sample below ``min_gain`` ("rate": pass ``simulate(..., rate_model=...)``; see
+    :class:`tts.budgets.online.RateModel`)."""
     min_gain: float = Field(1e-3, gt=0.0, lt=1.0)
-    """Online, rules "gain" and "contested": the least expected accuracy gain per sample worth
-    paying for."""
-    kappa: float = Field(1.0, gt=0.0)
-    """Online, rule "gain": how strongly a larger vote share means "correct" (inf: always)."""
+    """Online, rule "rate": the least predicted accuracy gain per sample worth paying for."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: Beta-criterion confidence at which a vote counts as decided."""
     escalate: bool = True
@@ -131,8 +128,8 @@ class ModeDecisions:
 
     Args:
         n_at_uniform: ``(orderings, problems)`` samples each problem gets at uniform's tokens.
-        steps: Per ordering, per fold (online: one entry, or one per fold under rule
-            "contested", in pool indices), the decision sequence as a
+        steps: Per ordering, per fold (online: one entry, or one per fold under a
+            cross-fitted rate model, in pool indices), the decision sequence as a
             ``(2, steps)`` array: offline, the problem and its new n of each greedy upgrade;
             online, the problem and samples of each request of every round (unlimited budget).
     """
@@ -315,19 +312,20 @@ def _offline_on_grid(paths: list[dict[int, _Path]], fold: np.ndarray, grid: np.n
 
 
 def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_n: int,
-            orders: np.ndarray, fold: np.ndarray):
+            orders: np.ndarray, fold: np.ndarray, rate_model: RateModel | None = None):
     """Per ordering, the online runs at unlimited budget, the worst-case bound they are paid under.
 
     Returns ``(units, worst)``: per ordering, a list of ``(problems, sequence, (ok, tokens))``:
     the run's problems (pool indices), its :class:`OnlineSequence` (indices local to those
     problems) and its per-sample accuracy and token increments. One run holds every problem,
-    except under rule "contested", whose rates come from models fitted on the other folds: there
+    except under a rate model fitted on graded problems (``cross_fitted``), whose rates for a fold
+    come from the other folds: there
     each fold is a run of its own with its share of the budget (as offline), so that no problem's
     rounds or budget depend on rates fitted on its own grades (a global run would couple them
     through the shared stages and budget cuts).
     """
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
-                          escalate=cfg.escalate, min_gain=cfg.min_gain, kappa=cfg.kappa)
+                          escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
@@ -336,11 +334,10 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
 
     rates: list[np.ndarray | None] = [None] * len(reps)
     groups = [np.arange(pool.n_problems)]
-    if cfg.rule == "contested":  # each fold's rates from a model fitted on the other folds
-        from tts.budgets.contested import cross_fitted_rates
-
-        rates = cross_fitted_rates(pool, orders, reps, fold, cap, cfg.chunk)
-        groups = [np.nonzero(fold == f)[0] for f in np.unique(fold).tolist()]
+    if cfg.rule == "rate":
+        rates = rate_model.replay_rates(pool, orders, reps, fold, cap, cfg.chunk)
+        if rate_model.cross_fitted:  # each fold's rates come from the other folds: one run per fold
+            groups = [np.nonzero(fold == f)[0] for f in np.unique(fold).tolist()]
     units = []
     for rep, rate in zip(reps, rates):
         units.append([])
@@ -389,12 +386,13 @@ def _grid(lo: float, hi: float) -> np.ndarray:
     return np.geomspace(max(lo, 1.0), max(hi, lo * 1.01, 2.0), 400)
 
 
-def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationResult:
+def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: RateModel | None = None) -> SimulationResult:
     """Replay uniform self-consistency and the allocator (offline and/or online) on one model.
 
     Args:
         pool: One model's samples (``load_pool(path)[model]``); needs token counts.
         cfg: Settings; defaults to :class:`SimulateConfig`'s.
+        rate_model: Online rule "rate": what predicts each vote's gain per sample.
 
     Returns:
         Uniform tokens/accuracy at ``target_n`` and, per mode, the tokens needed to match its
@@ -432,7 +430,7 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None) -> SimulationRe
             n_u = np.stack([plan(r, float(ut)) for r, ut in enumerate(uniform_tok)])
             at_u = np.array([(rep.correct_at(n).mean(), rep.tokens_at(n).sum()) for rep, n in zip(reps, n_u)])
         else:
-            units, worst = _online(pool, reps, cfg, max_n, orders, fold)
+            units, worst = _online(pool, reps, cfg, max_n, orders, fold, rate_model)
             flat = [(r, te, seq, g) for r, us in enumerate(units) for te, seq, g in us]
             lo = min(float(rep.sample_tokens[:, 0].sum()) for rep in reps)
             hi = max(max(sum(float(g[1][-1]) for _, _, g in us) for us in units), uniform_tok.max()) * 1.01

@@ -1,4 +1,8 @@
-"""The value of more samples for a majority vote: expected accuracy gained per sample.
+"""The value of more samples for a majority vote: expected accuracy gained per sample ("gain").
+
+An experiment that lost: as the online allocator's stopping rule (``OnlinePolicy(rule="rate",
+rate_model=VoteValue(kappa))``) it never beat the Beta criterion on the hard end of the pools
+(see README.md beside this file). It lives here, outside the library, with its measurements.
 
 A stopping rule that only asks "is the leader ahead with confidence c?" (Aggarwal et al.'s Beta
 criterion) keeps feeding a vote that is flat after many samples: 20 against 19 never reaches 95%,
@@ -93,6 +97,11 @@ class VoteValue:
         True
     """
 
+    stop_confident = False
+    """As a :class:`tts.budgets.online.RateModel`: stops on the value of more samples alone."""
+    cross_fitted = False
+    """Its rates are closed-form (``kappa`` is a setting), so a replay runs all folds as one run."""
+
     def __init__(self, kappa: float = 4.0, horizons: Sequence[int] = (1, 2, 4, 8, 16)) -> None:
         if not kappa > 0:
             raise ValueError(f"kappa must be > 0 (inf = the larger share is right), got {kappa}")
@@ -128,6 +137,26 @@ class VoteValue:
             for i in todo:
                 self._cache[(*uniq[i].tolist(), chunk)] = float(out[i])
         return out[inv.reshape(-1)]
+
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk: int) -> np.ndarray:
+        """:meth:`rate` from a live run's vote state (the :class:`tts.budgets.online.RateModel` call)."""
+        return self.rate(top1, top2, n, cap, chunk)
+
+    def replay_rates(self, pool, orders, reps, fold, cap, chunk: int) -> list[np.ndarray]:
+        """Per ordering, ``(n_problems, n_samples + 1)`` rates after n samples (column n), from the
+        prefix votes of that ordering (no fitting: ``fold`` is not needed)."""
+        cap = np.asarray(cap, dtype=np.int64)
+        size, width = pool.n_problems, pool.n_samples + 1
+        n = np.broadcast_to(np.arange(width), (size, width))
+        out = []
+        for rep in reps:
+            zeros = np.zeros((size, 1), dtype=np.int64)
+            t1 = np.concatenate([zeros, rep.top1], axis=1)
+            t2 = np.concatenate([zeros, rep.top2], axis=1)
+            capped = np.minimum(n, cap[:, None])
+            rate = self.rate(t1, t2, capped, np.broadcast_to(cap[:, None], (size, width)), chunk)
+            out.append(rate.reshape(size, width))
+        return out
 
     def _compute(self, states: np.ndarray, chunk: int) -> np.ndarray:
         t1, t2, n, cap = (states[:, j].astype(float) for j in range(4))

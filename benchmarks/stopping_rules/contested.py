@@ -1,9 +1,13 @@
 """Which problems stay contested: a cross-fitted predictor of what more samples still buy.
 
+An experiment that lost: as the online allocator's stopping rule (``OnlinePolicy(rule="rate",
+rate_model=ContestedRule(...))``) it lost to the Beta criterion on the worst model of every set
+(see README.md beside this file). It lives here, outside the library, with its measurements.
+
 The Beta criterion of Aggarwal et al. (:mod:`tts.budgets.online`) stops a vote once its leader is
 ahead with confidence; a vote that stays flat (20 against 19 after 40 samples) never gets there
 and is sampled to the cap, although more samples rarely change whether it is right. The "gain"
-rule (:mod:`tts.budgets.vote_value`) prices that with a fixed model of how vote shares relate to
+rule (``vote_value.py`` beside this file) prices that with a fixed model of how vote shares relate to
 correctness. This module *learns* it instead, from the model's own graded samples on other
 problems:
 
@@ -126,7 +130,7 @@ class ContestedModel:
         left = np.asarray(cap, dtype=float) - np.asarray(n, dtype=float)
         return np.where(left > 0, self.gain(features) / np.maximum(left, 1.0), 0.0)
 
-    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap) -> np.ndarray:
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk: int = 4) -> np.ndarray:
         """:meth:`rate` from a live run's vote state (what :class:`OnlineAllocator` calls)."""
         return self.rate(state_features(top1, top2, n, n_none, n_distinct, mean_tokens, cap), n, cap)
 
@@ -188,3 +192,28 @@ def fit_pool(pool: ModelPool, *, cap: int | None = None, chunk: int = 4, orderin
     reps = [replay_prefixes(pool, o) for o in orders]
     feats = [prefix_features(pool, o, rep, caps) for o, rep in zip(orders, reps)]
     return ContestedModel(l2).fit(*_training_rows(feats, reps, np.arange(pool.n_problems), caps, chunk))
+
+
+@dataclass
+class ContestedRule:
+    """The "contested" stopping rule as a :class:`tts.budgets.online.RateModel`.
+
+    A replay cross-fits one :class:`ContestedModel` per fold (:func:`cross_fitted_rates`); a live
+    run needs ``model``, fitted on a calibration pool of other problems (:func:`fit_pool`). A
+    Beta-confident leader stops too.
+    """
+
+    model: ContestedModel | None = None
+    l2: float = 0.05
+    stop_confident: bool = True
+    cross_fitted: bool = True
+
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk: int) -> np.ndarray:
+        """The fitted model's rate from a live run's vote state."""
+        if self.model is None:
+            raise ValueError("a live run of the contested rule needs model=fit_pool(calibration_pool)")
+        return self.model.live_rate(top1, top2, n, n_none, n_distinct, mean_tokens, cap)
+
+    def replay_rates(self, pool, orders, reps, fold, cap, chunk: int) -> list[np.ndarray]:
+        """Cross-fitted rates per ordering (:func:`cross_fitted_rates`)."""
+        return cross_fitted_rates(pool, orders, reps, fold, cap, chunk, self.l2)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tts.benchmarks.pool import ModelPool
-from tts.budgets.contested import (
+from stopping_rules.contested import (
+    ContestedRule,
     ContestedModel,
     cross_fitted_rates,
     fit_pool,
@@ -22,7 +23,7 @@ from tts.budgets.replay.online import OnlineSequence
 from tts.budgets.replay.prefix import random_orders, replay_prefixes
 from tts.budgets.replay.simulate import SimulateConfig, simulate
 
-CFG = SimulateConfig(target_n=16, orderings=3, folds=3, modes=("online",), rule="contested", min_gain=1e-3,
+CFG = SimulateConfig(target_n=16, orderings=3, folds=3, modes=("online",), rule="rate", min_gain=1e-3,
                      bootstrap=10)
 
 
@@ -69,8 +70,8 @@ def test_flipping_one_problems_grade_leaves_its_own_decisions(problem):
     """Each fold is its own run under "contested", so the flipped grade (which moves the other
     folds' models) cannot reach this problem's rounds or its samples at uniform's tokens."""
     pool = _pool()
-    base = simulate(pool, CFG)
-    other = simulate(_flip(pool, problem), CFG)
+    base = simulate(pool, CFG, rate_model=ContestedRule())
+    other = simulate(_flip(pool, problem), CFG, rate_model=ContestedRule())
     f = int(base.folds[problem])
     on, on2 = base.decisions["online"], other.decisions["online"]
     assert np.array_equal(on.n_at_uniform[:, problem], on2.n_at_uniform[:, problem])
@@ -83,7 +84,10 @@ class _FlatIsWorthless:
     """A stand-in predictor: a vote whose two leaders are within one vote of each other after 8
     samples buys nothing more; any other vote buys 0.1 accuracy per sample."""
 
-    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap):
+    stop_confident = True
+    cross_fitted = True
+
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk):
         flat = (np.asarray(n) >= 8) & (np.abs(np.asarray(top1) - np.asarray(top2)) <= 1)
         return np.where(flat, 0.0, 0.1)
 
@@ -103,25 +107,27 @@ def test_contested_rule_stops_a_flat_vote_that_the_beta_rule_runs_to_the_cap():
 
     common = dict(n_max=64, chunk=4, escalate=False)
     beta = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(**common)), answer)
-    contested = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(rule="contested", **common),
-                                       predictor=_FlatIsWorthless()), answer)
+    contested = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(rule="rate", rate_model=_FlatIsWorthless(),
+                                                                            **common)), answer)
     assert beta.n.tolist() == [4, 64]
     assert contested.n.tolist() == [4, 8]
 
 
-def test_contested_rule_needs_rates_or_a_predictor():
-    policy = OnlinePolicy(rule="contested")
-    with pytest.raises(ValueError, match="predicted rate"):
+def test_the_rate_rule_needs_a_model_and_rates_and_a_live_contested_run_a_fitted_model():
+    with pytest.raises(ValueError, match="rate_model"):
+        OnlinePolicy(rule="rate")
+    policy = OnlinePolicy(rule="rate", rate_model=ContestedRule())
+    with pytest.raises(ValueError, match="predicted gain per sample"):
         plan_round(policy, np.array([1]), np.array([0]), np.array([1]), np.array([64]), 0)
     with pytest.raises(ValueError, match="fit_pool"):
-        OnlineAllocator(["a"], 1e6, policy)
+        OnlineAllocator(["a"], 1e6, policy).next_call(lambda p, k: np.asarray(k, float))
 
 
 def test_the_replay_makes_the_live_allocators_decisions_with_the_same_predictor():
     calib, pool = _pool(seed=1), _pool(seed=2, problems=20)
     model = fit_pool(calib, chunk=4, orderings=3)
     assert isinstance(model, ContestedModel)
-    policy = OnlinePolicy(n_max=24, chunk=4, rule="contested", min_gain=2e-3)
+    policy = OnlinePolicy(n_max=24, chunk=4, rule="rate", min_gain=2e-3, rate_model=ContestedRule(model))
     order = random_orders(pool.mask, 1, np.random.default_rng(0))[0]
     rep = replay_prefixes(pool, order)
     cap = pool.counts.copy()
@@ -133,7 +139,7 @@ def test_the_replay_makes_the_live_allocators_decisions_with_the_same_predictor(
     ans = pool.answers[np.arange(pool.n_problems)[:, None], order]
     tok = rep.sample_tokens
     ids = list(pool.problem_ids)
-    alloc = OnlineAllocator(ids, 1e12, policy, predictor=model)
+    alloc = OnlineAllocator(ids, 1e12, policy)
     while call := alloc.next_call(lambda p, k: np.asarray(k, float)):
         for pid, k in call:
             i = ids.index(pid)

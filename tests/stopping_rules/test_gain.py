@@ -1,14 +1,16 @@
-"""The "gain" stopping rule: the value of more samples for a vote, flat votes stop early, and the
+"""The "gain" stopping rule (benchmarks/stopping_rules/vote_value.py): the value of more samples for a vote, flat votes stop early, and the
 replay makes the same decisions as the allocator that drives a run."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, plan_round
 from tts.budgets.replay.online import OnlineSequence
-from tts.budgets.vote_value import VoteValue, fit_kappa, leader_correct
+from stopping_rules.vote_value import VoteValue, fit_kappa, leader_correct
 
 
 def _drive(alloc, answer, cost, worst):
@@ -38,18 +40,18 @@ def test_gain_rule_stops_a_flat_vote_that_the_beta_rule_runs_to_the_cap():
     common = dict(n_max=64, chunk=4, escalate=False)
     beta = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(**common)), answer,
                   lambda p, i: 1.0, lambda p, k: np.asarray(k, float))
-    gain = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(rule="gain", min_gain=5e-3, **common)),
+    gain = _drive(OnlineAllocator(["easy", "flat"], 1e9, OnlinePolicy(rule="rate", min_gain=5e-3, rate_model=VoteValue(1.0), **common)),
                   answer, lambda p, i: 1.0, lambda p, k: np.asarray(k, float))
     assert beta.n.tolist() == [4, 64]
     assert gain.n[0] <= 8 and gain.n[1] < 64
 
 
 def test_gain_rounds_serve_the_highest_value_first():
-    policy = OnlinePolicy(n_max=80, chunk=4, rule="gain", min_gain=1e-4, escalate=False)
+    policy = OnlinePolicy(n_max=80, chunk=4, rule="rate", min_gain=1e-4, escalate=False, rate_model=VoteValue(1.0))
     top1, top2, n = np.array([20, 3, 2, 0]), np.array([19, 1, 2, 0]), np.array([40, 4, 4, 0])
-    who, k, _ = plan_round(policy, top1, top2, n, np.full(4, 80), 0)
+    rates = VoteValue(1.0).rate(top1, top2, n, np.full(4, 80), 4)
+    who, k, _ = plan_round(policy, top1, top2, n, np.full(4, 80), 0, rates)
     assert who[0] == 3  # never sampled: first
-    rates = policy.rates(top1, top2, n, np.full(4, 80))
     assert list(who[1:]) == sorted(who[1:].tolist(), key=lambda i: -rates[i])
 
 
@@ -61,13 +63,18 @@ def test_the_replay_makes_the_allocators_decisions_under_the_gain_rule(seed):
     costs = rng.integers(5, 100, (size, width)).astype(float)
     votes = np.cumsum((answers[..., None] == np.arange(3)) & (answers[..., None] >= 0), axis=1)
     top = np.sort(votes, axis=2)
-    policy = OnlinePolicy(n_max=width, chunk=int(rng.integers(1, 5)), rule="gain", min_gain=2e-3,
-                          escalate=bool(seed % 2))
+    value = VoteValue(1.0)
+    policy = OnlinePolicy(n_max=width, chunk=int(rng.integers(1, 5)), rule="rate", min_gain=2e-3,
+                          escalate=bool(seed % 2), rate_model=value)
 
     def worst(q, m):
         return 100.0 * np.asarray(m)
 
-    seq = OnlineSequence.build(top[..., -1], top[..., -2], costs, np.full(size, width), policy)
+    # The replay's table of rates after n samples, built from the prefix votes of the ordering.
+    pool = SimpleNamespace(n_problems=size, n_samples=width)
+    rep = SimpleNamespace(top1=top[..., -1], top2=top[..., -2])
+    (rates,) = value.replay_rates(pool, None, [rep], None, np.full(size, width), policy.chunk)
+    seq = OnlineSequence.build(top[..., -1], top[..., -2], costs, np.full(size, width), policy, rates)
     for budget in np.sort(rng.uniform(500, costs.sum(), 4).round()).tolist():
         d = int(seq.within(np.array([budget]), worst)[0])
         alloc = _drive(OnlineAllocator(list(range(size)), budget, policy),

@@ -1,0 +1,56 @@
+"""The rules that lost run from the benchmark that measured them, and `tts budget simulate` no longer
+offers them (a clear error that says where they went)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from online_hard_end import rate_rule
+from stopping_rules.contested import ContestedRule
+from stopping_rules.vote_value import VoteValue
+from tts.benchmarks.pool import load_pool
+from tts.budgets.replay.simulate import SimulateConfig, simulate
+from tts.cli.budget import app
+
+runner = CliRunner()
+
+
+def _pool_file(tmp_path):
+    """30 problems x 32 samples: most easy and short, some contested and long."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for p in range(30):
+        pass_rate = 0.95 if p < 20 else rng.uniform(0.3, 0.7)
+        for s in range(32):
+            ok = bool(rng.random() < pass_rate)
+            lines.append(json.dumps({"problem_id": f"q{p}", "model": "m", "sample_idx": s,
+                                     "answer": "42" if ok else str(rng.integers(0, 3)), "correct": ok,
+                                     "num_tokens": int((300 if p < 20 else 1500) * rng.uniform(0.5, 1.5)), "score": None}))
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("rule", ["gain", "contested"])
+def test_the_benchmark_replays_the_old_rules_through_the_rate_hook(tmp_path, rule):
+    settings, model = rate_rule({"rule": rule, "min_gain": 0.002})
+    assert settings == {"rule": "rate", "min_gain": 0.002}
+    assert isinstance(model, VoteValue if rule == "gain" else ContestedRule)
+    pool = load_pool(_pool_file(tmp_path))["m"]
+    common = dict(target_n=16, modes=("online",), orderings=3, folds=3)
+    beta = simulate(pool, SimulateConfig(**common))
+    other = simulate(pool, SimulateConfig(**common, **settings), rate_model=model)
+    assert other.uniform_acc == beta.uniform_acc  # same baseline, another rule
+    assert other.modes["online"].tokens_at_uniform_budget != beta.modes["online"].tokens_at_uniform_budget
+    assert 0.0 <= other.modes["online"].acc_at_uniform_tokens.mean <= 1.0
+
+
+@pytest.mark.parametrize("rule", ["contest", "gain", "contested"])
+def test_tts_budget_simulate_refuses_other_rules_and_says_where_they_went(tmp_path, rule):
+    result = runner.invoke(app, ["simulate", "--pool", str(_pool_file(tmp_path)), "--rule", rule])
+    assert result.exit_code == 2
+    assert f"unknown rule '{rule}'" in result.output and "benchmarks/stopping_rules" in result.output
