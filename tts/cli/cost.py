@@ -108,24 +108,24 @@ def cost(
     if rank_all:
         reports = [_rank_gpus(arch, devices, priced, shapes, plan, overrides, concurrency,
                               max_seconds) for arch in archs]
-        if as_json:
-            _echo_json(reports)
-        else:
-            for report in reports:
-                _print_ranking(report)
+        _show(reports, as_json, ranking=True)
         return
 
     hardware = devices[0]
     rows = [_cost_row(arch, hardware, plan, priced, overrides) for arch in archs]
+    _show(rows, as_json, ranking=False)
+
+
+def _show(reports: list[dict[str, Any]], as_json: bool, ranking: bool) -> None:
+    """Print per-model reports: as JSON (one object for one model, else a list), or as tables (one
+    GPU ranking per model for ``--gpu all``, else one table of every model on the device)."""
     if as_json:
-        _echo_json(rows)
+        typer.echo(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+    elif ranking:
+        for report in reports:
+            _print_ranking(report)
     else:
-        _print_rows(rows, hardware.name, hardware.ridge)
-
-
-def _echo_json(items: list[dict[str, Any]]) -> None:
-    """``--json``: one object for one model, else a list."""
-    typer.echo(json.dumps(items if len(items) > 1 else items[0], indent=2))
+        _print_rows(reports, reports[0]["hardware"], reports[0]["ridge"])
 
 
 def _planner(strategy: str) -> Any:
