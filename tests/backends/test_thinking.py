@@ -255,11 +255,11 @@ def test_the_eval_table_gets_a_reasoning_column_only_when_a_model_thought(capsys
                              skipped=0, wall_seconds=1.0)
     print_summary(result)
     out = capsys.readouterr().out
-    header = next(line for line in out.splitlines() if "tokens/pb" in line)
+    header = next(line for line in out.splitlines() if "tok/pb" in line)
     row = next(line for line in out.splitlines() if "budget_forcing" in line)
     cells = [c.strip() for c in row.split("│")]
-    assert "reasoning tok/pb" in header and cells[cells.index("300") + 1] == "100"  # (150 + 50) / 2 problems
+    assert "think/pb" in header and cells[cells.index("300") + 1] == "100"  # (150 + 50) / 2 problems
     for row in rows:
         row.usage = Usage(completion_tokens=200)
     print_summary(result)
-    assert "reasoning tok" not in capsys.readouterr().out
+    assert "think" not in capsys.readouterr().out

@@ -237,3 +237,33 @@ def test_the_table_tells_configs_of_one_strategy_apart_by_their_settings(tmp_pat
     assert r.exit_code == 0, r.output
     rows = [line for line in r.output.splitlines() if "best_of_n" in line]
     assert len(rows) == 2 and sum("verifier=arithmetic" in line for line in rows) == 1
+
+
+def test_the_default_table_at_the_demo_configs_fits_a_100_column_terminal(tmp_path):
+    # `make demo`'s configs (priced, so the cost column is there), rendered as a 100-column terminal would:
+    # no line longer, nothing cut to '…', and no cell wrapped (the same text as on a terminal with room to spare).
+    import io
+
+    from rich.console import Console
+
+    from tts.cli.eval import summary_table
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    def render(table, width):
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(table)
+        return console.export_text().splitlines()
+
+    cfg = EvalConfig.model_validate({
+        "data": {"benchmark": "demo"}, "backend": {"kind": "scripted", "model": "smollm2-135m"},
+        "sampling": {"max_tokens": 64},
+        "strategies": [{"kind": k, "n": n} for k in ("self_consistency", "best_of_n") for n in (1, 4, 16)]})
+    result = run_eval(cfg, tmp_path / "demo")
+    table, _ = summary_table(result, cfg.backend.model, "h100")
+    lines = render(table, 100)
+    assert "h100 s/pb" in lines[2] and "FLOPs/pb" not in lines[2], lines[2]
+    assert all(len(line) <= 100 for line in lines) and not any("…" in line for line in lines), "\n".join(lines)
+    assert [line.strip() for line in lines] == [line.strip() for line in render(table, 300)]
+    wide, _ = summary_table(result, cfg.backend.model, "h100", wide=True)
+    assert all(h in render(wide, 300)[2] for h in ("no answer", "FLOPs/pb", "eFLOPs/pb", "h100 s/pb"))

@@ -228,6 +228,97 @@ def iter_pool_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, row
 
 
+def _row_fields(row: dict[str, Any], where: str) -> tuple[str | int, str, int, str | None, bool | None, float, float]:
+    """One pool row's required fields, type-checked and coerced: (problem_id, model, sample_idx,
+    answer, correct, num_tokens, score). A numeric answer becomes its text, 0/1 for correct a bool,
+    a missing token count or score NaN.
+
+    Raises:
+        PoolError: A field of the wrong type, naming ``where`` (file:line).
+    """
+    pid, model, sidx, ans, ok = (row["problem_id"], row["model"], row["sample_idx"], row["answer"],
+                                 row["correct"])
+    if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+        raise PoolError(f"{where}: problem_id must be a string, got {pid!r}")
+    if not isinstance(model, str):
+        raise PoolError(f"{where}: model must be a string, got {model!r}")
+    if not isinstance(sidx, int) or isinstance(sidx, bool):
+        raise PoolError(f"{where}: sample_idx must be an integer, got {sidx!r}")
+    if ans is not None and not isinstance(ans, str):
+        if isinstance(ans, (int, float)) and not isinstance(ans, bool):
+            ans = str(ans)
+        else:
+            raise PoolError(f"{where}: answer must be a string or null, got {ans!r}")
+    if ok is not None and not isinstance(ok, bool):
+        if ok in (0, 1) and not isinstance(ok, float):
+            ok = bool(ok)
+        else:
+            raise PoolError(f"{where}: correct must be true, false or null, got {ok!r}")
+    tok = _number(row["num_tokens"], "num_tokens", where, integer=True)
+    score = _number(row["score"], "score", where)
+    return pid, model, sidx, ans, ok, tok, score
+
+
+@dataclass
+class _PoolColumns:
+    """A pool file's rows as parallel plain lists (fast to append), before packing into arrays.
+
+    ``models`` numbers the models and ``problems[m]`` model m's problem ids, both in first-seen
+    order; ``m``, ``p`` and ``s`` are each row's model number, problem number and sample_idx;
+    ``meta`` holds the extra fields of each (model, problem)'s first row that has any.
+    """
+
+    models: dict[str, int] = field(default_factory=dict)
+    problems: list[dict[str, int]] = field(default_factory=list)
+    m: list[int] = field(default_factory=list)
+    p: list[int] = field(default_factory=list)
+    s: list[int] = field(default_factory=list)
+    ans: list[str | None] = field(default_factory=list)
+    ok: list[bool] = field(default_factory=list)
+    tok: list[float] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+    meta: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+
+def _read_columns(path: str | Path) -> _PoolColumns:
+    """Parse and validate ``path`` row by row into columns.
+
+    Raises:
+        PoolError: A bad row (see :func:`_row_fields`), a duplicate (problem_id, model,
+            sample_idx) key, or an empty file.
+    """
+    cols = _PoolColumns()
+    seen: dict[tuple[int, int, int], int] = {}
+    for lineno, row in iter_pool_rows(path):
+        where = f"{path}:{lineno}"
+        pid, model, sidx, ans, ok, tok, score = _row_fields(row, where)
+        m = cols.models.setdefault(model, len(cols.models))
+        if m == len(cols.problems):
+            cols.problems.append({})
+        pmap = cols.problems[m]
+        pid = str(pid)
+        p = pmap.setdefault(pid, len(pmap))
+        key = (m, p, sidx)
+        if key in seen:
+            raise PoolError(
+                f"{where}: duplicate sample (problem_id={pid!r}, model={model!r}, sample_idx={sidx}), "
+                f"first seen on line {seen[key]}; give each sample of a problem its own sample_idx"
+            )
+        seen[key] = lineno
+        if len(row) > len(REQUIRED_FIELDS) and (m, p) not in cols.meta:
+            cols.meta[(m, p)] = {k: v for k, v in row.items() if k not in REQUIRED_FIELDS}
+        cols.m.append(m)
+        cols.p.append(p)
+        cols.s.append(sidx)
+        cols.ans.append(ans)
+        cols.ok.append(bool(ok))
+        cols.tok.append(tok)
+        cols.score.append(score)
+    if not cols.m:
+        raise PoolError(f"{path}: the pool is empty; it needs one JSON sample per line")
+    return cols
+
+
 def load_pool(path: str | Path) -> SamplePool:
     """Read and validate a sample pool file (plain or gzip JSONL).
 
@@ -243,112 +334,62 @@ def load_pool(path: str | Path) -> SamplePool:
             typed field, invalid JSON, or an empty file.
     """
     # 1. Parse and validate row by row, keeping columns in plain lists (fast to append).
-    models: dict[str, int] = {}
-    problems: list[dict[str, int]] = []
-    col_m: list[int] = []
-    col_p: list[int] = []
-    col_s: list[int] = []
-    col_ans: list[str | None] = []
-    col_ok: list[bool] = []
-    col_tok: list[float] = []
-    col_score: list[float] = []
-    seen: dict[tuple[int, int, int], int] = {}
-    meta: dict[tuple[int, int], dict[str, Any]] = {}
-    for lineno, row in iter_pool_rows(path):
-        where = f"{path}:{lineno}"
-        pid, model, sidx, ans, ok = (row["problem_id"], row["model"], row["sample_idx"], row["answer"],
-                                     row["correct"])
-        if not isinstance(pid, (str, int)) or isinstance(pid, bool):
-            raise PoolError(f"{where}: problem_id must be a string, got {pid!r}")
-        if not isinstance(model, str):
-            raise PoolError(f"{where}: model must be a string, got {model!r}")
-        if not isinstance(sidx, int) or isinstance(sidx, bool):
-            raise PoolError(f"{where}: sample_idx must be an integer, got {sidx!r}")
-        if ans is not None and not isinstance(ans, str):
-            if isinstance(ans, (int, float)) and not isinstance(ans, bool):
-                ans = str(ans)
-            else:
-                raise PoolError(f"{where}: answer must be a string or null, got {ans!r}")
-        if ok is not None and not isinstance(ok, bool):
-            if ok in (0, 1) and not isinstance(ok, float):
-                ok = bool(ok)
-            else:
-                raise PoolError(f"{where}: correct must be true, false or null, got {ok!r}")
-        tok = _number(row["num_tokens"], "num_tokens", where, integer=True)
-        score = _number(row["score"], "score", where)
-        m = models.setdefault(model, len(models))
-        if m == len(problems):
-            problems.append({})
-        pmap = problems[m]
-        pid = str(pid)
-        p = pmap.setdefault(pid, len(pmap))
-        key = (m, p, sidx)
-        if key in seen:
-            raise PoolError(
-                f"{where}: duplicate sample (problem_id={pid!r}, model={model!r}, sample_idx={sidx}), "
-                f"first seen on line {seen[key]}; give each sample of a problem its own sample_idx"
-            )
-        seen[key] = lineno
-        if len(row) > len(REQUIRED_FIELDS) and (m, p) not in meta:
-            meta[(m, p)] = {k: v for k, v in row.items() if k not in REQUIRED_FIELDS}
-        col_m.append(m)
-        col_p.append(p)
-        col_s.append(sidx)
-        col_ans.append(ans)
-        col_ok.append(bool(ok))
-        col_tok.append(tok)
-        col_score.append(score)
-    if not col_m:
-        raise PoolError(f"{path}: the pool is empty; it needs one JSON sample per line")
-
+    cols = _read_columns(path)
     # 2. Pack each model into dense arrays, samples sorted by sample_idx within a problem.
-    m_arr = np.asarray(col_m, dtype=np.int64)
-    p_arr = np.asarray(col_p, dtype=np.int64)
-    s_arr = np.asarray(col_s, dtype=np.int64)
-    ok_arr = np.asarray(col_ok, dtype=bool)
-    tok_arr = np.asarray(col_tok, dtype=np.float64)
-    score_arr = np.asarray(col_score, dtype=np.float64)
+    m_arr = np.asarray(cols.m, dtype=np.int64)
+    p_arr = np.asarray(cols.p, dtype=np.int64)
+    s_arr = np.asarray(cols.s, dtype=np.int64)
     order = np.lexsort((s_arr, p_arr, m_arr))
+    arrays = (p_arr, s_arr, np.asarray(cols.ok, dtype=bool), np.asarray(cols.tok, dtype=np.float64),
+              np.asarray(cols.score, dtype=np.float64))
     by_model: dict[str, ModelPool] = {}
-    for model, m in models.items():
-        rows = order[m_arr[order] == m]
-        pr = p_arr[rows]
-        n_prob = len(problems[m])
-        counts = np.bincount(pr, minlength=n_prob)
-        width = int(counts.max())
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        slot = np.arange(len(rows)) - starts[pr]
-        shape = (n_prob, width)
-        mask = np.zeros(shape, dtype=bool)
-        mask[pr, slot] = True
-        answers = np.full(shape, NO_ANSWER, dtype=np.int32)
-        texts: list[dict[str, int]] = [{} for _ in range(n_prob)]
-        ids = np.empty(len(rows), dtype=np.int32)
-        for j, (r, p) in enumerate(zip(rows.tolist(), pr.tolist())):
-            a = col_ans[r]
-            ids[j] = NO_ANSWER if a is None else texts[p].setdefault(a, len(texts[p]))
-        answers[pr, slot] = ids
-        correct = np.zeros(shape, dtype=bool)
-        correct[pr, slot] = ok_arr[rows]
-        tokens = np.full(shape, np.nan)
-        tokens[pr, slot] = tok_arr[rows]
-        scores = np.full(shape, np.nan)
-        scores[pr, slot] = score_arr[rows]
-        sidx = np.full(shape, -1, dtype=np.int64)
-        sidx[pr, slot] = s_arr[rows]
-        by_model[model] = ModelPool(
-            model=model,
-            problem_ids=tuple(problems[m]),
-            answers=answers,
-            answer_texts=tuple(tuple(t) for t in texts),
-            correct=correct,
-            tokens=tokens,
-            scores=scores,
-            sample_idx=sidx,
-            mask=mask,
-            metadata=tuple(meta.get((m, p), {}) for p in range(n_prob)),
-        )
-        if counts.min() != width:
-            logger.info("%s: model %s has %d-%d samples per problem; padded with a mask",
-                        path, model, counts.min(), width)
+    for model, m in cols.models.items():
+        by_model[model] = _pack_model(path, model, m, order[m_arr[order] == m], cols, *arrays)
     return SamplePool(path=str(path), by_model=by_model)
+
+
+def _pack_model(path: str | Path, model: str, m: int, rows: np.ndarray, cols: _PoolColumns, p_arr: np.ndarray,
+                s_arr: np.ndarray, ok_arr: np.ndarray, tok_arr: np.ndarray, score_arr: np.ndarray) -> ModelPool:
+    """Model ``m``'s rows (``rows``: indices into the columns, sorted by problem then sample_idx)
+    as dense (problems, samples) arrays; a problem with fewer samples than the most is padded,
+    its missing slots masked out. Answers become ids per problem, in first-seen order."""
+    pr = p_arr[rows]
+    n_prob = len(cols.problems[m])
+    counts = np.bincount(pr, minlength=n_prob)
+    width = int(counts.max())
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    slot = np.arange(len(rows)) - starts[pr]
+    shape = (n_prob, width)
+    mask = np.zeros(shape, dtype=bool)
+    mask[pr, slot] = True
+    answers = np.full(shape, NO_ANSWER, dtype=np.int32)
+    texts: list[dict[str, int]] = [{} for _ in range(n_prob)]
+    ids = np.empty(len(rows), dtype=np.int32)
+    for j, (r, p) in enumerate(zip(rows.tolist(), pr.tolist())):
+        a = cols.ans[r]
+        ids[j] = NO_ANSWER if a is None else texts[p].setdefault(a, len(texts[p]))
+    answers[pr, slot] = ids
+    correct = np.zeros(shape, dtype=bool)
+    correct[pr, slot] = ok_arr[rows]
+    tokens = np.full(shape, np.nan)
+    tokens[pr, slot] = tok_arr[rows]
+    scores = np.full(shape, np.nan)
+    scores[pr, slot] = score_arr[rows]
+    sidx = np.full(shape, -1, dtype=np.int64)
+    sidx[pr, slot] = s_arr[rows]
+    packed = ModelPool(
+        model=model,
+        problem_ids=tuple(cols.problems[m]),
+        answers=answers,
+        answer_texts=tuple(tuple(t) for t in texts),
+        correct=correct,
+        tokens=tokens,
+        scores=scores,
+        sample_idx=sidx,
+        mask=mask,
+        metadata=tuple(cols.meta.get((m, p), {}) for p in range(n_prob)),
+    )
+    if counts.min() != width:
+        logger.info("%s: model %s has %d-%d samples per problem; padded with a mask",
+                    path, model, counts.min(), width)
+    return packed

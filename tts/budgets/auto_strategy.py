@@ -227,50 +227,19 @@ class AutoStrategy(Strategy):
         total = cfg.budget * len(problems)
         prompts = [count_prompt_tokens(self.generator, self._request(p, k, 0)) or 0 for p in problems]
         # 2. Refuse a budget below the cheapest plan (the pilot) before drawing anything.
-        length = cal.mean_tokens if np.isfinite(cal.mean_tokens) else float(self.sampling.max_tokens)
-        # A lower bound: the prompts may come from the prefix cache, so only the generation is sure to be paid.
-        minimum = sum(pricer.request(pt, [max(1, int(round(length)))] * k, cached=pt) for pt in prompts)
-        if total < minimum:
-            raise BudgetTooSmallError(
-                f"auto: a budget of {total:.6g} {cfg.budget_unit} for {len(problems)} problems is below the cheapest "
-                f"plan, a {k}-sample pilot each (at least {minimum:.6g} {cfg.budget_unit}: {k} samples of the "
-                f"calibration's mean length, {length:.0f} tokens, prompts cached); raise --budget to at least {minimum:.6g} or lower --pilot", minimum)
+        length = self._check_pilot_budget(len(problems), prompts, cal, pricer, total)
         # 3. Pilot, one call.
         pilots = self.generator.generate([self._request(p, k, 0) for p in problems])
         samples = [[to_sample(c, self.extract) for c in r.completions] for r in pilots]
         spent = sum(pricer.usage(r.usage) for r in pilots)
         # 4. Plan from the pilot.
-        from tts.answers import answer_keys
-        from tts.budgets.offline_plan import _answer_ids
-
-        keys = [answer_keys([s.answer for s in ss]) for ss in samples]
-        toks = [[s.completion_tokens for s in ss] for ss in samples]
-        feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float))
-        lengths = [float(np.mean(t)) if t else length for t in toks]
-        # The extra request finds in the prefix cache what the engine cached for the pilot (vLLM caches
-        # whole blocks, so a problem's own tail of the prompt is usually paid again).
-        prompts = [max(pt, r.usage.prompt_tokens) for pt, r in zip(prompts, pilots, strict=True)]
-        cached = [r.usage.cached_prompt_tokens for r in pilots]
-        plan = choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, total - spent, cached,
-                      self._escalations)
+        plan = self._plan(problems, pilots, samples, prompts, length, cal, pricer, total - spent)
         # 5. Extra samples, one call, then each problem's rule aggregates all its samples.
         more = [(i, c.n - k) for i, c in enumerate(plan.choices) if c.n > k and c.escalation is None]
         extra = dict(zip([i for i, _ in more], self.generator.generate(
             [self._request(problems[i], m, k) for i, m in more]) if more else []))
-        # 5b. Escalated problems: each search runs once over its problems (its own batched calls);
-        # a verifier-scored sampling option keeps the pilot and draws only the rest of its n.
-        searched: dict[int, Solution] = {}
-        reused: set[int] = set()
-        for label, search in self._searches.items():
-            which = [i for i, c in enumerate(plan.choices) if c.escalation == label]
-            if not which:
-                continue
-            if reuses_pilot(search.config.model_dump(), k):
-                searched.update(zip(which, self._complete_pilots(search, [problems[i] for i in which],
-                                                                 [pilots[i] for i in which]), strict=True))
-                reused.update(which)
-            else:
-                searched.update(zip(which, search.solve([problems[i] for i in which]), strict=True))
+        # 5b. Escalated problems: each search runs once over its problems (its own batched calls).
+        searched, reused = self._run_escalations(plan, problems, pilots)
         out = []
         for i, (p, choice) in enumerate(zip(problems, plan.choices, strict=True)):
             usage = pilots[i].usage
@@ -300,4 +269,60 @@ class AutoStrategy(Strategy):
                     {r: sum(c.rule == r for c in plan.choices)
                      for r in [*self.rules, *(e.label for e in self._escalations)]})
         return out
+
+    def _check_pilot_budget(self, n_problems: int, prompts: list[int], cal: Any, pricer: Any, total: float) -> float:
+        """Refuse a total budget below the cheapest plan, a k-sample pilot per problem of the
+        calibration's mean length (or max_tokens when it has none), prompts counted as cached: a
+        lower bound, as only the generation is sure to be paid. Returns that sample length."""
+        cfg, k = self.config, self.config.pilot
+        length = cal.mean_tokens if np.isfinite(cal.mean_tokens) else float(self.sampling.max_tokens)
+        # A lower bound: the prompts may come from the prefix cache, so only the generation is sure to be paid.
+        minimum = sum(pricer.request(pt, [max(1, int(round(length)))] * k, cached=pt) for pt in prompts)
+        if total < minimum:
+            raise BudgetTooSmallError(
+                f"auto: a budget of {total:.6g} {cfg.budget_unit} for {n_problems} problems is below the cheapest "
+                f"plan, a {k}-sample pilot each (at least {minimum:.6g} {cfg.budget_unit}: {k} samples of the "
+                f"calibration's mean length, {length:.0f} tokens, prompts cached); raise --budget to at least {minimum:.6g} or lower --pilot", minimum)
+        return length
+
+    def _plan(self, problems: Sequence[Any], pilots: list[Any], samples: list[list[Any]], prompts: list[int],
+              length: float, cal: Any, pricer: Any, budget: float) -> Any:
+        """Choose each problem's option (rule and n, or an escalation) from its pilot: the pilot's
+        answer features and mean length (``length`` for an empty pilot), its prompt as the engine
+        counted it, and the prompt tokens the extra request will find cached; ``budget`` is what is
+        left after the pilot."""
+        from tts.answers import answer_keys
+        from tts.budgets.offline_plan import _answer_ids
+
+        k = self.config.pilot
+        keys = [answer_keys([s.answer for s in ss]) for ss in samples]
+        toks = [[s.completion_tokens for s in ss] for ss in samples]
+        feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float))
+        lengths = [float(np.mean(t)) if t else length for t in toks]
+        # The extra request finds in the prefix cache what the engine cached for the pilot (vLLM caches
+        # whole blocks, so a problem's own tail of the prompt is usually paid again).
+        prompts = [max(pt, r.usage.prompt_tokens) for pt, r in zip(prompts, pilots, strict=True)]
+        cached = [r.usage.cached_prompt_tokens for r in pilots]
+        return choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, budget, cached,
+                      self._escalations)
+
+    def _run_escalations(self, plan: Any, problems: Sequence[Any], pilots: list[Any]
+                         ) -> tuple[dict[int, Solution], set[int]]:
+        """Run each escalation search once over the problems the plan sent to it. A verifier-scored
+        sampling option keeps the pilot and draws only the rest of its n (those problems are also
+        returned as reusing their pilot). Returns the solutions by problem index, and that set."""
+        k = self.config.pilot
+        searched: dict[int, Solution] = {}
+        reused: set[int] = set()
+        for label, search in self._searches.items():
+            which = [i for i, c in enumerate(plan.choices) if c.escalation == label]
+            if not which:
+                continue
+            if reuses_pilot(search.config.model_dump(), k):
+                searched.update(zip(which, self._complete_pilots(search, [problems[i] for i in which],
+                                                                 [pilots[i] for i in which]), strict=True))
+                reused.update(which)
+            else:
+                searched.update(zip(which, search.solve([problems[i] for i in which]), strict=True))
+        return searched, reused
 

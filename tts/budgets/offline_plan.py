@@ -171,6 +171,40 @@ def plan_from_pilot(
         ValueError: Mismatched inputs.
     """
     ids = [str(p) for p in problem_ids]
+    _check_live_inputs(ids, pilot_answers, pilot_tokens, orderings)
+    k = _pilot_size(pilot_answers, pilot)
+    shared = set(ids) & set(calibration.problem_ids)
+    if shared:  # the curves would have seen these problems' grades (DESIGN.md, "Honest simulation")
+        logger.warning("%d of %d problems are also in the calibration pool; their plans use their own "
+                       "grades, so do not report the result as achievable", len(shared), len(ids))
+    # 1. Calibration difficulty from each problem's first k samples of random orderings.
+    keep, cal, ns = _calibration_ladder(calibration, k, ladder)
+    # 2. Per-bin accuracy-vs-n curves of self-consistency, replayed on the same orderings.
+    edges, cal_bins, curves = _calibration_curves(cal, k, ns, orderings, seed, n_bins)
+    live_scores = majority_share(_answer_ids(pilot_answers, k))
+    live_bins = assign_bins(live_scores, edges)
+    # 3. Expected tokens per further sample: the problem's pilot mean, else its bin's calibration mean.
+    per_sample = _tokens_per_sample(pilot_tokens, len(ids), cal, cal_bins, live_bins, orderings)
+    index = {pid: i for i, pid in enumerate(ids)}
+    # 4. Allocate: n = k costs nothing more; budget too small for any upgrade is an error.
+    _check_first_step(budget, per_sample, ns, k)
+    by_bin = {b: [_nearest(curves, b)] for b in np.unique(live_bins).tolist()}
+    plans = allocate(ids, live_bins.tolist(), float(budget),
+                     [Candidate("self_consistency", n, max_tokens) for n in ns],
+                     lambda pid, _s, n: (n - k) * per_sample[index[pid]], by_bin, unit="tokens")
+    difficulty = [DifficultyEstimate(pid, float(s), int(b), "pilot")
+                  for pid, s, b in zip(ids, live_scores, live_bins)]
+    logger.info("offline plan: %d problems, pilot %d, %.6g of %.6g tokens, mean n %.2f", len(ids), k,
+                sum(p.expected_cost for p in plans), float(budget), np.mean([p.n for p in plans]))
+    return OfflinePlan(plans, difficulty, tuple(float(e) for e in edges), curves,
+                       tuple(float(t) for t in per_sample), k, float(budget), calibration.model,
+                       len(keep), tuple(ns))
+
+
+def _check_live_inputs(ids: list[str], pilot_answers: Sequence[Sequence[str | None]],
+                       pilot_tokens: Sequence[Sequence[int | None]] | None, orderings: int) -> None:
+    """Refuse live inputs of :func:`plan_from_pilot` that cannot be planned (ValueError, saying what
+    to give): no problems, repeated ids, pilot lists not one per problem, orderings below 1."""
     if not ids:
         raise ValueError("give at least one problem to allocate over")
     if len(set(ids)) != len(ids):
@@ -181,12 +215,17 @@ def plan_from_pilot(
                          + "; give one list per problem")
     if orderings < 1:
         raise ValueError(f"orderings must be >= 1, got {orderings}")
-    k = _pilot_size(pilot_answers, pilot)
-    shared = set(ids) & set(calibration.problem_ids)
-    if shared:  # the curves would have seen these problems' grades (DESIGN.md, "Honest simulation")
-        logger.warning("%d of %d problems are also in the calibration pool; their plans use their own "
-                       "grades, so do not report the result as achievable", len(shared), len(ids))
-    # 1. Calibration difficulty from each problem's first k samples of random orderings.
+
+
+def _calibration_ladder(calibration: ModelPool, k: int, ladder: Sequence[int]
+                        ) -> tuple[np.ndarray, ModelPool, list[int]]:
+    """The calibration problems with at least k samples (their indices, and that subset) and the
+    ladder of n to plan over: k, then the ladder's values up to the subset's sample count.
+
+    Raises:
+        CalibrationError: No calibration problem has k samples, or no ladder value lies between
+            k and the calibration pool's sample count.
+    """
     keep = np.nonzero(calibration.counts >= k)[0]
     if len(keep) == 0:
         raise CalibrationError(f"no calibration problem has {k} samples; use a calibration run with at "
@@ -201,18 +240,38 @@ def plan_from_pilot(
     if dropped:
         logger.info("ladder values %s exceed the calibration pool's %d samples and are dropped",
                     dropped, cal.n_samples)
+    return keep, cal, ns
+
+
+def _calibration_curves(cal: ModelPool, k: int, ns: list[int], orderings: int, seed: int,
+                        n_bins: int) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Difficulty bins and per-bin curves fitted on the calibration pool over random orderings.
+
+    Each (ordering, problem) is scored by the majority share of its first k samples (what a live
+    problem's pilot shows); the scores' quantiles make the bin edges, and self-consistency's
+    accuracy at each n of ``ns``, replayed on the same orderings, is fitted per bin. Returns the
+    edges, the calibration bins (orderings x problems, flattened) and the curves.
+    """
     orders = random_orders(cal.mask, orderings, np.random.default_rng(seed))
     p_idx = np.arange(cal.n_problems)[:, None]
     cal_scores = np.concatenate([majority_share(cal.answers[p_idx, o[:, :k]]) for o in orders])
     edges = quantile_edges(cal_scores, n_bins)
     cal_bins = assign_bins(cal_scores, edges)
-    # 2. Per-bin accuracy-vs-n curves of self-consistency, replayed on the same orderings.
     vote = np.concatenate([replay_prefixes(cal, o).vote_correct for o in orders])
     curves = fit_bin_curves(vote, cal_bins, ns)
-    live_scores = majority_share(_answer_ids(pilot_answers, k))
-    live_bins = assign_bins(live_scores, edges)
-    # 3. Expected tokens per further sample: the problem's pilot mean, else its bin's calibration mean.
-    own = np.full(len(ids), np.nan)
+    return edges, cal_bins, curves
+
+
+def _tokens_per_sample(pilot_tokens: Sequence[Sequence[int | None]] | None, n_live: int, cal: ModelPool,
+                       cal_bins: np.ndarray, live_bins: np.ndarray, orderings: int) -> np.ndarray:
+    """Expected generated tokens of each live problem's further samples: the mean of its pilot's
+    known token counts, else the calibration mean of its difficulty bin (of all calibration
+    problems for an empty bin); at least 1, as a zero-length sample still costs a request.
+
+    Raises:
+        CalibrationError: A problem without pilot token counts and a calibration pool without any.
+    """
+    own = np.full(n_live, np.nan)
     if pilot_tokens is not None:
         for i, toks in enumerate(pilot_tokens):
             known = [float(t) for t in toks if t is not None]
@@ -226,9 +285,12 @@ def plan_from_pilot(
             in_bin = cal_bins == b
             fill = cal_mean[in_bin].mean() if in_bin.any() else cal_mean.mean()
             own[np.isnan(own) & (live_bins == b)] = fill
-    per_sample = np.maximum(own, 1.0)  # a zero-length sample still costs a request
-    index = {pid: i for i, pid in enumerate(ids)}
-    # 4. Allocate: n = k costs nothing more; budget too small for any upgrade is an error.
+    return np.maximum(own, 1.0)  # a zero-length sample still costs a request
+
+
+def _check_first_step(budget: float, per_sample: np.ndarray, ns: list[int], k: int) -> None:
+    """Refuse a budget that is not a positive number, or that cannot buy the cheapest step up from
+    the pilot (n = k -> the next ladder value on the cheapest problem), naming the minimum."""
     cheapest_step = float(np.min(per_sample) * (ns[1] - k))
     if isinstance(budget, numbers.Real) and 0 < budget < cheapest_step:
         raise BudgetTooSmallError(
@@ -236,14 +298,3 @@ def plan_from_pilot(
             f"cheapest, n={k} -> {ns[1]}, costs {cheapest_step:.6g} tokens); raise the budget to at least "
             f"{cheapest_step:.6g} tokens or add a ladder value just above the pilot", cheapest_step)
     check_budget(budget, np.array([cheapest_step]), "tokens")  # a positive number, else what to pass
-    by_bin = {b: [_nearest(curves, b)] for b in np.unique(live_bins).tolist()}
-    plans = allocate(ids, live_bins.tolist(), float(budget),
-                     [Candidate("self_consistency", n, max_tokens) for n in ns],
-                     lambda pid, _s, n: (n - k) * per_sample[index[pid]], by_bin, unit="tokens")
-    difficulty = [DifficultyEstimate(pid, float(s), int(b), "pilot")
-                  for pid, s, b in zip(ids, live_scores, live_bins)]
-    logger.info("offline plan: %d problems, pilot %d, %.6g of %.6g tokens, mean n %.2f", len(ids), k,
-                sum(p.expected_cost for p in plans), float(budget), np.mean([p.n for p in plans]))
-    return OfflinePlan(plans, difficulty, tuple(float(e) for e in edges), curves,
-                       tuple(float(t) for t in per_sample), k, float(budget), calibration.model,
-                       len(keep), tuple(ns))

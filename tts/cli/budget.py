@@ -90,55 +90,23 @@ def simulate(
     mode replays the rule `tts eval --allocate` runs, with the same --chunk.
     """
     from rich.console import Console
-    from rich.table import Table
 
-    from tts.benchmarks.pool import PoolError, load_pool
+    from tts.benchmarks.pool import PoolError
     from tts.budgets.replay.simulate import SimulateConfig
-    from tts.budgets.replay.simulate import simulate as run_simulation
 
     err = Console(stderr=True)
     if rule not in ("beta", "exact"):
         raise typer.BadParameter(f"unknown rule {rule!r}; choose beta or exact (other rules need a rate model "
                                  "in Python: see benchmarks/stopping_rules/)", param_hint="--rule")
     target_n = _parse_target(target)
-    rules = None
-    if strategies is not None:
-        from tts.budgets.strategy_curves import UnknownRuleError, parse_rules
-
-        try:
-            rules = parse_rules(strategies)
-        except UnknownRuleError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--strategies") from None
+    rules = _parse_strategies(strategies)
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
     try:
-        if pool.is_dir() or pool.name == "results.jsonl":
-            from tts.benchmarks.results_pool import load_results_as_pool
-
-            sample_pool = load_results_as_pool(pool)
-        else:
-            sample_pool = load_pool(pool)
-        note = None
-        if model is None:
-            model = sample_pool.models[0]
-            if len(sample_pool.models) > 1:
-                note = (f"no --model given: using the first model, {model!r} "
-                        f"(the pool has {len(sample_pool.models)}: {', '.join(sample_pool.models)})")
-                err.print(f"[yellow]{note}[/yellow]")
-        if model not in sample_pool.by_model:
-            raise ValueError(f"model {model!r} is not in {pool}; choose one of {list(sample_pool.models)}")
+        sample_pool, model, note = _load_model_pool(pool, model, err)
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
                              folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
                              tolerance=tolerance, rule=rule)
-        result = run_simulation(sample_pool[model], cfg) if sample_pool[model].has_tokens or rules is None else None
-        cross = None
-        if rules is not None:
-            from tts.budgets.cross_allocator import make_pricer
-            from tts.budgets.replay.cross_strategy import CrossConfig, cross_replay
-
-            pricer = make_pricer(budget_unit, model, gpu)
-            cross = cross_replay(sample_pool[model], CrossConfig(rules=rules, target_n=target_n, orderings=orderings,
-                                                                 seed=seed, folds=folds, pilot=pilot, tolerance=tolerance),
-                                 pricer)
+        result, cross = _replay(sample_pool[model], model, cfg, rules, budget_unit, gpu)
     except (PoolError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -152,9 +120,74 @@ def simulate(
         return
     if cross is not None:
         _print_cross(cross)
-    if result is None:
-        return
+    if result is not None:
+        _print_simulation(result, model, target, orderings, tolerance)
+
+
+def _replay(model_pool, model: str, cfg, rules: tuple[str, ...] | None, budget_unit: str, gpu: str) -> tuple:
+    """The replays to run: uniform vs the allocator (None when a pool without token counts is only
+    replayed across strategies) and, with ``rules``, the cross-strategy replay (else None), the
+    latter at the same target, orderings, seed, folds, pilot and tolerance."""
+    from tts.budgets.replay.simulate import simulate as run_simulation
+
+    result = run_simulation(model_pool, cfg) if model_pool.has_tokens or rules is None else None
+    cross = None
+    if rules is not None:
+        from tts.budgets.cross_allocator import make_pricer
+        from tts.budgets.replay.cross_strategy import CrossConfig, cross_replay
+
+        pricer = make_pricer(budget_unit, model, gpu)
+        cross = cross_replay(model_pool, CrossConfig(rules=rules, target_n=cfg.target_n, orderings=cfg.orderings,
+                                                     seed=cfg.seed, folds=cfg.folds, pilot=cfg.pilot,
+                                                     tolerance=cfg.tolerance), pricer)
+    return result, cross
+
+
+def _parse_strategies(strategies: str | None) -> tuple[str, ...] | None:
+    """``--strategies``: the selection rules to replay allocation across, or None when not given."""
+    if strategies is None:
+        return None
+    from tts.budgets.strategy_curves import UnknownRuleError, parse_rules
+
+    try:
+        return parse_rules(strategies)
+    except UnknownRuleError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--strategies") from None
+
+
+def _load_model_pool(pool: Path, model: str | None, err) -> tuple:
+    """The sample pool (a pool file, or a `tts eval` run read as one), the model to replay and a note
+    (printed to ``err`` too) when no --model was given and the pool has several.
+
+    Raises:
+        PoolError: The pool cannot be read.
+        ValueError: ``model`` is not in the pool.
+    """
+    from tts.benchmarks.pool import load_pool
+
+    if pool.is_dir() or pool.name == "results.jsonl":
+        from tts.benchmarks.results_pool import load_results_as_pool
+
+        sample_pool = load_results_as_pool(pool)
+    else:
+        sample_pool = load_pool(pool)
+    note = None
+    if model is None:
+        model = sample_pool.models[0]
+        if len(sample_pool.models) > 1:
+            note = (f"no --model given: using the first model, {model!r} "
+                    f"(the pool has {len(sample_pool.models)}: {', '.join(sample_pool.models)})")
+            err.print(f"[yellow]{note}[/yellow]")
+    if model not in sample_pool.by_model:
+        raise ValueError(f"model {model!r} is not in {pool}; choose one of {list(sample_pool.models)}")
+    return sample_pool, model, note
+
+
+def _print_simulation(result, model: str, target: str, orderings: int, tolerance: float) -> None:
+    """The replay as a table: uniform against each allocator mode, to match its accuracy and at its tokens."""
     from rich import box
+    from rich.console import Console
+    from rich.table import Table
 
     table = Table(title=f"{model}: uniform {target} vs the allocator, {orderings} orderings, 95% intervals",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)

@@ -86,21 +86,51 @@ def cost(
     """Cost of N samples of GEN tokens on one prompt, per model, on one device or on every one."""
     if ctx.invoked_subcommand is not None:
         return
-    from tts.cost.architecture import load_architecture
-    from tts.cost.cost_model import CostModel, SparseAttention
-    from tts.cost.hardware import HARDWARE, get_hardware
-    from tts.cost.prices import (
-        PriceError,
-        gpu_kind,
-        load_prices,
-        parse_prices,
-        price_table,
-    )
-    from tts.cli.errors import fail
-
     if not model:
         raise typer.BadParameter("pass at least one --model (e.g. --model Qwen/Qwen3-8B)",
                                  param_hint="--model")
+    planned = _planner(strategy)
+    if cached > prompt:
+        raise typer.BadParameter(f"--cached {cached} exceeds --prompt {prompt}",
+                                 param_hint="--cached")
+    rank_all = gpu.strip().lower() == "all"
+    _check_max_seconds(max_seconds, rank_all, gpu)
+    overrides, prices, kinds = _price_list(prices_file, price, gpu, rank_all)
+    archs, devices, setting = _models_and_devices(model, kinds, dtype_bytes, sparse, sparse_kv,
+                                                  sparse_block)
+    if setting is not None:
+        sparse_kv = setting.budget
+
+    shapes = planned(n, prompt, gen, cached)
+    plan = {"strategy": strategy, "n": n, "prompt_tokens": prompt, "gen_tokens": gen,
+            "sparse_kv": sparse_kv, "sparse": setting.label if setting else None}
+    priced = _pricer(shapes, prices, concurrency, setting, sparse_kv, sparse_block)
+    if rank_all:
+        reports = [_rank_gpus(arch, devices, priced, shapes, plan, overrides, concurrency,
+                              max_seconds) for arch in archs]
+        _show(reports, as_json, ranking=True)
+        return
+
+    hardware = devices[0]
+    rows = [_cost_row(arch, hardware, plan, priced, overrides) for arch in archs]
+    _show(rows, as_json, ranking=False)
+
+
+def _show(reports: list[dict[str, Any]], as_json: bool, ranking: bool) -> None:
+    """Print per-model reports: as JSON (one object for one model, else a list), or as tables (one
+    GPU ranking per model for ``--gpu all``, else one table of every model on the device)."""
+    if as_json:
+        typer.echo(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+    elif ranking:
+        for report in reports:
+            _print_ranking(report)
+    else:
+        _print_rows(reports, reports[0]["hardware"], reports[0]["ridge"])
+
+
+def _planner(strategy: str) -> Any:
+    """The strategy's ``planned_requests`` (request shapes from n, prompt and generation lengths);
+    a strategy that cannot predict its requests before running is refused with what to do instead."""
     from tts.registry import STRATEGIES, UnknownNameError
 
     try:
@@ -111,15 +141,34 @@ def cost(
     if planned is None:
         raise typer.BadParameter(f"strategy {strategy!r} cannot predict its requests before running; price a "
                                  "past run instead (`tts eval` prints its cost)", param_hint="--strategy")
-    if cached > prompt:
-        raise typer.BadParameter(f"--cached {cached} exceeds --prompt {prompt}",
-                                 param_hint="--cached")
-    rank_all = gpu.strip().lower() == "all"
+    return planned
+
+
+def _check_max_seconds(max_seconds: float | None, rank_all: bool, gpu: str) -> None:
+    """``--max-seconds`` picks among all GPU kinds, so it needs ``--gpu all`` and a positive bound."""
+    from tts.cli.errors import fail
+
     if max_seconds is not None and not rank_all:
         raise fail(f"--max-seconds picks the cheapest of all GPU kinds; add --gpu all (or drop "
                    f"--max-seconds and read the seconds for --gpu {gpu})")
     if max_seconds is not None and not max_seconds > 0:
         raise fail(f"--max-seconds must be > 0 seconds per problem, got {max_seconds:g}")
+
+
+def _price_list(prices_file: Path | None, price: list[str] | None, gpu: str,
+                rank_all: bool) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """The user's price overrides (``--prices`` file, then ``--price``), the full price table with
+    them applied, and the GPU kinds to price (every kind for ``--gpu all``)."""
+    from tts.cost.hardware import HARDWARE
+    from tts.cost.prices import (
+        PriceError,
+        gpu_kind,
+        load_prices,
+        parse_prices,
+        price_table,
+    )
+    from tts.cli.errors import fail
+
     try:
         overrides = load_prices(prices_file) if prices_file is not None else {}
         overrides.update(parse_prices(price or []))
@@ -129,6 +178,19 @@ def cost(
         unknown_gpu = str(exc).startswith("unknown GPU")
         raise fail(f"--gpu {gpu}: {exc}, or all to rank every kind" if unknown_gpu else str(exc)
                    ) from None
+    return overrides, prices, kinds
+
+
+def _models_and_devices(model: list[str], kinds: list[str], dtype_bytes: int | None,
+                        sparse: str | None, sparse_kv: int | None,
+                        sparse_block: int | None) -> tuple[list[Any], list[Any], Any]:
+    """The architectures of ``model``, the devices of ``kinds`` and the ``--sparse`` setting (or
+    None); every flag is checked here, by building one cost model, before anything is printed."""
+    from tts.cost.architecture import load_architecture
+    from tts.cost.cost_model import CostModel, SparseAttention
+    from tts.cost.hardware import get_hardware
+    from tts.cli.errors import fail
+
     try:
         archs = [load_architecture(m, dtype_bytes=dtype_bytes) for m in model]
         devices = [get_hardware(k) for k in kinds]
@@ -141,12 +203,14 @@ def cost(
                   sparse=setting)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    if setting is not None:
-        sparse_kv = setting.budget
+    return archs, devices, setting
 
-    shapes = planned(n, prompt, gen, cached)
-    plan = {"strategy": strategy, "n": n, "prompt_tokens": prompt, "gen_tokens": gen,
-            "sparse_kv": sparse_kv, "sparse": setting.label if setting else None}
+
+def _pricer(shapes: list[Any], prices: dict[str, float], concurrency: int | None, setting: Any,
+            sparse_kv: int | None, sparse_block: int | None) -> Any:
+    """``priced(arch, device) -> (cost, $/GPU-hour or None, $ or None)``: the planned requests'
+    cost on one device under the sparse-attention flags, and its dollars where a price is known."""
+    from tts.cost.cost_model import CostModel
 
     def priced(arch: Any, device: Any) -> tuple[Any, float | None, float | None]:
         if setting is not None:
@@ -157,34 +221,23 @@ def cost(
         usd_h = prices.get(device.name.lower())
         return c, usd_h, None if usd_h is None else c.seconds / 3600.0 * usd_h
 
-    if rank_all:
-        reports = [_rank_gpus(arch, devices, priced, shapes, plan, overrides, concurrency,
-                              max_seconds) for arch in archs]
-        if as_json:
-            typer.echo(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
-            return
-        for report in reports:
-            _print_ranking(report)
-        return
+    return priced
 
-    hardware = devices[0]
-    rows: list[dict[str, Any]] = []
-    for arch in archs:
-        c, usd_h, usd = priced(arch, hardware)
-        rows.append({
-            "model": arch.name, "params": arch.params, "active_params": arch.active_params,
-            "hardware": hardware.name, "ridge": hardware.ridge, **plan,
-            "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
-            "param_flops": c.param_flops, "attention_flops": c.attention_flops,
-            "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "dominant": c.dominant,
-            "attention_share": c.attention_share, "eflops_per_token": c.eflops_per_token,
-            "usd_per_gpu_hour": usd_h, "dollars": usd,
-            "price_source": _price_source(hardware.name.lower(), overrides),
-        })
-    if as_json:
-        typer.echo(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
-        return
-    _print_rows(rows, hardware.name, hardware.ridge)
+
+def _cost_row(arch: Any, hardware: Any, plan: dict[str, Any], priced: Any,
+              overrides: dict[str, float]) -> dict[str, Any]:
+    """One model's cost on one device: the fields of ``--json`` and of the printed table."""
+    c, usd_h, usd = priced(arch, hardware)
+    return {
+        "model": arch.name, "params": arch.params, "active_params": arch.active_params,
+        "hardware": hardware.name, "ridge": hardware.ridge, **plan,
+        "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
+        "param_flops": c.param_flops, "attention_flops": c.attention_flops,
+        "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "dominant": c.dominant,
+        "attention_share": c.attention_share, "eflops_per_token": c.eflops_per_token,
+        "usd_per_gpu_hour": usd_h, "dollars": usd,
+        "price_source": _price_source(hardware.name.lower(), overrides),
+    }
 
 
 # vLLM's default gpu_memory_utilization: the share of GPU memory it takes for weights and KV cache.

@@ -6,7 +6,7 @@ import hashlib
 import math
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import typer
 
@@ -314,77 +314,166 @@ def _si(x: float) -> str:
     return f"{x:.3g}"
 
 
-def print_summary(result: Any, model: str = "", gpu: str | None = None) -> None:
-    """The results table: accuracy with 95% interval beside coverage, no-answer rate and cost.
-
-    With ``gpu``, each config's usage is priced by the cost model: FLOPs, eFLOPs and predicted
-    GPU-seconds per problem, next to the elapsed time measured here.
-    """
-    from rich.console import Console
-    from rich.table import Table
-
-    from tts.eval.breakdown import config_line
-
-    ledger, why = _ledger(result, model, gpu)
-    table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
-    ungraded = any(s.ungraded for s in result.summaries)
-    events = any(s.events for s in result.summaries)
-    # Tokens inside thinking sections (Usage.reasoning_tokens), per problem: a column only when a model thought.
+def _reasoning_per_config(result: Any) -> dict[str, int]:
+    """Tokens inside thinking sections (Usage.reasoning_tokens) summed per config, over its rows."""
     reasoning: dict[str, int] = {}
     for r in result.rows:
         reasoning[r.config] = reasoning.get(r.config, 0) + r.usage.reasoning_tokens
-    thought = any(reasoning.values())
-    cols = ["strategy", "n", "accuracy [95% CI]", "pass@n", "no answer"] + (["ungraded"] if ungraded else []) + (
-        ["events"] if events else []) + ["tokens/pb"] + (["reasoning tok/pb"] if thought else [])
+    return reasoning
+
+
+def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
+                     wide: bool) -> list[tuple[str, Callable[[Any], str]]]:
+    """The table's columns as (header, cell of a ConfigSummary) pairs.
+
+    The default set fits a 100-column terminal at the demo's configs: what a reader needs first
+    (strategy, n, accuracy with its interval, pass@n, tokens and cost per problem, time).
+    ``wide`` (``--wide``) adds the no-answer rate, FLOPs/pb and eFLOPs/pb. Ungraded, events and
+    think/pb appear only when some config has them, in either set: they flag what to look at.
+    """
+    from tts.eval.breakdown import config_line
+
+    reasoning = _reasoning_per_config(result)
+    cols: list[tuple[str, Callable[[Any], str]]] = [
+        ("strategy", lambda s: config_line(s.config)),  # the strategy and its settings, or e.g. "allocated-online"
+        ("n", lambda s: f"{s.n:.3g}"),
+        ("accuracy [95% CI]", lambda s: f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]"),
+        ("pass@n", lambda s: f"{s.coverage:.3f}"),
+    ]
+    if wide:
+        cols.append(("no answer", lambda s: f"{s.no_answer_rate:.3f}"))
+    if any(s.ungraded for s in result.summaries):
+        cols.append(("ungraded", lambda s: str(s.ungraded)))
+    if any(s.events for s in result.summaries):
+        cols.append(("events", lambda s: str(sum(s.events.values()))))
+    cols.append(("tok/pb", lambda s: f"{s.tokens_per_problem:,.0f}"))
+    if any(reasoning.values()):  # a column only when a model thought
+        cols.append(("think/pb", lambda s: f"{reasoning.get(s.config, 0) / max(s.problems, 1):,.0f}"))
     if ledger:
-        cols += ["FLOPs/pb", "eFLOPs/pb", f"{gpu} s/pb"]
-    cols.append("time s")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "strategy" else "right")
+        if wide:
+            cols += [("FLOPs/pb", lambda s: _si(ledger[s.config].per_problem.flops)),
+                     ("eFLOPs/pb", lambda s: _si(ledger[s.config].per_problem.eflops))]
+        cols.append((f"{gpu} s/pb", lambda s: f"{ledger[s.config].per_problem.seconds:.3g}"))
+    cols.append(("time s", lambda s: f"{s.wall_seconds:,.1f}"))
+    return cols
+
+
+def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bool = False) -> tuple[Any, list[str]]:
+    """The results table (a rich Table) and the notes that explain its columns, to print below it.
+
+    With ``gpu``, each config's usage is priced by the cost model (predicted GPU-seconds per
+    problem; with ``wide`` also FLOPs and eFLOPs), next to the elapsed time measured here.
+    """
+    from rich.table import Table
+
+    ledger, why = _ledger(result, model, gpu)
+    columns = _summary_columns(result, ledger, gpu, wide)
+    table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
+    for header, _ in columns:
+        table.add_column(header, justify="left" if header == "strategy" else "right")
     for s in result.summaries:
-        cells = [
-            config_line(s.config),  # the strategy and its settings, or e.g. "allocated-online"
-            f"{s.n:.3g}",
-            f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]",
-            f"{s.coverage:.3f}",
-            f"{s.no_answer_rate:.3f}",
-            *([str(s.ungraded)] if ungraded else []),
-            *([str(sum(s.events.values()))] if events else []),
-            f"{s.tokens_per_problem:,.0f}",
-            *([f"{reasoning.get(s.config, 0) / max(s.problems, 1):,.0f}"] if thought else []),
-        ]
-        if ledger:
-            per = ledger[s.config].per_problem
-            cells += [_si(per.flops), _si(per.eflops), f"{per.seconds:.3g}"]
-        cells.append(f"{s.wall_seconds:,.1f}")
-        table.add_row(*cells)
+        table.add_row(*(cell(s) for _, cell in columns))
+    headers = {header for header, _ in columns}
+    timed = ("time s: elapsed seconds of this config's engine and verifier calls, over every session of the run, "
+             "each call's time shared among its problems by generated tokens (a smaller n that reuses a larger n's "
+             "samples gets its samples' share).")
+    priced = f"{gpu} s: roofline seconds predicted by the cost model; " if ledger else ""
+    notes = ["pass@n: a correct answer among the n samples (coverage); /pb: per problem; tok: prompt and generated "
+             f"tokens; {priced}{timed}"]
+    if "think/pb" in headers:
+        notes.append("think: of the generated tokens, those inside thinking sections (<think>...</think>, as the "
+                     "backend's reasoning parser or delimiter split them); the rest of tok/pb is prompt and answer "
+                     "tokens.")
+    if not wide:
+        notes.append("--wide adds the no-answer rate" + (", FLOPs/pb and eFLOPs/pb." if ledger else "."))
+    if why:
+        notes.append(why)
+    return table, notes
+
+
+def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bool = False) -> None:
+    """Print the results table (:func:`summary_table`), its notes, and what needs a reader's eye:
+    events the strategies kept, ungraded answers, resumed problems."""
+    from rich.console import Console
+
+    table, notes = summary_table(result, model, gpu, wide)
     console = Console()
     if not console.is_terminal:  # a log file or CI: do not squeeze the table into 80 columns
         console = Console(width=140)
     console.print(table)
-    timed = ("time s: elapsed seconds of this config's engine and verifier calls, over every session of the run, "
-             "each call's time shared among its problems by generated tokens (a smaller n that reuses a larger n's "
-             "samples gets its samples' share).")
-    console.print("pass@n: a correct answer among the n samples (coverage); /pb: per problem; "
-                  f"{gpu} s: roofline seconds predicted by the cost model; {timed}" if ledger else
-                  f"pass@n: a correct answer among the n samples (coverage); /pb: per problem; {timed}")
-    if thought:
-        console.print("reasoning tok: of the generated tokens, those inside thinking sections (<think>...</think>, as "
-                      "the backend's reasoning parser or delimiter split them); the rest of tokens/pb is prompt and "
-                      "answer tokens.")
-    if why:
-        console.print(why)
-    if events:
-        for s in result.summaries:
-            if s.events:
-                console.print(f"events in {s.config}: " + ", ".join(f"{k} {v}" for k, v in s.events.items())
-                              + " (counts the strategy kept as it ran: fallbacks it took, stops, resamples; `tts show RUN PROBLEM` shows where)")
-    if ungraded:
+    for note in notes:
+        console.print(note)
+    for s in result.summaries:
+        if s.events:
+            console.print(f"events in {s.config}: " + ", ".join(f"{k} {v}" for k, v in s.events.items())
+                          + " (counts the strategy kept as it ran: fallbacks it took, stops, resamples; "
+                          "`tts show RUN PROBLEM` shows where)")
+    if any(s.ungraded for s in result.summaries):
         console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
                       "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")
     if result.skipped:
         console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
+
+
+def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
+    """Run every configured strategy at its fixed n over ``problems`` under an eval progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from tts.budgets.allocator import AllocationError
+    from tts.eval.runner import run_eval
+
+    with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+                                             TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
+        task = bar.add_task("eval", total=len(problems))
+        try:
+            return run_eval(cfg, run_dir, problems=problems,
+                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+        except AllocationError as exc:  # --strategy auto: budget or calibration it cannot use
+            raise fail(str(exc)) from None
+
+
+def _run_allocated(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
+    """Run self-consistency under the allocation's total budget, with a budget-spent progress bar."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tts.eval.allocated import AllocationError, run_allocated_eval
+
+    with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]budget spent"), BarColumn(),
+                                             TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn()) as bar:
+        task = bar.add_task("alloc", total=cfg.allocation.budget)
+        try:
+            return run_allocated_eval(cfg, run_dir, problems=problems,
+                                      progress=lambda spent, total: bar.update(task, completed=spent))
+        except AllocationError as exc:
+            raise fail(str(exc)) from None
+
+
+def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
+                    batch_size_given: bool) -> tuple[Any, Any]:
+    """Load the problems, settle the run directory and run the eval (allocated or at fixed n);
+    returns the config as run and the EvalResult.
+
+    ``--strategy auto`` divides its total budget over the problems first (so the config, and the
+    default run directory derived from it, depend on how many there are); an allocated run's
+    default directory is named after its mode and budget.
+    """
+    from tts.eval.runner import load_problems
+
+    run_dir = out or cfg.out or default_out(cfg)
+    _, problems = load_problems(cfg)
+    if auto:
+        import yaml
+
+        from_file = config is not None and "batch_size" in (yaml.safe_load(config.read_text()) or {})
+        cfg = auto_per_problem(cfg, len(problems), batch_size_given or from_file)
+        run_dir = out or cfg.out or default_out(cfg)
+    alloc = cfg.allocation
+    if alloc is None:
+        return cfg, _run_fixed(cfg, run_dir, problems)
+    if not (out or cfg.out):
+        run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
+    return cfg, _run_allocated(cfg, run_dir, problems)
 
 
 def eval_command(
@@ -421,6 +510,7 @@ def eval_command(
     escalate: list[Path] | None = typer.Option(None, "--escalate", help="Repeatable; --strategy auto: a past tts eval run of search strategies (rebase, beam, ...) on the calibration problems; each of its configs becomes an option after the pilot, per difficulty bin."),
     graph: list[Path] | None = typer.Option(None, "--graph", help="Repeatable; a collaboration-graph YAML file (examples/graphs/) run as a strategy, beside any --strategy."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
+    wide: bool = typer.Option(False, "--wide", help="Also show the no-answer rate, FLOPs/pb and eFLOPs/pb (the default table fits 100 columns)."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
     opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
@@ -431,50 +521,7 @@ def eval_command(
                 max_depth=max_depth, settings=settings, deterministic=deterministic, graph=graph)
     with user_errors():
         cfg = _config_from_options(opts, config)
-        run_dir = out or cfg.out or default_out(cfg)
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        from tts.eval.runner import load_problems, run_eval
-
-        _, problems = load_problems(cfg)
-        if strategy and "auto" in strategy:
-            import yaml
-
-            from_file = config is not None and "batch_size" in (yaml.safe_load(config.read_text()) or {})
-            cfg = auto_per_problem(cfg, len(problems), batch_size is not None or from_file)
-            run_dir = out or cfg.out or default_out(cfg)
-        alloc = cfg.allocation
-        if alloc is not None:
-            from tts.eval.allocated import AllocationError, run_allocated_eval
-
-            if not (out or cfg.out):
-                run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
-            with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]budget spent"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                          TimeElapsedColumn()) as bar:
-                task = bar.add_task("alloc", total=alloc.budget)
-                try:
-                    result = run_allocated_eval(cfg, run_dir, problems=problems,
-                                                progress=lambda spent, total: bar.update(task, completed=spent))
-                except AllocationError as exc:
-                    raise fail(str(exc)) from None
-        else:
-            with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TimeRemainingColumn(), transient=False) as bar:
-                task = bar.add_task("eval", total=len(problems))
-                from tts.budgets.allocator import AllocationError
-
-                try:
-                    result = run_eval(cfg, run_dir, problems=problems,
-                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
-                except AllocationError as exc:  # --strategy auto: budget or calibration it cannot use
-                    raise fail(str(exc)) from None
+        cfg, result = _run_configured(cfg, out, config, bool(strategy and "auto" in strategy), batch_size is not None)
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
-    print_summary(result, cfg.backend.model, gpu or None)
+    print_summary(result, cfg.backend.model, gpu or None, wide=wide)

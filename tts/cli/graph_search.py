@@ -38,19 +38,10 @@ def graph_search_command(
     """Search collaboration graphs (Agent-REINFORCE, random or greedy) under an evaluation budget."""
     with user_errors():
         from pydantic import TypeAdapter
-        from rich.console import Console
 
         from tts.backends.factory import create_generator
-        from tts.benchmarks.grading import Grader
-        from tts.config import BackendConfig, SamplingConfig
-        from tts.graphs.search import (
-            GraphSearchConfig,
-            graph_yaml,
-            load_search_space,
-            search_graphs,
-        )
-        from tts.graphs.search_eval import MemoEvaluator, SplitEvaluator
-        from tts.graphs.strategy import GraphModels
+        from tts.config import BackendConfig
+        from tts.graphs.search import GraphSearchConfig, load_search_space
         from tts.registry import BENCHMARKS
 
         search_space = load_search_space(space)
@@ -64,43 +55,69 @@ def graph_search_command(
             raise fail(f"{benchmark} has {len(problems)} problems, fewer than --dev {dev} + --test {test}; lower them")
         backend_cfg = TypeAdapter(BackendConfig).validate_python({"kind": backend, **({"model": model} if model else {})})
         generator = create_generator(backend_cfg, problems)
-        sampling = SamplingConfig(max_tokens=max_tokens)
-        runs = []
-        # One pool of the graphs' other models for every search and the held-out runs: each
-        # model's engine starts once (the policy's is `generator`, opened once above).
         try:
-            with Grader() as grader, GraphModels() as models:
-                def split(items):
-                    return SplitEvaluator(items, generator, bench.prompt.render, grader.grade_many, sampling, seed,
-                                          models)
-
-                dev_eval, test_eval = MemoEvaluator(split(problems[:dev])), MemoEvaluator(split(problems[dev:dev + test]))
-                for config in configs:
-                    result = search_graphs(search_space, config, dev_eval)
-                    # The held-out split sees only the chosen graph, once.
-                    runs.append((config, result, test_eval([result.best])[0]))
+            runs = _search_and_test(search_space, configs, problems, dev, test, generator, bench, max_tokens, seed)
         finally:
             generator.close()
-        out.mkdir(parents=True, exist_ok=True)
-        console = Console()
-        summaries = []
-        for config, result, held_out in runs:
-            stem = "best" if len(runs) == 1 else f"best-{config.method}"
-            (out / f"{stem}.yaml").write_text(graph_yaml(result.best))
-            summaries.append({
-                "method": result.method, "best": result.best.name, "reward": result.reward,
-                "dev": {"problems": dev, "accuracy": result.dev.accuracy,
-                        "tokens_per_problem": result.dev.tokens_per_problem},
-                "test": {"problems": test, "accuracy": held_out.accuracy,
-                         "tokens_per_problem": held_out.tokens_per_problem},
-                "evaluations": result.evaluations, "found_at": result.found_at, "dev_tokens": result.tokens,
-                "stopped": result.stopped, "curve": list(result.curve), "config": config.model_dump(mode="json"),
-            })
-            console.print(
-                f"{result.method}: best graph {result.best.name} after {result.evaluations} evaluations "
-                f"(found at {result.found_at}; {result.stopped})\n"
-                f"  dev  accuracy {result.dev.accuracy:.3f}, {result.dev.tokens_per_problem:.0f} tokens/problem\n"
-                f"  test accuracy {held_out.accuracy:.3f}, {held_out.tokens_per_problem:.0f} tokens/problem")
-        body = summaries[0] if len(summaries) == 1 else {"methods": summaries}
-        (out / "summary.json").write_text(json.dumps(body, indent=2))
-        console.print(f"wrote {out}/best*.yaml and {out / 'summary.json'}")
+        _write_and_report(runs, out, dev, test)
+
+
+def _search_and_test(search_space, configs, problems, dev, test, generator, bench, max_tokens, seed) -> list:
+    """Run each search config on the dev split, then its best graph once on the held-out split.
+
+    One pool of the graphs' other models serves every search and the held-out runs, so each model's
+    engine starts once (the policy's is ``generator``); dev and test evaluations are memoised, so a
+    graph one method evaluated is reused by the next. Returns (config, result, held-out evaluation)
+    per config.
+    """
+    from tts.benchmarks.grading import Grader
+    from tts.config import SamplingConfig
+    from tts.graphs.search import search_graphs
+    from tts.graphs.search_eval import MemoEvaluator, SplitEvaluator
+    from tts.graphs.strategy import GraphModels
+
+    sampling = SamplingConfig(max_tokens=max_tokens)
+    runs = []
+    with Grader() as grader, GraphModels() as models:
+        def split(items):
+            return SplitEvaluator(items, generator, bench.prompt.render, grader.grade_many, sampling, seed,
+                                  models)
+
+        dev_eval, test_eval = MemoEvaluator(split(problems[:dev])), MemoEvaluator(split(problems[dev:dev + test]))
+        for config in configs:
+            result = search_graphs(search_space, config, dev_eval)
+            # The held-out split sees only the chosen graph, once.
+            runs.append((config, result, test_eval([result.best])[0]))
+    return runs
+
+
+def _write_and_report(runs: list, out: Path, dev: int, test: int) -> None:
+    """Write each search's best graph (best.yaml, or best-METHOD.yaml for several) and summary.json,
+    and print each search's best graph with its dev and held-out accuracy."""
+    from rich.console import Console
+
+    from tts.graphs.search import graph_yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    summaries = []
+    for config, result, held_out in runs:
+        stem = "best" if len(runs) == 1 else f"best-{config.method}"
+        (out / f"{stem}.yaml").write_text(graph_yaml(result.best))
+        summaries.append({
+            "method": result.method, "best": result.best.name, "reward": result.reward,
+            "dev": {"problems": dev, "accuracy": result.dev.accuracy,
+                    "tokens_per_problem": result.dev.tokens_per_problem},
+            "test": {"problems": test, "accuracy": held_out.accuracy,
+                     "tokens_per_problem": held_out.tokens_per_problem},
+            "evaluations": result.evaluations, "found_at": result.found_at, "dev_tokens": result.tokens,
+            "stopped": result.stopped, "curve": list(result.curve), "config": config.model_dump(mode="json"),
+        })
+        console.print(
+            f"{result.method}: best graph {result.best.name} after {result.evaluations} evaluations "
+            f"(found at {result.found_at}; {result.stopped})\n"
+            f"  dev  accuracy {result.dev.accuracy:.3f}, {result.dev.tokens_per_problem:.0f} tokens/problem\n"
+            f"  test accuracy {held_out.accuracy:.3f}, {held_out.tokens_per_problem:.0f} tokens/problem")
+    body = summaries[0] if len(summaries) == 1 else {"methods": summaries}
+    (out / "summary.json").write_text(json.dumps(body, indent=2))
+    console.print(f"wrote {out}/best*.yaml and {out / 'summary.json'}")

@@ -32,15 +32,11 @@ def stage_plan_command(
     """Split a total budget over a multi-stage graph's stages from per-stage curves (AgentTTS)."""
     with user_errors():
         from pydantic import TypeAdapter
-        from rich.console import Console
 
         from tts.backends.factory import create_generator
-        from tts.benchmarks.grading import Grader, Outcome
-        from tts.config import BackendConfig, SamplingConfig
+        from tts.config import BackendConfig
         from tts.graphs.graph import load_graph_file
         from tts.graphs.search import graph_yaml
-        from tts.graphs.stages import SplitStageEvaluator, even_split, measure_curves, plan_split, with_budgets
-        from tts.graphs.strategy import GraphModels, GraphStrategy, GraphStrategyConfig
         from tts.registry import BENCHMARKS
 
         if unit not in ("samples", "tokens"):
@@ -59,50 +55,76 @@ def stage_plan_command(
             raise fail(f"{benchmark} has {len(problems)} problems, fewer than --dev {dev} + --test {test}; lower them")
         backend_cfg = TypeAdapter(BackendConfig).validate_python({"kind": backend, **({"model": model} if model else {})})
         generator = create_generator(backend_cfg, problems)
-        sampling = SamplingConfig(max_tokens=max_tokens)
         try:
-            with Grader() as grader, GraphModels() as models:
-                def solve(graph_spec, items):
-                    strategy = GraphStrategy(GraphStrategyConfig(graph=graph_spec), generator, bench.prompt.render,
-                                             sampling, seed=seed, models=models)
-                    return strategy.solve(items)
-
-                def grade(pairs):
-                    return [o == Outcome.CORRECT for o in grader.grade_many(pairs)]
-
-                reference, curves = measure_curves(spec, grids, SplitStageEvaluator(problems[:dev], solve, grade))
-                plan = plan_split(spec, reference, curves, total, unit)  # type: ignore[arg-type]
-                held_out = SplitStageEvaluator(problems[dev:dev + test], solve, grade)
-                planned = held_out(plan.spec)
-                even = even_split(spec, grids, total, unit, plan)  # type: ignore[arg-type]
-                even_eval = held_out(with_budgets(spec, even)) if even is not None and even != dict(plan.budgets) else None
+            reference, curves, plan, planned, even, even_eval = _plan_and_test(
+                spec, grids, problems, dev, test, generator, bench, max_tokens, seed, total, unit)
         finally:
             generator.close()
         out.mkdir(parents=True, exist_ok=True)
         (out / "planned.yaml").write_text(graph_yaml(plan.spec))
-
-        def row(ev):
-            return {"accuracy": ev.accuracy, "correct": ev.correct, "problems": ev.problems,
-                    "tokens_per_problem": ev.tokens_per_problem}
-
         summary = {
             "total": total, "unit": unit, "grid": values, "budgets": dict(plan.budgets), "cost": plan.cost,
-            "predicted_dev_accuracy": plan.predicted, "reference_dev": row(reference),
-            "curves": {c.stage: [{"budget": b, **row(ev), "stage_tokens": c.tokens(b)}
+            "predicted_dev_accuracy": plan.predicted, "reference_dev": _evaluation_row(reference),
+            "curves": {c.stage: [{"budget": b, **_evaluation_row(ev), "stage_tokens": c.tokens(b)}
                                  for b, ev in zip(c.budgets, c.evaluations, strict=True)] for c in curves},
-            "test_planned": row(planned), "even_budgets": even,
-            "test_even": row(even_eval) if even_eval is not None else None,
+            "test_planned": _evaluation_row(planned), "even_budgets": even,
+            "test_even": _evaluation_row(even_eval) if even_eval is not None else None,
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        console = Console()
-        for c in curves:
-            points = ", ".join(f"{b}: {ev.accuracy:.2f} ({c.tokens(b):.0f} tok)"
-                               for b, ev in zip(c.budgets, c.evaluations, strict=True))
-            console.print(f"stage {c.stage}: dev accuracy by budget {points}")
-        console.print(f"planned split {dict(plan.budgets)} (cost {plan.cost:g} {unit}, predicted dev accuracy "
-                      f"{plan.predicted:.3f})\n  test accuracy {planned.accuracy:.3f} ({planned.correct}/{planned.problems}), "
-                      f"{planned.tokens_per_problem:.0f} tokens/problem")
-        if even_eval is not None:
-            console.print(f"even split {even}: test accuracy {even_eval.accuracy:.3f} ({even_eval.correct}/"
-                          f"{even_eval.problems}), {even_eval.tokens_per_problem:.0f} tokens/problem")
-        console.print(f"wrote {out / 'planned.yaml'} and {out / 'summary.json'}")
+        _print_stage_plan(curves, plan, planned, even, even_eval, unit, out)
+
+
+def _plan_and_test(spec, grids, problems, dev, test, generator, bench, max_tokens, seed, total, unit) -> tuple:
+    """Measure each stage's curve on the dev problems, plan the split of ``total``, and run the
+    planned split (and the even split, when it differs) on the held-out problems.
+
+    Returns (reference dev evaluation, curves, plan, planned test evaluation, even budgets or None,
+    even test evaluation or None).
+    """
+    from tts.benchmarks.grading import Grader, Outcome
+    from tts.config import SamplingConfig
+    from tts.graphs.stages import SplitStageEvaluator, even_split, measure_curves, plan_split, with_budgets
+    from tts.graphs.strategy import GraphModels, GraphStrategy, GraphStrategyConfig
+
+    sampling = SamplingConfig(max_tokens=max_tokens)
+    with Grader() as grader, GraphModels() as models:
+        def solve(graph_spec, items):
+            strategy = GraphStrategy(GraphStrategyConfig(graph=graph_spec), generator, bench.prompt.render,
+                                     sampling, seed=seed, models=models)
+            return strategy.solve(items)
+
+        def grade(pairs):
+            return [o == Outcome.CORRECT for o in grader.grade_many(pairs)]
+
+        reference, curves = measure_curves(spec, grids, SplitStageEvaluator(problems[:dev], solve, grade))
+        plan = plan_split(spec, reference, curves, total, unit)  # type: ignore[arg-type]
+        held_out = SplitStageEvaluator(problems[dev:dev + test], solve, grade)
+        planned = held_out(plan.spec)
+        even = even_split(spec, grids, total, unit, plan)  # type: ignore[arg-type]
+        even_eval = held_out(with_budgets(spec, even)) if even is not None and even != dict(plan.budgets) else None
+    return reference, curves, plan, planned, even, even_eval
+
+
+def _evaluation_row(ev) -> dict:
+    """One evaluation's numbers as summary.json records them."""
+    return {"accuracy": ev.accuracy, "correct": ev.correct, "problems": ev.problems,
+            "tokens_per_problem": ev.tokens_per_problem}
+
+
+def _print_stage_plan(curves, plan, planned, even, even_eval, unit: str, out: Path) -> None:
+    """Each stage's dev curve, the planned split with its held-out accuracy, the even split's (if run)
+    and where the files went."""
+    from rich.console import Console
+
+    console = Console()
+    for c in curves:
+        points = ", ".join(f"{b}: {ev.accuracy:.2f} ({c.tokens(b):.0f} tok)"
+                           for b, ev in zip(c.budgets, c.evaluations, strict=True))
+        console.print(f"stage {c.stage}: dev accuracy by budget {points}")
+    console.print(f"planned split {dict(plan.budgets)} (cost {plan.cost:g} {unit}, predicted dev accuracy "
+                  f"{plan.predicted:.3f})\n  test accuracy {planned.accuracy:.3f} ({planned.correct}/{planned.problems}), "
+                  f"{planned.tokens_per_problem:.0f} tokens/problem")
+    if even_eval is not None:
+        console.print(f"even split {even}: test accuracy {even_eval.accuracy:.3f} ({even_eval.correct}/"
+                      f"{even_eval.problems}), {even_eval.tokens_per_problem:.0f} tokens/problem")
+    console.print(f"wrote {out / 'planned.yaml'} and {out / 'summary.json'}")

@@ -204,39 +204,16 @@ class ModelArchitecture(BaseModel):
         dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").replace("torch.", "")
         dtype_bytes = _DTYPE_BYTES.get(dtype.lower(), 2)
 
-        # 1. Attention: q/o use all heads, k/v the (fewer) KV heads. Qwen2 always has q/k/v
-        #    biases; Llama/Qwen3/gpt-oss have biases on all four only when attention_bias is set.
-        q_out, kv_out = heads * head_dim, kv_heads * head_dim
-        attn = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
-        if model_type in ("qwen2", "qwen2_moe"):
-            attn += q_out + 2 * kv_out
-        elif cfg.get("attention_bias"):
-            attn += q_out + 2 * kv_out + hidden
-        if model_type.startswith("qwen3"):
-            attn += 2 * head_dim  # per-head RMSNorm on q and k
-        if model_type == "gpt_oss":
-            attn += heads  # one learned attention sink per head
+        # 1. Attention: q/o use all heads, k/v the (fewer) KV heads.
+        attn = _attention_params(cfg, model_type, hidden, heads, kv_heads, head_dim)
         norms = 2 * hidden  # input and post-attention RMSNorm
 
         # 2. MLP: gated (gate, up, down). MoE layers: router + experts (+ optional shared expert).
         mlp_bias = 2 * inter + hidden if cfg.get("mlp_bias") else 0
         dense_mlp = 3 * hidden * inter + mlp_bias
-        n_exp = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
-        top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
-        moe_inter = int(cfg.get("moe_intermediate_size") or inter)
-        shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
-        step = int(cfg.get("decoder_sparse_step") or 1)
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
-        moe_layers = 0
-        if n_exp > 0:
-            moe_layers = sum(1 for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
+        n_exp, top_k, moe_inter, moe_layers, one_expert, shared, router = _moe_shape(cfg, model_type, layers,
+                                                                                    hidden, inter)
         dense_layers = layers - moe_layers
-        one_expert = 3 * hidden * moe_inter
-        shared = (3 * hidden * shared_inter + hidden) if shared_inter else 0
-        router = hidden * n_exp
-        if model_type == "gpt_oss":  # biased experts (gate-up and down) and router
-            one_expert += 2 * moe_inter + hidden
-            router += n_exp
 
         # 3. Sliding-window attention layers (gpt-oss alternates them with full attention).
         window = cfg.get("sliding_window")
@@ -269,6 +246,55 @@ class ModelArchitecture(BaseModel):
             sliding_window=int(window) if window_layers else None,
             state_elements_per_sequence=state,
         )
+
+
+
+def _attention_params(cfg: dict[str, Any], model_type: str, hidden: int, heads: int, kv_heads: int,
+                      head_dim: int) -> int:
+    """Parameters of one attention block: q/o over all heads, k/v over the (fewer) KV heads.
+
+    Qwen2 always has q/k/v biases; Llama/Qwen3/gpt-oss have biases on all four only when
+    ``attention_bias`` is set. Qwen3 adds a per-head RMSNorm on q and k, gpt-oss one learned
+    attention sink per head.
+    """
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    attn = hidden * q_out + 2 * hidden * kv_out + q_out * hidden
+    if model_type in ("qwen2", "qwen2_moe"):
+        attn += q_out + 2 * kv_out
+    elif cfg.get("attention_bias"):
+        attn += q_out + 2 * kv_out + hidden
+    if model_type.startswith("qwen3"):
+        attn += 2 * head_dim  # per-head RMSNorm on q and k
+    if model_type == "gpt_oss":
+        attn += heads  # one learned attention sink per head
+    return attn
+
+
+def _moe_shape(cfg: dict[str, Any], model_type: str, layers: int, hidden: int,
+               inter: int) -> tuple[int, int, int, int, int, int, int]:
+    """A config's mixture-of-experts layers (Qwen-MoE and gpt-oss keys): experts per layer,
+    experts per token, an expert's intermediate size, how many layers are MoE, and the parameters
+    of one expert, of the shared expert (0 if none) and of the router of one MoE layer.
+
+    Every ``decoder_sparse_step``-th layer not in ``mlp_only_layers`` is MoE when the config has
+    experts; gpt-oss biases its experts (gate-up and down) and its router.
+    """
+    n_exp = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    top_k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
+    moe_inter = int(cfg.get("moe_intermediate_size") or inter)
+    shared_inter = int(cfg.get("shared_expert_intermediate_size") or 0)
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    moe_layers = 0
+    if n_exp > 0:
+        moe_layers = sum(1 for i in range(layers) if i not in mlp_only and (i + 1) % step == 0)
+    one_expert = 3 * hidden * moe_inter
+    shared = (3 * hidden * shared_inter + hidden) if shared_inter else 0
+    router = hidden * n_exp
+    if model_type == "gpt_oss":  # biased experts (gate-up and down) and router
+        one_expert += 2 * moe_inter + hidden
+        router += n_exp
+    return n_exp, top_k, moe_inter, moe_layers, one_expert, shared, router
 
 
 def _hybrid_layers(cfg: dict[str, Any], pattern: str, layers: int, hidden: int, attn: int,

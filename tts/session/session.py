@@ -378,28 +378,58 @@ class Session:
             StrategyInputError, BudgetError, ValueError: Settings to change (the message says which).
             BackendError: The engine or server failed.
         """
-        from tts.config import SamplingConfig
-        from tts.registry import STRATEGIES
-
         if _expected:  # submitted by asolve: it is running now, no longer about to start
             self.batcher.expect(-1)
         if self.closed:
             raise RuntimeError("this session is closed; open a new one")
         solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
         config = self.strategy_config(strategy, n, solve_budget)
+        sampling = self._solve_sampling(temperature, top_p, max_tokens)
+        problem = self._problem(question, messages, tools, seeded=seed is not None)
+        render = chat_prompt(prompt or self.template)
+        limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
+        runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
+        solution = self._run_solve(runner, problem, limit, context)
+        fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
+        logprobs = None
+        trace = solution.trace
+        if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
+                and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
+            logprobs = generator.token_logprobs(trace.samples[trace.selected].text, options.logprobs)
+        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=config.label,
+                               budget=None if solve_budget is None else
+                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance},
+                               logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
+
+    def _solve_sampling(self, temperature: float | None, top_p: float | None,
+                        max_tokens: int | None) -> Any:
+        """The session's sampling settings with this solve's overrides (those given) applied."""
+        from tts.config import SamplingConfig
+
         sampling = self.sampling
         update = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens))
                   if v is not None}
         if update:
             sampling = SamplingConfig(**{**sampling.model_dump(), **update})
-        problem = self._problem(question, messages, tools, seeded=seed is not None)
-        render = chat_prompt(prompt or self.template)
-        limit, allowance = None, None
-        # A strategy whose config carries the budget (auto) spends it itself; the rest get a token allowance.
-        if solve_budget is not None and not {"budget", "budget_unit"} <= set(type(config).model_fields):
-            prompt_tokens = self._prompt_tokens(render(problem), problem.question)
-            allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
-            limit = Budget(tokens=allowance)
+        return sampling
+
+    def _token_allowance(self, config: Any, solve_budget: SolveBudget | None, render: Any, problem: Problem,
+                         sampling: Any) -> tuple[Budget | None, int | None]:
+        """The solve's budget as a token limit for the strategy, and that allowance in tokens
+        (None, None without a budget, or for a strategy whose config carries the budget: auto
+        spends it itself). The allowance is priced from the prompt's tokens and ``max_tokens``."""
+        if solve_budget is None or {"budget", "budget_unit"} <= set(type(config).model_fields):
+            return None, None
+        prompt_tokens = self._prompt_tokens(render(problem), problem.question)
+        allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
+        return Budget(tokens=allowance), allowance
+
+    def _runner(self, config: Any, options: SampleOptions | None, render: Any, sampling: Any,
+                seed: int) -> tuple[Any, Any]:
+        """The strategy to run and the generator it draws from: the session's batcher, wrapped to
+        apply per-sample ``options`` when some are set (a JSON schema also makes answers JSON)."""
+        from tts.registry import STRATEGIES
+
         cls = STRATEGIES.load(config.kind)
         generator: Any = self.batcher
         extra: dict[str, Any] = {}
@@ -407,7 +437,12 @@ class Session:
             generator = _OptionsGenerator(self.batcher, options)
             if options.json_schema is not None:
                 extra["extract"] = json_answer
-        runner = cls(config, generator, render, sampling, seed=self.seed if seed is None else seed, **extra)
+        return cls(config, generator, render, sampling, seed=seed, **extra), generator
+
+    def _run_solve(self, runner: Any, problem: Problem, limit: Budget | None,
+                   context: CallContext | None) -> Solution:
+        """Run the strategy on ``problem`` under ``context`` (cancellable; a cancelled solve is
+        counted), inside the batcher's begin/end, and close the runner; count the solve."""
         ctx = context or CallContext()
         self.batcher.begin()
         set_context(ctx)
@@ -423,16 +458,7 @@ class Session:
             runner.close()
         with self._lock:
             self.solves += 1
-        fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
-        logprobs = None
-        trace = solution.trace
-        if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
-                and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
-            logprobs = generator.token_logprobs(trace.samples[trace.selected].text, options.logprobs)
-        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=config.label,
-                               budget=None if solve_budget is None else
-                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance},
-                               logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
+        return solution
 
     def _reasoning_tokens(self, samples: Sequence[Any]) -> int:
         """Tokens of the samples' reasoning sections: counted by the engine's tokenizer where the

@@ -130,6 +130,147 @@ def _realised_costs(pool: ModelPool, orders: np.ndarray, ns: list[int], k: int, 
     return alloc, unif
 
 
+def _ladder_for(pool: ModelPool, cfg: CrossConfig, pricer: Pricer) -> tuple[int, int, list[int]]:
+    """Check that ``pool`` can be replayed under ``cfg``; the most samples every problem has (up to
+    ``max_n``), the pilot size k and the ladder of n (``target_n`` included).
+
+    Raises:
+        ValueError: Token counts missing for a token-priced unit, fewer problems than folds, or a
+            target n beyond the samples every problem has.
+    """
+    if not pool.has_tokens and pricer.unit != "samples":
+        raise ValueError(f"model {pool.model!r} has samples without num_tokens; price it in samples "
+                         "(--budget-unit samples) or use a pool with token counts")
+    if pool.n_problems < cfg.folds:
+        raise ValueError(f"{pool.n_problems} problems cannot be split into {cfg.folds} folds; lower --folds")
+    have = int(pool.counts.min())
+    n_max = min(cfg.max_n or have, have)
+    if cfg.target_n > n_max:
+        raise ValueError(f"target n={cfg.target_n} exceeds the {n_max} samples every problem has; pick n <= {n_max}")
+    k = min(cfg.pilot, cfg.target_n)
+    ns = ladder(k, n_max)
+    if cfg.target_n not in ns:
+        ns = sorted(set(ns) | {cfg.target_n})
+    return n_max, k, ns
+
+
+def _expected_option_values(pool: ModelPool, cfg: CrossConfig, k: int, ns: list[int], orders: np.ndarray,
+                            outcomes: dict[str, np.ndarray], fold: np.ndarray, real_alloc: np.ndarray,
+                            options: list[tuple[str, int]], pricer: Pricer) -> tuple[np.ndarray, np.ndarray]:
+    """(R, P, O) expected cost and accuracy of every (rule, n) option per ordering and problem.
+
+    A fold's values come from a calibration fitted on the OTHER folds, read at the fold's own pilot
+    features (its first k samples in each ordering); the cost is the realised pilot plus the
+    predicted rest. So a problem's plan never sees its own grades.
+    """
+    rules = tuple(cfg.rules)
+    p_idx = np.arange(pool.n_problems)[:, None]
+    feats = np.stack([pilot_feature_rows(pool.answers[p_idx, o[:, :k]], np.nan_to_num(pool.tokens[p_idx, o[:, :k]]))
+                      for o in orders])  # (R, P, d)
+    pilot_len = np.stack([np.nan_to_num(pool.tokens[p_idx, o[:, :k]]).mean(axis=1) for o in orders])  # (R, P)
+    R = orders.shape[0]
+    exp_cost = np.zeros((R, pool.n_problems, len(options)))
+    exp_acc = np.zeros_like(exp_cost)
+    for f in np.unique(fold).tolist():
+        tr, te = np.nonzero(fold != f)[0], np.nonzero(fold == f)[0]
+        cal = calibrate(pool, rules, k, ns, orders=orders, outcomes=outcomes, problems=tr,
+                        difficulty=cfg.difficulty, n_bins=cfg.n_bins, switch_z=cfg.switch_z)
+        for r in range(R):
+            exp_acc[r, te] = cal.accuracy(cal.bins(feats[r, te]))
+            exp_cost[r, te] = real_alloc[r, te, 0][:, None] + option_costs(pricer, options, [0] * len(te),
+                                                                           pilot_len[r, te], k)
+    return exp_cost, exp_acc
+
+
+def _budget_grid(exp_cost: np.ndarray, unif_cost: np.ndarray, fold: np.ndarray,
+                 sets: dict[str, list[int]], n_problems: int) -> np.ndarray:
+    """300 total budgets, geometric, from where every fold of every ordering can pay its cheapest
+    plans under every option set (each fold gets its share of the total) to past the dearest."""
+    R = exp_cost.shape[0]
+    lo = max(float(exp_cost[r][np.ix_(np.nonzero(fold == f)[0], cols)].min(axis=1).sum()) * n_problems
+             / np.sum(fold == f) for r in range(R) for f in np.unique(fold).tolist() for cols in sets.values())
+    hi = float(max(exp_cost.max(axis=2).sum(axis=1).max(), unif_cost.max()) * 1.01)
+    return np.geomspace(max(lo, 1e-300), max(hi, lo * 1.01), 300)
+
+
+def _fold_path(c: np.ndarray, a: np.ndarray, g: np.ndarray, pd: np.ndarray, share: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """One fold's greedy upgrade path, planned on expected cost ``c`` and accuracy ``a`` (problems x
+    options) and read at each budget ``share``: the realised correct count and realised cost
+    (``g``, ``pd``) of the plans that fit, NaN where a share cannot pay the cheapest plans.
+    Also the path itself (start options, upgraded problems, their new options, upgrades per share)."""
+    start, probs, opts, cum = greedy_path(c, a)
+    steps = np.searchsorted(cum, share, side="right")  # upgrades that fit each share
+    rows = np.arange(c.shape[0])
+    base = float(c[rows, start].sum())
+    cur = start.copy()
+    d_ok = np.zeros(len(probs))
+    d_paid = np.zeros(len(probs))
+    for i, (q, o) in enumerate(zip(probs.tolist(), opts.tolist())):
+        d_ok[i], d_paid[i] = g[q, o] - g[q, cur[q]], pd[q, o] - pd[q, cur[q]]
+        cur[q] = o
+    ok0, paid0 = float(g[rows, start].sum()), float(pd[rows, start].sum())
+    cok = np.concatenate([[ok0], ok0 + np.cumsum(d_ok)])
+    cpd = np.concatenate([[paid0], paid0 + np.cumsum(d_paid)])
+    fits = share >= base * (1 - 1e-12)
+    return np.where(fits, cok[steps], np.nan), np.where(fits, cpd[steps], np.nan), (start, probs, opts, steps)
+
+
+def _replay_set(cols: list[int], grid: np.ndarray, u_cost: np.ndarray, frontier_budgets: np.ndarray,
+                fold: np.ndarray, exp_cost: np.ndarray, exp_acc: np.ndarray, got: np.ndarray, paid: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The allocator restricted to options ``cols``, per ordering, each fold allocated its share.
+
+    Returns accuracy and realised cost at each budget of ``grid`` (R, G); accuracy and cost at the
+    best single rule's uniform cost of each ordering (R, 2); accuracy at each frontier budget
+    (R, F); and the option (index into all options) each problem ends with at that uniform cost (R, P).
+    """
+    R, n_problems = exp_cost.shape[:2]
+    acc = np.zeros((R, len(grid)))
+    cost = np.zeros_like(acc)
+    at_u = np.zeros((R, 2))
+    pts = np.zeros((R, len(frontier_budgets)))
+    picks = np.zeros((R, n_problems), dtype=np.int64)
+    for r in range(R):
+        budgets = np.concatenate([grid, [u_cost[r]], frontier_budgets])
+        ok_sum = np.zeros(len(budgets))
+        cost_sum = np.zeros(len(budgets))
+        for f in np.unique(fold).tolist():
+            te = np.nonzero(fold == f)[0]
+            ok, spent, (start, probs, opts, steps) = _fold_path(
+                exp_cost[r][np.ix_(te, cols)], exp_acc[r][np.ix_(te, cols)], got[r][np.ix_(te, cols)],
+                paid[r][np.ix_(te, cols)], budgets * len(te) / n_problems)
+            ok_sum += ok
+            cost_sum += spent
+            fin = start.copy()  # which option each problem ends with at the best rule's target cost
+            for q, o in zip(probs[: steps[len(grid)]].tolist(), opts[: steps[len(grid)]].tolist()):
+                fin[q] = o
+            picks[r, te] = np.asarray(cols)[fin]
+        acc[r], cost[r] = ok_sum[: len(grid)] / n_problems, cost_sum[: len(grid)]
+        at_u[r] = ok_sum[len(grid)] / n_problems, cost_sum[len(grid)]
+        pts[r] = ok_sum[len(grid) + 1:] / n_problems
+    return acc, cost, at_u, pts, picks
+
+
+def _frontier(ns: list[int], rules: tuple[str, ...], best: str, frontier_budgets: np.ndarray,
+              unif_acc: dict[str, np.ndarray], at_points: dict[str, np.ndarray]) -> list[dict[str, float | None]]:
+    """At each uniform cost of the best rule (n on the ladder): mean accuracy of the uniform best
+    rule, of the best rule at that n in hindsight, of the best single-rule allocator and of the
+    cross allocator (None where the budget cannot pay every fold's pilot)."""
+    def mean(x: np.ndarray) -> float | None:
+        return float(np.mean(x)) if np.all(np.isfinite(x)) else None
+
+    frontier = []
+    for j, n in enumerate(ns):
+        singles = [v for v in (mean(at_points[r][:, j]) for r in rules) if v is not None]
+        single = max(singles) if singles else None
+        frontier.append({"n": int(n), "cost": float(frontier_budgets[j]),
+                         "uniform_best": float(unif_acc[best][:, j].mean()),
+                         "uniform_any_best": float(max(unif_acc[r][:, j].mean() for r in rules)),
+                         "single_allocator_best": single, "cross": mean(at_points["cross"][:, j])})
+    return frontier
+
+
 def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer | None = None) -> CrossResult:
     """Replay the cross-strategy allocator, each rule alone, and uniform rules on one model.
 
@@ -144,45 +285,19 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     """
     cfg = cfg or CrossConfig()
     pricer = pricer or Pricer("tokens")
-    if not pool.has_tokens and pricer.unit != "samples":
-        raise ValueError(f"model {pool.model!r} has samples without num_tokens; price it in samples "
-                         "(--budget-unit samples) or use a pool with token counts")
-    if pool.n_problems < cfg.folds:
-        raise ValueError(f"{pool.n_problems} problems cannot be split into {cfg.folds} folds; lower --folds")
+    n_max, k, ns = _ladder_for(pool, cfg, pricer)
     rules = tuple(cfg.rules)
-    have = int(pool.counts.min())
-    n_max = min(cfg.max_n or have, have)
-    if cfg.target_n > n_max:
-        raise ValueError(f"target n={cfg.target_n} exceeds the {n_max} samples every problem has; pick n <= {n_max}")
-    k = min(cfg.pilot, cfg.target_n)
-    ns = ladder(k, n_max)
-    if cfg.target_n not in ns:
-        ns = sorted(set(ns) | {cfg.target_n})
     rng = np.random.default_rng(cfg.seed)
     fold = rng.permutation(pool.n_problems) % cfg.folds
     orders = random_orders(pool.mask, cfg.orderings, rng)
     outcomes = rule_outcomes(pool, orders, rules, n_max)  # rule -> (R, P, n_max); grading and other folds' curves
     real_alloc, real_unif = _realised_costs(pool, orders, ns, k, pricer)
-    p_idx = np.arange(pool.n_problems)[:, None]
-    feats = np.stack([pilot_feature_rows(pool.answers[p_idx, o[:, :k]], np.nan_to_num(pool.tokens[p_idx, o[:, :k]]))
-                      for o in orders])  # (R, P, d)
-    pilot_len = np.stack([np.nan_to_num(pool.tokens[p_idx, o[:, :k]]).mean(axis=1) for o in orders])  # (R, P)
     options = [(r, n) for r in rules for n in ns]
     n_col = {n: j for j, n in enumerate(ns)}
     sets = {"cross": list(range(len(options)))}
     sets.update({r: [j for j, (rr, _) in enumerate(options) if rr == r] for r in rules})
-    R = orders.shape[0]
     # 1. Expected costs and accuracies of every option, fitted on the other folds.
-    exp_cost = np.zeros((R, pool.n_problems, len(options)))
-    exp_acc = np.zeros_like(exp_cost)
-    for f in np.unique(fold).tolist():
-        tr, te = np.nonzero(fold != f)[0], np.nonzero(fold == f)[0]
-        cal = calibrate(pool, rules, k, ns, orders=orders, outcomes=outcomes, problems=tr,
-                        difficulty=cfg.difficulty, n_bins=cfg.n_bins, switch_z=cfg.switch_z)
-        for r in range(R):
-            exp_acc[r, te] = cal.accuracy(cal.bins(feats[r, te]))
-            exp_cost[r, te] = real_alloc[r, te, 0][:, None] + option_costs(pricer, options, [0] * len(te),
-                                                                           pilot_len[r, te], k)
+    exp_cost, exp_acc = _expected_option_values(pool, cfg, k, ns, orders, outcomes, fold, real_alloc, options, pricer)
     # Realised correctness and cost of each option.
     got = np.stack([outcomes[r][:, :, n - 1] for r, n in options], axis=2)  # (R, P, O)
     paid = np.stack([real_alloc[:, :, n_col[n]] for _, n in options], axis=2)
@@ -193,69 +308,18 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     best = max(rules, key=lambda r: unif_acc[r][:, t].mean())
     u_acc, u_cost = unif_acc[best][:, t], unif_cost[:, t]
     # 3. Greedy paths per ordering and fold, read at a grid of budgets (each fold its share).
-    # The grid starts where every fold of every ordering can pay its cheapest plans under every set.
-    lo = max(float(exp_cost[r][np.ix_(np.nonzero(fold == f)[0], cols)].min(axis=1).sum()) * pool.n_problems
-             / np.sum(fold == f) for r in range(R) for f in np.unique(fold).tolist() for cols in sets.values())
-    hi = float(max(exp_cost.max(axis=2).sum(axis=1).max(), unif_cost.max()) * 1.01)
-    grid = np.geomspace(max(lo, 1e-300), max(hi, lo * 1.01), 300)
+    grid = _budget_grid(exp_cost, unif_cost, fold, sets, pool.n_problems)
     frontier_budgets = unif_cost.mean(axis=0)
     allocators: dict[str, ModeResult] = {}
     at_points: dict[str, np.ndarray] = {}
-    chosen: dict[str, float] = {}
     for name, cols in sets.items():
-        acc = np.zeros((R, len(grid)))
-        cost = np.zeros_like(acc)
-        at_u = np.zeros((R, 2))
-        pts = np.zeros((R, len(frontier_budgets)))
-        picks = np.zeros((R, pool.n_problems), dtype=np.int64)
-        for r in range(R):
-            budgets = np.concatenate([grid, [u_cost[r]], frontier_budgets])
-            ok_sum = np.zeros(len(budgets))
-            cost_sum = np.zeros(len(budgets))
-            for f in np.unique(fold).tolist():
-                te = np.nonzero(fold == f)[0]
-                c, a = exp_cost[r][np.ix_(te, cols)], exp_acc[r][np.ix_(te, cols)]
-                start, probs, opts, cum = greedy_path(c, a)
-                share = budgets * len(te) / pool.n_problems
-                steps = np.searchsorted(cum, share, side="right")  # upgrades that fit each share
-                base = float(c[np.arange(len(te)), start].sum())
-                g, pd = got[r][np.ix_(te, cols)], paid[r][np.ix_(te, cols)]
-                cur = start.copy()
-                d_ok = np.zeros(len(probs))
-                d_paid = np.zeros(len(probs))
-                for i, (q, o) in enumerate(zip(probs.tolist(), opts.tolist())):
-                    d_ok[i], d_paid[i] = g[q, o] - g[q, cur[q]], pd[q, o] - pd[q, cur[q]]
-                    cur[q] = o
-                ok0, paid0 = float(g[np.arange(len(te)), start].sum()), float(pd[np.arange(len(te)), start].sum())
-                cok = np.concatenate([[ok0], ok0 + np.cumsum(d_ok)])
-                cpd = np.concatenate([[paid0], paid0 + np.cumsum(d_paid)])
-                fits = share >= base * (1 - 1e-12)
-                ok_sum += np.where(fits, cok[steps], np.nan)
-                cost_sum += np.where(fits, cpd[steps], np.nan)
-                if name == "cross":  # which rule each problem ends with at the best rule's target cost
-                    fin = start.copy()
-                    for q, o in zip(probs[: steps[len(grid)]].tolist(), opts[: steps[len(grid)]].tolist()):
-                        fin[q] = o
-                    picks[r, te] = np.asarray(cols)[fin]
-            acc[r], cost[r] = ok_sum[: len(grid)] / pool.n_problems, cost_sum[: len(grid)]
-            at_u[r] = ok_sum[len(grid)] / pool.n_problems, cost_sum[len(grid)]
-            pts[r] = ok_sum[len(grid) + 1:] / pool.n_problems
+        acc, cost, at_u, at_points[name], picks = _replay_set(cols, grid, u_cost, frontier_budgets, fold,
+                                                              exp_cost, exp_acc, got, paid)
         allocators[name] = _compare(name, grid, acc, cost, u_acc, u_cost, np.nan_to_num(at_u), cfg)  # type: ignore[arg-type]
-        at_points[name] = pts
-        if name == "cross":
+        if name == "cross":  # which rule each problem ends with at the best rule's target cost
             chosen = {r: float(np.mean([options[j][0] == r for j in picks.ravel().tolist()])) for r in rules}
             plans = picks
-    def mean(x: np.ndarray) -> float | None:  # None: the budget cannot pay every fold's pilot
-        return float(np.mean(x)) if np.all(np.isfinite(x)) else None
-
-    frontier = []
-    for j, n in enumerate(ns):
-        singles = [v for v in (mean(at_points[r][:, j]) for r in rules) if v is not None]
-        single = max(singles) if singles else None
-        frontier.append({"n": int(n), "cost": float(frontier_budgets[j]),
-                         "uniform_best": float(unif_acc[best][:, j].mean()),
-                         "uniform_any_best": float(max(unif_acc[r][:, j].mean() for r in rules)),
-                         "single_allocator_best": single, "cross": mean(at_points["cross"][:, j])})
+    frontier = _frontier(ns, rules, best, frontier_budgets, unif_acc, at_points)
     uniform = {r: {"acc": _interval(unif_acc[r][:, t]), "cost": _interval(unif_cost[:, t])} for r in rules}
     logger.info("%s: best single %s; cross ratio %s", pool.model, best, allocators["cross"].token_ratio)
     return CrossResult(pool.model, pricer.unit, rules, cfg.target_n, best, uniform, allocators, frontier, chosen,

@@ -204,52 +204,96 @@ class _Path:
     tokens: np.ndarray
 
 
-def _offline(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray, fold: np.ndarray,
-             cfg: SimulateConfig, max_n: int):
-    """Per ordering and fold: the greedy path and the plan maker, with everything a fold's
-    decisions use fitted on the other folds."""
-    k = min(cfg.pilot, max_n)
-    ns = np.asarray(ladder_for(max_n, k))
+def _pilot_inputs(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray,
+                  k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Run-time pilot information of every (ordering, problem), from the ordering's first k samples:
+    difficulty features (R, P, d) and the pilot's tokens (R, P)."""
     p_idx = np.arange(pool.n_problems)[:, None]
-    # 1. Run-time pilot information of every (ordering, problem): first k samples of the ordering.
     feats, pilot_tok = [], []
     for r, order in enumerate(orders):
         a, t = pool.answers[p_idx, order[:, :k]], reps[r].sample_tokens[:, :k]
         sc = pool.scores[p_idx, order[:, :k]] if pool.has_scores else None
         feats.append(dif.pilot_features(a, t, sc))
         pilot_tok.append(t.sum(axis=1))
-    feats = np.stack(feats)  # (R, P, d)
-    pilot_tok = np.stack(pilot_tok)
+    return np.stack(feats), np.stack(pilot_tok)
+
+
+def _fold_expectations(pool: ModelPool, feats: np.ndarray, vote: np.ndarray, mean_tok: np.ndarray,
+                       fold: np.ndarray, f: int, cfg: SimulateConfig, ns: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fold ``f``'s problems, and per ordering the expected accuracy (R, P_f, len(ns)) and tokens
+    per further sample (R, P_f) of each of them, cross-fitted: the difficulty estimator, bin edges,
+    curves and token means come from the other folds only. A bin no training problem falls in
+    uses all training problems."""
+    R = feats.shape[0]
+    tr, te = fold != f, np.nonzero(fold == f)[0]
+    x_tr = feats[:, tr].reshape(-1, feats.shape[-1])
+    if cfg.difficulty == "learned":
+        y = np.tile(pool.pass_rate()[tr], R)  # training problems' outcomes calibrate the fit
+        est = dif.LearnedDifficulty(l2=1.0).fit(x_tr, y)
+        s_tr, s_te = est.predict(x_tr), est.predict(feats[:, te].reshape(-1, feats.shape[-1]))
+    else:
+        s_tr, s_te = x_tr[:, 0], feats[:, te, 0].reshape(-1)
+    edges = dif.quantile_edges(s_tr, cfg.n_bins)
+    b_tr = dif.assign_bins(s_tr, edges)
+    b_te = dif.assign_bins(s_te, edges).reshape(R, -1)
+    v_tr = vote[:, tr].reshape(-1, vote.shape[-1])
+    curves = fit_bin_curves(v_tr, b_tr, ns)
+    tok_tr = np.tile(mean_tok[tr], R)
+    acc = np.zeros((R, len(te), len(ns)))
+    per_sample = np.zeros((R, len(te)))
+    for b in np.unique(b_te).tolist():
+        if b not in curves:  # an empty training bin: fall back to all training problems
+            curves[b] = fit_bin_curves(v_tr, np.zeros(len(b_tr), int), ns)[0]
+        sel = b_te == b
+        acc[sel] = curves[b].accuracy
+        per_sample[sel] = tok_tr[b_tr == b].mean() if np.any(b_tr == b) else tok_tr.mean()
+    return te, acc, per_sample
+
+
+def _graded_path(rep: PrefixReplay, te: np.ndarray, costs: np.ndarray, accs: np.ndarray,
+                 ns: np.ndarray) -> tuple[_Path, np.ndarray]:
+    """One fold's greedy path in one ordering, planned on expected ``costs`` and ``accs`` and graded
+    afterwards on the replay: cumulative expected cost, realised correct count and tokens after each
+    upgrade; and the upgrades as a (2, steps) array of (problem, new n)."""
+    start, probs, opts, cum = greedy_path(costs, accs)
+    n = ns[start].copy()
+    rows = te[probs]  # the upgraded problems, as pool indices
+    n_new = ns[opts]
+    # Replaying the path in order: the n before each step is the problem's previous n.
+    prev = np.empty(len(probs), dtype=np.int64)
+    last = n.copy()
+    for i, q in enumerate(probs.tolist()):
+        prev[i] = last[q]
+        last[q] = n_new[i]
+    cnt = rep.count[rows]
+    d_ok = rep.vote_correct[rows, np.minimum(n_new, cnt) - 1].astype(float) - \
+        rep.vote_correct[rows, np.minimum(prev, cnt) - 1]
+    d_tok = rep.tokens[rows, np.minimum(n_new, cnt) - 1] - rep.tokens[rows, np.minimum(prev, cnt) - 1]
+    ok0 = float(rep.vote_correct[te, np.minimum(n, rep.count[te]) - 1].sum())
+    tok0 = float(rep.tokens[te, np.minimum(n, rep.count[te]) - 1].sum())
+    base = float(costs[np.arange(len(te)), start].sum())
+    path = _Path(np.concatenate([[base], cum]), np.concatenate([[ok0], ok0 + np.cumsum(d_ok)]),
+                 np.concatenate([[tok0], tok0 + np.cumsum(d_tok)]))
+    return path, np.stack([rows, n_new])
+
+
+def _offline(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray, fold: np.ndarray,
+             cfg: SimulateConfig, max_n: int):
+    """Per ordering and fold: the greedy path and the plan maker, with everything a fold's
+    decisions use fitted on the other folds."""
+    k = min(cfg.pilot, max_n)
+    ns = np.asarray(ladder_for(max_n, k))
+    # 1. Run-time pilot information of every (ordering, problem): first k samples of the ordering.
+    feats, pilot_tok = _pilot_inputs(pool, reps, orders, k)
     vote = np.stack([rep.vote_correct for rep in reps])  # (R, P, S): curves of OTHER folds, grading
     mean_tok = np.nanmean(np.where(pool.mask, pool.tokens, np.nan), axis=1)
-    R = feats.shape[0]
     folds: dict[int, np.ndarray] = {}  # fold -> its problems
     costs_of: dict[int, np.ndarray] = {}  # fold -> (R, P_f, len(ns)) expected cost of each n
     accs_of: dict[int, np.ndarray] = {}  # fold -> expected accuracy of each n, from other folds
     for f in np.unique(fold).tolist():
-        tr, te = fold != f, np.nonzero(fold == f)[0]
         # 2. Cross-fitting: estimator, bin edges, curves and costs from the other folds only.
-        x_tr = feats[:, tr].reshape(-1, feats.shape[-1])
-        if cfg.difficulty == "learned":
-            y = np.tile(pool.pass_rate()[tr], R)  # training problems' outcomes calibrate the fit
-            est = dif.LearnedDifficulty(l2=1.0).fit(x_tr, y)
-            s_tr, s_te = est.predict(x_tr), est.predict(feats[:, te].reshape(-1, feats.shape[-1]))
-        else:
-            s_tr, s_te = x_tr[:, 0], feats[:, te, 0].reshape(-1)
-        edges = dif.quantile_edges(s_tr, cfg.n_bins)
-        b_tr = dif.assign_bins(s_tr, edges)
-        b_te = dif.assign_bins(s_te, edges).reshape(R, -1)
-        v_tr = vote[:, tr].reshape(-1, vote.shape[-1])
-        curves = fit_bin_curves(v_tr, b_tr, ns)
-        tok_tr = np.tile(mean_tok[tr], R)
-        acc = np.zeros((R, len(te), len(ns)))
-        per_sample = np.zeros((R, len(te)))
-        for b in np.unique(b_te).tolist():
-            if b not in curves:  # an empty training bin: fall back to all training problems
-                curves[b] = fit_bin_curves(v_tr, np.zeros(len(b_tr), int), ns)[0]
-            sel = b_te == b
-            acc[sel] = curves[b].accuracy
-            per_sample[sel] = tok_tr[b_tr == b].mean() if np.any(b_tr == b) else tok_tr.mean()
+        te, acc, per_sample = _fold_expectations(pool, feats, vote, mean_tok, fold, f, cfg, ns)
         folds[f] = te
         costs_of[f] = pilot_tok[:, te, None] + (ns[None, None, :] - k) * per_sample[:, :, None]
         accs_of[f] = acc
@@ -260,27 +304,8 @@ def _offline(pool: ModelPool, reps: list[PrefixReplay], orders: np.ndarray, fold
         paths.append({})
         steps.append([])
         for f, te in folds.items():
-            costs, accs = costs_of[f][r], accs_of[f][r]
-            start, probs, opts, cum = greedy_path(costs, accs)
-            n = ns[start].copy()
-            rows = te[probs]  # the upgraded problems, as pool indices
-            n_new = ns[opts]
-            # Replaying the path in order: the n before each step is the problem's previous n.
-            prev = np.empty(len(probs), dtype=np.int64)
-            last = n.copy()
-            for i, q in enumerate(probs.tolist()):
-                prev[i] = last[q]
-                last[q] = n_new[i]
-            cnt = rep.count[rows]
-            d_ok = rep.vote_correct[rows, np.minimum(n_new, cnt) - 1].astype(float) - \
-                rep.vote_correct[rows, np.minimum(prev, cnt) - 1]
-            d_tok = rep.tokens[rows, np.minimum(n_new, cnt) - 1] - rep.tokens[rows, np.minimum(prev, cnt) - 1]
-            ok0 = float(rep.vote_correct[te, np.minimum(n, rep.count[te]) - 1].sum())
-            tok0 = float(rep.tokens[te, np.minimum(n, rep.count[te]) - 1].sum())
-            base = float(costs[np.arange(len(te)), start].sum())
-            paths[r][f] = _Path(np.concatenate([[base], cum]), np.concatenate([[ok0], ok0 + np.cumsum(d_ok)]),
-                                np.concatenate([[tok0], tok0 + np.cumsum(d_tok)]))
-            steps[r].append(np.stack([rows, n_new]))
+            paths[r][f], upgrades = _graded_path(rep, te, costs_of[f][r], accs_of[f][r], ns)
+            steps[r].append(upgrades)
 
     def plan(r: int, budget: float) -> np.ndarray:
         """n per problem that ordering r's plans give at a total budget (each fold its share)."""

@@ -163,6 +163,21 @@ def select_nodes(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
         [True, True, False]
     """
     n = len(weights)
+    _check_selection(weights, paths, labels, kv_weight, coverage_weight, limit)
+    if n == 0:
+        return []
+    if n == 1:
+        return [True]
+    cost, rows, lower, upper = _selection_program(weights, paths, labels, kv_weight, coverage_weight)
+    cap = float(min(limit, n) if limit is not None else n)
+    return _solve_selection(cost, rows, lower, upper, n, cap)
+
+
+def _check_selection(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
+                     labels: Sequence[Hashable] | None, kv_weight: float, coverage_weight: float,
+                     limit: int | None) -> None:
+    """Refuse inputs of :func:`select_nodes` of the wrong shape or range (ValueError, saying which)."""
+    n = len(weights)
     if len(paths) != n:
         raise ValueError(f"got {len(paths)} paths for {n} weights; give one path per candidate")
     if labels is not None and len(labels) != n:
@@ -173,12 +188,14 @@ def select_nodes(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
         raise ValueError(f"kv_weight and coverage_weight must be >= 0, got {kv_weight} and {coverage_weight}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    if n == 0:
-        return []
-    if n == 1:
-        return [True]
 
-    # 1. Variables: x_i per candidate, y_a per distinct ancestor, c_k per cluster.
+
+def _ancestor_parents(paths: Sequence[Sequence[Hashable]]) -> dict[Hashable, Hashable | None]:
+    """Each distinct ancestor's parent (None for a child of the root), in first-seen order.
+
+    Raises:
+        ValueError: Two paths give one node different parents.
+    """
     parent: dict[Hashable, Hashable | None] = {}
     for path in paths:
         for depth, node in enumerate(path):
@@ -186,6 +203,21 @@ def select_nodes(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
             if parent.setdefault(node, above) != above:
                 raise ValueError(f"paths disagree on the parent of node {node!r}; each path must run from the "
                                  "root's child down to the candidate's parent")
+    return parent
+
+
+def _selection_program(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
+                       labels: Sequence[Hashable] | None, kv_weight: float, coverage_weight: float
+                       ) -> tuple[Any, list[dict[int, float]], list[float], list[float]]:
+    """ETS's program for :func:`select_nodes` as milp takes it, less the row 1 <= sum x <= W: the
+    cost vector (milp minimises) and the constraint rows (coefficients by variable index, with
+    their lower and upper bounds). Variables: x_i per candidate, then y_a per distinct ancestor,
+    then c_k per cluster (none when coverage is off or there is a single cluster)."""
+    import numpy as np
+
+    n = len(weights)
+    # 1. Variables: x_i per candidate, y_a per distinct ancestor, c_k per cluster.
+    parent = _ancestor_parents(paths)
     ancestors = {a: n + j for j, a in enumerate(parent)}
     clusters: dict[Hashable, int] = {}
     if labels is not None and coverage_weight > 0:
@@ -197,8 +229,6 @@ def select_nodes(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
     cached = kv_weight / (n + len(ancestors) + 1)  # the root (prompt) counts in the tree, always cached
 
     # 2. Objective (milp minimises): -O_i + cost for candidates, +cost for ancestors, -lambda_s/K per cluster.
-    import numpy as np
-
     cost = np.zeros(size)
     cost[:n] = [cached - w for w in weights]
     cost[n:n + len(ancestors)] = cached
@@ -207,60 +237,68 @@ def select_nodes(weights: Sequence[float], paths: Sequence[Sequence[Hashable]],
 
     # 3. Constraints, one row each: coefficients by variable index, and bounds.
     rows: list[dict[int, float]] = []
-    lower: list[float] = []
-    upper: list[float] = []
-
-    def row(coefficients: dict[int, float], lo: float, hi: float) -> None:
-        rows.append(coefficients)
-        lower.append(lo)
-        upper.append(hi)
-
     children: dict[int, list[int]] = {v: [] for v in ancestors.values()}
     for i, path in enumerate(paths):
         if path:
-            row({i: 1.0, ancestors[path[-1]]: -1.0}, -math.inf, 0.0)  # x_i <= y_parent
+            rows.append({i: 1.0, ancestors[path[-1]]: -1.0})  # x_i <= y_parent
             children[ancestors[path[-1]]].append(i)
     for a, above in parent.items():
         if above is not None:
-            row({ancestors[a]: 1.0, ancestors[above]: -1.0}, -math.inf, 0.0)  # y_a <= y_parent
+            rows.append({ancestors[a]: 1.0, ancestors[above]: -1.0})  # y_a <= y_parent
             children[ancestors[above]].append(ancestors[a])
     for v, kids in children.items():
-        row({v: 1.0, **{k: -1.0 for k in kids}}, -math.inf, 0.0)  # y_a <= sum of its children
+        rows.append({v: 1.0, **{k: -1.0 for k in kids}})  # y_a <= sum of its children
     if clusters:
         members: dict[int, list[int]] = {}
         for i, label in enumerate(labels or ()):
             members.setdefault(n + len(ancestors) + clusters[label], []).append(i)
         for v, idx in members.items():
-            row({v: 1.0, **{i: -1.0 for i in idx}}, -math.inf, 0.0)  # c_k <= sum of its members
+            rows.append({v: 1.0, **{i: -1.0 for i in idx}})  # c_k <= sum of its members
+    return cost, rows, [-math.inf] * len(rows), [0.0] * len(rows)
 
-    # 4. Solve exactly. These programs' LP relaxations are mostly integral already, and HiGHS's
-    #    branch and bound costs a fixed ~10 ms at the root even then; so first the LP relaxation
-    #    without the dense row 1 <= sum x <= W: an integral optimum that satisfies the row is
-    #    optimal for the whole program. Otherwise the whole program, by branch and bound (gap 0).
+
+def _milp(cost: Any, rows: list[dict[int, float]], lo: list[float], hi: list[float], integral: bool) -> Any:
+    """Solve min cost.x over x in [0, 1] subject to lo <= rows.x <= hi, integral or relaxed; x.
+
+    Raises:
+        RuntimeError: The solver did not prove an optimum within :data:`ILP_TIME_LIMIT`.
+    """
+    import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_array
 
-    cap = float(min(limit, n) if limit is not None else n)
+    size = len(cost)
+    data = [c for r in rows for c in r.values()]
+    cols = [k for r in rows for k in r]
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    matrix = csr_array((np.asarray(data, dtype=float), np.asarray(cols, dtype=np.int64), indptr),
+                       shape=(len(rows), size))
+    result = milp(cost, integrality=np.full(size, 1 if integral else 0), bounds=Bounds(0.0, 1.0),
+                  constraints=LinearConstraint(matrix, lo, hi),
+                  options={"mip_rel_gap": 0.0, "time_limit": ILP_TIME_LIMIT} if integral else
+                  {"time_limit": ILP_TIME_LIMIT})
+    if result.status != 0 or result.x is None:
+        raise RuntimeError(f"milp did not solve the ETS program: {result.message}")
+    return result.x
+
+
+def _solve_selection(cost: Any, rows: list[dict[int, float]], lower: list[float], upper: list[float],
+                     n: int, cap: float) -> list[bool]:
+    """The retained flags of the first ``n`` variables at the program's exact optimum, with
+    1 <= retained <= ``cap``.
+
+    These programs' LP relaxations are mostly integral already, and HiGHS's branch and bound costs
+    a fixed ~10 ms at the root even then; so first the LP relaxation without the dense row
+    1 <= sum x <= W: an integral optimum that satisfies the row is optimal for the whole program.
+    Otherwise the whole program, by branch and bound (gap 0).
+    """
+    import numpy as np
+
     count = dict.fromkeys(range(n), 1.0)
-
-    def solve(use: list[dict[int, float]], lo: list[float], hi: list[float], integral: bool) -> Any:
-        data = [c for r in use for c in r.values()]
-        cols = [k for r in use for k in r]
-        indptr = np.cumsum([0] + [len(r) for r in use])
-        matrix = csr_array((np.asarray(data, dtype=float), np.asarray(cols, dtype=np.int64), indptr),
-                           shape=(len(use), size))
-        result = milp(cost, integrality=np.full(size, 1 if integral else 0), bounds=Bounds(0.0, 1.0),
-                      constraints=LinearConstraint(matrix, lo, hi),
-                      options={"mip_rel_gap": 0.0, "time_limit": ILP_TIME_LIMIT} if integral else
-                      {"time_limit": ILP_TIME_LIMIT})
-        if result.status != 0 or result.x is None:
-            raise RuntimeError(f"milp did not solve the ETS program: {result.message}")
-        return result.x
-
-    relaxed = solve(rows, lower, upper, integral=False)
+    relaxed = _milp(cost, rows, lower, upper, integral=False)
     if np.all(np.minimum(relaxed, 1.0 - relaxed) < 1e-9) and 1 <= int(np.sum(relaxed[:n] > 0.5)) <= cap:
         return [bool(v > 0.5) for v in relaxed[:n]]
-    keep = [bool(v > 0.5) for v in solve([*rows, count], [*lower, 1.0], [*upper, cap], integral=True)[:n]]
+    keep = [bool(v > 0.5) for v in _milp(cost, [*rows, count], [*lower, 1.0], [*upper, cap], integral=True)[:n]]
     if not 1 <= sum(keep) <= cap:
         raise RuntimeError(f"milp returned {sum(keep)} retained nodes, outside 1..{cap:g}")
     return keep
