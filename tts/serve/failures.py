@@ -48,6 +48,7 @@ def solve_error(exc: BaseException) -> tuple[int, str, str]:
     logger.error("solve failed", exc_info=exc)
     return 500, "internal error while solving (the server's log has the details); please report it", "internal_error"
 
+
 def solve_headers(exc: BaseException) -> dict[str, str] | None:
     """The upstream's Retry-After (of a 429 or 503 inside ``exc``), to pass on; None without one."""
     for e in _causes(exc):
