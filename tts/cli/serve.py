@@ -115,56 +115,145 @@ def operator_resources(verifiers: list[str], calibrations: list[str], strategies
     return named, named_settings(calibrations, "--calibration")
 
 
+# --- options shared by tts serve and tts mcp -------------------------------------------------------
+# One definition each, so that the two commands' flags mean the same thing.
+
+Backend = Annotated[str, typer.Option(help="vllm (the engine in this process), openai (an OpenAI-compatible "
+                                      "server behind tts) or scripted (deterministic test backend).")]
+BaseUrl = Annotated[str | None, typer.Option(help="openai backend: upstream URL up to /v1.")]
+UpstreamTimeout = Annotated[float, typer.Option(min=0.001, help="openai backend: seconds to wait for one answer "
+                                                "of the upstream.")]
+UpstreamRetries = Annotated[int, typer.Option(min=0, max=20, help="openai backend: retries of a failed upstream "
+                                              "request (429, 5xx, timeouts, dropped connections).")]
+UpstreamDeadline = Annotated[float, typer.Option(min=0.001, help="openai backend: seconds one upstream request may "
+                                                 "take in all, retries included.")]
+UpstreamConcurrency = Annotated[int, typer.Option(min=1, help="openai backend: upstream requests in flight at once "
+                                                  "(the upstream queues the rest itself).")]
+ApiKey = Annotated[str | None, typer.Option(help=f"Require 'Authorization: Bearer KEY' over HTTP (default: "
+                                            f"${API_KEY_ENV} when set).")]
+MaxConcurrent = Annotated[int, typer.Option(min=1, help="Requests (tool calls) solved at once; more are refused "
+                                            "(HTTP 429).")]
+MaxSamples = Annotated[int, typer.Option(min=1, help="Largest strategy n per solve.")]
+MaxTokens = Annotated[int, typer.Option(min=1, help="Largest max_tokens per sample.")]
+DefaultMaxTokens = Annotated[int, typer.Option(min=1, help="max_tokens of requests that give none.")]
+MaxBudgetTokens = Annotated[int, typer.Option(min=1, help="Most generated tokens (worst case) one request may "
+                                              "spend; budgets in other units are converted.")]
+MaxBodyBytes = Annotated[int, typer.Option(min=1024, help="Largest HTTP request body.")]
+BatchWindow = Annotated[float, typer.Option(min=0.0, help="Seconds an engine call waits for concurrent requests "
+                                            "to join.")]
+Gpu = Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in answers.")]
+PriceAs = Annotated[str | None, typer.Option(help="Model architecture that prices usage (default: the backend's "
+                                             "model; smollm2-135m for scripted).")]
+Calibration = Annotated[list[str] | None, typer.Option(help="A calibration requests may name for the auto strategy, "
+                                                       "as NAME=PATH (repeatable; a sample pool, past tts eval run "
+                                                       "or tts sweep directory of this model); the first is auto's "
+                                                       "default. A bare PATH is named 'default'.")]
+Verifier = Annotated[list[str] | None, typer.Option(help="A verifier requests may name, as NAME=SPEC (repeatable): "
+                                                    "SPEC is a verifier kind or a JSON/YAML mapping, e.g. "
+                                                    "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
+                                                    "arithmetic, judge, logprob and self_certainty are always "
+                                                    "offered.")]
+AllowStrategy = Annotated[list[str] | None, typer.Option(help="A strategy requests may run (repeatable). Default: "
+                                                         "every registered one that works with these settings.")]
+Accuracy = Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")]
+Seed = Annotated[int, typer.Option(help="Run seed (engine seed of vllm and scripted).")]
+MaxModelLen = Annotated[int, typer.Option(min=64, help="vllm: longest prompt + completion.")]
+KvCacheGib = Annotated[int | None, typer.Option(min=1, help="vllm on CPU: KV-cache GiB.")]
+Host = Annotated[str, typer.Option(help="Interface to listen on over HTTP (127.0.0.1: this machine only).")]
+Port = Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on over HTTP.")]
+
+
+def api_key_or_env(api_key: str | None) -> str | None:
+    """``--api-key``, else ``$TTS_API_KEY`` when set."""
+    return api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+
+
+def checked_resources(strategy: str, verifier: list[str] | None, calibration: list[str] | None,
+                      allow_strategy: list[str] | None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The operator's flags checked before an engine starts: the default strategy, named verifiers
+    and calibrations, allowed strategies (see :func:`operator_resources`)."""
+    from tts.serve.routing import strategy_spec
+
+    strategy_spec(strategy)  # refuse a bad default before an engine starts
+    try:
+        return operator_resources(verifier or [], calibration or [], allow_strategy or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def open_session(backend: str, model: str | None, base_url: str | None, upstream: Mapping[str, Any],
+                 engine: Mapping[str, Any], session: Mapping[str, Any],
+                 calibrations: Mapping[str, str]) -> tuple[Any, Any, str]:
+    """(generator, session, served model name) of the flags; ``engine``: accuracy, seed, max_model_len,
+    kv_cache_gib; ``session``: the Session's max_tokens, batch_window, gpu, max_workers and ``price_as``."""
+    from tts.models import DEFAULT_MODEL
+    from tts.session import Session
+
+    generator = build_generator(backend, model, base_url, engine["accuracy"], engine["seed"],
+                                engine["max_model_len"], engine["kv_cache_gib"], upstream=upstream)
+    name = model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
+    pricing = session.get("price_as") or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
+    opened = Session(generator=generator, max_tokens=session["max_tokens"], batch_window=session["batch_window"],
+                     gpu=session["gpu"], price_as=pricing, seed=engine["seed"], max_workers=session["max_workers"],
+                     strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
+                     if calibrations else None)
+    return generator, opened, name
+
+
+def close_on_failure(generator: Any, session: Any, build: Any) -> Any:
+    """``build()`` (the app or MCP server); when it refuses the settings, close the engine and fail."""
+    try:
+        return build()
+    except ValueError as exc:  # an allowed strategy that cannot run with these settings
+        session.close()
+        generator.close()
+        raise fail(str(exc)) from None
+
+
+def run_then_close(generator: Any, session: Any, run: Any) -> None:
+    """``run()`` (the server, in the foreground), then shut the session and the engine down, also
+    on SIGTERM (see :func:`_exit_on_signal`)."""
+    try:
+        run()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
+        try:
+            session.close()
+        finally:
+            generator.close()
+
+
 def serve_command(
-    backend: Annotated[str, typer.Option(help="vllm (the engine in this process), openai (an OpenAI-compatible "
-                                         "server behind tts) or scripted (deterministic test backend).")] = "vllm",
+    backend: Backend = "vllm",
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model of the backend; also the name clients "
                                               "write after the strategy (sc-16/<model>). Default: smollm2-135m.")] = None,
     served_name: Annotated[str | None, typer.Option(help="Name clients use for the model (default: --model).")] = None,
-    base_url: Annotated[str | None, typer.Option(help="openai backend: upstream URL up to /v1.")] = None,
-    upstream_timeout: Annotated[float, typer.Option(min=0.001, help="openai backend: seconds to wait for one "
-                                                    "answer of the upstream.")] = 120.0,
-    upstream_retries: Annotated[int, typer.Option(min=0, max=20, help="openai backend: retries of a failed upstream "
-                                                  "request (429, 5xx, timeouts, dropped connections).")] = 2,
-    upstream_deadline: Annotated[float, typer.Option(min=0.001, help="openai backend: seconds one upstream request "
-                                                     "may take in all, retries included.")] = 180.0,
-    upstream_concurrency: Annotated[int, typer.Option(min=1, help="openai backend: upstream requests in flight at "
-                                                      "once (the upstream queues the rest itself).")] = 256,
-    host: Annotated[str, typer.Option(help="Interface to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    base_url: BaseUrl = None,
+    upstream_timeout: UpstreamTimeout = 120.0,
+    upstream_retries: UpstreamRetries = 2,
+    upstream_deadline: UpstreamDeadline = 180.0,
+    upstream_concurrency: UpstreamConcurrency = 256,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
     strategy: Annotated[str, typer.Option(help="Strategy of requests whose model name has none (sc-8, beam-4x8, "
                                           "auto, ...).")] = "sc-8",
-    api_key: Annotated[str | None, typer.Option(help=f"Require 'Authorization: Bearer KEY' on /v1 (default: "
-                                                f"${API_KEY_ENV} when set).")] = None,
-    max_concurrent: Annotated[int, typer.Option(min=1, help="Requests solved at once; more get 429.")] = 256,
+    api_key: ApiKey = None,
+    max_concurrent: MaxConcurrent = 256,
     max_choices: Annotated[int, typer.Option(min=1, help="Largest n (choices) per request.")] = 8,
-    max_samples: Annotated[int, typer.Option(min=1, help="Largest strategy n per solve.")] = 64,
-    max_tokens: Annotated[int, typer.Option(min=1, help="Largest max_tokens per sample.")] = 4096,
-    default_max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of requests that give none.")] = 512,
-    max_budget_tokens: Annotated[int, typer.Option(min=1, help="Most generated tokens (worst case) one request "
-                                                   "may spend; budgets in other units are converted.")] = 1_000_000,
+    max_samples: MaxSamples = 64,
+    max_tokens: MaxTokens = 4096,
+    default_max_tokens: DefaultMaxTokens = 512,
+    max_budget_tokens: MaxBudgetTokens = 1_000_000,
     rate_limit_tokens: Annotated[int | None, typer.Option(min=1, help="Most generated tokens per minute per API key "
                                                           "(the whole server without a key); past it, 429 with "
                                                           "Retry-After.")] = None,
-    max_body_bytes: Annotated[int, typer.Option(min=1024, help="Largest request body.")] = 1 << 20,
-    batch_window: Annotated[float, typer.Option(min=0.0, help="Seconds an engine call waits for concurrent "
-                                                "requests to join.")] = 0.01,
-    gpu: Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in responses.")] = "h100",
-    price_as: Annotated[str | None, typer.Option(help="Model architecture that prices usage (default: the backend's "
-                                                 "model; smollm2-135m for scripted).")] = None,
-    calibration: Annotated[list[str] | None, typer.Option(help="A calibration requests may name for the auto "
-                                                          "strategy, as NAME=PATH (repeatable; a sample pool, past "
-                                                          "tts eval run or tts sweep directory of this model); the "
-                                                          "first is auto's default. A bare PATH is named 'default'.")
-                           ] = None,
-    verifier: Annotated[list[str] | None, typer.Option(help="A verifier requests may name, as NAME=SPEC (repeatable): "
-                                                       "SPEC is a verifier kind or a JSON/YAML mapping, e.g. "
-                                                       "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
-                                                       "arithmetic, judge, logprob and self_certainty are always "
-                                                       "offered.")] = None,
-    allow_strategy: Annotated[list[str] | None, typer.Option(help="A strategy requests may run (repeatable). "
-                                                             "Default: every registered one that works with this "
-                                                             "server's settings.")] = None,
+    max_body_bytes: MaxBodyBytes = 1 << 20,
+    batch_window: BatchWindow = 0.01,
+    gpu: Gpu = "h100",
+    price_as: PriceAs = None,
+    calibration: Calibration = None,
+    verifier: Verifier = None,
+    allow_strategy: AllowStrategy = None,
     body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
                                                 "slower uploads get 408.")] = 30.0,
     keep_alive_timeout: Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays "
@@ -172,69 +261,47 @@ def serve_command(
     max_connections: Annotated[int | None, typer.Option(min=1, help="Most open connections and requests at once; "
                                                         "past it, new requests get 503 (default: no limit, "
                                                         "--max-concurrent still applies).")] = None,
-    accuracy: Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")] = 0.6,
-    seed: Annotated[int, typer.Option(help="Run seed (engine seed of vllm and scripted).")] = 0,
-    max_model_len: Annotated[int, typer.Option(min=64, help="vllm: longest prompt + completion.")] = 2048,
-    kv_cache_gib: Annotated[int | None, typer.Option(min=1, help="vllm on CPU: KV-cache GiB.")] = None,
+    accuracy: Accuracy = 0.6,
+    seed: Seed = 0,
+    max_model_len: MaxModelLen = 2048,
+    kv_cache_gib: KvCacheGib = None,
 ) -> None:
     """Serve test-time strategies behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /v1/models, /metrics, /health). The model name chooses the strategy: sc-16/<model>, beam-4x8/<model>."""
     import uvicorn
 
-    from tts.models import DEFAULT_MODEL
     from tts.serve import ServeConfig, create_app
-    from tts.session import Session
 
-    key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    key = api_key_or_env(api_key)
     with user_errors():
-        from tts.serve.routing import strategy_spec
-
-        strategy_spec(strategy)  # refuse a bad default before an engine starts
-        try:
-            verifiers, calibrations = operator_resources(verifier or [], calibration or [], allow_strategy or [])
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        signal.signal(signal.SIGTERM, _exit_on_signal)  # the finally below shuts the engine down
-        generator = build_generator(backend, model, base_url, accuracy, seed, max_model_len, kv_cache_gib,
-                                    upstream={"timeout": upstream_timeout, "max_retries": upstream_retries,
-                                              "deadline": upstream_deadline, "concurrency": upstream_concurrency})
-        name = served_name or model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
-        pricing = price_as or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
-        session = Session(generator=generator, max_tokens=default_max_tokens, batch_window=batch_window, gpu=gpu,
-                          price_as=pricing, seed=seed, max_workers=max(max_concurrent, 8) * max_choices,
-                          strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
-                          if calibrations else None)
+        verifiers, calibrations = checked_resources(strategy, verifier, calibration, allow_strategy)
+        signal.signal(signal.SIGTERM, _exit_on_signal)  # run_then_close shuts the engine down
+        generator, session, name = open_session(
+            backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
+                                       "deadline": upstream_deadline, "concurrency": upstream_concurrency},
+            {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib},
+            {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
+             "max_workers": max(max_concurrent, 8) * max_choices}, calibrations)
+        name = served_name or name
         config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_body_bytes=max_body_bytes,
                              max_choices=max_choices, max_samples=max_samples, max_tokens=max_tokens,
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
                              calibrations=calibrations)
-        try:
-            app = create_app(session, config)
-        except ValueError as exc:  # an allowed strategy that cannot run with these settings
-            session.close()
-            generator.close()  # type: ignore[attr-defined]
-            raise fail(str(exc)) from None
+        app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)
-    try:
-        # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
-        # again under the handler that was there before: SIGTERM's default would end the process
-        # before this finally, orphaning vLLM's engine process, so _exit_on_signal raises SystemExit.
-        # The event loop shares the GIL with the solves' threads: at the default 5 ms switch
-        # interval it waits up to 5 ms for each turn, and HTTP throughput fell to ~0.6x of
-        # in-process solving on the scripted backend; at 1 ms it answers on time.
-        sys.setswitchinterval(0.001)
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                    timeout_graceful_shutdown=10, timeout_keep_alive=keep_alive_timeout,
-                    limit_concurrency=max_connections)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
-        try:
-            session.close()
-        finally:
-            generator.close()  # type: ignore[attr-defined]
+    # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
+    # again under the handler that was there before: SIGTERM's default would end the process
+    # before run_then_close's finally, orphaning vLLM's engine process, so _exit_on_signal raises
+    # SystemExit. The event loop shares the GIL with the solves' threads: at the default 5 ms
+    # switch interval it waits up to 5 ms for each turn, and HTTP throughput fell to ~0.6x of
+    # in-process solving on the scripted backend; at 1 ms it answers on time.
+    sys.setswitchinterval(0.001)
+    run_then_close(generator, session, lambda: uvicorn.run(
+        app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
+        timeout_keep_alive=keep_alive_timeout, limit_concurrency=max_connections))
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

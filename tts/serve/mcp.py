@@ -80,6 +80,16 @@ class SolveResult(BaseModel):
     """Answer -> (weighted) votes, for voting strategies; empty otherwise."""
 
 
+def _tool_words(exc: PolicyError) -> str:
+    """A policy refusal in this tool's words: its inputs (``settings``, ``budget``) and command."""
+    message = str(exc).replace("tts serve", "tts mcp")
+    if exc.code == "invalid_budget":
+        return f"budget: {message}"
+    if exc.param.startswith("tts.strategy."):
+        message = message.replace(exc.param, exc.param.replace("tts.strategy", "settings", 1))
+    return message
+
+
 def _one_line(exc: BaseException) -> str:
     return setting_error(exc) if isinstance(exc, ValueError) else (str(exc).splitlines() or [type(exc).__name__])[0]
 
@@ -119,40 +129,20 @@ class _Solver:
             if "kind" in settings:
                 raise ToolError("settings.kind: name the strategy in 'strategy', not in settings")
             spec = {**spec, **settings}
+        policy = self.policy
         try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
-            spec = self.policy.resolve(spec)
-        except PolicyError as exc:  # its words are tts serve's: name this tool's inputs and command instead
-            message = str(exc).replace("tts serve", "tts mcp")
-            if exc.param != "tts.strategy":
-                message = message.replace(exc.param, exc.param.replace("tts.strategy", "settings", 1))
-            raise ToolError(message) from None
-        if max_tokens is not None and max_tokens > config.max_tokens:
-            raise ToolError(f"max_tokens={max_tokens} is over this server's limit of {config.max_tokens} tokens per "
-                            "sample; lower it")
-        sample_tokens = max_tokens or self.session.sampling.max_tokens
-        cap = config.max_budget_tokens
-        try:
-            if budget is not None:  # its token worst case at the shortest prompt: no solve's allowance is larger
-                solve_budget = SolveBudget(budget, budget_unit)
-                tokens = self.session.pricer.allowance(solve_budget, 1, sample_tokens)
-                if tokens > cap:
-                    raise ToolError(f"a budget of {solve_budget} allows {tokens} generated tokens, over this server's "
-                                    f"limit of {cap} per call; lower the budget")
-            else:  # never more than the operator allows
-                if cap < sample_tokens:
-                    raise ToolError(f"this server's limit of {cap} generated tokens per call is less than one sample "
-                                    f"of max_tokens={sample_tokens}; lower max_tokens")
-                solve_budget = SolveBudget(cap, "tokens")
+            spec = policy.resolve(spec)
+            policy.check_max_tokens(max_tokens)  # the caps: tts serve's checks, per call
+            asked = None if budget is None else SolveBudget(budget, budget_unit)
+            solve_budget, _ = policy.solve_budget(self.session.pricer, asked,
+                                                  max_tokens or self.session.sampling.max_tokens, per="call",
+                                                  param="budget")
+            strategy_config = policy.strategy_config(self.session, spec, n, solve_budget,
+                                                     samples_limit=" samples per call", param="n")
         except BudgetError as exc:
             raise ToolError(f"budget: {_one_line(exc)}") from None
-        try:
-            strategy_config = self.session.strategy_config(spec, n, solve_budget)
-        except ValueError as exc:
-            raise ToolError(f"strategy {spec.get('kind')!r}: {_one_line(exc)}") from None
-        samples = getattr(strategy_config, "n", None)
-        if samples is not None and samples > config.max_samples:
-            raise ToolError(f"n={samples} is over this server's limit of {config.max_samples} samples per call; "
-                            "lower n")
+        except PolicyError as exc:  # its words are tts serve's: name this tool's inputs and command instead
+            raise ToolError(_tool_words(exc)) from None
         return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens}
 
     async def solve(self, question: str, **inputs: Any) -> SolveResult:

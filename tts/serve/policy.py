@@ -18,6 +18,11 @@ only within what the operator set up when the server started:
   or the operator's setting for that strategy), so a client never makes the server open a file,
   load a model, reach the network or run a format string of its choosing.
 
+**Caps** hold whoever asks: the HTTP server and the MCP tool check ``max_tokens``, the compute
+budget and the strategy's sample count with the same methods (:meth:`ServePolicy.check_max_tokens`,
+:meth:`ServePolicy.solve_budget`, :meth:`ServePolicy.strategy_config`); a transport only names the
+unit of work in its messages (a request, a call).
+
 Strategies: ``ServeConfig.strategies``, or by default every registered strategy whose config is
 complete with the operator's settings (``auto`` needs a calibration, ``graph`` a graph).
 """
@@ -55,11 +60,13 @@ def setting_error(exc: ValueError) -> str:
 
 
 class PolicyError(ValueError):
-    """A strategy setting this server does not let requests choose; ``param`` names it."""
+    """A strategy setting this server does not let requests choose, or an input over one of its
+    caps; ``param`` names the input, ``code`` says which kind of refusal (None: a plain one)."""
 
-    def __init__(self, message: str, param: str = "tts.strategy") -> None:
+    def __init__(self, message: str, param: str = "tts.strategy", code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+        self.code = code
 
 
 def _arms(annotation: Any) -> list[Any]:
@@ -226,6 +233,83 @@ class ServePolicy:
             "; auto needs tts serve --calibration, graph a graph in the operator's settings"
             if kind in ("auto", "graph") else "")
         return f"strategy {kind!r} is not offered on this server; use one of {', '.join(self.offered())}{extra}"
+
+    # --- the caps ----------------------------------------------------------------------------------
+
+    def check_max_tokens(self, max_tokens: int | None, param: str = "max_tokens") -> None:
+        """Refuse a per-sample ``max_tokens`` over the server's ``max_tokens``."""
+        if max_tokens is not None and max_tokens > self.config.max_tokens:
+            raise PolicyError(f"max_tokens={max_tokens} is over this server's limit of {self.config.max_tokens} "
+                              "tokens per sample; lower it", param)
+
+    def token_cap(self) -> tuple[int, str]:
+        """(the most generated tokens one request or call may spend, which limit that is)."""
+        cap, why = self.config.max_budget_tokens, "this server's limit"
+        if self.config.rate_limit_tokens is not None and self.config.rate_limit_tokens < cap:
+            cap, why = self.config.rate_limit_tokens, "this server's rate limit"
+        return cap, why
+
+    def solve_budget(self, pricer: Any, asked: Any, sample_tokens: int, *, solves: int = 1, share: float = 1.0,
+                     per: str = "request", param: str = "tts.budget", split_param: str = "n") -> tuple[Any, int]:
+        """The budget each of ``solves`` solves runs under, and its worst case in generated tokens.
+
+        The cap (:meth:`token_cap`) holds per request (or call): its solves split it evenly, each a
+        budget its strategy plans within, so that together they cannot spend more. A budget the
+        client ``asked`` for (a :class:`~tts.session.budget.SolveBudget`, per solve) must fit the cap
+        at its worst case (the shortest prompt: no solve's allowance is larger); without one, each
+        solve gets ``share`` of the cap split over the solves, which must hold one sample of
+        ``sample_tokens`` (else the refusal names ``split_param``, what to lower).
+
+        Raises:
+            PolicyError: Over the cap (code ``budget_too_large``), or a budget that does not cover
+                one sample (code ``invalid_budget``).
+        """
+        from tts.serve.failures import one_line
+        from tts.session.budget import BudgetError, SolveBudget
+
+        cap, why = self.token_cap()
+        try:
+            if asked is not None:
+                tokens = pricer.allowance(asked, 1, sample_tokens)
+                if tokens * solves > cap:
+                    total = f" x {solves} solves (n choices x prompts) = {tokens * solves}" if solves > 1 else ""
+                    raise PolicyError(f"a budget of {asked} allows {tokens} generated tokens{total}, over {why} of "
+                                      f"{cap} per {per}; lower the budget{' or n' if solves > 1 else ''}", param,
+                                      "budget_too_large")
+                return asked, tokens
+        except BudgetError as exc:
+            raise PolicyError(one_line(exc), param, "invalid_budget") from None
+        tokens = int(cap * share) // solves
+        if tokens < sample_tokens:
+            if solves == 1 and share == 1:
+                raise PolicyError(f"{why} of {cap} generated tokens per {per} is less than one sample of "
+                                  f"max_tokens={sample_tokens}; lower max_tokens", "max_tokens", "budget_too_large")
+            raise PolicyError(f"{why} of {cap} generated tokens per {per}, split over {solves} solves (n choices x "
+                              f"prompts), leaves {tokens} each, less than one sample of max_tokens={sample_tokens}; "
+                              "lower n, send fewer prompts or lower max_tokens",
+                              split_param, "budget_too_large")
+        return SolveBudget(tokens, "tokens"), tokens
+
+    def strategy_config(self, session: Any, spec: Mapping[str, Any], n: int | None, budget: Any,
+                        samples_limit: str = "", n_hint: str = "", param: str = "tts.n") -> Any:
+        """The strategy config a resolved ``spec`` builds on ``session``, its sample count checked
+        against ``max_samples`` (``samples_limit`` words the limit after its number, ``n_hint`` says
+        where n was set).
+
+        Raises:
+            PolicyError: Settings the strategy refuses (param ``tts.strategy``), or too many samples.
+        """
+        from tts.serve.failures import one_line
+
+        try:
+            config = session.strategy_config(dict(spec), n, budget)
+        except ValueError as exc:  # unknown strategy (UnknownNameError) or settings it refuses
+            raise PolicyError(f"strategy {spec.get('kind', spec)!r}: {one_line(exc)}", "tts.strategy") from None
+        samples = getattr(config, "n", None)
+        if samples is not None and samples > self.config.max_samples:
+            raise PolicyError(f"n={samples} is over this server's limit of {self.config.max_samples}{samples_limit}; "
+                              f"lower n{n_hint}", param)
+        return config
 
     # --- the check ---------------------------------------------------------------------------------
 

@@ -283,32 +283,73 @@ def parse_body(raw: bytes, model: type[BaseModel], max_depth: int = 64) -> Any:
     """Validate a JSON body; a BadRequest that says which field to change otherwise.
 
     The nesting is bounded (``max_depth`` arrays and objects) before the body is parsed, so a small
-    deeply nested body cannot overflow the parser's recursion."""
-    if json_depth(raw) > max_depth:
-        raise BadRequest(f"the request body is nested more than {max_depth} levels deep (arrays and objects "
-                         "inside each other); send a flatter body", code="invalid_json")
+    deeply nested body cannot overflow the parser's recursion. The server itself checks the depth
+    as the body arrives and lets FastAPI parse and validate it; both say what is wrong with the
+    same words (:func:`check_depth`, :func:`invalid_body`)."""
+    check_depth(raw, max_depth)
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"the request body is not valid JSON ({exc}); send a JSON object with "
-                         "Content-Type: application/json", code="invalid_json") from None
+        raise not_json(exc) from None
     if not isinstance(data, dict):
-        raise BadRequest(f"the request body must be a JSON object, got {type(data).__name__}", code="invalid_json")
+        raise invalid_body([{"type": "model_type", "loc": (), "input": data}])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        msg = first["msg"]
-        if first["type"] == "extra_forbidden":
-            msg = (f"unknown field {loc!r}; remove it (tts settings go in the 'tts' object: strategy, n, "
-                   "budget, prompt, answer_only)")
-        elif first["type"] == "missing":
-            msg = f"field {loc!r} is required"
-        else:
-            msg = f"{loc}: {msg}"
-        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-        raise BadRequest(msg + more, param=loc or None) from None
+        raise invalid_body(exc.errors()) from None
+
+
+def check_depth(raw: bytes, max_depth: int) -> None:
+    """Refuse a body nested more than ``max_depth`` arrays and objects deep, before it is parsed.
+
+    Raises:
+        BadRequest: Nested too deep.
+    """
+    if json_depth(raw) > max_depth:
+        raise BadRequest(f"the request body is nested more than {max_depth} levels deep (arrays and objects "
+                         "inside each other); send a flatter body", code="invalid_json")
+
+
+def not_json(exc: BaseException) -> BadRequest:
+    """The refusal of a body that is not JSON text (``exc``: the parser's error)."""
+    return BadRequest(f"the request body is not valid JSON ({exc}); send a JSON object with "
+                      "Content-Type: application/json", code="invalid_json")
+
+
+def invalid_body(errors: list[Any], doc: str | None = None) -> BadRequest:
+    """The refusal of a body that failed validation: its first problem as 'field: problem'.
+
+    ``errors`` are pydantic's (``ValidationError.errors()``) or FastAPI's, whose locations start
+    with ``"body"`` and which also report JSON that does not parse (``json_invalid``, at its
+    character offset in ``doc``) and a body that is not an object.
+    """
+    first = errors[0]
+    loc_parts = list(first.get("loc", ()))
+    if loc_parts[:1] == ["body"]:  # FastAPI's prefix: the whole body is the request model
+        loc_parts = loc_parts[1:]
+    if first["type"] == "json_invalid":
+        pos = loc_parts[0] if loc_parts and isinstance(loc_parts[0], int) else 0
+        reason = (first.get("ctx") or {}).get("error", "invalid JSON")
+        return not_json(json.JSONDecodeError(str(reason), doc, pos) if isinstance(doc, str) else reason)
+    if not loc_parts:  # the body as a whole
+        got = first.get("input")
+        if first["type"] == "missing":
+            return BadRequest("the request body is empty; send a JSON object with Content-Type: application/json",
+                              code="invalid_json")
+        if isinstance(got, bytes | bytearray):
+            return BadRequest("the request body is not JSON by its Content-Type; send a JSON object with "
+                              "Content-Type: application/json", code="invalid_json")
+        return BadRequest(f"the request body must be a JSON object, got {type(got).__name__}", code="invalid_json")
+    loc = ".".join(str(x) for x in loc_parts)
+    if first["type"] == "extra_forbidden":
+        msg = (f"unknown field {loc!r}; remove it (tts settings go in the 'tts' object: strategy, n, "
+               "budget, prompt, answer_only)")
+    elif first["type"] == "missing":
+        msg = f"field {loc!r} is required"
+    else:
+        msg = f"{loc}: {first['msg']}"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return BadRequest(msg + more, param=loc or None)
 
 
 def error_body(message: str, status: int, param: str | None = None, code: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,115 @@
+"""FastAPI dependencies of the server: its state, the API key, and request bodies read under limits.
+
+- :func:`server_state`: the app's :class:`~tts.serve.state.ServerState`.
+- :func:`caller`: the API key check (``Authorization: Bearer <key>``, compared in constant time) as a
+  ``Security`` dependency; its value is whose token bucket the request draws on.
+- :class:`BodyLimitRoute`: the route class of the endpoints that take a body. FastAPI reads a body
+  before it solves any dependency, so these routes check the key first (a stranger's body is never
+  read), then read the body within ``max_body_bytes`` and ``body_timeout`` and bound its nesting,
+  and only then let FastAPI parse and validate it against the endpoint's pydantic model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Depends, Request, Response, Security
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader
+
+from tts.serve import protocol
+from tts.serve.config import ServeConfig
+from tts.serve.errors import APIError
+from tts.serve.guard import key_matches, rate_key
+from tts.serve.state import ServerState
+
+
+def server_state(request: Request) -> ServerState:
+    """The state of the app serving ``request``."""
+    return request.app.state.tts
+
+
+def authorize(config: ServeConfig, authorization: str | None) -> str:
+    """Whose token bucket a request with this ``Authorization`` header draws on.
+
+    Raises:
+        APIError: 401 when the server has a key and the header does not carry it.
+    """
+    if not key_matches(authorization, config.api_key):
+        raise APIError("missing or wrong API key; send the server's key as 'Authorization: Bearer <key>' "
+                       "(the openai client's api_key)", 401, code="invalid_api_key", reason="auth")
+    return rate_key(authorization, config.api_key)
+
+
+_authorization = APIKeyHeader(name="Authorization", auto_error=False, scheme_name="Bearer",
+                              description="Bearer <the server's key> (the openai client's api_key)")
+
+
+def caller(request: Request, authorization: Annotated[str | None, Security(_authorization)]) -> str:
+    """The API key dependency: whose token bucket the request draws on (see :func:`authorize`)."""
+    return authorize(server_state(request).config, authorization)
+
+
+State = Annotated[ServerState, Depends(server_state)]
+Caller = Annotated[str, Security(caller)]
+
+
+async def read_body(request: Request, config: ServeConfig) -> bytes:
+    """The request body, refused past ``max_body_bytes`` (413) or ``body_timeout`` (408).
+
+    A declared Content-Length over the limit is refused before a byte is read; a stalled upload
+    must not hold its connection, so the 408 closes it.
+    """
+    declared = request.headers.get("content-length")
+    limit = config.max_body_bytes
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(f"the request body has {declared} bytes, over this server's limit of {limit}; send a "
+                       "shorter prompt or fewer messages", 413, code="body_too_large", reason="body_too_large")
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(config.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise APIError(f"the request body is over this server's limit of {limit} bytes; send a shorter "
+                                   "prompt or fewer messages", 413, code="body_too_large", reason="body_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise APIError(f"the request body did not arrive within {config.body_timeout:g} s, this server's limit; "
+                       "send the whole body at once", 408, code="body_timeout", headers={"Connection": "close"},
+                       reason="body_timeout") from None
+    return b"".join(chunks)
+
+
+class _LimitedRequest(Request):
+    """A request whose body is read by :func:`read_body` (FastAPI's "custom Request" pattern)."""
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            self._body = await read_body(self, server_state(self).config)
+        return self._body
+
+
+class BodyLimitRoute(APIRoute):
+    """A route whose body is read under the server's limits, after the API key check.
+
+    The request is marked with its endpoint and start time, so that a refusal is counted in the
+    latency histogram (:func:`tts.serve.errors.refuse`).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+        endpoint = self.path
+
+        async def limited(request: Request) -> Response:
+            request.state.endpoint, request.state.t0 = endpoint, time.perf_counter()
+            config = server_state(request).config
+            authorize(config, request.headers.get("authorization"))  # before a byte of the body is read
+            request = _LimitedRequest(request.scope, request.receive)
+            protocol.check_depth(await request.body(), config.max_json_depth)  # before it is parsed
+            return await handle(request)
+
+        return limited

@@ -1,0 +1,225 @@
+"""From a validated request body to the solves that answer it, every choice checked first.
+
+:func:`plan_request` reads the strategy from the model name (or ``tts.strategy``), lets the policy
+resolve it (only what the operator allowed), checks ``n``, ``max_tokens``, the compute budget and
+the strategy's sample count against the server's caps, and builds one :class:`Job` per choice (and
+prompt). Anything refused raises :class:`~tts.serve.protocol.BadRequest` with the field to change,
+before any compute is spent. A request without a budget runs under a share of the server's cap
+(``reasoning_effort``), so no request can spend more than the operator allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tts.serve import protocol
+from tts.serve.policy import PolicyError
+from tts.serve.protocol import BadRequest, ChatRequest, CompletionRequest
+from tts.serve.routing import RoutingError, route, strategy_spec
+from tts.serve.state import ServerState
+
+
+@dataclass
+class Job:
+    """One choice to solve: the question and the solve's keyword arguments."""
+
+    question: str
+    kwargs: dict[str, Any]
+    index: int
+
+
+@dataclass
+class Plan:
+    """What a request will run: its jobs, and what its answer must say and return."""
+
+    kind: str  # "chat" or "completions"
+    body: ChatRequest | CompletionRequest
+    jobs: list[Job]
+    tool_calls: bool
+    """Whether the reply is a tool call (tools offered to a strategy that answers with one)."""
+    reserve_tokens: int
+    """The request's worst case in generated tokens (what the rate limit reserves)."""
+    notes: list[str] = field(default_factory=list)
+    """What the tts extension must say about how the request was served."""
+    rate_key: str | None = None
+    """Whose token bucket holds the reservation (set once reserved)."""
+
+    @property
+    def model(self) -> str:
+        return self.body.model
+
+    @property
+    def answer_only(self) -> bool:
+        return self.body.tts.answer_only
+
+
+def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRequest) -> Plan:
+    """The plan of a request, every setting checked against the server's policy and caps.
+
+    Raises:
+        BadRequest: What to change (``param`` names the field).
+    """
+    config, session = state.config, state.session
+    spec = _resolve_strategy(state, body)
+    if not 1 <= body.n <= config.max_choices:
+        raise BadRequest(f"n={body.n}: n (choices, each an independent solve) must be between 1 and "
+                         f"{config.max_choices} on this server; for more samples per answer raise the strategy's n "
+                         "(sc-16/<model> or tts.n)", param="n")
+    max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+    prompts = getattr(body, "prompt", "")
+    solves = body.n * (1 if isinstance(prompts, str) else min(max(len(prompts), 1), config.max_prompts))
+    try:
+        state.policy.check_max_tokens(max_tokens)
+        asked = _asked_budget(body)  # without one, reasoning_effort's share of the server's cap
+        share = 1.0 if asked is not None else protocol.REASONING_EFFORT_SHARE[body.reasoning_effort or "high"]
+        budget, tokens = state.policy.solve_budget(session.pricer, asked,
+                                                   max_tokens or session.sampling.max_tokens, solves=solves,
+                                                   share=share, split_param="n" if body.n > 1 else "max_tokens")
+        strategy_config = state.policy.strategy_config(session, spec, body.tts.n, budget,
+                                                       n_hint=" (in the model name or tts.n)")
+    except PolicyError as exc:
+        raise BadRequest(str(exc), param=exc.param, code=exc.code if exc.code != "invalid_budget" else None) from None
+    notes: list[str] = []
+    common = _solve_kwargs(state, body, strategy_config, budget, max_tokens, notes)
+    plan = Plan(kind, body, [], False, tokens * solves, notes)
+    if isinstance(body, ChatRequest):
+        _chat_jobs(state, plan, body, common)
+    else:
+        plan.jobs = _completion_jobs(state, body, common)
+    return plan
+
+
+def _resolve_strategy(state: ServerState, body: ChatRequest | CompletionRequest) -> dict[str, Any]:
+    """The strategy spec to run: the model name's (or ``tts.strategy``), resolved by the policy."""
+    config, chosen = state.config, body.tts.strategy
+    try:
+        spec = route(body.model, config.model, config.default_strategy)  # the model must be ours
+        if isinstance(chosen, str):
+            spec = strategy_spec(chosen)
+        elif chosen is not None:
+            spec = dict(chosen)
+    except RoutingError as exc:
+        param = "tts.strategy" if chosen is not None and exc.status == 404 and "strategy" in str(exc) else exc.param
+        raise BadRequest(str(exc), exc.status if param == "model" else 400, param,
+                         "model_not_found" if exc.status == 404 and param == "model" else None) from None
+    try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
+        return state.policy.resolve(spec)
+    except PolicyError as exc:
+        from_model = chosen is None and exc.param == "tts.strategy"
+        raise BadRequest(str(exc), 404 if from_model else 400, "model" if from_model else exc.param,
+                         "model_not_found" if from_model else "setting_not_allowed") from None
+
+
+def _asked_budget(body: ChatRequest | CompletionRequest) -> Any:
+    """``tts.budget`` as a SolveBudget (None when not given)."""
+    from tts.serve.failures import one_line
+    from tts.session.budget import BudgetError, SolveBudget
+
+    try:
+        return SolveBudget.parse(body.tts.budget)
+    except BudgetError as exc:
+        raise BadRequest(one_line(exc), param="tts.budget") from None
+
+
+def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, strategy_config: Any, budget: Any,
+                  max_tokens: int | None, notes: list[str]) -> dict[str, Any]:
+    """The keyword arguments every solve of the request shares; ``notes`` gets what the reply must say."""
+    from tts.session.session import SampleOptions
+
+    session = state.session
+    schema = body.response_format.schema_text() if body.response_format is not None else None
+    options = SampleOptions(stop=body.stops(), presence_penalty=body.presence_penalty or 0.0,
+                            frequency_penalty=body.frequency_penalty or 0.0, logit_bias=body.bias(),
+                            json_schema=schema, logprobs=body.logprobs_asked())
+    try:
+        vocab = getattr(session.generator, "vocab_size", None)
+    except Exception:  # a closed engine: the solve says so
+        vocab = None
+    outside = [t for t, _ in options.logit_bias if isinstance(vocab, int) and t >= vocab]
+    if outside:  # refused here, not by the engine, where it would fail a batch shared with other requests
+        raise BadRequest(f"logit_bias token id {outside[0]} is outside this model's vocabulary of {vocab} tokens; "
+                         f"give ids 0..{vocab - 1}", param="logit_bias")
+    samples = getattr(strategy_config, "n", None)
+    if body.temperature == 0 and (samples or 1) > 1:
+        notes.append(f"temperature 0 is greedy: the strategy's {samples} samples are one greedy sample repeated "
+                     "(drawn once), so they all agree; raise the temperature for a vote that means something")
+    if body.seed is not None and getattr(session.generator, "honours_seeds", True) is False:
+        notes.append(f"seed {body.seed} was not honoured: this engine ignores request seeds (vLLM on CPU does "
+                     "unless started in deterministic mode); only the server's run seed applies")
+    return {"strategy": strategy_config, "budget": budget, "temperature": body.temperature, "top_p": body.top_p,
+            "max_tokens": max_tokens, "seed": body.seed,
+            # JSON output is asked for by the schema, not by the math prompt's \boxed{}
+            "prompt": state.plain if body.tts.prompt == "plain" or schema is not None else None,
+            "options": options}
+
+
+def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[str, Any]) -> None:
+    """A chat request's jobs (one per choice, the last message the question) and its tool plan."""
+    messages = [m.model_dump(exclude_none=True) for m in body.messages]
+    for m, raw in zip(messages, body.messages, strict=True):
+        m["content"] = raw.text()
+    question = body.messages[-1].text()
+    if not question.strip():
+        raise BadRequest("the last message has no text; put the question in it", param="messages")
+    strategy_config = common["strategy"]
+    offered, replacement = tool_plan(state, body, strategy_config, common["budget"], plan.notes)
+    if replacement is not None:
+        strategy_config = replacement
+    extra = {"messages": messages, "tools": offered, "strategy": strategy_config}
+    plan.jobs = [Job(question, {**common, **extra}, i) for i in range(body.n)]
+    plan.tool_calls = bool(offered) and returns_tool_calls(strategy_config)
+
+
+def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[str, Any]) -> list[Job]:
+    """A completions request's jobs: one per prompt and choice."""
+    limit = state.config.max_prompts
+    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+    if not prompts or len(prompts) > limit:
+        raise BadRequest(f"give 1 to {limit} prompts, got {len(prompts)}", param="prompt")
+    if any(not p.strip() for p in prompts):
+        raise BadRequest("a prompt is empty; put the question in it", param="prompt")
+    return [Job(p, dict(common), i * body.n + j) for i, p in enumerate(prompts) for j in range(body.n)]
+
+
+def returns_tool_calls(strategy_config: Any) -> bool:
+    """Whether a strategy answers with a tool call (tool_vote, or one that says so)."""
+    from tts.registry import STRATEGIES
+
+    return strategy_config.kind == "tool_vote" or bool(
+        getattr(STRATEGIES.load(strategy_config.kind), "returns_tool_calls", False))
+
+
+def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any, budget: Any,
+              notes: list[str]) -> tuple[list[dict[str, Any]] | None, Any]:
+    """(the tools the model is shown, a strategy config to run instead or None) for ``tool_choice``:
+    ``none`` shows no tools (a tool_vote request is answered in text by self_consistency with
+    the same n), ``auto`` lets a tool-choosing strategy call one, ``required`` and a named
+    function need such a strategy (a named function is the only tool shown)."""
+    wanted, offered = body.tool_choice, body.tools
+    if wanted is not None and not offered:
+        raise BadRequest("tool_choice needs tools; send the tools or leave tool_choice out", param="tool_choice")
+    if wanted == "none":
+        if not returns_tool_calls(strategy_config):
+            return None, None
+        try:
+            replacement = state.session.strategy_config("self_consistency", getattr(strategy_config, "n", None),
+                                                        budget)
+        except ValueError as exc:
+            raise BadRequest(f"tool_choice 'none': {exc}", param="tool_choice") from None
+        notes.append(f"tool_choice 'none': {strategy_config.kind} answers only with tool calls, so "
+                     f"{replacement.label} answered in text")
+        return None, replacement
+    if isinstance(wanted, protocol.NamedToolChoice):
+        name = wanted.function.name
+        offered = [t for t in offered or [] if (t.get("function") or {}).get("name") == name]
+        if not offered:
+            have = ", ".join(repr((t.get("function") or {}).get("name")) for t in body.tools or [])
+            raise BadRequest(f"tool_choice names {name!r}, which is not one of the tools ({have}); name one "
+                             "of them", param="tool_choice")
+    if wanted is not None and wanted != "auto" and not returns_tool_calls(strategy_config):
+        how = f"'{wanted}'" if isinstance(wanted, str) else "naming a function"
+        raise BadRequest(f"tool_choice {how} needs a strategy that answers with a tool call, not "
+                         f"{strategy_config.kind}; use model tool_vote-8/{state.config.model} (or tts.strategy "
+                         "'tool_vote')", param="tool_choice")
+    return offered, None
