@@ -69,6 +69,23 @@ class JSONSchemaFormat(BaseModel):
     """Accepted; structured output always matches the schema exactly."""
 
 
+def _outside_refs(schema: Any) -> list[str]:
+    """The ``$ref`` / ``$dynamicRef`` / ``$schema``-less references of a schema that do not point
+    inside it (anything not starting with ``#``): URLs and file paths a resolver might fetch."""
+    found, stack = [], [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str) and not value.startswith("#"):
+                    found.append(value)
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
 class ResponseFormat(BaseModel):
     """``response_format``: free text, any JSON object, or JSON that matches a schema."""
 
@@ -85,6 +102,11 @@ class ResponseFormat(BaseModel):
             raise PydanticCustomError("json_schema", "type json_schema needs a json_schema object with the schema: "
                                       '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}')
         if self.json_schema is not None:
+            outside = _outside_refs(self.json_schema.schema_)
+            if outside:  # the engine's grammar compiler must never be asked to fetch a URL or read a file
+                raise PydanticCustomError("json_schema", "json_schema.schema refers outside itself ({ref}); only local "
+                                          "references such as '#/$defs/name' are allowed: inline the referenced schema",
+                                          {"ref": outside[0][:100]})
             try:  # refused here, not by the engine, where it would fail a batch shared with other requests
                 from jsonschema import Draft202012Validator
                 from jsonschema.exceptions import SchemaError
