@@ -327,8 +327,8 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
     """The table's columns as (header, cell of a ConfigSummary) pairs.
 
     The default set fits a 100-column terminal at the demo's configs: what a reader needs first
-    (strategy, n, accuracy with its interval, pass@n, tokens and cost per problem, time).
-    ``wide`` (``--wide``) adds the no-answer rate, FLOPs/pb and eFLOPs/pb. Ungraded, events and
+    (strategy, n, accuracy with its interval, pass@n, the no-answer rate, tokens and cost per
+    problem, time). ``wide`` (``--wide``) adds FLOPs/pb and eFLOPs/pb. Ungraded, events and
     think/pb appear only when some config has them, in either set: they flag what to look at.
     """
     from tts.eval.breakdown import config_line
@@ -340,8 +340,8 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
         ("accuracy [95% CI]", lambda s: f"{s.accuracy:.3f} [{s.accuracy_low:.2f}-{s.accuracy_high:.2f}]"),
         ("pass@n", lambda s: f"{s.coverage:.3f}"),
     ]
-    if wide:
-        cols.append(("no answer", lambda s: f"{s.no_answer_rate:.3f}"))
+    # Small models often stop before an answer; a low accuracy reads differently when most are missing.
+    cols.append(("no answer" if wide else "no ans", lambda s: f"{s.no_answer_rate:.2f}"))
     if any(s.ungraded for s in result.summaries):
         cols.append(("ungraded", lambda s: str(s.ungraded)))
     if any(s.events for s in result.summaries):
@@ -378,14 +378,14 @@ def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bo
              "each call's time shared among its problems by generated tokens (a smaller n that reuses a larger n's "
              "samples gets its samples' share).")
     priced = f"{gpu} s: roofline seconds predicted by the cost model; " if ledger else ""
-    notes = ["pass@n: a correct answer among the n samples (coverage); /pb: per problem; tok: prompt and generated "
-             f"tokens; {priced}{timed}"]
+    notes = ["pass@n: a correct answer among the n samples (coverage); no ans: share of problems whose answer could "
+             f"not be read; /pb: per problem; tok: prompt and generated tokens; {priced}{timed}"]
     if "think/pb" in headers:
         notes.append("think: of the generated tokens, those inside thinking sections (<think>...</think>, as the "
                      "backend's reasoning parser or delimiter split them); the rest of tok/pb is prompt and answer "
                      "tokens.")
-    if not wide:
-        notes.append("--wide adds the no-answer rate" + (", FLOPs/pb and eFLOPs/pb." if ledger else "."))
+    if not wide and ledger:
+        notes.append("--wide adds FLOPs/pb and eFLOPs/pb.")
     if why:
         notes.append(why)
     return table, notes
@@ -510,7 +510,7 @@ def eval_command(
     escalate: list[Path] | None = typer.Option(None, "--escalate", help="Repeatable; --strategy auto: a past tts eval run of search strategies (rebase, beam, ...) on the calibration problems; each of its configs becomes an option after the pilot, per difficulty bin."),
     graph: list[Path] | None = typer.Option(None, "--graph", help="Repeatable; a collaboration-graph YAML file (examples/graphs/) run as a strategy, beside any --strategy."),
     deterministic: bool = typer.Option(False, "--deterministic", help="Reproducible run ('Give Me FP32'): float32, per-request seeds, fixed batches; slower."),
-    wide: bool = typer.Option(False, "--wide", help="Also show the no-answer rate, FLOPs/pb and eFLOPs/pb (the default table fits 100 columns)."),
+    wide: bool = typer.Option(False, "--wide", help="Also show FLOPs/pb and eFLOPs/pb (the default table fits 100 columns)."),
 ) -> None:
     """Evaluate strategies on a benchmark; results go to OUT/results.jsonl, resumable."""
     opts = dict(benchmark=benchmark, strategy=strategy, n=n, model=model, backend=backend, base_url=base_url,
