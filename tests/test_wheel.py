@@ -89,3 +89,10 @@ def test_eval_and_cost_run_from_the_wheel(wheel_env: tuple[Path, Path]) -> None:
     # The architecture tables are package data: pricing a shipped model reads them.
     cost = json.loads(_run([str(bin_dir / DIST), "cost", "--model", "Qwen/Qwen3-8B", "--json"], cwd=work))
     assert cost["params"] == 8190735360
+
+
+def test_run_manifest_names_the_wheel_version(wheel_env: tuple[Path, Path]) -> None:
+    bin_dir, work = wheel_env
+    out = _run([str(bin_dir / "python"), "-c", "from tts.eval.store import _versions; print(_versions().get('tts'))"],
+               cwd=work)
+    assert out.strip() == PYPROJECT["project"]["version"]
