@@ -37,7 +37,6 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 240) -> str:
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the fresh environment's bin folder, an empty working directory outside the checkout)."""
-    pytest.importorskip("setuptools")
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()
@@ -46,8 +45,15 @@ def wheel_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     shutil.copytree(ROOT / "tts", src / "tts", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp / "dist"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    # No build isolation: this environment's setuptools builds it, with no download.
-    _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(src)], cwd=tmp)
+    # This environment's setuptools builds it, with no download, when it reads pyproject.toml's
+    # license string (setuptools 77); an older one leaves the build to pip's isolated environment.
+    try:
+        import setuptools
+
+        isolation = [] if int(setuptools.__version__.split(".")[0]) < 77 else ["--no-build-isolation"]
+    except ImportError:
+        isolation = []
+    _run([*pip, "wheel", "--no-deps", *isolation, "-q", "-w", str(dist), str(src)], cwd=tmp)
     wheels = list(dist.glob("*.whl"))
     assert [w.name.split("-")[0] for w in wheels] == [DIST.replace("-", "_")]
 
