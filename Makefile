@@ -6,6 +6,8 @@ VENV       := .venv
 PY         := $(VENV)/bin/python
 PIP        := $(PY) -m pip --disable-pip-version-check
 STAMP      := $(VENV)/.tts-installed
+# The distribution's name (pyproject.toml); the import package and the command are `tts`.
+DIST       := tts-scaling
 # Where the CPU build of torch lives for machines whose pip cannot find it locally.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_VERSION   := 2.13.0
@@ -16,6 +18,12 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# This project was once installed as the distribution `tts` (PyPI's `tts` is Coqui's TTS):
+	@# remove that install first, or uninstalling it later would delete the new install's `tts` command.
+	@if $(PIP) show tts 2>/dev/null | grep -q '^Summary: Test-time compute scaling'; then \
+		echo "Replacing this project's old install named tts by $(DIST)"; \
+		$(PIP) uninstall -y -q tts; \
+	fi
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		echo "CUDA GPU found: installing tts with vllm"; \
 		$(PIP) install -e '.[vllm,test]'; \

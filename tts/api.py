@@ -6,6 +6,11 @@ each engine start costs tens of seconds. Asking for another vLLM config closes t
 the new one starts (memory stays bounded); :func:`close_engines` frees it. Backends that are cheap
 to open (OpenAI-compatible servers, scripted) are opened and closed within the call. To manage
 engines yourself (two models at once, a server), pass ``generator=``, e.g. from your own pool.
+
+Output: a vLLM engine's start-up noise (the checkpoint-loading bar, Triton and NUMA notices,
+warnings of its processes) goes to the ``tts.engine`` logger at INFO, not to the terminal;
+``logging.basicConfig(level=logging.INFO)`` shows it. Engines nobody closed are stopped at exit
+with enough grace to release their shared memory (see :mod:`tts.backends.engine_log`).
 """
 
 from __future__ import annotations

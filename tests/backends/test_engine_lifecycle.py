@@ -48,9 +48,11 @@ def test_a_kv_cache_size_that_contradicts_the_environment_is_an_error_that_says_
 class _FakeEngineCore:
     def __init__(self) -> None:
         self.shutdowns = 0
+        self.timeouts: list[float | None] = []
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.shutdowns += 1
+        self.timeouts.append(timeout)
 
 
 class _FakeLLM:
@@ -321,3 +323,17 @@ def test_a_pool_holds_two_models_open_at_once(tiny_model):
     logger.warning("two engines: baseline %.0f MiB, both open %.0f MiB, closed %.0f MiB", baseline, both_open, closed)
     assert small.closed and tiny.closed and not _engine_processes()
     assert both_open - baseline > 3000 and closed - baseline < 300
+
+
+def test_engines_stop_with_the_full_grace_also_when_nobody_closed_them(fake_vllm):
+    """vLLM's default grace (5 s) equals the engine core's own wait for its worker: a core killed
+    while waiting leaks its shared memory and semaphore. tts gives it ENGINE_SHUTDOWN_GRACE_S, on
+    close and, for engines nobody closed, at interpreter exit (before vLLM's own exit hook)."""
+    closed = vllm_backend.VLLMGenerator(VLLMBackendConfig())
+    forgotten = vllm_backend.VLLMGenerator(VLLMBackendConfig(max_model_len=512))
+    closed.close()
+    vllm_backend._close_at_exit()
+    vllm_backend._close_at_exit()
+    cores = [e.llm_engine.engine_core for e in fake_vllm]
+    assert [c.timeouts for c in cores] == [[vllm_backend.ENGINE_SHUTDOWN_GRACE_S]] * 2
+    assert not forgotten.closed  # its owner may still close it: the vLLM client's shutdown is idempotent

