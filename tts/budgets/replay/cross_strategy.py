@@ -36,7 +36,7 @@ from tts.budgets.cross_allocator import (
     pilot_feature_rows,
 )
 from tts.budgets.replay.prefix import random_orders
-from tts.budgets.replay.simulate import Interval, ModeResult, _compare, _interval
+from tts.budgets.replay.matched import Interval, ModeResult, compare_at_matched, interval
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, rule_outcomes
 
 logger = logging.getLogger(__name__)
@@ -315,12 +315,13 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     for name, cols in sets.items():
         acc, cost, at_u, at_points[name], picks = _replay_set(cols, grid, u_cost, frontier_budgets, fold,
                                                               exp_cost, exp_acc, got, paid)
-        allocators[name] = _compare(name, grid, acc, cost, u_acc, u_cost, np.nan_to_num(at_u), cfg)  # type: ignore[arg-type]
+        allocators[name] = compare_at_matched(name, grid, acc, cost, u_acc, u_cost, np.nan_to_num(at_u), seed=cfg.seed,
+                                              bootstrap=cfg.bootstrap, tolerance=cfg.tolerance)
         if name == "cross":  # which rule each problem ends with at the best rule's target cost
             chosen = {r: float(np.mean([options[j][0] == r for j in picks.ravel().tolist()])) for r in rules}
             plans = picks
     frontier = _frontier(ns, rules, best, frontier_budgets, unif_acc, at_points)
-    uniform = {r: {"acc": _interval(unif_acc[r][:, t]), "cost": _interval(unif_cost[:, t])} for r in rules}
+    uniform = {r: {"acc": interval(unif_acc[r][:, t]), "cost": interval(unif_cost[:, t])} for r in rules}
     logger.info("%s: best single %s; cross ratio %s", pool.model, best, allocators["cross"].token_ratio)
     return CrossResult(pool.model, pricer.unit, rules, cfg.target_n, best, uniform, allocators, frontier, chosen,
                        plans, tuple(options))

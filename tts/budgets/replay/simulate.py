@@ -36,6 +36,7 @@ from tts.benchmarks.pool import ModelPool
 from tts.budgets import difficulty as dif
 from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
 from tts.budgets.online import OnlinePolicy, RateModel
+from tts.budgets.replay.matched import Interval, ModeResult, compare_at_matched, flat, interval
 from tts.budgets.replay.online import OnlineSequence, within_each
 from tts.budgets.replay.prefix import (
     PrefixReplay,
@@ -93,35 +94,6 @@ class SimulateConfig(BaseModel):
     """Bootstrap resamples of the orderings for intervals."""
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A point estimate (the mean over orderings, or the value on the observed orderings for
-    crossings and ratios) with a 95% percentile-bootstrap interval over orderings; intervals of
-    crossings are taken over the resamples that reached the target (see ``reached``)."""
-
-    mean: float
-    lo: float
-    hi: float
-
-
-@dataclass(frozen=True)
-class ModeResult:
-    """One allocator mode's replay against the uniform baseline.
-
-    ``tokens_to_match`` and ``token_ratio`` are None when the allocator never reached uniform's
-    accuracy; ``reached`` is the share of bootstrap resamples in which it did.
-    """
-
-    mode: Mode
-    tokens_to_match: Interval | None
-    token_ratio: Interval | None
-    reached: float
-    acc_at_uniform_tokens: Interval
-    tokens_at_uniform_budget: Interval
-    curve_tokens: list[float] = field(repr=False)
-    curve_acc: list[float] = field(repr=False)
-
-
 @dataclass(frozen=True, eq=False)
 class ModeDecisions:
     """What one allocator mode decided in each ordering, for audits (decisions never read grades).
@@ -161,10 +133,10 @@ class SimulationResult:
         first = next(iter(self.modes.values()))
         out = {"model": self.model, "n_problems": self.n_problems, "orderings": self.orderings,
                "target": f"self_consistency@{self.target_n}", "primary_mode": first.mode,
-               **_flat("uniform_tokens", self.uniform_tokens), **_flat("uniform_acc", self.uniform_acc),
-               **_flat("allocator_tokens", first.tokens_to_match),
-               **_flat("allocator_acc", first.acc_at_uniform_tokens),
-               **_flat("token_ratio", first.token_ratio), "modes": {}}
+               **flat("uniform_tokens", self.uniform_tokens), **flat("uniform_acc", self.uniform_acc),
+               **flat("allocator_tokens", first.tokens_to_match),
+               **flat("allocator_acc", first.acc_at_uniform_tokens),
+               **flat("token_ratio", first.token_ratio), "modes": {}}
         for name, m in self.modes.items():
             d = asdict(m)
             if not curves:
@@ -172,17 +144,6 @@ class SimulationResult:
                 d.pop("curve_acc")
             out["modes"][name] = d
         return out
-
-
-def _flat(key: str, iv: Interval | None) -> dict:
-    if iv is None:
-        return {key: None, f"{key}_ci": None}
-    return {key: iv.mean, f"{key}_ci": [iv.lo, iv.hi]}
-
-
-def _interval(values: np.ndarray) -> Interval:
-    v = np.asarray(values, dtype=float)
-    return Interval(float(np.mean(v)), float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5)))
 
 
 def ladder_for(max_n: int, low: int = 1) -> list[int]:
@@ -377,36 +338,6 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     return units, worst
 
 
-# --- comparison ----------------------------------------------------------------------------------------
-
-
-def _compare(mode: Mode, grid: np.ndarray, acc: np.ndarray, tok: np.ndarray, uniform_acc: np.ndarray,
-             uniform_tok: np.ndarray, at_uniform: np.ndarray, cfg: SimulateConfig) -> ModeResult:
-    """Bootstrap over orderings: the first budget of ``grid`` at which the mean accuracy reaches
-    uniform's (``acc``, ``tok``: (R, G) realised accuracy and tokens, NaN where unaffordable)."""
-    acc = np.nan_to_num(acc, nan=0.0)
-    tok = np.where(np.isnan(tok), np.inf, tok)
-    rng = np.random.default_rng(cfg.seed + 1)
-    boot = rng.integers(0, len(acc), size=(cfg.bootstrap, len(acc)))
-    boot[0] = np.arange(len(acc))  # resample 0 = the observed orderings
-    mean_acc = acc[boot].mean(axis=1)  # (B, G)
-    mean_tok = tok[boot].mean(axis=1)
-    target = uniform_acc[boot].mean(axis=1)
-    hit = mean_acc >= target[:, None] - cfg.tolerance - 1e-12
-    reached = hit.any(axis=1)
-    first = np.argmax(hit, axis=1)
-    need = np.where(reached, mean_tok[np.arange(len(boot)), first], np.nan)
-    ratio = uniform_tok[boot].mean(axis=1) / need
-    ok = reached & np.isfinite(need)
-    tokens_iv = ratio_iv = None
-    if ok[0]:
-        tokens_iv = Interval(float(need[0]), *np.percentile(need[ok], [2.5, 97.5]).tolist())
-        ratio_iv = Interval(float(ratio[0]), *np.percentile(ratio[ok], [2.5, 97.5]).tolist())
-    return ModeResult(mode, tokens_iv, ratio_iv, float(reached.mean()), _interval(at_uniform[:, 0]),
-                      _interval(at_uniform[:, 1]), np.nanmean(np.where(np.isinf(tok), np.nan, tok), axis=0).tolist(),
-                      acc.mean(axis=0).tolist())
-
-
 def _grid(lo: float, hi: float) -> np.ndarray:
     return np.geomspace(max(lo, 1.0), max(hi, lo * 1.01, 2.0), 400)
 
@@ -472,8 +403,9 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: Rat
                 at_u[r] += ok[drawn[-1]] / pool.n_problems, tk[drawn[-1]]
                 n_u[r, te] = seq.n_at(int(drawn[-1]))
             steps = [[np.stack([te[seq.p], seq.k]) for te, seq, _ in us] for us in units]
-        modes[mode] = _compare(mode, grid, acc, tok, uniform_acc, uniform_tok, at_u, cfg)
+        modes[mode] = compare_at_matched(mode, grid, acc, tok, uniform_acc, uniform_tok, at_u, seed=cfg.seed,
+                                         bootstrap=cfg.bootstrap, tolerance=cfg.tolerance)
         decisions[mode] = ModeDecisions(n_u, steps)
         logger.info("%s %s: %s", pool.model, mode, modes[mode].token_ratio)
     return SimulationResult(pool.model, pool.n_problems, cfg.orderings, cfg.target_n,
-                            _interval(uniform_tok), _interval(uniform_acc), modes, fold, decisions)
+                            interval(uniform_tok), interval(uniform_acc), modes, fold, decisions)
