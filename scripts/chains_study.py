@@ -11,8 +11,12 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
    weighted_vote at n = 16 (one draw, logprobs on), and the options auto may escalate a problem
    to after its pilot: the ``--escalate-search`` search and best-of-N / weighted vote by the
    arithmetic verifier, each at n = 16.
+   ``cal-more``: ``--more-problems`` further calibration chains (seed 2), the five configs in one
+   draw, merged with ``cal`` into ``cal_all`` and with ``cal_escalate``'s checked options into
+   ``cal_all_escalate`` (the search left out: it ran on ``cal``'s problems only).
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
-   uncached prompt) that ``--budget-from`` spent there, with ``--escalate``.
+   uncached prompt) that ``--budget-from`` spent there, with ``--escalate``; ``--cal cal_all``
+   calibrates on the merged set.
 5. ``report``: ``tts plot --by k`` over every test run (figures and the per-k table), then auto
    against every single strategy at auto's tokens (paired bootstrap over problems) and auto's
    choices per k and per difficulty bin.
@@ -68,7 +72,7 @@ def _search(name: str, n: int, noise: float, verifier: str = "arithmetic") -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--step", choices=("sample", "search", "cal", "auto", "report"), required=True)
+    parser.add_argument("--step", choices=("sample", "search", "cal", "cal-more", "auto", "report"), required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
     parser.add_argument("--problems", type=int, default=200, help="test problems (seed 0), cycling the levels")
@@ -83,6 +87,8 @@ def main() -> None:
     parser.add_argument("--search-n", type=int, nargs="+", default=[16])
     parser.add_argument("--noisy-searches", action="store_true", help="--step search: the noisy verifier runs only")
     parser.add_argument("--escalate-search", default="rebase", help="--step cal: the search auto may escalate to")
+    parser.add_argument("--more-problems", type=int, default=200, help="--step cal-more: further calibration chains")
+    parser.add_argument("--cal", default="cal", help="--step auto: calibrate on OUT/CAL and escalate to OUT/CAL_escalate")
     parser.add_argument("--budget-from", default="self_consistency@16")
     parser.add_argument("--switch-z", type=float, default=None)
     args = parser.parse_args()
@@ -108,6 +114,14 @@ def main() -> None:
         verified = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / "cal_escalate", [_search(args.escalate_search, n, 0.0, args.verifier) for n in args.search_n]
               + verified, seed=1, limit=args.cal_problems)
+    elif args.step == "cal-more":
+        checked = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
+        _eval(args, out / "cal2", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")]
+              + checked, seed=2, limit=args.more_problems)
+        own = {f"{k}@16" for k in ("self_consistency", "best_of_n", "weighted_vote")}
+        _merge_runs(out / "cal_all", [(out / "cal", own), (out / "cal2", own)])
+        _merge_runs(out / "cal_all_escalate", [(out / "cal_escalate", None), (out / "cal2", None)],
+                    keep=lambda config: "verifier=" in config and not config.startswith(args.escalate_search))
     elif args.step == "auto":
         runs = [p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto"))]
         rows = [r for run in runs for r in _rows(run) if r["config"] == args.budget_from]
@@ -116,9 +130,9 @@ def main() -> None:
         budget = sum(_tokens(r) for r in rows)
         print(f"budget = tokens of {args.budget_from} on the {len(rows)} test problems: {budget:.0f}")
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
-            "" if args.switch_z is None else f"_z{args.switch_z:g}")
-        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / "cal"),
-                 "--escalate", str(out / "cal_escalate")]
+            "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}")
+        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal),
+                 "--escalate", str(out / f"{args.cal}_escalate")]
         if args.switch_z is not None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
         run = out / name
@@ -141,6 +155,21 @@ def main() -> None:
         for auto in sorted(p for p in out.glob("auto*") if (p / "results.jsonl").is_file()):
             print(f"\n== {auto.name}")
             report_auto(tests, auto)
+
+
+def _merge_runs(dest: Path, sources: list[tuple[Path, set[str] | None]], keep=None) -> None:
+    """One calibration run directory from several: their result rows (configs in the source's set,
+    or passing ``keep``), and the first source's manifest. Problem ids differ across seeds."""
+    dest.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for src, configs in sources:
+        for line in (src / "results.jsonl").read_text().splitlines():
+            config = json.loads(line)["config"]
+            if (configs is None or config in configs) and (keep is None or keep(config)):
+                lines.append(line)
+    (dest / "results.jsonl").write_text("\n".join(lines) + "\n")
+    (dest / "run.json").write_text((sources[0][0] / "run.json").read_text())
+    print(f"{dest}: {len(lines)} rows from {', '.join(str(s) for s, _ in sources)}")
 
 
 def report_auto(tests: list[Path], auto: Path) -> None:
