@@ -130,7 +130,7 @@ class ContestedModel:
         left = np.asarray(cap, dtype=float) - np.asarray(n, dtype=float)
         return np.where(left > 0, self.gain(features) / np.maximum(left, 1.0), 0.0)
 
-    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk: int = 4) -> np.ndarray:
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap) -> np.ndarray:
         """:meth:`rate` from a live run's vote state (what :class:`OnlineAllocator` calls)."""
         return self.rate(state_features(top1, top2, n, n_none, n_distinct, mean_tokens, cap), n, cap)
 

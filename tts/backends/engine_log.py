@@ -316,31 +316,37 @@ def _start_resource_tracker() -> None:
 
 
 @contextmanager
-def _capture_to_logger() -> Iterator[None]:
-    """Point descriptor 2 at a pipe read into the ``tts.engine`` logger while the block runs."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    _start_resource_tracker()
-    read_fd, write_fd = os.pipe()
-    reader = _StderrToLogger(read_fd)
-    reader.start()
-    failed = False
+def _stderr_pointed_at(fd: int) -> Iterator[None]:
+    """Point descriptor 2 at ``fd`` while the block runs, then give this process its stderr back
+    (Python's buffered stderr flushed at both ends, so text lands where it was written for)."""
+    saved = os.dup(2)
     try:
         _flush_stderr()
-        os.dup2(write_fd, 2)
+        os.dup2(fd, 2)
         try:
             yield
-        except BaseException as exc:
-            failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
-            raise
         finally:
             _flush_stderr()
             os.dup2(saved, 2)
     finally:
         os.close(saved)
+
+
+@contextmanager
+def _capture_to_logger() -> Iterator[None]:
+    """Point descriptor 2 at a pipe read into the ``tts.engine`` logger while the block runs."""
+    read_fd, write_fd = os.pipe()
+    reader = _StderrToLogger(read_fd)
+    reader.start()
+    failed = False
+    try:
+        with _stderr_pointed_at(write_fd):
+            try:
+                yield
+            except BaseException as exc:
+                failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+                raise
+    finally:
         os.close(write_fd)  # the engine's processes hold the other copies: EOF when they exit
         reader.release()
         if failed:
@@ -355,33 +361,27 @@ def capture_engine_output() -> Iterator[None]:
 
     Processes spawned in the block inherit the log as their stderr for their whole life; this
     process gets its own stderr back at the end. Outside :func:`engine_log`, their stderr goes to
-    the ``tts.engine`` logger instead (module docstring). When descriptor 2 cannot be duplicated
-    (no stderr), it does nothing.
+    the ``tts.engine`` logger instead (module docstring). When descriptor 2 is closed (no stderr),
+    it does nothing.
     """
+    try:
+        os.fstat(2)
+    except OSError:
+        yield
+        return
+    _start_resource_tracker()
     path = active_log()
     if path is None:
         with _capture_to_logger():
             yield
         return
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    _start_resource_tracker()
     log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(log_fd, f"----- {time.strftime('%Y-%m-%d %H:%M:%S')} engine start (pid {os.getpid()}): "
                          "output of the engine's processes follows -----\n".encode())
-        _flush_stderr()
-        os.dup2(log_fd, 2)
-        try:
+        with _stderr_pointed_at(log_fd):
             yield
-        finally:
-            _flush_stderr()
-            os.dup2(saved, 2)
     finally:
-        os.close(saved)
         os.close(log_fd)
 
 

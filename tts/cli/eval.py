@@ -341,7 +341,7 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
         ("pass@n", lambda s: f"{s.coverage:.3f}"),
     ]
     # Small models often stop before an answer; a low accuracy reads differently when most are missing.
-    cols.append(("no answer" if wide else "no ans", lambda s: f"{s.no_answer_rate:.2f}"))
+    cols.append(("no ans", lambda s: f"{s.no_answer_rate:.2f}"))
     if any(s.ungraded for s in result.summaries):
         cols.append(("ungraded", lambda s: str(s.ungraded)))
     if any(s.events for s in result.summaries):

@@ -301,26 +301,6 @@ def json_depth(raw: bytes) -> int:
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
-def parse_body(raw: bytes, model: type[BaseModel], max_depth: int = 64) -> Any:
-    """Validate a JSON body; a BadRequest that says which field to change otherwise.
-
-    The nesting is bounded (``max_depth`` arrays and objects) before the body is parsed, so a small
-    deeply nested body cannot overflow the parser's recursion. The server itself checks the depth
-    as the body arrives and lets FastAPI parse and validate it; both say what is wrong with the
-    same words (:func:`check_depth`, :func:`invalid_body`)."""
-    check_depth(raw, max_depth)
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise not_json(exc) from None
-    if not isinstance(data, dict):
-        raise invalid_body([{"type": "model_type", "loc": (), "input": data}])
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise invalid_body(exc.errors()) from None
-
-
 def check_depth(raw: bytes, max_depth: int) -> None:
     """Refuse a body nested more than ``max_depth`` arrays and objects deep, before it is parsed.
 
