@@ -4,9 +4,11 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
 
 1. ``sample``: one shared draw of 16 samples per test problem, scored as self-consistency,
    best-of-N and weighted vote by ``--verifier`` (noise 0 and ``--noise``), and (arithmetic
-   only) best-of-N / weighted vote by mean logprob, at n = 4 and 16.
+   only) best-of-N / weighted vote by mean logprob, at n = 4 and 16 (``--sample-n`` other counts,
+   in a run named ``..._n64`` and so on; ``--problems 100`` keeps the first 100 test problems).
 2. ``search``: step-wise searches on the test problems with ``--verifier``: every ``--searches``
-   strategy at each ``--search-n``, at noise 0 (or ``--noise`` with ``--noisy-searches``).
+   strategy at each ``--search-n``, at noise 0 (or ``--noise`` with ``--noisy-searches``); the
+   base runs are n = 8, other counts go to runs named ``..._n4-16`` and so on.
 3. ``cal``: auto's calibration on OTHER chains (seed 1): self_consistency, best_of_n and
    weighted_vote at n = 16 (one draw, logprobs on), and the options auto may escalate a problem
    to after its pilot: the ``--escalate-search`` search and best-of-N / weighted vote by the
@@ -84,6 +86,7 @@ def main() -> None:
                         help="the process verifier: the arithmetic tool (sees false equalities only) or the chain "
                              "checker (every wrong step: a perfect PRM on chains)")
     parser.add_argument("--searches", nargs="+", default=["beam", "rebase", "particle_filtering"])
+    parser.add_argument("--sample-n", type=int, nargs="+", default=[4, 16], help="--step sample: the sample counts")
     parser.add_argument("--search-n", type=int, nargs="+", default=[16])
     parser.add_argument("--noisy-searches", action="store_true", help="--step search: the noisy verifier runs only")
     parser.add_argument("--escalate-search", default="rebase", help="--step cal: the search auto may escalate to")
@@ -94,19 +97,21 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out
     if args.step == "sample":
-        strategies = [{"kind": "self_consistency", "n": n} for n in (4, 16)]
-        for n in (4, 16):
+        strategies = [{"kind": "self_consistency", "n": n} for n in args.sample_n]
+        for n in args.sample_n:
             for noise in (0.0, args.noise):
                 strategies += [{"kind": k, "n": n, "verifier": _verifier(args.verifier, noise)}
                                for k in ("best_of_n", "weighted_vote")]
             if args.verifier == "arithmetic":
                 strategies += [{"kind": k, "n": n} for k in ("best_of_n", "weighted_vote")]  # by mean logprob
-        _eval(args, out / ("sample" if args.verifier == "arithmetic" else f"sample_{args.verifier}"), strategies)
+        sizes = "" if args.sample_n == [4, 16] else "_n" + "-".join(map(str, args.sample_n))  # n = 4, 16: the base runs
+        _eval(args, out / (("sample" if args.verifier == "arithmetic" else f"sample_{args.verifier}") + sizes), strategies)
     elif args.step == "search":
         noises = [args.noise] if args.noisy_searches else [0.0]
         for name in args.searches:
             for noise in noises:
-                run = out / f"{name}{'' if args.verifier == 'arithmetic' else '_' + args.verifier}{'_noisy' if noise else ''}"
+                sizes = "" if args.search_n == [8] else "_n" + "-".join(map(str, args.search_n))  # n = 8: the base runs
+                run = out / f"{name}{'' if args.verifier == 'arithmetic' else '_' + args.verifier}{'_noisy' if noise else ''}{sizes}"
                 _eval(args, run, [_search(name, n, noise, args.verifier) for n in args.search_n])
     elif args.step == "cal":
         _eval(args, out / "cal", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")],
