@@ -37,9 +37,9 @@ from tts.search.tree.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
-    best,
-    grow,
+    grow_ids,
     never_ends,
+    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
@@ -65,30 +65,32 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
         raise ValueError(f"n ({n}) must be a positive multiple of beam_width ({beam_width})")
     if siblings not in ("finished", "all"):
         raise ValueError(f"siblings must be 'finished' or 'all', got {siblings!r}")
-    trees = [SearchTree(root) for root in space.initial_states()]
+    trees = plant(space)
     # 1. The first step: each root expanded n ways, its children dealt into n/M subtrees of M.
-    groups: list[tuple[SearchTree, list[TreeNode]]] = []
-    for tree, kids in zip(trees, grow(space, scorer, [Expansion(t, None, n) for t in trees]), strict=True):
+    groups: list[tuple[SearchTree, range]] = []
+    for tree, kids in zip(trees, grow_ids(space, scorer, [Expansion(t, None, n) for t in trees]), strict=True):
         groups += [(tree, kids[s:s + beam_width]) for s in range(0, len(kids), beam_width)]
     for _ in range(max_steps):
-        # 2. Each subtree keeps its best child; a finished best child ends the subtree.
+        # 2. Each subtree keeps its best child (the first of equal scores); a finished best child
+        #    ends the subtree.
         frontier: list[Expansion] = []
         for tree, kids in groups:
             if not kids:
                 tree.events["no_children"] += 1
                 continue
-            top = best(kids)
-            if top.terminal:
+            top = max(kids, key=tree.scores.__getitem__)
+            terminal = tree.terminals
+            if terminal[top]:
                 for node in kids:
-                    if node.terminal or siblings == "all":
+                    if terminal[node] or siblings == "all":
                         tree.take(node)
                 continue
-            top.kept = True
-            frontier.append(Expansion(tree, top, beam_width))
+            tree.kept[top] = True
+            frontier.append(Expansion(tree, TreeNode(tree, top), beam_width))
         if not frontier:
             return [t.result() for t in trees]
         # 3. Every live subtree of every root expands its node M ways (one call each to expand and score).
-        groups = [(e.tree, kids) for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True)]
+        groups = [(e.tree, kids) for e, kids in zip(frontier, grow_ids(space, scorer, frontier), strict=True)]
     raise never_ends(max_steps)
 
 
