@@ -31,7 +31,6 @@ from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.tree.lookahead import Lookahead, LookaheadConfig, lookahead_search
 from tts.search.tree.mcts import MCTS, MCTSConfig, mcts_search
 from tts.search.tree.toy import DigitSpace, Digits
-from tts.search.tree.tree_search import SearchTree
 from tts.types import Sample
 from tts.verifiers.base import VerifierScore
 
@@ -434,7 +433,7 @@ def _hand_tree():
     0.4, below B's 0.6, while its own score is still the best."""
     structure = {"root": ["A", "B", "C"], "A": ["A1", "A2"]}
     scores = {"A": 0.9, "B": 0.6, "C": 0.3, "A1": 0.1, "A2": 0.2}
-    mine = mcts_module._Tree(SearchTree("q"))
+    mine = mcts_module._Tree(root="q")
     nodes = {}
     for parent, kids in structure.items():
         made = []

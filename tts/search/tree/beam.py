@@ -36,30 +36,29 @@ from tts.search.tree.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
-    grow_ids,
+    grow,
     grow_level,
     keep_best,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
-def sal_keep(tree: SearchTree, live: Sequence[int], keep: int) -> list[int]:
-    """search-and-learn's pruning: the ``keep`` best-scored of the nodes ``live`` (ids; the later of
-    equal scores, as an ascending ``np.argsort`` cut from the end), in the order given."""
-    scores = tree.scores
-    order = sorted(range(len(live)), key=lambda j: (scores[live[j]], j))
+def sal_keep(live: Sequence[TreeNode], keep: int) -> list[TreeNode]:
+    """search-and-learn's pruning: the ``keep`` best-scored nodes (the later of equal scores, as an
+    ascending ``np.argsort`` cut from the end), in the order given."""
+    order = sorted(range(len(live)), key=lambda j: (live[j].score, j))
     top = set(order[len(order) - keep:]) if keep > 0 else set()
     return [node for j, node in enumerate(live) if j in top]
 
 
-def every_step_frontier(tree: SearchTree, groups: Sequence[Sequence[int]], n: int, keep: int) -> list[Expansion]:
+def every_step_frontier(tree: SearchTree, groups: Sequence[Sequence[TreeNode]], n: int,
+                        keep: int) -> list[Expansion]:
     """One step of search-and-learn's beam search for one tree (``fill="every_step"``).
 
     Args:
         tree: The tree.
-        groups: The ids of the scored children of each node expanded this step, in expansion order.
+        groups: The scored children of each node expanded this step, in expansion order.
         n: N, the steps sampled at every step.
         keep: N/M, the unfinished children kept.
 
@@ -69,15 +68,14 @@ def every_step_frontier(tree: SearchTree, groups: Sequence[Sequence[int]], n: in
         repeated in turn: the first child of every kept node, then the second of every one, ...).
     """
     beams = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
-    terminal = tree.terminals
     for node in beams:
-        if terminal[node]:
+        if node.terminal:
             tree.take(node)
-    kept = sal_keep(tree, [node for node in beams if not terminal[node]], keep)
+    kept = sal_keep([node for node in beams if not node.terminal], keep)
     out = []
     for j, node in enumerate(kept):  # n // k each, one more to the first n % k
-        tree.kept[node] = True
-        out.append(Expansion(tree, TreeNode(tree, node), n // len(kept) + (j < n % len(kept))))
+        node.kept = True
+        out.append(Expansion(tree, node, n // len(kept) + (j < n % len(kept))))
     return out
 
 
@@ -85,21 +83,21 @@ def first_n(trees: Sequence[SearchTree], n: int) -> None:
     """``fill="every_step"``'s end: the first N to finish are each tree's candidates."""
     for tree in trees:
         for i in tree.leaves[n:]:
-            tree.kept[i] = False
+            tree.nodes[i].kept = False
         del tree.leaves[n:]
 
 
 def _every_step(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int,
                 max_steps: int) -> list[SearchResult]:
     """Beam search as search-and-learn runs it (``fill="every_step"``; see the module docstring)."""
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
             first_n(trees, n)
             return [t.result() for t in trees]
-        grown: dict[int, list[range]] = {id(t): [] for t in trees}
-        for e, kids in zip(frontier, grow_ids(space, scorer, frontier), strict=True):
+        grown: dict[int, list[list[TreeNode]]] = {id(t): [] for t in trees}
+        for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True):
             grown[id(e.tree)].append(kids)
         frontier = []
         for tree in trees:
@@ -131,7 +129,7 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     if fill == "every_step":
         return _every_step(space, scorer, n, beam_width, max_steps)
     keep = n // beam_width
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:

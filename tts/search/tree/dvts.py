@@ -37,9 +37,9 @@ from tts.search.tree.tree_search import (
     SearchTree,
     StateScorer,
     TreeNode,
-    grow_ids,
+    best,
+    grow,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
@@ -65,32 +65,30 @@ def dvts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
         raise ValueError(f"n ({n}) must be a positive multiple of beam_width ({beam_width})")
     if siblings not in ("finished", "all"):
         raise ValueError(f"siblings must be 'finished' or 'all', got {siblings!r}")
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     # 1. The first step: each root expanded n ways, its children dealt into n/M subtrees of M.
-    groups: list[tuple[SearchTree, range]] = []
-    for tree, kids in zip(trees, grow_ids(space, scorer, [Expansion(t, None, n) for t in trees]), strict=True):
+    groups: list[tuple[SearchTree, list[TreeNode]]] = []
+    for tree, kids in zip(trees, grow(space, scorer, [Expansion(t, None, n) for t in trees]), strict=True):
         groups += [(tree, kids[s:s + beam_width]) for s in range(0, len(kids), beam_width)]
     for _ in range(max_steps):
-        # 2. Each subtree keeps its best child (the first of equal scores); a finished best child
-        #    ends the subtree.
+        # 2. Each subtree keeps its best child; a finished best child ends the subtree.
         frontier: list[Expansion] = []
         for tree, kids in groups:
             if not kids:
                 tree.events["no_children"] += 1
                 continue
-            top = max(kids, key=tree.scores.__getitem__)
-            terminal = tree.terminals
-            if terminal[top]:
+            top = best(kids)
+            if top.terminal:
                 for node in kids:
-                    if terminal[node] or siblings == "all":
+                    if node.terminal or siblings == "all":
                         tree.take(node)
                 continue
-            tree.kept[top] = True
-            frontier.append(Expansion(tree, TreeNode(tree, top), beam_width))
+            top.kept = True
+            frontier.append(Expansion(tree, top, beam_width))
         if not frontier:
             return [t.result() for t in trees]
         # 3. Every live subtree of every root expands its node M ways (one call each to expand and score).
-        groups = [(e.tree, kids) for e, kids in zip(frontier, grow_ids(space, scorer, frontier), strict=True)]
+        groups = [(e.tree, kids) for e, kids in zip(frontier, grow(space, scorer, frontier), strict=True)]
     raise never_ends(max_steps)
 
 

@@ -98,7 +98,6 @@ from tts.search.tree.tree_search import (
     TreeNode,
     grow_level,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 from tts.verifiers.base import Verifier
@@ -374,13 +373,12 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
     reference = rounding == "ceil"
     if not (kv_weight >= 0 and coverage_weight >= 0):
         raise ValueError(f"kv_weight and coverage_weight must be >= 0, got {kv_weight} and {coverage_weight}")
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
             return [t.result() for t in trees]
-        live_by_tree = [tree.view(live) for tree, live in zip(trees, grow_level(space, scorer, trees, frontier),
-                                                               strict=True)]
+        live_by_tree = grow_level(space, scorer, trees, frontier)
         frontier = []
         # 1. Finished children are candidates; the rest compete for the width. Nodes without a
         #    valid score would get no width from REBASE while a sibling has one: never retained.

@@ -45,10 +45,10 @@ from tts.search.tree.tree_search import (
     SearchSpace,
     SearchTree,
     StateScorer,
+    TreeNode,
     keep_best,
     never_ends,
-    plant,
-    score_states,
+    score_nodes,
 )
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 from tts.types import RequestShape
@@ -64,15 +64,15 @@ class RolloutSpace(SearchSpace[S], Protocol[S]):
         ...
 
 
-def _expand(space: SearchSpace, batch: Sequence[Expansion]) -> list[range]:
-    """Expand every entry in one call and record the children, unscored (step 1); their ids."""
+def _expand(space: SearchSpace, batch: Sequence[Expansion]) -> list[list[TreeNode]]:
+    """Expand every entry in one call and record the children, unscored (step 1)."""
     children = space.expand([e.state for e in batch], [e.count for e in batch])
     if len(children) != len(batch):
         raise RuntimeError(f"{type(space).__name__}.expand returned {len(children)} child lists for "
                            f"{len(batch)} states; a space must return one list per state")
     out = []
     for e, kids in zip(batch, children, strict=True):
-        made = e.tree.add_children(None if e.node is None else e.node.id, kids, map(space.is_terminal, kids))
+        made = [e.tree.add(e.node, c, space.is_terminal(c)) for c in kids]
         if not made:
             e.tree.events["no_children"] += 1
         out.append(made)
@@ -85,17 +85,16 @@ def _usable(state: Any) -> bool:
     return not isinstance(step, str) or bool(step.strip())
 
 
-def rollout(space: RolloutSpace, entries: Sequence[tuple[SearchTree, int]], k: int) -> list[tuple[Any, int]]:
-    """Roll every unfinished node (a tree and a node id) out ``k`` steps greedily: one ``rollout_step``
-    call per level.
+def rollout(space: RolloutSpace, entries: Sequence[tuple[SearchTree, TreeNode]], k: int) -> list[tuple[Any, int]]:
+    """Roll every unfinished node out ``k`` steps greedily: one ``rollout_step`` call per level.
 
     Returns:
         For each entry, (the state to score, rollout steps taken): a finished node, or one with
         nothing to roll out, is its own end.
     """
-    ends: list[Any] = [tree.state(node) for tree, node in entries]
+    ends: list[Any] = [node.state for _, node in entries]
     taken = [0] * len(entries)
-    live = [i for i, (tree, node) in enumerate(entries) if not tree.terminals[node] and _usable(ends[i])]
+    live = [i for i, (_, node) in enumerate(entries) if not node.terminal and _usable(node.state)]
     for _ in range(k):
         if not live:
             break
@@ -145,7 +144,7 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
     if lookahead < 0:
         raise ValueError(f"lookahead must be >= 0, got {lookahead}")
     keep = n // beam_width
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
@@ -154,15 +153,15 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
             return [t.result() for t in trees]
         # 1. Candidate steps of every kept node of every root: one expand call.
         groups = list(zip(frontier, _expand(space, frontier), strict=True))
-        entries = [(e.tree, node) for e, kids in groups for node in kids]  # (tree, node id)
+        entries = [(e.tree, node) for e, kids in groups for node in kids]
         # 2. Greedy rollouts, one call per level (empty steps are not rolled out, nor scored: they
         #    keep PENALTY and rank last, as in beam search); 3. one score call for the rollout ends.
         ends = rollout(space, entries, lookahead)
-        scored = [(tree, node, end) for (tree, node), (end, _) in zip(entries, ends, strict=True)
-                  if tree.terminals[node] or _usable(tree.state(node))]
-        values = score_states(scorer, [end for _, _, end in scored], [tree for tree, _, _ in scored])
-        for (tree, node, _), value in zip(scored, values, strict=True):
-            tree.scores[node] = value
+        scored = [(tree, node, TreeNode(-1, None, 0, end, True))
+                  for (tree, node), (end, _) in zip(entries, ends, strict=True) if node.terminal or _usable(node.state)]
+        score_nodes(scorer, [(tree, proxy) for tree, _, proxy in scored])
+        for _, node, proxy in scored:
+            node.score = proxy.score
         # 4. Finished candidates are collected; the N/M best unfinished ones are kept.
         frontier = []
         if fill == "every_step":
@@ -172,9 +171,9 @@ def lookahead_search(space: RolloutSpace, scorer: StateScorer, n: int, beam_widt
         for tree in trees:
             mine = [node for t, node in entries if t is tree]
             for node in mine:
-                if tree.terminals[node]:
+                if node.terminal:
                     tree.take(node)
-            frontier += keep_best(tree, [m for m in mine if not tree.terminals[m]], n, keep, beam_width)
+            frontier += keep_best(tree, [m for m in mine if not m.terminal], n, keep, beam_width)
     raise never_ends(max_steps)
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -71,7 +71,6 @@ from tts.search.tree.tree_search import (
     TreeNode,
     grow,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import (
     ANSWER_TOKENS,
@@ -106,8 +105,8 @@ class _Stats:
 class _Tree:
     """One root's search: its :class:`SearchTree` plus the UCT statistics of every node."""
 
-    def __init__(self, tree: SearchTree) -> None:
-        self.tree = tree
+    def __init__(self, root: Any) -> None:
+        self.tree: SearchTree = SearchTree(root)
         self.stats: dict[int, _Stats] = {ROOT: _Stats()}
         self.done = False
 
@@ -115,7 +114,7 @@ class _Tree:
         """Key of the parent (None above the root)."""
         if key == ROOT:
             return None
-        parent = self.tree.parents[key]
+        parent = self.tree.nodes[key].parent
         return ROOT if parent is None else parent
 
     def record(self, parent: TreeNode | None, kids: Sequence[TreeNode]) -> None:
@@ -156,7 +155,7 @@ class _Tree:
             return s.total / visits + exploration * math.sqrt(math.log(parent_visits) / visits)
 
         def greedy(key: int, parent_visits: int) -> float:
-            return self.tree.scores[key]
+            return self.tree.nodes[key].score
 
         chosen: list[TreeNode] = []
         for i in range(count):
@@ -218,7 +217,7 @@ def mcts_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     if not (math.isfinite(exploration) and exploration >= 0):
         raise ValueError(f"exploration ({exploration}) must be a finite number >= 0 (0: no exploration bonus)")
     budget = math.inf if max_nodes is None else max_nodes
-    roots = [_Tree(tree) for tree in plant(space)]
+    roots = [_Tree(root) for root in space.initial_states()]
     of_tree = {id(r.tree): r for r in roots}
     # 1. Round 0: every root expanded n ways.
     frontier: list[Expansion] = [Expansion(r.tree, None, n) for r in roots]

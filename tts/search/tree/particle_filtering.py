@@ -89,7 +89,6 @@ from tts.search.tree.tree_search import (
     TreeNode,
     grow,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 from tts.types import Sample
@@ -307,7 +306,7 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
     def weigh(scores: Sequence[float]) -> list[float]:
         return particle_weights(scores, temperature, weighting)
 
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     rngs = list(rngs) if rngs is not None else [random.Random(i) for i in range(len(trees))]
     if len(rngs) != len(trees):
         raise ValueError(f"got {len(rngs)} random generators for {len(trees)} roots; give one per root")

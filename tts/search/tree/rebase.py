@@ -47,11 +47,10 @@ from tts.search.tree.tree_search import (
     Expansion,
     SearchResult,
     SearchSpace,
+    SearchTree,
     StateScorer,
-    TreeNode,
     grow_level,
     never_ends,
-    plant,
 )
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 
@@ -165,7 +164,7 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
         raise ValueError(f"n must be >= 1, got {n}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    trees = plant(space)
+    trees = [SearchTree(root) for root in space.initial_states()]
     frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
     for _ in range(max_steps):
         if not frontier:
@@ -174,10 +173,10 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
         frontier = []
         for tree, live in zip(trees, live_by_tree, strict=True):
             room = n - len(tree.leaves)
-            for node, width in zip(live, split([tree.scores[k] for k in live], room, temperature), strict=True):
+            for node, width in zip(live, split([k.score for k in live], room, temperature), strict=True):
                 if width > 0:
-                    tree.kept[node] = True
-                    frontier.append(Expansion(tree, TreeNode(tree, node), width))
+                    node.kept = True
+                    frontier.append(Expansion(tree, node, width))
     raise never_ends(max_steps)
 
 

@@ -23,7 +23,6 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
@@ -80,15 +79,6 @@ class StepState(NamedTuple):
     def text(self, separator: str) -> str:
         """The solution so far, steps joined by the separator."""
         return separator.join(self.steps)
-
-
-PACKED_FROM = 2
-"""A packed state (:meth:`StepwiseSpace.pack_state`) is a StepState's fields from this one on."""
-
-
-def packed_field(name: str) -> int:
-    """The index of StepState's field ``name`` in a packed state."""
-    return StepState._fields.index(name) - PACKED_FROM
 
 
 def ended(completion: Completion) -> bool:
@@ -261,18 +251,6 @@ class StepwiseSpace:
     def is_terminal(self, state: StepState) -> bool:
         """Finished solutions (answer stated or forced)."""
         return state.finished
-
-    # --- the CompactSpace protocol: how a search tree stores states ------------------------------
-
-    pack_state = staticmethod(itemgetter(slice(PACKED_FROM, None)))
-    """A state less its root and problem (the tree's root has them): a plain tuple of strings,
-    numbers and tuples of them, which the garbage collector untracks, where a named tuple is
-    always tracked (:class:`~tts.search.tree.tree_search.CompactSpace`)."""
-
-    @staticmethod
-    def unpack_state(root: StepState, packed: tuple) -> StepState:
-        """The state a tree of root ``root`` stored as ``packed``."""
-        return tuple.__new__(StepState, (root[0], root[1], *packed))
 
     def expand(self, states: Sequence[StepState], counts: Sequence[int]) -> list[list[StepState]]:
         """``counts[i]`` next steps of each state: one generator call, plus one to force answers."""
