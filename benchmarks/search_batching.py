@@ -45,12 +45,25 @@ Two batched rows, because the garbage collector's settings are the process's, no
 Where the ``batched`` row's overhead goes (measured on a loaded 2-core machine, Python 3.11): about
 31-34 ms of CPU per 64-problem search is our bookkeeping (3.5-4 us per node: building each
 child's state, tree node and verifier item, its score, the requests, the candidates' samples and
-``Trace.tree``), and most of the rest is one full (generation 2) collection of 20-25 ms. A search
-keeps two tracked objects alive per node (its ``TreeNode`` and its ``StepState``: a named tuple,
-which the collector never untracks, unlike a plain tuple), so with Python's default thresholds
-every tenth young-generation collection finds enough new long-lived objects for a full one: about
-one per search here, in a process of some 65,000 objects; it lands in our code in a third to half of the
-runs. ``tune_gc`` removes it (the ``batched+cli`` row).
+``Trace.tree``), and most of the rest is one full (generation 2) collection of 20-40 ms: 10 in 12
+searches (beam and DVTS alike), in a process of some 65,000 objects; it lands in our code in a
+third to half of the runs. ``tune_gc`` removes it (the ``batched+cli`` row).
+
+What makes that full collection is the search's allocation, not the nodes it keeps. A search
+allocates about 8 tracked (container) objects per generated child: the engine's completion and
+usage, the verifier's score and usage, and ours (the child's state, its steps and logprob tuples,
+its tree node, its verifier item). That is some 95 young and 9.5 middle collections per search, so
+a full one is due about once per search; it runs when more than a quarter of the old generation
+(about 16,000 objects here) was promoted since the last. The objects alive during each step's
+middle collections (children, verifier items, completions: about 33,000 per search, counted as
+they are promoted) pass that on their own. Storing the tree as columns, with the step-wise states
+packed into plain tuples the collector untracks, removed the 16,000 per-node objects a search
+keeps (a ``TreeNode`` and a ``StepState``, a named tuple the collector never untracks) and
+changed neither: still 10 full collections in 12 searches, 9.4 middle collections per search,
+and no less CPU (tried and reverted; ``tests/search/tree/test_tree_storage.py`` pins the outputs
+such a change must keep). Without ``tune_gc``, only allocating far fewer tracked objects per
+child than the engine and verifier interfaces imply (a completion and a ``VerifyItem`` each)
+would remove it.
 
 The fake engine's own work also makes each engine call longer than the simulated latency, which
 flatters the share of wall time; the last lines show the stricter share, with each engine call
