@@ -1,7 +1,9 @@
-"""Pins every step-wise search's output to fingerprints taken before the trees stored their nodes
-as columns (:class:`tts.search.tree.tree_search.SearchTree`): the same requests (seeds and
-continuations) reach the backend, and the same solutions (answers, samples, scores, ``Trace.tree``,
-events, usage) come back, for every tree search over the step-wise space.
+"""Pins every step-wise search's output to fingerprints (taken at eef79da, before a trial of
+column storage for the trees, which was reverted): the same requests (seeds and continuations)
+reach the backend, and the same solutions (answers, samples, scores, ``Trace.tree``, events,
+usage) come back, for every tree search over the step-wise space. A change to the trees' storage
+or bookkeeping must keep them; a change that means to alter a search's output updates them and
+says why.
 
 The model adds numbers step by step and slips, writes empty steps and ends its message at times
 (the ``step_model`` fixture, tests/search/conftest.py), so forced answers and unscored empty steps
