@@ -16,9 +16,12 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
    ``cal-more``: ``--more-problems`` further calibration chains (seed 2), the five configs in one
    draw, merged with ``cal`` into ``cal_all`` and with ``cal_escalate``'s checked options into
    ``cal_all_escalate`` (the search left out: it ran on ``cal``'s problems only).
+   ``cal-wide``: checked best-of-N and weighted vote at ``--wide-n`` (64) on the ``cal`` chains,
+   further options for ``--step auto --escalate-more cal_escalate_n64``.
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
    uncached prompt) that ``--budget-from`` spent there, with ``--escalate``; ``--cal cal_all``
-   calibrates on the merged set.
+   calibrates on the merged set; ``--prompt-length`` adds the log prompt length to auto's
+   difficulty features (a chain's prompt grows with k).
 5. ``report``: ``tts plot --by k`` over every test run (figures and the per-k table), then auto
    against every single strategy at auto's tokens (paired bootstrap over problems) and auto's
    choices per k and per difficulty bin.
@@ -74,7 +77,8 @@ def _search(name: str, n: int, noise: float, verifier: str = "arithmetic") -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--step", choices=("sample", "search", "cal", "cal-more", "auto", "report"), required=True)
+    parser.add_argument("--step", choices=("sample", "search", "cal", "cal-more", "cal-wide", "auto", "report"),
+                        required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
     parser.add_argument("--problems", type=int, default=200, help="test problems (seed 0), cycling the levels")
@@ -94,6 +98,11 @@ def main() -> None:
     parser.add_argument("--cal", default="cal", help="--step auto: calibrate on OUT/CAL and escalate to OUT/CAL_escalate")
     parser.add_argument("--budget-from", default="self_consistency@16")
     parser.add_argument("--switch-z", type=float, default=None)
+    parser.add_argument("--wide-n", type=int, default=64, help="--step cal-wide: n of the checked options")
+    parser.add_argument("--prompt-length", action="store_true",
+                        help="--step auto: the log prompt length joins auto's difficulty features")
+    parser.add_argument("--escalate-more", nargs="*", default=[],
+                        help="--step auto: further escalation runs in OUT (e.g. cal_escalate_n64)")
     args = parser.parse_args()
     out = args.out
     if args.step == "sample":
@@ -119,6 +128,10 @@ def main() -> None:
         verified = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / "cal_escalate", [_search(args.escalate_search, n, 0.0, args.verifier) for n in args.search_n]
               + verified, seed=1, limit=args.cal_problems)
+    elif args.step == "cal-wide":
+        checked = [{"kind": k, "n": args.wide_n, "verifier": _verifier(args.verifier, 0.0)}
+                   for k in ("best_of_n", "weighted_vote")]
+        _eval(args, out / f"cal_escalate_n{args.wide_n}", checked, seed=1, limit=args.cal_problems)
     elif args.step == "cal-more":
         checked = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / "cal2", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")]
@@ -135,11 +148,14 @@ def main() -> None:
         budget = sum(_tokens(r) for r in rows)
         print(f"budget = tokens of {args.budget_from} on the {len(rows)} test problems: {budget:.0f}")
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
-            "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}")
-        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal),
-                 "--escalate", str(out / f"{args.cal}_escalate")]
+            "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}") + (
+            "_plen" if args.prompt_length else "") + "".join(f"_plus_{m}" for m in args.escalate_more)
+        escalate = ";".join(str(out / e) for e in (f"{args.cal}_escalate", *args.escalate_more))
+        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal), "--escalate", escalate]
         if args.switch_z is not None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
+        if args.prompt_length:
+            extra += ["--set", "prompt_length=true"]
         run = out / name
         run.mkdir(parents=True, exist_ok=True)
         config = run.with_suffix(".yaml")

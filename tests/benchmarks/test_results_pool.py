@@ -54,6 +54,8 @@ def test_each_sample_appears_once_with_its_grade_and_length(run_dir):
         assert [r["score"] for r in mine] == [s["mean_logprob"] for s in samples]
         assert any(r["correct"] for r in mine) == res["coverage"]
         assert {r["gold_answer"] for r in mine} == {res["gold"]}
+        assert {r["prompt_tokens"] for r in mine} == {res["usage"]["shapes"][0]["prompt_tokens"]}  # one prompt
+        assert mine[0]["prompt_tokens"] > 0
     assert all(r["score"] is None for r in pool_rows_from_results(results, score="none"))
 
 
@@ -64,6 +66,7 @@ def test_loaded_pool_matches_the_run_and_replays(run_dir):
     assert pool.path.endswith("results.jsonl") and len(pool) == N_PROBLEMS * 16
     mp = pool[pool.models[0]]
     assert mp.answers.shape == (N_PROBLEMS, 16) and mp.mask.all() and mp.has_tokens and mp.has_scores
+    assert all(m["prompt_tokens"] > 0 for m in mp.metadata)  # auto's prompt_length feature reads it
     sc1 = {r["problem_id"]: r["correct"] for r in read_results(run_dir) if r["config"] == "self_consistency@1"}
     # Sample 0 alone is the n = 1 vote: the pool's grade of it is the run's grade of sc@1.
     assert [bool(mp.correct[i, 0]) for i in range(N_PROBLEMS)] == [sc1[p] for p in mp.problem_ids]

@@ -64,3 +64,18 @@ def test_learned_difficulty_input_errors():
         LearnedDifficulty().fit(np.zeros((3, 1)), np.array([0, 2, 1]))
     with pytest.raises(RuntimeError, match="fit"):
         LearnedDifficulty().predict(np.zeros((1, 1)))
+
+
+def test_a_column_constant_in_calibration_does_not_swamp_the_prediction() -> None:
+    """A feature equal on every calibration problem (rounding leaves its sd at ~1e-14, not 0) says
+    nothing; a run-time value off that constant must not decide the prediction."""
+    rng = np.random.default_rng(0)
+    agreement = rng.random(3000)
+    x = np.column_stack([agreement, np.full(3000, np.log1p(50.0))])  # its sd comes out 4e-16
+    assert 0 < x[:, 1].std() < 1e-12
+    y = (rng.random(3000) < agreement).astype(float)
+    est = LearnedDifficulty().fit(x, y)
+    at_constant = est.predict(np.array([[0.9, np.log1p(50.0)], [0.2, np.log1p(50.0)]]))
+    off_constant = est.predict(np.array([[0.9, np.log1p(60.0)], [0.2, np.log1p(60.0)]]))
+    assert np.allclose(at_constant, off_constant, atol=1e-6)
+    assert at_constant[0] > at_constant[1]

@@ -6,11 +6,14 @@ runner draws max(n) samples once and each config takes the first n), so the row 
 samples holds all of them and the others hold prefixes of it. :func:`pool_rows_from_results` keeps
 that row per (model, problem) and emits one pool row per sample::
 
-    {"problem_id", "model", "sample_idx", "answer", "correct", "num_tokens", "score", "gold_answer"}
+    {"problem_id", "model", "sample_idx", "answer", "correct", "num_tokens", "score", "gold_answer",
+     "prompt_tokens"}
 
 ``sample_idx`` is the sample's position in generation order, ``correct`` comes from the sample's
 graded ``outcome`` (``"no_answer"`` counts as wrong), ``num_tokens`` from its
-``completion_tokens`` and ``score`` from its ``mean_logprob`` (or null). The result is an ordinary
+``completion_tokens``, ``score`` from its ``mean_logprob`` (or null), and ``prompt_tokens`` from
+the row's first request (the problem's prompt as the engine counted it, or null; ``auto`` can read
+it as a difficulty feature, ``prompt_length``). The result is an ordinary
 pool (:mod:`tts.benchmarks.pool`), so a past run can calibrate the offline allocator
 (:mod:`tts.budgets.offline_plan`) or be replayed by ``tts budget simulate``.
 
@@ -53,6 +56,13 @@ def _iid_samples(row: dict[str, Any]) -> bool:
         return STRATEGIES.load(str(kind)).pool_rule is not None
     except UnknownNameError:
         return False
+
+
+def _prompt_tokens(row: dict[str, Any]) -> int | None:
+    """The prompt tokens of the row's first request (one prompt, whatever the row's n), or None."""
+    shapes = (row.get("usage") or {}).get("shapes") or []
+    value = shapes[0].get("prompt_tokens") if shapes and isinstance(shapes[0], dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _samples(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,6 +115,7 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
     # 2. One pool row per sample of the kept rows.
     out: list[dict[str, Any]] = []
     for (model, pid), row in best.items():
+        prompt = _prompt_tokens(row)
         for idx, s in enumerate(_samples(row)):
             tokens = s.get("completion_tokens")
             logprob = s.get("mean_logprob") if score == "mean_logprob" else None
@@ -117,6 +128,7 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
                 "num_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
                 "score": float(logprob) if isinstance(logprob, (int, float)) else None,
                 "gold_answer": row.get("gold"),
+                "prompt_tokens": prompt,
             })
     if not out:
         raise PoolError("none of the result rows has trace samples; a pool needs a run of a sampling "

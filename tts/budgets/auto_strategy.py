@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from tts.backends.base import count_prompt_tokens
 from tts.budgets.allocator import BudgetTooSmallError
@@ -91,6 +91,11 @@ class AutoConfig(StrategyConfigBase):
     """Difficulty: logistic model on pilot features fitted on the calibration problems, or pilot agreement."""
     n_bins: int = Field(5, ge=1)
     """Quantile difficulty bins."""
+    prompt_length: bool = False
+    """Add each problem's log prompt length (tokens) to the learned difficulty's pilot features: for
+    problems whose question's length tracks their difficulty (``chains``: its number of operations),
+    which the pilot's answers alone may not show. The calibration source must record prompt lengths
+    (a ``tts eval`` run does; pool files need a per-problem ``prompt_tokens`` field)."""
     escalate: tuple[str, ...] = ()
     """Past ``tts eval`` runs of search or verification strategies (rebase, beam, lookahead, ...) on
     the calibration problems: each config in them becomes an option a problem can be escalated to
@@ -126,6 +131,13 @@ class AutoConfig(StrategyConfigBase):
             except ValueError:
                 return efficiency_from_report(value)
         return value
+
+    @model_validator(mode="after")
+    def _prompt_length_needs_learned(self) -> AutoConfig:
+        if self.prompt_length and self.difficulty != "learned":
+            raise ValueError("prompt_length adds a feature to the learned difficulty; set difficulty=learned "
+                             "or leave prompt_length off")
+        return self
 
 
 class AutoStrategy(Strategy):
@@ -172,7 +184,7 @@ class AutoStrategy(Strategy):
                 orders = random_orders(pool.mask, 8, np.random.default_rng(self.seed))
                 self._calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
                                               difficulty=cfg.difficulty, n_bins=cfg.n_bins,
-                                              switch_z=cfg.switch_z)
+                                              switch_z=cfg.switch_z, prompt_length=cfg.prompt_length)
                 try:
                     self._pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
                                                cfg.efficiency)
@@ -297,11 +309,12 @@ class AutoStrategy(Strategy):
         k = self.config.pilot
         keys = [answer_keys([s.answer for s in ss]) for ss in samples]
         toks = [[s.completion_tokens for s in ss] for ss in samples]
-        feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float))
         lengths = [float(np.mean(t)) if t else length for t in toks]
         # The extra request finds in the prefix cache what the engine cached for the pilot (vLLM caches
         # whole blocks, so a problem's own tail of the prompt is usually paid again).
         prompts = [max(pt, r.usage.prompt_tokens) for pt, r in zip(prompts, pilots, strict=True)]
+        feats = pilot_feature_rows(_answer_ids(keys, k), np.asarray(toks, dtype=float),
+                                   prompts if cal.prompt_length else None)
         cached = [r.usage.cached_prompt_tokens for r in pilots]
         return choose([p.id for p in problems], feats, prompts, lengths, cal, pricer, budget, cached,
                       self._escalations)

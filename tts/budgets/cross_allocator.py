@@ -189,10 +189,12 @@ def ladder(k: int, n_max: int, steps: Sequence[int] = DEFAULT_LADDER) -> list[in
     return sorted({n for n in steps if k < n <= n_max} | {k, n_max})
 
 
-def pilot_feature_rows(answers: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+def pilot_feature_rows(answers: np.ndarray, tokens: np.ndarray,
+                       prompt_lengths: Sequence[float] | np.ndarray | None = None) -> np.ndarray:
     """Run-time difficulty features of ``(P, k)`` answer ids and token counts (no scores, so a live
-    pilot without logprobs and a calibration run with them give the same columns)."""
-    return dif.pilot_features(np.asarray(answers), np.asarray(tokens, dtype=float))
+    pilot without logprobs and a calibration run with them give the same columns), and with
+    ``prompt_lengths`` (one per problem, in tokens) the log prompt length as a last column."""
+    return dif.pilot_features(np.asarray(answers), np.asarray(tokens, dtype=float), prompt_lengths=prompt_lengths)
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,6 +213,8 @@ class Calibration:
     """The rule the noise guard compares others with (None: no guard)."""
     switches: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     """Per (rule, bin), the ns where the guard lets a rule other than the reference be chosen."""
+    prompt_length: bool = False
+    """Whether the features end with the log prompt length (``pilot_feature_rows(..., prompt_lengths)``)."""
 
     def scores(self, features: np.ndarray) -> np.ndarray:
         """Difficulty score per row of features (higher = easier)."""
@@ -244,7 +248,8 @@ class Calibration:
 
 def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[int], *, orders: np.ndarray,
               outcomes: Mapping[str, np.ndarray] | None = None, problems: np.ndarray | None = None,
-              difficulty: Difficulty = "learned", n_bins: int = 5, switch_z: float = SWITCH_Z) -> Calibration:
+              difficulty: Difficulty = "learned", n_bins: int = 5, switch_z: float = SWITCH_Z,
+              prompt_length: bool = False) -> Calibration:
     """Fit difficulty, bins and per-(rule, bin) curves on ``problems`` of ``pool`` (default all).
 
     Args:
@@ -260,17 +265,29 @@ def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[in
         switch_z: Noise guard: a rule other than the best pooled one is chosen in a bin only where its
             gain there exceeds this many standard errors
             (:func:`~tts.budgets.strategy_curves.guard_rule_switches`); 0 trusts every curve.
+        prompt_length: Add each problem's log prompt length to the learned difficulty's features
+            (the pool must record it: :func:`~tts.budgets.difficulty.pool_prompt_lengths`).
+
+    Raises:
+        CalibrationError: No problems, or ``prompt_length`` with pilot difficulty or with a pool
+            that lacks prompt lengths.
     """
     idx = np.arange(pool.n_problems) if problems is None else np.asarray(problems)
     if len(idx) == 0:
         raise CalibrationError("the calibration source has no problems")
+    if prompt_length and difficulty != "learned":
+        raise CalibrationError("the prompt length is a feature of the learned difficulty; use difficulty=learned")
+    try:
+        prompts = dif.pool_prompt_lengths(pool, idx) if prompt_length else None
+    except ValueError as exc:
+        raise CalibrationError(str(exc)) from None
     n_top = max(ns)
     if outcomes is None:
         outcomes = rule_outcomes(pool, orders, rules, n_top)
     r_n = orders.shape[0]
     p_idx = idx[:, None]
     feats = np.concatenate([pilot_feature_rows(pool.answers[p_idx, o[idx, :pilot]],
-                                               np.nan_to_num(pool.tokens[p_idx, o[idx, :pilot]]))
+                                               np.nan_to_num(pool.tokens[p_idx, o[idx, :pilot]]), prompts)
                             for o in orders])
     est = None
     if difficulty == "learned":
@@ -287,7 +304,7 @@ def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[in
         curves, ref, switches = guard_rule_switches(curves, table, bins, np.tile(idx, r_n), ns, switch_z)
     mean_tok = float(np.nanmean(np.where(pool.mask[idx], pool.tokens[idx], np.nan))) if pool.has_tokens else float("nan")
     return Calibration(tuple(rules), pilot, tuple(int(n) for n in ns), difficulty, edges, curves, est, mean_tok,
-                       ref, switches)
+                       ref, switches, prompt_length)
 
 
 # --- planning -------------------------------------------------------------------------------------------

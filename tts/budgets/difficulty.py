@@ -130,6 +130,25 @@ def pilot_features(
     return np.column_stack(cols)
 
 
+def pool_prompt_lengths(pool: object, problems: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """Each problem's prompt tokens as its calibration source recorded them (a pool's per-problem
+    ``prompt_tokens`` field: a ``tts eval`` run's pools carry it), for the ``prompt length``
+    feature of :func:`pilot_features`.
+
+    Raises:
+        ValueError: A problem of the source has no prompt length; the message says what gives one.
+    """
+    meta = getattr(pool, "metadata", ()) or ()
+    idx = range(len(meta)) if problems is None else np.asarray(problems).tolist()
+    values = [meta[i].get("prompt_tokens") if i < len(meta) else None for i in idx]
+    missing = sum(not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0 for v in values)
+    if missing or not values:
+        raise ValueError(f"{missing or 'all'} calibration problems have no prompt length (a pool row's "
+                         "prompt_tokens); calibrate on a tts eval run, which records it, or leave the prompt "
+                         "length out of the difficulty features")
+    return np.asarray(values, dtype=float)
+
+
 class LearnedDifficulty:
     """Logistic regression from run-time features to P(one sample is correct).
 
@@ -165,7 +184,11 @@ class LearnedDifficulty:
         w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=float)
         w = w / w.sum()
         self._mu = x.mean(axis=0)
-        self._sd = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+        sd = x.std(axis=0)
+        # A column constant on the calibration problems (rounding leaves an sd of ~1e-14, not 0) says
+        # nothing: scaled by its rounding error, a run-time value off that constant would swamp
+        # every other feature, so it keeps the scale 1 (its weight is then fitted to 0).
+        self._sd = np.where(sd > 1e-9 * np.maximum(1.0, np.abs(self._mu)), sd, 1.0)
         z = (x - self._mu) / self._sd
         d = z.shape[1]
 
