@@ -150,8 +150,9 @@ def main() -> None:
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
             "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}") + (
             "_plen" if args.prompt_length else "") + "".join(f"_plus_{m}" for m in args.escalate_more)
-        escalate = ";".join(str(out / e) for e in (f"{args.cal}_escalate", *args.escalate_more))
-        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal), "--escalate", escalate]
+        extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal)]
+        for e in (f"{args.cal}_escalate", *args.escalate_more):
+            extra += ["--escalate", str(out / e)]
         if args.switch_z is not None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
         if args.prompt_length:

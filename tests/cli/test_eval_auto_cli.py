@@ -61,6 +61,11 @@ def test_auto_escalate_takes_a_search_run_and_refuses_a_run_without_one(tmp_path
     r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "20000", "--calibration", str(cal),
               "--escalate", str(cal), "--out", str(tmp_path / "bad"))
     assert r.exit_code == 2 and "no graded search" in r.output, r.output
+    glued = f"{search};{cal}"  # two runs in one option: refused before any engine starts, saying what to pass
+    r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "20000", "--calibration", str(cal),
+              "--escalate", glued, "--out", str(tmp_path / "b3"))
+    assert r.exit_code == 2 and "one --escalate per run directory" in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "b3").exists()
     r = _eval(*base, "--limit", "4", "-s", "self_consistency", "--escalate", str(search), "--out", str(tmp_path / "b2"))
     assert r.exit_code == 2 and "--escalate only applies with --strategy auto" in r.output, r.output
 
