@@ -164,7 +164,13 @@ def main() -> None:
                                       "sampling": {"max_tokens": args.max_tokens, "temperature": 0.7}}))
         _tts("eval", "--config", str(config), "-s", "auto", "--out", str(run), *extra)
     else:
-        tests = sorted(p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto")))
+        runs = sorted(p for p in out.iterdir() if (p / "results.jsonl").is_file() and not p.name.startswith(("cal", "auto")))
+        # Runs on a subset of the test problems (--problems 100) get figures of their own: a line that
+        # joined them to runs on all the problems would mix two problem sets.
+        tests = [p for p in runs if _limit(p) == args.problems]
+        for sub in (p for p in runs if _limit(p) != args.problems):
+            _tts("plot", str(sub), "--by", "k", "--out", str(out / "plots" / sub.name), "--title",
+                 f"chains, SmolLM2-135M: {sub.name}, {_limit(sub) // len(args.levels)} problems per k")
         per_k = args.problems // len(args.levels)
         _tts("plot", *map(str, tests), "--by", "k", "--out", str(out / "plots" / "all"), "--title",
              f"chains (SmolLM2-135M, vLLM-CPU): accuracy by chain length k, {per_k} problems per k")
@@ -177,6 +183,12 @@ def main() -> None:
         for auto in sorted(p for p in out.glob("auto*") if (p / "results.jsonl").is_file()):
             print(f"\n== {auto.name}")
             report_auto(tests, auto)
+
+
+def _limit(run: Path) -> int | None:
+    """The number of test problems a study run was configured with (its config file's data.limit)."""
+    config = run.with_suffix(".yaml")
+    return json.loads(config.read_text())["data"]["limit"] if config.is_file() else None
 
 
 def _merge_runs(dest: Path, sources: list[tuple[Path, set[str] | None]], keep=None) -> None:
