@@ -93,3 +93,19 @@ def test_a_level_where_every_config_scores_zero_or_one_still_plots(tmp_path):
                          20.0 * (i + 1)) for i, c in enumerate((0, 11))]
     png, svg = plot_levels(points, "k", tmp_path, "edge")
     assert png.stat().st_size > 1000 and svg.is_file()
+
+
+def test_a_run_of_one_sample_count_is_drawn_around_its_point(tmp_path, monkeypatch):
+    """One n per line (every point at one cost): the log axis spans its neighbourhood, not a decade."""
+    from matplotlib.figure import Figure
+
+    from tts.eval.breakdown import LevelPoint, plot_levels
+
+    limits = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: (limits.append(fig.axes[0].get_xlim()),
+                                                                  save(fig, *a, **kw)))
+    points = [LevelPoint("a", "a@64", 64.0, "1", 25, 20, 0.8, 0.6, 0.9, 1532.0, 1658.0)]
+    plot_levels(points, "k", tmp_path, "one n")
+    low, high = limits[0]
+    assert 1532.0 / 2 < low < 1532.0 < high < 1532.0 * 2

@@ -122,11 +122,13 @@ def plot_levels(points: Sequence[LevelPoint], by: str, out: Path, title: str, ax
     colours = plt.get_cmap("tab10" if len(lines) <= 10 else "tab20")
     markers = "osD^vP*Xh<>"
     for ax, level in zip(axes.flat, levels, strict=False):
+        panel_x: list[float] = []
         for i, line in enumerate(lines):
             mine = sorted((p for p in points if p.level == level and p.line == line), key=lambda p: p.n)
             if not mine:
                 continue
             xs, ys = [getattr(p, axis) for p in mine], [p.accuracy for p in mine]
+            panel_x += [float(x) for x in xs if x and x > 0]
             # Clamped at 0: a Wilson bound can sit a rounding error on the wrong side of an accuracy of 0 or 1.
             err = [[max(0.0, p.accuracy - p.low) for p in mine], [max(0.0, p.high - p.accuracy) for p in mine]]
             ax.errorbar(xs, ys, yerr=err, marker=markers[i % len(markers)], ms=5, lw=1.4, capsize=2,
@@ -134,6 +136,8 @@ def plot_levels(points: Sequence[LevelPoint], by: str, out: Path, title: str, ax
         problems = max((p.problems for p in points if p.level == level), default=0)
         ax.set_title(f"{by} = {level}  ({problems} problems)", fontsize=10)
         ax.set_xscale("log")
+        if panel_x and max(panel_x) < 1.2 * min(panel_x):  # one sample count: matplotlib would span a decade
+            ax.set_xlim(min(panel_x) / 1.5, max(panel_x) * 1.5)
         ax.xaxis.set_major_formatter(compact)
         ax.xaxis.set_minor_formatter(compact)
         ax.tick_params(axis="x", which="both", labelsize=7)
