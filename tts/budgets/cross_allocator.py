@@ -285,10 +285,7 @@ def calibrate(pool: ModelPool, rules: Sequence[str], pilot: int, ns: Sequence[in
     if outcomes is None:
         outcomes = rule_outcomes(pool, orders, rules, n_top)
     r_n = orders.shape[0]
-    p_idx = idx[:, None]
-    feats = np.concatenate([pilot_feature_rows(pool.answers[p_idx, o[idx, :pilot]],
-                                               np.nan_to_num(pool.tokens[p_idx, o[idx, :pilot]]), prompts)
-                            for o in orders])
+    feats = np.concatenate([dif.pool_pilot_features(pool, idx, o, pilot, prompts) for o in orders])
     est = None
     if difficulty == "learned":
         est = dif.LearnedDifficulty(l2=1.0).fit(feats, np.tile(pool.pass_rate()[idx], r_n))

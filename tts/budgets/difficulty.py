@@ -149,6 +149,19 @@ def pool_prompt_lengths(pool: object, problems: Sequence[int] | np.ndarray | Non
     return np.asarray(values, dtype=float)
 
 
+def pool_pilot_features(pool: object, problems: np.ndarray, order: np.ndarray, k: int,
+                        prompt_lengths: np.ndarray | None = None) -> np.ndarray:
+    """:func:`pilot_features` (no scores) of ``problems`` (pool indices) from the first ``k`` samples
+    of one ``(P, S)`` random ``order`` of a pool, plus ``prompt_lengths`` (of those problems,
+    :func:`pool_prompt_lengths`) when given: the columns a calibration fits on and an escalation
+    bins by."""
+    idx = np.asarray(problems)
+    cols = order[idx, :k]
+    return pilot_features(pool.answers[idx[:, None], cols],  # type: ignore[attr-defined]
+                          np.nan_to_num(pool.tokens[idx[:, None], cols]).astype(float),  # type: ignore[attr-defined]
+                          prompt_lengths=prompt_lengths)
+
+
 class LearnedDifficulty:
     """Logistic regression from run-time features to P(one sample is correct).
 

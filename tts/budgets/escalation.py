@@ -35,7 +35,7 @@ import numpy as np
 from tts.benchmarks.pool import ModelPool, PoolError
 from tts.benchmarks.results_pool import read_results
 from tts.budgets.allocator import CalibrationError
-from tts.budgets.difficulty import pilot_features, pool_prompt_lengths
+from tts.budgets.difficulty import pool_pilot_features, pool_prompt_lengths
 from tts.cost.ledger import usage_from_json
 from tts.budgets.strategy_curves import SWITCH_Z, rule_outcomes
 
@@ -159,11 +159,8 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
     if reuses_pilot(run.strategy, k):  # the pilot's k of its n samples are already paid
         cost = cost * (int(run.strategy["n"]) - k) / int(run.strategy["n"])
     p_idx = idx[:, None]
-    prompts = pool_prompt_lengths(pool, idx) if getattr(calibration, "prompt_length", False) else None
-    bins = np.stack([calibration.bins(pilot_features(pool.answers[p_idx, o[idx, :k]],
-                                                     np.nan_to_num(pool.tokens[p_idx, o[idx, :k]]).astype(float),
-                                                     prompt_lengths=prompts))
-                     for o in orders])  # (R, P_shared)
+    prompts = pool_prompt_lengths(pool, idx) if calibration.prompt_length else None
+    bins = np.stack([calibration.bins(pool_pilot_features(pool, idx, o, k, prompts)) for o in orders])  # (R, P_shared)
     lengths = np.stack([np.nan_to_num(pool.tokens[p_idx, o[idx, :k]]).mean(axis=1) for o in orders])
     ref = calibration.reference or calibration.rules[0]
     ref_out = rule_outcomes(pool, orders, (ref,), max(calibration.ns))[ref][:, idx]  # (R, P_shared, n_max)
