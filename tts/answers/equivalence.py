@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from tts.answers.exact import NotPlainArithmetic, exact_value
@@ -95,8 +96,12 @@ def _arithmetic_value(key: str) -> str | None:
     return str(result.numerator) if result.denominator == 1 else None
 
 
+@lru_cache(maxsize=1 << 16)
 def vote_form(answer: str) -> str:
     """The normalised answer a vote counts: :func:`normalize_answer`, then the value it states.
+
+    Cached (a pure function of the string): a vote reads every sample's answer, and the samples of
+    one problem (and the problems of a search) repeat a few answers many times.
 
     Markdown bold is markup (``**31**`` and ``31**`` are 31), a computation on numbers states its
     value (``17+25=42`` and ``40+2`` are 42), so they vote under the plain number's key.

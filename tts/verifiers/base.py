@@ -47,6 +47,34 @@ class VerifyItem:
     token_top_logprobs: tuple[tuple[float, ...], ...] | None = None
 
 
+class ItemView(Protocol):
+    """What a verifier may read of an item: the five attributes of :class:`VerifyItem`.
+
+    :class:`VerifyItem` is the item everyone builds. The step-wise search passes its own states
+    (:class:`~tts.search.tree.stepwise.StepState`) instead, which have the same attributes with
+    the same meaning: a search step scores thousands of children, and building a VerifyItem for
+    each was a tenth of the search's own CPU time and an eighth of the objects it allocates per
+    child (which is what makes the garbage collector walk the whole heap). So a verifier reads
+    items only through these attributes: no ``isinstance``, ``dataclasses.replace`` or hashing of
+    the item itself.
+    """
+
+    @property
+    def problem(self) -> Problem: ...
+
+    @property
+    def steps(self) -> tuple[str, ...]: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    @property
+    def logprobs(self) -> tuple[float | None, ...]: ...
+
+    @property
+    def token_top_logprobs(self) -> tuple[tuple[float, ...], ...] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class VerifierScore:
     """What a verifier says of one item.
@@ -70,8 +98,9 @@ class Verifier(Protocol):
 
     name: str
 
-    def score(self, items: Sequence[VerifyItem]) -> list[VerifierScore]:
-        """Score all items at once (one model call where the verifier has a model)."""
+    def score(self, items: Sequence[ItemView]) -> list[VerifierScore]:
+        """Score all items at once (one model call where the verifier has a model); read each
+        item only through the attributes of :class:`ItemView` (a VerifyItem, or a search's state)."""
         ...
 
     def close(self) -> None:

@@ -103,7 +103,7 @@ def test_expand_continues_every_state_in_one_call_to_the_next_step_boundary(step
     assert len(set(seeds)) == len(seeds)  # no two expansions resend a seed
 
 
-def test_step_requests_and_verifier_items_equal_what_their_constructors_build(step_model, addition_problems):
+def test_step_requests_and_verifier_items_carry_what_their_constructors_build(step_model, addition_problems):
     # The space builds requests and verifier items without their frozen constructors (a search
     # makes thousands per step); a backend and a verifier must see the same values all the same.
     model = step_model(slip=0.0)
@@ -124,7 +124,13 @@ def test_step_requests_and_verifier_items_equal_what_their_constructors_build(st
     scorer = StepScorer(type("V", (), {"score": lambda self, items: seen.extend(items) or
                                         [VerifierScore((), 1.0, Usage())] * len(items)})(), 2)
     scorer.score(kids[0])
-    assert seen == [VerifyItem(k.problem, k.steps, k.finished, k.logprobs) for k in kids[0]]
+    # The verifier is handed the states themselves (no VerifyItem per child); read through the
+    # attributes a verifier may read (ItemView), each is the VerifyItem the constructor would build.
+    assert seen == list(kids[0])
+    view = ("problem", "steps", "finished", "logprobs", "token_top_logprobs")
+    assert view == tuple(f.name for f in dataclasses.fields(VerifyItem))
+    built = [VerifyItem(k.problem, k.steps, k.finished, k.logprobs) for k in kids[0]]
+    assert [tuple(getattr(i, a) for a in view) for i in seen] == [tuple(getattr(i, a) for a in view) for i in built]
     assert all(item.token_top_logprobs is None for item in seen)
 
 

@@ -233,10 +233,12 @@ def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence
         if result is None:
             node.score = PENALTY
             continue
-        invalid = getattr(result, "invalid", 0)
+        if result.__class__ is VerifierScore:  # the common case: its slots, read directly
+            invalid, value = result.invalid, result.score
+        else:  # any object with these attributes
+            invalid, value = getattr(result, "invalid", 0), getattr(result, "score", None)
         if invalid and isinstance(invalid, int) and invalid > 0:
             tree.events["invalid_score"] += invalid  # step scores the verifier itself replaced
-        value = getattr(result, "score", None)
         if value.__class__ is not float:  # the common case, a float, needs no conversion
             try:
                 value = float(value)

@@ -190,7 +190,7 @@ class TreeSearchStrategy(VerifierStrategy):
     def _sample(self, state: StepState) -> Sample:
         logprobs = state.logprobs  # the mean of the steps' means, where every step has one
         return Sample(
-            state.text(self.config.step_separator),  # text
+            self.config.step_separator.join(state.steps),  # text (StepState.text, inlined)
             state.answer,  # answer
             state.tokens,  # completion_tokens
             sum(logprobs) / len(logprobs) if logprobs and None not in logprobs else None,  # mean_logprob
