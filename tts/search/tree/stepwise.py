@@ -27,7 +27,7 @@ from itertools import chain
 from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
-from tts.backends.base import Completion, GenerationRequest, Generator, derive_seed
+from tts.backends.base import Completion, GenerationRequest, GenerationResult, Generator, derive_seed
 from tts.config import SamplingConfig
 from tts.search.base import STEP_SEPARATOR, ExtractFn, PromptFn
 from tts.types import Problem, Usage
@@ -261,11 +261,8 @@ class StepwiseSpace:
         requests = self._step_requests(states, counts, temperature)
         results = self._generate(requests)
         parts, self._usage = self._usage_parts, None
-        children: list[list[StepState]] = []
         pending: list[tuple[int, int]] = []  # (state, child) of the children that must stop without an answer
-        for i, (state, result) in enumerate(zip(states, results, strict=True)):
-            parts[state.root].append(result.usage)
-            children.append(self._children(state, result.completions, pending, i))
+        children = self._children(states, results, pending)
         # 2. One more call forcing an answer onto every child that must stop without one.
         if pending:
             forced = self._generate([self._answer_request(children[i][j]) for i, j in pending])
@@ -360,51 +357,60 @@ class StepwiseSpace:
 
     # --- children -------------------------------------------------------------------------------
 
-    def _children(self, parent: StepState, completions: Sequence[Completion], pending: list[tuple[int, int]],
-                  index: int) -> list[StepState]:
-        """The children the completions of one request make, in order.
+    def _children(self, parents: Sequence[StepState], results: Sequence[GenerationResult],
+                  pending: list[tuple[int, int]]) -> list[list[StepState]]:
+        """The children the completions of each request make, one list per parent, in order; each
+        request's usage is added to its problem's.
 
         A child is finished when its step states an answer; ``forced`` is set (the child not yet
-        finished) when it must stop without one, and ``(index, its position)`` is added to
-        ``pending``. This is the hot loop of a search step (it runs once per generated step), so
-        what the children share is read off the parent once.
+        finished) when it must stop without one, and ``(its parent's index, its position)`` is added
+        to ``pending``. This is the hot loop of a search step (it runs once per generated step), so
+        it runs over the whole step in one call, with what every child shares read once and what
+        siblings share read off their parent once.
         """
-        root, problem, steps, logprobs = parent.root, parent.problem, parent.steps, parent.logprobs
-        depth, tokens, prefix = parent.depth + 1, parent.tokens, f"{parent.path}." if parent.path else ""
-        at_depth_cap, cap = depth >= self.max_depth, self.sampling.max_tokens
-        answers, marker, new = self._answers, _ANSWER_MARKER.search, tuple.__new__
-        kids: list[StepState] = []
-        empty = 0
-        for j, c in enumerate(completions):
-            step = c.text.strip()
-            total = tokens + c.completion_tokens
-            if step:
-                # Most steps state no answer, and the case-insensitive marker regex has no fast literal
-                # scan: it runs only on steps with a backslash or "answer", without which it cannot match.
-                stated = ("\\" in step or "answer" in step.casefold()) and marker(step) is not None
-                answer = (answers[step] if step in answers else self._answer(step)) if stated else None
-                after, scores = steps + (step,), logprobs + (c.mean_logprob,)
-            else:
-                answer, after, scores = None, steps, logprobs
-                empty += 1
-            forced = None
-            if answer is None:
-                if c.ended_by_eos is True:  # ended(c), inlined
-                    forced = "ended"
-                elif at_depth_cap:
-                    forced = "depth"
-                elif total >= cap:
-                    forced = "tokens"
-                if forced is not None:
-                    pending.append((index, j))
-            # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
-            # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
-            # that this lists every field).
-            kids.append(new(StepState, (root, problem, after, step, depth, f"{prefix}{j}", total, scores,
-                                        answer is not None, answer, forced)))
-        if empty:
-            self.events[root]["empty_steps"] += empty
-        return kids
+        parts, events, answers, extract = self._usage_parts, self.events, self._answers, self._answer
+        cap, max_depth = self.sampling.max_tokens, self.max_depth
+        marker, new = _ANSWER_MARKER.search, tuple.__new__
+        out: list[list[StepState]] = []
+        for index, (parent, result) in enumerate(zip(parents, results, strict=True)):
+            root, problem, steps, logprobs = parent.root, parent.problem, parent.steps, parent.logprobs
+            depth, tokens, prefix = parent.depth + 1, parent.tokens, f"{parent.path}." if parent.path else ""
+            at_depth_cap = depth >= max_depth
+            parts[root].append(result.usage)
+            kids: list[StepState] = []
+            empty = 0
+            for j, c in enumerate(result.completions):
+                step = c.text.strip()
+                total = tokens + c.completion_tokens
+                if step:
+                    # Most steps state no answer, and the case-insensitive marker regex has no fast
+                    # literal scan: it runs only on steps with a backslash or "answer", without which
+                    # it cannot match.
+                    stated = ("\\" in step or "answer" in step.casefold()) and marker(step) is not None
+                    answer = (answers[step] if step in answers else extract(step)) if stated else None
+                    after, scores = steps + (step,), logprobs + (c.mean_logprob,)
+                else:
+                    answer, after, scores = None, steps, logprobs
+                    empty += 1
+                forced = None
+                if answer is None:
+                    if c.ended_by_eos is True:  # ended(c), inlined
+                        forced = "ended"
+                    elif at_depth_cap:
+                        forced = "depth"
+                    elif total >= cap:
+                        forced = "tokens"
+                    if forced is not None:
+                        pending.append((index, j))
+                # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
+                # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
+                # that this lists every field).
+                kids.append(new(StepState, (root, problem, after, step, depth, f"{prefix}{j}", total, scores,
+                                            answer is not None, answer, forced)))
+            if empty:
+                events[root]["empty_steps"] += empty
+            out.append(kids)
+        return out
 
     def _with_forced_answer(self, state: StepState, c: Completion | None) -> StepState:
         said = _close_braces(ANSWER_NUDGE + (c.text if c is not None else ""))
