@@ -32,7 +32,7 @@ Two batched rows, because the garbage collector's settings are the process's, no
 
 - ``batched``: the library alone, under Python's default collector. This is what tts does by
   itself, in any host process (a notebook, an agent that imports it).
-- ``batched+cli``: the same after ``tts.serve.server.tune_gc()``, which the ``tts`` command runs at
+- ``batched+cli``: the same after ``tts.tune_gc()``, which the ``tts`` command runs at
   start-up and ``tts.serve.server.ServerThread`` when it starts: ``gc.collect()``, ``gc.freeze()``
   (objects alive by then are never walked by a full collection again, so the full collections a
   search triggers walk only its own nodes) and a young-generation threshold of 10,000 objects
@@ -88,7 +88,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
-from tts.serve.server import tune_gc
+from tts.gc_tuning import tune_gc
 from tts.config import SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS

@@ -6,43 +6,14 @@ bound here (port 0: a free one), so the caller knows the address before the firs
 
 from __future__ import annotations
 
-import atexit
-import gc
 import socket
 import threading
 import time
 from typing import Any, Self
 
+from tts.gc_tuning import YOUNG_THRESHOLD, tune_gc
 
-def tune_gc() -> None:
-    """The garbage collector's settings for a long-running tts process (``tts``, ServerThread).
-
-    1. Collect, then freeze every object alive now: a full collection walks every tracked object,
-       and a search triggers them as it allocates its nodes (one every run or two of
-       ``benchmarks/search_batching.py``, 20 to 40 ms each with math-verify and sympy loaded; an
-       engine's objects make each longer). Frozen objects are never walked again (they are still
-       freed when their references go); garbage alive now would never be collected once frozen,
-       hence the collection first.
-    2. Let the youngest generation grow to 10,000 new objects (Python's default: 700) before a
-       collection: a search step makes thousands of nodes that all survive it, and walking them
-       every 700 allocations cost a search about 10% of its own time (search_batching).
-
-    Process-wide, so it belongs to a process's start-up: ``tts`` runs it at start-up,
-    :class:`ServerThread` when it starts; never the library. At exit the heap is unfrozen, so that
-    interpreter shutdown collects it (native extensions such as triton's report what it could not).
-    """
-    global _unfreeze_at_exit
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    if not _unfreeze_at_exit:
-        atexit.register(gc.unfreeze)
-        _unfreeze_at_exit = True
-
-
-YOUNG_THRESHOLD = 10_000
-"""New objects before a young collection under :func:`tune_gc` (Python's default is 700)."""
-_unfreeze_at_exit = False
+__all__ = ["YOUNG_THRESHOLD", "ServerThread", "tune_gc"]
 
 
 class ServerThread:

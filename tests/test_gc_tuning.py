@@ -1,4 +1,5 @@
-"""tts.serve.server: the garbage collector settings that ``tts`` and ServerThread apply at start-up."""
+"""tts.gc_tuning: the garbage collector settings that ``tts`` and ServerThread apply at start-up, and a host
+process may apply with ``tts.tune_gc()``."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ cycle = Cycle(); cycle.me = cycle
 collected = []
 weakref.finalize(cycle, collected.append, True)
 del cycle
-from tts.serve.server import YOUNG_THRESHOLD, tune_gc
-tune_gc()
-tune_gc()
+import tts
+from tts.gc_tuning import YOUNG_THRESHOLD
+from tts.serve.server import tune_gc as server_tune_gc
+assert tts.tune_gc is server_tune_gc  # one function: the public one is what the server runs
+tts.tune_gc()
+tts.tune_gc()
 print("frozen:", gc.get_freeze_count() > 1000, "garbage collected first:", collected == [True],
       "young threshold:", gc.get_threshold()[0] == YOUNG_THRESHOLD > 700)
 """
