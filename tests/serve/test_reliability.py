@@ -111,11 +111,13 @@ class Upstream:
 
     def close(self) -> None:
         async def shutdown() -> None:  # end the connection handlers too, or their tasks die pending
-            self._server.close()
             handlers = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "_handle"]
             for task in handlers:
                 task.cancel()
             await asyncio.gather(*handlers, return_exceptions=True)
+            # Last, and with nothing awaited after it: closing the server ends serve_forever and so
+            # the loop, and a shutdown still waiting then would be destroyed pending (a warning at exit).
+            self._server.close()
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
