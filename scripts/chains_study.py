@@ -18,6 +18,9 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
    ``cal_all_escalate`` (the search left out: it ran on ``cal``'s problems only).
    ``cal-wide``: checked best-of-N and weighted vote at ``--wide-n`` (64) on the ``cal`` chains,
    further options for ``--step auto --escalate-more cal_escalate_n64``.
+   ``cal-search``: every ``--searches`` search at each ``--search-n`` with ``--verifier`` on the
+   ``cal`` chains, in a run named ``cal_escalate_search_rebase16`` and so on: searches as further
+   escalation options (``--step auto --escalate-more cal_escalate_search_rebase16``).
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
    uncached prompt) that ``--budget-from`` spent there, with ``--escalate``; ``--cal cal_all``
    calibrates on the merged set; ``--prompt-length`` adds the log prompt length to auto's
@@ -77,7 +80,7 @@ def _search(name: str, n: int, noise: float, verifier: str = "arithmetic") -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--step", choices=("sample", "search", "cal", "cal-more", "cal-wide", "auto", "report"),
+    parser.add_argument("--step", choices=("sample", "search", "cal", "cal-more", "cal-wide", "cal-search", "auto", "report"),
                         required=True)
     parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
@@ -132,6 +135,10 @@ def main() -> None:
         checked = [{"kind": k, "n": args.wide_n, "verifier": _verifier(args.verifier, 0.0)}
                    for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / f"cal_escalate_n{args.wide_n}", checked, seed=1, limit=args.cal_problems)
+    elif args.step == "cal-search":
+        name = "cal_escalate_search_" + "-".join(f"{s}{n}" for s in args.searches for n in args.search_n)
+        _eval(args, out / name, [_search(s, n, 0.0, args.verifier) for s in args.searches for n in args.search_n],
+              seed=1, limit=args.cal_problems)
     elif args.step == "cal-more":
         checked = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / "cal2", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")]
