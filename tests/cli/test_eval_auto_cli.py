@@ -64,8 +64,15 @@ def test_auto_escalate_takes_a_search_run_and_refuses_a_run_without_one(tmp_path
     glued = f"{search};{cal}"  # two runs in one option: refused before any engine starts, saying what to pass
     r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "20000", "--calibration", str(cal),
               "--escalate", glued, "--out", str(tmp_path / "b3"))
-    assert r.exit_code == 2 and "one --escalate per run directory" in " ".join(r.output.split()), r.output
+    assert r.exit_code == 2 and "one run directory per entry" in " ".join(r.output.split()), r.output
     assert not (tmp_path / "b3").exists()
+    config = tmp_path / "auto.yaml"  # the same from a config file's escalate:, also before any engine starts
+    config.write_text(f"strategies:\n  - {{kind: auto, budget: 20000, calibration: '{cal}', "
+                      f"escalate: ['{tmp_path / 'nowhere'}']}}\n")
+    r = _eval(*base, "--limit", "4", "--config", str(config), "--out", str(tmp_path / "b4"))
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "escalate: (in the config file)" in said and "nowhere" in said, r.output
+    assert not (tmp_path / "b4").exists()
     r = _eval(*base, "--limit", "4", "-s", "self_consistency", "--escalate", str(search), "--out", str(tmp_path / "b2"))
     assert r.exit_code == 2 and "--escalate only applies with --strategy auto" in r.output, r.output
 

@@ -241,13 +241,15 @@ def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> li
             s.update({key: str(opts[name]) if key == "calibration" else opts[name]
                       for key, name in flags.items() if opts.get(name) is not None})
             if opts.get("escalate"):
-                runs = {str(p): Path(str(p).partition("::")[0]) for p in opts["escalate"]}  # RUN or RUN::LABEL
-                missing = [spec for spec, run in runs.items() if not (run / "results.jsonl").is_file()
-                           and not (run.name == "results.jsonl" and run.is_file())]
-                if missing:  # before the engine starts
-                    raise fail(f"--escalate {', '.join(missing)}: no tts eval run there (a directory holding "
-                               "results.jsonl); pass one --escalate per run directory.")
                 s["escalate"] = [str(p) for p in opts["escalate"]]
+            # Checked before the engine starts, from --escalate or the config file's escalate: alike.
+            runs = {str(p): Path(str(p).partition("::")[0]) for p in s.get("escalate") or []}  # RUN or RUN::LABEL
+            missing = [spec for spec, run in runs.items() if not (run / "results.jsonl").is_file()
+                       and not (run.name == "results.jsonl" and run.is_file())]
+            if missing:
+                where = "--escalate" if opts.get("escalate") else "escalate: (in the config file)"
+                raise fail(f"{where} {', '.join(missing)}: no tts eval run there (a directory holding "
+                           "results.jsonl); name one run directory per entry.")
             if "budget" not in s or "calibration" not in s:
                 raise fail("--strategy auto needs --budget (total, in --budget-unit) and --calibration (a sample pool, "
                            "a past tts eval run or a tts sweep directory of this model on other problems).")
