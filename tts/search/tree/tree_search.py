@@ -200,11 +200,13 @@ def grow_level(space: SearchSpace[S], scorer: StateScorer[S], trees: Sequence[Se
         by_tree[id(e.tree)].extend(kids)
     live = []
     for tree in trees:
-        kids = by_tree[id(tree)]
-        for node in kids:
+        unfinished: list[TreeNode[S]] = []
+        for node in by_tree[id(tree)]:
             if node.terminal:
                 tree.take(node)
-        live.append([node for node in kids if not node.terminal])
+            else:
+                unfinished.append(node)
+        live.append(unfinished)
     return live
 
 
