@@ -7,6 +7,7 @@ its function, so ``tts --help`` answers in a fraction of a second.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import typer
@@ -52,5 +53,12 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    SIGTERM (``kill``, ``timeout``, a job scheduler) ends every command the way Ctrl-C does, through
+    its ``finally`` blocks: an eval or sweep then shuts its engine down (a vLLM engine runs in
+    processes of its own, which Python's default, dying at once, leaves running) with every
+    finished result already on disk. ``tts serve`` and ``tts mcp`` set their own handler.
+    """
+    signal.signal(signal.SIGTERM, serve_cmd._exit_on_signal)
     sys.exit(app())
