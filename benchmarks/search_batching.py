@@ -42,28 +42,28 @@ Two batched rows, because the garbage collector's settings are the process's, no
   and the grader, so for ``tts eval`` the truth lies between the two rows (nearer this one: the
   threshold applies all the same).
 
-Where the ``batched`` row's overhead goes (measured on a loaded 2-core machine, Python 3.11): about
-31-34 ms of CPU per 64-problem search is our bookkeeping (3.5-4 us per node: building each
-child's state, tree node and verifier item, its score, the requests, the candidates' samples and
-``Trace.tree``), and most of the rest is one full (generation 2) collection of 20-40 ms: 10 in 12
-searches (beam and DVTS alike), in a process of some 65,000 objects; it lands in our code in a
-third to half of the runs. ``tune_gc`` removes it (the ``batched+cli`` row).
+Where the overhead goes (beam, 64 problems, Python 3.11, thread CPU per search; this 2-core
+machine is shared, so compare rows of one run). About 40 ms of CPU per search is our bookkeeping
+(5 us per node), in this order: the children of each step (state, steps and logprob tuples:
+about 10 ms, 1.3 us a child), the solutions (samples, vote, usage totals and ``Trace.tree``, one
+dict per node: about 10 ms), the requests (about 6 ms, 3 us each, a third of it the seed's
+SHA-256), tree nodes (about 4 ms), and the search's own ranking and bookkeeping. An earlier
+version took 47-56 ms in the same runs: the verifier was handed a ``VerifyItem`` built per child
+(the scorer's share fell from 6.3 to 1.4 ms once the states themselves became the items, see
+``tts.verifiers.base.ItemView``) and each request cost 5.8 us (a loop over 17 slot setters,
+now generated straight-line code, and per-request method calls, now one loop per step).
 
-What makes that full collection is the search's allocation, not the nodes it keeps. A search
-allocates about 8 tracked (container) objects per generated child: the engine's completion and
-usage, the verifier's score and usage, and ours (the child's state, its steps and logprob tuples,
-its tree node, its verifier item). That is some 95 young and 9.5 middle collections per search, so
-a full one is due about once per search; it runs when more than a quarter of the old generation
-(about 16,000 objects here) was promoted since the last. The objects alive during each step's
-middle collections (children, verifier items, completions: about 33,000 per search, counted as
-they are promoted) pass that on their own. Storing the tree as columns, with the step-wise states
-packed into plain tuples the collector untracks, removed the 16,000 per-node objects a search
-keeps (a ``TreeNode`` and a ``StepState``, a named tuple the collector never untracks) and
-changed neither: still 10 full collections in 12 searches, 9.4 middle collections per search,
-and no less CPU (tried and reverted; ``tests/search/tree/test_tree_storage.py`` pins the outputs
-such a change must keep). Without ``tune_gc``, only allocating far fewer tracked objects per
-child than the engine and verifier interfaces imply (a completion and a ``VerifyItem`` each)
-would remove it.
+The ``batched`` row adds the collector. A search allocates about 6 tracked (container) objects
+per generated child: the engine's completion, the verifier's score, and ours (the child's state,
+its steps and logprob tuples, its tree node). Those alive at a middle collection are promoted,
+and once more than a quarter of the old generation (about 16,000 objects in this 65,000-object
+process) was promoted since the last full collection, the next middle one is full: 20-40 ms.
+That happened 8 times in 12 searches (beam and DVTS; 9-10 before the ``VerifyItem`` went), so
+the median run may or may not show one. The 16,000 objects a search keeps (a ``TreeNode`` and a
+``StepState`` per node) reach that bar on their own, and storing the tree as columns did not
+remove the collection (tried and reverted; ``tests/search/tree/test_tree_storage.py`` pins the
+outputs such a change must keep). ``tune_gc`` (``tts.tune_gc()``) removes it: the
+``batched+cli`` row.
 
 The fake engine's own work also makes each engine call longer than the simulated latency, which
 flatters the share of wall time; the last lines show the stricter share, with each engine call
