@@ -88,7 +88,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
-from tts.gc_tuning import tune_gc
+from tts.serve.gc_tuning import tune_gc
 from tts.config import SamplingConfig, VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS

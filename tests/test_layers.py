@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 LAYERS = [
     "cli", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
     "benchmarks", "prompts", "backends", "cost", "config", "models", "model_parts", "registry",
-    "paths", "gc_tuning", "answers", "types",
+    "paths", "answers", "types",
 ]
 
 

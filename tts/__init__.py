@@ -26,7 +26,7 @@ _EXPORTS = {
     "Trace": "tts.types",
     "EvalConfig": "tts.config",
     "prepare_model": "tts.models",
-    "tune_gc": "tts.gc_tuning",
+    "tune_gc": "tts.serve.gc_tuning",
 }
 
 __all__ = sorted(_EXPORTS)

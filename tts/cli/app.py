@@ -47,7 +47,7 @@ def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progr
         logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
     except ImportError:  # pragma: no cover - rich is a dependency
         logging.basicConfig(level=level)
-    from tts.gc_tuning import tune_gc
+    from tts.serve.gc_tuning import tune_gc  # here, not at the top: `tts --help` imports no pydantic
 
     tune_gc()  # start-up's objects frozen, fewer young collections (see tune_gc)
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Self
 
-from tts.gc_tuning import YOUNG_THRESHOLD, tune_gc
+from tts.serve.gc_tuning import YOUNG_THRESHOLD, tune_gc
 
 __all__ = ["YOUNG_THRESHOLD", "ServerThread", "tune_gc"]
 

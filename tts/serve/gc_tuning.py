@@ -1,7 +1,8 @@
 """The garbage collector's settings for a long-running process that runs searches.
 
 Process-wide state, so the library never changes it: the ``tts`` command and the server set it
-at start-up, and a host process may opt in with ``tts.tune_gc()``.
+at start-up, and a host process may opt in with ``tts.tune_gc()``. It sits in the server's layer,
+the lowest one that applies it (:class:`~tts.serve.server.ServerThread`); it imports nothing of tts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tts.gc_tuning: the garbage collector settings that ``tts`` and ServerThread apply at start-up, and a host
+"""tts.serve.gc_tuning: the garbage collector settings that ``tts`` and ServerThread apply at start-up, and a host
 process may apply with ``tts.tune_gc()``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ collected = []
 weakref.finalize(cycle, collected.append, True)
 del cycle
 import tts
-from tts.gc_tuning import YOUNG_THRESHOLD
+from tts.serve.gc_tuning import YOUNG_THRESHOLD
 from tts.serve.server import tune_gc as server_tune_gc
 assert tts.tune_gc is server_tune_gc  # one function: the public one is what the server runs
 tts.tune_gc()
