@@ -117,6 +117,7 @@ def test_step_requests_and_verifier_items_carry_what_their_constructors_build(st
                                          max_tokens=50, stop=(SEP,), seed=req.seed, logprobs=True,
                                          continuation=space.continuation(state), key=state.problem.id)
             assert req == expected and hash(req) == hash(expected)
+            assert req.seed == space._seed(state)  # the seed derivation the batch loop inlines
             assert all(getattr(req, f.name) == getattr(expected, f.name) for f in dataclasses.fields(req))
     with pytest.raises(ValueError, match="n must be >= 1"):
         space.expand(space.initial_states(), [0, 1])
