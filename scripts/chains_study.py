@@ -20,7 +20,11 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
    further options for ``--step auto --escalate-more cal_escalate_n64``.
    ``cal-search``: every ``--searches`` search at each ``--search-n`` with ``--verifier`` on the
    ``cal`` chains, in a run named ``cal_escalate_search_rebase16`` and so on: searches as further
-   escalation options (``--step auto --escalate-more cal_escalate_search_rebase16``).
+   escalation options (``--step auto --escalate-more cal_escalate_search_rebase16``). With
+   ``--cal-seed 2 --cal-problems 200`` it searches ``cal-more``'s chains instead (a run named
+   ``cal2_escalate_search_rebase16``) and merges both into ``cal_all_escalate_search_rebase16``,
+   the option calibrated on all 300 chains (``--step auto --cal cal_all --escalate-more
+   cal_all_escalate_search_rebase16``).
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
    uncached prompt) that ``--budget-from`` spent there, with ``--escalate``; ``--cal cal_all``
    calibrates on the merged set; ``--prompt-length`` adds the log prompt length to auto's
@@ -86,6 +90,8 @@ def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
     parser.add_argument("--problems", type=int, default=200, help="test problems (seed 0), cycling the levels")
     parser.add_argument("--cal-problems", type=int, default=100, help="calibration problems (seed 1)")
+    parser.add_argument("--cal-seed", type=int, default=1, choices=(1, 2),
+                        help="--step cal-search: search the seed-1 chains (cal) or the seed-2 ones (cal-more's)")
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--noise", type=float, default=0.3)
@@ -136,9 +142,12 @@ def main() -> None:
                    for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / f"cal_escalate_n{args.wide_n}", checked, seed=1, limit=args.cal_problems)
     elif args.step == "cal-search":
-        name = "cal_escalate_search_" + "-".join(f"{s}{n}" for s in args.searches for n in args.search_n)
+        tail = "escalate_search_" + "-".join(f"{s}{n}" for s in args.searches for n in args.search_n)
+        name = ("cal_" if args.cal_seed == 1 else "cal2_") + tail
         _eval(args, out / name, [_search(s, n, 0.0, args.verifier) for s in args.searches for n in args.search_n],
-              seed=1, limit=args.cal_problems)
+              seed=args.cal_seed, limit=args.cal_problems)
+        if (out / f"cal_{tail}" / "results.jsonl").is_file() and (out / f"cal2_{tail}" / "results.jsonl").is_file():
+            _merge_runs(out / f"cal_all_{tail}", [(out / f"cal_{tail}", None), (out / f"cal2_{tail}", None)])
     elif args.step == "cal-more":
         checked = [{"kind": k, "n": 16, "verifier": _verifier(args.verifier, 0.0)} for k in ("best_of_n", "weighted_vote")]
         _eval(args, out / "cal2", [{"kind": k, "n": 16} for k in ("self_consistency", "best_of_n", "weighted_vote")]

@@ -8,8 +8,9 @@ hashable where useful, and serialisable with :func:`to_jsonable`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,8 @@ class Trace:
         votes: Answer -> (weighted) vote, for voting strategies.
         selected: Index into ``samples`` of the chosen one, if a single sample was chosen.
         tree: Search strategies: every node of the search tree as a JSON-ready dict (``id``,
-            ``parent``, ``depth``, ``text``, ``score``, ``kept``, ...), for ``tts show``.
+            ``parent``, ``depth``, ``text``, ``score``, ``kept``, ...), for ``tts show``: a tuple,
+            or (step-wise searches) :class:`LazyRecords`, built when first read.
         events: Counts of things that went wrong without ending the run (verifier errors,
             invalid scores, empty steps, forced answers), by name.
         notes: Decisions a strategy wants on record, JSON-ready (``auto``: the strategy chosen
@@ -159,7 +161,7 @@ class Trace:
     scores: tuple[float, ...] = ()
     votes: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     selected: int | None = None
-    tree: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
+    tree: Sequence[dict[str, Any]] = field(default=(), hash=False, compare=False)
     events: dict[str, int] = field(default_factory=dict, hash=False, compare=False)
     notes: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
@@ -183,12 +185,72 @@ class Solution:
     trace: Trace
 
 
+class LazyRecords(Sequence[dict[str, Any]]):
+    """A tuple of JSON-ready records (dicts) built when first read, for traces that are often not read.
+
+    A step-wise search of 64 problems at n = 16 has 8,192 nodes, and one dict per node cost about an
+    eighth of its orchestration (``benchmarks/search_batching.py``); a server's reply or a
+    ``tts.solve`` call never reads them. ``tts eval`` writes them out, so there they are built all
+    the same (by :func:`to_jsonable`). Reads like a tuple (length, index, slice, iteration,
+    equality with a tuple); pickles and copies as the plain tuple.
+
+    Args:
+        build: Returns the records; called at most once (then dropped, with what it held).
+        length: How many records ``build`` will return (``len`` and truth need no build).
+    """
+
+    __slots__ = ("_build", "_length", "_records")
+
+    def __init__(self, build: Callable[[], tuple[dict[str, Any], ...]], length: int) -> None:
+        self._build: Callable[[], tuple[dict[str, Any], ...]] | None = build
+        self._length = length
+        self._records: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def records(self) -> tuple[dict[str, Any], ...]:
+        """The records, built on the first read."""
+        if self._records is None:
+            assert self._build is not None
+            records = tuple(self._build())
+            if len(records) != self._length:
+                raise RuntimeError(f"LazyRecords: the builder returned {len(records)} records, "
+                                   f"{self._length} were announced")
+            self._records, self._build = records, None
+        return self._records
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[dict[str, Any], ...]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | tuple[dict[str, Any], ...]:
+        return self.records[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyRecords):
+            return self.records == other.records
+        return isinstance(other, tuple) and self.records == other
+
+    __hash__ = None  # type: ignore[assignment]  # records are dicts: unhashable, as the tuple would be
+
+    def __repr__(self) -> str:
+        return f"LazyRecords({self._length} records{'' if self._records is not None else ', not built'})"
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[dict[str, Any], ...]]]:
+        return tuple, (self.records,)
+
+
 def to_jsonable(value: Any) -> Any:
     """Turn nested tts values (dataclasses, tuples) into JSON-ready dicts and lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, LazyRecords)):
         return [to_jsonable(v) for v in value]
     return value

@@ -9,7 +9,7 @@ the configured verifier, and turns each problem's search into a Solution:
 - ``Trace.scores``: their verifier scores (:data:`~tts.search.tree.tree_search.PENALTY`, -1, where
   the verifier gave no valid score);
 - ``Trace.tree``: every node (id, parent, depth, text, score, kept, finished, answer, forced),
-  which ``tts show`` prints;
+  which ``tts show`` prints, built when first read (:class:`~tts.types.LazyRecords`);
 - ``Trace.events``: verifier failures and invalid scores, empty steps, forced answers;
 - the answer: the best-scored candidate (``select="verifier"``) or a vote weighted by verifier
   score (``select="weighted_vote"``, the "weighted best-of-N" of Beeching et al. 2024);
@@ -25,6 +25,7 @@ import math
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -33,7 +34,7 @@ from tts.config import StrategyConfigBase, VerifierConfig, changed_settings, set
 from tts.search.base import StrategyInputError, VerifierStrategy, vote
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree.tree_search import SearchResult, TreeNode
-from tts.types import Budget, Problem, RequestShape, Sample, Solution, Trace
+from tts.types import Budget, LazyRecords, Problem, RequestShape, Sample, Solution, Trace
 
 ANSWER_TOKENS = 32
 """Most tokens of a forced answer."""
@@ -183,7 +184,8 @@ class TreeSearchStrategy(VerifierStrategy):
         events: Counter[str] = Counter(result.events)
         events.update(space.events[i])
         answer, confidence, votes, selected = self._select(samples, scores, events)
-        trace = Trace(self.name, samples, scores, votes, selected, tree=self._tree(result.nodes),
+        tree = LazyRecords(partial(self._tree, result.nodes), len(result.nodes))
+        trace = Trace(self.name, samples, scores, votes, selected, tree=tree,
                       events=dict(sorted(events.items())))
         return Solution(problem.id, answer, confidence, space.usage[i] + scorer.usage[i], trace)
 
@@ -217,7 +219,9 @@ class TreeSearchStrategy(VerifierStrategy):
     @staticmethod
     def _tree(nodes: Sequence[TreeNode[StepState]]) -> tuple[dict[str, Any], ...]:
         """``Trace.tree``: every node as a JSON-ready dict, built in one comprehension (one dict per
-        node of the search, thousands per problem: a call per node would cost a third more)."""
+        node of the search, thousands per problem: a call per node would cost a third more), when
+        the tree is first read (:class:`~tts.types.LazyRecords`: a reply or ``tts.solve`` never
+        reads it)."""
         return tuple([{"id": n.id, "parent": n.parent, "depth": n.depth, "text": n.state.step, "score": n.score,
                        "kept": n.kept, "finished": n.state.finished, "answer": n.state.answer,
                        "forced": n.state.forced} for n in nodes])
