@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
@@ -104,15 +105,21 @@ def _total(usages: Sequence[Usage]) -> Usage:
     growing tuple of request shapes, once per term (a measurable share of a search step)."""
     if len(usages) <= 1:
         return usages[0] if usages else Usage()
-    return Usage(**{name: tuple(chain.from_iterable([getattr(u, name) for u in usages])) if isinstance(zero, tuple)
-                    else sum([getattr(u, name) for u in usages], zero)
-                    for name, zero in _USAGE_ZERO.items()})
+    # One row of fields per usage (one C call each), then a column per field: the shapes chained,
+    # the counts summed. Usage's fields are positional in _USAGE_ZERO's order.
+    columns = zip(*map(_USAGE_FIELDS, usages), strict=True)
+    return Usage(*[tuple(chain.from_iterable(column)) if zero.__class__ is tuple else sum(column, zero)
+                   for column, zero in zip(columns, _USAGE_ZERO.values(), strict=True)])
 
 
 _NO_USAGE = VerifierScore.__dataclass_fields__["usage"].default
 """The usage of a score built without one (tool verifiers): skipped without reading its fields."""
 
 _USAGE_ZERO = {f.name: getattr(Usage(), f.name) for f in dataclasses.fields(Usage)}
+_USAGE_FIELDS = attrgetter(*_USAGE_ZERO)
+
+_INDEX_TEXT = tuple(map(str, range(4096)))
+"""``str(j)`` for a child's index in its path, read rather than formatted (once per generated step)."""
 
 
 def _close_braces(text: str) -> str:
@@ -375,6 +382,8 @@ class StepwiseSpace:
         for index, (parent, result) in enumerate(zip(parents, results, strict=True)):
             root, problem, steps, logprobs = parent.root, parent.problem, parent.steps, parent.logprobs
             depth, tokens, prefix = parent.depth + 1, parent.tokens, f"{parent.path}." if parent.path else ""
+            index_text = _INDEX_TEXT if len(result.completions) <= len(_INDEX_TEXT) else tuple(
+                map(str, range(len(result.completions))))
             at_depth_cap = depth >= max_depth
             parts[root].append(result.usage)
             kids: list[StepState] = []
@@ -405,7 +414,7 @@ class StepwiseSpace:
                 # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
                 # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
                 # that this lists every field).
-                kids.append(new(StepState, (root, problem, after, step, depth, f"{prefix}{j}", total, scores,
+                kids.append(new(StepState, (root, problem, after, step, depth, prefix + index_text[j], total, scores,
                                             answer is not None, answer, forced)))
             if empty:
                 events[root]["empty_steps"] += empty
@@ -472,14 +481,22 @@ class StepScorer:
         if len(scores) != len(items):
             raise ValueError(f"verifier {getattr(self.verifier, 'name', '?')} returned {len(scores)} scores "
                              f"for {len(items)} items")
+        usages = [getattr(score, "usage", None) for score in scores]
+        if usages.count(_NO_USAGE) == len(usages):  # a tool verifier: no score spent anything (an identity test each)
+            return self._in_order(states, items, scores)
         parts, self._usage = self._usage_parts, None
-        for state, score in zip(items, scores, strict=True):
-            usage = getattr(score, "usage", None)
+        for state, usage in zip(items, usages, strict=True):
             if usage is _NO_USAGE:  # a tool verifier's score: VerifierScore's default usage, nothing spent
                 continue
             if isinstance(usage, Usage) and (usage.calls or usage.prompt_tokens or usage.completion_tokens
                                              or usage.wall_seconds):
                 parts[state.root].append(usage)  # a tool verifier's zero usage is skipped
+        return self._in_order(states, items, scores)
+
+    @staticmethod
+    def _in_order(states: Sequence[StepState], items: Sequence[StepState],
+                  scores: Sequence[VerifierScore]) -> list[VerifierScore | None]:
+        """The scores of ``items`` (the non-empty ``states``) placed among ``states``, None for the rest."""
         if len(items) == len(states):
             return list(scores)
         it = iter(scores)

@@ -231,14 +231,18 @@ def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence
         for tree in {id(tree): tree for tree in trees}.values():
             tree.events["verifier_error"] += 1  # one failed call per root it touched
         return
-    for node, tree, result in zip(nodes, trees, results, strict=True):
-        if result is None:
-            node.score = PENALTY
-            continue
+    for i, (node, result) in enumerate(zip(nodes, results, strict=True)):
         if result.__class__ is VerifierScore:  # the common case: its slots, read directly
             invalid, value = result.invalid, result.score
+            if not invalid and value.__class__ is float and 0.0 <= value <= 1.0:  # a valid score: nothing to count
+                node.score = value
+                continue
+        elif result is None:
+            node.score = PENALTY
+            continue
         else:  # any object with these attributes
             invalid, value = getattr(result, "invalid", 0), getattr(result, "score", None)
+        tree = trees[i]
         if invalid and isinstance(invalid, int) and invalid > 0:
             tree.events["invalid_score"] += invalid  # step scores the verifier itself replaced
         if value.__class__ is not float:  # the common case, a float, needs no conversion
