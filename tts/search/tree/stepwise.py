@@ -90,16 +90,6 @@ class StepState(NamedTuple):
         return separator.join(self.steps)
 
 
-def ended(completion: Completion) -> bool:
-    """Whether the model ended its message (end of sequence) rather than stopping at the separator.
-
-    Needs the backend to tell (``Completion.ended_by_eos``: vLLM does); a completion from a backend
-    that cannot tell never counts as ended, so such a path goes on and is forced at the depth or
-    token cap.
-    """
-    return completion.ended_by_eos is True
-
-
 def _total(usages: Sequence[Usage]) -> Usage:
     """``sum(usages, Usage())``, built once: adding in a loop rebuilds the frozen Usage, and its
     growing tuple of request shapes, once per term (a measurable share of a search step)."""
@@ -403,7 +393,10 @@ class StepwiseSpace:
                     empty += 1
                 forced = None
                 if answer is None:
-                    if c.ended_by_eos is True:  # ended(c), inlined
+                    # The model ended its message (end of sequence) rather than stopping at the separator.
+                    # A backend that cannot tell (None) never counts as ended: such a path goes on and is
+                    # forced at the depth or token cap.
+                    if c.ended_by_eos is True:
                         forced = "ended"
                     elif at_depth_cap:
                         forced = "depth"
