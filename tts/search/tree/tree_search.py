@@ -25,6 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
@@ -185,8 +186,8 @@ def grow(space: SearchSpace[S], scorer: StateScorer[S], batch: Sequence[Expansio
         nodes.append(made)
         flat.extend(made)
         owners.extend([tree] * len(made))
-    # 3. One score call for all children.
-    _score(scorer, flat, owners)
+    # 3. One score call for all children (their states, flattened without a per-node read).
+    _score(scorer, flat, owners, list(chain.from_iterable(children)))
     return nodes
 
 
@@ -215,12 +216,14 @@ def score_nodes(scorer: StateScorer[S], entries: Sequence[tuple[SearchTree[S], T
     _score(scorer, [node for _, node in entries], [tree for tree, _ in entries])
 
 
-def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence[SearchTree[S]]) -> None:
-    """:func:`score_nodes` on parallel lists (``trees[i]`` holds ``nodes[i]``)."""
+def _score(scorer: StateScorer[S], nodes: Sequence[TreeNode[S]], trees: Sequence[SearchTree[S]],
+           states: Sequence[S] | None = None) -> None:
+    """:func:`score_nodes` on parallel lists (``trees[i]`` holds ``nodes[i]``; ``states``, when
+    given, are the nodes' states)."""
     if not nodes:
         return
     try:
-        results = scorer.score([node.state for node in nodes])
+        results = scorer.score([node.state for node in nodes] if states is None else states)
         if len(results) != len(nodes):
             raise ValueError(f"returned {len(results)} scores for {len(nodes)} states")
     except Exception as exc:  # noqa: BLE001 -- a failed verifier call must not end the search
