@@ -43,22 +43,28 @@ Two batched rows, because the garbage collector's settings are the process's, no
   threshold applies all the same).
 
 Where the overhead goes (beam, 64 problems, Python 3.11, thread CPU per search; this 2-core
-machine is shared, so compare rows of one run). About 40 ms of CPU per search is our bookkeeping
-(5 us per node), in this order: the children of each step (state, steps and logprob tuples:
-about 10 ms, 1.3 us a child), the solutions (samples, vote, usage totals and ``Trace.tree``, one
-dict per node: about 10 ms), the requests (about 6 ms, 3 us each, a third of it the seed's
-SHA-256), tree nodes (about 4 ms), and the search's own ranking and bookkeeping. An earlier
-version took 47-56 ms in the same runs: the verifier was handed a ``VerifyItem`` built per child
-(the scorer's share fell from 6.3 to 1.4 ms once the states themselves became the items, see
-``tts.verifiers.base.ItemView``) and each request cost 5.8 us (a loop over 17 slot setters,
-now generated straight-line code, and per-request method calls, now one loop per step).
+machine is shared, so compare rows of one run). About 31-35 ms of CPU per search is our
+bookkeeping (4 us per node), in this order: the children of each step (state, steps and logprob
+tuples: about 10 ms, 1.2 us a child, half of it building the state tuple), the requests (about
+6 ms, 3 us each: the 17-slot request about 1.5 us, the seed's SHA-256 with its key string about
+1 us, kept so that every seed stays the same), the solutions (samples, vote and usage totals:
+about 5 ms), tree nodes (about 3 ms) and the search's own ranking and bookkeeping. ``Trace.tree``
+(one dict per node, about 5 ms) is no longer built here: it is built when first read
+(``tts.types.LazyRecords``), which ``tts eval`` does when it writes the row and a server reply
+never does. Earlier versions took 40-56 ms in the same runs: the verifier was handed a
+``VerifyItem`` built per child (the scorer's share fell from 6.3 to 1.4 ms once the states
+themselves became the items, see ``tts.verifiers.base.ItemView``), each request cost 5.8 us (a
+loop over 17 slot setters, now generated straight-line code), and the trace tree was built in
+every search. What is left is a few Python operations per child; halving it would take fewer
+objects per child (no tree node apart from the state) or a compiled core.
 
 The ``batched`` row adds the collector. A search allocates about 6 tracked (container) objects
 per generated child: the engine's completion, the verifier's score, and ours (the child's state,
 its steps and logprob tuples, its tree node). Those alive at a middle collection are promoted,
 and once more than a quarter of the old generation (about 16,000 objects in this 65,000-object
 process) was promoted since the last full collection, the next middle one is full: 20-40 ms.
-That happened 8 times in 12 searches (beam and DVTS; 9-10 before the ``VerifyItem`` went), so
+That happened 7 times in 12 searches (beam and DVTS alike; 8 while the trace tree was built in
+the search, 9-10 before the ``VerifyItem`` went), so
 the median run may or may not show one. The 16,000 objects a search keeps (a ``TreeNode`` and a
 ``StepState`` per node) reach that bar on their own, and storing the tree as columns did not
 remove the collection (tried and reverted; ``tests/search/tree/test_tree_storage.py`` pins the
