@@ -110,6 +110,9 @@ def main() -> None:
     parser.add_argument("--wide-n", type=int, default=64, help="--step cal-wide: n of the checked options")
     parser.add_argument("--prompt-length", action="store_true",
                         help="--step auto: the log prompt length joins auto's difficulty features")
+    parser.add_argument("--escalate-accuracy", choices=("bin", "learned"), default="bin",
+                        help="--step auto: an escalation option's accuracy per difficulty bin, or from a model "
+                             "of its own correctness per problem (auto's escalate_accuracy)")
     parser.add_argument("--escalate-more", nargs="*", default=[],
                         help="--step auto: further escalation runs in OUT (e.g. cal_escalate_n64)")
     args = parser.parse_args()
@@ -165,7 +168,8 @@ def main() -> None:
         print(f"budget = tokens of {args.budget_from} on the {len(rows)} test problems: {budget:.0f}")
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
             "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}") + (
-            "_plen" if args.prompt_length else "") + "".join(f"_plus_{m}" for m in args.escalate_more)
+            "_plen" if args.prompt_length else "") + "".join(f"_plus_{m}" for m in args.escalate_more) + (
+            "_learned" if args.escalate_accuracy == "learned" else "")
         extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal)]
         for e in (f"{args.cal}_escalate", *args.escalate_more):
             extra += ["--escalate", str(out / e)]
@@ -173,6 +177,8 @@ def main() -> None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
         if args.prompt_length:
             extra += ["--set", "prompt_length=true"]
+        if args.escalate_accuracy != "bin":
+            extra += ["--set", f"escalate_accuracy={args.escalate_accuracy}"]
         run = out / name
         run.mkdir(parents=True, exist_ok=True)
         config = run.with_suffix(".yaml")

@@ -148,3 +148,53 @@ def test_a_verifier_scored_option_keeps_the_pilot_and_draws_only_the_rest(pool, 
         assert len(s.trace.samples) == 16 and "pilot_votes" not in s.trace.notes
         assert s.usage.calls == 2  # the pilot's call and the completing one, each counted once
         assert s.trace.notes["spent"] == s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens
+
+
+def test_a_learned_escalation_accuracy_tells_apart_what_its_bin_mixes(tmp_path: Path) -> None:
+    """One difficulty bin holds short questions (the vote is right on 90%, the search on none) and
+    long ones (the vote right on 10%, the search on all). By its bin's mean the search is worth
+    0.5 on both kinds, so a plan treats them alike; by a model of its own correctness on the pilot
+    features (the prompt length among them) it is sent to the long ones only."""
+    from tests.budgets.test_prompt_length import _pool
+    from tts.budgets.cross_allocator import ladder, pilot_feature_rows
+    from tts.budgets.difficulty import pool_prompt_lengths
+    from tts.budgets.strategy_curves import parse_rules
+
+    pool = load_pool(_pool(tmp_path / "pool.jsonl"))["m"]
+    run_dir = _write_search_run(tmp_path / "run", lambda p: p % 2 == 1, n_problems=pool.n_problems)
+    orders = random_orders(pool.mask, 8, np.random.default_rng(0))
+    cal = calibrate(pool, parse_rules(["vote"]), 4, ladder(4, 16), orders=orders, n_bins=1, prompt_length=True)
+    (run,) = read_escalation_runs(run_dir)
+    idx = np.arange(pool.n_problems)
+    feats = pilot_feature_rows(pool.answers[idx[:, None], orders[0][:, :4]], pool.tokens[idx[:, None], orders[0][:, :4]],
+                               pool_prompt_lengths(pool))
+    short, long = feats[0:1], feats[1:2]  # p0 is short, p1 long
+    both = np.vstack([short, long])
+    plans = {}
+    for accuracy in ("bin", "learned"):
+        esc = fit_escalation(run, pool, cal, orders, Pricer("tokens"), z=0.0, accuracy=accuracy)
+        assert (esc.model is not None) == (accuracy == "learned")
+        plans[accuracy] = choose(["short", "long"], both, [0, 0], [50, 50], cal, Pricer("tokens"), budget=1e6,
+                                 escalations=[esc])
+    by_bin = {c.problem_id: c for c in plans["bin"].choices}
+    assert by_bin["short"].alternatives["rebase@2"] == by_bin["long"].alternatives["rebase@2"] == 0.5
+    assert (by_bin["short"].escalation is None) == (by_bin["long"].escalation is None)  # alike, by their bin
+    learned = {c.problem_id: c for c in plans["learned"].choices}
+    assert learned["long"].escalation == "rebase@2" and learned["short"].escalation is None
+    assert learned["long"].alternatives["rebase@2"] > 0.9 > 0.1 > learned["short"].alternatives["rebase@2"]
+
+
+def test_a_learned_escalation_stays_under_the_guard_and_an_unknown_mode_is_refused(pool, tmp_path: Path) -> None:
+    majority_right = {f"p{p}": pool.correct[p, pool.mask[p]].mean() > 0.5 for p in range(pool.n_problems)}
+    run_dir = _write_search_run(tmp_path / "run", lambda p: majority_right[f"p{p}"])
+    orders = random_orders(pool.mask, 8, np.random.default_rng(0))
+    cal = calibrate(pool, ("vote",), 4, [4, 8, 16], orders=orders, n_bins=3)
+    (run,) = read_escalation_runs(run_dir)
+    esc = fit_escalation(run, pool, cal, orders, Pricer("tokens"), 3.0, accuracy="learned")
+    assert not esc.allowed.any()  # no better than voting anywhere: every bin caps it below the vote
+    feats = np.array([[0.75, 0.0, np.log1p(800)], [0.5, 0.0, np.log1p(400)]])
+    plan = choose(["a", "b"], feats, [0, 0], [800, 400], cal, Pricer("tokens"), budget=1e6, escalations=[esc])
+    assert all(c.escalation is None for c in plan.choices)
+    with pytest.raises(CalibrationError, match="'bin' or 'learned'"):
+        fit_escalation(run, pool, cal, orders, Pricer("tokens"), 3.0, accuracy="per-problem")
+    assert AutoConfig(budget=1, calibration="x", escalate_accuracy="learned").escalate_accuracy == "learned"

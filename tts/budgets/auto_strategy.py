@@ -102,6 +102,13 @@ class AutoConfig(StrategyConfigBase):
     after its pilot, at its difficulty bin's measured accuracy and cost (``RUN`` for every config of
     the run, ``RUN::LABEL`` for one, e.g. ``runs/cal_rebase::rebase@4``; a string lists several
     separated by ``;``, since labels hold commas)."""
+    escalate_accuracy: Literal["bin", "learned"] = "bin"
+    """An escalation option's expected accuracy on a problem: ``bin``, the mean over its difficulty
+    bin's calibration problems; ``learned``, a logistic model of that option's own correctness on
+    the pilot features (the calibration's, ``prompt_length`` included), per problem. ``learned``
+    suits options whose gain does not follow the predicted pass rate the bins sort by (a search
+    that wins on two-step chains and cannot on four-step ones in the same bin). The noise guard
+    applies per bin either way."""
     switch_z: float = Field(SWITCH_Z, ge=0)
     """Noise guard: choose a strategy other than the calibration's best overall one only in a bin
     where its gain exceeds this many standard errors (0 trusts every fitted curve)."""
@@ -204,7 +211,8 @@ class AutoStrategy(Strategy):
                 if kind not in STRATEGIES.names():
                     raise StrategyInputError(f"auto: --escalate {spec}: strategy {kind!r} is not registered")
                 cls = STRATEGIES.load(kind)
-                esc = fit_escalation(run, pool, self._calibration, orders, self._pricer, self.config.switch_z)
+                esc = fit_escalation(run, pool, self._calibration, orders, self._pricer, self.config.switch_z,
+                                     self.config.escalate_accuracy)
                 self._escalations.append(esc)
                 self._searches[esc.label] = cls(cls.config_class(**run.strategy), self.generator, self.prompt,
                                                 self.sampling, self.extract, self.seed)

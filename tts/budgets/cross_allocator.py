@@ -405,8 +405,11 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
     costs = option_costs(pricer, options, prompt_tokens, lengths, k, cached)
     n_sampling = len(options)
     if escalations:
-        e_acc, e_cost = escalation_options(escalations, bins)
+        e_acc, e_cost = escalation_options(escalations, bins, features)
         accs, costs = np.hstack([accs, e_acc]), np.hstack([costs, e_cost])
+    # What each escalation would give each problem, before the guard (the trace's alternatives).
+    shown = {e.label: e.raw_accuracy[np.clip(bins, 0, len(e.raw_accuracy) - 1)] if e.model is None
+             else e.model.predict(np.asarray(features, dtype=float)) for e in escalations}
     if budget < 0:
         raise BudgetTooSmallError(f"the pilot already cost {-budget:.6g} {pricer.unit} more than the budget; raise "
                                   f"the budget by at least that much, or lower the pilot", -float(budget))
@@ -426,13 +429,13 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
             esc = escalations[j - n_sampling]
             n = int(esc.strategy.get("n", 0))
             alts = {r: float(curve_for(calibration.curves, r, int(bins[i])).at(max(n, k))) for r in calibration.rules}
-            alts.update({e.label: float(e.raw_accuracy[int(bins[i])]) for e in escalations})
+            alts.update({label: float(acc[i]) for label, acc in shown.items()})
             out.append(Choice(str(pid), esc.label, str(esc.strategy.get("kind")), n, int(bins[i]), float(scores[i]),
                               float(lengths[i]), float(accs[i, j]), cost, base, gain, alts, esc.label))
             continue
         rule, n = options[j]
         alts = {r: float(accs[i, options.index((r, n))]) for r in calibration.rules}
-        alts.update({e.label: float(e.raw_accuracy[int(bins[i])]) for e in escalations})
+        alts.update({label: float(acc[i]) for label, acc in shown.items()})
         out.append(Choice(str(pid), rule, RULES[rule].strategy, n, int(bins[i]), float(scores[i]), float(lengths[i]),
                           float(accs[i, j]), cost, base, gain, alts))
     logger.info("cross plan: %d problems, %.6g of %.6g %s; rules %s", len(out), sum(c.expected_cost for c in out),

@@ -12,6 +12,12 @@ more option of that problem, with its bin's accuracy and cost:
   to a bin in the share of orderings whose pilot lands there;
 * an escalated problem runs the search afresh (its pilot is paid and not reused), so the option
   costs the search's mean cost in its bin (priced from the run's recorded request shapes);
+* its accuracy is its bin's mean (``accuracy="bin"``, the default), or, with ``accuracy="learned"``,
+  a logistic model of the option's own correctness on the same pilot features, fitted on the
+  calibration problems and read per problem: a bin holds problems alike in their predicted pass
+  rate, which need not be alike in what an option buys on them (on ``chains`` the middle bin
+  mixes two-step chains, where a search gains, with four-step ones whose pilots agree on a wrong
+  answer, where nothing does);
 * noise guard (as :func:`tts.budgets.strategy_curves.guard_rule_switches`): in each bin the
   search keeps its accuracy only when its paired gain over the reference rule at matched cost
   (the largest n whose extra samples cost no more than the search) exceeds ``z`` standard errors,
@@ -35,7 +41,7 @@ import numpy as np
 from tts.benchmarks.pool import ModelPool, PoolError
 from tts.benchmarks.results_pool import read_results
 from tts.budgets.allocator import CalibrationError
-from tts.budgets.difficulty import pool_pilot_features, pool_prompt_lengths
+from tts.budgets.difficulty import LearnedDifficulty, pool_pilot_features, pool_prompt_lengths
 from tts.cost.ledger import usage_from_json
 from tts.budgets.strategy_curves import SWITCH_Z, rule_outcomes
 
@@ -115,6 +121,10 @@ class Escalation:
         weight: Per bin, calibration problems behind it (shares over orderings).
         matched_n: Per bin, the reference rule's n at matched cost the guard compared with.
         allowed: Per bin, whether the guard let the search be chosen there.
+        model: With ``accuracy="learned"``: P(the option is right) from a problem's pilot features,
+            used in place of its bin's mean (None: the bin's mean).
+        ceiling: Per bin, the most a learned accuracy may be there: below the reference rule where
+            the guard did not allow the option, -1 where no calibration problem fell, else +inf.
     """
 
     label: str
@@ -125,16 +135,27 @@ class Escalation:
     weight: np.ndarray
     matched_n: np.ndarray
     allowed: np.ndarray
+    model: LearnedDifficulty | None = None
+    ceiling: np.ndarray | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary (for traces and plan files)."""
         return {"label": self.label, "accuracy": np.round(self.raw_accuracy, 4).tolist(),
                 "cost": np.round(self.cost, 2).tolist(), "problems": np.round(self.weight, 2).tolist(),
-                "matched_n": self.matched_n.tolist(), "allowed": self.allowed.tolist()}
+                "matched_n": self.matched_n.tolist(), "allowed": self.allowed.tolist(),
+                "learned": self.model is not None}
+
+    def expected_accuracy(self, bins: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """Per problem: its bin's (guarded) accuracy, or with a learned model its own prediction,
+        held under the bin's ceiling (so the guard and empty bins apply alike)."""
+        b = np.clip(np.asarray(bins, dtype=int), 0, len(self.accuracy) - 1)
+        if self.model is None or features is None or self.ceiling is None:
+            return self.accuracy[b]
+        return np.minimum(self.model.predict(np.asarray(features, dtype=float)), self.ceiling[b])
 
 
 def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders: np.ndarray, pricer: Any,
-                   z: float = SWITCH_Z) -> Escalation:
+                   z: float = SWITCH_Z, accuracy: str = "bin") -> Escalation:
     """Per-bin accuracy and cost of ``run``'s strategy, binned by the calibration pool's pilots.
 
     Args:
@@ -144,10 +165,16 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         orders: ``(R, P, S)`` orderings of the pool's samples (the ones the calibration used).
         pricer: :class:`~tts.budgets.cross_allocator.Pricer` of the plan's unit.
         z: Noise guard in standard errors (0: trust the bins as measured).
+        accuracy: ``bin``: an escalated problem's expected accuracy is its bin's mean; ``learned``:
+            a logistic model of this option's correctness on the pilot features (the calibration's
+            columns), per problem. The guard applies per bin either way.
 
     Raises:
-        CalibrationError: Fewer than two problems in both the run and the pool.
+        CalibrationError: Fewer than two problems in both the run and the pool, or an unknown
+            ``accuracy``.
     """
+    if accuracy not in ("bin", "learned"):
+        raise CalibrationError(f"escalation accuracy must be 'bin' or 'learned', got {accuracy!r}")
     shared = [i for i, pid in enumerate(pool.problem_ids) if pid in run.correct]
     if len(shared) < 2:
         raise CalibrationError(f"--escalate {run.label}: only {len(shared)} of its problems are in the calibration "
@@ -160,13 +187,15 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         cost = cost * (int(run.strategy["n"]) - k) / int(run.strategy["n"])
     p_idx = idx[:, None]
     prompts = pool_prompt_lengths(pool, idx) if calibration.prompt_length else None
-    bins = np.stack([calibration.bins(pool_pilot_features(pool, idx, o, k, prompts)) for o in orders])  # (R, P_shared)
+    feats = [pool_pilot_features(pool, idx, o, k, prompts) for o in orders]
+    bins = np.stack([calibration.bins(f) for f in feats])  # (R, P_shared)
     lengths = np.stack([np.nan_to_num(pool.tokens[p_idx, o[idx, :k]]).mean(axis=1) for o in orders])
     ref = calibration.reference or calibration.rules[0]
     ref_out = rule_outcomes(pool, orders, (ref,), max(calibration.ns))[ref][:, idx]  # (R, P_shared, n_max)
     acc, raw, mean_cost, weight = (np.zeros(n_bins) for _ in range(4))
     matched = np.full(n_bins, k)
     allowed = np.zeros(n_bins, dtype=bool)
+    ceiling = np.full(n_bins, np.inf)
     overall = (float(ok.mean()), float(cost.mean()))
     for b in range(n_bins):
         sel = bins == b  # (R, P)
@@ -174,7 +203,7 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         weight[b] = share.sum()
         if weight[b] == 0:  # no calibration problem here: the overall numbers, and no switch
             raw[b], mean_cost[b] = overall
-            acc[b] = -1.0
+            acc[b] = ceiling[b] = -1.0
             continue
         raw[b] = float(np.average(ok, weights=share))
         mean_cost[b] = float(np.average(cost, weights=share))
@@ -191,14 +220,24 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         allowed[b] = gain > z * se if z > 0 else True
         ref_acc = calibration.curves[(ref, b)].at(int(matched[b])) if (ref, b) in calibration.curves else raw[b]
         acc[b] = raw[b] if allowed[b] else min(raw[b], ref_acc - 1e-9)
-    logger.info("escalation %s: per-bin accuracy %s (allowed %s), cost %s %s", run.label, np.round(raw, 3).tolist(),
-                allowed.tolist(), np.round(mean_cost, 1).tolist(), pricer.unit)
-    return Escalation(run.label, run.strategy, acc, raw, mean_cost, weight, matched, allowed)
+        if not allowed[b]:
+            ceiling[b] = ref_acc - 1e-9
+    model = None
+    if accuracy == "learned" and 0.0 < ok.mean() < 1.0:  # a constant outcome has nothing to learn: the bins stay
+        # Every ordering's pilot features of a problem, each with the problem's outcome (as the
+        # calibration fits the pass rate on every ordering).
+        model = LearnedDifficulty(l2=1.0).fit(np.concatenate(feats), np.tile(ok, len(feats)))
+    logger.info("escalation %s: per-bin accuracy %s (allowed %s), cost %s %s%s", run.label,
+                np.round(raw, 3).tolist(), allowed.tolist(), np.round(mean_cost, 1).tolist(), pricer.unit,
+                "; accuracy per problem from a learned model" if model is not None else "")
+    return Escalation(run.label, run.strategy, acc, raw, mean_cost, weight, matched, allowed, model, ceiling)
 
 
-def escalation_options(escalations: Sequence[Escalation], bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(P, E)`` expected accuracy and cost of each escalation for problems in ``bins``."""
+def escalation_options(escalations: Sequence[Escalation], bins: np.ndarray,
+                       features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, E)`` expected accuracy and cost of each escalation for problems in ``bins`` (with
+    ``features``, the problems' pilot features, a learned escalation predicts per problem)."""
     b = np.asarray(bins, dtype=int)
-    acc = np.stack([e.accuracy[np.clip(b, 0, len(e.accuracy) - 1)] for e in escalations], axis=1)
+    acc = np.stack([e.expected_accuracy(b, features) for e in escalations], axis=1)
     cost = np.stack([e.cost[np.clip(b, 0, len(e.cost) - 1)] for e in escalations], axis=1)
     return acc, cost
