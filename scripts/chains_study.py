@@ -57,8 +57,9 @@ def _data(args: argparse.Namespace, seed: int, limit: int) -> dict:
     return {"benchmark": "chains", "limit": limit, "options": {"steps": args.levels, "seed": seed}}
 
 
-def _eval(args: argparse.Namespace, out: Path, strategies: list[dict], seed: int = 0, limit: int | None = None,
-          extra: tuple[str, ...] = ()) -> None:
+def _eval(args: argparse.Namespace, out: Path, strategies: list[dict], seed: int | None = None,
+          limit: int | None = None, extra: tuple[str, ...] = ()) -> None:
+    seed = args.test_seed if seed is None else seed  # the test problems unless a calibration seed is given
     out.mkdir(parents=True, exist_ok=True)
     config = out.with_suffix(".yaml")
     config.write_text(json.dumps({  # JSON is YAML
@@ -89,6 +90,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/chains_study"))
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 6], help="chain lengths k")
     parser.add_argument("--problems", type=int, default=200, help="test problems (seed 0), cycling the levels")
+    parser.add_argument("--test-seed", type=int, default=0,
+                        help="seed of the test problems (0; another gives a fresh test set: use another --out, "
+                             "with the cal* runs linked into it)")
     parser.add_argument("--cal-problems", type=int, default=100, help="calibration problems (seed 1)")
     parser.add_argument("--cal-seed", type=int, default=1, choices=(1, 2),
                         help="--step cal-search: search the seed-1 chains (cal) or the seed-2 ones (cal-more's)")
@@ -182,7 +186,7 @@ def main() -> None:
         run = out / name
         run.mkdir(parents=True, exist_ok=True)
         config = run.with_suffix(".yaml")
-        config.write_text(json.dumps({"data": _data(args, 0, args.problems), "batch_size": args.problems,  # one plan
+        config.write_text(json.dumps({"data": _data(args, args.test_seed, args.problems), "batch_size": args.problems,  # one plan
                                       "sampling": {"max_tokens": args.max_tokens, "temperature": 0.7}}))
         _tts("eval", "--config", str(config), "-s", "auto", "--out", str(run), *extra)
     else:
