@@ -408,8 +408,7 @@ def choose(problem_ids: Sequence[str], features: np.ndarray, prompt_tokens: Sequ
         e_acc, e_cost = escalation_options(escalations, bins, features)
         accs, costs = np.hstack([accs, e_acc]), np.hstack([costs, e_cost])
     # What each escalation would give each problem, before the guard (the trace's alternatives).
-    shown = {e.label: e.raw_accuracy[np.clip(bins, 0, len(e.raw_accuracy) - 1)] if e.model is None
-             else e.model.predict(np.asarray(features, dtype=float)) for e in escalations}
+    shown = {e.label: e.predicted_accuracy(bins, features) for e in escalations}
     if budget < 0:
         raise BudgetTooSmallError(f"the pilot already cost {-budget:.6g} {pricer.unit} more than the budget; raise "
                                   f"the budget by at least that much, or lower the pilot", -float(budget))

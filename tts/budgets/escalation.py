@@ -145,13 +145,21 @@ class Escalation:
                 "matched_n": self.matched_n.tolist(), "allowed": self.allowed.tolist(),
                 "learned": self.model is not None}
 
+    def predicted_accuracy(self, bins: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """Per problem, before the guard: the learned model's prediction (given ``features``), else
+        its bin's mean."""
+        b = np.clip(np.asarray(bins, dtype=int), 0, len(self.raw_accuracy) - 1)
+        if self.model is None or features is None:
+            return self.raw_accuracy[b]
+        return self.model.predict(np.asarray(features, dtype=float))
+
     def expected_accuracy(self, bins: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
-        """Per problem: its bin's (guarded) accuracy, or with a learned model its own prediction,
-        held under the bin's ceiling (so the guard and empty bins apply alike)."""
+        """Per problem, what the plan uses: :meth:`predicted_accuracy` held under its bin's ceiling
+        (the guard, and -1 for empty bins)."""
         b = np.clip(np.asarray(bins, dtype=int), 0, len(self.accuracy) - 1)
         if self.model is None or features is None or self.ceiling is None:
             return self.accuracy[b]
-        return np.minimum(self.model.predict(np.asarray(features, dtype=float)), self.ceiling[b])
+        return np.minimum(self.predicted_accuracy(b, features), self.ceiling[b])
 
 
 def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders: np.ndarray, pricer: Any,
@@ -192,7 +200,7 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
     lengths = np.stack([np.nan_to_num(pool.tokens[p_idx, o[idx, :k]]).mean(axis=1) for o in orders])
     ref = calibration.reference or calibration.rules[0]
     ref_out = rule_outcomes(pool, orders, (ref,), max(calibration.ns))[ref][:, idx]  # (R, P_shared, n_max)
-    acc, raw, mean_cost, weight = (np.zeros(n_bins) for _ in range(4))
+    raw, mean_cost, weight = (np.zeros(n_bins) for _ in range(3))
     matched = np.full(n_bins, k)
     allowed = np.zeros(n_bins, dtype=bool)
     ceiling = np.full(n_bins, np.inf)
@@ -203,7 +211,7 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         weight[b] = share.sum()
         if weight[b] == 0:  # no calibration problem here: the overall numbers, and no switch
             raw[b], mean_cost[b] = overall
-            acc[b] = ceiling[b] = -1.0
+            ceiling[b] = -1.0
             continue
         raw[b] = float(np.average(ok, weights=share))
         mean_cost[b] = float(np.average(cost, weights=share))
@@ -218,10 +226,10 @@ def fit_escalation(run: EscalationRun, pool: ModelPool, calibration: Any, orders
         m = int(live.sum())
         se = float(np.sqrt(np.average((d - gain) ** 2, weights=w) / max(m - 1, 1))) if m > 1 else np.inf
         allowed[b] = gain > z * se if z > 0 else True
-        ref_acc = calibration.curves[(ref, b)].at(int(matched[b])) if (ref, b) in calibration.curves else raw[b]
-        acc[b] = raw[b] if allowed[b] else min(raw[b], ref_acc - 1e-9)
-        if not allowed[b]:
+        if not allowed[b]:  # capped just below the reference rule there, so never chosen on a tie
+            ref_acc = calibration.curves[(ref, b)].at(int(matched[b])) if (ref, b) in calibration.curves else raw[b]
             ceiling[b] = ref_acc - 1e-9
+    acc = np.minimum(raw, ceiling)  # the guarded per-bin accuracy (-1 where no calibration problem fell)
     model = None
     if accuracy == "learned" and 0.0 < ok.mean() < 1.0:  # a constant outcome has nothing to learn: the bins stay
         # Every ordering's pilot features of a problem, each with the problem's outcome (as the

@@ -42,8 +42,3 @@ def tune_gc() -> None:
     if not _unfreeze_at_exit:
         atexit.register(gc.unfreeze)
         _unfreeze_at_exit = True
-
-
-YOUNG_THRESHOLD = 10_000
-"""New objects before a young collection under :func:`tune_gc` (Python's default is 700)."""
-_unfreeze_at_exit = False
