@@ -28,7 +28,9 @@ Each step is one or more ``tts`` commands (resumable: rerun a step to finish it)
 4. ``auto``: ``tts eval -s auto`` on the test problems, its total budget the tokens (generated +
    uncached prompt) that ``--budget-from`` spent there, with ``--escalate``; ``--cal cal_all``
    calibrates on the merged set; ``--prompt-length`` adds the log prompt length to auto's
-   difficulty features (a chain's prompt grows with k).
+   difficulty features (a chain's prompt grows with k). ``--auto-verifier`` has auto score its
+   own best_of_n and weighted_vote with ``--verifier`` (calibrate then on the checked rows:
+   ``--cal cal_all_escalate``; its escalations are only ``--escalate-more``).
 5. ``report``: ``tts plot --by k`` over every test run (figures and the per-k table), then auto
    against every single strategy at auto's tokens (paired bootstrap over problems) and auto's
    choices per k and per difficulty bin.
@@ -117,6 +119,8 @@ def main() -> None:
     parser.add_argument("--escalate-accuracy", choices=("bin", "learned"), default="bin",
                         help="--step auto: an escalation option's accuracy per difficulty bin, or from a model "
                              "of its own correctness per problem (auto's escalate_accuracy)")
+    parser.add_argument("--auto-verifier", action="store_true",
+                        help="--step auto: auto scores its own best_of_n and weighted_vote with --verifier")
     parser.add_argument("--escalate-more", nargs="*", default=[],
                         help="--step auto: further escalation runs in OUT (e.g. cal_escalate_n64)")
     args = parser.parse_args()
@@ -173,10 +177,12 @@ def main() -> None:
         name = "auto_" + args.budget_from.split(",")[0].replace("@", "") + (
             "" if args.switch_z is None else f"_z{args.switch_z:g}") + ("" if args.cal == "cal" else f"_{args.cal}") + (
             "_plen" if args.prompt_length else "") + "".join(f"_plus_{m}" for m in args.escalate_more) + (
-            "_learned" if args.escalate_accuracy == "learned" else "")
+            "_learned" if args.escalate_accuracy == "learned" else "") + ("_verified" if args.auto_verifier else "")
         extra = ["--budget", f"{budget:.0f}", "--calibration", str(out / args.cal)]
-        for e in (f"{args.cal}_escalate", *args.escalate_more):
+        for e in ([] if args.auto_verifier else [f"{args.cal}_escalate"]) + args.escalate_more:
             extra += ["--escalate", str(out / e)]
+        if args.auto_verifier:
+            extra += ["--verifier", args.verifier]
         if args.switch_z is not None:
             extra += ["--set", f"switch_z={args.switch_z:g}"]
         if args.prompt_length:

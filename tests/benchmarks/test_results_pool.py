@@ -128,3 +128,29 @@ def test_errors_say_what_to_pass(tmp_path):
     # A run killed mid-write leaves a half line at the end: dropped, as on resume.
     bad.write_text('{"problem_id": "p"}\n{"problem_id": "q", "tra')
     assert read_results(tmp_path) == [{"problem_id": "p"}]
+
+
+def _scored_row(pid: str, kind: str, answers: list, scores: list | None, verifier) -> dict:
+    samples = [{"text": f"t{i}", "answer": a, "outcome": "correct" if a == "1" else "wrong", "completion_tokens": 9,
+                "mean_logprob": -0.5} for i, a in enumerate(answers)]
+    strategy = {"kind": kind, "n": len(answers), **({"verifier": verifier} if kind != "self_consistency" else {})}
+    return {"problem_id": pid, "model": "m", "config": kind, "strategy": strategy, "gold": "1",
+            "trace": {"samples": samples, **({"scores": scores} if scores is not None else {})}}
+
+
+def test_a_verifier_gives_the_pool_its_scores_from_the_rows_it_scored_and_only_those():
+    rows = [
+        _scored_row("p0", "self_consistency", ["1", "2", "1", "1", "3", "1"], None, None),  # more samples, no verifier
+        _scored_row("p0", "best_of_n", ["1", "2", "1", "1"], [1.0, 0.0, 0.5, 1.0], {"kind": "chain"}),
+        _scored_row("p1", "weighted_vote", ["2", "1"], [0.0, 1.0], "chain"),  # the same verifier, spelled as a name
+        _scored_row("p1", "best_of_n", ["2", "2", "2"], [0.9, 0.9, 0.9], {"kind": "chain", "noise": 0.3}),  # another
+    ]
+    got = pool_rows_from_results(rows, verifier={"kind": "chain"})
+    assert [(r["problem_id"], r["answer"], r["score"]) for r in got] == [
+        ("p0", "1", 1.0), ("p0", "2", 0.0), ("p0", "1", 0.5), ("p0", "1", 1.0), ("p1", "2", 0.0), ("p1", "1", 1.0)]
+    # Without a verifier the longest row of each problem is read, scores are mean logprobs.
+    plain = pool_rows_from_results(rows)
+    assert len([r for r in plain if r["problem_id"] == "p0"]) == 6 and {r["score"] for r in plain} == {-0.5}
+    with pytest.raises(PoolError, match="scored its samples with the verifier") as err:
+        pool_rows_from_results(rows, verifier={"kind": "chain", "noise": 0.1})
+    assert "'noise': 0.3" in str(err.value) and "--verifier" in str(err.value)  # says what the run has, what to run

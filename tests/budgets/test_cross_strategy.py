@@ -172,3 +172,40 @@ def test_the_noise_guard_keeps_real_gains_and_drops_ties(pool, tmp_path: Path) -
     assert ahead(raw) >= 1
     assert ahead(guarded) <= 1
     assert sum(len(v) for v in guarded.switches.values()) <= 1
+
+
+@pytest.mark.parametrize(("answers", "samples"), [(3, 8), (14, 40)])  # few repeated answers (dense tallies), many (flat)
+def test_replayed_weighted_vote_of_verifier_scores_is_the_live_rule_zero_weights_and_all(tmp_path: Path, answers: int,
+                                                                                        samples: int) -> None:
+    """Scores in [0, 1] with zeros (a tool verifier's): each prefix's replayed outcome equals the live
+    weighted_vote on those samples, with its fallback to a plain vote where every answered sample
+    weighs 0 (ties share credit, as the replay counts them)."""
+    from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
+    from tts.types import Sample, Usage
+
+    rng = np.random.default_rng(3)
+    rows, table = [], {}
+    for p in range(40):
+        for s in range(samples):
+            answer = None if rng.random() < 0.25 else str(int(rng.integers(1, answers + 1)))
+            score = float(rng.choice([0.0, 0.0, 0.5, 1.0]))
+            table[(p, s)] = (answer, score)
+            rows.append({"problem_id": f"p{p}", "model": "m", "sample_idx": s, "answer": answer,
+                         "correct": answer == "1", "num_tokens": 10, "score": score})
+    (tmp_path / "pool.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    pool = load_pool(tmp_path / "pool.jsonl")["m"]
+    orders = random_orders(pool.mask, 3, np.random.default_rng(0))
+    replayed = rule_outcomes(pool, orders, ("weighted_vote",), samples)["weighted_vote"]
+    live = WeightedVote(WeightedVoteConfig(n=samples), generator=None, prompt=None)
+    fallbacks = 0
+    for r in range(3):
+        for p in range(40):
+            for t in range(samples):
+                picked = [table[(p, int(j))] for j in orders[r, p, :t + 1]]
+                sol = live.aggregate(f"p{p}", [Sample("x", a) for a, _ in picked], Usage(), [w for _, w in picked])
+                fallbacks += bool(sol.trace.events.get("unweighted_vote"))
+                votes = sol.trace.votes
+                top = [a for a, v in votes.items() if v == max(votes.values())] if votes else []
+                expected = sum(a == "1" for a in top) / len(top) if top else 0.0
+                assert replayed[r, p, t] == pytest.approx(expected), (r, p, t, picked)
+    assert fallbacks > 20  # the fallback was exercised, not only the weighted case

@@ -91,3 +91,32 @@ def test_auto_plans_every_problem_in_one_batch_unless_a_batch_size_is_given_also
         assert r.exit_code == 0, r.output
         rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
         assert {row["trace"]["notes"]["batch_problems"] for row in rows} == {expected}, name
+
+
+def test_auto_with_a_verifier_scores_its_own_rules_by_it_calibrated_on_a_run_with_the_same_verifier(tmp_path):
+    base = ["--backend", "scripted", "-b", "chains", "--max-tokens", "160"]
+    cal = tmp_path / "cal"
+    r = _eval(*base, "--limit", "24", "-s", "self_consistency", "-s", "best_of_n", "-s", "weighted_vote", "-n", "16",
+              "--verifier", "chain", "--out", str(cal))
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "auto"
+    r = _eval(*base, "--set", "data.seed=1", "--limit", "12", "-s", "auto", "--budget", "30000", "--calibration",
+              str(cal), "--verifier", "chain", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["strategy"]["verifier"]["kind"] == "chain"
+    scored = [row for row in rows if row["trace"]["notes"]["strategy"] in ("best_of_n", "weighted_vote")]
+    assert scored  # the checker's rules were chosen somewhere
+    for row in scored:
+        trace = row["trace"]
+        # The chain checker's scores (0, 0.5 or 1 per sample), not mean logprobs (negative).
+        assert len(trace["scores"]) == len(trace["samples"]) == trace["notes"]["n"]
+        assert set(trace["scores"]) <= {0.0, 0.5, 1.0}
+        if trace["notes"]["strategy"] == "best_of_n":
+            assert trace["scores"][trace["selected"]] == max(trace["scores"])
+    # A calibration scored by another verifier (or by none) is refused, saying what it holds.
+    r = _eval(*base, "--limit", "4", "-s", "auto", "--budget", "30000", "--calibration", str(cal),
+              "--verifier", "arithmetic", "--out", str(tmp_path / "bad"))
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "scored its samples with the verifier" in said and "'chain'" in said, r.output
+    assert "Traceback" not in r.output

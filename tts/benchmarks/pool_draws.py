@@ -249,7 +249,9 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
     Args:
         pool: One model's samples.
         order: ``(n_max, D, P)`` slot indices (:func:`draw_orders`).
-        weights: Per-slot vote weights (> 0, :func:`vote_weights`); None = one vote each.
+        weights: Per-slot vote weights (>= 0, :func:`vote_weights`); None = one vote each. A
+            prefix whose answered samples all weigh 0 has no weighted winner: callers that want a
+            fallback (the live weighted_vote's plain vote) apply it.
         ns: Prefix lengths to return (default all ``1..n_max``).
         per_draw: False = return the sum over draws, ``(P, len(ns))`` (saves memory).
 
@@ -274,6 +276,11 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
         w = None if weights is None else more.pop(0)
         if w is not None:
             single = w * single
+
+        def weighed(t: int, x: np.ndarray) -> np.ndarray:
+            # A sample of weight 0 adds nothing: its answer's tally is the one it had at its last
+            # weighted sample, already in the tie there, so it must not join a tie again.
+            return x if w is None else np.where(w[t] > 0, x, -1.0)
         # Running votes of every (draw, problem, repeated answer); x at step t is the votes of the
         # answer drawn at t, after it (an answer seen once in the problem: its own vote). Votes
         # only grow, so the answers tied at the top are exactly the steps whose x equals the
@@ -288,7 +295,7 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
             def step(t: int) -> np.ndarray:
                 hit = col_t[t] == which
                 np.add(votes, hit if w is None else hit * w[t], out=votes)
-                return np.where(rep[t], (votes * hit).sum(axis=0, dtype=dtype), single[t])
+                return weighed(t, np.where(rep[t], (votes * hit).sum(axis=0, dtype=dtype), single[t]))
         else:  # many answers: one flat array, gather and scatter at the drawn answer's column
             base = np.arange(o.shape[1] * o.shape[2], dtype=np.int32).reshape(o.shape[1:]) * width
             flat = np.zeros(base.size * width, dtype=dtype)
@@ -297,7 +304,7 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
                 slot = base + col_t[t]
                 v = flat[slot] + (1 if w is None else w[t])
                 flat[slot] = v
-                return np.where(rep[t], v, single[t])
+                return weighed(t, np.where(rep[t], v, single[t]))
 
         return _scan(step, grade, cols)
 

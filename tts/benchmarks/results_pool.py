@@ -11,7 +11,9 @@ that row per (model, problem) and emits one pool row per sample::
 
 ``sample_idx`` is the sample's position in generation order, ``correct`` comes from the sample's
 graded ``outcome`` (``"no_answer"`` counts as wrong), ``num_tokens`` from its
-``completion_tokens``, ``score`` from its ``mean_logprob`` (or null), and ``prompt_tokens`` from
+``completion_tokens``, ``score`` from its ``mean_logprob`` (or null) or, with a ``verifier``, from
+the verifier's score of it (the row's ``trace.scores``; only rows of strategies configured with
+that very verifier are read), and ``prompt_tokens`` from
 the row's first request (the problem's prompt as the engine counted it, or null; ``auto`` can read
 it as a difficulty feature, ``prompt_length``). The result is an ordinary
 pool (:mod:`tts.benchmarks.pool`), so a past run can calibrate the offline allocator
@@ -76,31 +78,66 @@ def _is_prefix(short: list[dict[str, Any]], long: list[dict[str, Any]]) -> bool:
     return all(tuple(a.get(k) for k in keys) == tuple(b.get(k) for k in keys) for a, b in zip(short, long))
 
 
-def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "mean_logprob"
-                           ) -> list[dict[str, Any]]:
+def _verifier_dump(value: Any) -> dict[str, Any] | None:
+    """A verifier config (a name, a dict or a config) in its full form, every default filled in,
+    so that two spellings of one verifier compare equal; None for none or one this installation
+    cannot read."""
+    if value is None:
+        return None
+    from tts.config import parse_verifier_config
+
+    try:
+        return parse_verifier_config(value).model_dump()
+    except ValueError:
+        return None
+
+
+def _scored_by(row: dict[str, Any], verifier: dict[str, Any]) -> bool:
+    """Whether the row's strategy scored its samples with ``verifier`` (a full dump), one score each."""
+    trace = row.get("trace")
+    scores = trace.get("scores") if isinstance(trace, dict) else None
+    return (_verifier_dump((row.get("strategy") or {}).get("verifier")) == verifier
+            and isinstance(scores, list) and len(scores) == len(_samples(row)))
+
+
+def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "mean_logprob",
+                           verifier: Any = None) -> list[dict[str, Any]]:
     """Sample-pool rows from eval result rows, one per drawn sample.
 
     Args:
         rows: ``results.jsonl`` rows (dicts) of one or more runs.
         score: Which sample field becomes the pool's ``score``: ``"mean_logprob"`` (null where the
-            backend returned no logprobs) or ``"none"`` (always null).
+            backend returned no logprobs) or ``"none"`` (always null). Ignored with ``verifier``.
+        verifier: A verifier (name, dict or config): the pool's ``score`` is that verifier's score
+            of each sample, read from the rows of strategies configured with this same verifier
+            (every setting equal); the other rows are left out.
 
     Returns:
         Pool rows grouped by (model, problem) in order of first appearance, samples in generation
         order. Per (model, problem) only the result row with the most samples is used.
 
     Raises:
-        PoolError: A row lacks ``problem_id``, or no row has any trace samples.
+        PoolError: A row lacks ``problem_id``, no row has any trace samples, or (with
+            ``verifier``) no row was scored by that verifier (the message lists those that were).
     """
     if score not in ("mean_logprob", "none"):
         raise ValueError(f"score must be 'mean_logprob' or 'none', got {score!r}")
+    wanted = _verifier_dump(verifier)
+    if verifier is not None and wanted is None:
+        raise ValueError(f"verifier {verifier!r} is not a verifier config this installation can read")
     # 1. Per (model, problem), the row with the most samples (the first such row on ties).
     best: dict[tuple[str, str], dict[str, Any]] = {}
     not_prefix = 0
+    seen_verifiers: list[Any] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "problem_id" not in row:
             raise PoolError(f"result row {i + 1} has no problem_id; pass rows of a tts eval results.jsonl")
         if not _iid_samples(row):
+            continue
+        if wanted is not None and not _scored_by(row, wanted):
+            found = (row.get("strategy") or {}).get("verifier")
+            if found is not None and found not in seen_verifiers:
+                seen_verifiers.append(found)
             continue
         key = (str(row.get("model") or "unknown"), str(row["problem_id"]))
         kept = best.get(key)
@@ -112,13 +149,22 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
     if not_prefix:
         logger.warning("%d result rows hold samples that are not a prefix of their problem's longest "
                        "trace; only the longest trace of each problem becomes the pool", not_prefix)
+    if wanted is not None and not best:
+        raise PoolError(f"no result row of a sampling strategy scored its samples with the verifier {wanted}; "
+                        + (f"the rows' verifiers are {seen_verifiers}. " if seen_verifiers else "no row has one. ")
+                        + "Calibrate on a run of best_of_n or weighted_vote with this verifier "
+                        "(tts eval -s best_of_n -s weighted_vote --verifier ...).")
     # 2. One pool row per sample of the kept rows.
     out: list[dict[str, Any]] = []
     for (model, pid), row in best.items():
         prompt = _prompt_tokens(row)
+        verified = row["trace"]["scores"] if wanted is not None else None
         for idx, s in enumerate(_samples(row)):
             tokens = s.get("completion_tokens")
-            logprob = s.get("mean_logprob") if score == "mean_logprob" else None
+            if verified is not None:
+                value = verified[idx]
+            else:
+                value = s.get("mean_logprob") if score == "mean_logprob" else None
             out.append({
                 "problem_id": pid,
                 "model": model,
@@ -126,7 +172,7 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
                 "answer": s.get("answer"),
                 "correct": _CORRECT.get(s.get("outcome")),
                 "num_tokens": tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
-                "score": float(logprob) if isinstance(logprob, (int, float)) else None,
+                "score": float(value) if isinstance(value, (int, float)) else None,
                 "gold_answer": row.get("gold"),
                 "prompt_tokens": prompt,
             })
@@ -173,12 +219,12 @@ def read_results(source: str | Path) -> list[dict[str, Any]]:
         raise PoolError(str(exc)) from None
 
 
-def load_results_as_pool(source: str | Path, score: ScoreField = "mean_logprob") -> SamplePool:
+def load_results_as_pool(source: str | Path, score: ScoreField = "mean_logprob", verifier: Any = None) -> SamplePool:
     """Load a past eval run as a validated :class:`SamplePool`.
 
     Args:
         source: The run directory (holding ``results.jsonl``) or the results file.
-        score: See :func:`pool_rows_from_results`.
+        score, verifier: See :func:`pool_rows_from_results`.
 
     Returns:
         The pool, validated and packed by :func:`tts.benchmarks.pool.load_pool`; its ``path`` is
@@ -186,7 +232,7 @@ def load_results_as_pool(source: str | Path, score: ScoreField = "mean_logprob")
     """
     path = Path(source)
     path = path / RESULTS_FILE if path.is_dir() else path
-    rows = pool_rows_from_results(read_results(path), score=score)
+    rows = pool_rows_from_results(read_results(path), score=score, verifier=verifier)
     # The pool loader validates and packs files; a temporary file keeps one parser for both.
     with tempfile.TemporaryDirectory(prefix="tts-pool-") as tmp:
         pool = load_pool(write_pool(rows, Path(tmp) / "pool.jsonl"))

@@ -17,6 +17,13 @@ One :meth:`AutoStrategy.solve` over a batch of problems, under ``budget`` per pr
    strategy (self_consistency, best_of_n, weighted_vote). The trace's ``notes`` say what was
    chosen and why (bin, expected accuracy, gain per unit cost, what the other rules would give).
 
+With ``verifier``, best_of_n and weighted_vote score their samples with that verifier (every
+sample of the batch that such a rule aggregates, in ONE verifier call) instead of by mean logprob,
+and their calibration curves are replays of the same verifier's scores, read from a calibration
+run of best_of_n or weighted_vote configured with it. The plan prices generation only: a verifier
+that runs a model (a PRM, a judge) costs more than the plan counts, and that cost is in each
+solution's usage all the same.
+
 With ``escalate`` (past ``tts eval`` runs of search strategies on the calibration problems), step
 4 also offers each problem those searches at its bin's measured accuracy and cost
 (:mod:`tts.budgets.escalation`): the pilot is the online stage, and a contested problem whose bin
@@ -38,7 +45,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from tts.backends.base import count_prompt_tokens
+from tts.backends.base import GenerationResult, count_prompt_tokens
 from tts.budgets.allocator import BudgetTooSmallError
 from tts.budgets.cross_allocator import (
     Calibration,
@@ -53,7 +60,7 @@ from tts.budgets.cross_allocator import (
 from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs, reuses_pilot
 from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
-from tts.config import SamplingStrategyConfig, StrategyConfigBase
+from tts.config import SamplingStrategyConfig, StrategyConfigBase, VerifierConfig
 from tts.registry import STRATEGIES
 from tts.search.base import Strategy, StrategyInputError, to_sample
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
@@ -77,7 +84,12 @@ class AutoConfig(StrategyConfigBase):
     on OTHER problems."""
     strategies: tuple[str, ...] = ("self_consistency", "best_of_n", "weighted_vote")
     """Strategies to choose from: self_consistency (vote), best_of_n and weighted_vote (both by mean
-    token logprob, which the calibration source must record)."""
+    token logprob, which the calibration source must record, or by ``verifier``)."""
+    verifier: VerifierConfig | None = None
+    """Score best_of_n's and weighted_vote's samples with this verifier rather than their mean
+    logprob. The calibration must then be a ``tts eval`` run (or sweep) with best_of_n or
+    weighted_vote configured with the same verifier, every setting equal: their curves replay its
+    scores."""
     pilot: int = Field(4, ge=1)
     """Pilot samples per problem (kept: every strategy here aggregates them)."""
     n_max: int = Field(64, ge=2)
@@ -146,6 +158,13 @@ class AutoConfig(StrategyConfigBase):
                              "or leave prompt_length off")
         return self
 
+    @model_validator(mode="after")
+    def _verifier_needs_a_scored_rule(self) -> AutoConfig:
+        if self.verifier is not None and not any(RULES[r].needs_scores for r in parse_rules(self.strategies)):
+            raise ValueError(f"verifier scores the samples of best_of_n and weighted_vote, and strategies "
+                             f"{list(self.strategies)} has neither; add one or leave the verifier out")
+        return self
+
 
 class AutoStrategy(Strategy):
     """Pilot, plan (strategy, n) per problem with the cross-strategy allocator, draw, aggregate."""
@@ -163,8 +182,15 @@ class AutoStrategy(Strategy):
         self._aggregators = {}
         for rule in self.rules:
             cls = STRATEGIES.load(RULES[rule].strategy)
-            cfg = cls.config_class(n=1) if issubclass(cls.config_class, SamplingStrategyConfig) else cls.config_class()
-            self._aggregators[rule] = cls(cfg, generator, prompt, self.sampling, self.extract, seed)
+            fields: dict[str, Any] = {"n": 1} if issubclass(cls.config_class, SamplingStrategyConfig) else {}
+            if config.verifier is not None and RULES[rule].needs_scores:
+                fields["verifier"] = config.verifier
+            self._aggregators[rule] = cls(cls.config_class(**fields), generator, prompt, self.sampling,
+                                          self.extract, seed)
+        # With a verifier, every verifier-scored rule's samples are scored in one call, by the first
+        # such aggregator's verifier (they share its config).
+        self._scorer = next((a for r, a in self._aggregators.items()
+                             if config.verifier is not None and RULES[r].needs_scores), None)
         self._logprobs = any(RULES[r].needs_scores for r in self.rules)
         self._calibration: Calibration | None = None
         self._pricer: Pricer | None = None
@@ -179,7 +205,7 @@ class AutoStrategy(Strategy):
                 from tts.budgets.calibration_source import load_calibration
 
                 cfg = self.config
-                pool = load_calibration(cfg.calibration, getattr(self.generator, "model_name", None))
+                pool = load_calibration(cfg.calibration, getattr(self.generator, "model_name", None), cfg.verifier)
                 check_pool_supports(pool, self.rules, f"--calibration {cfg.calibration}")
                 have = int(pool.counts.min())
                 if have <= cfg.pilot:
@@ -218,15 +244,13 @@ class AutoStrategy(Strategy):
                                                 self.sampling, self.extract, self.seed)
 
     def close(self) -> None:
-        for strategy in self._searches.values():
+        for strategy in [*self._searches.values(), *self._aggregators.values()]:
             strategy.close()
         super().close()
 
     def _complete_pilots(self, option: Any, problems: Sequence[Any], pilots: Sequence[Any]) -> list[Solution]:
         """A verifier-scored sampling option on escalated problems: each pilot completed to the
         option's n in ONE generator call, every sample scored in one verifier call, then aggregated."""
-        from tts.backends.base import GenerationResult
-
         k, n = self.config.pilot, option.config.n
         extra = self.generator.generate([option.request(p, n=n - k, drawn=k) for p in problems])
         merged = [GenerationResult(a.completions + b.completions, a.usage + b.usage)
@@ -235,7 +259,9 @@ class AutoStrategy(Strategy):
         return [option.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, merged, scored, strict=True)]
 
     def _request(self, problem: Any, n: int, drawn: int) -> Any:
-        return dataclasses.replace(self._sampler.request(problem, n=n, drawn=drawn), logprobs=self._logprobs)
+        top = self._scorer.top_logprobs_needed() if self._scorer is not None else 0
+        return dataclasses.replace(self._sampler.request(problem, n=n, drawn=drawn), logprobs=self._logprobs,
+                                   top_logprobs=top)
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         if budgets is not None and any(b is not None for b in budgets):
@@ -260,6 +286,16 @@ class AutoStrategy(Strategy):
             [self._request(problems[i], m, k) for i, m in more]) if more else []))
         # 5b. Escalated problems: each search runs once over its problems (its own batched calls).
         searched, reused = self._run_escalations(plan, problems, pilots)
+        # 5c. Each other problem's samples (pilot and extra) as one draw; with a verifier, those of the
+        # verifier-scored rules scored in one call.
+        drawn = {i: pilots[i] if i not in extra else GenerationResult(pilots[i].completions + extra[i].completions,
+                                                                    pilots[i].usage + extra[i].usage)
+                 for i in range(len(problems)) if i not in searched}
+        scored: dict[int, Any] = {}
+        if self._scorer is not None:
+            which = [i for i in drawn if RULES[plan.choices[i].rule].needs_scores]
+            scored = dict(zip(which, self._scorer.score_samples([problems[i] for i in which],
+                                                                [drawn[i] for i in which]), strict=True))
         out = []
         for i, (p, choice) in enumerate(zip(problems, plan.choices, strict=True)):
             usage = pilots[i].usage
@@ -272,12 +308,8 @@ class AutoStrategy(Strategy):
                 sol = dataclasses.replace(sol, usage=usage)
                 pilot_votes = dict(Counter(s.answer for s in samples[i] if s.answer is not None))
             else:
-                got = list(samples[i])
-                if i in extra:
-                    got += [to_sample(c, self.extract) for c in extra[i].completions]
-                    usage = usage + extra[i].usage
-                sol = self._aggregators[choice.rule].aggregate(p.id, got, usage)
-                pilot_votes = None
+                sol = self._aggregators[choice.rule].aggregate_result(p.id, drawn[i], scored=scored.get(i))
+                usage, pilot_votes = sol.usage, None
             notes = {**choice.to_json(), "unit": cfg.budget_unit, "pilot": k,
                      "spent": pricer.usage(usage), "batch_budget": total, "batch_problems": len(problems)}
             if pilot_votes is not None:

@@ -8,6 +8,10 @@ problems. Three sources give them:
   logprob; :mod:`tts.benchmarks.results_pool`);
 * a past ``tts sweep`` directory (``sweep.json``): a pool sweep points at its pool file, a live
   sweep at its run directories ``OUT/live/<model>-seed<s>/`` (the first one holding the model).
+
+With a ``verifier`` (``auto`` scoring its own rules with one), the samples' scores are that
+verifier's, read from the runs' rows of strategies configured with it; a pool file cannot say
+which verifier its scores came from, so it is refused then.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from tts.benchmarks.pool import ModelPool, PoolError, SamplePool, load_pool
 from tts.benchmarks.results_pool import load_results_as_pool
@@ -23,41 +28,52 @@ from tts.budgets.allocator import CalibrationError
 logger = logging.getLogger(__name__)
 
 
-def _sweep_pools(directory: Path) -> list[SamplePool]:
+def _pool_file(path: Path, verifier: Any) -> SamplePool:
+    if verifier is not None:
+        raise CalibrationError(f"--calibration {path} is a sample-pool file, whose scores cannot be told to come from "
+                               f"the verifier {getattr(verifier, 'kind', verifier)!r}; calibrate on a tts eval run (or sweep) of best_of_n or "
+                               "weighted_vote with that verifier")
+    return load_pool(path)
+
+
+def _sweep_pools(directory: Path, verifier: Any = None) -> list[SamplePool]:
     manifest = json.loads((directory / "sweep.json").read_text())
     source = str(manifest.get("source", ""))
     if source.startswith("pool:"):
         path = Path(source[5:])
         if not path.is_absolute() and not path.exists():
             path = directory / path
-        return [load_results_as_pool(path) if path.is_dir() else load_pool(path)]
+        return [load_results_as_pool(path, verifier=verifier) if path.is_dir() else _pool_file(path, verifier)]
     runs = sorted(p for p in (directory / "live").glob("*") if (p / "results.jsonl").is_file())
     if not runs:
         raise CalibrationError(f"sweep {directory} has no live run with results (OUT/live/*/results.jsonl); "
                                "finish the sweep or pass one of its run directories")
-    return [load_results_as_pool(r) for r in runs]
+    return [load_results_as_pool(r, verifier=verifier) for r in runs]
 
 
-def load_calibration(source: str | Path, model: str | None = None) -> ModelPool:
+def load_calibration(source: str | Path, model: str | None = None, verifier: Any = None) -> ModelPool:
     """One model's graded samples from a calibration source (see the module docstring).
 
     Args:
         source: Pool file, eval run directory (or its results.jsonl), or sweep directory.
         model: The model to calibrate; a source holding one model is used whatever its name
             (with a warning when it differs), one holding several must hold this one.
+        verifier: Score the samples by this verifier (name, dict or config) instead of their mean
+            logprob; the source must be a run or sweep whose strategies used it.
 
     Raises:
-        CalibrationError: Missing or unreadable source, or no samples of the model; the message
-            names the source and what it has.
+        CalibrationError: Missing or unreadable source, or no samples of the model (or, with a
+            verifier, none scored by it, or a pool file); the message names the source and what
+            it has.
     """
     path = Path(source)
     try:
         if (path / "sweep.json").is_file():
-            pools = _sweep_pools(path)
+            pools = _sweep_pools(path, verifier)
         elif path.is_dir() or path.name == "results.jsonl":
-            pools = [load_results_as_pool(path)]
+            pools = [load_results_as_pool(path, verifier=verifier)]
         elif path.is_file():
-            pools = [load_pool(path)]
+            pools = [_pool_file(path, verifier)]
         else:
             raise CalibrationError(f"--calibration {source}: no such pool file, tts eval run or tts sweep directory")
     except (PoolError, OSError, json.JSONDecodeError) as exc:
