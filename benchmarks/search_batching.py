@@ -42,6 +42,15 @@ Two batched rows, because the garbage collector's settings are the process's, no
   and the grader, so for ``tts eval`` the truth lies between the two rows (nearer this one: the
   threshold applies all the same).
 
+On a GPU host's CPU (a lent H200 machine: 16-core Intel Xeon with AMX, Python 3.12.3, quiet;
+2026-11-27, two rounds of ``--skip-naive --repeats 9``): ``batched+cli`` at 50 ms per call 4.95 and
+4.57% (beam), 5.15 and 4.44% (DVTS), 26-31 ms of CPU per search; at 20 ms 7.54 and 7.29% (beam),
+8.20 and 7.11% (DVTS). The library alone (``batched``): 5.58/5.41% and 4.88/5.11% at 50 ms,
+7.5-8.2% at 20 ms. So where search runs against a GPU, the 20 ms target (< 10%) is met and the
+50 ms one (< 5%) is met in three of four medians with ``tune_gc``, at the edge without it; this
+2-core machine (Python 3.11) takes about a third more CPU for the same search (6.7% at 50 ms).
+The engine there is still this fake one: vLLM does not fit in what a lent machine can be sent.
+
 Where the overhead goes (beam, 64 problems, Python 3.11, thread CPU per search; this 2-core
 machine is shared, so compare rows of one run). About 31-35 ms of CPU per search is our
 bookkeeping (4 us per node), in this order: the children of each step (state, steps and logprob
