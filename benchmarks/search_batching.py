@@ -48,7 +48,7 @@ On a GPU host's CPU (a lent H200 machine: 16-core Intel Xeon with AMX, Python 3.
 8.20 and 7.11% (DVTS). The library alone (``batched``): 5.58/5.41% and 4.88/5.11% at 50 ms,
 7.5-8.2% at 20 ms. So where search runs against a GPU, the 20 ms target (< 10%) is met and the
 50 ms one (< 5%) is met in three of four medians with ``tune_gc``, at the edge without it; this
-2-core machine (Python 3.11) takes about a third more CPU for the same search (6.7% at 50 ms).
+2-core machine (Python 3.11) takes about 40% more CPU for the same search (40 ms, 6.7% at 50 ms).
 The engine there is still this fake one: vLLM does not fit in what a lent machine can be sent.
 
 Where the overhead goes (beam, 64 problems, Python 3.11, thread CPU per search; this 2-core
