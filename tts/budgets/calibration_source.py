@@ -30,8 +30,9 @@ logger = logging.getLogger(__name__)
 
 def _pool_file(path: Path, verifier: Any) -> SamplePool:
     if verifier is not None:
+        name = getattr(verifier, "kind", verifier)
         raise CalibrationError(f"--calibration {path} is a sample-pool file, whose scores cannot be told to come from "
-                               f"the verifier {getattr(verifier, 'kind', verifier)!r}; calibrate on a tts eval run (or sweep) of best_of_n or "
+                               f"the verifier {name!r}; calibrate on a tts eval run (or sweep) of best_of_n or "
                                "weighted_vote with that verifier")
     return load_pool(path)
 
