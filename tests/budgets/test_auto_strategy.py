@@ -86,3 +86,11 @@ def test_solve_auto_from_the_api(tmp_path: Path) -> None:
     json.dumps(tts.types.to_jsonable(sol.trace))  # the trace is JSON-ready
     with pytest.raises(ValueError, match="calibration="):
         tts.solve("What is 1 + 1?", strategy="auto", budget=3000, generator=_generator())
+
+
+def test_auto_says_when_its_calibration_caps_n(tmp_path: Path, caplog) -> None:
+    auto = _auto(tmp_path)  # 16 calibration samples per problem, n_max 64
+    with caplog.at_level("WARNING", logger="tts.budgets.auto_strategy"):
+        sols = auto.solve(_problems())
+    assert max(s.trace.notes["n"] for s in sols) <= 16
+    assert "n is capped at 16" in caplog.text and "n_max is 64" in caplog.text

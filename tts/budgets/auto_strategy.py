@@ -213,6 +213,10 @@ class AutoStrategy(Strategy):
 
                     raise CalibrationError(f"--calibration {cfg.calibration} has {have} samples for some problem; auto "
                                            f"needs more than the pilot's {cfg.pilot} (calibrate with a larger n)")
+                if have < cfg.n_max:  # said, not silent: a plan capped here can leave budget unspent
+                    logger.warning("auto: n is capped at %d, the fewest samples of any problem in --calibration %s "
+                                   "(n_max is %d); calibrate with more samples per problem to let auto spend more "
+                                   "on a problem", have, cfg.calibration, cfg.n_max)
                 ns = ladder(cfg.pilot, min(cfg.n_max, have))
                 orders = random_orders(pool.mask, 8, np.random.default_rng(self.seed))
                 self._calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
