@@ -100,6 +100,18 @@ def _scored_by(row: dict[str, Any], verifier: dict[str, Any]) -> bool:
             and isinstance(scores, list) and len(scores) == len(_samples(row)))
 
 
+def _how_it_differs(value: Any, wanted: dict[str, Any]) -> str | None:
+    """A row's verifier as a message names it: its kind, and which settings differ from the wanted
+    verifier's (names only: a setting's value, a model's path say, is the run owner's)."""
+    found = _verifier_dump(value)
+    if found is None:
+        return None if value is None else "one this installation cannot read"
+    if found["kind"] != wanted["kind"]:
+        return repr(found["kind"])
+    other = sorted(k for k in found.keys() | wanted.keys() if found.get(k) != wanted.get(k))
+    return f"{found['kind']!r} with another {', '.join(other)}"
+
+
 def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "mean_logprob",
                            verifier: Any = None) -> list[dict[str, Any]]:
     """Sample-pool rows from eval result rows, one per drawn sample.
@@ -128,14 +140,14 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
     # 1. Per (model, problem), the row with the most samples (the first such row on ties).
     best: dict[tuple[str, str], dict[str, Any]] = {}
     not_prefix = 0
-    seen_verifiers: list[Any] = []
+    seen_verifiers: list[str] = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or "problem_id" not in row:
             raise PoolError(f"result row {i + 1} has no problem_id; pass rows of a tts eval results.jsonl")
         if not _iid_samples(row):
             continue
         if wanted is not None and not _scored_by(row, wanted):
-            found = (row.get("strategy") or {}).get("verifier")
+            found = _how_it_differs((row.get("strategy") or {}).get("verifier"), wanted)
             if found is not None and found not in seen_verifiers:
                 seen_verifiers.append(found)
             continue
@@ -150,8 +162,9 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
         logger.warning("%d result rows hold samples that are not a prefix of their problem's longest "
                        "trace; only the longest trace of each problem becomes the pool", not_prefix)
     if wanted is not None and not best:
-        raise PoolError(f"no result row of a sampling strategy scored its samples with the verifier {wanted}; "
-                        + (f"the rows' verifiers are {seen_verifiers}. " if seen_verifiers else "no row has one. ")
+        raise PoolError(f"no result row of a sampling strategy scored its samples with the verifier {wanted['kind']!r} "
+                        "as configured; "
+                        + (f"the rows' verifiers are: {'; '.join(seen_verifiers)}. " if seen_verifiers else "no row has one. ")
                         + "Calibrate on a run of best_of_n or weighted_vote with this verifier "
                         "(tts eval -s best_of_n -s weighted_vote --verifier ...).")
     # 2. One pool row per sample of the kept rows.
