@@ -232,9 +232,12 @@ def test_estimator_inputs_are_checked(tmp_path):
     with pytest.raises(ValueError, match="exceeds the 3 samples") as exc:
         est.majority_vote(mp, [4])
     assert "ns up to 3" in _one_line(exc)
-    with pytest.raises(ValueError, match="weights > 0") as exc:
+    with pytest.raises(ValueError, match="weights >= 0, but .* negative") as exc:
         est.weighted_vote(mp, scores=np.full(mp.answers.shape, -1.0))
     assert "weighting='exp'" in _one_line(exc)
+    # A verifier that rejects every sample (scores 0): a plain vote, as the live weighted_vote falls back to.
+    zero = est.weighted_vote(mp, [1, 3], scores=np.zeros(mp.answers.shape), draws=50)
+    assert zero.at(3)[0] == pytest.approx(est.majority_vote(mp, [3], draws=50).at(3)[0])
     with pytest.raises(ValueError, match="order has shape"):
         est.majority_vote(mp, [2], order=pool_draws.draw_orders(np.array([3]), 2, 5))
     assert est.majority_vote(mp, [3], draws=5).at(3)[0] == pytest.approx(0.5)

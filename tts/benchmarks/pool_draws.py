@@ -46,12 +46,13 @@ def sample_scores(pool: ModelPool, scores: np.ndarray | None = None) -> np.ndarr
 
 
 def vote_weights(pool: ModelPool, weighting: Weighting = "score", scores: np.ndarray | None = None) -> np.ndarray:
-    """Positive vote weights of the answered samples (0 elsewhere) from scores: the score itself,
+    """Vote weights of the answered samples (0 elsewhere) from scores: the score itself,
     ``exp(score - problem max)`` or its logistic sigmoid (for logit-like scores such as a
-    reward model's).
+    reward model's). A score of 0 (a verifier that rejects the sample) is a weight of 0: the
+    sample adds nothing to its answer, as in the live weighted_vote (see :func:`vote_outcomes`).
 
     Raises:
-        ValueError: Unknown weighting, missing scores, or a weight that is not > 0.
+        ValueError: Unknown weighting, missing scores, or a negative weight.
     """
     answered = pool.mask & (pool.answers >= 0)
     s = np.where(answered, sample_scores(pool, scores), 0.0)  # abstentions cast no vote
@@ -64,8 +65,8 @@ def vote_weights(pool: ModelPool, weighting: Weighting = "score", scores: np.nda
         w = 0.5 * (1.0 + np.tanh(0.5 * s))
     else:
         raise ValueError(f"unknown weighting {weighting!r}; use 'score', 'exp' or 'sigmoid'")
-    if np.any((w <= 0) & answered):
-        raise ValueError(f"weighted vote needs weights > 0, but model {pool.model} has weights <= 0 with "
+    if np.any((w < 0) & answered):
+        raise ValueError(f"weighted vote needs weights >= 0, but model {pool.model} has negative weights with "
                          f"weighting={weighting!r}; use weighting='exp' or 'sigmoid' for such scores")
     return np.where(answered, w, 0.0)
 
@@ -250,8 +251,8 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
         pool: One model's samples.
         order: ``(n_max, D, P)`` slot indices (:func:`draw_orders`).
         weights: Per-slot vote weights (>= 0, :func:`vote_weights`); None = one vote each. A
-            prefix whose answered samples all weigh 0 has no weighted winner: callers that want a
-            fallback (the live weighted_vote's plain vote) apply it.
+            prefix whose answered samples all weigh 0 is counted as a plain vote, the live
+            weighted_vote's fallback when its verifier rejects every sample.
         ns: Prefix lengths to return (default all ``1..n_max``).
         per_draw: False = return the sum over draws, ``(P, len(ns))`` (saves memory).
 
@@ -272,10 +273,18 @@ def vote_outcomes(pool: ModelPool, order: np.ndarray, weights: np.ndarray | None
         code, *more = _codes(o, *tables)
         col_t, rep = code >> 3, (code & 4).astype(bool)
         grade = (code & 1).astype(bool) if integral else more.pop(0)
-        single = ((code >> 1) & 1).astype(small)
+        once = ((code >> 1) & 1).astype(small)
         w = None if weights is None else more.pop(0)
-        if w is not None:
-            single = w * single
+        out = tally(o, rows, col_t, rep, grade, once, w)
+        if w is not None:  # prefixes whose answered samples all weigh 0: a plain vote, as the live rule
+            weighted = np.cumsum(w, axis=0)[cols] > 0
+            if not weighted.all():
+                out = np.where(weighted, out, tally(o, rows, col_t, rep, grade, once, None))
+        return out
+
+    def tally(o: np.ndarray, rows: np.ndarray, col_t: np.ndarray, rep: np.ndarray, grade: np.ndarray,
+              once: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+        single = once if w is None else w * once
 
         def weighed(t: int, x: np.ndarray) -> np.ndarray:
             # A sample of weight 0 adds nothing: its answer's tally is the one it had at its last

@@ -92,18 +92,17 @@ def _verifier_dump(value: Any) -> dict[str, Any] | None:
         return None
 
 
-def _scored_by(row: dict[str, Any], verifier: dict[str, Any]) -> bool:
-    """Whether the row's strategy scored its samples with ``verifier`` (a full dump), one score each."""
+def _has_scores(row: dict[str, Any]) -> bool:
+    """Whether the row's trace holds one score per sample."""
     trace = row.get("trace")
     scores = trace.get("scores") if isinstance(trace, dict) else None
-    return (_verifier_dump((row.get("strategy") or {}).get("verifier")) == verifier
-            and isinstance(scores, list) and len(scores) == len(_samples(row)))
+    return isinstance(scores, list) and len(scores) == len(_samples(row))
 
 
-def _how_it_differs(value: Any, wanted: dict[str, Any]) -> str | None:
-    """A row's verifier as a message names it: its kind, and which settings differ from the wanted
-    verifier's (names only: a setting's value, a model's path say, is the run owner's)."""
-    found = _verifier_dump(value)
+def _how_it_differs(value: Any, found: dict[str, Any] | None, wanted: dict[str, Any]) -> str | None:
+    """A row's verifier (``value``, read as ``found``) as a message names it: its kind, and which
+    settings differ from the wanted verifier's (names only: a setting's value, a model's path say,
+    is the run owner's)."""
     if found is None:
         return None if value is None else "one this installation cannot read"
     if found["kind"] != wanted["kind"]:
@@ -146,11 +145,14 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
             raise PoolError(f"result row {i + 1} has no problem_id; pass rows of a tts eval results.jsonl")
         if not _iid_samples(row):
             continue
-        if wanted is not None and not _scored_by(row, wanted):
-            found = _how_it_differs((row.get("strategy") or {}).get("verifier"), wanted)
-            if found is not None and found not in seen_verifiers:
-                seen_verifiers.append(found)
-            continue
+        if wanted is not None:
+            value = (row.get("strategy") or {}).get("verifier")
+            found = _verifier_dump(value)
+            if found != wanted or not _has_scores(row):
+                named = _how_it_differs(value, found, wanted) if found != wanted else None
+                if named is not None and named not in seen_verifiers:
+                    seen_verifiers.append(named)
+                continue
         key = (str(row.get("model") or "unknown"), str(row["problem_id"]))
         kept = best.get(key)
         if kept is None or len(_samples(row)) > len(_samples(kept)):

@@ -166,6 +166,11 @@ class AutoConfig(StrategyConfigBase):
         return self
 
 
+def _joined(pilot: GenerationResult, extra: GenerationResult) -> GenerationResult:
+    """A problem's pilot and its later samples as one draw (their usages added)."""
+    return GenerationResult(pilot.completions + extra.completions, pilot.usage + extra.usage)
+
+
 class AutoStrategy(Strategy):
     """Pilot, plan (strategy, n) per problem with the cross-strategy allocator, draw, aggregate."""
 
@@ -257,8 +262,7 @@ class AutoStrategy(Strategy):
         option's n in ONE generator call, every sample scored in one verifier call, then aggregated."""
         k, n = self.config.pilot, option.config.n
         extra = self.generator.generate([option.request(p, n=n - k, drawn=k) for p in problems])
-        merged = [GenerationResult(a.completions + b.completions, a.usage + b.usage)
-                  for a, b in zip(pilots, extra, strict=True)]
+        merged = [_joined(a, b) for a, b in zip(pilots, extra, strict=True)]
         scored = option.score_samples(problems, merged)
         return [option.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, merged, scored, strict=True)]
 
@@ -292,8 +296,7 @@ class AutoStrategy(Strategy):
         searched, reused = self._run_escalations(plan, problems, pilots)
         # 5c. Each other problem's samples (pilot and extra) as one draw; with a verifier, those of the
         # verifier-scored rules scored in one call.
-        drawn = {i: pilots[i] if i not in extra else GenerationResult(pilots[i].completions + extra[i].completions,
-                                                                    pilots[i].usage + extra[i].usage)
+        drawn = {i: _joined(pilots[i], extra[i]) if i in extra else pilots[i]
                  for i in range(len(problems)) if i not in searched}
         scored: dict[int, Any] = {}
         if self._scorer is not None:

@@ -20,9 +20,10 @@ verifier's, or the mean token logprob of a past ``tts eval`` run, which is what 
 weighted_vote use without a verifier). Weights of weighted_vote follow ``tts sweep``'s
 ``weighting="auto"``: the score itself when every score lies in [0, 1], else exp(score). Scores in
 [0, 1] may be 0 (a verifier that rejects a sample): as the live weighted_vote does, a prefix whose
-answered samples all weigh 0 is counted as a plain vote. Equal best_of_n scores share credit here,
-where the live strategy with a verifier breaks them by mean logprob: a tool verifier's 0/1 scores
-tie often, so its replayed best_of_n is the expectation over a random pick among the top-scored.
+answered samples all weigh 0 is counted as a plain vote
+(:func:`~tts.benchmarks.pool_draws.vote_outcomes`). Equal best_of_n scores share credit here, where
+the live strategy with a verifier breaks them by mean logprob: a tool verifier's 0/1 scores tie
+often, so its replayed best_of_n is the expectation over a random pick among the top-scored.
 
 Outcomes come from :mod:`tts.benchmarks.pool_draws` (ties share credit: the expectation over a random
 tie-break). ``correct`` only grades the chosen answer; it decides nothing.
@@ -117,19 +118,6 @@ def _weighting(scores: np.ndarray) -> str:
     return "score" if finite.size and finite.min() >= 0.0 and finite.max() <= 1.0 else "exp"
 
 
-def _weighted_vote_outcomes(pool: ModelPool, o: np.ndarray) -> np.ndarray:
-    """``vote_outcomes`` weighted by score, ``(n, R, P)``; with scores in [0, 1], a prefix whose
-    answered samples all weigh 0 is a plain vote (the live strategy's fallback)."""
-    weighting = _weighting(pool.scores[pool.mask])
-    if weighting != "score":
-        return vote_outcomes(pool, o, vote_weights(pool, weighting))
-    answered = pool.mask & (pool.answers >= 0)
-    w = np.where(answered, np.nan_to_num(pool.scores), 0.0)
-    weighted = vote_outcomes(pool, o, w)
-    drawn = np.cumsum(w[np.arange(w.shape[0]), o], axis=0)  # (n, R, P): the prefix's answered weight
-    return weighted if np.all(drawn > 0) else np.where(drawn > 0, weighted, vote_outcomes(pool, o))
-
-
 def rule_outcomes(pool: ModelPool, orders: np.ndarray, rules: Sequence[str], n_max: int) -> dict[str, np.ndarray]:
     """Per rule, the (tie-shared) correctness of its choice among the first n samples of each ordering.
 
@@ -153,7 +141,7 @@ def rule_outcomes(pool: ModelPool, orders: np.ndarray, rules: Sequence[str], n_m
         if rule == "vote":
             res = vote_outcomes(pool, o)
         elif rule == "weighted_vote":
-            res = _weighted_vote_outcomes(pool, o)
+            res = vote_outcomes(pool, o, vote_weights(pool, _weighting(pool.scores[pool.mask])))
         elif rule == "best_of_n":
             res = best_score_outcomes(pool, o)
         else:  # shortest: the score is minus the length
