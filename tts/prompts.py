@@ -7,9 +7,12 @@ Strategies receive the rendered messages and never set chat templates themselves
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from tts.backends.base import Message
+from tts.backends.chat import messages_from_openai
 from tts.types import Problem
 
 
@@ -40,3 +43,41 @@ MATH_PROMPT = PromptTemplate(
     user="{question}\n\nSolve the problem step by step. Put your final answer within \\boxed{{}}."
 )
 """Default for competition math and word problems."""
+
+
+PLAIN_PROMPT = PromptTemplate()
+"""The question as written: no instruction added (a conversation as an agent sent it)."""
+
+
+def chat_prompt(template: PromptTemplate) -> Callable[[Problem], tuple[Message, ...]]:
+    """A prompt function that renders a problem's conversation when it carries one.
+
+    A problem whose ``metadata["messages"]`` holds OpenAI chat messages is rendered with their
+    structure kept (:func:`tts.backends.chat.messages_from_openai`: tool calls, tool results with
+    their ids, names): every turn before the last as sent, the last one as sent too when
+    ``template`` adds nothing (:data:`PLAIN_PROMPT`), else re-rendered by ``template`` (the math
+    prompt's instruction appended to a last user turn). Problems without a conversation are rendered
+    by ``template`` alone.
+
+    Raises:
+        ChatInputError: A message the model cannot take (an image part, an unknown role).
+    """
+    render = template.render
+    plain = template.system is None and not template.few_shot and template.user == "{question}"
+
+    def prompt(problem: Problem) -> tuple[Message, ...]:
+        raw = problem.metadata.get("messages") if isinstance(problem.metadata, dict) else None
+        if not raw:
+            return render(problem)
+        messages = messages_from_openai(raw)
+        if plain or messages[-1].role != "user":
+            return messages
+        history = messages[:-1]
+        rendered = render(problem)
+        # The template's own system message goes first unless the chat has one.
+        if rendered and rendered[0].role == "system" and history and history[0].role == "system":
+            rendered = rendered[1:]
+        return history + tuple(rendered)
+
+    prompt.template = template  # type: ignore[attr-defined]
+    return prompt

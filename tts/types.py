@@ -128,6 +128,9 @@ class Sample:
         completion_tokens: Number of generated tokens.
         mean_logprob: Mean token log-probability, when the backend returned logprobs.
         finish_reason: "stop", "length", ... as reported by the backend.
+        tool_calls: The tool calls the completion makes, as OpenAI ``tool_calls`` entries
+            (``{"id", "type", "function": {"name", "arguments"}}``); empty when it makes none. The
+            sample's ``answer`` is then the canonical JSON list of the calls.
     """
 
     text: str
@@ -135,6 +138,7 @@ class Sample:
     completion_tokens: int = 0
     mean_logprob: float | None = None
     finish_reason: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,16 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tts.backends.chat import Message, ToolCall
 from tts.backends.confidence import ConfidenceStop
 from tts.types import RequestShape, Usage
 
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One chat message (role is "system", "user" or "assistant")."""
-
-    role: str
-    content: str
+__all__ = ["Message", "ToolCall", "GenerationRequest", "Completion", "GenerationResult", "Generator"]
 
 
 MAX_TOP_LOGPROBS = 20
@@ -70,6 +65,12 @@ class GenerationRequest:
             ``continuation``) counts towards it, as vLLM counts it. Backends that can do it say so
             with a ``supports_thinking_budget`` attribute; others refuse such a request. None: no cap
             but ``max_tokens``.
+        tools: The tools offered to the model, as the JSON text of OpenAI's ``tools`` list
+            (:func:`tts.backends.chat.tools_json`): the vLLM backend renders them with the model's
+            chat template and reads calls back with its tool parser; an upstream receives them as
+            ``tools``. None: no tools.
+        tool_choice: OpenAI's ``tool_choice`` as JSON text (``"auto"``, ``"required"``, a named
+            function), forwarded to upstreams that take it; None: the server's default.
 
     Greedy sampling (``temperature == 0``) with ``n > 1`` asks for n copies of one sample:
     backends whose engine refuses that (vLLM) draw one sample and repeat it, counting the tokens
@@ -93,6 +94,8 @@ class GenerationRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()
     json_schema: str | None = None
     thinking_budget: int | None = None
+    tools: str | None = None
+    tool_choice: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
@@ -150,6 +153,14 @@ class Completion:
     """True when the request's ``thinking_budget`` ended the thought (the engine wrote the
     end-of-thinking delimiter for the model), False when the model ended it or there was no budget,
     None when the backend cannot tell."""
+    tool_calls: tuple[ToolCall, ...] | None = field(default=None, compare=False)
+    """When the request offered tools: the calls the reply makes, read by the backend's tool parser
+    (and checked against the offered tools); () when it makes none or a malformed one (see
+    ``tool_call_error``); None when no tools were offered."""
+    tool_call_error: str | None = field(default=None, compare=False)
+    """Why a reply to a request with tools holds no call: ``"no_tool_call"`` or
+    ``"malformed_tool_call"`` (a call that does not parse, names a tool not offered or misses a
+    required argument); None when it holds calls or no tools were offered."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,8 @@ from typing import Any
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
 from tts.backends.scripted_thinking import emit, thinking_sample
+from tts.backends.scripted_tools import tool_reply
+from tts.backends.tool_calls import reply_tool_calls
 from tts.types import Problem
 
 _FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
@@ -129,6 +131,13 @@ def _apply(value: Fraction, op: str) -> Fraction:
 def _number(value: Fraction) -> str:
     """A chain value as a model writes it: "12", "3.5" (a slip can make a half of an odd number)."""
     return str(value.numerator) if value.denominator == 1 else format(float(value), "g")
+
+
+def _prompt_text(req: GenerationRequest) -> str:
+    """The prompt as one text: each message (its tool calls too), the tools offered, the continuation."""
+    lines = [f"{m.role}: {m.content}" + "".join(f" [{c.name}({c.arguments})]" for c in m.tool_calls)
+             for m in req.messages]
+    return "\n".join(lines + ([f"tools: {req.tools}"] if req.tools else [])) + req.continuation
 
 
 def _rng(*parts: object) -> random.Random:
@@ -301,6 +310,8 @@ class ScriptedGenerator:
             return self._chain_sample(req, rng)
         if self.thinking:
             return self._thinking_sample(req, answer, dist, rng)
+        if req.tools is not None:
+            return self._tool_sample(req, dist, rng)
         # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
         if req.continuation:
@@ -341,6 +352,18 @@ class ScriptedGenerator:
             ended_by_eos=eos,
             token_top_logprobs=top_back,
         )
+
+    def _tool_sample(self, req: GenerationRequest, dist: Mapping[str, float], rng: random.Random) -> Completion:
+        """A reply to a request that offers tools (:mod:`tts.backends.scripted_tools`), its calls read back."""
+        text = tool_reply(req, dist, self._draw, rng)
+        tokens = min(max(8, len(text) // 4), req.max_tokens)
+        calls, error = reply_tool_calls(text, req.tools)
+        mean_lp = -0.2 - rng.random() * 0.8
+        logprobs = req.logprobs and self.returns_logprobs
+        return Completion(text=text, completion_tokens=tokens, mean_logprob=mean_lp if logprobs else None,
+                          finish_reason="tool_calls" if calls else "stop",
+                          token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+                          ended_by_eos=True, tool_calls=calls, tool_call_error=error)
 
     def _chain_sample(self, req: GenerationRequest, rng: random.Random) -> Completion:
         """A chain worked out from where the request's partial solution left it (module docstring)."""
@@ -492,8 +515,7 @@ class ScriptedGenerator:
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
         """Prompt length of a request under this backend's length model."""
-        prompt = "\n".join(f"{m.role}: {m.content}" for m in request.messages) + request.continuation
-        return max(1, int(len(prompt) * self.prompt_tokens_per_char))
+        return max(1, int(len(_prompt_text(request)) * self.prompt_tokens_per_char))
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Sample every request; usage counts a repeated prompt as cached (like prefix caching)."""
@@ -503,7 +525,7 @@ class ScriptedGenerator:
         results = []
         for req in requests:
             start = time.perf_counter()
-            prompt = "\n".join(f"{m.role}: {m.content}" for m in req.messages) + req.continuation
+            prompt = _prompt_text(req)
             if req.seed is None:
                 offset = self._drawn.get((req.key, prompt), 0)
                 self._drawn[(req.key, prompt)] = offset + req.n

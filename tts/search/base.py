@@ -17,6 +17,7 @@ run alone (see :func:`prefix_usage`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -32,6 +33,8 @@ from tts.backends.base import (
     Message,
     derive_seed,
 )
+from tts.backends.chat import tools_json
+from tts.backends.tool_calls import calls_answer
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
@@ -156,7 +159,12 @@ class Strategy(ABC):
 
 
 def to_sample(c: Completion, extract: ExtractFn) -> Sample:
-    """A backend completion with its extracted answer."""
+    """A backend completion with its answer: the canonical list of its tool calls when it makes
+    some (:func:`tts.backends.tool_calls.calls_answer`), else the answer ``extract`` reads in its text."""
+    if c.tool_calls:
+        return Sample(text=c.text, answer=calls_answer(c.tool_calls), completion_tokens=c.completion_tokens,
+                      mean_logprob=c.mean_logprob, finish_reason=c.finish_reason,
+                      tool_calls=tuple(t.to_openai() for t in c.tool_calls))
     return Sample(
         text=c.text,
         answer=extract(c.text),
@@ -164,6 +172,20 @@ def to_sample(c: Completion, extract: ExtractFn) -> Sample:
         mean_logprob=c.mean_logprob,
         finish_reason=c.finish_reason,
     )
+
+
+def problem_tools(problem: Any) -> str | None:
+    """The tools a problem offers the model (``metadata["tools"]``, OpenAI's format) as a request's
+    JSON text; None when it offers none."""
+    meta = getattr(problem, "metadata", None) or {}
+    return tools_json(meta.get("tools")) if isinstance(meta, dict) else None
+
+
+def problem_tool_choice(problem: Any) -> str | None:
+    """The problem's ``metadata["tool_choice"]`` as JSON text, when it offers tools and sets one."""
+    meta = getattr(problem, "metadata", None) or {}
+    choice = meta.get("tool_choice") if isinstance(meta, dict) and meta.get("tools") else None
+    return None if choice is None else json.dumps(choice)
 
 
 def split_steps(text: str, separator: str = STEP_SEPARATOR) -> tuple[str, ...]:
@@ -286,6 +308,8 @@ class SamplingStrategy(Strategy):
             top_logprobs=self.top_logprobs_needed(),
             seed=derive_seed(self.seed, problem.id, drawn),
             key=problem.id,
+            tools=problem_tools(problem),
+            tool_choice=problem_tool_choice(problem),
         )
 
     def top_logprobs_needed(self) -> int:

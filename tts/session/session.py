@@ -24,6 +24,7 @@ from typing import Any, Self
 
 from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
+from tts.prompts import chat_prompt
 from tts.session.budget import Pricer, SolveBudget
 from tts.types import Budget, Problem, Solution
 
@@ -187,40 +188,6 @@ class SessionSolution(Solution):
     token of the chosen sample; None otherwise or when no single engine sample wrote it."""
     reasoning_tokens: int = 0
     """Tokens of the reasoning sections (``<think>...</think>``) of the samples in the trace."""
-
-
-def chat_prompt(template: Any) -> Callable[[Problem], tuple[Message, ...]]:
-    """A prompt function that renders a chat when the problem carries one.
-
-    A problem whose ``metadata["messages"]`` holds OpenAI-style messages keeps the conversation
-    before its last user message (system, user and assistant turns; tool results become user
-    turns) and renders that last message with ``template``; other problems are rendered by
-    ``template`` alone.
-    """
-    render = template.render
-
-    def prompt(problem: Problem) -> tuple[Message, ...]:
-        messages = problem.metadata.get("messages") if isinstance(problem.metadata, dict) else None
-        if not messages:
-            return render(problem)
-        history: list[Message] = []
-        for m in messages[:-1]:
-            role, content = m.get("role", "user"), m.get("content") or ""
-            if role == "tool":
-                role, content = "user", f"Tool result: {content}"
-            elif role == "developer":
-                role = "system"
-            elif role not in ("system", "user", "assistant"):
-                role = "user"
-            history.append(Message(role, content if isinstance(content, str) else str(content)))
-        rendered = render(problem)
-        # The template's own system message goes first unless the chat has one.
-        if rendered and rendered[0].role == "system" and history and history[0].role == "system":
-            rendered = rendered[1:]
-        return tuple(history) + tuple(rendered)
-
-    prompt.template = template  # type: ignore[attr-defined]
-    return prompt
 
 
 class Session:

@@ -65,6 +65,16 @@ class Checker:
         pass
 
 
+def _without_empty_tool_calls(value):
+    """The JSON of solutions as it was before samples could carry tool calls (an empty field
+    added later must not change the fingerprint of searches that make none)."""
+    if isinstance(value, dict):
+        return {k: _without_empty_tool_calls(v) for k, v in value.items() if not (k == "tool_calls" and v == [])}
+    if isinstance(value, list):
+        return [_without_empty_tool_calls(v) for v in value]
+    return value
+
+
 def _fingerprint(label: str, step_model, addition_problems) -> tuple[str, list]:
     kind = label.split(",")[0]
     cls = STRATEGIES.load(kind)
@@ -79,7 +89,7 @@ def _fingerprint(label: str, step_model, addition_problems) -> tuple[str, list]:
     sols = strategy.solve(addition_problems(3, seed=1))
     requests = [[(r.key, r.n, r.seed, r.temperature, r.max_tokens, r.continuation) for r in call]
                 for call in model.calls]
-    blob = json.dumps([requests, to_jsonable(sols)], sort_keys=True, default=repr)
+    blob = json.dumps([requests, _without_empty_tool_calls(to_jsonable(sols))], sort_keys=True, default=repr)
     return hashlib.sha256(blob.encode()).hexdigest(), sols
 
 
