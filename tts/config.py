@@ -183,6 +183,11 @@ class VLLMBackendConfig(_Frozen):
     reasoning_end: str | None = None
     """The string the engine writes when the thinking budget is spent (vLLM's ``reasoning_end_str``;
     default: the parser's end delimiter; may put a phrase before it, e.g. "Time to answer.\n</think>")."""
+    tool_parser: str | None = "hermes"
+    """vLLM's tool parser that reads the calls of replies to requests with tools (the names of vLLM's
+    ``--tool-call-parser``: ``hermes`` for Qwen2.5 and Hermes models, ``llama3_json``, ``mistral``,
+    ...); where it reads none, tts's lenient reader reads the text (small models write calls as a
+    fenced JSON block). None: the lenient reader alone."""
 
     @model_validator(mode="before")
     @classmethod

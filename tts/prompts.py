@@ -49,6 +49,13 @@ PLAIN_PROMPT = PromptTemplate()
 """The question as written: no instruction added (a conversation as an agent sent it)."""
 
 
+def answers_in_text(template: object) -> bool:
+    """Whether a template adds nothing to the question (no system message, examples or instruction):
+    the conversation goes as sent, and its answers are free text rather than a boxed value."""
+    return (isinstance(template, PromptTemplate) and template.system is None and not template.few_shot
+            and template.user == "{question}")
+
+
 def chat_prompt(template: PromptTemplate) -> Callable[[Problem], tuple[Message, ...]]:
     """A prompt function that renders a problem's conversation when it carries one.
 
@@ -63,7 +70,7 @@ def chat_prompt(template: PromptTemplate) -> Callable[[Problem], tuple[Message, 
         ChatInputError: A message the model cannot take (an image part, an unknown role).
     """
     render = template.render
-    plain = template.system is None and not template.few_shot and template.user == "{question}"
+    plain = answers_in_text(template)
 
     def prompt(problem: Problem) -> tuple[Message, ...]:
         raw = problem.metadata.get("messages") if isinstance(problem.metadata, dict) else None

@@ -218,7 +218,7 @@ def test_tts_serve_over_a_faulty_upstream_answers_or_says_why(upstream_factory):
                                 else "503")
     gen = _gen(upstream.url, max_retries=8, breaker_failures=4, breaker_cooldown=30)
     with Session(generator=gen, price_as=None) as session, \
-            ServerThread(create_app(session, ServeConfig(model="m"))) as server:
+            ServerThread(create_app(session, ServeConfig(prompt="math", model="m"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=20, max_retries=0)
         for _ in range(3):
             r = client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])

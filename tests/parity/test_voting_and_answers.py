@@ -213,13 +213,13 @@ def test_tool_vote_is_its_hubs_hierarchical_vote(calls):
     left = its_hub_hierarchical(calls)
     sol = _tool_vote(calls, normalize_arguments=False)
     assert sol.trace.selected == left[0]
-    assert json.loads(sol.answer) == calls[left[0]]
+    assert json.loads(sol.answer) == [calls[left[0]]]
     # SCATTERED: get_weather wins on its name (5 of 8) although search's 3 identical calls are
     # the most common single call; the flat vote (the earlier default) returns search.
     if calls is SCATTERED:
         assert calls[_tool_vote(calls).trace.selected]["name"] == "get_weather"
         flat = _tool_vote(calls, match="name_and_arguments")
-        assert json.loads(flat.answer) == _call("search", q="weather")
+        assert json.loads(flat.answer) == [_call("search", q="weather")]
 
 
 def test_tool_vote_random_ties_draw_from_the_references_candidates():
@@ -243,7 +243,7 @@ def test_tool_vote_normalises_arguments_on_purpose():
     exact = its_hub_hierarchical(SPELLINGS)
     assert [SPELLINGS[i]["arguments"]["city"] for i in exact] == ["Paris", "London", "London", "Paris"]
     sol = _tool_vote(SPELLINGS)  # normalised: Paris 3, London 2
-    assert json.loads(sol.answer) == _call("get_weather", city="Paris")
+    assert json.loads(sol.answer) == [_call("get_weather", city="Paris")]
     assert sol.confidence == pytest.approx(3 / len(SPELLINGS))
     assert _tool_vote(SPELLINGS, normalize_arguments=False).trace.selected == exact[0]
 

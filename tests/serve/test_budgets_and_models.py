@@ -45,7 +45,7 @@ class _Served:
         self.session = Session(generator=self.gen, price_as="smollm2-135m", max_tokens=session_tokens,
                                batch_window=0.0)
         settings = {"model": "scripted", "api_key": KEY, **config}
-        self.server = ServerThread(create_app(self.session, ServeConfig(**settings))).start()
+        self.server = ServerThread(create_app(self.session, ServeConfig(**{"prompt": "math", **settings}))).start()
         self.client = openai.OpenAI(base_url=self.server.url, api_key=KEY, timeout=60, max_retries=0)
 
     def close(self) -> None:
@@ -228,7 +228,7 @@ def test_auto_without_a_calibration_is_not_usable_and_retrieve_says_why():
     assert any(m.startswith("auto/") for m in listed_models("scripted"))  # a candidate the probe must reject
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=64, batch_window=0.0)
     try:
-        with ServerThread(create_app(session, ServeConfig(model="scripted"))) as server:
+        with ServerThread(create_app(session, ServeConfig(prompt="math", model="scripted"))) as server:
             r = httpx.get(f"{server.url}/models/auto/scripted")
             assert r.status_code == 404 and "calibration" in r.json()["error"]["message"]
     finally:
@@ -382,7 +382,7 @@ def test_a_stream_without_include_usage_carries_no_usage_chunk(capped):
 @pytest.mark.timeout(600)
 def test_a_prompt_over_the_real_engines_context_is_a_400(vllm_generator):
     with Session(generator=vllm_generator, max_tokens=16) as session, \
-            ServerThread(create_app(session, ServeConfig(model="smollm2-135m"))) as server:
+            ServerThread(create_app(session, ServeConfig(prompt="math", model="smollm2-135m"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=300, max_retries=0)
         with pytest.raises(openai.BadRequestError) as err:  # the shared engine has max_model_len=1024
             client.chat.completions.create(model="sc-2/smollm2-135m",

@@ -32,7 +32,7 @@ def session():
 
 def _client(session, **config) -> TestClient:
     settings = {"model": "scripted", "api_key": KEY, "max_budget_tokens": 100_000, **config}
-    return TestClient(create_app(session, ServeConfig(**settings)))
+    return TestClient(create_app(session, ServeConfig(**{"prompt": "math", **settings})))
 
 
 def _samples(client: TestClient) -> dict[tuple[str, tuple], float]:
@@ -96,7 +96,7 @@ def test_each_app_counts_its_own_metrics(session):
 
 
 def test_the_http_server_and_the_mcp_tool_share_the_cap_checks(session):
-    config = ServeConfig(model="scripted", max_tokens=512, max_budget_tokens=1000, max_samples=16)
+    config = ServeConfig(prompt="math", model="scripted", max_tokens=512, max_budget_tokens=1000, max_samples=16)
     policy = ServePolicy.build(config, session)
     with pytest.raises(PolicyError, match="max_tokens=513 is over this server's limit of 512 tokens per sample"):
         policy.check_max_tokens(513)

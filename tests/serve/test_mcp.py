@@ -46,16 +46,15 @@ def _error(result: Any) -> str:
 
 def test_stdio_lists_solve_answers_and_refuses_what_the_operator_did_not_allow() -> None:
     flags = ("--accuracy", "0.9", "--allow-strategy", "self_consistency", "--allow-strategy", "best_of_n",
-             "--max-samples", "16", "--default-max-tokens", "256", "--strategy", "sc-4")
+             "--max-samples", "16", "--default-max-tokens", "256", "--strategy", "sc-4", "--prompt", "math")
 
     async def run() -> None:
         async with Client(_stdio(*flags), read_timeout_seconds=60) as client:
             tools = (await client.list_tools()).tools
             assert [t.name for t in tools] == ["solve"]
             schema = tools[0].input_schema
-            assert schema["required"] == ["question"]
             assert set(schema["properties"]) == {"question", "strategy", "n", "budget", "budget_unit", "max_tokens",
-                                                 "settings"}
+                                                 "settings", "messages", "tools", "prompt"}
             assert "best_of_n, self_consistency" in schema["properties"]["strategy"]["description"]
             assert schema["properties"]["n"]["maximum"] == 16
             assert {"answer", "confidence", "cost"} <= set(tools[0].output_schema["properties"])
@@ -91,7 +90,7 @@ def test_stdio_handshake_era_client_and_budget_in_tokens() -> None:
     tool; a budget of two worst-case samples caps the samples drawn and the tokens spent."""
 
     async def run() -> None:
-        async with Client(_stdio("--default-max-tokens", "256"), mode="legacy", read_timeout_seconds=60) as client:
+        async with Client(_stdio("--default-max-tokens", "256", "--prompt", "math"), mode="legacy", read_timeout_seconds=60) as client:
             out = (await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "self_consistency",
                                                     "n": 16, "budget": 512})).structured_content
             assert 1 <= out["samples"] <= 2 and out["cost"]["completion_tokens"] <= 512
@@ -148,7 +147,7 @@ def _server(**config: Any) -> tuple[Session, Any, _Slow]:
     gen = _Slow(default={"42": 0.8, "41": 0.1}, seed=0, model_name="scripted")
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=256, batch_window=0.05)
     settings = {"model": "scripted", "max_samples": 16, **config}
-    return session, create_mcp_server(session, ServeConfig(**settings)), gen
+    return session, create_mcp_server(session, ServeConfig(**{"prompt": "math", **settings})), gen
 
 
 def test_settings_name_only_what_the_operator_offers() -> None:
@@ -230,7 +229,7 @@ def test_calls_past_max_concurrent_are_refused_not_queued() -> None:
 def test_a_default_strategy_the_operator_did_not_allow_is_refused_at_start() -> None:
     gen = ScriptedGenerator(default={"42": 1.0}, seed=0, model_name="scripted")
     with Session(generator=gen, price_as=None) as session, pytest.raises(ValueError, match="not offered"):
-        create_mcp_server(session, ServeConfig(model="scripted", strategies=("beam",), default_strategy="sc-8"))
+        create_mcp_server(session, ServeConfig(prompt="math", model="scripted", strategies=("beam",), default_strategy="sc-8"))
 
 
 # --- streamable HTTP, in process ------------------------------------------------------------------
@@ -325,3 +324,34 @@ def test_cli_over_streamable_http() -> None:
         proc.wait(20)
     assert not result.is_error, result.content
     assert result.structured_content["strategy"] == "best_of_n@4"  # the default: the first allowed strategy
+
+
+def test_solve_takes_messages_and_tools_and_returns_the_calls_then_the_text() -> None:
+    """An agent's loop over MCP (issue 33): the conversation and the tools go in, the chosen reply's
+    tool calls come back; with the tool's result in the conversation, the chosen text comes back.
+    A strategy that cannot show the model tools is refused, not run without them."""
+    gen = ScriptedGenerator(seed=0, model_name="scripted")
+    session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
+    server = create_mcp_server(session, ServeConfig(model="scripted", max_samples=16))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    chat = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+    async def run() -> None:
+        async with Client(server) as client:
+            first = await client.call_tool("solve", {"messages": chat, "tools": tools, "strategy": "tool_vote-4"})
+            assert not first.is_error, first.content
+            calls = first.structured_content["tool_calls"]
+            assert [c["function"]["name"] for c in calls] == ["get_weather"] and first.structured_content["text"] is None
+            chat2 = [*chat, {"role": "assistant", "content": None, "tool_calls": calls},
+                     {"role": "tool", "tool_call_id": calls[0]["id"], "content": "18C and sunny"}]
+            second = (await client.call_tool("solve", {"messages": chat2, "tools": tools, "strategy": "sc-4"}))
+            out = second.structured_content
+            assert out["tool_calls"] == [] and "18C and sunny" in out["text"] and out["answer"] == out["text"]
+            refused = _error(await client.call_tool("solve", {"messages": chat, "tools": tools, "strategy": "beam"}))
+            assert "cannot show the model tools" in refused
+
+    try:
+        asyncio.run(run())
+    finally:
+        session.close()

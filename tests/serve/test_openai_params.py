@@ -44,7 +44,7 @@ class Recording(ScriptedGenerator):
 def _server(gen: Any, **config: Any):
     session = Session(generator=gen, price_as=None, max_tokens=256, batch_window=0.0)
     settings = {"model": gen.model_name, "api_key": KEY, "max_budget_tokens": 100_000, **config}
-    return session, ServerThread(create_app(session, ServeConfig(**settings))).start()
+    return session, ServerThread(create_app(session, ServeConfig(**{"prompt": "math", **settings}))).start()
 
 
 @pytest.fixture(scope="module")
@@ -130,23 +130,21 @@ def test_temperature_zero_with_n_above_one_says_the_samples_are_one_greedy_sampl
 
 
 class ToolBot:
-    """Replies with a call to the first offered tool (in the tool_vote system message), or in text."""
+    """Replies with a call to the first tool offered with the request, or in text (``prose``: always)."""
 
     model_name = "toolbot"
 
     def __init__(self) -> None:
         self.requests: list[GenerationRequest] = []
+        self.prose = False
 
     def generate(self, requests):
         out = []
         for r in requests:
             self.requests.append(r)
-            system = r.messages[0].content if r.messages[0].role == "system" else ""
-            offered = system.partition("<tools>\n")[2].partition("</tools>")[0]
-            names = [json.loads(line).get("function", json.loads(line))["name"]
-                     for line in offered.splitlines() if line.startswith("{")]
+            names = [t["function"]["name"] for t in json.loads(r.tools or "[]")]
             text = ('<tool_call>{"name": "%s", "arguments": {"q": "6*7"}}</tool_call>' % names[0] if names
-                    else "It is \\boxed{42}.")
+                    and not self.prose else "It is \\boxed{42}.")
             out.append(GenerationResult(tuple(Completion(text, 20) for _ in range(r.n)),
                                         request_usage(30, 0, [20] * r.n, 0.01)))
         return out
@@ -176,7 +174,7 @@ def test_tool_choice_none_answers_in_text_and_shows_the_model_no_tools(toolbot):
     r = _ask(client, model="tool_vote-4/toolbot", tools=TOOLS, tool_choice="none")
     assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason == "stop"
     assert "42" in r.choices[0].message.content
-    assert all("<tools>" not in m.content for req in bot.requests[-1:] for m in req.messages)
+    assert bot.requests[-1].tools is None
 
 
 def test_tool_choice_auto_and_required_return_the_voted_call(toolbot):
@@ -191,11 +189,35 @@ def test_tool_choice_naming_a_function_offers_only_that_one(toolbot):
     r = _ask(client, model="tool_vote-4/toolbot", tools=TOOLS,
              tool_choice={"type": "function", "function": {"name": "search"}})
     assert r.choices[0].message.tool_calls[0].function.name == "search"
-    assert '"calc"' not in bot.requests[-1].messages[0].content
+    assert [t["function"]["name"] for t in json.loads(bot.requests[-1].tools)] == ["search"]
+
+
+def test_every_sampling_strategy_shows_the_tools_and_returns_the_voted_call(toolbot):
+    """Found by an agent builder: sc-8 dropped the tools without a word and answered "18"."""
+    bot, client = toolbot
+    r = _ask(client, model="sc-4/toolbot", tools=TOOLS)
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "calc" and json.loads(call.function.arguments) == {"q": "6*7"}
+    assert call.id.startswith("call_") and bot.requests[-1].tools is not None
+
+
+def test_required_with_no_call_in_any_sample_is_an_error_not_text(toolbot):
+    """Found by an agent builder: tool_choice required came back as text with a 200."""
+    bot, client = toolbot
+    bot.prose = True
+    try:
+        with pytest.raises(openai.UnprocessableEntityError) as err:
+            _ask(client, model="tool_vote-4/toolbot", tools=TOOLS, tool_choice="required")
+        assert "tool_choice demands a tool call" in err.value.message
+        text = _ask(client, model="tool_vote-4/toolbot", tools=TOOLS)  # auto: the text is the answer
+        assert text.choices[0].finish_reason == "stop" and "42" in text.choices[0].message.content
+    finally:
+        bot.prose = False
 
 
 @pytest.mark.parametrize(("kwargs", "says"), [
-    ({"model": "sc-4/toolbot", "tools": TOOLS, "tool_choice": "required"}, "tool_vote"),
+    ({"model": "beam-4/toolbot", "tools": TOOLS}, "cannot show the model tools"),
     ({"model": "tool_vote-4/toolbot", "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "x"}}},
      "'x', which is not one of the tools"),
     ({"model": "tool_vote-4/toolbot", "tool_choice": "required"}, "tool_choice needs tools"),
@@ -435,7 +457,7 @@ def test_no_reasoning_section_no_reasoning_fields(client):
 @pytest.mark.timeout(900)
 def test_on_vllm_greedy_n_and_json_schema_and_seeds(vllm_generator):
     session = Session(generator=vllm_generator, price_as=None, max_tokens=32, batch_window=0.0)
-    server = ServerThread(create_app(session, ServeConfig(model=vllm_generator.model_name,
+    server = ServerThread(create_app(session, ServeConfig(prompt="math", model=vllm_generator.model_name,
                                                           max_budget_tokens=4000))).start()
     try:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=300, max_retries=0)

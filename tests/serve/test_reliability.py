@@ -142,7 +142,7 @@ def _served(up: Upstream, **backend):
     settings = {"model": "m", "base_url": up.url, "timeout": 30, "concurrency": 256, **backend}
     gen = OpenAIGenerator(OpenAIBackendConfig(**settings))
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=64, batch_window=0.02)
-    server = ServerThread(create_app(session, ServeConfig(model="m", max_budget_tokens=100_000))).start()
+    server = ServerThread(create_app(session, ServeConfig(prompt="math", model="m", max_budget_tokens=100_000))).start()
     return gen, session, server
 
 

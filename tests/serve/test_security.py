@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 def _serve(**config: Any) -> tuple[Session, ServerThread]:
     gen = ScriptedGenerator(default={"42": 0.7, "41": 0.2}, seed=0, model_name="scripted")
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=64, batch_window=0.0)
-    server = ServerThread(create_app(session, ServeConfig(model="scripted", max_budget_tokens=100_000, **config)))
+    server = ServerThread(create_app(session, ServeConfig(prompt="math", model="scripted", max_budget_tokens=100_000, **config)))
     return session, server.start()
 
 
@@ -173,7 +173,7 @@ def test_by_default_strategies_that_need_operator_files_are_not_offered(served, 
 
     r = _post(served, {"kind": "graph", "graph": {"nodes": []}})
     assert r.status_code == 400 and "'graph' is not offered" in r.json()["error"]["message"], r.text
-    policy = ServePolicy.build(ServeConfig(model="m"), Session(generator=ScriptedGenerator(default={"42": 1.0}),
+    policy = ServePolicy.build(ServeConfig(prompt="math", model="m"), Session(generator=ScriptedGenerator(default={"42": 1.0}),
                                                               price_as=None))
     assert not policy.allows("auto") and not policy.allows("graph") and policy.allows("beam")
     assert no_outside_access == []
@@ -184,7 +184,7 @@ def test_a_named_calibration_resolves_to_the_operator_path():
 
     with Session(generator=ScriptedGenerator(default={"42": 1.0}), price_as=None,
                  strategy_settings={"auto": {"calibration": "/data/cal.jsonl"}}) as session:
-        policy = ServePolicy.build(ServeConfig(model="m", calibrations={"main": "/data/cal.jsonl",
+        policy = ServePolicy.build(ServeConfig(prompt="math", model="m", calibrations={"main": "/data/cal.jsonl",
                                                                         "other": "/data/other"}), session)
         assert policy.allows("auto")
         assert policy.resolve({"kind": "auto", "calibration": "other", "pilot": 2}) == {
@@ -195,15 +195,13 @@ def test_a_named_calibration_resolves_to_the_operator_path():
 # --- item 3: client text is never a format string ------------------------------------------------
 
 @pytest.mark.parametrize("strategy", [
-    {"kind": "tool_vote", "tools_template": "{tools:>999999999}"},
-    {"kind": "tool_vote", "tools_template": "{x}"},
     {"kind": "revision", "critique_template": "{score:>999999999}"},
     {"kind": "best_of_n", "verifier": {"kind": "judge", "solution_question": "{x}"}},
     {"kind": "budget_forcing", "wait": "{0}"},
 ])
 def test_templates_from_a_client_are_refused_quickly(served, strategy):
     t0 = time.monotonic()
-    r = _post(served, strategy, tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    r = _post(served, strategy)
     assert r.status_code == 400 and "this server does not let requests set" in r.json()["error"]["message"], r.text
     assert time.monotonic() - t0 < 2
     # the default text itself is harmless: sending it is allowed
@@ -212,8 +210,7 @@ def test_templates_from_a_client_are_refused_quickly(served, strategy):
     field = next(k for k in strategy if k != "kind")
     if not isinstance(strategy[field], dict):
         default = STRATEGIES.load(strategy["kind"]).config_class.model_fields[field].default
-        r = _post(served, {"kind": strategy["kind"], field: default},
-                  tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+        r = _post(served, {"kind": strategy["kind"], field: default})
         assert r.status_code == 200, r.text
 
 

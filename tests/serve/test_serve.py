@@ -45,7 +45,7 @@ def _serve(delay: float = 0.0, **config: Any):
     gen = SlowScripted(default={"42": 0.7, "41": 0.2}, seed=0, delay=delay, model_name="scripted")
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=256, batch_window=0.02)
     settings = {"model": "scripted", "api_key": KEY, "max_budget_tokens": 100_000, **config}
-    server = ServerThread(create_app(session, ServeConfig(**settings))).start()
+    server = ServerThread(create_app(session, ServeConfig(**{"prompt": "math", **settings}))).start()
     return gen, session, server
 
 
@@ -236,7 +236,7 @@ class _ToolPicker:
     and answers with the canonical JSON of the call it chose (here: the first tool)."""
 
     name = "test_tool_pick"
-    returns_tool_calls: ClassVar[bool] = True
+    takes_tools: ClassVar[bool] = True
 
     def __init__(self, config, generator, prompt, sampling=None, extract=None, seed=0):
         self.config, self.generator, self.prompt = config, generator, prompt
@@ -276,8 +276,8 @@ def test_a_tool_choosing_strategy_answers_with_tool_calls(client):
         call = r.choices[0].message.tool_calls[0]
         assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
         assert call.function.name == "calculator" and json.loads(call.function.arguments) == {"expression": "6*7"}
-        # a strategy that does not choose tools answers in text, tools or not
-        r = client.chat.completions.create(model="sc-2/scripted", tools=tools,
+        # a sampling strategy shows the tools, and with no call among its samples answers in text
+        r = client.chat.completions.create(model="sc-2/scripted", tools=tools, tool_choice="none",
                                            messages=[{"role": "user", "content": "6*7?"}])
         assert r.choices[0].message.tool_calls is None and r.choices[0].message.content.endswith("}.")
     finally:
@@ -289,7 +289,8 @@ def test_the_tts_serve_command_serves_the_openai_client(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "TTS_API_KEY": "from-env", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", "serve", "--backend", "scripted", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", "serve", "--backend", "scripted", "--port", str(port),
+                             "--prompt", "math"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="from-env", timeout=10, max_retries=0)
@@ -324,7 +325,7 @@ def test_tool_vote_answers_an_agent_with_the_voted_tool_call():
         def generate(self, requests):
             out = []
             for r in requests:
-                assert "calculator" in r.messages[0].content  # the tools were offered to the model
+                assert "calculator" in r.tools  # the tools were offered to the model
                 texts = ['<tool_call>{"name": "%s", "arguments": {"expression": "6*7"}}</tool_call>'
                          % ("search" if i % 4 == 3 else "calculator") for i in range(r.n)]
                 out.append(GenerationResult(tuple(Completion(t, 20) for t in texts),
@@ -337,7 +338,7 @@ def test_tool_vote_answers_an_agent_with_the_voted_tool_call():
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
              for n in ("calculator", "search")]
     with Session(generator=ToolBot(), price_as=None) as session, \
-            ServerThread(create_app(session, ServeConfig(model="toolbot"))) as server:
+            ServerThread(create_app(session, ServeConfig(prompt="math", model="toolbot"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=20, max_retries=0)
         r = client.chat.completions.create(model="tool_vote-4/toolbot", tools=tools,
                                            messages=[{"role": "user", "content": "What is 6*7?"}])

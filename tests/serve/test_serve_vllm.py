@@ -18,7 +18,7 @@ def test_openai_client_against_tts_serve_on_vllm(vllm_generator):
     from tts.session import Session
 
     with Session(generator=vllm_generator, max_tokens=48) as session, \
-            ServerThread(create_app(session, ServeConfig(model="smollm2-135m"))) as server:
+            ServerThread(create_app(session, ServeConfig(prompt="math", model="smollm2-135m"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=300, max_retries=0)
         r = client.chat.completions.create(model="sc-4/smollm2-135m",
                                            messages=[{"role": "user", "content": "What is 2 + 3?"}])

@@ -61,6 +61,8 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
+from tts.backends.chat import ToolCall
+from tts.backends.tool_calls import reply_tool_calls
 from tts.backends.thinking import ThoughtSplit, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
@@ -76,6 +78,20 @@ logger = logging.getLogger(__name__)
 
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple[ToolCall, ...] | None, str | None]:
+    """The checked calls of one upstream choice to a request with tools: the server's parsed
+    ``message.tool_calls`` (vLLM with ``--enable-auto-tool-choice``), else tts's lenient reader on the
+    content (a server started without a tool parser returns the call as text); (None, None) without tools."""
+    if req.tools is None:
+        return None, None
+    parsed = []
+    for call in getattr(message, "tool_calls", None) or ():
+        fn = getattr(call, "function", None)
+        if fn is not None and isinstance(getattr(fn, "name", None), str):
+            parsed.append(ToolCall(fn.name, getattr(fn, "arguments", None) or "{}", getattr(call, "id", None) or ""))
+    return reply_tool_calls(text, req.tools, parsed)
 
 
 def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
@@ -172,7 +188,7 @@ class OpenAIGenerator:
 
     def _call(self, req: GenerationRequest) -> GenerationResult:
         """One HTTP attempt, parsed; a malformed answer raises ``_Malformed``."""
-        messages: list[dict[str, str]] = [{"role": m.role, "content": m.content} for m in req.messages]
+        messages: list[dict[str, Any]] = [m.to_openai() for m in req.messages]  # tool calls and ids kept
         extra: dict[str, Any] = {}
         if req.continuation:
             messages.append({"role": "assistant", "content": req.continuation})
@@ -188,7 +204,7 @@ class OpenAIGenerator:
         except (AttributeError, TypeError, ValueError, IndexError) as exc:
             raise _Malformed(f"malformed response ({type(exc).__name__}: {exc})") from exc
 
-    def _create(self, req: GenerationRequest, messages: list[dict[str, str]], extra: dict[str, Any]) -> Any:
+    def _create(self, req: GenerationRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Any:
         optional: dict[str, Any] = {}  # sent only when set, so servers that lack them are not asked
         if req.presence_penalty:
             optional["presence_penalty"] = req.presence_penalty
@@ -199,6 +215,10 @@ class OpenAIGenerator:
         if req.json_schema is not None:
             optional["response_format"] = {"type": "json_schema",
                                            "json_schema": {"name": "response", "schema": json.loads(req.json_schema)}}
+        if req.tools is not None:  # the upstream renders them with the model's template and parses the calls
+            optional["tools"] = json.loads(req.tools)
+            if req.tool_choice is not None:
+                optional["tool_choice"] = json.loads(req.tool_choice)
         extra = dict(extra)
         if req.thinking_budget is not None:
             if self.config.thinking_budget == "vllm":
@@ -263,11 +283,13 @@ class OpenAIGenerator:
             thought = _thought(req, tokens) if tokens else None
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))
                                   for t in content) if req.top_logprobs and n_tok else None)
+            calls, call_error = _reply_calls(req, choice.message, text)
             completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_lps, first_top,
                                           token_top_logprobs=top_per_token, tokens=tokens,
                                           token_alternatives=alternatives,
                                           reasoning_tokens=thought.reasoning_tokens if thought else None,
-                                          thinking_capped=thought.capped if thought else None))
+                                          thinking_capped=thought.capped if thought else None,
+                                          tool_calls=calls, tool_call_error=call_error))
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
@@ -275,7 +297,8 @@ class OpenAIGenerator:
         if usage and not any(c.completion_tokens for c in completions) and completions:
             # Server returned no logprobs: share its completion count evenly.
             share = usage.completion_tokens // len(completions)
-            completions = [Completion(c.text, share, None, c.finish_reason) for c in completions]
+            completions = [dataclasses.replace(c, completion_tokens=share, mean_logprob=None, token_logprobs=None)
+                           for c in completions]
         drawn = [c.completion_tokens for c in completions]
         # The server's own count (its reasoning parser) where it sends one, else the choices' counts.
         served = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None) if usage else None

@@ -70,6 +70,7 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
+from tts.backends.chat_render import VLLMToolReader, render_chat
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.backends.thinking import split_ids
 from tts.config import VLLMBackendConfig
@@ -536,8 +537,10 @@ class VLLMGenerator:
         self.model_name = self.config.model
         self._llm: Any = None
         self._tokenizer: Any = None
+        self._tool_reader = VLLMToolReader(None, self.config.tool_parser)  # an unknown parser fails before start-up
         self._llm, self.on_gpu = _start_engine(self.config)
         self._tokenizer = self._llm.get_tokenizer()
+        self._tool_reader.tokenizer = self._tokenizer
         self._think = _engine_delimiters(self._llm)
         if self._think is None and reasoning_engine_kwargs(self.config):
             logger.warning("vLLM did not enable the reasoning config for %s (its delimiters did not tokenize); "
@@ -579,10 +582,12 @@ class VLLMGenerator:
         return self._tokenizer
 
     def render(self, request: GenerationRequest) -> list[int]:
-        """Prompt token ids: the model's chat template, then any partial assistant message."""
+        """Prompt token ids: the model's chat template (with the request's tools), then any partial
+        assistant message."""
         tokenizer = self.tokenizer
-        messages = [{"role": m.role, "content": m.content} for m in request.messages]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # The model's own template, with the tools and tool turns (a template without tools: the
+        # documented fallback of tts.backends.chat_render).
+        text = render_chat(tokenizer, request.messages, request.tools)
         text += request.continuation
         # The template already holds any BOS the model wants; do not add special tokens twice.
         return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -622,6 +627,9 @@ class VLLMGenerator:
             frequency_penalty=request.frequency_penalty,
             logit_bias=dict(request.logit_bias) or None,
             structured_outputs=structured,
+            # vLLM's server keeps special tokens in replies to requests with tools (some models mark
+            # <tool_call> special; the parser must see it).
+            **({"skip_special_tokens": False} if request.tools and self.config.tool_parser else {}),
             **({"thinking_token_budget": request.thinking_budget} if request.thinking_budget is not None else {}),
         )
 
@@ -679,10 +687,12 @@ class VLLMGenerator:
                 thought = None
                 if self._think is not None:  # split at the engine's end-of-thinking delimiter
                     thought = split_ids(out.prompt_token_ids, list(c.token_ids), *self._think, req.thinking_budget)
+                calls, call_error = self._tool_reader.read(c.text, req.tools) if req.tools else (None, None)
                 completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
                                               all_top if req.top_logprobs else None, texts, alternatives,
                                               reasoning_tokens=thought.reasoning_tokens if thought else None,
-                                              thinking_capped=thought.capped if thought else None))
+                                              thinking_capped=thought.capped if thought else None,
+                                              tool_calls=calls, tool_call_error=call_error))
             if greedy_repeats(req) and len(completions) == 1:
                 completions = completions * req.n
             drawn = completions[:1] if greedy_repeats(req) else completions  # the tokens generated

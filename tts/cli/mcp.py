@@ -54,6 +54,7 @@ def mcp_command(
     calibration: shared.Calibration = None,
     verifier: shared.Verifier = None,
     allow_strategy: shared.AllowStrategy = None,
+    prompt: shared.Prompt = "plain",
     accuracy: shared.Accuracy = 0.6,
     seed: shared.Seed = 0,
     max_model_len: shared.MaxModelLen = 2048,
@@ -82,7 +83,7 @@ def mcp_command(
             config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_samples=max_samples,
                                  max_tokens=max_tokens, max_budget_tokens=max_budget_tokens,
                                  max_concurrent=max_concurrent, verifiers=verifiers, calibrations=calibrations,
-                                 strategies=tuple(allow_strategy) if allow_strategy else None)
+                                 strategies=tuple(allow_strategy) if allow_strategy else None, prompt=prompt)
             server = shared.close_on_failure(generator, session, lambda: create_mcp_server(session, config))
     if transport == "stdio":
         typer.echo(f"tts mcp: tool 'solve' on {name} over stdio", err=True)

@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -153,6 +153,10 @@ Verifier = Annotated[list[str] | None, typer.Option(help="A verifier requests ma
                                                     "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
                                                     "arithmetic, judge, logprob and self_certainty are always "
                                                     "offered.")]
+Prompt = Annotated[Literal["plain", "math"], typer.Option(
+                                     help="Prompt of requests that set no tts.prompt: plain sends the conversation "
+                                          "as the client sent it (agents: free text, tool calls, JSON); math asks "
+                                          "the last question step by step with the answer in \\boxed{}.")]
 AllowStrategy = Annotated[list[str] | None, typer.Option(help="A strategy requests may run (repeatable). Default: "
                                                          "every registered one that works with these settings.")]
 Accuracy = Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")]
@@ -254,6 +258,7 @@ def serve_command(
     calibration: Calibration = None,
     verifier: Verifier = None,
     allow_strategy: AllowStrategy = None,
+    prompt: Prompt = "plain",
     body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
                                                 "slower uploads get 408.")] = 30.0,
     keep_alive_timeout: Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays "
@@ -288,7 +293,7 @@ def serve_command(
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
-                             calibrations=calibrations)
+                             calibrations=calibrations, prompt=prompt)
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)

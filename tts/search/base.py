@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tts.answers import answer_keys, extract_answer
+from tts.answers.kinds import call_key, is_free_text
 from tts.backends.base import (
     Completion,
     GenerationRequest,
@@ -34,7 +35,7 @@ from tts.backends.base import (
     derive_seed,
 )
 from tts.backends.chat import tools_json
-from tts.backends.tool_calls import calls_answer
+from tts.backends.tool_calls import calls_answer, reply_tool_calls
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
@@ -88,6 +89,9 @@ class Strategy(ABC):
     name: ClassVar[str]
     config_class: ClassVar[type[StrategyConfigBase]]
     pool_rule: ClassVar[str | None] = None
+    takes_tools: ClassVar[bool] = False
+    """Whether it shows the model a problem's tools (``metadata["tools"]``) and answers with the
+    calls the samples make; a strategy that does not is refused tools rather than dropping them."""
 
     def __init__(
         self,
@@ -117,6 +121,12 @@ class Strategy(ABC):
                 must stay within each one, or raise :class:`StrategyInputError` for a budget
                 kind it cannot honour.
         """
+
+    def vote(self, samples: Sequence[Sample], weights: Sequence[float] | None = None,
+             ) -> tuple[str | None, float, dict[str, float], int | None]:
+        """:func:`vote` with this strategy's answer kind: free text (:data:`tts.answers.kinds.TEXT`
+        extraction) is selected by minimum Bayes risk, tool calls and other answers are counted."""
+        return vote(samples, weights, free_text=is_free_text(self.extract))
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Whether ``other`` can be served from the same draw of samples (default: no)."""
@@ -172,6 +182,25 @@ def to_sample(c: Completion, extract: ExtractFn) -> Sample:
         mean_logprob=c.mean_logprob,
         finish_reason=c.finish_reason,
     )
+
+
+def with_tool_calls(requests: Sequence[GenerationRequest], results: list[GenerationResult]) -> list[GenerationResult]:
+    """Results whose completions to requests with tools all carry their checked calls: a generator
+    that does not read calls itself (``Completion.tool_calls`` None: a custom generator) has them read
+    by tts's lenient reader here, so that every strategy sees the calls of every backend."""
+    out = []
+    for req, result in zip(requests, results, strict=True):
+        if req.tools is None or all(c.tool_calls is not None for c in result.completions):
+            out.append(result)
+            continue
+        comps = []
+        for c in result.completions:
+            if c.tool_calls is None:
+                calls, why = reply_tool_calls(c.text, req.tools)
+                c = dataclasses.replace(c, tool_calls=calls, tool_call_error=why)
+            comps.append(c)
+        out.append(dataclasses.replace(result, completions=tuple(comps)))
+    return out
 
 
 def problem_tools(problem: Any) -> str | None:
@@ -288,6 +317,8 @@ class SamplingStrategy(Strategy):
 
     config_class: ClassVar[type[StrategyConfigBase]] = SamplingStrategyConfig
     needs_logprobs: ClassVar[bool] = False
+    takes_tools: ClassVar[bool] = True
+    """Its requests show the model a problem's tools, and a reply's calls are its answer (voted)."""
 
     def request(self, problem: Any, n: int | None = None, drawn: int = 0) -> GenerationRequest:
         """The generation request for one problem.
@@ -367,7 +398,8 @@ class SamplingStrategy(Strategy):
         if budgets is not None and len(budgets) != len(problems):
             raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
         ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
-        results = self.generator.generate([self.request(p, n=n) for p, n in zip(problems, ns, strict=True)])
+        requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
+        results = with_tool_calls(requests, self.generator.generate(requests))
         scored = self.score_samples(problems, results)
         return [self.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, results, scored, strict=True)]
 
@@ -389,7 +421,7 @@ class SamplingStrategy(Strategy):
         top = max(s.top_logprobs_needed() for s in sampling)
         requests = [dataclasses.replace(sampling[0].request(p, n=n_max), logprobs=logprobs, top_logprobs=top)
                     for p in problems]
-        results = first.generator.generate(requests)
+        results = with_tool_calls(requests, first.generator.generate(requests))
         # One verifier call per distinct verifier config over the whole draw; configs take prefixes.
         scored: dict[str, list[ScoredDraw | None]] = {}
         for s in sampling:
@@ -455,11 +487,19 @@ def require_logprobs(strategy: str, problem_id: str, samples: Sequence[Sample]) 
     return [float(s.mean_logprob) for s in samples]  # type: ignore[arg-type]
 
 
-def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> tuple[str | None, float, dict[str, float], int | None]:
-    """Weighted plurality vote in which answers that math-verify finds equal vote together.
+def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
+         free_text: bool = False) -> tuple[str | None, float, dict[str, float], int | None]:
+    """Weighted plurality vote, each answer compared by its kind (:mod:`tts.answers.kinds`).
 
-    Vote keys come from :func:`tts.answers.answer_keys`: ``0.5``, ``\\frac{1}{2}`` and ``$1/2$``
-    are one answer, keyed by the normalised form seen first. Ties are broken deterministically: the answer whose first supporting sample came earliest
+    - When any sample calls tools, only the tool-call answers vote, keyed by their calls with
+      normalised arguments (:func:`tts.answers.kinds.call_key`); replies in text abstain.
+    - Free text (``free_text``: the strategy extracts :data:`tts.answers.kinds.TEXT`) is not
+      counted but selected by minimum Bayes risk (:func:`select_text`).
+    - Otherwise answers that math-verify finds equal vote together, keyed by
+      :func:`tts.answers.answer_keys`: ``0.5``, ``\\frac{1}{2}`` and ``$1/2$`` are one answer,
+      keyed by the normalised form seen first.
+
+    Ties are broken deterministically: the answer whose first supporting sample came earliest
     wins. Samples without an answer abstain (their weight still counts in the denominator, so the
     confidence is the share of *all* samples behind the winner).
 
@@ -468,9 +508,14 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> t
         first sample that carries the winning answer).
     """
     weights = list(weights) if weights is not None else [1.0] * len(samples)
+    if any(s.tool_calls for s in samples):
+        keys = [call_key(s.answer) if s.tool_calls and s.answer is not None else None for s in samples]
+    elif free_text:
+        return select_text(samples, weights)
+    else:
+        keys = answer_keys([s.answer for s in samples])
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
-    keys = answer_keys([s.answer for s in samples])
     for i, (key, w) in enumerate(zip(keys, weights, strict=True)):
         if key is None:
             continue
@@ -482,3 +527,28 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None) -> t
     best = max(totals, key=lambda k: (totals[k], -first[k]))
     idx = first[best]
     return samples[idx].answer, totals[best] / denom, totals, idx
+
+
+def select_text(samples: Sequence[Sample], weights: Sequence[float] | None = None,
+                ) -> tuple[str | None, float, dict[str, float], int | None]:
+    """Free-text answers chosen by minimum Bayes risk (:func:`tts.answers.free_text.mbr_select`):
+    the answered sample whose text is most similar (chrF) to the others, each other sample weighted
+    by its weight (a verifier's score in a weighted vote; all weights 0 or none given: uniform).
+
+    Returns, like :func:`vote`: (the chosen text, its expected similarity to the others in [0, 1],
+    that expected similarity per distinct answer, the chosen sample's index).
+    """
+    from tts.answers.free_text import mbr_select
+
+    answered = [i for i, s in enumerate(samples) if s.answer is not None]
+    if not answered:
+        return None, 0.0, {}, None
+    w = [max(float(weights[i]), 0.0) for i in answered] if weights is not None else None
+    if w is not None and not any(w):
+        w = None
+    choice = mbr_select([samples[i].answer or "" for i in answered], w)
+    utilities: dict[str, float] = {}
+    for i, u in zip(answered, choice.utilities, strict=True):
+        utilities[samples[i].answer or ""] = max(u, utilities.get(samples[i].answer or "", 0.0))
+    idx = answered[choice.index]
+    return samples[idx].answer, choice.utilities[choice.index], utilities, idx

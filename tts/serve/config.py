@@ -3,7 +3,7 @@ strategies, verifiers and calibrations requests may name (:mod:`tts.serve.policy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,10 @@ class ServeConfig(BaseModel):
     """The model name clients write after the strategy (``sc-16/<model>``)."""
     default_strategy: str = "sc-8"
     """Strategy of a request whose model name has none (``<model>`` alone), in model-name form."""
+    prompt: Literal["plain", "math"] = "plain"
+    """The prompt of a request that sets no ``tts.prompt``: "plain" sends the conversation as the
+    client sent it (an agent's chat, its tools and tool results; answers in free text, tool calls or
+    JSON); "math" asks the last question step by step with the answer in \\boxed{} (a math solver)."""
     api_key: str | None = None
     """When set, every /v1 request must send ``Authorization: Bearer <key>`` (compared in
     constant time); /health and /metrics stay open."""

@@ -78,6 +78,12 @@ class SolveResult(BaseModel):
     """Samples (or search candidates) drawn."""
     votes: dict[str, float] = Field(default_factory=dict)
     """Answer -> (weighted) votes, for voting strategies; empty otherwise."""
+    text: str | None = None
+    """The chosen reply as the model wrote it (its reasoning section left out): the answer to show a
+    user, or the free-text answer itself; null when no reply was chosen."""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    """When the chosen reply calls tools: its calls (``{"id", "type": "function", "function": {"name",
+    "arguments"}}``), for the client to run and send back as a ``tool`` message."""
 
 
 def _tool_words(exc: PolicyError) -> str:
@@ -107,7 +113,8 @@ class _Solver:
         return self.policy.offered()
 
     def plan(self, strategy: str | None, n: int | None, budget: float | None, budget_unit: str,
-             max_tokens: int | None, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+             max_tokens: int | None, settings: Mapping[str, Any] | None, messages: list[dict[str, Any]] | None = None,
+             tools: list[dict[str, Any]] | None = None, prompt: str | None = None) -> dict[str, Any]:
         """The keyword arguments of the session's ``solve`` for one call, every input checked.
 
         Raises:
@@ -115,6 +122,9 @@ class _Solver:
         """
         from mcp.server.mcpserver.exceptions import ToolError
 
+        from tts.backends.chat import ChatInputError, messages_from_openai
+        from tts.prompts import PLAIN_PROMPT
+        from tts.registry import STRATEGIES
         from tts.session.budget import BudgetError, SolveBudget
 
         config = self.config
@@ -143,7 +153,18 @@ class _Solver:
             raise ToolError(f"budget: {_one_line(exc)}") from None
         except PolicyError as exc:  # its words are tts serve's: name this tool's inputs and command instead
             raise ToolError(_tool_words(exc)) from None
-        return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens}
+        if tools and not getattr(STRATEGIES.load(strategy_config.kind), "takes_tools", False):
+            usable = ", ".join(k for k in self.offered() if getattr(STRATEGIES.load(k), "takes_tools", False))
+            raise ToolError(f"strategy {strategy_config.kind} cannot show the model tools; use one that can "
+                            f"({usable}) or leave tools out")
+        if messages:
+            try:
+                messages_from_openai(messages)
+            except ChatInputError as exc:
+                raise ToolError(f"messages: {exc}") from None
+        plain = (prompt or config.prompt) == "plain"
+        return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens,
+                "messages": messages or None, "tools": tools or None, "prompt": PLAIN_PROMPT if plain else None}
 
     async def solve(self, question: str, **inputs: Any) -> SolveResult:
         """Run one checked call; a refused or failed call raises ``ToolError`` with one line."""
@@ -151,9 +172,14 @@ class _Solver:
 
         from tts.backends.base import BackendError
 
-        if not question.strip():
-            raise ToolError("question is empty; put the question in it")
         kwargs = self.plan(**inputs)
+        if not question.strip():
+            user = [m for m in kwargs["messages"] or () if m.get("role") == "user"]
+            question = str((user[-1].get("content") if user else "") or "")
+            if not isinstance(user[-1].get("content") if user else None, str) and user:
+                question = " ".join(p.get("text", "") for p in user[-1]["content"] if isinstance(p, dict))
+        if not question.strip():
+            raise ToolError("question is empty and messages hold no user text; put the question in one of them")
         if not self.gate.try_enter():
             raise ToolError(f"this server is solving {self.config.max_concurrent} calls already, its limit; "
                             "retry in a moment")
@@ -169,10 +195,16 @@ class _Solver:
             raise
         finally:
             self.gate.leave()
+        from tts.serve.protocol import message_text, tool_calls
+
         cost = {k: v for k, v in sol.cost.items() if k in SolveCost.model_fields}
+        calls = tool_calls(sol) if kwargs["tools"] else None
+        chosen = sol.trace.selected is not None
         return SolveResult(answer=sol.answer, confidence=float(sol.confidence), cost=SolveCost(**cost),
                            strategy=sol.strategy, samples=len(sol.trace.samples),
-                           votes={str(k): float(v) for k, v in sol.trace.votes.items()})
+                           votes={str(k): float(v) for k, v in sol.trace.votes.items()},
+                           text=None if calls or not chosen else message_text(sol, False, without_reasoning=True),
+                           tool_calls=calls or [])
 
 
 def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str = "tts") -> Any:
@@ -230,22 +262,37 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                     "(e.g. {\"beam_width\": 2}); a verifier by name (" + verifiers + ")"
                     + (f"; auto's calibration by name ({calibrations})" if calibrations else "")
                     + ". Text, paths and models are the server's.")]
-    Question = Annotated[str, Field(min_length=1, description="The question, with any context it needs.")]
+    Question = Annotated[str, Field(description="The question, with any context it needs (may be empty when "
+                                                "messages carry the conversation).")]
+    Messages = Annotated[list[dict[str, Any]] | None, Field(  # noqa: N806
+        description="Optional OpenAI chat messages (system, user, assistant with tool_calls, tool with "
+                    "tool_call_id), the conversation so far; the last user message is the question. Text "
+                    "content only.")]
+    Tools = Annotated[list[dict[str, Any]] | None, Field(  # noqa: N806
+        description="Optional OpenAI tool definitions ({\"type\": \"function\", \"function\": {\"name\", "
+                    "\"parameters\"}}): the model may answer by calling them (tool_calls in the result); "
+                    "tool_vote and the sampling strategies take tools.")]
+    Prompt = Annotated[Literal["plain", "math"] | None, Field(  # noqa: N806
+        description=f"plain: the conversation as sent, free-text answers; math: step by step with the answer "
+                    f"in \\boxed{{}}. Default: {config.prompt}.")]
 
-    async def solve(question: Question, strategy: Strategy = None, n: Samples = None, budget: Budget = None,
+    async def solve(question: Question = "", strategy: Strategy = None, n: Samples = None, budget: Budget = None,
                     budget_unit: Unit = "tokens", max_tokens: MaxTokens = None,
-                    settings: Settings = None) -> SolveResult:
+                    settings: Settings = None, messages: Messages = None, tools: Tools = None,
+                    prompt: Prompt = None) -> SolveResult:
         return await solver.solve(question, strategy=strategy, n=n, budget=budget, budget_unit=budget_unit,
-                                  max_tokens=max_tokens, settings=settings)
+                                  max_tokens=max_tokens, settings=settings, messages=messages, tools=tools,
+                                  prompt=prompt)
 
     server = MCPServer(name, instructions="Call solve to answer a question with a test-time compute strategy "
                                           "(sampling and voting, verifier-guided search) and get its confidence "
                                           "and cost.", log_level="WARNING")
     server.add_tool(solve, name=TOOL_NAME, title="Solve with test-time compute",
-                    description=f"Answer a question (math or any question with a checkable short answer) by "
+                    description=f"Answer a question or continue a conversation (with tools the model may call) by "
                                 f"spending extra inference compute on {session.model_name or 'the served model'}: "
-                                f"the strategy draws several samples or searches over steps and picks an answer. "
-                                f"Returns answer, confidence (0-1) and cost (tokens, eFLOPs, GPU-seconds, dollars). "
+                                f"the strategy draws several samples or searches over steps and picks the answer "
+                                f"most samples agree on. Returns the chosen text or tool calls, the answer, "
+                                f"confidence (0-1) and cost (tokens, eFLOPs, GPU-seconds, dollars). "
                                 f"Strategies here: {', '.join(offered)}.",
                     annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
                     structured_output=True)

@@ -150,25 +150,35 @@ def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, str
     return {"strategy": strategy_config, "budget": budget, "temperature": body.temperature, "top_p": body.top_p,
             "max_tokens": max_tokens, "seed": body.seed,
             # JSON output is asked for by the schema, not by the math prompt's \boxed{}
-            "prompt": state.plain if body.tts.prompt == "plain" or schema is not None else None,
+            "prompt": state.plain if (body.tts.prompt or state.config.prompt) == "plain" or schema is not None
+            else None,
             "options": options}
 
 
 def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[str, Any]) -> None:
-    """A chat request's jobs (one per choice, the last message the question) and its tool plan."""
+    """A chat request's jobs (one per choice; the conversation kept whole, its last user message the
+    question) and the tools the model is shown."""
+    from tts.backends.chat import ChatInputError, messages_from_openai
+
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    for m, raw in zip(messages, body.messages, strict=True):
-        m["content"] = raw.text()
-    question = body.messages[-1].text()
-    if not question.strip():
-        raise BadRequest("the last message has no text; put the question in it", param="messages")
+    try:
+        parsed = messages_from_openai(messages)
+    except ChatInputError as exc:
+        raise BadRequest(str(exc), param="messages") from None
+    question = next((m.content for m in reversed(parsed) if m.role == "user" and m.content.strip()), "")
+    if not question.strip() and parsed[-1].role not in ("tool", "assistant"):
+        raise BadRequest("the conversation has no user message with text; put the question in one", param="messages")
     strategy_config = common["strategy"]
-    offered, replacement = tool_plan(state, body, strategy_config, common["budget"], plan.notes)
-    if replacement is not None:
-        strategy_config = replacement
-    extra = {"messages": messages, "tools": offered, "strategy": strategy_config}
-    plan.jobs = [Job(question, {**common, **extra}, i) for i in range(body.n)]
-    plan.tool_calls = bool(offered) and returns_tool_calls(strategy_config)
+    offered = tool_plan(state, body, strategy_config)
+    extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice),
+             "strategy": strategy_config}
+    plan.jobs = [Job(question or parsed[-1].content, {**common, **extra}, i) for i in range(body.n)]
+    plan.tool_calls = bool(offered)
+
+
+def _choice_json(choice: Any) -> Any:
+    """``tool_choice`` as OpenAI's JSON value (None: not given)."""
+    return choice.model_dump() if hasattr(choice, "model_dump") else choice
 
 
 def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[str, Any]) -> list[Job]:
@@ -183,43 +193,46 @@ def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[s
 
 
 def returns_tool_calls(strategy_config: Any) -> bool:
-    """Whether a strategy answers with a tool call (tool_vote, or one that says so)."""
+    """Whether a strategy answers with a tool call when the samples make one (it shows the model the
+    tools: ``tool_vote`` and the sampling strategies, or one that says ``takes_tools``)."""
     from tts.registry import STRATEGIES
 
-    return strategy_config.kind == "tool_vote" or bool(
-        getattr(STRATEGIES.load(strategy_config.kind), "returns_tool_calls", False))
+    return bool(getattr(STRATEGIES.load(strategy_config.kind), "takes_tools", False))
 
 
-def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any, budget: Any,
-              notes: list[str]) -> tuple[list[dict[str, Any]] | None, Any]:
-    """(the tools the model is shown, a strategy config to run instead or None) for ``tool_choice``:
-    ``none`` shows no tools (a tool_vote request is answered in text by self_consistency with
-    the same n), ``auto`` lets a tool-choosing strategy call one, ``required`` and a named
-    function need such a strategy (a named function is the only tool shown)."""
+def tool_strategies() -> list[str]:
+    """The registered strategies that show the model tools and answer with their calls."""
+    from tts.registry import STRATEGIES
+
+    return [k for k in STRATEGIES.names() if getattr(STRATEGIES.load(k), "takes_tools", False)]
+
+
+def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any) -> list[dict[str, Any]] | None:
+    """The tools the model is shown, for ``tool_choice``: ``none`` shows none (the reply is text),
+    ``auto`` (or none given) shows them all, ``required`` shows them all and the reply must call one,
+    a named function shows only that tool. A strategy that cannot show the model tools (a step-wise
+    search, a graph) is refused when tools are sent, rather than dropping them."""
     wanted, offered = body.tool_choice, body.tools
     if wanted is not None and not offered:
         raise BadRequest("tool_choice needs tools; send the tools or leave tool_choice out", param="tool_choice")
-    if wanted == "none":
-        if not returns_tool_calls(strategy_config):
-            return None, None
-        try:
-            replacement = state.session.strategy_config("self_consistency", getattr(strategy_config, "n", None),
-                                                        budget)
-        except ValueError as exc:
-            raise BadRequest(f"tool_choice 'none': {exc}", param="tool_choice") from None
-        notes.append(f"tool_choice 'none': {strategy_config.kind} answers only with tool calls, so "
-                     f"{replacement.label} answered in text")
-        return None, replacement
+    if not offered or wanted == "none":
+        return None
+    if not returns_tool_calls(strategy_config):
+        usable = ", ".join(k for k in tool_strategies() if state.policy.allows(k))
+        raise BadRequest(f"strategy {strategy_config.kind} cannot show the model tools, so it cannot answer this "
+                         f"request; use one that can ({usable}), e.g. model tool_vote-8/{state.config.model}, "
+                         "or leave the tools out", param="tools")
     if isinstance(wanted, protocol.NamedToolChoice):
         name = wanted.function.name
-        offered = [t for t in offered or [] if (t.get("function") or {}).get("name") == name]
+        offered = [t for t in offered if (t.get("function") or {}).get("name") == name]
         if not offered:
             have = ", ".join(repr((t.get("function") or {}).get("name")) for t in body.tools or [])
             raise BadRequest(f"tool_choice names {name!r}, which is not one of the tools ({have}); name one "
                              "of them", param="tool_choice")
-    if wanted is not None and wanted != "auto" and not returns_tool_calls(strategy_config):
-        how = f"'{wanted}'" if isinstance(wanted, str) else "naming a function"
-        raise BadRequest(f"tool_choice {how} needs a strategy that answers with a tool call, not "
-                         f"{strategy_config.kind}; use model tool_vote-8/{state.config.model} (or tts.strategy "
-                         "'tool_vote')", param="tool_choice")
-    return offered, None
+    return offered
+
+
+def must_call(body: Any) -> bool:
+    """Whether the request's ``tool_choice`` demands a tool call (``required`` or a named function)."""
+    wanted = getattr(body, "tool_choice", None)
+    return wanted == "required" or isinstance(wanted, protocol.NamedToolChoice)

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 
@@ -34,19 +34,29 @@ class TTSOptions(BaseModel):
     """Samples / candidates of the strategy (its config's ``n``)."""
     budget: float | str | dict[str, Any] | None = None
     """Compute budget: tokens, or ``{"dollars": 0.01}``, ``{"eflops": 1e15}``, ``{"gpu_seconds": 2}``."""
-    prompt: Literal["math", "plain"] = "math"
-    """"math": the question is asked step by step with the answer in \\boxed{}; "plain": sent as written."""
+    prompt: Literal["math", "plain"] | None = None
+    """"plain": the conversation as sent, answered in free text (chosen among the samples by
+    similarity), tool calls or JSON; "math": the last question asked step by step with the answer in
+    \\boxed{} (votes count equal values). None: the server's default (``--prompt``, plain unless
+    the operator chose math)."""
     answer_only: bool = False
     """Reply with the answer alone instead of the chosen sample's full text."""
 
 
 class ChatMessage(BaseModel):
-    """One OpenAI chat message (content as text or text parts)."""
+    """One OpenAI chat message (content as text or text parts), with an assistant turn's
+    ``tool_calls``, a tool turn's ``tool_call_id`` and a participant's ``name``, all kept."""
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    """An assistant turn's tool calls (``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
+    tool_call_id: str | None = None
+    """A tool turn: the id of the call it answers."""
+    name: str | None = None
+    """The participant's (or tool's) name."""
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -241,7 +251,7 @@ class ChatRequest(_Common):
     """``none``: answer in text, tools not shown; ``auto``: a tool-choosing strategy calls a tool;
     ``required`` or a named function: it must (other strategies are refused)."""
     parallel_tool_calls: bool | None = None
-    """Accepted; a voted reply holds one call."""
+    """Accepted; the chosen reply is returned with all its calls."""
     logprobs: bool | None = None
     """Return the token log-probabilities of the chosen sample."""
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -461,17 +471,22 @@ def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any
             "top_logprobs": [{a: _finite(alp) for a, alp in alts} for _, _, alts in tokens], "text_offset": offsets}
 
 
-def tool_call(solution: Any) -> list[dict[str, Any]] | None:
-    """``message.tool_calls`` from a tool-choosing strategy's answer (canonical JSON
-    ``{"name": ..., "arguments": {...}}``); None when the answer is not such a call."""
+def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
+    """``message.tool_calls`` of a solution whose answer is tool calls: the chosen sample's calls
+    with their ids, or calls built from a canonical call answer (fresh ids); None when the answer is
+    not tool calls (text)."""
+    from tts.backends.tool_calls import answer_calls, new_call_id
+
+    trace = solution.trace
     if solution.answer is None:
         return None
-    try:
-        call = json.loads(solution.answer)
-    except (TypeError, json.JSONDecodeError):
+    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
+        chosen = trace.samples[trace.selected]
+        if chosen.tool_calls and chosen.answer == solution.answer:
+            return [{**c, "id": c.get("id") or new_call_id()} for c in chosen.tool_calls]
+    calls = answer_calls(solution.answer)
+    if calls is None:
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return None
-    args = call.get("arguments", {})
-    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": call["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}}]
+    return [{"id": new_call_id(), "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for c in calls]

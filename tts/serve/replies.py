@@ -1,7 +1,7 @@
 """The OpenAI-shaped answers of a solved plan: choices, the whole response, and stream chunks.
 
 Each choice carries the ``tts`` extension (answer, confidence, cost, every sample's answer, notes);
-a chat choice of a tool-choosing strategy is a tool call, and a reasoning model's thinking goes
+a chat choice whose chosen reply calls tools is a tool call (``finish_reason: "tool_calls"``), and a reasoning model's thinking goes
 to ``reasoning_content`` as vLLM's server returns it.
 """
 
@@ -23,18 +23,30 @@ def choice(p: Plan, job: Job, sol: Any) -> dict[str, Any]:
     if p.kind == "completions":
         return {"index": job.index, "text": protocol.message_text(sol, p.answer_only), "finish_reason": "stop",
                 "logprobs": logprobs, "tts": ext}
-    calls = protocol.tool_call(sol) if p.tool_calls else None
+    calls = protocol.tool_calls(sol) if p.tool_calls else None
     message: dict[str, Any] = ({"role": "assistant", "content": None, "tool_calls": calls} if calls else
                                {"role": "assistant",
                                 "content": protocol.message_text(sol, p.answer_only, without_reasoning=True)})
-    if p.tool_calls and calls is None and getattr(p.body, "tool_choice", None) not in (None, "auto"):
-        ext["notes"] = [*ext.get("notes", []), "tool_choice asked for a tool call, but no sample held a valid "
-                        "call to an offered tool, so the reply is text"]
     reasoning = None if calls else protocol.reasoning_text(sol, p.answer_only)
     if reasoning is not None:  # vLLM's field for a reasoning model's <think> section
         message["reasoning_content"] = reasoning
     return {"index": job.index, "message": message, "finish_reason": "tool_calls" if calls else "stop",
             "logprobs": None if calls else logprobs, "tts": ext}
+
+
+def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:
+    """Why the reply cannot be sent when ``tool_choice`` demands a call (``required`` or a named
+    function) and a choice holds none; None when every choice holds one or none was demanded."""
+    from tts.serve.planning import must_call
+
+    if p.kind != "chat" or not p.tool_calls or not must_call(p.body):
+        return None
+    for sol in sols:
+        if protocol.tool_calls(sol) is None:
+            samples = len(sol.trace.samples)
+            return (f"tool_choice demands a tool call, but none of the {samples} samples held a valid call to an "
+                    "offered tool; raise the strategy's n, check the tools' descriptions, or use tool_choice auto")
+    return None
 
 
 def summary(sols: list[Any]) -> dict[str, Any]:

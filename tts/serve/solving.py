@@ -138,7 +138,12 @@ async def answer(state: ServerState, request: Request, p: Plan) -> Response:
                 state.metrics.disconnected()
                 status = CLIENT_GONE  # nobody reads it
                 return Response(status_code=CLIENT_GONE)
-        body = replies.response_body(p, solved(state, p, tasks))
+        sols = solved(state, p, tasks)
+        unmet = replies.unmet_tool_choice(p, sols)
+        if unmet is not None:
+            status = 422
+            return error_response(unmet, 422, code="no_tool_call")
+        body = replies.response_body(p, sols)
         status = 200
         return JSONResponse(body)
     finally:
@@ -227,8 +232,14 @@ class _Stream:
                 self.status = status
                 yield f"data: {json.dumps(protocol.error_body(message, status, code=code))}\n\n"
             else:
-                for event in self.chunks.answers(solved(self.state, p, self.tasks), self._include_usage()):
-                    yield event
+                sols = solved(self.state, p, self.tasks)
+                unmet = replies.unmet_tool_choice(p, sols)
+                if unmet is not None:
+                    self.status = 422
+                    yield f"data: {json.dumps(protocol.error_body(unmet, 422, code='no_tool_call'))}\n\n"
+                else:
+                    for event in self.chunks.answers(sols, self._include_usage()):
+                        yield event
             yield "data: [DONE]\n\n"
         except BaseException:  # the client went away: stop its solves
             self.state.metrics.disconnected()

@@ -18,13 +18,14 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
-from tts.prompts import chat_prompt
+from tts.answers.kinds import TEXT
+from tts.prompts import answers_in_text, chat_prompt
 from tts.session.budget import Pricer, SolveBudget
 from tts.types import Budget, Problem, Solution
 
@@ -314,7 +315,7 @@ class Session:
     def solve(self, question: str | Problem, *, strategy: Any = None, n: int | None = None, budget: Any = None,
               temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
               messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
-              prompt: Any = None, seed: int | None = None, context: CallContext | None = None,
+              tool_choice: Any = None, prompt: Any = None, seed: int | None = None, context: CallContext | None = None,
               options: SampleOptions | None = None, _expected: bool = False) -> SessionSolution:
         """Answer one question with a test-time strategy on the session's warm engine.
 
@@ -329,9 +330,13 @@ class Session:
             temperature, top_p, max_tokens: Sampling settings for this solve.
             messages: An OpenAI-style chat whose last user message is the question (kept in
                 ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
-            tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``, for strategies
-                that choose a tool call).
-            prompt: A PromptTemplate for this solve.
+            tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``): the model sees
+                them in its chat template, and a reply that calls tools answers with its calls
+                (voted by every sampling strategy and ``tool_vote``).
+            tool_choice: OpenAI's ``tool_choice`` (forwarded to upstreams that take it).
+            prompt: A PromptTemplate for this solve; one that adds nothing to the question
+                (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
+                free text (chosen by similarity, :mod:`tts.answers.kinds`) unless they are tool calls.
             seed: The seed request seeds derive from (default: the session's).
             context: A CallContext to cancel the solve or follow its progress.
             options: Sampling settings for every sample the strategy draws (stop strings,
@@ -352,7 +357,7 @@ class Session:
         solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
         config = self.strategy_config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
-        problem = self._problem(question, messages, tools, seeded=seed is not None)
+        problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
         render = chat_prompt(prompt or self.template)
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
         runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
@@ -400,6 +405,8 @@ class Session:
         cls = STRATEGIES.load(config.kind)
         generator: Any = self.batcher
         extra: dict[str, Any] = {}
+        if answers_in_text(getattr(render, "template", None)):
+            extra["extract"] = TEXT  # the conversation as sent: free-text answers, chosen by similarity
         if options is not None and options != SampleOptions():
             generator = _OptionsGenerator(self.batcher, options)
             if options.json_schema is not None:
@@ -473,7 +480,8 @@ class Session:
                     self.batcher.expect(-1)
             raise
 
-    def _problem(self, question: str | Problem, messages: Any, tools: Any, seeded: bool) -> Problem:
+    def _problem(self, question: str | Problem, messages: Any, tools: Any, seeded: bool,
+                 tool_choice: Any = None) -> Problem:
         if isinstance(question, Problem):
             problem = question
         elif seeded:  # the same question with the same seed draws the same samples (engines that honour seeds)
@@ -485,6 +493,8 @@ class Session:
             extra["messages"] = [dict(m) for m in messages]
         if tools:
             extra["tools"] = [dict(t) for t in tools]
+            if tool_choice is not None:
+                extra["tool_choice"] = tool_choice
         if extra:
             problem = dataclasses.replace(problem, metadata={**problem.metadata, **extra})
         return problem

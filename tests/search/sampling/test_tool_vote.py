@@ -8,9 +8,15 @@ import random
 import pytest
 
 import tts
+import tts.answers.kinds
 from tts.backends.base import Completion, GenerationResult, request_usage
-from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig, parse_tool_call
+from tts.backends.scripted import ScriptedGenerator
+from tts.backends.tool_calls import read_tool_calls
+from tts.prompts import PLAIN_PROMPT, chat_prompt
+from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
 from tts.types import Problem
+
+CHAT = chat_prompt(PLAIN_PROMPT)
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -71,47 +77,49 @@ def _problem(**meta):
 
 def test_votes_over_normalised_calls_and_returns_the_canonical_call():
     model = ToolModel(REPLIES, [3, 3, 4, 2, 3, 2, 2, 1])
-    sol = ToolVote(ToolVoteConfig(n=40), model, lambda p: ()).solve([_problem()])[0]  # 12 Paris, 8 London
-    assert json.loads(sol.answer) == {"name": "get_weather", "arguments": {"city": "Paris"}}
-    assert list(json.loads(sol.answer)) == ["name", "arguments"]
+    sol = ToolVote(ToolVoteConfig(n=40), model, CHAT).solve([_problem()])[0]  # 12 Paris, 8 London
+    assert json.loads(sol.answer) == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert list(json.loads(sol.answer)[0]) == ["name", "arguments"]
     paris = sum(1 for s in sol.trace.samples if s.answer is not None and "get_weather" in s.answer and "aris" in s.answer)
     assert paris == 12 and sol.confidence == pytest.approx(12 / 40)
     ev = sol.trace.events
-    assert ev["malformed_tool_call"] + ev["no_tool_call"] == sum(s.answer is None for s in sol.trace.samples) > 0
-    # the tools were offered in the system message, the chat followed
-    sent = model.requests[0].messages
-    assert sent[0].role == "system" and "get_weather" in sent[0].content and "<tool_call>" in sent[0].content
-    assert sent[-1].content == "What's the weather in Paris?"
+    assert ev["malformed_tool_call"] + ev["no_tool_call"] == sum(not s.tool_calls for s in sol.trace.samples) > 0
+    # the tools go to the backend with the request (its chat template shows them); the chat is as sent
+    sent = model.requests[0]
+    assert [t["function"]["name"] for t in json.loads(sent.tools)] == ["get_weather", "search"]
+    assert [(m.role, m.content) for m in sent.messages] == [("user", "What's the weather in Paris?")]
 
 
 def test_by_name_the_winning_tool_brings_its_most_common_arguments():
     model = ToolModel([call("get_weather", city="London"), call("get_weather", city="Paris"),
                        call("search", q="x")], [1, 2, 4], seed=1)
     by_call = ToolVote(ToolVoteConfig(n=40), model, lambda p: ()).solve([_problem()])[0]
-    assert json.loads(by_call.answer)["name"] == "search"
+    assert json.loads(by_call.answer)[0]["name"] == "search"
     model = ToolModel([call("get_weather", city="London"), call("get_weather", city="Paris"),
                        call("get_weather", city="Paris"), call("search", q="x"), call("search", q="y")],
                       [1, 1, 1, 1, 1], seed=2)
     by_name = ToolVote(ToolVoteConfig(n=40, match="name"), model, lambda p: ()).solve([_problem()])[0]
-    assert json.loads(by_name.answer) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert json.loads(by_name.answer) == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
 
 def test_only_malformed_calls_give_no_answer_and_never_raise():
     model = ToolModel(["<tool_call>{oops</tool_call>", '{"name": 3}', "[]", "", "<tool_call>"], [1] * 5)
-    sol = ToolVote(ToolVoteConfig(n=10), model, lambda p: ()).solve([_problem()])[0]
+    sol = ToolVote(ToolVoteConfig(n=10, text_fallback=False), model, lambda p: ()).solve([_problem()])[0]
     assert sol.answer is None and sol.confidence == 0.0 and len(sol.trace.samples) == 10
 
 
-def test_parse_accepts_openai_shapes_and_string_arguments():
+def test_the_lenient_reader_accepts_openai_shapes_string_arguments_and_fenced_json():
     text = '{"type": "function", "function": {"name": "search", "arguments": "{\\"q\\": \\"a\\"}"}}'
-    assert parse_tool_call(text, TOOLS) == ({"name": "search", "arguments": {"q": "a"}}, "ok")
-    assert parse_tool_call("```json\n" + json.dumps({"name": "search", "arguments": {}}) + "\n```", TOOLS)[1] == "ok"
+    calls, why = read_tool_calls(text)
+    assert why == "ok" and [(c.name, c.args()) for c in calls] == [("search", {"q": "a"})]
+    calls, why = read_tool_calls("```json\n" + json.dumps({"name": "search", "arguments": {}}) + "\n```")
+    assert why == "ok" and calls[0].name == "search"
 
 
 def test_through_tts_solve():
     model = ToolModel(REPLIES[:3], [1, 1, 1])
     sol = tts.solve(_problem(), strategy="tool_vote", n=16, generator=model)
-    assert json.loads(sol.answer)["name"] == "get_weather" and sol.trace.strategy == "tool_vote"
+    assert json.loads(sol.answer)[0]["name"] == "get_weather" and sol.trace.strategy == "tool_vote"
 
 
 def test_name_is_the_hierarchical_vote_and_the_flat_vote_stays_available():
@@ -122,8 +130,49 @@ def test_name_is_the_hierarchical_vote_and_the_flat_vote_stays_available():
     default = ToolVote(ToolVoteConfig(n=5), model, lambda p: ()).solve([_problem()])[0]
     by_name = ToolVote(ToolVoteConfig(n=5, match="name"), model, lambda p: ()).solve([_problem()])[0]
     flat = ToolVote(ToolVoteConfig(n=5, match="name_and_arguments"), model, lambda p: ()).solve([_problem()])[0]
-    assert json.loads(default.answer)["name"] == json.loads(by_name.answer)["name"] == "get_weather"
-    assert json.loads(flat.answer) == {"name": "search", "arguments": {"q": "x"}}
+    assert json.loads(default.answer)[0]["name"] == json.loads(by_name.answer)[0]["name"] == "get_weather"
+    assert json.loads(flat.answer) == [{"name": "search", "arguments": {"q": "x"}}]
     assert flat.confidence == pytest.approx(2 / 5) and default.confidence == pytest.approx(1 / 5)
     with pytest.raises(ValueError, match="ties"):
         ToolVoteConfig(ties="last")
+
+
+def test_when_no_reply_calls_a_tool_the_answer_is_the_text_they_agree_on():
+    """After the tool result came back, replies are prose: the answer is the reply most like the
+    others (minimum Bayes risk), not "no answer" (found by an agent whose loop never finished)."""
+    prose = ["It is 18C and sunny in Paris right now.", "It is 18C and sunny in Paris right now.",
+             "Paris: 18C, sunny.", "I like turtles."]
+    model = ToolModel(prose, [1, 1, 1, 1])
+    sol = ToolVote(ToolVoteConfig(n=4), model, CHAT, extract=tts.answers.kinds.TEXT).solve([_problem()])[0]
+    assert sol.answer == "It is 18C and sunny in Paris right now."
+    assert sol.trace.samples[sol.trace.selected].text == sol.answer and sol.trace.events["answered_in_text"] == 1
+    required = ToolVote(ToolVoteConfig(n=4, text_fallback=False), model, CHAT).solve([_problem()])[0]
+    assert required.answer is None
+
+
+def test_a_parallel_reply_is_returned_whole_and_all_calls_can_vote():
+    both = call("get_weather", city="Paris") + "\n" + call("get_weather", city="Rome")
+    other = call("get_weather", city="Paris") + "\n" + call("get_weather", city="Oslo")
+    model = ToolModel([both, other, other], [1, 1, 1], seed=3)
+    first = ToolVote(ToolVoteConfig(n=3), model, CHAT).solve([_problem()])[0]
+    assert len(json.loads(first.answer)) == 2  # its_hub: the first calls agree; the reply comes whole
+    whole = ToolVote(ToolVoteConfig(n=3, votes_on="all_calls"), model, CHAT).solve([_problem()])[0]
+    assert [c["arguments"]["city"] for c in json.loads(whole.answer)] == ["Paris", "Oslo"]
+    assert whole.confidence == pytest.approx(2 / 3)
+
+
+def test_calls_the_backend_read_are_used_and_the_loop_finishes_on_the_scripted_backend():
+    """Turn 1: the scripted model calls get_weather; turn 2 (the tool's result in the chat): it
+    answers in prose, and tool_vote returns that text instead of "no answer"."""
+    gen = ScriptedGenerator()
+    chat = [{"role": "user", "content": "What is the weather in Paris?"}]
+    turn1 = ToolVote(ToolVoteConfig(n=4), gen, CHAT, extract=tts.answers.kinds.TEXT).solve(
+        [Problem("t1", chat[0]["content"], None, {"tools": TOOLS, "messages": chat})])[0]
+    (called,) = json.loads(turn1.answer)
+    assert called == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    call_id = turn1.trace.samples[turn1.trace.selected].tool_calls[0]["id"]
+    chat += [{"role": "assistant", "content": None, "tool_calls": [turn1.trace.samples[turn1.trace.selected].tool_calls[0]]},
+             {"role": "tool", "tool_call_id": call_id, "content": "18C and sunny"}]
+    turn2 = ToolVote(ToolVoteConfig(n=4), gen, CHAT, extract=tts.answers.kinds.TEXT).solve(
+        [Problem("t2", chat[0]["content"], None, {"tools": TOOLS, "messages": chat})])[0]
+    assert turn2.answer is not None and "18C and sunny" in turn2.answer and not turn2.trace.samples[0].tool_calls

@@ -51,7 +51,7 @@ from pydantic import Field
 from tts.answers import answer_keys
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError, vote
+from tts.search.base import Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 
@@ -231,7 +231,7 @@ class CertaintyProbe(Strategy):
             else:
                 answer, text = self.extract(t.text), t.text
             samples.append(Sample(text, answer, t.tokens, None, "probe_stable" if t.state == "stable" else t.state))
-        answer, share, votes, idx = vote(samples)
+        answer, share, votes, idx = self.vote(samples)
         events = {"probes": sum(len(t.probes) for t in traces), "probe_tokens": probes.completion_tokens,
                   "stopped_stable": sum(t.state == "stable" for t in traces)}
         tree = tuple({"id": f"{t.index}.{k}", "parent": f"{t.index}.{k - 1}" if k else None, "depth": k,

@@ -331,7 +331,7 @@ class DeepConf(Strategy):
 
     def _solution(self, problem: Any, s: _Problem, in_engine: bool) -> Solution:
         voting = [i for i, v in enumerate(s.votes) if v]
-        answer, share, votes, idx = vote([s.samples[i] for i in voting], [s.confidence[i] for i in voting])
+        answer, share, votes, idx = self.vote([s.samples[i] for i in voting], [s.confidence[i] for i in voting])
         stopped = sum(1 for x in s.samples if x.finish_reason == CONFIDENCE_STOPPED)
         events = {}
         if stopped:

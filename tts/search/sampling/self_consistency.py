@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from tts.config import SamplingStrategyConfig
-from tts.search.base import SamplingStrategy, vote
+from tts.search.base import SamplingStrategy
 from tts.types import Sample, Solution, Trace, Usage
 
 
@@ -37,6 +37,6 @@ class SelfConsistency(SamplingStrategy):
 
     def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
                   scores: Sequence[float] | None = None) -> Solution:
-        answer, share, votes, idx = vote(samples)
+        answer, share, votes, idx = self.vote(samples)
         trace = Trace(self.name, tuple(samples), votes=votes, selected=idx)
         return Solution(problem_id, answer, share, usage, trace)

@@ -23,7 +23,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from tts.config import SamplingStrategyConfig, VerifierConfig
-from tts.search.base import SamplingStrategy, require_logprobs, vote
+from tts.search.base import SamplingStrategy, require_logprobs
 from tts.types import Sample, Solution, Trace, Usage
 from tts.verifiers.self_certainty import borda_weights
 
@@ -66,7 +66,7 @@ class WeightedVote(SamplingStrategy):
             # answers plainly rather than return no answer (and say so in the trace).
             weights = [1.0] * len(samples)
             events = {"unweighted_vote": 1} if any(s.answer is not None for s in samples) else {}
-        answer, share, votes, idx = vote(samples, weights)
+        answer, share, votes, idx = self.vote(samples, weights)
         trace = Trace(self.name, tuple(samples), scores=shown, votes=votes, selected=idx, events=events)
         return Solution(problem_id, answer, share, usage, trace)
 

@@ -76,7 +76,7 @@ from pydantic import Field, model_validator
 from tts.answers import answer_keys
 from tts.backends.base import Completion, GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError, vote
+from tts.search.base import Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 logger = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class BudgetForcing(Strategy):
     def _solution(self, problem: Any, drawn: list[tuple[Sample, _Thought]], usage: Usage,
                   notes: dict[str, Any]) -> Solution:
         samples = tuple(s for s, _ in drawn)
-        answer, share, votes, idx = vote(samples)
+        answer, share, votes, idx = self.vote(samples)
         chosen = answer_keys([answer])[0] if answer is not None else None
         events: Counter[str] = Counter()
         tree: list[dict[str, Any]] = []

@@ -45,7 +45,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import SamplingStrategyConfig, changed_settings, setting_text
-from tts.search.base import Strategy, StrategyInputError, solution_item, to_sample, vote
+from tts.search.base import Strategy, StrategyInputError, solution_item, to_sample
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import Verifier, VerifierScore, build_verifier, score_or_fallback
 from tts.verifiers.judge import JudgeConfig
@@ -301,7 +301,7 @@ class GenerativeVerification(Strategy):
             if not any(weights[i] > 0 for i in answered):
                 weights = [1.0] * len(samples)  # the judge rejects every answer: count them plainly
                 events["unweighted_vote"] = 1
-            answer, confidence, votes, selected = vote(samples, weights)
+            answer, confidence, votes, selected = self.vote(samples, weights)
         tree = self._tree(samples, scores, verdicts, selected, cost)
         trace = Trace(self.name, tuple(samples), scores=scores, votes=votes, selected=selected, tree=tree,
                       events={k: v for k, v in events.items() if v})

@@ -39,7 +39,7 @@ from pydantic import Field, model_validator
 from tts.answers import answer_keys
 from tts.backends.base import Completion, GenerationRequest, Message, derive_seed
 from tts.config import StrategyConfigBase, VerifierConfig
-from tts.search.base import StrategyInputError, VerifierStrategy, solution_item, to_sample, vote
+from tts.search.base import StrategyInputError, VerifierStrategy, solution_item, to_sample
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import (
     VerifierScore,
@@ -257,7 +257,7 @@ class Revision(VerifierStrategy):
                 if samples and not any(weights):  # no attempt has a valid score: a plain vote
                     events = {**events, "unweighted_vote": 1}
                     weights = None
-            answer, confidence, votes, best = vote(samples, weights)
+            answer, confidence, votes, best = self.vote(samples, weights)
         chosen = answer_keys([answer])[0] if answer is not None else None
         keys = answer_keys([s.answer for s in samples])
         tree = tuple({"id": f"{a.chain}.{a.round}", "parent": f"{a.chain}.{a.round - 1}" if a.round else None,

@@ -66,7 +66,7 @@ from tts.config import (
     changed_settings,
     setting_text,
 )
-from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample, vote
+from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample
 from tts.types import Budget, Problem, Sample, Solution, Trace, Usage
 from tts.verifiers.base import Verifier, VerifierScore, clean_score, score_or_fallback
 
@@ -451,7 +451,7 @@ class ABMCTS(VerifierStrategy):
             if weights is not None and samples and not any(weights):
                 events["unweighted_vote"] += 1
                 weights = None
-            answer, confidence, votes, best = vote(samples, weights)
+            answer, confidence, votes, best = self.vote(samples, weights)
         chosen = answer_keys([answer])[0] if answer is not None else None
         keys = answer_keys([s.answer for s in samples])
         nodes = tuple({"id": n.id, "parent": n.parent, "depth": n.depth, "text": n.state.text, "score": n.score,

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from tts.config import StrategyConfigBase, VerifierConfig, changed_settings, setting_text
-from tts.search.base import StrategyInputError, VerifierStrategy, vote
+from tts.search.base import StrategyInputError, VerifierStrategy
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree.tree_search import SearchResult, TreeNode
 from tts.types import Budget, LazyRecords, Problem, RequestShape, Sample, Solution, Trace
@@ -213,7 +213,7 @@ class TreeSearchStrategy(VerifierStrategy):
         if samples and not any(weights):
             events["unweighted_vote"] += 1  # no candidate has a valid score: a plain vote
             weights = [1.0] * len(samples)
-        answer, share, votes, idx = vote(samples, weights)
+        answer, share, votes, idx = self.vote(samples, weights)
         return answer, share, votes, idx
 
     @staticmethod

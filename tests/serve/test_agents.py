@@ -1,0 +1,160 @@
+"""tts serve as an agent's backend, over real HTTP with the official openai client, on the scripted
+backend (a fake model that calls the tools it is offered and answers tool results in prose): the
+whole tool loop finishes, the conversation reaches the model with its structure, and free-text
+answers are chosen, not lost. Each test is one of the findings of issue 33 that failed on main."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.scripted import ScriptedGenerator
+from tts.serve import ServeConfig, create_app
+from tts.serve.server import ServerThread
+from tts.session import Session
+
+pytestmark = pytest.mark.timeout(60)
+KEY = "agent-key"
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+class Recording(ScriptedGenerator):
+    """The scripted model, keeping every request it was sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[Any] = []
+
+    def generate(self, requests):
+        self.requests += list(requests)
+        return super().generate(requests)
+
+
+class Fixed:
+    """Replies with the given texts, in order, for every request."""
+
+    model_name = "fixed"
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def generate(self, requests):
+        return [GenerationResult(tuple(Completion(t, 12, -0.3, "stop") for t in self.texts[: r.n]),
+                                 request_usage(20, 0, [12] * min(r.n, len(self.texts)), 0.0)) for r in requests]
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def serve():
+    """A server over a generator with the operator's default settings (the conversation as sent)."""
+    running: list[Any] = []
+
+    def start(gen: Any, **config: Any) -> openai.OpenAI:
+        session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
+        server = ServerThread(create_app(session, ServeConfig(model=gen.model_name, api_key=KEY, **config))).start()
+        running.append((session, server))
+        return openai.OpenAI(base_url=server.url, api_key=KEY, timeout=30, max_retries=0)
+
+    yield start
+    for session, server in running:
+        server.stop()
+        session.close()
+
+
+def _loop(client: openai.OpenAI, model: str, stream: bool = False) -> tuple[Any, Any]:
+    """Turn 1 (the model calls the tool), the tool runs, turn 2 (the model answers)."""
+    first = client.chat.completions.create(model=model, messages=ASK, tools=WEATHER)
+    call = first.choices[0].message.tool_calls[0]
+    messages = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                {"role": "tool", "tool_call_id": call.id, "content": "18C and sunny"}]
+    if not stream:
+        return first, client.chat.completions.create(model=model, messages=messages, tools=WEATHER)
+    chunks = list(client.chat.completions.create(model=model, messages=messages, tools=WEATHER, stream=True))
+    return first, chunks
+
+
+@pytest.mark.parametrize("model", ["tool_vote-4/scripted", "sc-4/scripted"])
+def test_the_tool_loop_finishes_with_a_text_answer(serve, model):
+    """Finding 1: turn 2 answered "No answer was found." although every sample answered in text."""
+    client = serve(Recording(model_name="scripted"))
+    first, second = _loop(client, model)
+    assert first.choices[0].finish_reason == "tool_calls"
+    call = first.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.tool_calls is None
+    assert "18C and sunny" in second.choices[0].message.content
+    assert "No answer" not in second.choices[0].message.content
+
+
+def test_the_tool_loop_finishes_when_streamed(serve):
+    client = serve(Recording(model_name="scripted"))
+    _, chunks = _loop(client, "tool_vote-4/scripted", stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert "18C and sunny" in text and finish == ["stop"]
+
+
+def test_the_model_sees_tools_and_tool_turns_with_their_structure(serve):
+    """Findings 2 and 3: tools were dropped, tool_calls became an empty assistant turn, a tool
+    result a user turn "Tool result: ...", and the math instruction was appended."""
+    gen = Recording(model_name="scripted")
+    client = serve(gen)
+    _loop(client, "sc-4/scripted")
+    last = gen.requests[-1]
+    assert [t["function"]["name"] for t in json.loads(last.tools)] == ["get_weather"]
+    roles = [m.role for m in last.messages]
+    assert roles == ["user", "assistant", "tool"]
+    assistant, tool = last.messages[1], last.messages[2]
+    assert assistant.tool_calls[0].name == "get_weather" and assistant.tool_calls[0].args() == {"city": "Paris"}
+    assert tool.tool_call_id == assistant.tool_calls[0].id and tool.content == "18C and sunny"
+    assert all("boxed" not in m.content and "step by step" not in m.content for m in last.messages)
+
+
+def test_free_text_is_answered_by_the_text_the_samples_agree_on(serve):
+    """Finding 4: prose could not be voted ("No answer was found."), and a comparison was voted on
+    stray numbers and returned the minority's plan."""
+    texts = ["Plan B is safer: it has 3 backups and was tested in 2019.",
+             "Plan A is safer because it is simpler.",
+             "Plan B is safer, since it keeps backups.",
+             "Plan B is the safer one: it keeps backups."]
+    client = serve(Fixed(texts))
+    r = client.chat.completions.create(model="sc-4/fixed",
+                                       messages=[{"role": "user", "content": "Which plan is safer and why?"}])
+    content = r.choices[0].message.content
+    assert content.startswith("Plan B") and content in texts
+    ext = r.choices[0].model_extra["tts"]
+    assert ext["answer"] == content and 0 < ext["confidence"] <= 1
+    assert set(ext["votes"]) <= set(texts) and "3" not in ext["votes"] and "2019" not in ext["votes"]
+    for strategy in ("best_of_n-4", "weighted_vote-4"):
+        other = client.chat.completions.create(model=f"{strategy}/fixed",
+                                               messages=[{"role": "user", "content": "Which plan is safer?"}])
+        assert other.choices[0].message.content in texts
+
+
+def test_a_content_part_the_model_cannot_read_is_refused_not_dropped(serve):
+    client = serve(Recording(model_name="scripted"))
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="sc-4/scripted", messages=[
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}])
+    assert "image_url" in err.value.message and "text" in err.value.message
+
+
+def test_the_math_prompt_is_used_only_when_asked(serve):
+    """Finding 6: the default prompt was the math prompt."""
+    gen = Recording(default={"42": 0.9}, model_name="scripted")
+    client = serve(gen)
+    client.chat.completions.create(model="sc-2/scripted", messages=[{"role": "user", "content": "What is 6*7?"}])
+    assert gen.requests[-1].messages[-1].content == "What is 6*7?"
+    r = client.chat.completions.create(model="sc-2/scripted", messages=[{"role": "user", "content": "What is 6*7?"}],
+                                       extra_body={"tts": {"prompt": "math"}})
+    assert "\\boxed{}" in gen.requests[-1].messages[-1].content and r.model_extra["tts"]["answer"] == "42"
