@@ -80,7 +80,8 @@ def test_budgets_in_tokens_and_dollars_lower_n_and_too_small_budgets_are_refused
     with Session(generator=ScriptedGenerator(default={"5": 0.8}, seed=2), max_tokens=100,
                  price_as="smollm2-135m") as s:
         sol = s.solve("What is 2+3?", n=16, budget=300)  # 3 samples of up to 100 tokens
-        assert len(sol.trace.samples) == 3 and sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300}
+        assert len(sol.trace.samples) == 3 and sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300,
+                                                              "n_asked": 16, "n_drawn": 3}
         # the cost model's price of 3 worst-case samples (100 tokens each, one 22-token prompt) buys 3 samples
         from tts.cost.prices import dollars
 
