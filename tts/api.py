@@ -142,7 +142,8 @@ def solve(
             backend scripts as right).
         strategy: A registered strategy name (self_consistency, best_of_n, weighted_vote, beam,
             auto, ...) or a config dict with ``kind`` and settings.
-        n: Samples / candidates (the strategy config's ``n``); None keeps the config's.
+        n: Samples / candidates: the strategy config's ``n`` (it overrides an ``n`` in a config
+            dict); None keeps the config's.
         backend: "vllm", "openai", "scripted", or a backend config dict such as
             ``{"kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "..."}``. The
             scripted backend is a fake model (:func:`tts.session.session.scripted_distribution`).

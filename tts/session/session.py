@@ -208,9 +208,11 @@ class SessionSolution(Solution):
             ``prompt_tokens``, ``completion_tokens``, ``calls``, ``wall_seconds``, and when the
             model is priced: ``eflops``, ``gpu_seconds``, ``dollars`` (None without a price for
             the GPU), ``gpu``, ``priced_as``.
-        strategy: The label of the strategy config that ran (``self_consistency@16``).
-        budget: The budget it ran under (``"0.01 dollars"``) and the generated-token allowance it
-            became, or None.
+        strategy: The label of the strategy config that ran (``self_consistency@16``); when the
+            budget cut n, the n drawn and the n asked (``self_consistency@1 of 16: budget``).
+        budget: What the budget did, as ``trace.notes["budget"]``: ``amount`` and ``unit``, the
+            generated-token allowance it became (``as_tokens``), ``n_asked`` and ``n_drawn``
+            (None where the strategy plans its own spending); None without a budget.
         logprobs, reasoning_tokens: See the fields.
     """
 
@@ -401,7 +403,8 @@ class Session:
             n: Samples / candidates (the config's ``n``).
             budget: Compute the solve may spend: a number of tokens, or ``{"tokens": ...}``,
                 ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``; a strategy
-                draws fewer samples to fit it, or refuses (``StrategyInputError``).
+                draws fewer samples to fit it, or refuses (``StrategyInputError``); the fixed
+                graphs refuse any budget. ``trace.notes["budget"]`` and the label say what ran.
             temperature, top_p, max_tokens: Sampling settings for this solve.
             messages: An OpenAI-style chat whose last user message is the question (kept in
                 ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
@@ -418,7 +421,7 @@ class Session:
 
         Raises:
             SolveCancelled: ``context`` was cancelled.
-            StrategyInputError, BudgetError, ValueError: Settings to change (the message says which).
+            StrategyInputError, BudgetError, SettingsError: Settings to change (one line says which).
             BackendError: The engine or server failed.
         """
         if _expected:  # submitted by asolve: it is running now, no longer about to start
