@@ -98,3 +98,110 @@ def test_evaluate_runs_an_allocation_section_instead_of_ignoring_it(tmp_path):
 
     with pytest.raises(ValueError, match="allocation section, which run_eval would ignore"):
         run_eval(EvalConfig.model_validate(spec), tmp_path / "b")
+
+
+# --- budgets mean what they say (issue 33, item 5) -----------------------------------------------------
+
+
+def _long_samples() -> ScriptedGenerator:
+    """Samples that always run to max_tokens: the worst case a token budget must cover."""
+    return ScriptedGenerator({"q0": {"5": 0.7, "6": 0.2}}, seed=1, mean_tokens=100_000)
+
+
+@pytest.mark.parametrize("strategy", ["self_consistency", "best_of_n", "weighted_vote"])
+def test_a_budget_caps_every_sampling_strategy_and_the_label_says_so(strategy):
+    """budget=1024 tokens with samples of up to 256: 4 of the 16 samples asked for, and the
+    solution says so (on main, tts.solve read the budget only for auto and drew all 16)."""
+    sol = tts.solve("What is 2+3?", strategy=strategy, n=16, budget=1024, max_tokens=256, generator=_long_samples())
+    assert len(sol.trace.samples) == 4 and sol.usage.completion_tokens <= 1024
+    assert sol.strategy == f"{strategy}@4 of 16: budget"
+    assert sol.trace.notes["budget"] == {"amount": 1024, "unit": "tokens", "as_tokens": 1024, "n_asked": 16,
+                                         "n_drawn": 4}
+
+
+def test_a_budget_in_another_unit_and_a_budget_unit_are_honoured():
+    sol = tts.solve("What is 2+3?", n=16, budget={"tokens": 512}, max_tokens=256, generator=_long_samples())
+    assert len(sol.trace.samples) == 2
+    with pytest.raises(ValueError, match="needs a cost model"):  # the scripted model has no architecture to price
+        tts.solve("What is 2+3?", n=16, budget=0.01, budget_unit="dollars", generator=_long_samples())
+
+
+def test_a_search_strategy_under_a_budget_runs_in_it_or_refuses_before_generating():
+    from tts.search.base import StrategyInputError
+
+    gen = _long_samples()
+    with pytest.raises(StrategyInputError, match="beam: a budget of 1024 tokens is below the search's worst case"):
+        tts.solve("What is 2+3?", strategy="beam", n=4, budget=1024, max_tokens=256, generator=gen)
+    assert gen._drawn == {}  # nothing was generated
+    sol = tts.solve("What is 2+3?", strategy="beam", n=2, budget=100_000, max_tokens=256, generator=gen)
+    assert sol.strategy == "beam@2" and sol.trace.notes["budget"]["n_drawn"] == 2
+
+
+def test_a_strategy_that_cannot_take_a_budget_refuses_it_naming_those_that_can():
+    from tts.search.base import StrategyInputError
+
+    with pytest.raises(StrategyInputError) as err:
+        tts.solve("What is 2+3?", strategy="aggregate", budget=4096, generator=_long_samples())
+    message = str(err.value)
+    assert "cannot be capped by a budget" in message and "self_consistency" in message and "beam" in message
+    assert "aggregate," not in message and "\n" not in message
+
+
+def test_a_bad_n_is_one_line_that_says_what_to_change():
+    with pytest.raises(ValueError) as err:
+        tts.solve("What is 2+3?", n=0, generator=_long_samples())
+    message = str(err.value)
+    assert message == ("strategy 'self_consistency': n=0 is refused (input should be greater than or equal to 1); "
+                       "change n")
+    assert "pydantic" not in message and "http" not in message
+
+
+def test_solve_passes_messages_and_tools_through():
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
+    sol = tts.solve("What is 2+3?", n=2, messages=chat, generator=_long_samples())
+    assert sol.answer in ("5", "6", None) and len(sol.trace.samples) == 2
+
+
+def test_asolve_shares_the_warm_engine_and_its_session_with_solve(monkeypatch):
+    """Concurrent asolve calls and solve run on ONE engine and ONE session (batched together)."""
+    import asyncio
+
+    from tts.api import close_engines
+    from tts.backends.engine_pool import EnginePool
+
+    made: list[_ClosableScripted] = []
+
+    def factory(config, problems):
+        made.append(_ClosableScripted(config))
+        return made[-1]
+
+    monkeypatch.setattr("tts.api._POOL", EnginePool(max_size=1, factory=factory))
+    monkeypatch.setattr("tts.api._SESSION", None)
+    small = {"kind": "vllm", "max_model_len": 1024}
+
+    async def many():
+        return await asyncio.gather(*(tts.asolve("What is 7 + 7?", n=4, budget=1024, backend=small)
+                                      for _ in range(3)))
+
+    solutions = asyncio.run(many())
+    assert [s.answer for s in solutions] == ["14"] * 3
+    assert {s.strategy for s in solutions} == {"self_consistency@2 of 4: budget"}
+    tts.solve("What is 7 + 7?", n=4, backend=small)
+    from tts import api
+
+    assert len(made) == 1 and api._SESSION.stats["solves"] == 4
+    close_engines()
+    assert made[0].closed and api._SESSION is None
+
+
+def test_the_scripted_backend_answers_any_question_as_a_fake_model():
+    """backend="scripted" answers a question it was not built for from a stand-in distribution
+    (the same on every run), and a Problem's gold answer as tts eval's scripted backend does."""
+    a = tts.solve("What is 2+3?", n=16, backend="scripted")
+    b = tts.solve("What is 2+3?", n=16, backend="scripted")
+    assert a.answer is not None and a.answer == b.answer and a.trace.votes == b.trace.votes
+    sure = {"kind": "scripted", "accuracy": 0.9}
+    others = {tts.solve(f"What is {i} * 3?", n=16, backend=sure).answer for i in range(4)}
+    assert len(others) > 1  # a stand-in per question, not one answer ("0" on main) to everything
+    gold = tts.solve(tts.Problem("p", "What is 2+3?", "5"), n=16, backend={"kind": "scripted", "accuracy": 0.9})
+    assert gold.answer == "5"

@@ -5,6 +5,7 @@ agents that only need the cost model start fast.
 
     >>> import tts
     >>> sol = tts.solve("What is 7 + 7?", strategy="self_consistency", n=16)  # doctest: +SKIP
+    >>> sol = await tts.asolve("What is 7 + 7?", n=16, budget=4096)          # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "solve": "tts.api",
+    "asolve": "tts.api",
     "evaluate": "tts.api",
     "close_engines": "tts.api",
     "Session": "tts.session",
+    "ComputeBudget": "tts.budgets.pricing",
     "EnginePool": "tts.backends.engine_pool",
     "Problem": "tts.types",
     "Solution": "tts.types",

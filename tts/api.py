@@ -1,11 +1,22 @@
-"""The library entry points an agent calls: :func:`solve` one question, :func:`evaluate` a benchmark.
+"""The library entry points an agent calls: :func:`solve` (and :func:`asolve`) one question,
+:func:`evaluate` a benchmark.
+
+One path: :func:`solve` runs its question through a :class:`~tts.session.Session`, the same
+machinery as ``Session.solve`` and the server, so a budget means the same everywhere. A budget
+(tokens, or ``{"eflops"|"gpu_seconds"|"dollars"|"tokens": ...}``) caps any strategy: strategies
+that draw ``n`` samples draw fewer to fit it, searches run as configured or refuse a budget below
+their worst case, ``auto`` spends it itself, and fixed graphs refuse any budget, naming the
+strategies that take one. The solution's ``strategy`` label and ``trace.notes["budget"]`` say
+what ran (``self_consistency@1 of 16: budget``).
 
 Engines: :func:`solve` keeps the engine of its last vLLM backend config warm in a module-level
 :class:`~tts.backends.engine_pool.EnginePool` of size one, because an agent calls it many times and
-each engine start costs tens of seconds. Asking for another vLLM config closes that engine before
-the new one starts (memory stays bounded); :func:`close_engines` frees it. Backends that are cheap
-to open (OpenAI-compatible servers, scripted) are opened and closed within the call. To manage
-engines yourself (two models at once, a server), pass ``generator=``, e.g. from your own pool.
+each engine start costs tens of seconds; one module-level Session sits on it, so concurrent
+:func:`asolve` calls share batched engine calls. Asking for another vLLM config closes that engine
+(and its session) before the new one starts (memory stays bounded); :func:`close_engines` frees it.
+Backends that are cheap to open (OpenAI-compatible servers, scripted) are opened and closed within
+the call. To manage engines yourself (two models at once, a server), pass ``generator=``, e.g. from
+your own pool, or keep a :class:`~tts.session.Session`.
 
 Output: a vLLM engine's start-up noise (the checkpoint-loading bar, Triton and NUMA notices,
 warnings of its processes) goes to the ``tts.engine`` logger at INFO, not to the terminal;
@@ -15,13 +26,16 @@ with enough grace to release their shared memory (see :mod:`tts.backends.engine_
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tts.types import Problem, Solution
+from tts.types import Problem
 
 _POOL: Any = None  # the EnginePool of solve(), created on first use
+_SESSION: Any = None  # the Session on the pool's engine, replaced when the engine is
 _POOL_LOCK = threading.Lock()
 
 
@@ -40,83 +54,172 @@ def close_engines() -> None:
 
     Harmless when none is open; the next :func:`solve` with a vLLM backend starts a fresh engine.
     """
+    global _SESSION
+    with _POOL_LOCK:
+        session, _SESSION = _SESSION, None
+    if session is not None:
+        session.close()
     if _POOL is not None:
         _POOL.close_all()
+
+
+def _warm_session(generator: Any) -> Any:
+    """The module's Session on the pool's ``generator``: kept while the pool keeps that engine."""
+    global _SESSION
+    from tts.session import Session
+
+    with _POOL_LOCK:
+        if _SESSION is not None and _SESSION.generator is generator and not _SESSION.closed:
+            return _SESSION
+        old, _SESSION = _SESSION, Session(generator=generator)
+        if old is not None:
+            old.close()  # the pool closed its engine (another config was asked for)
+        return _SESSION
+
+
+def _session(backend: str | Mapping[str, Any], generator: Any) -> tuple[Any, bool]:
+    """(the Session to solve on, whether this call owns it and must close it)."""
+    from pydantic import BaseModel, TypeAdapter, ValidationError
+
+    from tts.config import BackendConfig
+    from tts.registry import BACKENDS
+    from tts.session import Session
+    from tts.session.errors import SettingsError, settings_line
+
+    if generator is not None:
+        return Session(generator=generator), True
+    spec = backend if isinstance(backend, BaseModel) else ({"kind": backend} if isinstance(backend, str)
+                                                           else dict(backend))
+    try:
+        config = TypeAdapter(BackendConfig).validate_python(spec)
+    except ValidationError as exc:
+        raise SettingsError(settings_line(exc, "backend")) from None
+    if getattr(BACKENDS.load(config.kind), "keep_warm", False):
+        return _warm_session(_solve_pool().get(config, [])), False
+    return Session(config), True  # opened, and closed with the session
+
+
+def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: int | None,
+                budget: Any, budget_unit: str, calibration: str | Path | None) -> tuple[Problem, Any, dict[str, Any]]:
+    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs checked."""
+    from tts.registry import STRATEGIES
+    from tts.session.budget import SolveBudget
+
+    problem = question if isinstance(question, Problem) else Problem("q0", question)
+    solve_budget = SolveBudget.parse(budget, budget_unit)
+    kind = STRATEGIES.check(strategy if isinstance(strategy, str) else str(dict(strategy).get("kind", "")))
+    spec: Any = strategy
+    if kind == "auto":
+        if solve_budget is None or calibration is None:
+            raise ValueError('strategy="auto" needs budget= (in budget_unit) and calibration= (a sample pool, a past '
+                             "tts eval run or a tts sweep directory of this model on other problems)")
+        spec = {**({"kind": "auto"} if isinstance(strategy, str) else dict(strategy)),
+                "calibration": str(calibration)}
+        n = None  # auto chooses n
+    return problem, spec, {"n": n, "budget": solve_budget}
 
 
 def solve(
     question: str | Problem,
     *,
-    strategy: str = "self_consistency",
-    n: int = 8,
+    strategy: str | Mapping[str, Any] = "self_consistency",
+    n: int | None = 8,
     backend: str | dict[str, Any] = "vllm",
     generator: Any = None,
     temperature: float = 0.7,
     max_tokens: int = 512,
     prompt: Any = None,
-    budget: float | None = None,
+    budget: Any = None,
     budget_unit: str = "tokens",
     calibration: str | Path | None = None,
-) -> Solution:
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> Any:
     """Answer one question with a test-time strategy.
 
     Args:
-        question: The question text, or a Problem.
-        strategy: Registered strategy name (self_consistency, best_of_n, weighted_vote).
-        n: Samples to draw.
+        question: The question text, or a Problem (its ``answer``, when given, is what a scripted
+            backend scripts as right).
+        strategy: A registered strategy name (self_consistency, best_of_n, weighted_vote, beam,
+            auto, ...) or a config dict with ``kind`` and settings.
+        n: Samples / candidates: the strategy config's ``n`` (it overrides an ``n`` in a config
+            dict); None keeps the config's.
         backend: "vllm", "openai", "scripted", or a backend config dict such as
-            ``{"kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "..."}``.
+            ``{"kind": "openai", "base_url": "http://127.0.0.1:8000/v1", "model": "..."}``. The
+            scripted backend is a fake model (:func:`tts.session.session.scripted_distribution`).
         generator: A ready Generator (overrides ``backend``); the caller keeps it and closes it.
         temperature, max_tokens: Sampling settings.
         prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
-        budget, budget_unit, calibration: ``strategy="auto"``: the question's budget (tokens,
-            eflops, gpu_seconds or dollars) and a calibration source (sample pool, past ``tts eval``
-            run or ``tts sweep`` directory of the same model); auto picks the strategy and n, and
+        budget: Compute the solve may spend, for any strategy: a number (in ``budget_unit``), or
+            ``{"tokens": ...}``, ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``.
+            A token budget counts generated tokens at their worst case (``max_tokens`` a sample).
+            A strategy draws fewer samples to fit it or refuses it (``StrategyInputError``, the
+            message says what to change); never silently ignored.
+        budget_unit: The unit of a numeric ``budget``: tokens, eflops, gpu_seconds or dollars.
+        calibration: ``strategy="auto"``: a sample pool, past ``tts eval`` run or ``tts sweep``
+            directory of the same model; auto picks the strategy and n within ``budget``, and
             ``trace.notes`` says which and why.
+        messages, tools: An OpenAI-style chat whose last user message is the question, and tool
+            definitions (as :meth:`tts.Session.solve`).
 
     Returns:
-        The Solution: answer, confidence (vote share), usage and trace.
+        A :class:`~tts.session.SessionSolution`: answer, confidence (vote share), usage, trace,
+        ``cost`` in every unit the model can be priced in, the ``strategy`` label that ran and
+        the ``budget`` record (also ``trace.notes["budget"]``: amount, unit, ``as_tokens``,
+        ``n_asked``, ``n_drawn``).
+
+    Raises:
+        SettingsError, BudgetError, StrategyInputError: A setting to change (one-line message).
 
     A vLLM backend's engine stays warm for the next call with the same config (see the module
     docstring); :func:`close_engines` shuts it down.
 
     Example:
-        >>> sol = tts.solve("What is 7 + 7?", n=16)   # doctest: +SKIP
-        >>> sol.answer, sol.confidence, sol.usage.completion_tokens
+        >>> sol = tts.solve("What is 7 + 7?", n=16, budget=2048)   # doctest: +SKIP
+        >>> sol.answer, sol.strategy, sol.trace.notes["budget"]     # doctest: +SKIP
+        ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
-    from pydantic import TypeAdapter
-
-    from tts.backends.factory import create_generator
-    from tts.config import BackendConfig, SamplingConfig, StrategyConfig
-    from tts.prompts import MATH_PROMPT
-    from tts.registry import BACKENDS, STRATEGIES
-
-    problem = question if isinstance(question, Problem) else Problem("q0", question)
-    if STRATEGIES.check(strategy) == "auto":
-        if budget is None or calibration is None:
-            raise ValueError('strategy="auto" needs budget= (in budget_unit) and calibration= (a sample pool, a past '
-                             "tts eval run or a tts sweep directory of this model on other problems)")
-        spec: dict[str, Any] = {"kind": "auto", "budget": budget, "budget_unit": budget_unit,
-                                "calibration": str(calibration)}
-    else:
-        spec = {"kind": strategy, "n": n}
-    strategy_config = TypeAdapter(StrategyConfig).validate_python(spec)
-    cls = STRATEGIES.load(strategy)
-    owned = None
-    if generator is None:
-        spec = {"kind": backend} if isinstance(backend, str) else dict(backend)
-        backend_config = TypeAdapter(BackendConfig).validate_python(spec)
-        if getattr(BACKENDS.load(backend_config.kind), "keep_warm", False):
-            generator = _solve_pool().get(backend_config, [problem])
-        else:
-            generator = owned = create_generator(backend_config, [problem])
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    session, owned = _session(backend, generator)
     try:
-        runner = cls(strategy_config, generator, (prompt or MATH_PROMPT).render,
-                     SamplingConfig(temperature=temperature, max_tokens=max_tokens))
-        return runner.solve([problem])[0]
+        return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
+                             messages=messages, tools=tools, **limits)
     finally:
-        if owned is not None:
-            owned.close()
+        if owned:
+            session.close()
+
+
+async def asolve(
+    question: str | Problem,
+    *,
+    strategy: str | Mapping[str, Any] = "self_consistency",
+    n: int | None = 8,
+    backend: str | dict[str, Any] = "vllm",
+    generator: Any = None,
+    temperature: float = 0.7,
+    max_tokens: int = 512,
+    prompt: Any = None,
+    budget: Any = None,
+    budget_unit: str = "tokens",
+    calibration: str | Path | None = None,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> Any:
+    """:func:`solve` for asyncio, with the same arguments and result.
+
+    On a vLLM backend it runs on :func:`solve`'s warm engine and session, so concurrent
+    ``asolve`` calls (``asyncio.gather``) share batched engine calls; the engine starts in a
+    worker thread, not on the event loop. Cancelling the awaiting task cancels the solve at its
+    next step. With ``generator=`` or a cheap backend, each call has its own session.
+    """
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    session, owned = await asyncio.to_thread(_session, backend, generator)
+    try:
+        return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,
+                                    prompt=prompt, messages=messages, tools=tools, **limits)
+    finally:
+        if owned:
+            session.close()
 
 
 def evaluate(config: Any, out: str | Path, **kwargs: Any) -> Any:

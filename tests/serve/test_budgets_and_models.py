@@ -69,8 +69,12 @@ def test_a_chat_request_with_eight_choices_spends_at_most_the_cap(capped):
     spent = capped.gen.generated - before
     assert len(r.choices) == 8 and r.usage.completion_tokens == spent
     assert spent <= 2000, f"a request spent {spent} generated tokens under a cap of 2000"
-    # the cap was split evenly over the 8 choices: 250 tokens each, 3 samples of 64
+    # the cap was split evenly over the 8 choices: 250 tokens each, 3 samples of 64, and the tts
+    # extension says that 3 of the 8 samples asked for ran (main: the label said sc@8)
     assert {c.model_extra["tts"]["budget"]["as_tokens"] for c in r.choices} == {250}
+    assert {c.model_extra["tts"]["strategy"] for c in r.choices} == {"self_consistency@3 of 8: budget"}
+    assert {(c.model_extra["tts"]["budget"]["n_asked"], c.model_extra["tts"]["budget"]["n_drawn"])
+            for c in r.choices} == {(8, 3)}
 
 
 def test_sixteen_prompts_times_n_eight_on_completions_spend_at_most_the_cap(capped):

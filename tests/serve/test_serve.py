@@ -91,7 +91,7 @@ def test_strategy_n_and_budget_from_the_tts_object(client):
     assert len(r.choices) == 2 and all(c.message.content in ("42", "41", "") for c in r.choices)
     ext = r.choices[0].model_extra["tts"]
     assert ext["strategy"].startswith("best_of_n@3") and len(ext["answers"]) == 3
-    assert ext["budget"] == {"amount": 2000, "unit": "tokens", "as_tokens": 2000}
+    assert ext["budget"] == {"amount": 2000, "unit": "tokens", "as_tokens": 2000, "n_asked": 3, "n_drawn": 3}
     assert r.usage.completion_tokens == sum(c.model_extra["tts"]["cost"]["completion_tokens"] for c in r.choices)
 
 

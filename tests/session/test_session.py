@@ -80,7 +80,8 @@ def test_budgets_in_tokens_and_dollars_lower_n_and_too_small_budgets_are_refused
     with Session(generator=ScriptedGenerator(default={"5": 0.8}, seed=2), max_tokens=100,
                  price_as="smollm2-135m") as s:
         sol = s.solve("What is 2+3?", n=16, budget=300)  # 3 samples of up to 100 tokens
-        assert len(sol.trace.samples) == 3 and sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300}
+        assert len(sol.trace.samples) == 3 and sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300,
+                                                              "n_asked": 16, "n_drawn": 3}
         # the cost model's price of 3 worst-case samples (100 tokens each, one 22-token prompt) buys 3 samples
         from tts.cost.prices import dollars
 
@@ -200,3 +201,49 @@ def test_auto_gets_the_solve_budget_and_the_session_calibration(tmp_path):
         config = s.strategy_config("auto", budget=2000)
     assert config.budget == 2000 and config.budget_unit == "tokens" and config.calibration == str(pool)
     assert sol.trace.strategy.startswith("auto") and sol.answer == "1"
+
+
+# --- budgets mean what they say (issue 33, item 5) -----------------------------------------------------
+
+
+def test_when_the_budget_cuts_n_the_label_notes_and_budget_say_what_ran():
+    """n=16 under 1000 tokens with samples of up to 512 draws one sample: the label says so,
+    not the config's self_consistency@16 (what main reported)."""
+    gen = ScriptedGenerator(default={"5": 0.8}, seed=2, mean_tokens=100_000)
+    with Session(generator=gen) as s:
+        sol = s.solve("What is 2+3?", n=16, budget=1000)
+        assert len(sol.trace.samples) == 1 and sol.strategy == "self_consistency@1 of 16: budget"
+        record = {"amount": 1000, "unit": "tokens", "as_tokens": 1000, "n_asked": 16, "n_drawn": 1}
+        assert sol.trace.notes["budget"] == record and sol.budget == record
+        uncut = s.solve("What is 2+3?", n=2, budget=1024)  # the budget holds n: the plain label
+        assert uncut.strategy == "self_consistency@2" and uncut.budget["n_drawn"] == 2
+        free = s.solve("What is 2+3?", n=2)
+        assert free.budget is None and "budget" not in free.trace.notes
+
+
+def test_a_session_on_the_scripted_backend_answers_questions_it_was_not_built_for():
+    from tts.session.session import scripted_distribution
+
+    with Session("scripted") as s:  # main: None to everything (no distribution for the question)
+        sol = s.solve("What is 2+3?", n=16)
+        assert sol.answer is not None and sol.answer in scripted_distribution(tts.Problem("x", "What is 2+3?"))
+    with Session({"kind": "scripted", "accuracy": 0.9}) as s:
+        sol = s.solve("What is 2+3?", n=16)
+        again = s.solve("What is 2+3?", n=16)  # fresh samples, the same stand-in distribution
+        gold = s.solve(tts.Problem("p", "What is 2+3?", "5"), n=16)
+        assert s.generator.distributions == {}  # a solve's stand-in is forgotten with it
+    stand_in = scripted_distribution(tts.Problem("x", "What is 2+3?"), 0.9)
+    assert sol.answer == again.answer == max(stand_in, key=stand_in.get)
+    assert gold.answer == "5"
+
+
+def test_a_bad_n_on_a_session_is_one_line_naming_the_setting():
+    from tts.session.errors import SettingsError
+
+    with Session(generator=ScriptedGenerator()) as s:
+        with pytest.raises(SettingsError) as err:
+            s.solve("x", strategy="best_of_n", n=0)
+        assert str(err.value).startswith("strategy 'best_of_n': n=0 is refused") and str(err.value).endswith("change n")
+        assert "\n" not in str(err.value) and "errors.pydantic.dev" not in str(err.value)
+        with pytest.raises(SettingsError, match="n=5000 is refused.*less than or equal to 4096"):
+            s.solve("x", n=5000)

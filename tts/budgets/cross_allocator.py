@@ -14,7 +14,7 @@ multiple-choice knapsack; see :mod:`tts.budgets.allocator`):
    model fitted on calibration problems; quantile bins fitted on the calibration problems.
 3. Per (rule, bin), an accuracy-vs-n curve replayed on the calibration problems (a past run or
    pool: other problems than the ones planned; the replay cross-fits by folds instead).
-4. Cost of an option from the cost model (:class:`Pricer`): its extra n - k samples at the
+4. Cost of an option from the cost model (:class:`~tts.budgets.pricing.Pricer`): its extra n - k samples at the
    problem's predicted length (the mean of its pilot samples), in tokens, Kinetics eFLOPs,
    GPU-seconds (roofline seconds x the measured efficiency factor of ``tts cost calibrate
    --engine``) or dollars; score-based rules add a verifier pass per sample when the verifier's
@@ -42,8 +42,8 @@ from tts.budgets.allocator import (
     check_budget,
     greedy_allocate,
 )
-from tts.cost.cost_model import CostModel
 from tts.budgets.escalation import Escalation, escalation_options
+from tts.budgets.pricing import PLAN_UNITS, Pricer, make_pricer  # noqa: F401  (the one pricer, re-exported)
 from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import (
     RULES,
@@ -57,7 +57,7 @@ from tts.budgets.strategy_curves import (
 logger = logging.getLogger(__name__)
 
 Unit = Literal["tokens", "eflops", "gpu_seconds", "dollars", "samples"]
-UNITS: tuple[str, ...] = ("tokens", "eflops", "gpu_seconds", "dollars", "samples")
+UNITS: tuple[str, ...] = PLAN_UNITS
 """Budget units; ``samples`` (one per sample drawn, verifier passes free) is for pools without token counts."""
 Difficulty = Literal["pilot", "learned"]
 
@@ -80,105 +80,6 @@ def efficiency_from_report(path: str | Path) -> float:
     if not value > 0:
         raise ValueError(f"{path}: engine.median_ratio is {value}; it must be a positive factor")
     return value
-
-
-@dataclass(frozen=True)
-class Pricer:
-    """Prices generation (and verifier passes) in one budget unit.
-
-    Args:
-        unit: tokens (generated + uncached prompt tokens), eflops (Kinetics), gpu_seconds
-            (roofline seconds x ``efficiency``) or dollars (those seconds at ``usd_per_hour``).
-        cost_model: The generator's cost model (needed for every unit but tokens).
-        efficiency: Measured seconds per roofline second (``tts cost calibrate --engine``'s median
-            ratio); multiplies gpu_seconds and dollars, not eFLOPs (a FLOP count, not a time).
-        usd_per_hour: Price of the GPU, for dollars.
-        verifier: Cost model of a verifier that reads each scored sample once (one prefill of prompt
-            plus sample); None = scores come with generation (mean logprob).
-    """
-
-    unit: Unit = "tokens"
-    cost_model: CostModel | None = None
-    efficiency: float = 1.0
-    usd_per_hour: float | None = None
-    verifier: CostModel | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        if self.unit not in UNITS:
-            raise ValueError(f"unknown budget unit {self.unit!r}; use one of {', '.join(UNITS)}")
-        if self.unit not in ("tokens", "samples") and self.cost_model is None:
-            raise ValueError(f"budget unit {self.unit} needs the model's cost model (its architecture and a GPU)")
-        if self.unit == "dollars" and self.usd_per_hour is None:
-            raise ValueError("budget unit dollars needs the GPU's price per hour")
-        if not self.efficiency > 0:
-            raise ValueError(f"efficiency must be a positive factor, got {self.efficiency}")
-
-    def _convert(self, cost: Any) -> float:
-        if self.unit == "eflops":
-            return float(cost.eflops)
-        seconds = float(cost.seconds) * self.efficiency
-        return seconds if self.unit == "gpu_seconds" else seconds / 3600.0 * float(self.usd_per_hour or 0.0)
-
-    def request(self, prompt_tokens: int, lengths: Sequence[int], cached: int = 0) -> float:
-        """One request of ``len(lengths)`` samples sharing a prompt."""
-        if not len(lengths):
-            return 0.0
-        if self.unit == "samples":
-            return float(len(lengths))
-        if self.unit == "tokens":
-            return float(sum(lengths) + prompt_tokens - cached)
-        assert self.cost_model is not None
-        return self._convert(self.cost_model.cost_request(int(prompt_tokens), [int(x) for x in lengths], int(cached)))
-
-    def usage(self, usage: Any) -> float:
-        """What a recorded :class:`~tts.types.Usage` cost (generated + uncached prompt tokens, or priced
-        request by request from its shapes)."""
-        if self.unit == "samples":
-            return float(sum(len(s.completion_tokens) for s in usage.shapes))
-        if self.unit == "tokens":
-            return float(usage.completion_tokens + usage.prompt_tokens - usage.cached_prompt_tokens)
-        assert self.cost_model is not None
-        return self._convert(self.cost_model.cost_usage(usage))
-
-    def verify(self, prompt_tokens: int, lengths: Sequence[int]) -> float:
-        """A verifier pass over each sample (0 without a verifier cost model)."""
-        if self.verifier is None or not len(lengths) or self.unit == "samples":
-            return 0.0
-        if self.unit == "tokens":
-            return float(sum(prompt_tokens + x for x in lengths))
-        return sum(self._convert(self.verifier.cost_request(int(prompt_tokens + x), [])) for x in lengths)
-
-    def option(self, rule: str, prompt_tokens: int, length: float, k: int, n: int, cached: int | None = None) -> float:
-        """Expected cost of taking a problem from its k pilot samples to n under ``rule``: the
-        n - k extra samples at the predicted ``length`` in one more request, whose prompt has
-        ``cached`` tokens in the prefix cache (default all; a live run passes what the engine
-        reported caching for the pilot), plus a verifier pass over all n when the rule reads scores."""
-        m = max(1, int(round(length)))
-        hit = prompt_tokens if cached is None else min(int(cached), prompt_tokens)
-        extra = self.request(prompt_tokens, [m] * (n - k), cached=hit) if n > k else 0.0
-        return extra + (self.verify(prompt_tokens, [m] * n) if RULES[rule].needs_scores else 0.0)
-
-
-def make_pricer(unit: str, model: str | None = None, gpu: str = "h100", efficiency: float = 1.0,
-                prices: Mapping[str, float] | None = None, verifier_model: str | None = None) -> Pricer:
-    """A :class:`Pricer` for a tts model name on a named GPU.
-
-    Raises:
-        ValueError: Unknown unit, architecture, GPU or price (the message says what to pass).
-    """
-    if unit not in UNITS:
-        raise ValueError(f"unknown budget unit {unit!r}; use one of {', '.join(UNITS)}")
-    if unit in ("tokens", "samples"):
-        return Pricer(unit)  # type: ignore[arg-type]
-    from tts.cost.ledger import cost_model_for
-    from tts.cost.prices import usd_per_hour
-
-    if model is None:
-        raise ValueError(f"budget unit {unit} needs the model (its architecture prices the work)")
-    cm = cost_model_for(model, gpu)
-    ver = cost_model_for(verifier_model, gpu) if verifier_model else None
-    usd = usd_per_hour(gpu, prices) if unit == "dollars" else None
-    return Pricer(unit, cm, efficiency, usd, ver)  # type: ignore[arg-type]
 
 
 # --- calibration --------------------------------------------------------------------------------------

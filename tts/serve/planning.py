@@ -112,12 +112,12 @@ def _resolve_strategy(state: ServerState, body: ChatRequest | CompletionRequest)
 
 
 def _asked_budget(body: ChatRequest | CompletionRequest) -> Any:
-    """``tts.budget`` as a SolveBudget (None when not given)."""
+    """``tts.budget`` as a ComputeBudget (None when not given)."""
+    from tts.budgets.pricing import BudgetError, ComputeBudget
     from tts.serve.failures import one_line
-    from tts.session.budget import BudgetError, SolveBudget
 
     try:
-        return SolveBudget.parse(body.tts.budget)
+        return ComputeBudget.parse(body.tts.budget)
     except BudgetError as exc:
         raise BadRequest(one_line(exc), param="tts.budget") from None
 

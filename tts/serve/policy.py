@@ -172,9 +172,9 @@ class ServePolicy:
         Raises:
             ValueError: A configured verifier or strategy that cannot run (the message says which).
         """
+        from tts.budgets.pricing import ComputeBudget
         from tts.config import parse_verifier_config
         from tts.registry import STRATEGIES, VERIFIERS
-        from tts.session.budget import SolveBudget
 
         verifiers: dict[str, dict[str, Any]] = {k: {"kind": k} for k in IN_PROCESS_VERIFIERS if k in VERIFIERS.names()}
         for name, spec in config.verifiers.items():
@@ -183,7 +183,7 @@ class ServePolicy:
             except ValueError as exc:
                 raise ValueError(f"verifier {name!r}: {setting_error(exc)}") from None
             verifiers[name] = dict(spec)
-        budget = SolveBudget(config.max_budget_tokens, "tokens")
+        budget = ComputeBudget(config.max_budget_tokens, "tokens")
         settings = {k: dict(v) for k, v in (getattr(session, "strategy_settings", {}) or {}).items()}
         fill: dict[str, dict[str, Any]] = {}
         if config.calibrations and "calibration" not in settings.get("auto", {}):  # the first is auto's default
@@ -255,7 +255,7 @@ class ServePolicy:
 
         The cap (:meth:`token_cap`) holds per request (or call): its solves split it evenly, each a
         budget its strategy plans within, so that together they cannot spend more. A budget the
-        client ``asked`` for (a :class:`~tts.session.budget.SolveBudget`, per solve) must fit the cap
+        client ``asked`` for (a :class:`~tts.budgets.pricing.ComputeBudget`, per solve) must fit the cap
         at its worst case (the shortest prompt: no solve's allowance is larger); without one, each
         solve gets ``share`` of the cap split over the solves, which must hold one sample of
         ``sample_tokens`` (else the refusal names ``split_param``, what to lower).
@@ -264,8 +264,8 @@ class ServePolicy:
             PolicyError: Over the cap (code ``budget_too_large``), or a budget that does not cover
                 one sample (code ``invalid_budget``).
         """
+        from tts.budgets.pricing import BudgetError, ComputeBudget
         from tts.serve.failures import one_line
-        from tts.session.budget import BudgetError, SolveBudget
 
         cap, why = self.token_cap()
         try:
@@ -288,7 +288,7 @@ class ServePolicy:
                               f"prompts), leaves {tokens} each, less than one sample of max_tokens={sample_tokens}; "
                               "lower n, send fewer prompts or lower max_tokens",
                               split_param, "budget_too_large")
-        return SolveBudget(tokens, "tokens"), tokens
+        return ComputeBudget(tokens, "tokens"), tokens
 
     def strategy_config(self, session: Any, spec: Mapping[str, Any], n: int | None, budget: Any,
                         samples_limit: str = "", n_hint: str = "", param: str = "tts.n") -> Any:

@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -27,14 +27,24 @@ from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled,
 from tts.answers.kinds import TEXT
 from tts.prompts import answers_in_text, chat_prompt
 from tts.session.budget import Pricer, SolveBudget
+from tts.session.errors import SettingsError, settings_line
 from tts.types import Budget, Problem, Solution
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Session", "SessionSolution", "SampleOptions", "SolveCancelled", "CallContext", "chat_prompt",
-           "split_reasoning"]
+           "scripted_distribution", "split_reasoning"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+UNBUDGETED_STRATEGIES = frozenset({"aggregate", "genselect", "graph"})
+"""Strategies that run a fixed collaboration graph (:mod:`tts.graphs`) and refuse any budget: a
+solve with a budget refuses them up front, naming the strategies that take one."""
+
+WHOLE_SAMPLE_STRATEGIES = frozenset({"budget_forcing", "certainty_probe", "deepconf", "tool_vote"})
+"""Strategies besides the sampling family that draw ``n`` whole samples and lower n to fit a
+budget (:meth:`~tts.search.base.Strategy.samples_within`), so the n a budget lets them draw is known
+before they run. DeepConf may stop sooner on confidence; the record says what the budget allowed."""
 
 
 def split_reasoning(text: str) -> tuple[str | None, str]:
@@ -79,6 +89,30 @@ def json_answer(text: str) -> str | None:
         return v
 
     return json.dumps(canon(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def scripted_distribution(problem: Problem, accuracy: float = 0.4) -> dict[str, float]:
+    """The answers a scripted backend opened by a session (``Session("scripted")``,
+    ``tts.solve(..., backend="scripted")``) draws for ``problem``: as ``tts eval --backend
+    scripted`` does (:meth:`~tts.backends.scripted.ScriptedGenerator.for_problems`), the gold
+    answer with probability ``accuracy``, two near misses and no answer for the rest.
+
+    It is a fake model for tests and docs, not a solver: a question without a gold answer gets a
+    stand-in "gold", an integer from 0 to 99 derived from the question's text (the same on every
+    run and machine), which is generally NOT the question's right answer. Give a
+    :class:`~tts.types.Problem` with ``answer`` to script the right one.
+
+    Example:
+        >>> scripted_distribution(Problem("p", "What is 2 + 2?", "4"), 0.6)
+        {'4': 0.6, '5': 0.18, '3': 0.12}
+    """
+    from tts.backends.scripted import ScriptedGenerator
+
+    gold = problem.answer
+    if gold is None:
+        gold = str(int(hashlib.sha256(problem.question.encode()).hexdigest()[:8], 16) % 100)
+    stand_in = Problem(problem.id, problem.question, gold)
+    return ScriptedGenerator.for_problems([stand_in], accuracy=accuracy).distributions[problem.id]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +209,11 @@ class SessionSolution(Solution):
             ``prompt_tokens``, ``completion_tokens``, ``calls``, ``wall_seconds``, and when the
             model is priced: ``eflops``, ``gpu_seconds``, ``dollars`` (None without a price for
             the GPU), ``gpu``, ``priced_as``.
-        strategy: The label of the strategy config that ran (``self_consistency@16``).
-        budget: The budget it ran under (``"0.01 dollars"``) and the generated-token allowance it
-            became, or None.
+        strategy: The label of the strategy config that ran (``self_consistency@16``); when the
+            budget cut n, the n drawn and the n asked (``self_consistency@1 of 16: budget``).
+        budget: What the budget did, as ``trace.notes["budget"]``: ``amount`` and ``unit``, the
+            generated-token allowance it became (``as_tokens``), ``n_asked`` and ``n_drawn``
+            (None where the strategy plans its own spending); None without a budget.
         logprobs, reasoning_tokens: See the fields.
     """
 
@@ -231,8 +267,13 @@ class Session:
         from tts.prompts import MATH_PROMPT
 
         self._owned: Generator | None = None
+        self._fake: tuple[Any, float] | None = None  # (scripted generator, accuracy): see scripted_distribution
+        self._fake_users: dict[str, int] = {}
         if generator is None:
-            generator = self._owned = self._open(backend)
+            generator, opened = self._open(backend)
+            self._owned = generator
+            if opened.kind == "scripted":
+                self._fake = (generator, float(opened.accuracy))
         self.generator = generator
         self.model_name = getattr(generator, "model_name", "")
         self.default_strategy = strategy
@@ -242,7 +283,7 @@ class Session:
         self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         self.template = prompt or MATH_PROMPT
         self.seed = seed
-        self.pricer = Pricer(self.model_name if price_as is True else (price_as or None), gpu, prices)
+        self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.batcher = BatchingGenerator(generator, window=batch_window, max_requests=max_batch_requests)
@@ -256,16 +297,49 @@ class Session:
             STRATEGIES.check(strategy)
 
     @staticmethod
-    def _open(backend: str | Mapping[str, Any] | Any) -> Generator:
-        from pydantic import BaseModel, TypeAdapter
+    def _open(backend: str | Mapping[str, Any] | Any) -> tuple[Generator, Any]:
+        """The generator of a backend config (name, dict or config object), and the config.
+
+        Raises:
+            SettingsError: A backend config that does not validate (one line naming the setting).
+        """
+        from pydantic import BaseModel, TypeAdapter, ValidationError
 
         from tts.backends.factory import create_generator
         from tts.config import BackendConfig
 
         spec = backend if isinstance(backend, BaseModel) else (
             {"kind": backend} if isinstance(backend, str) else dict(backend))
-        config = TypeAdapter(BackendConfig).validate_python(spec)
-        return create_generator(config, [])
+        try:
+            config = TypeAdapter(BackendConfig).validate_python(spec)
+        except ValidationError as exc:
+            raise SettingsError(settings_line(exc, "backend")) from None
+        return create_generator(config, []), config
+
+    @contextlib.contextmanager
+    def _scripted_answers(self, problem: Problem) -> Iterator[None]:
+        """While ``problem`` is solved on a scripted backend this session opened, the backend
+        answers it from :func:`scripted_distribution` (it has no distribution for a question it
+        was not built with, and would answer None to everything)."""
+        if self._fake is None:
+            yield
+            return
+        generator, accuracy = self._fake
+        with self._lock:
+            if problem.id not in generator.distributions:
+                generator.distributions[problem.id] = scripted_distribution(problem, accuracy)
+                self._fake_users[problem.id] = 0
+            if problem.id in self._fake_users:
+                self._fake_users[problem.id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if problem.id in self._fake_users:
+                    self._fake_users[problem.id] -= 1
+                    if self._fake_users[problem.id] == 0:  # forgotten with its last solve: ids are per call
+                        del self._fake_users[problem.id]
+                        generator.distributions.pop(problem.id, None)
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -279,9 +353,10 @@ class Session:
 
         Raises:
             UnknownNameError: No such strategy (the message lists them).
-            ValueError: Settings the strategy refuses, or ``n`` for a strategy without one.
+            SettingsError: Settings the strategy refuses, or ``n`` for a strategy without one (a
+                ValueError whose one-line message names the setting and what to change).
         """
-        from pydantic import BaseModel
+        from pydantic import BaseModel, ValidationError
 
         from tts.config import parse_strategy_config
         from tts.registry import STRATEGIES
@@ -303,12 +378,15 @@ class Session:
         spec = {**self.strategy_settings.get(kind, {}), **spec}
         if n is not None:
             if "n" not in fields:
-                raise ValueError(f"strategy {kind!r} has no n setting; leave n out")
+                raise SettingsError(f"strategy {kind!r} has no n setting; leave n out")
             spec["n"] = n  # rebuilt from the caller's settings, so that what derives from n follows it
         solve_budget = SolveBudget.parse(budget)
         if solve_budget is not None and {"budget", "budget_unit"} <= set(fields) and "budget" not in spec:
             spec.update(budget=solve_budget.amount, budget_unit=solve_budget.unit)
-        return parse_strategy_config(spec)
+        try:
+            return parse_strategy_config(spec)
+        except ValidationError as exc:  # a pydantic dump with a URL: one line that names the setting
+            raise SettingsError(settings_line(exc, f"strategy {kind!r}")) from None
 
     # --- solving ---------------------------------------------------------------------------------
 
@@ -326,7 +404,8 @@ class Session:
             n: Samples / candidates (the config's ``n``).
             budget: Compute the solve may spend: a number of tokens, or ``{"tokens": ...}``,
                 ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``; a strategy
-                draws fewer samples to fit it, or refuses (``StrategyInputError``).
+                draws fewer samples to fit it, or refuses (``StrategyInputError``); the fixed
+                graphs refuse any budget. ``trace.notes["budget"]`` and the label say what ran.
             temperature, top_p, max_tokens: Sampling settings for this solve.
             messages: An OpenAI-style chat whose last user message is the question (kept in
                 ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
@@ -347,7 +426,7 @@ class Session:
 
         Raises:
             SolveCancelled: ``context`` was cancelled.
-            StrategyInputError, BudgetError, ValueError: Settings to change (the message says which).
+            StrategyInputError, BudgetError, SettingsError: Settings to change (one line says which).
             BackendError: The engine or server failed.
         """
         if _expected:  # submitted by asolve: it is running now, no longer about to start
@@ -361,17 +440,54 @@ class Session:
         render = chat_prompt(prompt or self.template)
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
         runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
-        solution = self._run_solve(runner, problem, limit, context)
+        try:
+            record = self._budget_record(runner, config, solve_budget, limit, allowance)
+        except BaseException:
+            runner.close()
+            raise
+        with self._scripted_answers(problem):
+            solution = self._run_solve(runner, problem, limit, context)
         fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
         logprobs = None
         trace = solution.trace
+        label = config.label
+        if record is not None:
+            fields["trace"] = trace = dataclasses.replace(trace, notes={**trace.notes, "budget": record})
+            if record["n_drawn"] is not None and record["n_drawn"] < record["n_asked"]:
+                label = f"{config.model_copy(update={'n': record['n_drawn']}).label} of {record['n_asked']}: budget"
         if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
                 and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
             logprobs = generator.token_logprobs(trace.samples[trace.selected].text, options.logprobs)
-        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=config.label,
-                               budget=None if solve_budget is None else
-                               {"amount": solve_budget.amount, "unit": solve_budget.unit, "as_tokens": allowance},
+        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
                                logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
+
+    def _budget_record(self, runner: Any, config: Any, solve_budget: SolveBudget | None, limit: Budget | None,
+                       allowance: int | None) -> dict[str, Any] | None:
+        """What the budget did to this solve, for ``trace.notes["budget"]``, the solution's
+        ``budget`` and the server's ``tts`` extension: the budget (``amount``, ``unit``), its
+        generated-token allowance (``as_tokens``), the n asked for and the n the strategy may draw
+        within it (None where the strategy plans its spending itself: ``auto``, revision,
+        generative verification). Strategies that draw ``n`` whole samples lower n to fit; step-wise
+        searches run n as configured or refuse a budget below their worst case (when they start,
+        before generating). None without a budget.
+
+        Raises:
+            StrategyInputError: The budget does not cover one sample.
+        """
+        if solve_budget is None:
+            return None
+        asked = getattr(config, "n", None)
+        drawn: int | None = None
+        if limit is not None and asked is not None:
+            from tts.search.base import SamplingStrategy
+            from tts.search.tree.ab_mcts import ABMCTS
+            from tts.search.tree.tree_strategy import TreeSearchStrategy
+
+            if isinstance(runner, SamplingStrategy) or config.kind in WHOLE_SAMPLE_STRATEGIES:
+                drawn = runner.samples_within(limit)
+            elif isinstance(runner, (TreeSearchStrategy, ABMCTS)):
+                drawn = asked  # a search runs as configured, or refuses the budget before generating
+        return {**solve_budget.as_dict(), "as_tokens": allowance, "n_asked": asked, "n_drawn": drawn}
 
     def _solve_sampling(self, temperature: float | None, top_p: float | None,
                         max_tokens: int | None) -> Any:
@@ -392,6 +508,14 @@ class Session:
         spends it itself). The allowance is priced from the prompt's tokens and ``max_tokens``."""
         if solve_budget is None or {"budget", "budget_unit"} <= set(type(config).model_fields):
             return None, None
+        if config.kind in UNBUDGETED_STRATEGIES:
+            from tts.registry import STRATEGIES
+            from tts.search.base import StrategyInputError
+
+            takes = [k for k in STRATEGIES.names() if k not in UNBUDGETED_STRATEGIES]
+            raise StrategyInputError(f"{config.kind} runs a fixed graph and cannot be capped by a budget of "
+                                     f"{solve_budget}; leave the budget out (lower n instead), or use a strategy "
+                                     f"that takes one: {', '.join(takes)}")
         prompt_tokens = self._prompt_tokens(render(problem), problem.question)
         allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
         return Budget(tokens=allowance), allowance
