@@ -8,7 +8,10 @@
    MODEL`` to start one here): the same samples sent straight to vLLM (``--requests`` chat
    completions of ``n = --n`` each, all at once) and through ``tts serve --backend openai`` in
    front of it (``sc-N/<model>``: one upstream request of ``n = N`` per request). Prints tts time /
-   direct time. Goal: <= 1.1.
+   direct time. Goal: <= 1.1. With ``--tools builtin`` (two tools, questions about cities) or
+   ``--tools FILE`` (JSON lines of ``{"messages": [...], "tools": [...]}``, e.g. BFCL requests) every
+   request offers tools: start vLLM with its tool parser (``--vllm-arg=--enable-auto-tool-choice
+   --vllm-arg=--tool-call-parser --vllm-arg=hermes``) so that both sides get parsed ``tool_calls``.
 
 Both halves repeat ``--rounds`` times, alternating sides, and report the median of the rounds
 (these machines are noisy: compare ratios measured in one run).
@@ -16,6 +19,8 @@ Both halves repeat ``--rounds`` times, alternating sides, and report the median 
     python benchmarks/serve_vs_engine.py --half scripted
     python benchmarks/serve_vs_engine.py --half vllm --vllm-url http://127.0.0.1:8001/v1 --model smollm2
     python benchmarks/serve_vs_engine.py --half vllm --start-vllm ~/.cache/tts/models/smollm2-135m
+    python benchmarks/serve_vs_engine.py --half vllm --start-vllm ~/.cache/tts/models/qwen2.5-coder-1.5b \
+        --tools builtin --vllm-arg=--enable-auto-tool-choice --vllm-arg=--tool-call-parser --vllm-arg=hermes
 """
 
 from __future__ import annotations
@@ -37,6 +42,29 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is 6 * 7? Answer with just the number."
+CITIES = ("Paris", "Lima", "Oslo", "Tokyo", "Cairo", "Quito", "Rome", "Seoul")
+BUILTIN_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "description": "The local time in a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                     "required": ["city"]}}},
+]
+
+
+def tool_requests(source: str, count: int) -> list[dict]:
+    """``count`` chat requests that offer tools: the built-in pair of tools with questions about
+    cities, or the ``{"messages", "tools"}`` lines of a JSON-lines file (repeated to ``count``)."""
+    if source == "builtin":
+        return [{"messages": [{"role": "user", "content": f"What is the {'weather' if i % 2 else 'time'} in "
+                                                          f"{CITIES[i % len(CITIES)]} now?"}],
+                 "tools": BUILTIN_TOOLS} for i in range(count)]
+    lines = [json.loads(line) for line in Path(source).read_text().splitlines() if line.strip()]
+    if not lines:
+        raise SystemExit(f"{source} holds no requests")
+    return [{"messages": lines[i % len(lines)]["messages"], "tools": lines[i % len(lines)]["tools"]}
+            for i in range(count)]
 
 
 def _free_port() -> int:
@@ -207,13 +235,14 @@ def vllm(args: argparse.Namespace) -> dict:
              "--price-as", "smollm2-135m", "--port", str(tts_port), "--default-max-tokens", str(args.max_tokens),
              "--strategy", f"sc-{args.n}"],
             f"http://127.0.0.1:{tts_port}/health", Path(args.log), 120))
-        direct_bodies = [{"model": model, "n": args.n, "max_tokens": args.max_tokens, "temperature": 0.7,
-                          "messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)]
+        chats = (tool_requests(args.tools, args.requests) if args.tools else
+                 [{"messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)])
+        direct_bodies = [{"model": model, "n": args.n, "max_tokens": args.max_tokens, "temperature": 0.7, **chat}
+                         for chat in chats]
         # "plain": the upstream gets the client's messages as they are (not tts's math prompt), so both
-        # sides ask the engine for the same samples.
+        # sides ask the engine for the same samples (and, with tools, the same tools).
         tts_bodies = [{"model": f"sc-{args.n}/{model}", "max_tokens": args.max_tokens, "temperature": 0.7,
-                       "tts": {"prompt": "plain"},
-                       "messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)]
+                       "tts": {"prompt": "plain"}, **chat} for chat in chats]
         direct_url, tts_url = f"{upstream}/chat/completions", f"http://127.0.0.1:{tts_port}/v1/chat/completions"
         asyncio.run(_fire(direct_url, direct_bodies[:4], args.requests, 600))  # warm both
         asyncio.run(_fire(tts_url, tts_bodies[:4], args.requests, 600))
@@ -224,6 +253,7 @@ def vllm(args: argparse.Namespace) -> dict:
     d = statistics.median(r["seconds"] for r in direct)
     t = statistics.median(r["seconds"] for r in through)
     return {"half": "vllm", "requests": args.requests, "n": args.n, "max_tokens": args.max_tokens, "model": model,
+            "tools": args.tools,
             "direct": direct, "through_tts": through, "direct_seconds": d, "through_tts_seconds": t,
             "ratio_tts_over_direct_time": round(t / d, 3), "goal": "<= 1.1"}
 
@@ -242,6 +272,8 @@ def main() -> None:
     p.add_argument("--vllm-url", help="vllm: a running vLLM server, up to /v1.")
     p.add_argument("--model", help="vllm: the model name that server serves.")
     p.add_argument("--start-vllm", help="vllm: start a vLLM server on this model path here.")
+    p.add_argument("--tools", help="vllm: offer tools with every request: 'builtin' or a JSON-lines file of "
+                                   "{messages, tools} requests.")
     p.add_argument("--vllm-arg", action="append", default=[], help="Extra argument of the started vLLM server.")
     p.add_argument("--log", default="/tmp/tts_serve_vs_engine.log", help="Where the servers' output goes.")
     p.add_argument("--out", help="Also write the JSON report here.")

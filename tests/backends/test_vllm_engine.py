@@ -78,3 +78,30 @@ def test_eval_on_vllm_writes_the_same_schema_as_scripted(vllm_generator, tmp_pat
     assert set(rv[0]) == set(rs[0])
     assert shape(rv[0]["usage"]) == shape(rs[0]["usage"])
     assert set(rv[0]["trace"]["samples"][0]) == set(rs[0]["trace"]["samples"][0])
+
+
+def test_tools_and_tool_turns_reach_a_template_without_tools_and_calls_are_read_back(vllm_generator):
+    """SmolLM2's chat template renders no tools: the documented fallback puts them in a system
+    message and an earlier call and its result in the turns (nothing is dropped), and every reply to
+    a request with tools carries its checked calls (none, or the ones it wrote)."""
+    from tts.backends.chat import messages_from_openai, tools_json
+    from tts.backends.chat_render import template_takes_tools
+
+    tools = tools_json([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+    chat = messages_from_openai([
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18C and sunny"},
+        {"role": "user", "content": "And in Rome?"}])
+    assert not template_takes_tools(vllm_generator.tokenizer)
+    req = GenerationRequest(chat, n=2, max_tokens=24, temperature=0.7, tools=tools)
+    text = vllm_generator.tokenizer.decode(vllm_generator.render(req))
+    assert "get_weather" in text.split("<|im_start|>user")[0]  # offered in the system turn
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in text
+    assert "<tool_response>\n18C and sunny\n</tool_response>" in text
+    (result,) = vllm_generator.generate([req])
+    for c in result.completions:
+        assert c.tool_calls is not None  # read (possibly none) for every reply to a request with tools
+        assert bool(c.tool_calls) != (c.tool_call_error is not None)

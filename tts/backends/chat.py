@@ -152,7 +152,7 @@ def messages_from_openai(messages: Sequence[Mapping[str, Any]]) -> tuple[Message
 
 def tools_json(tools: Sequence[Mapping[str, Any]] | None) -> str | None:
     """The tools offered, as the JSON text a request carries (None for no tools)."""
-    return json.dumps([dict(t) for t in tools], ensure_ascii=False, sort_keys=True) if tools else None
+    return json.dumps([dict(t) for t in tools], ensure_ascii=False) if tools else None
 
 
 def function_spec(tool: Mapping[str, Any]) -> Mapping[str, Any]:

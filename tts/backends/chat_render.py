@@ -89,30 +89,36 @@ class VLLMToolReader:
     Args:
         tokenizer: The engine's tokenizer (the parser needs it).
         parser: A vLLM tool parser name (``hermes``, ``llama3_json``, ``mistral``, ...; vLLM's
-            ``--tool-call-parser`` names), or None for tts's lenient reader alone.
-
-    Raises:
-        ValueError: An unknown parser name (the message lists vLLM's).
+            ``--tool-call-parser`` names), or None for tts's lenient reader alone; an unknown
+            name is refused at the first request with tools (:meth:`parser_class`).
     """
 
     def __init__(self, tokenizer: Any, parser: str | None) -> None:
         self.tokenizer = tokenizer
         self.name = parser
         self._cls: Any = None
-        if parser is not None:
+
+    def parser_class(self) -> Any:
+        """vLLM's parser class (looked up on first use, so that building a backend imports nothing).
+
+        Raises:
+            ValueError: An unknown parser name (the message lists vLLM's).
+        """
+        if self._cls is None and self.name is not None:
             from vllm.tool_parsers import ToolParserManager
 
             try:
-                self._cls = ToolParserManager.get_tool_parser(parser)
+                self._cls = ToolParserManager.get_tool_parser(self.name)
             except KeyError:
                 names = ", ".join(ToolParserManager.list_registered())
-                raise ValueError(f"unknown vLLM tool parser {parser!r}; use one of: {names} (or none for tts's "
-                                 "lenient reader)") from None
+                raise ValueError(f"unknown vLLM tool parser {self.name!r} (tool_parser in the vLLM backend config); "
+                                 f"use one of: {names}, or none for tts's lenient reader") from None
+        return self._cls
 
     def read(self, text: str, tools_text: str | None) -> tuple[tuple[ToolCall, ...], str | None]:
         """(the reply's checked calls, why it has none) as ``Completion.tool_calls`` and ``tool_call_error``."""
         parsed: list[ToolCall] = []
-        if self._cls is not None:
+        if self.parser_class() is not None:
             try:
                 parsed = self._parse(text, tools_text)
             except Exception:  # noqa: BLE001 - a parser failure leaves the lenient reader to read the text

@@ -537,7 +537,7 @@ class VLLMGenerator:
         self.model_name = self.config.model
         self._llm: Any = None
         self._tokenizer: Any = None
-        self._tool_reader = VLLMToolReader(None, self.config.tool_parser)  # an unknown parser fails before start-up
+        self._tool_reader = VLLMToolReader(None, self.config.tool_parser)
         self._llm, self.on_gpu = _start_engine(self.config)
         self._tokenizer = self._llm.get_tokenizer()
         self._tool_reader.tokenizer = self._tokenizer

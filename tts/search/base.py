@@ -126,7 +126,7 @@ class Strategy(ABC):
              ) -> tuple[str | None, float, dict[str, float], int | None]:
         """:func:`vote` with this strategy's answer kind: free text (:data:`tts.answers.kinds.TEXT`
         extraction) is selected by minimum Bayes risk, tool calls and other answers are counted."""
-        return vote(samples, weights, free_text=is_free_text(self.extract))
+        return vote(samples, weights, free_text=is_free_text(getattr(self, "extract", None)))
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Whether ``other`` can be served from the same draw of samples (default: no)."""

@@ -86,6 +86,25 @@ class SolveResult(BaseModel):
     "arguments"}}``), for the client to run and send back as a ``tool`` message."""
 
 
+Messages = Annotated[list[dict[str, Any]] | None, Field(
+    description="Optional OpenAI chat messages (system, user, assistant with tool_calls, tool with "
+                "tool_call_id), the conversation so far; the last user message is the question. Text "
+                "content only.")]
+Tools = Annotated[list[dict[str, Any]] | None, Field(
+    description="Optional OpenAI tool definitions ({\"type\": \"function\", \"function\": {\"name\", "
+                "\"parameters\"}}): the model may answer by calling them (tool_calls in the result); "
+                "tool_vote and the sampling strategies take tools.")]
+
+
+def _tool_description(model: str | None, offered: list[str]) -> str:
+    """What the ``solve`` tool does, as its clients read it."""
+    return (f"Answer a question or continue a conversation (with tools the model may call) by spending extra "
+            f"inference compute on {model or 'the served model'}: the strategy draws several samples or searches "
+            f"over steps and picks the answer most samples agree on. Returns the chosen text or tool calls, the "
+            f"answer, confidence (0-1) and cost (tokens, eFLOPs, GPU-seconds, dollars). "
+            f"Strategies here: {', '.join(offered)}.")
+
+
 def _tool_words(exc: PolicyError) -> str:
     """A policy refusal in this tool's words: its inputs (``settings``, ``budget``) and command."""
     message = str(exc).replace("tts serve", "tts mcp")
@@ -264,14 +283,6 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                     + ". Text, paths and models are the server's.")]
     Question = Annotated[str, Field(description="The question, with any context it needs (may be empty when "
                                                 "messages carry the conversation).")]
-    Messages = Annotated[list[dict[str, Any]] | None, Field(  # noqa: N806
-        description="Optional OpenAI chat messages (system, user, assistant with tool_calls, tool with "
-                    "tool_call_id), the conversation so far; the last user message is the question. Text "
-                    "content only.")]
-    Tools = Annotated[list[dict[str, Any]] | None, Field(  # noqa: N806
-        description="Optional OpenAI tool definitions ({\"type\": \"function\", \"function\": {\"name\", "
-                    "\"parameters\"}}): the model may answer by calling them (tool_calls in the result); "
-                    "tool_vote and the sampling strategies take tools.")]
     Prompt = Annotated[Literal["plain", "math"] | None, Field(  # noqa: N806
         description=f"plain: the conversation as sent, free-text answers; math: step by step with the answer "
                     f"in \\boxed{{}}. Default: {config.prompt}.")]
@@ -288,12 +299,7 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                                           "(sampling and voting, verifier-guided search) and get its confidence "
                                           "and cost.", log_level="WARNING")
     server.add_tool(solve, name=TOOL_NAME, title="Solve with test-time compute",
-                    description=f"Answer a question or continue a conversation (with tools the model may call) by "
-                                f"spending extra inference compute on {session.model_name or 'the served model'}: "
-                                f"the strategy draws several samples or searches over steps and picks the answer "
-                                f"most samples agree on. Returns the chosen text or tool calls, the answer, "
-                                f"confidence (0-1) and cost (tokens, eFLOPs, GPU-seconds, dollars). "
-                                f"Strategies here: {', '.join(offered)}.",
+                    description=_tool_description(session.model_name, offered),
                     annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
                     structured_output=True)
     return server
