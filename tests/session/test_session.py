@@ -247,3 +247,26 @@ def test_a_bad_n_on_a_session_is_one_line_naming_the_setting():
         assert "\n" not in str(err.value) and "errors.pydantic.dev" not in str(err.value)
         with pytest.raises(SettingsError, match="n=5000 is refused.*less than or equal to 4096"):
             s.solve("x", n=5000)
+
+
+def test_a_conversation_with_tools_goes_as_sent_and_its_answer_is_the_voted_call():
+    """tts.solve / Session.solve with messages and tools (issue 33): no math instruction is appended,
+    the tools reach the model, and the answer is the call the samples agree on."""
+    import json
+
+    from tts.backends.scripted import ScriptedGenerator
+
+    class Recording(ScriptedGenerator):
+        def generate(self, requests):
+            self.last = requests[-1]
+            return super().generate(requests)
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    gen = Recording(seed=1)
+    with Session(generator=gen, price_as=None, batch_window=0.0) as s:
+        sol = s.solve("What is the weather in Oslo?", strategy="self_consistency", n=8,
+                      messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=tools)
+    assert [m.content for m in gen.last.messages] == ["What is the weather in Oslo?"]
+    assert json.loads(gen.last.tools)[0]["function"]["name"] == "get_weather"
+    assert json.loads(sol.answer) == [{"name": "get_weather", "arguments": {"city": "Oslo"}}]

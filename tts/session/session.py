@@ -282,6 +282,7 @@ class Session:
         self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
         self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         self.template = prompt or MATH_PROMPT
+        self._template_given = prompt is not None
         self.seed = seed
         self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
         self._ids = itertools.count()
@@ -416,6 +417,8 @@ class Session:
             prompt: A PromptTemplate for this solve; one that adds nothing to the question
                 (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
                 free text (chosen by similarity, :mod:`tts.answers.kinds`) unless they are tool calls.
+                Default: the session's prompt, except that a solve with ``messages`` or ``tools`` on
+                a session built without one sends the conversation as it is.
             seed: The seed request seeds derive from (default: the session's).
             context: A CallContext to cancel the solve or follow its progress.
             options: Sampling settings for every sample the strategy draws (stop strings,
@@ -437,7 +440,7 @@ class Session:
         config = self.strategy_config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
-        render = chat_prompt(prompt or self.template)
+        render = chat_prompt(prompt or self._default_template(messages, tools))
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
         runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
         try:
@@ -488,6 +491,13 @@ class Session:
             elif isinstance(runner, (TreeSearchStrategy, ABMCTS)):
                 drawn = asked  # a search runs as configured, or refuses the budget before generating
         return {**solve_budget.as_dict(), "as_tokens": allowance, "n_asked": asked, "n_drawn": drawn}
+
+    def _default_template(self, messages: Any, tools: Any) -> Any:
+        """The template of a solve that names none: the session's; but a conversation or tools with
+        a session left at the math default go as sent (an agent's chat is not a math problem)."""
+        from tts.prompts import PLAIN_PROMPT
+
+        return self.template if self._template_given or not (messages or tools) else PLAIN_PROMPT
 
     def _solve_sampling(self, temperature: float | None, top_p: float | None,
                         max_tokens: int | None) -> Any:
