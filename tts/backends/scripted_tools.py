@@ -8,9 +8,9 @@ lenient reader as a real backend's fallback reads them:
 - the conversation ends with a ``tool`` turn (a result came back): a prose answer that restates the
   result ("The get_weather tool returned: 18C and sunny."), sometimes with a lead-in, so that the
   samples agree in substance and differ in wording (what free-text selection has to handle);
-- the problem has a distribution (``for_problems``: its gold answer) whose drawn answer is a list of
-  calls (:func:`tts.backends.tool_calls.answer_calls`): those calls; a drawn answer that is not
-  a call list (a distractor, the missing mass) is a prose reply without a call;
+- the problem has a distribution over calls (``for_problems`` on a tool-use benchmark: its gold
+  answer is a list of calls, :func:`tts.backends.tool_calls.answer_calls`): the drawn calls; a drawn
+  answer that is not a call list (a distractor, the missing mass) is a prose reply without a call;
 - otherwise the model calls the offered tool named in the last user message (else the first one),
   its required arguments filled from that message by type (a quoted or capitalised phrase for a
   string, the first number for a number, ``true``, an enum's first value), in ``call_rate`` of the
@@ -51,11 +51,16 @@ def _value(schema: Mapping[str, Any], text: str, used: set[str]) -> Any:
         return [_value(schema.get("items") or {}, text, used)]
     if kind in ("object", "dict"):
         return {}
+    found = []
     for m in _PHRASE.finditer(text):
         phrase = next(g for g in m.groups() if g)
+        starts_sentence = m.start() == 0 or text[:m.start()].rstrip()[-1:] in ".?!"
         if phrase not in used and phrase.lower() not in ("what", "the", "please", "can", "i", "is"):
-            used.add(phrase)
-            return phrase
+            found.append((starts_sentence and m.group(0)[0] not in "\"'", phrase))
+    if found:
+        phrase = min(found, key=lambda f: f[0])[1]  # a name inside the sentence before a capitalised first word
+        used.add(phrase)
+        return phrase
     return text.split()[-1].strip("?.!,") if text.split() else "x"
 
 
@@ -86,7 +91,7 @@ def tool_reply(req: GenerationRequest, dist: Mapping[str, float], draw: Any, rng
         called = next((c.name for m in reversed(req.messages) for c in m.tool_calls
                        if c.id == last.tool_call_id), None) or last.name or "tool"
         return f"{rng.choice(_LEADS)}The {called} tool returned: {last.content.strip()}"
-    if dist:
+    if any(answer_calls(a) is not None for a in dist):  # a distribution over calls (a tool-use benchmark)
         answer = draw(dist, rng)
         calls = answer_calls(answer)
         if calls is None:

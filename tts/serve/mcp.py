@@ -183,7 +183,7 @@ class _Solver:
                 raise ToolError(f"messages: {exc}") from None
         plain = (prompt or config.prompt) == "plain"
         return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens,
-                "messages": messages or None, "tools": tools or None, "prompt": PLAIN_PROMPT if plain else None}
+                "messages": messages or None, "tools": tools or None, "prompt": PLAIN_PROMPT if plain else self.session.template}
 
     async def solve(self, question: str, **inputs: Any) -> SolveResult:
         """Run one checked call; a refused or failed call raises ``ToolError`` with one line."""

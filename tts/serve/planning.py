@@ -151,7 +151,7 @@ def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, str
             "max_tokens": max_tokens, "seed": body.seed,
             # JSON output is asked for by the schema, not by the math prompt's \boxed{}
             "prompt": state.plain if (body.tts.prompt or state.config.prompt) == "plain" or schema is not None
-            else None,
+            else session.template,
             "options": options}
 
 
