@@ -97,6 +97,7 @@ STRATEGIES = Registry(
         "revision": "tts.search.sequential.revision:Revision",
         "self_consistency": "tts.search.sampling.self_consistency:SelfConsistency",
         "tool_vote": "tts.search.sampling.tool_vote:ToolVote",
+        "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",
     },
 )
