@@ -192,11 +192,11 @@ class _Solver:
         from tts.backends.base import BackendError
 
         kwargs = self.plan(**inputs)
-        if not question.strip():
-            user = [m for m in kwargs["messages"] or () if m.get("role") == "user"]
-            question = str((user[-1].get("content") if user else "") or "")
-            if not isinstance(user[-1].get("content") if user else None, str) and user:
-                question = " ".join(p.get("text", "") for p in user[-1]["content"] if isinstance(p, dict))
+        if not question.strip() and kwargs["messages"]:
+            from tts.backends.chat import messages_from_openai
+
+            asked = [m.content for m in messages_from_openai(kwargs["messages"]) if m.role == "user"]
+            question = asked[-1] if asked else ""
         if not question.strip():
             raise ToolError("question is empty and messages hold no user text; put the question in one of them")
         if not self.gate.try_enter():
