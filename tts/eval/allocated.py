@@ -40,7 +40,6 @@ import numpy as np
 from tts.answers import answer_keys
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.append_log import read_append_log
-from tts.benchmarks.grading import Grader
 from tts.budgets.allocator import (
     AllocationError,
     BudgetError,
@@ -347,7 +346,7 @@ def run_allocated_eval(
             mode_run(config, out, log, sampler, loaded, price, progress)
         # 2. Aggregate, grade and store one row per problem.
         settings = alloc_cfg.model_dump(mode="json")
-        with Grader(timeout=config.grading_timeout) as grader:
+        with bench.grader(config.grading_timeout) as grader:
             rows = []
             for p in loaded:
                 if store.is_done(p.id, label):
