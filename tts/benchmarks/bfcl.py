@@ -54,8 +54,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tts.backends.tool_calls import calls_answer
 from tts.backends.chat import ToolCall
+from tts.backends.tool_calls import calls_answer
 from tts.benchmarks.datasets import Benchmark, DatasetError, read_jsonl
 from tts.prompts import PLAIN_PROMPT
 from tts.types import Problem
@@ -213,16 +213,15 @@ def with_language_hint(functions: Sequence[Mapping[str, Any]], category: str) ->
 def _cast_to_openai_type(properties: dict[str, Any]) -> dict[str, Any]:
     """``bfcl_eval.model_handler.utils._cast_to_openai_type`` with ``GORILLA_TO_OPENAPI``, in place."""
     mapping = GORILLA_TO_OPENAPI
-    for key, value in properties.items():
-        if "type" not in value:
-            value["type"] = "string"
+    for prop in properties.values():
+        if "type" not in prop:
+            prop["type"] = "string"
         else:
-            var_type = value["type"]
+            var_type = prop["type"]
             if var_type == "float":
-                value["format"] = "float"
-                value["description"] += " This is a float type value."
-            value["type"] = mapping.get(var_type, "string")
-        prop = properties[key]
+                prop["format"] = "float"
+                prop["description"] += " This is a float type value."
+            prop["type"] = mapping.get(var_type, "string")
         if prop["type"] in ("array", "object"):
             if "properties" in prop:
                 prop["properties"] = _cast_to_openai_type(prop["properties"])

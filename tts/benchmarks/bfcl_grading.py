@@ -55,7 +55,7 @@ class _Worker:
 
     def __init__(self, python: Path) -> None:
         self.python = python
-        self.stderr: IO[bytes] = tempfile.TemporaryFile()
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         # -I: isolated from PYTHONPATH and user site-packages (tts's own path must not leak in).
         self.process = subprocess.Popen([str(python), "-I", str(WORKER)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0)
@@ -138,7 +138,7 @@ class BFCLGrader:
         self.last_errors: dict[tuple[str, str], list[Any]] = {}
         """BFCL's error record of each wrong answer graded (by problem id and answer), for inspection."""
 
-    def __enter__(self) -> BFCLGrader:
+    def __enter__(self) -> BFCLGrader:  # noqa: PYI034 (as Grader.__enter__)
         return self
 
     def __exit__(self, *exc: object) -> None:

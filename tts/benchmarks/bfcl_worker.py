@@ -48,7 +48,7 @@ def main() -> None:
         from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
         from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
         from bfcl_eval.utils import is_empty_output, is_function_calling_format_output
-    except Exception as exc:  # report it: the parent turns it into a message that says what to fix
+    except Exception as exc:  # noqa: BLE001 (report it: the parent says what to fix)
         _send({"fatal": f"importing bfcl_eval failed: {type(exc).__name__}: {exc}"})
         return
     config = MODEL_CONFIG_MAPPING.get(MODEL_NAME)
@@ -85,7 +85,7 @@ def main() -> None:
                 result = check(item)
                 results.append({"valid": bool(result["valid"]), "error": result.get("error", []),
                                 "error_type": result.get("error_type", "")})
-            except Exception as exc:  # the checker itself failed on this item: no verdict
+            except Exception as exc:  # noqa: BLE001 (the checker failed on this item: no verdict)
                 results.append({"valid": None, "error": [f"{type(exc).__name__}: {exc}"],
                                 "error_type": "checker_crashed", "trace": traceback.format_exc(limit=3)})
         _send({"results": results})

@@ -47,8 +47,8 @@ from tts.budgets.allocator import (
     BudgetTooSmallError,
     CalibrationError,
 )
-from tts.cost.ledger import usage_from_json
 from tts.config import AllocationConfig, EvalConfig
+from tts.cost.ledger import usage_from_json
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, grade_rows, load_problems
 from tts.eval.store import ResultsStore

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tts.answers.kinds import TEXT
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
 from tts.benchmarks.grading import Grader, Outcome
@@ -24,7 +25,6 @@ from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
 from tts.eval.store import ResultsStore
-from tts.answers.kinds import TEXT
 from tts.prompts import PromptTemplate, answers_in_text, chat_prompt
 from tts.registry import BENCHMARKS, STRATEGIES
 from tts.search.base import Strategy
