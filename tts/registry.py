@@ -156,5 +156,10 @@ BENCHMARKS = Registry(
         "stories": "tts.benchmarks.stories:StoriesBenchmark",
         "chains": "tts.benchmarks.chains:ChainsBenchmark",
         "jsonl": "tts.benchmarks.datasets:FileBenchmark",
+        # BFCL (needs bfcl-eval's own environment, `make bfcl-env`): one entry per category.
+        **{f"bfcl:{c}": f"tts.benchmarks.bfcl:{c}" for c in (
+            "simple", "simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+            "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",
+            "live_parallel_multiple", "live_irrelevance")},
     },
 )

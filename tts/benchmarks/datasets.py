@@ -74,6 +74,13 @@ class Benchmark:
             takes = f"it takes: {', '.join(self.option_names)}" if self.option_names else "it takes none"
             raise DatasetError(f"the {self.name} benchmark has no option {', '.join(unknown)}; {takes}.")
 
+    def grader(self, timeout: int) -> Any:
+        """The grader of this benchmark's answers (a context manager with ``grade_problems``):
+        math-verify OR a normalised string match against the gold answer, ``timeout`` seconds per check."""
+        from tts.benchmarks.grading import Grader
+
+        return Grader(timeout=timeout)
+
     def clean_answer(self, raw: Any) -> str:
         """Gold answer as a string (GSM8K overrides this to take the number after ####)."""
         return str(raw).strip()

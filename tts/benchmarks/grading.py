@@ -23,11 +23,12 @@ import pickle
 import signal
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from multiprocessing.connection import Connection, wait
 
 from tts.answers import normalize_answer
+from tts.types import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +232,19 @@ class Grader:
     def grade(self, answer: str | None, gold: str) -> Outcome:
         """Grade one answer."""
         return self.grade_many([(answer, gold)])[0]
+
+    def grade_problems(self, items: Iterable[tuple[Problem, Sequence[str | None]]]) -> list[list[Outcome]]:
+        """Grade each problem's answers against its gold answer, all in one :meth:`grade_many` call.
+
+        The interface the eval runner grades through: a benchmark whose answers need more than a gold
+        string (BFCL: the functions and possible answers) supplies a grader with the same method.
+
+        Returns:
+            One list of outcomes per problem, in order.
+        """
+        items = [(p, list(answers)) for p, answers in items]
+        flat = iter(self.grade_many([(a, p.answer or "") for p, answers in items for a in answers]))
+        return [[next(flat) for _ in answers] for _, answers in items]
 
     def _run_checks(self, keys: list[_Key]) -> dict[_Key, bool | None]:
         """Run the checks on the workers, replacing hung or dead ones; None = no verdict."""

@@ -38,20 +38,21 @@ from pathlib import Path
 import numpy as np
 
 from tts.answers import answer_keys
+from tts.answers.kinds import TEXT
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.append_log import read_append_log
-from tts.benchmarks.grading import Grader
 from tts.budgets.allocator import (
     AllocationError,
     BudgetError,
     BudgetTooSmallError,
     CalibrationError,
 )
-from tts.cost.ledger import usage_from_json
 from tts.config import AllocationConfig, EvalConfig
+from tts.cost.ledger import usage_from_json
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, grade_rows, load_problems
 from tts.eval.store import ResultsStore
+from tts.prompts import answers_in_text, chat_prompt
 from tts.search.base import to_sample
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem, Sample, Usage, to_jsonable
@@ -338,8 +339,9 @@ def run_allocated_eval(
     owns = generator is None
     try:
         generator = generator or create_generator(config.backend, loaded)
-        sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, bench.prompt.render, config.sampling,
-                             seed=config.seed)
+        extra = {"extract": TEXT} if answers_in_text(bench.prompt) else {}  # as the runner's strategies
+        sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, chat_prompt(bench.prompt), config.sampling,
+                             seed=config.seed, **extra)
         # 1. Sampling under the budget (skipped when a finished run is re-opened).
         if not log.finished:
             sampler = _Sampler(generator, sc, log, loaded, price)
@@ -347,7 +349,7 @@ def run_allocated_eval(
             mode_run(config, out, log, sampler, loaded, price, progress)
         # 2. Aggregate, grade and store one row per problem.
         settings = alloc_cfg.model_dump(mode="json")
-        with Grader(timeout=config.grading_timeout) as grader:
+        with bench.grader(config.grading_timeout) as grader:
             rows = []
             for p in loaded:
                 if store.is_done(p.id, label):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tts.answers.kinds import TEXT
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
 from tts.benchmarks.grading import Grader, Outcome
@@ -24,7 +25,7 @@ from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
 from tts.eval.store import ResultsStore
-from tts.prompts import PromptTemplate
+from tts.prompts import PromptTemplate, answers_in_text, chat_prompt
 from tts.registry import BENCHMARKS, STRATEGIES
 from tts.search.base import Strategy
 from tts.types import Problem, Solution, to_jsonable
@@ -60,8 +61,13 @@ def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None)
 
 
 def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTemplate) -> list[Strategy]:
-    """One strategy object per configured strategy."""
-    return [STRATEGIES.load(sc.kind)(sc, generator, prompt.render, config.sampling, seed=config.seed)
+    """One strategy object per configured strategy, all with one prompt function (so that they can
+    share draws): a problem's conversation (``metadata["messages"]``, a BFCL entry) as sent when
+    ``prompt`` adds nothing, its answers then read as free text (never a number read out of prose);
+    other problems rendered by ``prompt``, answers extracted as math."""
+    render = chat_prompt(prompt)
+    extra = {"extract": TEXT} if answers_in_text(prompt) else {}
+    return [STRATEGIES.load(sc.kind)(sc, generator, render, config.sampling, seed=config.seed, **extra)
             for sc in config.strategies]
 
 
@@ -134,15 +140,14 @@ def run_eval(
         if todo:
             generator = generator or create_generator(config.backend, loaded)
             strategies = build_strategies(config, generator, prompt)
-            with Grader(timeout=config.grading_timeout) as grader:
+            with bench.grader(config.grading_timeout) as grader:
                 # 3. Per batch: every strategy solves (shared draws where they can), then grading.
                 for i in range(0, len(todo), config.batch_size):
                     batch = todo[i : i + config.batch_size]
                     per_strategy = solve_all(strategies, batch)
-                    rows = []
-                    for j, p in enumerate(batch):
-                        sols = [(s.config, sols[j]) for s, sols in zip(strategies, per_strategy, strict=True)]
-                        rows.extend(grade_rows(p, sols, grader, generator.model_name, config.backend.kind))
+                    per_problem = [[(s.config, sols[j]) for s, sols in zip(strategies, per_strategy, strict=True)]
+                                   for j in range(len(batch))]
+                    rows = grade_batch(batch, per_problem, grader, generator.model_name, config.backend.kind)
                     store.write(rows)
                     if progress:
                         progress(skipped + i + len(batch), len(loaded))
@@ -169,10 +174,25 @@ def grade_rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Soluti
 
     Shared samples (the prefixes of one draw) are graded once: the grader caches (answer, gold).
     """
-    gold = problem.answer or ""
-    pairs = [(sol.answer, gold) for _, sol in sols]
-    pairs += [(s.answer, gold) for _, sol in sols for s in sol.trace.samples]
-    outcomes = iter(grader.grade_many(pairs))
+    return grade_batch([problem], [sols], grader, model, backend)
+
+
+def grade_batch(problems: Sequence[Problem], sols: Sequence[Sequence[tuple[StrategyConfigBase, Solution]]],
+                grader: Grader, model: str, backend: str) -> list[ResultRow]:
+    """:func:`grade_rows` for a batch of problems (``sols[i]``: the solutions of ``problems[i]``),
+    graded in one ``grader.grade_problems`` call: a grader with a slow worker start-up (BFCL's
+    checker) gets one request per batch."""
+    answers = [[sol.answer for _, sol in ps] + [s.answer for _, sol in ps for s in sol.trace.samples] for ps in sols]
+    graded = grader.grade_problems(list(zip(problems, answers, strict=True)))
+    rows: list[ResultRow] = []
+    for problem, ps, outcomes in zip(problems, sols, graded, strict=True):
+        rows.extend(_rows(problem, ps, iter(outcomes), model, backend))
+    return rows
+
+
+def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]], outcomes: Iterator[Outcome],
+          model: str, backend: str) -> list[ResultRow]:
+    """The result rows of one problem's solutions, given the outcomes of their answers, then of their samples."""
     answer_outcomes = [next(outcomes) for _ in sols]
     rows = []
     for (config, sol), outcome in zip(sols, answer_outcomes, strict=True):
