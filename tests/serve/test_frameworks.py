@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -298,7 +297,7 @@ def _section_snippets() -> list[str]:
     text = (ROOT / "docs" / "serving.md").read_text()
     assert SECTION + "\n" in text, f"docs/serving.md lost its section {SECTION!r} (README links to it)"
     body = text.split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", body, flags=re.S)
+    return re.findall(r"```python\n(.*?)```", body, flags=re.DOTALL)
 
 
 def test_the_docs_agent_snippets_run_against_tts_serve(serve, monkeypatch, capsys):
@@ -317,7 +316,7 @@ def test_the_docs_agent_snippets_run_against_tts_serve(serve, monkeypatch, capsy
     monkeypatch.setenv("TTS_BASE_URL", url)
     for i, snippet in enumerate(snippets, 1):
         capsys.readouterr()
-        exec(compile(snippet, f"<docs/serving.md agents snippet {i}>", "exec"), {"__name__": "__docs__"})
+        exec(compile(snippet, f"<docs/serving.md agents snippet {i}>", "exec"), {"__name__": "__docs__"})  # noqa: S102 - the docs, run as written
         printed = capsys.readouterr().out
         assert "18C and sunny in Paris" in printed, (snippet, printed)
     assert sum(bool(r.messages) and r.messages[-1].role == "tool" for r in gen.requests) == len(snippets)
@@ -362,7 +361,7 @@ def test_qwen_template_shows_the_tools_and_the_tool_turn(serve):
     assert system.startswith(INSTRUCTIONS)  # the agent's instructions, then the template's tools block
     tools_block = system.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
     assert [json.loads(line)["function"]["name"] for line in tools_block.splitlines()] == ["get_weather", "get_time"]
-    call = re.search(r"<\|im_start\|>assistant\n<tool_call>\n(.*?)\n</tool_call><\|im_end\|>", prompt, re.S)
+    call = re.search(r"<\|im_start\|>assistant\n<tool_call>\n(.*?)\n</tool_call><\|im_end\|>", prompt, re.DOTALL)
     assert call and json.loads(call.group(1)) == {"name": "get_time", "arguments": {"city": "Tokyo"}}
     assert "<|im_start|>user\n<tool_response>\n14:05 local time in Tokyo\n</tool_response>" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
@@ -392,9 +391,11 @@ def test_smollm2_template_without_tools_gets_them_in_the_system_message(serve):
 def real_server() -> Iterator[str]:
     """``tts serve`` over vLLM with Qwen2.5-Coder-1.5B (skips when the model is not prepared).
 
-    2 GiB of KV cache: the model's KV is 28 KiB a token, so 4 samples of a 4096-token context need
-    under 0.5 GiB; with 4 GiB the engine peaked at 8.5 GB resident and was killed for memory on a
-    23 GB machine that ran three other engines."""
+    Sized for a shared CPU machine: the model's KV is 28 KiB a token, so 1 GiB holds 4 samples of
+    a 4096-token context twice over; bfloat16 weights are what ``dtype="auto"`` chooses on CPUs with
+    bf16 instructions, and on one with only AVX2 (float32 there) they halve the 6 GB of float32
+    weights. With 4 GiB and float32 the engine peaked at 8.5 GB resident and was killed for memory
+    on a 23 GB machine that ran three other engines."""
     pytest.importorskip("vllm")
     from tts.backends.vllm import VLLMGenerator
     from tts.config import VLLMBackendConfig
@@ -405,7 +406,8 @@ def real_server() -> Iterator[str]:
     except ModelError as exc:
         pytest.skip(str(exc).splitlines()[0])
     start = time.perf_counter()
-    with VLLMGenerator(VLLMBackendConfig(model="qwen2.5-coder-1.5b", max_model_len=4096, kv_cache_gib=2)) as gen:
+    with VLLMGenerator(VLLMBackendConfig(model="qwen2.5-coder-1.5b", max_model_len=4096, kv_cache_gib=1,
+                                         dtype="bfloat16")) as gen:
         session = Session(generator=gen, price_as=None, max_tokens=256, batch_window=0.05)
         server = ServerThread(create_app(session, ServeConfig(model="qwen2.5-coder-1.5b"))).start()
         print(f"\nengine and server up in {time.perf_counter() - start:.0f} s")
