@@ -158,3 +158,13 @@ def test_the_math_prompt_is_used_only_when_asked(serve):
     r = client.chat.completions.create(model="sc-2/scripted", messages=[{"role": "user", "content": "What is 6*7?"}],
                                        extra_body={"tts": {"prompt": "math"}})
     assert "\\boxed{}" in gen.requests[-1].messages[-1].content and r.model_extra["tts"]["answer"] == "42"
+
+
+def test_no_answer_in_a_conversation_is_an_empty_reply_with_the_reason(serve):
+    """Found with a real framework: "No answer was found." came back as if the model had said it."""
+    broken = '<tool_call>{"name": "get_weather", "arguments": {"city": "Par'
+    client = serve(Fixed([broken] * 4))
+    r = client.chat.completions.create(model="tool_vote-4/fixed", messages=ASK, tools=WEATHER)
+    assert r.choices[0].message.content == "" and r.choices[0].finish_reason == "stop"
+    notes = r.choices[0].model_extra["tts"]["notes"]
+    assert any("no sample gave an answer" in n and "malformed_tool_call: 4" in n for n in notes), notes

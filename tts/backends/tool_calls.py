@@ -7,7 +7,8 @@ writes a fenced JSON block, not the ``<tool_call>`` tags of its own template; se
 ``../shared/notes/tool-calls-on-the-1.5b.md``), so :func:`read_tool_calls` is tts's lenient reader,
 the documented fallback: ``<tool_call>`` blocks, else fenced JSON blocks, else the first ``{...}``
 of the reply; each block an object ``{"name", "arguments"}`` (or ``parameters``, or OpenAI's
-``{"function": {...}}``) or a list of them.
+``{"function": {...}}``) or a list of them, also with doubled outer braces (``{{...}}``, copied from
+the example in Qwen2.5's template).
 
 :func:`check_calls` keeps a reply's calls only when every one names an offered tool, has its
 required arguments and arguments that are an object; otherwise the reply holds a malformed call
@@ -85,6 +86,19 @@ def _blocks(text: str) -> list[str]:
     return [text[start: end + 1]] if start >= 0 and end > start else []
 
 
+def _undoubled(block: str) -> str:
+    """A call written with doubled braces (``{{"name": ...}}``), as Qwen2.5's chat template shows
+    its example call (a format string's escaping the model copies), with the outer pair undoubled."""
+    if block.startswith("{{") and block.endswith("}}"):
+        inner = block[1:-1]
+        try:
+            json.loads(inner)
+            return inner
+        except (json.JSONDecodeError, ValueError, RecursionError):
+            return block
+    return block
+
+
 def _one(obj: Any) -> tuple[ToolCall | None, str]:
     if isinstance(obj, Mapping) and isinstance(obj.get("function"), Mapping):
         obj = obj["function"]  # the OpenAI message shape {"type": "function", "function": {...}}
@@ -110,6 +124,7 @@ def read_tool_calls(text: str) -> tuple[tuple[ToolCall, ...], str]:
     """
     calls: list[ToolCall] = []
     for block in _blocks(text):
+        block = _undoubled(block.strip())
         try:
             obj = json.loads(block)
         except (json.JSONDecodeError, ValueError, RecursionError):

@@ -35,7 +35,7 @@ from tts.backends.base import (
     derive_seed,
 )
 from tts.backends.chat import tools_json
-from tts.backends.tool_calls import calls_answer, reply_tool_calls
+from tts.backends.tool_calls import MALFORMED, calls_answer, reply_tool_calls
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
@@ -170,11 +170,15 @@ class Strategy(ABC):
 
 def to_sample(c: Completion, extract: ExtractFn) -> Sample:
     """A backend completion with its answer: the canonical list of its tool calls when it makes
-    some (:func:`tts.backends.tool_calls.calls_answer`), else the answer ``extract`` reads in its text."""
+    some (:func:`tts.backends.tool_calls.calls_answer`), none when it attempted a call that is
+    malformed, else the answer ``extract`` reads in its text."""
     if c.tool_calls:
         return Sample(text=c.text, answer=calls_answer(c.tool_calls), completion_tokens=c.completion_tokens,
                       mean_logprob=c.mean_logprob, finish_reason=c.finish_reason,
                       tool_calls=tuple(t.to_openai() for t in c.tool_calls))
+    if c.tool_call_error == MALFORMED:  # an attempted call that failed is no answer, not a text answer
+        return Sample(text=c.text, answer=None, completion_tokens=c.completion_tokens, mean_logprob=c.mean_logprob,
+                      finish_reason=c.finish_reason)
     return Sample(
         text=c.text,
         answer=extract(c.text),

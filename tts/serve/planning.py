@@ -44,6 +44,8 @@ class Plan:
     """What the tts extension must say about how the request was served."""
     rate_key: str | None = None
     """Whose token bucket holds the reservation (set once reserved)."""
+    plain: bool = False
+    """Whether the prompt is the conversation as sent (free-text replies), not the math prompt."""
 
     @property
     def model(self) -> str:
@@ -82,7 +84,7 @@ def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRe
         raise BadRequest(str(exc), param=exc.param, code=exc.code if exc.code != "invalid_budget" else None) from None
     notes: list[str] = []
     common = _solve_kwargs(state, body, strategy_config, budget, max_tokens, notes)
-    plan = Plan(kind, body, [], False, tokens * solves, notes)
+    plan = Plan(kind, body, [], False, tokens * solves, notes, plain=common["prompt"] is state.plain)
     if isinstance(body, ChatRequest):
         _chat_jobs(state, plan, body, common)
     else:

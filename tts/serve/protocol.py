@@ -418,18 +418,20 @@ def _chosen_text(solution: Any) -> str | None:
     return None
 
 
-def message_text(solution: Any, answer_only: bool, without_reasoning: bool = False) -> str:
+def message_text(solution: Any, answer_only: bool, without_reasoning: bool = False, plain: bool = False) -> str:
     """The reply text: the chosen sample's text (its reasoning and answer), or the answer alone.
 
     ``without_reasoning``: leave out a reasoning section (``<think>...</think>``), which chat
-    replies return apart as ``reasoning_content`` (:func:`reasoning_text`)."""
+    replies return apart as ``reasoning_content`` (:func:`reasoning_text`). ``plain``: the prompt was
+    the conversation as sent; no answer is then an empty text (the ``tts`` extension says why), where
+    the math prompt's reply says "No answer was found."."""
     from tts.session.session import split_reasoning
 
     chosen = _chosen_text(solution)
     if not answer_only and chosen is not None:
         return split_reasoning(chosen)[1] if without_reasoning else chosen
-    if solution.answer is None:
-        return "" if answer_only else "No answer was found."
+    if solution.answer is None:  # a conversation as sent gets an empty reply, not a made-up sentence
+        return "" if answer_only or plain else "No answer was found."
     return solution.answer if answer_only else f"The answer is \\boxed{{{solution.answer}}}."
 
 

@@ -21,12 +21,17 @@ def choice(p: Plan, job: Job, sol: Any) -> dict[str, Any]:
         ext["notes"] = list(p.notes)
     logprobs = protocol.logprobs_block(sol, p.kind, p.answer_only)
     if p.kind == "completions":
-        return {"index": job.index, "text": protocol.message_text(sol, p.answer_only), "finish_reason": "stop",
+        return {"index": job.index, "text": protocol.message_text(sol, p.answer_only, plain=p.plain),
+                "finish_reason": "stop",
                 "logprobs": logprobs, "tts": ext}
     calls = protocol.tool_calls(sol) if p.tool_calls else None
     message: dict[str, Any] = ({"role": "assistant", "content": None, "tool_calls": calls} if calls else
                                {"role": "assistant",
-                                "content": protocol.message_text(sol, p.answer_only, without_reasoning=True)})
+                                "content": protocol.message_text(sol, p.answer_only, without_reasoning=True,
+                                                                 plain=p.plain)})
+    if sol.answer is None and p.plain:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(sol.trace.events.items())) or "none answered"
+        ext["notes"] = [*ext.get("notes", []), f"no sample gave an answer ({why}); the reply is empty"]
     reasoning = None if calls else protocol.reasoning_text(sol, p.answer_only)
     if reasoning is not None:  # vLLM's field for a reasoning model's <think> section
         message["reasoning_content"] = reasoning

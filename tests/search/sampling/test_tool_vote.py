@@ -9,6 +9,7 @@ import pytest
 
 import tts
 import tts.answers.kinds
+import tts.prompts
 from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.backends.scripted import ScriptedGenerator
 from tts.backends.tool_calls import read_tool_calls
@@ -176,3 +177,21 @@ def test_calls_the_backend_read_are_used_and_the_loop_finishes_on_the_scripted_b
     turn2 = ToolVote(ToolVoteConfig(n=4), gen, CHAT, extract=tts.answers.kinds.TEXT).solve(
         [Problem("t2", chat[0]["content"], None, {"tools": TOOLS, "messages": chat})])[0]
     assert turn2.answer is not None and "18C and sunny" in turn2.answer and not turn2.trace.samples[0].tool_calls
+
+
+def test_replies_that_only_attempt_broken_calls_are_no_answer_not_a_text_answer():
+    """Found with the 1.5B model behind an agent framework: when every sample wrote a broken call,
+    the broken call came back as the free-text answer (finish_reason "stop")."""
+    broken = ['<tool_call>{"name": "get_weather", "arguments": {"city": "Par', call("launch_rockets", n=3)]
+    model = ToolModel(broken, [1, 1])
+    sol = ToolVote(ToolVoteConfig(n=4), model, CHAT, extract=tts.answers.kinds.TEXT).solve([_problem()])[0]
+    assert sol.answer is None and sol.trace.events["malformed_tool_call"] == 4
+    sc = tts.solve(_problem(), strategy="self_consistency", n=4, generator=ToolModel(broken, [1, 1]),
+                   prompt=tts.prompts.PLAIN_PROMPT)
+    assert sc.answer is None
+
+
+def test_a_call_copied_with_the_templates_doubled_braces_is_read():
+    """Qwen2.5's template shows its example call as {{"name": ...}}; the 1.5B model copies it."""
+    calls, why = read_tool_calls('<tool_call>\n{{"name": "get_weather", "arguments": {"city": "Oslo"}}}\n</tool_call>')
+    assert why == "ok" and [(c.name, c.args()) for c in calls] == [("get_weather", {"city": "Oslo"})]

@@ -61,7 +61,7 @@ from pydantic import Field
 
 from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
-from tts.backends.tool_calls import NO_CALL, calls_answer
+from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.config import StrategyConfigBase
 from tts.search.base import Strategy, StrategyInputError, problem_tool_choice, problem_tools, with_tool_calls
 from tts.types import Budget, RequestShape, Sample, Solution, Trace
@@ -127,7 +127,8 @@ class ToolVote(Strategy):
             if not found:
                 events[why or NO_CALL] = events.get(why or NO_CALL, 0) + 1
             calls.append(found)
-            samples.append(Sample(comp.text, calls_answer(found) if found else self.extract(comp.text),
+            answer = calls_answer(found) if found else None if why == MALFORMED else self.extract(comp.text)
+            samples.append(Sample(comp.text, answer,
                                   comp.completion_tokens, comp.mean_logprob, comp.finish_reason,
                                   tuple(c.to_openai() for c in found)))
         normalise = self.config.normalize_arguments
