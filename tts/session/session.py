@@ -417,8 +417,8 @@ class Session:
             prompt: A PromptTemplate for this solve; one that adds nothing to the question
                 (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
                 free text (chosen by similarity, :mod:`tts.answers.kinds`) unless they are tool calls.
-                Default: the session's prompt, except that a solve with ``messages`` or ``tools`` on
-                a session built without one sends the conversation as it is.
+                Default: the session's prompt, except that a solve with ``tools`` on a session
+                built without a prompt sends the conversation as it is.
             seed: The seed request seeds derive from (default: the session's).
             context: A CallContext to cancel the solve or follow its progress.
             options: Sampling settings for every sample the strategy draws (stop strings,
@@ -493,11 +493,11 @@ class Session:
         return {**solve_budget.as_dict(), "as_tokens": allowance, "n_asked": asked, "n_drawn": drawn}
 
     def _default_template(self, messages: Any, tools: Any) -> Any:
-        """The template of a solve that names none: the session's; but a conversation or tools with
-        a session left at the math default go as sent (an agent's chat is not a math problem)."""
+        """The template of a solve that names none: the session's; but a solve that offers tools on
+        a session left at the math default goes as sent (an agent's turn is not a math problem)."""
         from tts.prompts import PLAIN_PROMPT
 
-        return self.template if self._template_given or not (messages or tools) else PLAIN_PROMPT
+        return self.template if self._template_given or not tools else PLAIN_PROMPT
 
     def _solve_sampling(self, temperature: float | None, top_p: float | None,
                         max_tokens: int | None) -> Any:
