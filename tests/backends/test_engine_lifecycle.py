@@ -267,18 +267,24 @@ def _generate(gen) -> None:
 
 
 @pytest.mark.slow
-def test_engines_open_one_after_another_in_a_pool_and_each_gives_its_memory_back(tiny_model):
-    """Two real engines (two engine starts in all, where this took four as two tests): the small
-    model opened first, then a different model with a different KV size while it is open (the old
-    backend refused a second configuration, and the first one's environment must not leak into the
-    next); both answer, interleaved; closing one gives its memory back and leaves the other
-    answering; closing the pool gives everything back and leaves no engine process."""
+def test_engines_open_one_after_another_in_a_pool_and_each_gives_its_memory_back(tiny_model, tmp_path, capfd):
+    """Two real engines (two engine starts in all, where this and test_engine_log's real engine took
+    five in three tests): the small model opened first, then a different model with a different KV
+    size while it is open (the old backend refused a second configuration, and the first one's
+    environment must not leak into the next); both answer, interleaved; closing one gives its memory
+    back and leaves the other answering; closing the pool gives everything back and leaves no engine
+    process. All of it inside ``engine_log`` (as ``tts eval`` runs): the engines' start-up noise goes
+    to the log file, none to the terminal."""
     from vllm import LLM  # noqa: F401  the library's own import cost belongs to the baseline
+
+    from tts.backends import engine_log as el
 
     baseline = _mib()["total"]
     small_cfg = VLLMBackendConfig(max_model_len=1024, kv_cache_gib=1)
     tiny_cfg = VLLMBackendConfig(model=str(tiny_model), max_model_len=512, kv_cache_gib=2)
-    with EnginePool() as pool:
+    log = tmp_path / "engine.log"
+    capfd.readouterr()
+    with el.engine_log(log), EnginePool() as pool:
         start = time.perf_counter()
         small = pool.get(small_cfg)
         small_start = time.perf_counter() - start
@@ -303,6 +309,11 @@ def test_engines_open_one_after_another_in_a_pool_and_each_gives_its_memory_back
         one_closed = _mib()["total"]
         _generate(small)
     closed = _mib()["total"]
+    captured = capfd.readouterr()
+    text = log.read_text()
+    assert "engine start" in text and ("Triton" in text or "NUMA" in text), text[-2000:]
+    for noise in ("Triton", "FutureWarning", "NUMA binding"):
+        assert noise not in captured.err and noise not in captured.out, (captured.out + captured.err)[-2000:]
     logger.warning("engines: start-up small %.1f s, tiny %.1f s; baseline %.0f MiB, small open %.0f, both open "
                    "%.0f, tiny closed %.0f, all closed %.0f", small_start, tiny_start, baseline, small_open,
                    both_open, one_closed, closed)
