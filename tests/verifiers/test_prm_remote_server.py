@@ -1,4 +1,6 @@
-"""The PRM on a real vLLM server gives the in-process engine's scores (slow: two vLLM-CPU engines).
+"""The PRM on a real vLLM server gives the in-process engine's scores (heavy: each test starts two
+vLLM-CPU engines of its own, six in all, several minutes on a 2-core CPU, so ``make test`` leaves
+them out; run them with ``pytest -m heavy``).
 
 The tiny random ``Qwen2ForProcessRewardModel`` of conftest is scored first by the in-process
 engine (then closed), then by vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``,
@@ -24,6 +26,8 @@ from tts.verifiers.prm import PRMVerifier, PRMVerifierConfig
 from tts.verifiers.prm_adapters import pooler_server_args, pooler_settings
 
 logger = logging.getLogger(__name__)
+
+pytestmark = pytest.mark.heavy
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 STEPS = ("Tom starts with 3 apples.", "He buys 4 more apples.", "3 + 4 = 7.", "So he has 7 apples.",

@@ -22,7 +22,7 @@ def test_particles_lookahead_and_ab_mcts_on_vllm(vllm_generator, tmp_path):
                   {"kind": "lookahead", "n": 4, "lookahead": 1, **step},
                   {"kind": "ab_mcts", "n": 3}]
     cfg = EvalConfig.model_validate({
-        "data": {"benchmark": "demo", "limit": 2}, "strategies": strategies, "sampling": {"max_tokens": 48},
+        "data": {"benchmark": "demo", "limit": 1}, "strategies": strategies, "sampling": {"max_tokens": 48},
         "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1}, "seed": 5,
     })
     run_eval(cfg, tmp_path, generator=vllm_generator)
@@ -31,8 +31,9 @@ def test_particles_lookahead_and_ab_mcts_on_vllm(vllm_generator, tmp_path):
     for row in rows:
         by.setdefault(row["trace"]["strategy"], []).append(row)
         assert row["usage"]["completion_tokens"] > 0 and "verifier_error" not in row["trace"]["events"]
-    assert {k: len(v) for k, v in by.items()} == {"particle_filtering": 2, "particle_gibbs": 2, "lookahead": 2,
-                                                 "ab_mcts": 2}
+    # one problem: every check below is per row (the second problem only doubled the engine's work)
+    assert {k: len(v) for k, v in by.items()} == {"particle_filtering": 1, "particle_gibbs": 1, "lookahead": 1,
+                                                 "ab_mcts": 1}
     for row in by["particle_filtering"] + by["particle_gibbs"]:
         assert len(row["trace"]["samples"]) == 4 and row["trace"]["events"].get("resamples", 0) >= 1
     assert all(row["trace"]["events"]["references_kept"] == 1 for row in by["particle_gibbs"])
