@@ -233,7 +233,7 @@ def vllm(args: argparse.Namespace) -> dict:
         stack.enter_context(_process(
             [sys.executable, "-m", "tts.cli", "serve", "--backend", "openai", "--base-url", upstream, "--model", model,
              "--price-as", "smollm2-135m", "--port", str(tts_port), "--default-max-tokens", str(args.max_tokens),
-             "--strategy", f"sc-{args.n}"],
+             "--strategy", f"sc-{args.n}", "--upstream-timeout", "600", "--upstream-deadline", "900"],
             f"http://127.0.0.1:{tts_port}/health", Path(args.log), 120))
         chats = (tool_requests(args.tools, args.requests) if args.tools else
                  [{"messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]} for i in range(args.requests)])
