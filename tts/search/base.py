@@ -495,8 +495,10 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
          free_text: bool = False) -> tuple[str | None, float, dict[str, float], int | None]:
     """Weighted plurality vote, each answer compared by its kind (:mod:`tts.answers.kinds`).
 
-    - When any sample calls tools, only the tool-call answers vote, keyed by their calls with
-      normalised arguments (:func:`tts.answers.kinds.call_key`); replies in text abstain.
+    - When at least half of the samples call tools, only the tool-call answers vote, keyed by
+      their calls with normalised arguments (:func:`tts.answers.kinds.call_key`); replies in text
+      abstain. When fewer do, the replies in text decide and the calls abstain (its_hub's rule: a
+      question that needs no tool is not answered by the minority that called one).
     - Free text (``free_text``: the strategy extracts :data:`tts.answers.kinds.TEXT`) is not
       counted but selected by minimum Bayes risk (:func:`select_text`).
     - Otherwise answers that math-verify finds equal vote together, keyed by
@@ -512,11 +514,14 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
         first sample that carries the winning answer).
     """
     weights = list(weights) if weights is not None else [1.0] * len(samples)
-    if any(s.tool_calls for s in samples):
+    calling = sum(1 for s in samples if s.tool_calls)
+    if calling and 2 * calling >= len(samples):
         keys = [call_key(s.answer) if s.tool_calls and s.answer is not None else None for s in samples]
-    elif free_text:
-        return select_text(samples, weights)
     else:
+        if calling:  # a minority calls: the replies in text decide (its_hub's rule), the calls abstain
+            samples = [s if not s.tool_calls else dataclasses.replace(s, answer=None) for s in samples]
+        if free_text:
+            return select_text(samples, weights)
         keys = answer_keys([s.answer for s in samples])
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
