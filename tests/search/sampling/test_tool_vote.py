@@ -195,3 +195,17 @@ def test_a_call_copied_with_the_templates_doubled_braces_is_read():
     """Qwen2.5's template shows its example call as {{"name": ...}}; the 1.5B model copies it."""
     calls, why = read_tool_calls('<tool_call>\n{{"name": "get_weather", "arguments": {"city": "Oslo"}}}\n</tool_call>')
     assert why == "ok" and [(c.name, c.args()) for c in calls] == [("get_weather", {"city": "Oslo"})]
+
+
+def test_a_calling_minority_does_not_answer_a_question_that_needs_no_tool():
+    """Found on BFCL irrelevance: with one calling reply the calls alone voted (0.85 at n = 1 fell
+    to 0.60 at n = 8). As in its_hub, calls vote only when at least half of the replies call."""
+    prose = "No tool can answer that; the capital of France is Paris."
+    replies = [call("get_weather", city="Paris")] * 3 + [prose] * 5
+    for strategy in ("tool_vote", "self_consistency"):
+        sol = tts.solve(_problem(), strategy=strategy, n=8, generator=ToolModel(replies, [1] * 8),
+                        prompt=tts.prompts.PLAIN_PROMPT)
+        assert sol.answer == prose, strategy
+        calls_win = tts.solve(_problem(), strategy=strategy, n=8, generator=ToolModel(replies[:1] * 4 + [prose] * 4, [1] * 8),
+                              prompt=tts.prompts.PLAIN_PROMPT)
+        assert json.loads(calls_win.answer)[0]["name"] == "get_weather", strategy  # half call: the calls vote
