@@ -128,7 +128,7 @@ def main() -> None:
     print(f"USC selection unreadable (fell back to reply 0): {unparsed} of {len(problems)}; generated tokens per "
           f"question: {sample_tokens / len(problems):.0f} replies + {select_tokens / len(problems):.0f} selection")
     print()
-    print(f"| rule | chrF [95% CI] | contains [95% CI] | chrF vs one sample | contains vs one sample |")
+    print("| rule | chrF [95% CI] | contains [95% CI] | chrF vs one sample | contains vs one sample |")
     print("|---|---|---|---|---|")
     base_c, base_h = np.array(scores[rules[0]]), np.array(hits[rules[0]])
     for rule in rules:

@@ -7,7 +7,6 @@ tts makes the same decisions on fixed hand-made inputs.
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
 
 import pytest
