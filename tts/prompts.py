@@ -8,9 +8,11 @@ Strategies receive the rendered messages and never set chat templates themselves
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tts.answers.kinds import TEXT
 from tts.backends.base import Message
 from tts.backends.chat import messages_from_openai
 from tts.types import Problem
@@ -54,6 +56,13 @@ def answers_in_text(template: object) -> bool:
     the conversation goes as sent, and its answers are free text rather than a boxed value."""
     return (isinstance(template, PromptTemplate) and template.system is None and not template.few_shot
             and template.user == "{question}")
+
+
+def extract_options(template: object) -> dict[str, Any]:
+    """A strategy's ``extract`` for a template: free text (:data:`tts.answers.kinds.TEXT`) when the
+    template adds nothing (the conversation as sent: never a number read out of prose), else the
+    strategy's default (math). Returned as keyword arguments for the strategy's constructor."""
+    return {"extract": TEXT} if answers_in_text(template) else {}
 
 
 def chat_prompt(template: PromptTemplate) -> Callable[[Problem], tuple[Message, ...]]:

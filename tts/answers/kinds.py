@@ -21,20 +21,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-_THINK_CLOSE = "</think>"
-
-
-def final_text(text: str) -> str | None:
-    """A reply's final text: what follows its reasoning section (``... </think>``), stripped; None when empty."""
-    head, sep, tail = text.rpartition(_THINK_CLOSE)
-    out = (tail if sep else text).strip()
-    if not sep and out.startswith("<think>"):
-        return None  # a thought cut short: no final text
-    return out or None
+from tts.answers.free_text import text_answer
 
 
 class FreeTextExtract:
-    """The extraction of free-text answers: the reply's final text (:func:`final_text`).
+    """The extraction of free-text answers: the reply's final text
+    (:func:`tts.answers.free_text.text_answer`).
 
     Strategies that vote see :func:`is_free_text` true for it and select by minimum Bayes risk
     instead of counting equal strings.
@@ -43,7 +35,7 @@ class FreeTextExtract:
     free_text = True
 
     def __call__(self, text: str) -> str | None:
-        return final_text(text)
+        return text_answer(text)
 
     def __repr__(self) -> str:
         return "TEXT"

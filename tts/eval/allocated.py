@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 from tts.answers import answer_keys
-from tts.answers.kinds import TEXT
 from tts.backends.base import Generator, count_prompt_tokens, request_usage
 from tts.benchmarks.append_log import read_append_log
 from tts.budgets.allocator import (
@@ -52,7 +51,7 @@ from tts.cost.ledger import usage_from_json
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, grade_rows, load_problems
 from tts.eval.store import ResultsStore
-from tts.prompts import answers_in_text, chat_prompt
+from tts.prompts import chat_prompt, extract_options
 from tts.search.base import to_sample
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem, Sample, Usage, to_jsonable
@@ -339,7 +338,7 @@ def run_allocated_eval(
     owns = generator is None
     try:
         generator = generator or create_generator(config.backend, loaded)
-        extra = {"extract": TEXT} if answers_in_text(bench.prompt) else {}  # as the runner's strategies
+        extra = extract_options(bench.prompt)  # as the runner's strategies
         sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, chat_prompt(bench.prompt), config.sampling,
                              seed=config.seed, **extra)
         # 1. Sampling under the budget (skipped when a finished run is re-opened).

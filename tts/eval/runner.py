@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tts.answers.kinds import TEXT
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
 from tts.benchmarks.grading import Grader, Outcome
@@ -25,7 +24,7 @@ from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
 from tts.eval.store import ResultsStore
-from tts.prompts import PromptTemplate, answers_in_text, chat_prompt
+from tts.prompts import PromptTemplate, chat_prompt, extract_options
 from tts.registry import BENCHMARKS, STRATEGIES
 from tts.search.base import Strategy
 from tts.types import Problem, Solution, to_jsonable
@@ -66,7 +65,7 @@ def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTem
     ``prompt`` adds nothing, its answers then read as free text (never a number read out of prose);
     other problems rendered by ``prompt``, answers extracted as math."""
     render = chat_prompt(prompt)
-    extra = {"extract": TEXT} if answers_in_text(prompt) else {}
+    extra = extract_options(prompt)
     return [STRATEGIES.load(sc.kind)(sc, generator, render, config.sampling, seed=config.seed, **extra)
             for sc in config.strategies]
 

@@ -24,8 +24,7 @@ from typing import Any, Self
 
 from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
-from tts.answers.kinds import TEXT
-from tts.prompts import answers_in_text, chat_prompt
+from tts.prompts import chat_prompt, extract_options
 from tts.session.budget import Pricer, SolveBudget
 from tts.session.errors import SettingsError, settings_line
 from tts.types import Budget, Problem, Solution
@@ -538,9 +537,7 @@ class Session:
 
         cls = STRATEGIES.load(config.kind)
         generator: Any = self.batcher
-        extra: dict[str, Any] = {}
-        if answers_in_text(getattr(render, "template", None)):
-            extra["extract"] = TEXT  # the conversation as sent: free-text answers, chosen by similarity
+        extra: dict[str, Any] = extract_options(getattr(render, "template", None))  # free text when sent as is
         if options is not None and options != SampleOptions():
             generator = _OptionsGenerator(self.batcher, options)
             if options.json_schema is not None:
