@@ -209,3 +209,26 @@ def test_a_calling_minority_does_not_answer_a_question_that_needs_no_tool():
         calls_win = tts.solve(_problem(), strategy=strategy, n=8, generator=ToolModel(replies[:1] * 4 + [prose] * 4, [1] * 8),
                               prompt=tts.prompts.PLAIN_PROMPT)
         assert json.loads(calls_win.answer)[0]["name"] == "get_weather", strategy  # half call: the calls vote
+
+
+def test_a_ladder_of_n_shares_one_draw_and_each_n_votes_on_its_first_replies():
+    """``tts eval -s tool_vote -n 1 -n 4 -n 8``: one request of 8 replies per problem (not 13), and
+    each config's answer and usage are those of its first n replies, as if drawn alone."""
+    from tts.eval.runner import solve_all
+
+    model = ToolModel(REPLIES, [3, 3, 4, 2, 3, 2, 2, 1], seed=3)
+    voters = [ToolVote(ToolVoteConfig(n=n), model, CHAT) for n in (1, 4, 8)]
+    problems = [_problem(), Problem("turn-2", "Weather in Paris?", None, _problem().metadata)]
+    together = solve_all(voters, problems)
+    assert [r.n for r in model.requests] == [8, 8]
+    draw = {p.id: [s.text for s in together[2][i].trace.samples] for i, p in enumerate(problems)}
+    for voter, sols in zip(voters, together, strict=True):
+        n = voter.config.n
+        for p, sol in zip(problems, sols, strict=True):
+            assert [s.text for s in sol.trace.samples] == draw[p.id][:n]
+            assert sol.usage.completion_tokens == sum(len(t.split()) for t in draw[p.id][:n])
+            alone = ToolModel([], [])
+            alone.generate = lambda reqs, texts=draw[p.id][:n]: [GenerationResult(
+                tuple(Completion(t, len(t.split()), -0.2, "stop") for t in texts),
+                request_usage(50, 0, [len(t.split()) for t in texts], 0.0)) for _ in reqs]
+            assert ToolVote(ToolVoteConfig(n=n), alone, CHAT).solve([p])[0].answer == sol.answer

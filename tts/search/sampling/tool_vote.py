@@ -64,7 +64,14 @@ from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError, problem_tool_choice, problem_tools, with_tool_calls
+from tts.search.base import (
+    Strategy,
+    StrategyInputError,
+    prefix_usage,
+    problem_tool_choice,
+    problem_tools,
+    with_tool_calls,
+)
 from tts.types import Budget, RequestShape, Sample, Solution, Trace
 
 
@@ -113,15 +120,43 @@ class ToolVote(Strategy):
         if budgets is not None and len(budgets) != len(problems):
             raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
         ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
-        requests = [GenerationRequest(messages=self.prompt(p), n=n, temperature=self.sampling.temperature,
-                                      top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
-                                      seed=derive_seed(self.seed, p.id, 0), key=p.id, tools=problem_tools(p),
-                                      tool_choice=problem_tool_choice(p))
-                    for p, n in zip(problems, ns, strict=True)]
+        requests = [self._request(p, n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         return [self._vote(p, r) for p, r in zip(problems, results, strict=True)]
 
-    def _vote(self, problem: Any, result: Any) -> Solution:
+    def _request(self, problem: Any, n: int) -> GenerationRequest:
+        return GenerationRequest(messages=self.prompt(problem), n=n, temperature=self.sampling.temperature,
+                                 top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
+                                 seed=derive_seed(self.seed, problem.id, 0), key=problem.id,
+                                 tools=problem_tools(problem), tool_choice=problem_tool_choice(problem))
+
+    def shares_draw_with(self, other: Strategy) -> bool:
+        """Another ``tool_vote`` on the same backend, prompt, sampling, extraction and seed: its
+        replies would be the same (the vote settings may differ: they only read the replies)."""
+        return (isinstance(other, ToolVote) and other.generator is self.generator and other.prompt == self.prompt
+                and other.sampling == self.sampling and other.extract is self.extract and other.seed == self.seed)
+
+    @classmethod
+    def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
+        """ONE generator call of max(n) replies per problem; each config votes on its first n (as the
+        sampling strategies share a draw), so a ladder n = 1, 4, 8 costs the n = 8 draw alone."""
+        first = strategies[0]
+        if not all(isinstance(s, ToolVote) and first.shares_draw_with(s) for s in strategies):
+            return super().solve_together(strategies, problems)
+        voters: list[ToolVote] = list(strategies)  # type: ignore[arg-type]
+        n_max = max(s.config.n for s in voters)
+        requests = [voters[0]._request(p, n_max) for p in problems]
+        results = with_tool_calls(requests, first.generator.generate(requests))
+        return [[s._vote(p, r, s.config.n) for p, r in zip(problems, results, strict=True)] for s in voters]
+
+    def _vote(self, problem: Any, result: Any, n: int | None = None) -> Solution:
+        """The vote over the first ``n`` replies of ``result`` (all when None), priced as if drawn alone."""
+        n = n or len(result.completions)
+        if n < len(result.completions):
+            prefix = result.completions[:n]
+            usage = prefix_usage(result.usage, [Sample(c.text, None, c.completion_tokens) for c in prefix],
+                                 len(result.completions))
+            result = dataclasses.replace(result, completions=prefix, usage=usage)
         samples, calls, events = [], [], {}
         for comp in result.completions:
             found, why = comp.tool_calls or (), comp.tool_call_error
