@@ -13,6 +13,10 @@ as user turns in ``<tool_response>`` tags), which is documented in docs/serving.
 config (``tool_parser``, default ``hermes``, the parser vLLM's server uses for Qwen2.5 and Hermes);
 where it reads none, tts's lenient reader (:func:`tts.backends.tool_calls.reply_tool_calls`) reads
 the text, since small models write calls their parser does not read (a fenced JSON block).
+
+A request whose ``tool_choice`` forces a call (``"required"``, or a named function) is decoded under
+the JSON schema vLLM's server uses for it (:func:`forced_call_schema`) and read back as the server
+reads it (:func:`read_forced_calls`): the reply is a call, never prose.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tts.backends.chat import Message, ToolCall, function_spec
-from tts.backends.tool_calls import new_call_id, reply_tool_calls, tools_from_json
+from tts.backends.tool_calls import MALFORMED, check_calls, new_call_id, reply_tool_calls, tools_from_json
 
 logger = logging.getLogger(__name__)
 
@@ -135,3 +139,66 @@ class VLLMToolReader:
         if not info.tools_called:
             return []
         return [ToolCall(c.function.name, c.function.arguments or "{}", c.id or new_call_id()) for c in info.tool_calls]
+
+
+def forced_tool_choice(tool_choice_text: str | None) -> str | None:
+    """The function a request's ``tool_choice`` (JSON text) forces: its name for a named function,
+    ``"required"`` for any call, None when the model may answer without one (``auto``, ``none``)."""
+    if tool_choice_text is None:
+        return None
+    choice = json.loads(tool_choice_text)
+    if choice == "required":
+        return "required"
+    if isinstance(choice, dict):
+        return str((choice.get("function") or {}).get("name") or "") or None
+    return None
+
+
+def forced_call_schema(tools_text: str | None, tool_choice_text: str | None) -> dict[str, Any] | None:
+    """The JSON schema that makes a reply a call when ``tool_choice`` forces one, as vLLM's OpenAI
+    server builds it (its ``get_json_schema_from_tools``, called here): for ``"required"`` an array
+    of ``{"name", "parameters"}`` objects, one per call; for a named function that function's
+    arguments object. None when nothing is forced. Decoding under it (structured outputs) is how
+    vLLM's server honours ``tool_choice``; a model that would answer in prose cannot."""
+    forced = forced_tool_choice(tool_choice_text)
+    tools = tools_from_json(tools_text)
+    if forced is None or not tools:
+        return None
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionNamedToolChoiceParam,
+        ChatCompletionToolsParam,
+    )
+    from vllm.tool_parsers.utils import get_json_schema_from_tools
+
+    params = [ChatCompletionToolsParam.model_validate(t) for t in tools]
+    choice: Any = forced if forced == "required" else ChatCompletionNamedToolChoiceParam.model_validate(
+        {"type": "function", "function": {"name": forced}})
+    try:
+        schema = get_json_schema_from_tools(choice, params)
+    except ValueError as exc:  # a named tool that is not offered
+        raise ValueError(f"tool_choice names a tool that is not offered: {exc}") from None
+    return schema if isinstance(schema, dict) else json.loads(schema) if schema else None
+
+
+def read_forced_calls(text: str, tools_text: str | None,
+                      tool_choice_text: str | None) -> tuple[tuple[ToolCall, ...], str | None]:
+    """The calls of a reply decoded under :func:`forced_call_schema` (the JSON it forces, read as
+    vLLM's server reads it), checked against the tools; a reply cut short by ``max_tokens`` does
+    not parse and is malformed."""
+    forced = forced_tool_choice(tool_choice_text)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return (), MALFORMED
+    if forced == "required":
+        if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+            return (), MALFORMED
+        calls = tuple(ToolCall(str(v.get("name", "")), json.dumps(v.get("parameters") or {}, ensure_ascii=False),
+                               new_call_id()) for v in value)
+    else:
+        if not isinstance(value, dict):
+            return (), MALFORMED
+        calls = (ToolCall(str(forced), json.dumps(value, ensure_ascii=False), new_call_id()),)
+    if check_calls(calls, tools_from_json(tools_text)) != "ok":
+        return (), MALFORMED
+    return calls, None

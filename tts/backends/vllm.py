@@ -70,7 +70,7 @@ from tts.backends.base import (
     request_usage,
     split_wall_time,
 )
-from tts.backends.chat_render import VLLMToolReader, render_chat
+from tts.backends.chat_render import VLLMToolReader, forced_call_schema, forced_tool_choice, read_forced_calls, render_chat
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.backends.thinking import split_ids
 from tts.config import VLLMBackendConfig
@@ -607,10 +607,13 @@ class VLLMGenerator:
                                  "eos": self.tokenizer.eos_token_id}}
             top = max(top, stop.top_k)  # the stop is recognised from the returned top-k afterwards
         structured = None
-        if request.json_schema is not None:
+        schema: Any = request.json_schema
+        if schema is None and request.tools and forced_tool_choice(request.tool_choice):
+            schema = forced_call_schema(request.tools, request.tool_choice)  # as vLLM's server forces a call
+        if schema is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
-            structured = StructuredOutputsParams(json=request.json_schema)
+            structured = StructuredOutputsParams(json=schema)
         return SamplingParams(
             n=1 if greedy_repeats(request) else request.n,  # vLLM refuses greedy with n > 1
             temperature=request.temperature,
@@ -687,7 +690,12 @@ class VLLMGenerator:
                 thought = None
                 if self._think is not None:  # split at the engine's end-of-thinking delimiter
                     thought = split_ids(out.prompt_token_ids, list(c.token_ids), *self._think, req.thinking_budget)
-                calls, call_error = self._tool_reader.read(c.text, req.tools) if req.tools else (None, None)
+                if not req.tools:
+                    calls, call_error = None, None
+                elif req.json_schema is None and forced_tool_choice(req.tool_choice):
+                    calls, call_error = read_forced_calls(c.text, req.tools, req.tool_choice)
+                else:
+                    calls, call_error = self._tool_reader.read(c.text, req.tools)
                 completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
                                               all_top if req.top_logprobs else None, texts, alternatives,
                                               reasoning_tokens=thought.reasoning_tokens if thought else None,
