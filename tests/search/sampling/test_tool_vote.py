@@ -232,3 +232,41 @@ def test_a_ladder_of_n_shares_one_draw_and_each_n_votes_on_its_first_replies():
                 tuple(Completion(t, len(t.split()), -0.2, "stop") for t in texts),
                 request_usage(50, 0, [len(t.split()) for t in texts], 0.0)) for _ in reqs]
             assert ToolVote(ToolVoteConfig(n=n), alone, CHAT).solve([p])[0].answer == sol.answer
+
+
+def _after_a_result(**meta):
+    """Turn 2 of a loop: the model called get_weather(Paris) and the tool answered."""
+    messages = [{"role": "user", "content": "What's the weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"}]
+    return Problem("turn-2", "What's the weather in Paris?", None, {"tools": TOOLS, "messages": messages, **meta})
+
+
+def test_replies_that_only_repeat_an_answered_call_abstain_so_the_answer_in_text_wins():
+    """Measured on Qwen2.5-Coder-1.5B after a tool result: half the samples call the same tool
+    again, half answer. its_hub's half rule alone returns the repeat (an agent loops until its turn
+    limit); the repeats abstain, so the answer in text is the reply."""
+    answer = "It is 18C and sunny in Paris."
+    replies = [call("get_weather", city="Paris"), answer, call("get_weather", city=" paris "), answer]
+    sol = ToolVote(ToolVoteConfig(n=4), ToolModel(replies, [1, 1, 1, 1]), CHAT,
+                   extract=tts.answers.kinds.TEXT).solve([_after_a_result()])[0]
+    assert sol.answer == answer and sol.trace.events["repeated_tool_call"] == 2
+    its_hub = ToolVote(ToolVoteConfig(n=4, repeated_calls="vote"), ToolModel(replies, [1, 1, 1, 1]), CHAT,
+                       extract=tts.answers.kinds.TEXT)
+    assert json.loads(its_hub.solve([_after_a_result()])[0].answer) == [{"name": "get_weather",
+                                                                       "arguments": {"city": "Paris"}}]
+
+
+def test_a_new_call_after_a_result_still_votes_and_a_call_without_a_result_is_not_a_repeat():
+    london = call("get_weather", city="London")
+    replies = [london, london, call("get_weather", city="Paris"), "It is sunny."]
+    sol = ToolVote(ToolVoteConfig(n=4), ToolModel(replies, [1, 1, 1, 1]), CHAT).solve([_after_a_result()])[0]
+    assert json.loads(sol.answer) == [{"name": "get_weather", "arguments": {"city": "London"}}]
+    unanswered = _after_a_result()
+    unanswered.metadata["messages"] = unanswered.metadata["messages"][:2]  # the call has no result yet
+    paris = [call("get_weather", city="Paris")] * 3 + ["It is sunny."]
+    sol = ToolVote(ToolVoteConfig(n=4), ToolModel(paris, [1, 1, 1, 1]), CHAT).solve([unanswered])[0]
+    assert json.loads(sol.answer) == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert "repeated_tool_call" not in sol.trace.events

@@ -38,6 +38,14 @@ Departures from its_hub, on purpose (each has the setting that gives its_hub's r
   (:func:`tts.search.base.select_text`), other answers by a vote, where its_hub counts equal
   contents. ``text_fallback=False`` answers None instead, for ``tool_choice: "required"``.
 
+* a reply that only repeats calls whose results are already in the conversation abstains
+  (``repeated_calls="abstain"``, event ``repeated_tool_call``): small models often call the same
+  tool again after its result instead of answering, which loops an agent until its turn limit.
+  On Qwen2.5-Coder-1.5B, after a ``get_time`` result, 2 of 4 samples repeated the call and 2
+  answered in text ("The time in Tokyo right now is 14:05."); its_hub's rule (half of the replies
+  call, so the calls vote) returns the repeat, this one the answer. its_hub counts them:
+  ``repeated_calls="vote"``.
+
 A reply without a usable call votes for nothing: no call, JSON that does not parse, arguments that
 are not an object, a tool that is not offered, or a required argument missing. Such replies are
 counted (events ``malformed_tool_call`` and ``no_tool_call``), never raised; the confidence is the
@@ -62,6 +70,7 @@ from pydantic import Field
 
 from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
+from tts.backends.chat import Message, messages_from_openai
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.config import StrategyConfigBase
 from tts.search.base import (
@@ -97,6 +106,30 @@ class ToolVoteConfig(StrategyConfigBase):
     text_fallback: bool = True
     """When no reply holds a valid call, answer with the text the replies agree on (minimum Bayes
     risk over their texts); False answers None (``tool_choice: "required"``)."""
+    repeated_calls: Literal["abstain", "vote"] = "abstain"
+    """A reply whose calls all repeat calls the conversation already holds results for (same tool,
+    same normalised arguments): ``abstain`` (it votes for nothing, as a reply without a call, so
+    the replies that answer from the result decide), or ``vote`` (counted like any call, as its_hub
+    does; for tools whose result changes between calls, such as polling a job)."""
+
+
+REPEATED = "repeated_tool_call"
+"""Event: a reply that only repeated calls whose results the conversation already holds."""
+
+
+def answered_calls(problem: Any, normalise: bool = True) -> set[str]:
+    """The keys (:func:`tts.answers.kinds.call_key`) of the calls in the problem's conversation
+    (``metadata["messages"]``) that a ``tool`` turn answered."""
+    meta = getattr(problem, "metadata", None) or {}
+    raw = meta.get("messages") if isinstance(meta, dict) else None
+    if not raw:
+        return set()
+    messages = [m if isinstance(m, Message) else None for m in raw]
+    if None in messages:
+        messages = list(messages_from_openai(raw))
+    results = {m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id}
+    return {call_key(calls_answer([c]), normalise) for m in messages if m.role == "assistant"
+            for c in m.tool_calls or () if c.id in results}
 
 
 def _most_common(indices: list[int], keys: Sequence[str | None]) -> list[int]:
@@ -168,6 +201,12 @@ class ToolVote(Strategy):
                                   comp.completion_tokens, comp.mean_logprob, comp.finish_reason,
                                   tuple(c.to_openai() for c in found)))
         normalise = self.config.normalize_arguments
+        if self.config.repeated_calls == "abstain":
+            answered = answered_calls(problem, normalise)
+            for i, found in enumerate(calls):
+                if found and all(call_key(calls_answer([c]), normalise) in answered for c in found):
+                    calls[i] = ()
+                    events[REPEATED] = events.get(REPEATED, 0) + 1
         voting = [c if self.config.votes_on == "all_calls" else c[:1] for c in calls]
         names = [json.dumps([c.name for c in v]) if v else None for v in voting]
         args = [call_key(calls_answer(v), normalise) if v else None for v in voting]
@@ -204,7 +243,8 @@ class ToolVote(Strategy):
         samples = [s if not s.tool_calls else dataclasses.replace(s, answer=None) for s in samples]
         if not self.config.text_fallback:
             return Solution(problem.id, None, 0.0, result.usage, Trace(self.name, tuple(samples), events=events))
-        answer, share, votes, idx = self.vote(samples)
+        # The calls abstain here (also those that left the vote as repeats), so the texts decide.
+        answer, share, votes, idx = self.vote([dataclasses.replace(s, tool_calls=()) for s in samples])
         trace = Trace(self.name, tuple(samples), votes=votes, selected=idx,
                       events={**events, **({"answered_in_text": 1} if idx is not None else {})})
         return Solution(problem.id, answer, share, result.usage, trace)
