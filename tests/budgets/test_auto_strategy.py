@@ -94,3 +94,21 @@ def test_auto_says_when_its_calibration_caps_n(tmp_path: Path, caplog) -> None:
         sols = auto.solve(_problems())
     assert max(s.trace.notes["n"] for s in sols) <= 16
     assert "n is capped at 16" in caplog.text and "n_max is 64" in caplog.text
+
+
+def test_auto_reads_a_budget_in_any_form_the_solve_and_the_server_take():
+    """One budget type: ``auto``'s config reads what tts.solve, Session and the server's tts.budget
+    read (ComputeBudget), not only a number beside a separate unit field."""
+    import pydantic
+
+    from tts.budgets.auto_strategy import AutoConfig
+
+    assert (AutoConfig(budget="0.01 dollars", calibration="x").budget_unit,
+            AutoConfig(budget="0.01 dollars", calibration="x").budget) == ("dollars", 0.01)
+    cfg = AutoConfig(budget={"eflops": 1e15}, calibration="x")
+    assert (cfg.budget, cfg.budget_unit) == (1e15, "eflops")
+    assert AutoConfig(budget=2000, calibration="x").budget_unit == "tokens"
+    with pytest.raises(pydantic.ValidationError, match="0.01 dollars and budget_unit 'tokens' disagree"):
+        AutoConfig(budget="0.01 dollars", budget_unit="tokens", calibration="x")
+    with pytest.raises(pydantic.ValidationError, match="unknown"):
+        AutoConfig(budget="3 apples", calibration="x")

@@ -75,7 +75,9 @@ class AutoConfig(StrategyConfigBase):
     kind: Literal["auto"] = "auto"
     budget: float = Field(gt=0)
     """Budget per problem on average, in ``budget_unit`` (pilot included); a batch of P problems
-    may spend P times this. ``tts eval --budget`` gives the total and divides it."""
+    may spend P times this. ``tts eval --budget`` gives the total and divides it. Any form of
+    :class:`tts.budgets.pricing.ComputeBudget` is read (``0.01 dollars``, ``{"eflops": 1e15}``):
+    its unit becomes ``budget_unit``."""
     budget_unit: Literal["tokens", "eflops", "gpu_seconds", "dollars"] = "tokens"
     """tokens (generated + uncached prompt), eflops (Kinetics), gpu_seconds (roofline x efficiency),
     dollars (those seconds at the GPU's hourly price); the last three price on ``gpu``."""
@@ -150,6 +152,23 @@ class AutoConfig(StrategyConfigBase):
             except ValueError:
                 return efficiency_from_report(value)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_budget_type(cls, data: Any) -> Any:
+        """``budget`` in any form ComputeBudget reads, as the solve, the session and the server take it."""
+        if isinstance(data, dict) and not isinstance(data.get("budget", 0), (int, float)):
+            from tts.budgets.pricing import BudgetError, ComputeBudget
+
+            try:
+                parsed = ComputeBudget.parse(data["budget"], data.get("budget_unit"))
+            except BudgetError as exc:
+                raise ValueError(str(exc)) from None
+            if parsed is not None:
+                if data.get("budget_unit") not in (None, parsed.unit):
+                    raise ValueError(f"budget {parsed} and budget_unit {data['budget_unit']!r} disagree; give one unit")
+                data = {**data, "budget": parsed.amount, "budget_unit": parsed.unit}
+        return data
 
     @model_validator(mode="after")
     def _prompt_length_needs_learned(self) -> AutoConfig:
