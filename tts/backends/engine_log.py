@@ -15,8 +15,8 @@ FutureWarnings, one copy per engine process. Inside :func:`engine_log`:
    and send ERROR records to that stdout.
 
 Everything (handlers, levels, ``warnings.showwarning``, the descriptor) is restored on exit. When
-the block fails, the lines the log gained during it are echoed to the terminal, so the cause of a
-failed start is never only in the file.
+the block fails (an exception, not a stop by Ctrl-C or SIGTERM), the lines the log gained during
+it are echoed to the terminal, so the cause of a failed start is never only in the file.
 
 Outside such a block (tts used as a library: ``tts.solve``, ``tts.Session``, a generator of one's
 own), an engine start still keeps descriptor 2 off the terminal: its processes' stderr (the
@@ -216,13 +216,12 @@ def engine_log(path: Path | str) -> Iterator[Path]:
         _route_loggers(state)
         warnings.showwarning = _log_warning(state, previous_showwarning)
         _active.append(state)
+    failed = False  # a stop (Ctrl-C, SIGTERM's SystemExit) is no failure: no tail for it
     try:
         yield path
-    except BaseException as exc:
-        failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+    except Exception:
+        failed = True
         raise
-    else:
-        failed = False
     finally:
         with _lock:
             _active.remove(state)
@@ -343,8 +342,8 @@ def _capture_to_logger() -> Iterator[None]:
         with _stderr_pointed_at(write_fd):
             try:
                 yield
-            except BaseException as exc:
-                failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+            except Exception:  # not a stop (KeyboardInterrupt, SystemExit, GeneratorExit)
+                failed = True
                 raise
     finally:
         os.close(write_fd)  # the engine's processes hold the other copies: EOF when they exit

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from tts.cli.errors import fail, user_errors
+from tts.cli.stopped import exit_on_signal
 
 API_KEY_ENV = "TTS_API_KEY"
 
@@ -216,7 +217,7 @@ def close_on_failure(generator: Any, session: Any, build: Any) -> Any:
 
 def run_then_close(generator: Any, session: Any, run: Any) -> None:
     """``run()`` (the server, in the foreground), then shut the session and the engine down, also
-    on SIGTERM (see :func:`_exit_on_signal`)."""
+    on SIGTERM (see :func:`exit_on_signal`)."""
     try:
         run()
     finally:
@@ -280,7 +281,7 @@ def serve_command(
     key = api_key_or_env(api_key)
     with user_errors():
         verifiers, calibrations = checked_resources(strategy, verifier, calibration, allow_strategy)
-        signal.signal(signal.SIGTERM, _exit_on_signal)  # run_then_close shuts the engine down
+        signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         generator, session, name = open_session(
             backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                        "deadline": upstream_deadline, "concurrency": upstream_concurrency},
@@ -299,7 +300,7 @@ def serve_command(
                f"auth {'on' if key else 'off'})", err=True)
     # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
     # again under the handler that was there before: SIGTERM's default would end the process
-    # before run_then_close's finally, orphaning vLLM's engine process, so _exit_on_signal raises
+    # before run_then_close's finally, orphaning vLLM's engine process, so exit_on_signal raises
     # SystemExit. The event loop shares the GIL with the solves' threads: at the default 5 ms
     # switch interval it waits up to 5 ms for each turn, and HTTP throughput fell to ~0.6x of
     # in-process solving on the scripted backend; at 1 ms it answers on time.
@@ -307,8 +308,3 @@ def serve_command(
     run_then_close(generator, session, lambda: uvicorn.run(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
         timeout_keep_alive=keep_alive_timeout, limit_concurrency=max_connections))
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    """SIGTERM ends ``tts serve`` through its ``finally`` (which shuts the engine down), like SIGINT."""
-    raise SystemExit(128 + signum)
