@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
 
 logger = logging.getLogger(__name__)
@@ -24,8 +23,10 @@ _HUB_LOGGERS = ("huggingface_hub", "datasets")
 
 
 def endpoint() -> str:
-    """The hub's address: ``$HF_ENDPOINT`` (a mirror) or https://huggingface.co."""
-    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    """The hub's address as huggingface_hub uses it: ``$HF_ENDPOINT`` (a mirror) or https://huggingface.co."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT).rstrip("/")
 
 
 def offline_mode() -> bool:

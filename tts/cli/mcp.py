@@ -71,6 +71,8 @@ def mcp_command(
         if strategy is None:
             strategy = "sc-8" if not allow_strategy or "self_consistency" in allow_strategy else allow_strategy[0]
         verifiers, calibrations = shared.checked_resources(strategy, verifier, calibration, allow_strategy)
+        if transport == "http":
+            shared.check_listen(host, port)
         signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         # Over stdio, stdout carries the protocol: the engine (and its worker processes) and any log line
         # written before the transport takes stdout over must go elsewhere.
