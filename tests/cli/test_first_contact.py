@@ -144,6 +144,28 @@ def test_a_stopped_eval_says_how_far_it_got_where_and_how_to_resume(tmp_path, si
         assert _problems_saved(rows) == done
 
 
+def test_a_stopped_sweep_says_how_many_cells_it_kept(tmp_path):
+    cells = tmp_path / "cells.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", "sweep", "--backend", "scripted", "--benchmark", "chains",
+                             "--limit", "300", "-s", "self_consistency", "--n", "1,4", "--seeds", "50",
+                             "--max-tokens", "64", "--out", str(tmp_path)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (cells.is_file() and cells.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert code == 128 + signal.SIGTERM
+    kept = len(cells.read_text().splitlines())
+    assert _one_line(stderr) == (f"stopped by SIGTERM after {kept} of 100 cells; results so far in {tmp_path}; "
+                                 "run the same command to resume")
+
+
 # --- tts serve on a port in use ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [["serve"], ["mcp", "--transport", "http"]])

@@ -463,6 +463,14 @@ def _run_allocated(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
             raise fail(str(exc)) from None
 
 
+def _saved_counter(run_dir: Path, problems: list[Any], labels: list[str] | None) -> Callable[[], int]:
+    """Counts the problems the run directory holds results of (for every config in ``labels``)."""
+    from tts.eval.store import problems_saved
+
+    ids = [p.id for p in problems]
+    return lambda: problems_saved(run_dir, ids, labels)
+
+
 def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
                     batch_size_given: bool, told: RunProgress) -> tuple[Any, Any]:
     """Load the problems, settle the run directory and run the eval (allocated or at fixed n);
@@ -487,6 +495,7 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
     if alloc is not None and not (out or cfg.out):
         run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
     told.out, told.total = run_dir, len(problems)
+    told.saved = _saved_counter(run_dir, problems, None if alloc is not None else [s.label for s in cfg.strategies])
     if alloc is None:
         return cfg, _run_fixed(cfg, run_dir, problems, told)
     return cfg, _run_allocated(cfg, run_dir, problems)

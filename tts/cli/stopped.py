@@ -11,9 +11,8 @@ failed (:mod:`tts.backends.engine_log`).
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,41 +37,38 @@ def exit_on_signal(signum: int, frame: object) -> None:
 
 @dataclass
 class RunProgress:
-    """What a stopped run reports: its directory and, once known, problems done of the total.
+    """What a stopped run reports: its directory and, once known, how many of its ``unit`` (an
+    eval's problems, a sweep's cells) are done, of how many.
 
-    Call it as an eval progress callback (``progress(done, total)``); a run whose progress is
-    not counted in problems (an allocated run) leaves ``done`` None and the results file counts.
+    Call it as a progress callback (``progress(done, total)``). ``saved`` counts what the run's
+    files hold, when the command can say: the stop may land after a batch was written and before
+    its progress was reported, and the line must give what a resume will skip.
     """
 
     out: Path | None = None
     total: int | None = None
     done: int | None = None
+    unit: str = "problems"
+    saved: Callable[[], int] | None = None
 
     def __call__(self, done: int, total: int) -> None:
         self.done, self.total = done, total
 
-    def problems_done(self) -> int:
-        """Problems done: as last reported, else the distinct problems in OUT/results.jsonl."""
-        if self.done is not None:
-            return self.done
-        rows = self.out / "results.jsonl" if self.out is not None else None
-        if rows is None or not rows.is_file():
-            return 0
-        ids = set()
-        with rows.open(encoding="utf-8") as fh:
-            for line in fh:
-                with contextlib.suppress(ValueError, AttributeError):
-                    ids.add(json.loads(line).get("problem_id"))
-        ids.discard(None)
-        return len(ids)
+    def count_done(self) -> int:
+        """What the run's files hold (``saved``), else the last progress reported, else 0."""
+        if self.saved is not None:
+            with contextlib.suppress(Exception):  # an unreadable file: fall back to the progress heard
+                return self.saved()
+        return self.done or 0
 
     def sentence(self, how: str) -> str:
         """``stopped by SIGTERM after 48 of 100 problems; results so far in runs/X; run the same
         command to resume`` (shorter when the stop came before the run had a directory)."""
-        if self.out is None or self.total is None:
+        if self.out is None:
             return f"stopped by {how} before the run started"
-        return (f"stopped by {how} after {self.problems_done()} of {self.total} problems; results so far in "
-                f"{self.out}; run the same command to resume")
+        of = f" of {self.total}" if self.total is not None else ""
+        return (f"stopped by {how} after {self.count_done()}{of} {self.unit}; results so far in {self.out}; "
+                "run the same command to resume")
 
 
 @contextlib.contextmanager
