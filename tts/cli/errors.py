@@ -44,8 +44,11 @@ def format_error(exc: BaseException) -> str:
 
 
 def fail(message: str) -> typer.Exit:
-    """Print ``message`` in red to stderr and return the exit to raise (code 2)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print ``message`` (plain text: ``tts[vllm]`` stays as written) after a red ``error:`` to stderr
+    and return the exit to raise (code 2)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 

@@ -167,9 +167,7 @@ def sweep_command(
 
                     result = run_sweep_ray(spec, out, address=ray, num_workers=workers, progress=shown)
         except SweepError as exc:
-            from rich.markup import escape
-
-            raise fail(escape(str(exc))) from None  # "pip install 'tts[ray]'" is text, not markup
+            raise fail(str(exc)) from None
     _print_cells(result, Console())
 
 
