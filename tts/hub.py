@@ -43,7 +43,7 @@ def hub_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
 
     try:
         get_session().head(endpoint(), timeout=timeout)
-    except Exception as exc:  # DNS, refused, timeout, TLS, proxy: all mean "no answer"
+    except Exception as exc:  # noqa: BLE001 - DNS, refused, timeout, TLS, proxy: all mean "no answer"
         logger.debug("the hub at %s did not answer: %s", endpoint(), exc)
         return False
     return True

@@ -226,10 +226,9 @@ def test_a_user_who_turned_vllm_logging_off_gets_no_config_file(tmp_path, monkey
 def test_a_failure_in_the_block_shows_what_the_log_gained(tmp_path, terminal):
     log = tmp_path / "engine.log"
     log.write_text("an older run's line\n")
-    with pytest.raises(RuntimeError), el.engine_log(log):
-        with el.capture_engine_output():  # an engine starts
-            logging.getLogger("vllm.engine").warning("Engine core initialization failed: out of memory")
-            raise RuntimeError("vLLM could not start")
+    with pytest.raises(RuntimeError), el.engine_log(log), el.capture_engine_output():  # an engine starts
+        logging.getLogger("vllm.engine").warning("Engine core initialization failed: out of memory")
+        raise RuntimeError("vLLM could not start")
     shown = "\n".join(r.getMessage() for r in terminal.records)
     assert "out of memory" in shown and str(log) in shown and "older run" not in shown
 

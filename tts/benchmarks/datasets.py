@@ -119,7 +119,8 @@ class Benchmark:
         """The rows of the hub copy (numbered from 1), or one sentence saying why there are none.
 
         1. Ask the hub once, quickly (:func:`tts.hub.why_unreachable`): unreachable, its cached
-           copy is read without a request (no retries), with a warning saying so.
+           copy is read without a request (no retries), with a warning saying so (offline mode,
+           chosen by the user, is said at INFO).
         2. Load quietly: the hub libraries' retry warnings stay off the terminal.
         3. A copy that can be neither downloaded nor read from the cache, or a dataset the hub
            refuses, is a :class:`DatasetError` naming the dataset, the cause and the fix.
@@ -139,8 +140,9 @@ class Benchmark:
             raise DatasetError(self._unreachable_message(hub_id, why or f"the hub stopped answering ({exc})")) from None
         except DatasetNotFoundError as exc:  # no such dataset, or a gated one without access
             raise DatasetError(f"cannot load the {self.name} benchmark: {exc} {self._data_hint()}") from None
-        if why:
-            logger.warning("%s: %s; using the cached copy of %s", self.name, why, hub_id)
+        if why:  # said as a warning only when the user did not choose it (offline mode)
+            level = logging.INFO if hub.offline_mode() else logging.WARNING
+            logger.log(level, "%s: %s; using the cached copy of %s", self.name, why, hub_id)
         return [(i + 1, dict(r)) for i, r in enumerate(ds)]
 
     def _unreachable_message(self, hub_id: str, why: str) -> str:

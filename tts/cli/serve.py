@@ -330,12 +330,11 @@ def serve_command(
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)
-    # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
-    # again under the handler that was there before: SIGTERM's default would end the process
-    # before run_then_close's finally, orphaning vLLM's engine process, so exit_on_signal raises
-    # SystemExit. The event loop shares the GIL with the solves' threads: at the default 5 ms
-    # switch interval it waits up to 5 ms for each turn, and HTTP throughput fell to ~0.6x of
-    # in-process solving on the scripted backend; at 1 ms it answers on time.
+    # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal again under the
+    # handler that was there before: SIGTERM's default would end the process before run_then_close's finally,
+    # orphaning vLLM's engine process, so exit_on_signal raises SystemExit. The event loop shares the GIL with
+    # the solves' threads: at the default 5 ms switch interval it waits up to 5 ms for each turn, and HTTP
+    # throughput fell to ~0.6x of in-process solving on the scripted backend; at 1 ms it answers on time.
     sys.setswitchinterval(0.001)
     run_then_close(generator, session, lambda: uvicorn.run(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10,

@@ -57,7 +57,7 @@ class RunProgress:
     def count_done(self) -> int:
         """What the run's files hold (``saved``), else the last progress reported, else 0."""
         if self.saved is not None:
-            with contextlib.suppress(Exception):  # an unreadable file: fall back to the progress heard
+            with contextlib.suppress(OSError, ValueError):  # unreadable or damaged: the progress heard
                 return self.saved()
         return self.done or 0
 

@@ -13,8 +13,8 @@ import logging
 import os
 import platform
 import sys
-from importlib import metadata
 from collections.abc import Collection
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
