@@ -200,9 +200,35 @@ def test_the_real_second_model_unprepared_names_the_command(tmp_path, monkeypatc
     assert not (tmp_path / "downloads").exists()  # using the model never downloads behind the user's back
 
 
-def test_hub_ids_still_pass_through():
+def test_hub_ids_still_pass_through_when_the_hub_can_be_asked(monkeypatch):
+    import tts.hub
+
+    monkeypatch.setattr(tts.hub, "why_unreachable", lambda: None)  # the engine downloads it
     model = prepare_model("Qwen/Qwen2.5-0.5B-Instruct")
     assert not model.local and model.path == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_a_cached_hub_id_passes_through_in_offline_mode(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    repo = tmp_path / "models--someorg--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert prepare_model("someorg/tiny").path == "someorg/tiny"
+
+
+def test_an_uncached_hub_id_without_the_hub_is_refused_in_one_sentence(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelError, match=r"^cannot load the model someorg/tiny from the Hugging Face hub: offline "
+                                         r"mode is on \(HF_HUB_OFFLINE=1\), and no copy is in the cache; "):
+        prepare_model("someorg/tiny")
 
 
 def test_cli_refuses_parts_dir_for_a_model_not_published_in_parts(tmp_path):

@@ -208,6 +208,7 @@ def prepare_model(name_or_path: str) -> PreparedModel:
     path = Path(name_or_path).expanduser()
     looks_local = path.exists() or name_or_path.startswith((".", "/", "~")) or path.suffix == ".gguf"
     if not looks_local:
+        _check_hub_model(name_or_path)
         return PreparedModel(name_or_path, name_or_path, local=False)  # hub id: vLLM resolves it
     if not path.exists():
         raise ModelError(
@@ -231,6 +232,30 @@ def prepare_model(name_or_path: str) -> PreparedModel:
             if not (target / _DONE_MARKER).is_file():
                 _convert_gguf(path, target, redownload="replace it with a complete copy.")
     return PreparedModel(name_or_path, str(target), local=True)
+
+
+def _check_hub_model(repo_id: str) -> None:
+    """A hub id must be in the Hugging Face cache when the hub cannot be asked now (offline mode, no
+    network); otherwise one sentence says so before an engine spends its start-up on it.
+
+    Raises:
+        ModelError: The hub cannot be reached (or offline mode is on) and no copy is cached.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    from tts import hub
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return  # cached: the engine can load it without the hub
+    why = hub.why_unreachable()
+    if why is None:
+        return  # the engine downloads it, as a real user expects
+    raise ModelError(
+        f"cannot load the model {repo_id} from the Hugging Face hub: {why}, and no copy is in the cache; "
+        "download it once where the hub can be reached (HF_HUB_OFFLINE=1 then loads the cached copy), or pass "
+        f"--model a local directory holding config.json and the weights, or {DEFAULT_MODEL} (the embedded "
+        "default, no download)."
+    )
 
 
 def fetch_model(

@@ -226,11 +226,34 @@ def test_a_user_who_turned_vllm_logging_off_gets_no_config_file(tmp_path, monkey
 def test_a_failure_in_the_block_shows_what_the_log_gained(tmp_path, terminal):
     log = tmp_path / "engine.log"
     log.write_text("an older run's line\n")
-    with pytest.raises(RuntimeError), el.engine_log(log):
+    with pytest.raises(RuntimeError), el.engine_log(log), el.capture_engine_output():  # an engine starts
         logging.getLogger("vllm.engine").warning("Engine core initialization failed: out of memory")
         raise RuntimeError("vLLM could not start")
     shown = "\n".join(r.getMessage() for r in terminal.records)
     assert "out of memory" in shown and str(log) in shown and "older run" not in shown
+
+
+def test_a_failure_without_an_engine_shows_no_log(tmp_path, terminal):
+    """The openai backend's unreachable server: its error says it all; the retries stay in the file."""
+    log = tmp_path / "engine.log"
+    with pytest.raises(RuntimeError), el.engine_log(log):
+        logging.getLogger("tts.backends.openai").info("attempt 1 failed (connection failed or dropped); retrying")
+        raise RuntimeError("Cannot reach an OpenAI-compatible server")
+    assert "attempt 1 failed" in log.read_text()
+    assert [r.getMessage() for r in terminal.records] == []
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), SystemExit(143)], ids=["ctrl-c", "sigterm"])
+def test_a_stop_in_the_block_is_no_failure_and_shows_no_log(tmp_path, terminal, stop):
+    """Ctrl-C, and SIGTERM (SystemExit from tts's handler), stop a healthy engine: its INFO lines stay in the file."""
+    log = tmp_path / "engine.log"
+    with pytest.raises(type(stop)), el.engine_log(log):
+        with el.capture_engine_output():  # the engine started, and runs until the stop
+            pass
+        logging.getLogger("vllm.engine").info("[shutdown] EngineCore: trigger received signal=SIGTERM")
+        raise stop
+    assert "SIGTERM" in log.read_text()
+    assert [r.getMessage() for r in terminal.records] == []
 
 
 def test_launch_engine_starts_the_engine_inside_the_capture(tmp_path, monkeypatch, capfd):

@@ -67,8 +67,9 @@ def test_stdio_lists_solve_answers_and_refuses_what_the_operator_did_not_allow()
             assert out["confidence"] == pytest.approx(out["votes"]["42"] / 8) and 0.5 < out["confidence"] <= 1
             cost = out["cost"]
             assert cost["tokens"] == cost["prompt_tokens"] + cost["completion_tokens"] > 0
-            assert cost["calls"] >= 1 and cost["eflops"] > 0 and cost["dollars"] > 0
-            assert cost["priced_as"] == "smollm2-135m" and cost["gpu"] == "h100"
+            assert cost["calls"] >= 1
+            # The scripted backend runs no model: no FLOPs or dollars of a model that did not run.
+            assert [cost.get(k) for k in ("eflops", "gpu_seconds", "dollars", "priced_as")] == [None] * 4
 
             default = (await client.call_tool("solve", {"question": "What is 40+2?"})).structured_content
             assert default["strategy"] == "self_consistency@4"  # the operator's --strategy sc-4
@@ -87,13 +88,17 @@ def test_stdio_lists_solve_answers_and_refuses_what_the_operator_did_not_allow()
 
 def test_stdio_handshake_era_client_and_budget_in_tokens() -> None:
     """A client on the initialize handshake (the pre-2026 protocol most hosts speak) gets the same
-    tool; a budget of two worst-case samples caps the samples drawn and the tokens spent."""
+    tool; a budget of two worst-case samples caps the samples drawn and the tokens spent; --price-as
+    prices the scripted backend's tokens as the model it names."""
 
     async def run() -> None:
-        async with Client(_stdio("--default-max-tokens", "256", "--prompt", "math"), mode="legacy", read_timeout_seconds=60) as client:
+        async with Client(_stdio("--default-max-tokens", "256", "--prompt", "math", "--price-as", "smollm2-135m"),
+                          mode="legacy", read_timeout_seconds=60) as client:
             out = (await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "self_consistency",
                                                     "n": 16, "budget": 512})).structured_content
             assert 1 <= out["samples"] <= 2 and out["cost"]["completion_tokens"] <= 512
+            # Priced only because the operator named a model, and labelled as that model.
+            assert out["cost"]["priced_as"] == "smollm2-135m" and out["cost"]["eflops"] > 0
             assert out["answer"] in ("42", "41", "43", None)
 
     asyncio.run(run())

@@ -15,8 +15,10 @@ FutureWarnings, one copy per engine process. Inside :func:`engine_log`:
    and send ERROR records to that stdout.
 
 Everything (handlers, levels, ``warnings.showwarning``, the descriptor) is restored on exit. When
-the block fails, the lines the log gained during it are echoed to the terminal, so the cause of a
-failed start is never only in the file.
+the block fails (an exception, not a stop by Ctrl-C or SIGTERM) after an engine started in it, the
+lines the log gained during it are echoed to the terminal, so the cause of a failed start is never
+only in the file. Without an engine (the scripted or openai backend, a refusal before the start)
+there is no engine failure to explain: the error's own message says it.
 
 Outside such a block (tts used as a library: ``tts.solve``, ``tts.Session``, a generator of one's
 own), an engine start still keeps descriptor 2 off the terminal: its processes' stderr (the
@@ -79,6 +81,9 @@ class _EngineLog:
     start_size: int
     handler: logging.Handler
     saved: dict[str, tuple[list[logging.Handler], int, bool]] = field(default_factory=dict)
+    engine_started: bool = False
+    """Whether an engine started in the block (:func:`capture_engine_output`): only then can a
+    failure be the engine's, and the log's tail worth showing."""
 
 
 class EngineFileHandler(logging.FileHandler):
@@ -216,13 +221,12 @@ def engine_log(path: Path | str) -> Iterator[Path]:
         _route_loggers(state)
         warnings.showwarning = _log_warning(state, previous_showwarning)
         _active.append(state)
+    failed = False  # a stop (Ctrl-C, SIGTERM's SystemExit) is no failure: no tail for it
     try:
         yield path
-    except BaseException as exc:
-        failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+    except Exception:
+        failed = True
         raise
-    else:
-        failed = False
     finally:
         with _lock:
             _active.remove(state)
@@ -231,7 +235,7 @@ def engine_log(path: Path | str) -> Iterator[Path]:
             _restore_loggers(state)
         with suppress(FileNotFoundError):
             os.unlink(config_path)
-        if failed:
+        if failed and state.engine_started:
             tail = _tail_since(path, state.start_size)
             if tail:
                 logger.error("the engine log %s ends with:\n%s", path, "\n".join(tail))
@@ -343,8 +347,8 @@ def _capture_to_logger() -> Iterator[None]:
         with _stderr_pointed_at(write_fd):
             try:
                 yield
-            except BaseException as exc:
-                failed = not isinstance(exc, KeyboardInterrupt | GeneratorExit)
+            except Exception:  # not a stop (KeyboardInterrupt, SystemExit, GeneratorExit)
+                failed = True
                 raise
     finally:
         os.close(write_fd)  # the engine's processes hold the other copies: EOF when they exit
@@ -370,11 +374,14 @@ def capture_engine_output() -> Iterator[None]:
         yield
         return
     _start_resource_tracker()
-    path = active_log()
-    if path is None:
+    with _lock:
+        state = _active[-1] if _active else None
+    if state is None:
         with _capture_to_logger():
             yield
         return
+    state.engine_started = True
+    path = state.path
     log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(log_fd, f"----- {time.strftime('%Y-%m-%d %H:%M:%S')} engine start (pid {os.getpid()}): "

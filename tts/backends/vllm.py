@@ -240,8 +240,29 @@ def _close_at_exit() -> None:
         _shutdown_engine(llm)
 
 
+def require_vllm() -> None:
+    """Refuse, in one sentence and before any model work, a machine where vLLM does not import.
+
+    Raises:
+        BackendError: vLLM is not installed (the message gives the extras that install it and the
+            backends that need none), or it is installed but its import fails (the cause, verbatim).
+    """
+    try:
+        import vllm  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "vllm":
+            raise BackendError(f"vLLM is installed but does not import: {exc}; install the missing package or "
+                               "reinstall vLLM (docs/install.md).") from None
+        raise BackendError("the vllm backend needs vLLM, which is not installed here: pip install 'tts[vllm]' on a "
+                           "GPU machine or 'tts[cpu]' on a CPU one (docs/install.md); --backend scripted runs "
+                           "without a model, --backend openai --base-url URL uses a running server.") from None
+    except ImportError as exc:
+        raise BackendError(f"vLLM is installed but does not import: {exc}; reinstall it (docs/install.md).") from None
+
+
 def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
     """Start a new generation engine for ``config``; returns (vllm.LLM, on_gpu)."""
+    require_vllm()
     model = prepare_model(config.model)
     on_gpu = cuda_available()
     kwargs: dict[str, Any] = {

@@ -92,10 +92,7 @@ class Benchmark:
                     f"Benchmark {self.name!r} has no hub copy; pass --data PATH (JSONL, Parquet or a "
                     "saved HF dataset directory)."
                 )
-            from datasets import load_dataset
-
-            ds = load_dataset(self.hub_id, self.hub_config, split=self.hub_split)
-            return self.hub_id, [(i + 1, dict(r)) for i, r in enumerate(ds)]
+            return self.hub_id, self._hub_rows(self.hub_id)
         path = Path(path)
         if not path.exists():
             raise DatasetError(
@@ -117,6 +114,49 @@ class Benchmark:
         if path.suffix in (".jsonl", ".json", ".ndjson"):
             return str(path), read_jsonl(path)
         raise DatasetError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl or .parquet.")
+
+    def _hub_rows(self, hub_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """The rows of the hub copy (numbered from 1), or one sentence saying why there are none.
+
+        1. Ask the hub once, quickly (:func:`tts.hub.why_unreachable`): unreachable, its cached
+           copy is read without a request (no retries), with a warning saying so (offline mode,
+           chosen by the user, is said at INFO).
+        2. Load quietly: the hub libraries' retry warnings stay off the terminal.
+        3. A copy that can be neither downloaded nor read from the cache, or a dataset the hub
+           refuses, is a :class:`DatasetError` naming the dataset, the cause and the fix.
+        """
+        from contextlib import nullcontext
+
+        from datasets import load_dataset
+        from datasets.exceptions import DatasetNotFoundError
+
+        from tts import hub
+
+        why = hub.why_unreachable()
+        try:
+            with hub.quiet_hub_logs(), hub.cache_only() if why else nullcontext():
+                ds = load_dataset(hub_id, self.hub_config, split=self.hub_split)
+        except ConnectionError as exc:  # datasets' own, and huggingface_hub's OfflineModeIsEnabled
+            raise DatasetError(self._unreachable_message(hub_id, why or f"the hub stopped answering ({exc})")) from None
+        except DatasetNotFoundError as exc:  # no such dataset, or a gated one without access
+            raise DatasetError(f"cannot load the {self.name} benchmark: {exc} {self._data_hint()}") from None
+        if why:  # said as a warning only when the user did not choose it (offline mode)
+            level = logging.INFO if hub.offline_mode() else logging.WARNING
+            logger.log(level, "%s: %s; using the cached copy of %s", self.name, why, hub_id)
+        return [(i + 1, dict(r)) for i, r in enumerate(ds)]
+
+    def _unreachable_message(self, hub_id: str, why: str) -> str:
+        """The one sentence for a hub copy that is neither reachable nor cached."""
+        return (f"cannot load the {self.name} benchmark ({hub_id} on the Hugging Face hub): {why}, and no copy "
+                "is in the cache; download it once where the hub can be reached (HF_HUB_OFFLINE=1 then reads the "
+                f"cached copy), or {self._data_hint(lead=False)}")
+
+    def _data_hint(self, lead: bool = True) -> str:
+        """How to give the problems as a local file instead, with the fields a row needs."""
+        q, a = self.question_fields, self.answer_fields
+        return (f"{'Pass' if lead else 'pass'} --data PATH: a JSONL or Parquet file, one problem per row with "
+                f"a {q[0]!r} (or {' / '.join(map(repr, q[1:]))}) field and an {a[0]!r} "
+                f"(or {' / '.join(map(repr, a[1:]))}) field (other names: --question-field, --answer-field).")
 
     def load(
         self,

@@ -249,7 +249,8 @@ class Pricer:
             return int(budget.amount)
         if self.cost_model is None:
             raise BudgetError(f"a budget in {budget.unit} needs a cost model, but {self.why_unpriced}; "
-                              "give a budget in tokens, or open the session with price_as=<model alias or config.json>")
+                              "give a budget in tokens, or open the session with price_as=<model alias or config.json> "
+                              "(tts serve, tts mcp: --price-as)")
         one = self._samples_cost(prompt_tokens, 1, max_tokens, budget.unit)
         if one > budget.amount:
             raise BudgetError(f"a budget of {budget} does not cover one sample of up to {max_tokens} tokens "

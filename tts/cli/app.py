@@ -6,7 +6,6 @@ its function, so ``tts --help`` answers in a fraction of a second.
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 
@@ -16,6 +15,7 @@ from tts.cli import budget, cost, graph_search, models, show, stage_plan, strate
 from tts.cli import eval as eval_cmd
 from tts.cli import mcp as mcp_cmd
 from tts.cli import serve as serve_cmd
+from tts.cli.stopped import exit_on_signal
 
 app = typer.Typer(
     name="tts",
@@ -40,13 +40,9 @@ app.add_typer(budget.app, name="budget", help="Budget allocation: replay the all
 
 @app.callback()
 def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress details.")) -> None:
-    level = logging.INFO if verbose else logging.WARNING
-    try:
-        from rich.logging import RichHandler
+    from tts.cli.console_log import configure
 
-        logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(show_path=False)])
-    except ImportError:  # pragma: no cover - rich is a dependency
-        logging.basicConfig(level=level)
+    configure(verbose)
     from tts.serve.gc_tuning import tune_gc  # here, not at the top: `tts --help` imports no pydantic
 
     tune_gc()  # start-up's objects frozen, fewer young collections (see tune_gc)
@@ -60,5 +56,5 @@ def main() -> None:
     processes of its own, which Python's default, dying at once, leaves running) with every
     finished result already on disk. ``tts serve`` and ``tts mcp`` set their own handler.
     """
-    signal.signal(signal.SIGTERM, serve_cmd._exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     sys.exit(app())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 
 import typer
 from rich.console import Console
 
 err_console = Console(stderr=True)
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -42,15 +44,24 @@ def format_error(exc: BaseException) -> str:
 
 
 def fail(message: str) -> typer.Exit:
-    """Print ``message`` in red to stderr and return the exit to raise (code 2)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print ``message`` (plain text: ``tts[vllm]`` stays as written) after a red ``error:`` to stderr
+    and return the exit to raise (code 2)."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Report expected errors (bad input, unreachable server, ...) as messages, not tracebacks."""
+    """Report expected errors (bad input, unreachable server, a full disk, ...) as messages, not tracebacks."""
     try:
         yield
     except _user_errors() as exc:
         raise fail(format_error(exc)) from None
+    except OSError as exc:
+        if exc.errno not in _DISK_FULL:
+            raise
+        where = f" (writing {exc.filename})" if exc.filename else ""
+        raise fail(f"no space left on the disk{where}; free some space and run the same command again (tts eval "
+                   "and tts sweep resume from the results they saved; --out writes a new run elsewhere).") from None

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import typer
 
 from tts.cli.errors import fail, user_errors
+from tts.cli.stopped import RunProgress, said_on_stop
 
 _DEFAULT_N = [8]
 
@@ -424,8 +425,9 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bo
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
 
 
-def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
-    """Run every configured strategy at its fixed n over ``problems`` under an eval progress bar."""
+def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any], told: RunProgress) -> Any:
+    """Run every configured strategy at its fixed n over ``problems`` under an eval progress bar
+    (``told`` hears the progress too, for the line a stopped run ends with)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from tts.budgets.allocator import AllocationError
@@ -434,9 +436,13 @@ def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
     with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
                                              TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
         task = bar.add_task("eval", total=len(problems))
+
+        def progress(done: int, total: int) -> None:
+            told(done, total)
+            bar.update(task, completed=done, total=total)
+
         try:
-            return run_eval(cfg, run_dir, problems=problems,
-                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+            return run_eval(cfg, run_dir, problems=problems, progress=progress)
         except AllocationError as exc:  # --strategy auto: budget or calibration it cannot use
             raise fail(str(exc)) from None
 
@@ -457,14 +463,23 @@ def _run_allocated(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
             raise fail(str(exc)) from None
 
 
+def _saved_counter(run_dir: Path, problems: list[Any], labels: list[str] | None) -> Callable[[], int]:
+    """Counts the problems the run directory holds results of (for every config in ``labels``)."""
+    from tts.eval.store import problems_saved
+
+    ids = [p.id for p in problems]
+    return lambda: problems_saved(run_dir, ids, labels)
+
+
 def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
-                    batch_size_given: bool) -> tuple[Any, Any]:
+                    batch_size_given: bool, told: RunProgress) -> tuple[Any, Any]:
     """Load the problems, settle the run directory and run the eval (allocated or at fixed n);
     returns the config as run and the EvalResult.
 
     ``--strategy auto`` divides its total budget over the problems first (so the config, and the
     default run directory derived from it, depend on how many there are); an allocated run's
-    default directory is named after its mode and budget.
+    default directory is named after its mode and budget. ``told`` learns the run directory, the
+    problem count and the progress, for the line a stopped run ends with.
     """
     from tts.eval.runner import load_problems
 
@@ -477,10 +492,12 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
         cfg = auto_per_problem(cfg, len(problems), batch_size_given or from_file)
         run_dir = out or cfg.out or default_out(cfg)
     alloc = cfg.allocation
-    if alloc is None:
-        return cfg, _run_fixed(cfg, run_dir, problems)
-    if not (out or cfg.out):
+    if alloc is not None and not (out or cfg.out):
         run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
+    told.out, told.total = run_dir, len(problems)
+    told.saved = _saved_counter(run_dir, problems, None if alloc is not None else [s.label for s in cfg.strategies])
+    if alloc is None:
+        return cfg, _run_fixed(cfg, run_dir, problems, told)
     return cfg, _run_allocated(cfg, run_dir, problems)
 
 
@@ -527,9 +544,11 @@ def eval_command(
                 gpu=gpu, allocate=allocate, allocate_mode=allocate_mode, calibration=calibration, pilot=pilot,
                 chunk=chunk, budget=budget, budget_unit=budget_unit, n_max=n_max, escalate=escalate, verifier=verifier, beam_width=beam_width,
                 max_depth=max_depth, settings=settings, deterministic=deterministic, graph=graph)
-    with user_errors():
+    told = RunProgress()
+    with user_errors(), said_on_stop(told):
         cfg = _config_from_options(opts, config)
-        cfg, result = _run_configured(cfg, out, config, bool(strategy and "auto" in strategy), batch_size is not None)
+        cfg, result = _run_configured(cfg, out, config, bool(strategy and "auto" in strategy), batch_size is not None,
+                                      told)
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
     print_summary(result, cfg.backend.model, gpu or None, wide=wide)

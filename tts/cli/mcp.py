@@ -20,6 +20,7 @@ import typer
 
 from tts.cli import serve as shared  # the options and steps tts mcp shares with tts serve
 from tts.cli.errors import user_errors
+from tts.cli.stopped import exit_on_signal
 
 
 def mcp_command(
@@ -70,7 +71,9 @@ def mcp_command(
         if strategy is None:
             strategy = "sc-8" if not allow_strategy or "self_consistency" in allow_strategy else allow_strategy[0]
         verifiers, calibrations = shared.checked_resources(strategy, verifier, calibration, allow_strategy)
-        signal.signal(signal.SIGTERM, shared._exit_on_signal)  # run_then_close shuts the engine down
+        if transport == "http":
+            shared.check_listen(host, port)
+        signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         # Over stdio, stdout carries the protocol: the engine (and its worker processes) and any log line
         # written before the transport takes stdout over must go elsewhere.
         with stdout_to_stderr():

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from tts.cli.errors import fail, user_errors
+from tts.cli.stopped import exit_on_signal
 
 API_KEY_ENV = "TTS_API_KEY"
 
@@ -143,7 +144,7 @@ BatchWindow = Annotated[float, typer.Option(min=0.0, help="Seconds an engine cal
                                             "to join.")]
 Gpu = Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in answers.")]
 PriceAs = Annotated[str | None, typer.Option(help="Model architecture that prices usage (default: the backend's "
-                                             "model; smollm2-135m for scripted).")]
+                                             "model; none for scripted, which runs no model).")]
 Calibration = Annotated[list[str] | None, typer.Option(help="A calibration requests may name for the auto strategy, "
                                                        "as NAME=PATH (repeatable; a sample pool, past tts eval run "
                                                        "or tts sweep directory of this model); the first is auto's "
@@ -185,6 +186,36 @@ def checked_resources(strategy: str, verifier: list[str] | None, calibration: li
         raise fail(str(exc)) from None
 
 
+def check_listen(host: str, port: int) -> None:
+    """Refuse, in one line and before an engine starts, an address the server could not listen on:
+    a port in use, a privileged port, a host that is not this machine's. (uvicorn would find out only
+    after the engine's start-up, and end with a log line of its own and exit status 3.)"""
+    import errno
+    import socket
+
+    if port == 0:  # any free port: nothing to check
+        return
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise fail(f"--host {host}: not a name or address of this machine ({exc.strerror}); use 127.0.0.1 "
+                   "(this machine only) or 0.0.0.0 (every interface).") from None
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise fail(f"port {port} on {host} is in use (another tts serve, or another server, listens "
+                           "there); stop it or choose another port with --port.") from None
+            if exc.errno == errno.EACCES:
+                raise fail(f"port {port} on {host} needs administrator rights; choose --port 1024 or above.") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise fail(f"--host {host} is not an address of this machine; use 127.0.0.1 (this machine only) "
+                           "or 0.0.0.0 (every interface).") from None
+            raise fail(f"cannot listen on {host}:{port}: {exc.strerror}.") from None
+
+
 def open_session(backend: str, model: str | None, base_url: str | None, upstream: Mapping[str, Any],
                  engine: Mapping[str, Any], session: Mapping[str, Any],
                  calibrations: Mapping[str, str]) -> tuple[Any, Any, str]:
@@ -196,7 +227,8 @@ def open_session(backend: str, model: str | None, base_url: str | None, upstream
     generator = build_generator(backend, model, base_url, engine["accuracy"], engine["seed"],
                                 engine["max_model_len"], engine["kv_cache_gib"], upstream=upstream)
     name = model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
-    pricing = session.get("price_as") or (model or DEFAULT_MODEL if backend != "scripted" else DEFAULT_MODEL)
+    # The scripted backend runs no model: its tokens are priced only as a model the operator names.
+    pricing = session.get("price_as") or (None if backend == "scripted" else model or DEFAULT_MODEL)
     opened = Session(generator=generator, max_tokens=session["max_tokens"], batch_window=session["batch_window"],
                      gpu=session["gpu"], price_as=pricing, seed=engine["seed"], max_workers=session["max_workers"],
                      strategy_settings={"auto": {"calibration": next(iter(calibrations.values()))}}
@@ -216,7 +248,7 @@ def close_on_failure(generator: Any, session: Any, build: Any) -> Any:
 
 def run_then_close(generator: Any, session: Any, run: Any) -> None:
     """``run()`` (the server, in the foreground), then shut the session and the engine down, also
-    on SIGTERM (see :func:`_exit_on_signal`)."""
+    on SIGTERM (see :func:`exit_on_signal`)."""
     try:
         run()
     finally:
@@ -280,7 +312,8 @@ def serve_command(
     key = api_key_or_env(api_key)
     with user_errors():
         verifiers, calibrations = checked_resources(strategy, verifier, calibration, allow_strategy)
-        signal.signal(signal.SIGTERM, _exit_on_signal)  # run_then_close shuts the engine down
+        check_listen(host, port)
+        signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         generator, session, name = open_session(
             backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                        "deadline": upstream_deadline, "concurrency": upstream_concurrency},
@@ -297,18 +330,12 @@ def serve_command(
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)
-    # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal
-    # again under the handler that was there before: SIGTERM's default would end the process
-    # before run_then_close's finally, orphaning vLLM's engine process, so _exit_on_signal raises
-    # SystemExit. The event loop shares the GIL with the solves' threads: at the default 5 ms
-    # switch interval it waits up to 5 ms for each turn, and HTTP throughput fell to ~0.6x of
-    # in-process solving on the scripted backend; at 1 ms it answers on time.
+    # uvicorn handles SIGINT and SIGTERM itself (a graceful shutdown), then raises the signal again under the
+    # handler that was there before: SIGTERM's default would end the process before run_then_close's finally,
+    # orphaning vLLM's engine process, so exit_on_signal raises SystemExit. The event loop shares the GIL with
+    # the solves' threads: at the default 5 ms switch interval it waits up to 5 ms for each turn, and HTTP
+    # throughput fell to ~0.6x of in-process solving on the scripted backend; at 1 ms it answers on time.
     sys.setswitchinterval(0.001)
     run_then_close(generator, session, lambda: uvicorn.run(
         app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=10,
         timeout_keep_alive=keep_alive_timeout, limit_concurrency=max_connections))
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    """SIGTERM ends ``tts serve`` through its ``finally`` (which shuts the engine down), like SIGINT."""
-    raise SystemExit(128 + signum)

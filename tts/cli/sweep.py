@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from tts.cli.errors import fail, user_errors
+from tts.cli.stopped import RunProgress, said_on_stop
 
 
 def _numbers(values: list[str] | None, flag: str = "--n") -> list[int] | None:
@@ -137,7 +138,7 @@ def sweep_command(
         TimeElapsedColumn,
     )
 
-    from tts.eval.sweep import SweepError, run_sweep
+    from tts.eval.sweep import SweepError, cells_saved, run_sweep
 
     opts = dict(pool=pool, strategy=strategy, n=_numbers(n), models=model, seeds=seeds, draws=draws, gpu=gpu,
                 price=price, prices=prices, arch=arch, prompt_tokens=prompt_tokens, lengths=_numbers(lengths, "--lengths"),
@@ -146,14 +147,17 @@ def sweep_command(
                 backend=backend, max_tokens=max_tokens)
     if workers is not None and ray is None:
         raise fail("--workers sets how many Ray workers run the sweep; add --ray local (this machine) or --ray auto")
-    with user_errors():
+    told = RunProgress(out=out, unit="cells")
+    with user_errors(), said_on_stop(told):
         spec = _spec(opts, config)
+        told.saved = lambda: cells_saved(spec, out)
         try:
             with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
                           TimeElapsedColumn(), transient=True) as bar:
                 task = bar.add_task("cells", total=None)
 
                 def shown(done: int, total: int) -> None:
+                    told(done, total)
                     bar.update(task, completed=done, total=total)
 
                 if ray is None:
@@ -163,9 +167,7 @@ def sweep_command(
 
                     result = run_sweep_ray(spec, out, address=ray, num_workers=workers, progress=shown)
         except SweepError as exc:
-            from rich.markup import escape
-
-            raise fail(escape(str(exc))) from None  # "pip install 'tts[ray]'" is text, not markup
+            raise fail(str(exc)) from None
     _print_cells(result, Console())
 
 

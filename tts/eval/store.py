@@ -13,6 +13,7 @@ import logging
 import os
 import platform
 import sys
+from collections.abc import Collection
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,17 @@ class ResultsStore:
     def close(self) -> None:
         """Close the results file."""
         self._fh.close()
+
+
+def problems_saved(directory: Path, problem_ids: Collection[str], labels: Collection[str] | None = None) -> int:
+    """How many of ``problem_ids`` the run in ``directory`` has saved: a row for every config in
+    ``labels`` (None: any row), what a resume would skip. Read only; 0 without a results file."""
+    path = Path(directory) / RESULTS
+    if not path.is_file():
+        return 0
+    wanted = set(problem_ids)
+    configs: dict[str, set[str]] = {}
+    for row in read_append_log(path):
+        if row.get("problem_id") in wanted:
+            configs.setdefault(row["problem_id"], set()).add(row.get("config"))
+    return sum(1 for have in configs.values() if labels is None or set(labels) <= have)

@@ -392,9 +392,20 @@ def run_sweep(spec: SweepSpec, out: str | Path, progress: ProgressFn | None = No
     return finish(spec, out, models, store, sum(len(u.configs) for u in units))
 
 
+def _grid_keys(spec: SweepSpec, models: Sequence[str]) -> set[tuple[str, str, int]]:
+    """The keys (model, config label, seed) of every cell of the grid."""
+    return {(m, cell_label(c, length), s) for m in models for c, length in spec.grid() for s in range(spec.seeds)}
+
+
+def cells_saved(spec: SweepSpec, out: str | Path) -> int:
+    """How many cells of ``spec``'s grid the sweep directory ``out`` holds: what a resume skips."""
+    wanted = _grid_keys(spec, check_spec(spec))
+    return len({c.key for c in read_cells(out)} & wanted)
+
+
 def finish(spec: SweepSpec, out: Path, models: Sequence[str], store: CellStore, computed: int) -> SweepResult:
     """The result of a sweep whose units are all written to ``store``."""
-    wanted = {(m, cell_label(c, length), s) for m in models for c, length in spec.grid() for s in range(spec.seeds)}
+    wanted = _grid_keys(spec, models)
     cells = [c for k, c in store.cells.items() if k in wanted]
     unpriced = sorted({c.model for c in cells if c.dollars is None})
     return SweepResult(out, cells, computed, len(cells) - computed, unpriced)
