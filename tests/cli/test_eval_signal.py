@@ -41,6 +41,7 @@ def test_sigterm_ends_an_eval_through_its_cleanup_and_keeps_every_finished_resul
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # an engine of its own in a subprocess (1-3 min): outside make test, run with -m heavy
 @pytest.mark.timeout(600)  # a real engine's start-up alone took 76 s on these machines
 def test_sigterm_stops_a_real_engine_eval_in_one_line_without_the_engine_log(tmp_path):
     """The real vLLM-CPU engine with the small model: SIGTERM mid-run ends in one line saying how far
