@@ -1,11 +1,10 @@
 """tool_vote at n = 1, 4, 8 replayed on the draw of a BFCL ``self_consistency`` run, graded by BFCL's checker.
 
-``tool_vote`` cannot share a draw with other n in one ``tts eval`` (it has no ``solve_together``), so
-``-s tool_vote -n 1 -n 4 -n 8`` samples 13 replies per problem. Its rule only reads the replies'
-calls and texts, so this script applies it (``ToolVote._vote``, unchanged) to the first n samples of
-each problem's stored draw of 8 (a ``self_consistency`` run with ``-n 8``): the same i.i.d. samples the
-vote of ``self_consistency`` saw, so the two rules are compared on equal samples. Needs
-``make bfcl-env``.
+``tts eval -s tool_vote -n 1 -n 4 -n 8`` shares one draw of 8 replies across the three n; this
+script instead applies tool_vote's rule (``ToolVote._vote``, unchanged) to the first n samples of each
+problem's stored draw of a ``self_consistency`` run with ``-n 8``: the same i.i.d. samples the vote
+of ``self_consistency`` saw, so the two rules are compared on equal samples (and a draw made before
+a change of the rule can be scored again). Needs ``make bfcl-env``.
 
     PYTHONPATH=. .venv/bin/python scripts/bfcl_tool_vote_replay.py RUN_DIR [RUN_DIR ...]
 """
