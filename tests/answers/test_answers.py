@@ -126,6 +126,22 @@ def test_different_answers_keep_different_keys(answers):
     assert len(set(AnswerKeys().keys(answers))) == len(answers)
 
 
+@pytest.mark.parametrize(
+    "answers, keys",
+    [(["-3", "3", "3"], ["-3", "3", "3"]),
+     (["-\\frac{1}{2}", "\\frac{1}{2}", "-0.5", "0.5", "-1/2", "1/2"],
+      ["-\\frac{1}{2}", "\\frac{1}{2}", "-\\frac{1}{2}", "\\frac{1}{2}", "-\\frac{1}{2}", "\\frac{1}{2}"]),
+     (["-2.5", "2.5", "-\\frac{5}{2}", "\\frac{5}{2}"], ["-2.5", "2.5", "-2.5", "2.5"]),
+     (["50\\%", "-50\\%", "50%"], ["50\\%", "-50\\%", "50\\%"]),
+     (["5\\text{ cm}", "-5\\text{ cm}", "5 cm"], ["5cm", "-5cm", "5cm"]),
+     (["\\$3", "-\\$3", "3"], ["3", "-3", "3"])],
+)
+def test_opposite_signs_keep_apart_and_equal_values_merge(answers, keys):
+    """Signed integers, fractions, decimals, percentages, units and currency: a value and its
+    negative never share a key (a dropped sign would count "-3" as a vote for 3)."""
+    assert AnswerKeys().keys(answers) == keys
+
+
 def test_the_key_is_the_first_seen_answer_and_does_not_depend_on_the_call():
     keys = AnswerKeys()
     assert keys.keys(["\\frac{1}{2}", "0.5"]) == ["\\frac{1}{2}", "\\frac{1}{2}"]
