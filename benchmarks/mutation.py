@@ -30,6 +30,7 @@ every unexplained survivor; ``.mutation/results.json`` keeps the last result of 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -126,7 +127,7 @@ def _workdir(module: str, tests: list[str]) -> Path:
 def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run(["nice", "-n", "15", sys.executable, "-m", "mutmut", *args], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _diff(work: Path, mutant: str) -> str:
@@ -153,7 +154,7 @@ def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict
         result.error = f"stopped after {timeout:.0f}s; the counts cover the mutants run by then"
     result.seconds = time.monotonic() - start
     listing = _mutmut(work, "results", "--all", "true").stdout
-    for name, status in re.findall(r"^\s+(\S+): (.+)$", listing, re.M):
+    for name, status in re.findall(r"^\s+(\S+): (.+)$", listing, re.MULTILINE):
         result.mutants += 1
         if status in KILLED:
             result.killed += 1
@@ -203,7 +204,7 @@ def main() -> None:
         parser.error(f"unknown module(s) {unknown}; choose from: {', '.join(MODULES)}")
     saved = _load()
     if not args.table:
-        if shutil.which("nice") is None or subprocess.run([sys.executable, "-c", "import mutmut"]).returncode:
+        if shutil.which("nice") is None or importlib.util.find_spec("mutmut") is None:
             sys.exit("needs mutmut in this Python (pip install mutmut) and `nice`")
         known = equivalents()
         for module in args.modules or list(MODULES):
