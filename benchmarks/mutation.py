@@ -66,7 +66,8 @@ MODULES: dict[str, list[str]] = {
     "search/sampling/self_consistency": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py"],
     "search/sampling/weighted_vote": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
                                       "tests/parity/test_prm_and_aggregation.py"],
-    "verifiers/base": ["tests/verifiers", "tests/parity/test_prm_and_aggregation.py"],
+    "verifiers/base": ["tests/verifiers/test_base.py", "tests/parity/test_prm_and_aggregation.py",
+                       "tests/verifiers/test_chain_check.py"],
     "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/parity/test_estimators_and_cost.py",
                         "tests/parity/test_kinetics_sparse.py"],
     "budgets/online": ["tests/budgets/test_online.py"],
@@ -119,7 +120,8 @@ def _workdir(module: str, tests: list[str]) -> Path:
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{module}.py"],
         "pytest_add_cli_args_test_selection": tests,
-        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+        # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out.
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not gpu and not model_1p5b and not heavy"],
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
     (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n".join(lines) + "\n")
