@@ -3,17 +3,13 @@ value gets one key, and different values (a value and its negative included) get
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.answer_forms import forms, values
 from tts.answers import AnswerKeys
 
-# No deadline: the first parse of a new key by math-verify can take a second on a busy machine.
-_FEW = settings(max_examples=100, deadline=None)
 
-
-@_FEW
 @given(values, st.randoms(use_true_random=False))
 def test_every_form_of_a_value_gets_one_key(value, random):
     written = forms(value)
@@ -21,14 +17,12 @@ def test_every_form_of_a_value_gets_one_key(value, random):
     assert len(set(AnswerKeys().keys(written))) == 1, written
 
 
-@_FEW
 @given(st.lists(values, min_size=2, max_size=5, unique=True), st.randoms(use_true_random=False))
 def test_different_values_get_different_keys(distinct, random):
     written = [random.choice(forms(v)) for v in distinct]
     assert len(set(AnswerKeys().keys(written))) == len(distinct), written
 
 
-@_FEW
 @given(values.filter(bool), st.randoms(use_true_random=False))
 def test_a_value_and_its_negative_never_share_a_key(value, random):
     written = [random.choice(forms(value)), random.choice(forms(-value))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.answer_forms import values, written
@@ -17,7 +17,6 @@ pools = st.lists(values, min_size=1, max_size=3, unique=True).flatmap(
     lambda vs: st.lists(st.sampled_from(vs).flatmap(written), min_size=1, max_size=8))
 
 
-@settings(max_examples=100, deadline=None)
 @given(pools, st.randoms(use_true_random=False))
 def test_votes_ignore_sample_order(answers, random):
     shuffled = list(answers)
