@@ -193,3 +193,25 @@ def test_boxes_in_parts_grade_against_the_whole_answer():
 
     keys = AnswerKeys().keys([extract_answer("\\boxed{(4, 0)} and \\boxed{(1, 3)}"), "(1, 3), (4, 0)"])
     assert keys[0] == keys[1]
+
+
+def test_only_small_bounded_expressions_are_compared():
+    """The guard that keeps math-verify's unbounded comparisons out of voting (``_tame``): small
+    matrices of small entries, expressions up to ``max_nodes`` nodes, integers up to 4000 bits and
+    powers up to 1000 pass; sums, integrals, factorials, towers and anything bigger do not."""
+    import sympy
+
+    from tts.answers.equivalence import _tame
+
+    x, y = sympy.symbols("x y")
+    assert _tame(sympy.zeros(8, 8)) and not _tame(sympy.zeros(8, 9)) and not _tame(sympy.zeros(5, 13))
+    assert not _tame(sympy.Matrix([[1, x**2000]]))
+    entry = x + y + 1  # 4 nodes: Add, 1, x, y
+    assert _tame(sympy.Matrix([[entry]]), max_nodes=4) and not _tame(sympy.Matrix([[entry]]), max_nodes=3)
+    assert _tame(entry, max_nodes=4) and not _tame(entry, max_nodes=3)
+    assert _tame(sympy.Integer(2**4000 - 1)) and not _tame(sympy.Integer(2**4000))
+    assert _tame(x**1000) and not _tame(x**1001) and not _tame(x**-1001) and not _tame(x ** (y**2))
+    unbounded = [sympy.Sum(x, (x, 1, y)), sympy.Integral(x, x), sympy.factorial(x), sympy.binomial(x, y),
+                 sympy.gamma(x), sympy.Product(x, (x, 1, y)), sympy.Limit(x, x, 0), sympy.Derivative(x**2, x)]
+    assert not any(_tame(v) for v in unbounded)
+    assert not _tame(5) and not _tame("5")  # not a sympy value
