@@ -62,13 +62,35 @@ def test_a_verifier_scores_all_items_in_one_call():
     assert score_or_fallback(verifier, ITEMS, FALLBACK) == (scores, False) and verifier.calls == 1
 
 
-@pytest.mark.parametrize("verifier", [_Verifier(error=RuntimeError("model down")),
-                                      _Verifier([VerifierScore((), 0.9)])])
-def test_a_verifier_that_raises_or_miscounts_gives_every_item_the_fallback(verifier, caplog):
+@pytest.mark.parametrize("verifier, why", [(_Verifier(error=RuntimeError("model down")), "model down"),
+                                          (_Verifier([VerifierScore((), 0.9)]), "it returned 1 scores for 2 candidates")])
+def test_a_verifier_that_raises_or_miscounts_gives_every_item_the_fallback(verifier, why, caplog):
     with caplog.at_level(logging.WARNING, logger="tts.verifiers.base"):
         assert score_or_fallback(verifier, ITEMS, FALLBACK, what="candidates") == ([FALLBACK, FALLBACK], True)
     (record,) = caplog.records
-    assert "verifier fake failed on 2 candidates" in record.getMessage() and "each scores 0.25" in record.getMessage()
+    assert record.getMessage() == f"verifier fake failed on 2 candidates ({why}); each scores 0.25"
+
+
+def test_the_warning_names_items_and_a_verifier_without_a_name(caplog):
+    class Nameless:
+        def score(self, items):
+            return []
+
+    with caplog.at_level(logging.WARNING, logger="tts.verifiers.base"):
+        assert score_or_fallback(Nameless(), ITEMS, FALLBACK)[1]
+    assert caplog.records[0].getMessage() == (
+        "verifier ? failed on 2 items (it returned 0 scores for 2 items); each scores 0.25")
+
+
+def test_a_config_builds_its_registered_verifier_with_the_policy_generator():
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.verifiers.base import build_verifier
+    from tts.verifiers.judge import JudgeConfig, LLMJudge
+
+    generator = ScriptedGenerator({})
+    config = JudgeConfig(votes=2)
+    judge = build_verifier(config, generator)
+    assert isinstance(judge, LLMJudge) and judge.config is config and judge.generator is generator
 
 
 def test_noise_flips_at_its_rate_repeatably_and_depends_on_the_steps_so_far():

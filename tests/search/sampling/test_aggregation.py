@@ -85,3 +85,13 @@ def test_scores_for_another_number_of_samples_are_refused():
     wv = _strategy(WeightedVote, WeightedVoteConfig(n=2, verifier="arithmetic"))
     with pytest.raises(ValueError, match="zip"):
         wv.aggregate("p", samples, USAGE, scores=[0.0, 0.0, 0.0])
+
+
+def test_a_weighted_vote_whose_verifier_rejects_every_answer_counts_each_answer_once():
+    samples = (Sample("a", "4"), Sample("b", "5"), Sample("c", "5"), Sample("d", None))
+    wv = _strategy(WeightedVote, WeightedVoteConfig(n=4, verifier="arithmetic"))
+    sol = wv.aggregate("p", samples, USAGE, scores=[0.0, 0.0, 0.0, 0.7])
+    assert (sol.answer, sol.confidence, sol.trace.votes) == ("5", 0.5, {"4": 1.0, "5": 2.0})
+    assert sol.trace.events == {"unweighted_vote": 1} and sol.trace.scores == (0.0, 0.0, 0.0, 0.7)
+    nothing = wv.aggregate("p", samples[3:], USAGE, scores=[0.0])  # no answer at all: nothing to record
+    assert (nothing.answer, nothing.trace.events) == (None, {})
