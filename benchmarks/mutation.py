@@ -203,6 +203,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per module before it is stopped")
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
     parser.add_argument("--table", action="store_true", help="print the last results without running")
+    parser.add_argument("--diffs", type=int, default=20, help="print the diffs of this many unexplained survivors "
+                        "per module (the rest by name; `mutmut show NAME` in .mutation/MODULE/ shows one)")
     args = parser.parse_args()
     if args.list:
         for module, tests in MODULES.items():
@@ -224,8 +226,10 @@ def main() -> None:
             (WORK / "results.json").write_text(json.dumps({k: asdict(v) for k, v in saved.items()}, indent=1))
             print(table([result]).splitlines()[-1] + (f"  ({result.error})" if result.error else ""),
                   file=sys.stderr, flush=True)
-            for name in result.survived:
+            for name in result.survived[:args.diffs]:
                 print(f"\n# {name} survived\n{_diff(WORK / module.replace('/', '.'), name)}", file=sys.stderr)
+            for name in result.survived[args.diffs:]:
+                print(f"# {name} survived", file=sys.stderr)
     chosen = [saved[m] for m in (args.modules or MODULES) if m in saved]
     print(table(chosen))
 
