@@ -72,7 +72,7 @@ MODULES: dict[str, list[str]] = {
                         "tests/parity/test_kinetics_sparse.py"],
     "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay",
                        "tests/stopping_rules"],
-    "serve/policy": ["tests/serve/test_security.py"],
+    "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_security.py"],
 }
 
 # mutmut's statuses. A mutant that times out or crashes the tests was noticed: killed. One that no
