@@ -70,8 +70,7 @@ MODULES: dict[str, list[str]] = {
                        "tests/verifiers/test_chain_check.py"],
     "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/parity/test_estimators_and_cost.py",
                         "tests/parity/test_kinetics_sparse.py"],
-    "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay",
-                       "tests/stopping_rules"],
+    "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay"],
     "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_security.py"],
 }
 
