@@ -49,7 +49,8 @@ EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 # Module (under tts/) -> the narrowest tests that cover it. mutmut then runs, per mutant, only
 # those of these tests that call the mutated function.
 MODULES: dict[str, list[str]] = {
-    "answers/equivalence": ["tests/answers/test_answers.py", "tests/answers/test_key_properties.py",
+    "answers/equivalence": ["tests/answers/test_key_comparisons.py", "tests/answers/test_answers.py",
+                            "tests/answers/test_key_properties.py",
                             "tests/search/test_vote_properties.py"],
     "answers/extraction": ["tests/answers/test_answers.py", "tests/answers/test_forms.py"],
     "answers/exact": ["tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
