@@ -117,6 +117,11 @@ def _workdir(module: str, tests: list[str]) -> Path:
     skip = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "tts", work / "tts", ignore=skip)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=skip)
+    # tests/conftest.py finds the shared data beside the checkout; mutmut runs the tests from
+    # mutants/ inside the scratch copy, so the data is linked beside that.
+    if (ROOT.parent / "shared").is_dir():
+        (work / "mutants").mkdir()
+        (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
     config = {
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{module}.py"],

@@ -260,3 +260,46 @@ def test_the_budget_replays_first_seen_tie_rule_has_the_estimators_expectation(t
     assert replayed[:, -1] == pytest.approx(curve.per_problem[:, -1], abs=0.04)  # each problem's full-pool vote
     tied = np.flatnonzero((curve.per_problem[:, -1] > 0.01) & (curve.per_problem[:, -1] < 0.99))
     assert len(tied) >= 2  # the pool has problems whose full vote is a tie between a right and a wrong answer
+
+
+def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
+    """What a sweep draws: every rule's curve as its own estimator gives it (the votes on one set of
+    draws: the same ``seed`` gives the same draws), labelled with its rule and method."""
+    rng = np.random.default_rng(6)
+    rows = [_row(f"p{p}", s, f"x{a}", bool(a == 0), float(rng.integers(1, 5)) / 4)
+            for p in range(12) for s, a in enumerate(rng.integers(0, 3, size=6))]
+    mp = load_pool(_write(tmp_path / "scored.jsonl", rows))["m"]
+    assert mp.has_scores
+    ns = [1, 2, 5]
+    curves = est.pool_curves(mp, ns=ns, draws=300, seed=3)
+    assert list(curves) == list(est.RULES)
+    expected = {"pass": est.pass_at_k(mp, ns, seed=3), "majority": est.majority_vote(mp, ns, draws=300, seed=3),
+                "best_score": est.best_of_n(mp, ns, seed=3),
+                "weighted_vote": est.weighted_vote(mp, ns, draws=300, seed=3)}
+    for rule, curve in curves.items():
+        want = expected[rule]
+        assert (curve.rule, curve.method, curve.draws) == (want.rule, want.method, want.draws)
+        assert curve.ns.tolist() == ns
+        np.testing.assert_array_equal(curve.per_problem, want.per_problem)
+        np.testing.assert_array_equal(curve.lo, want.lo)
+        np.testing.assert_array_equal(curve.hi, want.hi)
+    assert [(c.rule, c.method, c.draws) for c in curves.values()] == [
+        ("pass", "exact", 0), ("majority", "bootstrap", 300), ("best_score", "exact", 0),
+        ("weighted_vote", "bootstrap", 300)]
+    votes_only = est.pool_curves(mp, rules=("majority",), ns=ns, draws=300, seed=3)
+    np.testing.assert_array_equal(votes_only["majority"].per_problem, curves["majority"].per_problem)
+    rank = est.pool_curves(mp, rules=("weighted_vote",), ns=ns, draws=300, seed=3, weighting="exp")
+    np.testing.assert_array_equal(rank["weighted_vote"].per_problem,
+                                  est.weighted_vote(mp, ns, weighting="exp", draws=300, seed=3).per_problem)
+    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, majority, best_score, weighted_vote$"):
+        est.pool_curves(mp, rules=("best",), ns=ns)
+
+
+def test_pool_curves_skip_score_rules_without_scores_unless_given(tmp_path):
+    rows = [_row(f"p{p}", s, f"x{s % 2}", s % 2 == 0) for p in range(4) for s in range(4)]
+    mp = load_pool(_write(tmp_path / "unscored.jsonl", rows))["m"]
+    assert list(est.pool_curves(mp, ns=[1, 3], draws=50)) == ["pass", "majority"]
+    scores = np.tile(np.array([0.9, 0.1, 0.8, 0.2]), (4, 1))
+    given = est.pool_curves(mp, ns=[1, 3], draws=50, scores=scores)
+    assert list(given) == list(est.RULES)
+    assert given["best_score"].mean[-1] == 1.0  # the top score, 0.9, is on a correct sample
