@@ -61,6 +61,8 @@ MODULES: dict[str, list[str]] = {
     "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
     "eval/report": ["tests/eval/test_report.py"],
     "search/base": ["tests/search/test_strategies.py", "tests/search/test_vote_properties.py",
+                    "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
+                    "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",
                     "tests/parity/test_voting_and_answers.py"],
     "search/sampling/best_of_n": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
                                   "tests/parity/test_prm_and_aggregation.py"],
