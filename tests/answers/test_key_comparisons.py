@@ -103,6 +103,7 @@ def test_keys_up_to_max_len_are_compared_and_longer_ones_not():
 
 def test_percentages_and_matrices_are_compared_as_math_verify_reads_them():
     assert len(set(AnswerKeys().keys(["50\\%", "0.5"]))) == 1  # math-verify reads 50% as 0.5 too
+    assert len(set(AnswerKeys().keys(["50\\%", "50"]))) == 1  # and as 50: no numeric shortcut for percentages
     assert len(set(AnswerKeys().keys(["\\begin{pmatrix}1\\\\2\\end{pmatrix}", "(1,2)"]))) == 1
 
 
@@ -112,4 +113,10 @@ def test_percentages_and_matrices_are_compared_as_math_verify_reads_them():
     ("007", "007"), ("-5", "-5"), ("3-", "3-"),
 ])
 def test_a_computation_on_numbers_votes_as_its_integer_value_and_nothing_else_changes(answer, form):
+    vote_form.cache_clear()  # computed here, not remembered from another test
     assert vote_form(answer) == form
+
+
+def test_an_answer_is_compared_by_the_value_it_states_not_its_markup():
+    """Bold markup is dropped before parsing: ``**\\sqrt{8}**`` is read as its key ``\\sqrt{8}``."""
+    assert len(set(AnswerKeys().keys(["**\\sqrt{8}**", "2\\sqrt{2}"]))) == 1
