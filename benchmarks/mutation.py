@@ -123,9 +123,11 @@ def _workdir(module: str, tests: list[str]) -> Path:
     shutil.copytree(ROOT / "tests", work / "tests", ignore=skip)
     # tests/conftest.py finds the shared data beside the checkout; mutmut runs the tests from
     # mutants/ inside the scratch copy, so the data is linked beside that.
+    # Likewise the example graphs some tests load from the checkout's examples/.
+    (work / "mutants").mkdir()
     if (ROOT.parent / "shared").is_dir():
-        (work / "mutants").mkdir()
         (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
+    (work / "mutants" / "examples").symlink_to(ROOT / "examples")
     config = {
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{module}.py"],
