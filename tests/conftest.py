@@ -6,6 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests: no per-example deadline (a first math-verify parse can take a second on a busy
+# machine). benchmarks/mutation.py runs them with `--hypothesis-profile=mutation`: a few examples
+# each, since it runs them once per mutant.
+settings.register_profile("tts", deadline=None)
+settings.register_profile("mutation", parent=settings.get_profile("tts"), max_examples=10)
+settings.load_profile("tts")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"

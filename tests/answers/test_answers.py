@@ -126,6 +126,22 @@ def test_different_answers_keep_different_keys(answers):
     assert len(set(AnswerKeys().keys(answers))) == len(answers)
 
 
+@pytest.mark.parametrize(
+    "answers, keys",
+    [(["-3", "3", "3"], ["-3", "3", "3"]),
+     (["-\\frac{1}{2}", "\\frac{1}{2}", "-0.5", "0.5", "-1/2", "1/2"],
+      ["-\\frac{1}{2}", "\\frac{1}{2}", "-\\frac{1}{2}", "\\frac{1}{2}", "-\\frac{1}{2}", "\\frac{1}{2}"]),
+     (["-2.5", "2.5", "-\\frac{5}{2}", "\\frac{5}{2}"], ["-2.5", "2.5", "-2.5", "2.5"]),
+     (["50\\%", "-50\\%", "50%"], ["50\\%", "-50\\%", "50\\%"]),
+     (["5\\text{ cm}", "-5\\text{ cm}", "5 cm"], ["5cm", "-5cm", "5cm"]),
+     (["\\$3", "-\\$3", "3"], ["3", "-3", "3"])],
+)
+def test_opposite_signs_keep_apart_and_equal_values_merge(answers, keys):
+    """Signed integers, fractions, decimals, percentages, units and currency: a value and its
+    negative never share a key (a dropped sign would count "-3" as a vote for 3)."""
+    assert AnswerKeys().keys(answers) == keys
+
+
 def test_the_key_is_the_first_seen_answer_and_does_not_depend_on_the_call():
     keys = AnswerKeys()
     assert keys.keys(["\\frac{1}{2}", "0.5"]) == ["\\frac{1}{2}", "\\frac{1}{2}"]
@@ -177,3 +193,25 @@ def test_boxes_in_parts_grade_against_the_whole_answer():
 
     keys = AnswerKeys().keys([extract_answer("\\boxed{(4, 0)} and \\boxed{(1, 3)}"), "(1, 3), (4, 0)"])
     assert keys[0] == keys[1]
+
+
+def test_only_small_bounded_expressions_are_compared():
+    """The guard that keeps math-verify's unbounded comparisons out of voting (``_tame``): small
+    matrices of small entries, expressions up to ``max_nodes`` nodes, integers up to 4000 bits and
+    powers up to 1000 pass; sums, integrals, factorials, towers and anything bigger do not."""
+    import sympy
+
+    from tts.answers.equivalence import _tame
+
+    x, y = sympy.symbols("x y")
+    assert _tame(sympy.zeros(8, 8)) and not _tame(sympy.zeros(8, 9)) and not _tame(sympy.zeros(5, 13))
+    assert not _tame(sympy.Matrix([[1, x**2000]]))
+    entry = x + y + 1  # 4 nodes: Add, 1, x, y
+    assert _tame(sympy.Matrix([[entry]]), max_nodes=4) and not _tame(sympy.Matrix([[entry]]), max_nodes=3)
+    assert _tame(entry, max_nodes=4) and not _tame(entry, max_nodes=3)
+    assert _tame(sympy.Integer(2**4000 - 1)) and not _tame(sympy.Integer(2**4000))
+    assert _tame(x**1000) and not _tame(x**1001) and not _tame(x**-1001) and not _tame(x ** (y**2))
+    unbounded = [sympy.Sum(x, (x, 1, y)), sympy.Integral(x, x), sympy.factorial(x), sympy.binomial(x, y),
+                 sympy.gamma(x), sympy.Product(x, (x, 1, y)), sympy.Limit(x, x, 0), sympy.Derivative(x**2, x)]
+    assert not any(_tame(v) for v in unbounded)
+    assert not _tame(5) and not _tame("5")  # not a sympy value

@@ -12,6 +12,9 @@ from tts.benchmarks.grading import Grader, Outcome, _verify_in_worker
 BEFORE = [("\\frac{1}{2}", "0.5"), ("3", "4")]
 AFTER = [("2\\sqrt{2}", "\\sqrt{8}"), ("0.25", "\\frac{1}{4}"), ("9", "10")]
 C, W, U = Outcome.CORRECT, Outcome.WRONG, Outcome.UNGRADED
+# The gold answer of the fault-injecting answers below, which hold a path under pytest's temp
+# folder: no string a path can contain (a gold "1" was once matched inside "/tmp/pytest-1/...").
+GOLD = "\\sqrt{2}"
 
 
 # Fault-injecting checks: module-level so that spawned workers can unpickle them. The answer
@@ -60,6 +63,27 @@ def test_grades_equivalent_forms_and_counts_no_answer_separately():
                    Outcome.CORRECT]
 
 
+# Answers that contain the gold answer, or are contained in it, as a string: a substring is not a
+# number's value ("142" is not 42, "-42" is not 42). Beside them, forms that are equal.
+NEAR_MISSES = [("142", "42"), ("-42", "42"), ("42", "-42"), ("4", "42"), ("12", "2"), ("1", "10"),
+               ("\\frac{1}{2}", "\\frac{1}{23}"), ("42\\%", "142\\%"), ("5", "15\\text{ cm}")]
+EQUALS = [("42", "42"), ("\\frac{1}{2}", "0.5"), ("x=42", "42"), ("-\\frac{1}{2}", "-0.5")]
+
+
+def test_verdicts_agree_with_math_verify_called_directly():
+    """The grader is math-verify OR a normalised string match: on answers that contain the gold
+    answer as a substring (a shortcut that matched substrings would call "142" right for 42) its
+    verdicts are math-verify's own, computed here without the grader's workers or shortcut."""
+    from math_verify import parse, verify
+
+    pairs = NEAR_MISSES + EQUALS
+    reference = [verify(parse(gold), parse(answer)) for answer, gold in pairs]
+    assert reference == [False] * len(NEAR_MISSES) + [True] * len(EQUALS)  # the reference itself
+    with Grader(timeout=5) as g:
+        out = g.grade_many(pairs)
+    assert out == [C if ok else W for ok in reference]
+
+
 def test_unparseable_answer_is_wrong_not_an_error():
     with Grader(timeout=2) as g:
         assert g.grade("\\frac{{{", "3") is Outcome.WRONG
@@ -67,7 +91,7 @@ def test_unparseable_answer_is_wrong_not_an_error():
 
 @pytest.mark.timeout(60)
 def test_a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded(tmp_path):
-    culprit = (f"hang:{tmp_path / 'pid'}", "1")
+    culprit = (f"hang:{tmp_path / 'pid'}", GOLD)
     with Grader(timeout=1, deadline=2, check=_hangs_on_marker) as g:
         start = time.monotonic()
         out = g.grade_many([*BEFORE, culprit, *AFTER])
@@ -83,7 +107,7 @@ def test_a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded(
 
 @pytest.mark.timeout(60)
 def test_b_check_that_kills_its_worker_is_retried_once_then_ungraded(tmp_path):
-    culprit = (f"die:{tmp_path / 'pids'}", "1")
+    culprit = (f"die:{tmp_path / 'pids'}", GOLD)
     with Grader(timeout=1, workers=2, check=_dies_on_marker) as g:
         assert g.grade_many([*BEFORE, culprit, *AFTER]) == [C, W, U, C, C, W]
         pids = _pids(tmp_path / "pids")
@@ -94,7 +118,7 @@ def test_b_check_that_kills_its_worker_is_retried_once_then_ungraded(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_worker_crash_that_does_not_recur_is_graded_on_retry(tmp_path):
-    flaky = (f"die-once:{tmp_path / 'pids'}", "1")
+    flaky = (f"die-once:{tmp_path / 'pids'}", GOLD)
     with Grader(timeout=1, check=_dies_on_marker) as g:
         assert g.grade_many([*BEFORE, flaky, *AFTER]) == [C, W, C, C, C, W]
     assert len(_pids(tmp_path / "pids")) == 1

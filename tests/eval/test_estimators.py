@@ -260,3 +260,94 @@ def test_the_budget_replays_first_seen_tie_rule_has_the_estimators_expectation(t
     assert replayed[:, -1] == pytest.approx(curve.per_problem[:, -1], abs=0.04)  # each problem's full-pool vote
     tied = np.flatnonzero((curve.per_problem[:, -1] > 0.01) & (curve.per_problem[:, -1] < 0.99))
     assert len(tied) >= 2  # the pool has problems whose full vote is a tie between a right and a wrong answer
+
+
+def _scored_pool(tmp_path: Path, seed: int = 6):
+    """12 problems of 6 samples, every sample answered and scored (so the score rules run)."""
+    rng = np.random.default_rng(seed)
+    rows = [_row(f"p{p}", s, f"x{a}", bool(a == 0), float(rng.integers(1, 5)) / 4)
+            for p in range(12) for s, a in enumerate(rng.integers(0, 3, size=6))]
+    mp = load_pool(_write(tmp_path / f"scored{seed}.jsonl", rows))["m"]
+    assert mp.has_scores
+    return mp
+
+
+def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
+    """What a sweep draws: every rule's curve as its own estimator gives it (the votes on one set of
+    draws: the same ``seed`` gives the same draws), labelled with its rule and method."""
+    mp = _scored_pool(tmp_path)
+    ns = [1, 2, 5]
+    curves = est.pool_curves(mp, ns=ns, draws=300, seed=3)
+    assert list(curves) == list(est.RULES)
+    expected = {"pass": est.pass_at_k(mp, ns, seed=3), "majority": est.majority_vote(mp, ns, draws=300, seed=3),
+                "best_score": est.best_of_n(mp, ns, seed=3),
+                "weighted_vote": est.weighted_vote(mp, ns, draws=300, seed=3)}
+    for rule, curve in curves.items():
+        want = expected[rule]
+        assert (curve.rule, curve.method, curve.draws) == (want.rule, want.method, want.draws)
+        assert curve.ns.tolist() == ns
+        np.testing.assert_array_equal(curve.per_problem, want.per_problem)
+        np.testing.assert_array_equal(curve.lo, want.lo)
+        np.testing.assert_array_equal(curve.hi, want.hi)
+    assert [(c.rule, c.method, c.draws) for c in curves.values()] == [
+        ("pass", "exact", 0), ("majority", "bootstrap", 300), ("best_score", "exact", 0),
+        ("weighted_vote", "bootstrap", 300)]
+    votes_only = est.pool_curves(mp, rules=("majority",), ns=ns, draws=300, seed=3)
+    np.testing.assert_array_equal(votes_only["majority"].per_problem, curves["majority"].per_problem)
+    rank = est.pool_curves(mp, rules=("weighted_vote",), ns=ns, draws=300, seed=3, weighting="exp")
+    np.testing.assert_array_equal(rank["weighted_vote"].per_problem,
+                                  est.weighted_vote(mp, ns, weighting="exp", draws=300, seed=3).per_problem)
+    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, majority, best_score, weighted_vote$"):
+        est.pool_curves(mp, rules=("best",), ns=ns)
+
+
+def test_pool_curves_skip_score_rules_without_scores_unless_given(tmp_path):
+    rows = [_row(f"p{p}", s, f"x{s % 2}", s % 2 == 0) for p in range(4) for s in range(4)]
+    mp = load_pool(_write(tmp_path / "unscored.jsonl", rows))["m"]
+    assert list(est.pool_curves(mp, ns=[1, 3], draws=50)) == ["pass", "majority"]
+    scores = np.tile(np.array([0.9, 0.1, 0.8, 0.2]), (4, 1))
+    given = est.pool_curves(mp, ns=[1, 3], draws=50, scores=scores)
+    assert list(given) == list(est.RULES)
+    assert given["best_score"].mean[-1] == 1.0  # the top score, 0.9, is on a correct sample
+
+
+def test_the_interval_is_the_95_percent_percentile_bootstrap_over_problems_per_column():
+    rng = np.random.default_rng(0)
+    per_problem = rng.random((40, 3))
+    lo, hi = est.problem_interval(per_problem)
+    boot = est._resample_counts(40, 1000, 0) @ per_problem / 40  # the resamples: problems drawn with replacement
+    want_lo, want_hi = np.percentile(boot, [2.5, 97.5], axis=0)
+    np.testing.assert_allclose(lo, want_lo, rtol=1e-12)
+    np.testing.assert_allclose(hi, want_hi, rtol=1e-12)
+    for j in range(3):  # each column on its own
+        assert est.problem_interval(per_problem[:, j]) == (pytest.approx(lo[j]), pytest.approx(hi[j]))
+    fewer = est.problem_interval(per_problem, n_boot=20, seed=0)
+    assert not np.array_equal(fewer[0], lo)
+    other = est.problem_interval(per_problem, seed=1)
+    assert not np.array_equal(other[0], lo)
+
+
+def test_curves_are_reproducible_labelled_and_use_the_default_draws(tmp_path):
+    """Every estimator's defaults: seed 0 (the same curve, interval included, run after run) and
+    1000 draws for the bootstrapped ones; a given ``order`` or ``scores`` is the one used."""
+    mp = _scored_pool(tmp_path, seed=7)
+    ns = [1, 3]
+    for make in (lambda **kw: est.pass_at_k(mp, ns, **kw), lambda **kw: est.majority_vote(mp, ns, **kw),
+                 lambda **kw: est.weighted_vote(mp, ns, **kw), lambda **kw: est.best_of_n(mp, ns, **kw),
+                 lambda **kw: est.best_of_n(mp, ns, method="bootstrap", **kw)):
+        a, b = make(), make(seed=0)
+        np.testing.assert_array_equal(a.per_problem, b.per_problem)
+        np.testing.assert_array_equal(a.lo, b.lo)
+        np.testing.assert_array_equal(a.hi, b.hi)
+        assert a.draws in (0, 1000)
+    boot = est.best_of_n(mp, ns, method="bootstrap", draws=200)
+    assert (boot.rule, boot.method, boot.draws, boot.ns.tolist()) == ("best_score", "bootstrap", 200, ns)
+    assert est.pool_curves(mp, rules=("majority",), ns=ns)["majority"].draws == 1000
+    order = pool_draws.draw_orders(mp.counts, 3, 200, 5)
+    np.testing.assert_array_equal(est.best_of_n(mp, ns, method="bootstrap", order=order).per_problem,
+                                  est.best_of_n(mp, ns, method="bootstrap", draws=200, seed=5).per_problem)
+    reversed_scores = 1.0 - pool_draws.sample_scores(mp, None)
+    assert not np.array_equal(est.best_of_n(mp, ns, method="bootstrap", draws=200, scores=reversed_scores).per_problem,
+                              boot.per_problem)
+    with pytest.raises(ValueError, match=r"^unknown method 'sampled'; use 'exact' or 'bootstrap'$"):
+        est.best_of_n(mp, ns, method="sampled")

@@ -58,6 +58,13 @@ def test_vote_ties_go_to_the_answer_seen_first_and_abstentions_count_in_the_shar
     assert answer == "5" and idx == 0 and share == 2 / 5 and votes == {"5": 2.0, "4": 2.0}
 
 
+def test_a_vote_never_merges_a_value_with_its_negative():
+    answer, share, votes, idx = vote([Sample("a", "-3"), Sample("b", "3"), Sample("c", "3")])
+    assert (answer, idx, votes) == ("3", 1, {"-3": 1.0, "3": 2.0}) and share == pytest.approx(2 / 3)
+    answer, _, votes, _ = vote([Sample("a", "-\\frac{1}{2}"), Sample("b", "0.5"), Sample("c", "-0.5")])
+    assert answer == "-\\frac{1}{2}" and votes == {"-\\frac{1}{2}": 2.0, "0.5": 1.0}
+
+
 def test_vote_merges_surface_variants_of_one_answer():
     samples = [Sample("", "7.0"), Sample("", "$7$"), Sample("", "8")]
     answer, share, _, _ = vote(samples)
@@ -216,6 +223,19 @@ def test_equal_verifier_scores_are_told_apart_by_the_models_confidence():
     samples = [Sample("a", "5", 10, -1.5), Sample("b", "4", 10, -0.2), Sample("c", "6", 10, -0.1)]
     bon = BestOfN(BestOfNConfig(n=3, verifier="arithmetic"), ScriptedGenerator({}), MATH_PROMPT.render)
     assert bon.aggregate("p", samples, Usage(), scores=[1.0, 1.0, 0.5]).answer == "4"
+
+
+def test_best_of_n_full_ties_go_to_the_earliest_answered_sample():
+    """Equal scores and equal logprobs (the documented rule, and search-and-learn's np.argmax): the
+    earliest answered sample wins, by mean logprob and under a verifier alike."""
+    samples = [Sample("a", None, 10, -0.1), Sample("b", "4", 10, -0.5), Sample("c", "5", 10, -0.5),
+               Sample("d", "6", 10, -0.5)]
+    by_logprob = BestOfN(BestOfNConfig(n=4), ScriptedGenerator({}), MATH_PROMPT.render)
+    sol = by_logprob.aggregate("p", samples, Usage())
+    assert (sol.answer, sol.trace.selected) == ("4", 1)
+    verified = BestOfN(BestOfNConfig(n=4, verifier="arithmetic"), ScriptedGenerator({}), MATH_PROMPT.render)
+    sol = verified.aggregate("p", samples, Usage(), scores=[1.0, 0.5, 0.5, 0.5])
+    assert (sol.answer, sol.trace.selected) == ("4", 1)
 
 
 def test_a_step_verifier_scores_each_step_of_a_sample_and_its_aggregation_decides():

@@ -1,0 +1,249 @@
+"""Mutation testing of the core: how many small bugs in each module its tests would let through.
+
+Every number tts prints passes through a few modules (answer keys, grading, estimators and the
+interval, votes and selection, verifier aggregation, the cost model, the online budget, the
+server's request policy). For each, mutmut plants one small bug at a time (an operator, a
+constant, a comparison, a dropped argument) and runs only the tests that call the mutated
+function; a mutant that no test notices "survives". A survivor is either a missing test or an
+equivalent mutant (one that changes nothing a user can observe): those are listed, each with the
+reason, in ``benchmarks/mutation_equivalent.toml`` and counted apart. The goal is under 10%
+unexplained survivors per module.
+
+Why mutmut (3.x) and not cosmic-ray: mutmut forks an already-warm pytest process per mutant and
+runs only the tests whose stack reaches the mutated function (measured once, up front), where
+cosmic-ray starts a fresh test command per mutant; on 2 shared cores that is the difference
+between minutes and hours per module. It is maintained, installs from PyPI on Python 3.11, and
+never edits the checkout: each module is measured in a scratch copy under ``.mutation/``.
+
+Slow (minutes to an hour per module), so never in CI. Run one module at a time, niced::
+
+    pip install mutmut
+    python benchmarks/mutation.py                      # every module in MODULES
+    python benchmarks/mutation.py answers/equivalence  # some of them (names as in MODULES)
+    python benchmarks/mutation.py --list               # the modules and their tests
+    python benchmarks/mutation.py --table              # the table of the last runs, no new run
+
+Prints one row per module (mutants, killed, survived, equivalent, survival %) and the diff of
+every unexplained survivor; ``.mutation/results.json`` keeps the last result of each module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / ".mutation"
+EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
+
+# Module (under tts/) -> the narrowest tests that cover it. mutmut then runs, per mutant, only
+# those of these tests that call the mutated function.
+MODULES: dict[str, list[str]] = {
+    "answers/equivalence": ["tests/answers/test_key_comparisons.py", "tests/answers/test_answers.py",
+                            "tests/answers/test_key_properties.py",
+                            "tests/search/test_vote_properties.py"],
+    "answers/extraction": ["tests/answers/test_answers.py", "tests/answers/test_forms.py"],
+    "answers/exact": ["tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
+    "answers/forms": ["tests/answers/test_forms.py", "tests/answers/test_answers.py"],
+    "answers/free_text": ["tests/answers/test_free_text.py", "tests/parity/test_free_text.py"],
+    "answers/kinds": ["tests/search/sampling/test_tool_vote.py", "tests/answers/test_free_text.py"],
+    "benchmarks/grading": ["tests/benchmarks/test_grading.py"],
+    "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
+    "eval/report": ["tests/eval/test_report.py"],
+    "search/base": ["tests/search/test_samples.py", "tests/search/test_strategies.py",
+                    "tests/search/test_vote_properties.py",
+                    "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
+                    "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",
+                    "tests/parity/test_voting_and_answers.py"],
+    "search/sampling/best_of_n": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
+                                  "tests/parity/test_prm_and_aggregation.py"],
+    "search/sampling/self_consistency": ["tests/search/sampling/test_aggregation.py",
+                                         "tests/search/test_strategies.py"],
+    "search/sampling/weighted_vote": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
+                                      "tests/parity/test_prm_and_aggregation.py"],
+    "verifiers/base": ["tests/verifiers/test_base.py", "tests/parity/test_prm_and_aggregation.py",
+                       "tests/verifiers/test_chain_check.py"],
+    "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/parity/test_estimators_and_cost.py",
+                        "tests/parity/test_kinetics_sparse.py"],
+    "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay"],
+    "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_security.py"],
+}
+
+# mutmut's statuses. A mutant that times out or crashes the tests was noticed: killed. One that no
+# selected test reaches ("no tests") is a missing test like any survivor.
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+SURVIVED = {"survived", "no tests", "suspicious", "skipped"}
+
+
+@dataclass
+class Result:
+    """One module's measurement."""
+
+    module: str
+    mutants: int = 0
+    killed: int = 0
+    survived: list[str] = field(default_factory=list)
+    equivalent: list[str] = field(default_factory=list)
+    not_run: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def survival(self) -> float:
+        """Unexplained survivors as a share of the mutants that ran."""
+        ran = self.killed + len(self.survived) + len(self.equivalent)
+        return len(self.survived) / ran if ran else 0.0
+
+
+def equivalents() -> dict[str, dict[str, str]]:
+    """Mutant name -> {"change", "reason"}, from mutation_equivalent.toml."""
+    if not EQUIVALENT.exists():
+        return {}
+    entries = tomllib.loads(EQUIVALENT.read_text()).get("equivalent", [])
+    return {e["mutant"]: e for e in entries}
+
+
+def _workdir(module: str, tests: list[str]) -> Path:
+    """A scratch copy of the package and tests, with mutmut told to mutate only ``module``."""
+    work = WORK / module.replace("/", ".")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    skip = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
+    shutil.copytree(ROOT / "tts", work / "tts", ignore=skip)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=skip)
+    # tests/conftest.py finds the shared data beside the checkout; mutmut runs the tests from
+    # mutants/ inside the scratch copy, so the data is linked beside that.
+    # Likewise the example graphs some tests load from the checkout's examples/.
+    (work / "mutants").mkdir()
+    if (ROOT.parent / "shared").is_dir():
+        (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
+    (work / "mutants" / "examples").symlink_to(ROOT / "examples")
+    config = {
+        "source_paths": ["tts"],
+        "only_mutate": [f"tts/{module}.py"],
+        "pytest_add_cli_args_test_selection": tests,
+        # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out.
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not gpu and not model_1p5b and not heavy",
+                                "--hypothesis-profile=mutation"],
+        # A mutant that makes a test hang is stopped after 3x the tests' clean time (plus 1 s), not
+        # mutmut's 15x: on 2 shared cores the hangs otherwise take most of a module's time.
+        "timeout_multiplier": 3.0,
+    }
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in config.items()]
+    (work / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + "\n".join(lines) + "\n")
+    return work
+
+
+def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(["nice", "-n", "15", sys.executable, "-m", "mutmut", *args], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _diff(work: Path, mutant: str) -> str:
+    """The mutant's diff (``mutmut show``), without its header."""
+    out = _mutmut(work, "show", mutant).stdout
+    return "\n".join(line for line in out.splitlines() if not line.startswith("# "))
+
+
+def _changed_lines(diff: str) -> list[str]:
+    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict[str, str]]) -> Result:
+    """Run mutmut on one module and classify its mutants."""
+    result = Result(module)
+    work = _workdir(module, tests)
+    start = time.monotonic()
+    try:
+        run = _mutmut(work, "run", "--max-children", "1", timeout=timeout)
+        (work / "mutmut-run.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            result.error = f"mutmut run exited {run.returncode}; see {work / 'mutmut-run.log'}"
+    except subprocess.TimeoutExpired:
+        result.error = f"stopped after {timeout:.0f}s; the counts cover the mutants run by then"
+    result.seconds = time.monotonic() - start
+    listing = _mutmut(work, "results", "--all", "true").stdout
+    for name, status in re.findall(r"^\s+(\S+): (.+)$", listing, re.MULTILINE):
+        result.mutants += 1
+        if status in KILLED:
+            result.killed += 1
+        elif status in SURVIVED:
+            entry = known.get(name)
+            # An entry counts only while the mutant is still the one it describes (mutmut numbers
+            # mutants per function, so an edit to the function can renumber them).
+            if entry is not None and entry["change"].strip() in _changed_lines(_diff(work, name)):
+                result.equivalent.append(name)
+            else:
+                result.survived.append(name)
+        else:  # not checked: the run stopped first
+            result.not_run += 1
+    return result
+
+
+def table(results: list[Result]) -> str:
+    """The per-module table, as Markdown."""
+    rows = ["| module | mutants | killed | survived | equivalent | not run | survival % | minutes |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        rows.append(f"| {r.module} | {r.mutants} | {r.killed} | {len(r.survived)} | {len(r.equivalent)} | "
+                    f"{r.not_run} | {100 * r.survival:.1f} | {r.seconds / 60:.1f} |")
+    return "\n".join(rows)
+
+
+def _load() -> dict[str, Result]:
+    path = WORK / "results.json"
+    if not path.exists():
+        return {}
+    return {k: Result(**v) for k, v in json.loads(path.read_text()).items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules to measure (default: all of MODULES)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per module before it is stopped")
+    parser.add_argument("--list", action="store_true", help="list the modules and their tests")
+    parser.add_argument("--table", action="store_true", help="print the last results without running")
+    parser.add_argument("--diffs", type=int, default=20, help="print the diffs of this many unexplained survivors "
+                        "per module (the rest by name; `mutmut show NAME` in .mutation/MODULE/ shows one)")
+    args = parser.parse_args()
+    if args.list:
+        for module, tests in MODULES.items():
+            print(f"{module}: {' '.join(tests)}")
+        return
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; choose from: {', '.join(MODULES)}")
+    saved = _load()
+    if not args.table:
+        if shutil.which("nice") is None or importlib.util.find_spec("mutmut") is None:
+            sys.exit("needs mutmut in this Python (pip install mutmut) and `nice`")
+        known = equivalents()
+        for module in args.modules or list(MODULES):
+            print(f"{module}: running...", file=sys.stderr, flush=True)
+            result = measure(module, MODULES[module], args.timeout, known)
+            saved[module] = result
+            WORK.mkdir(exist_ok=True)
+            (WORK / "results.json").write_text(json.dumps({k: asdict(v) for k, v in saved.items()}, indent=1))
+            print(table([result]).splitlines()[-1] + (f"  ({result.error})" if result.error else ""),
+                  file=sys.stderr, flush=True)
+            for name in result.survived[:args.diffs]:
+                print(f"\n# {name} survived\n{_diff(WORK / module.replace('/', '.'), name)}", file=sys.stderr)
+            for name in result.survived[args.diffs:]:
+                print(f"# {name} survived", file=sys.stderr)
+    chosen = [saved[m] for m in (args.modules or MODULES) if m in saved]
+    print(table(chosen))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The online rule's parts at their edges: the Beta confidence against scipy's Beta distribution,
+when each stopping rule stops (exactly at its bar, at n_max, never without a vote), the stages the
+bar rises through, who is served first on ties, what a policy refuses and why, and what the
+allocator records of each sample and hands the rate model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tts.budgets.online import (
+    OnlineAllocator,
+    OnlinePolicy,
+    cut_call,
+    decided,
+    plan_round,
+    serve_order,
+    stopping_stages,
+    vote_confidence,
+)
+
+
+class _Rates:
+    """A rate model that returns fixed rates and records what it was given."""
+
+    cross_fitted = False
+
+    def __init__(self, rates, stop_confident=True):
+        self.rates, self.stop_confident, self.seen = np.asarray(rates, float), stop_confident, []
+
+    def live_rate(self, top1, top2, n, n_none, n_distinct, mean_tokens, cap, chunk):
+        self.seen.append([np.array(x, copy=True) for x in (top1, top2, n, n_none, n_distinct, mean_tokens, cap)]
+                         + [chunk])
+        return self.rates
+
+    def replay_rates(self, *args):  # pragma: no cover - not used by a live run
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("top1, top2", [(1, 0), (2, 0), (3, 2), (10, 4), (0, 0), (7, 7)])
+def test_vote_confidence_is_the_beta_probability_that_the_leader_is_ahead(top1, top2):
+    from scipy.stats import beta
+
+    assert float(vote_confidence(top1, top2)) == pytest.approx(beta(top1 + 1, top2 + 1).sf(0.5), abs=1e-12)
+
+
+def test_each_rule_stops_at_n_max_even_on_a_tie():
+    for rule in ("beta", "exact"):
+        assert decided([2], [2], [4], 4, rule=rule).tolist() == [True]
+        assert decided([2], [2], [3], 4, rule=rule).tolist() == [False]
+    assert decided([2], [2], [4], 4, rule="rate", rate=[1.0]).tolist() == [True]
+
+
+def test_the_beta_rule_stops_at_its_bar_inclusive_and_never_without_a_vote():
+    # One vote to none: P(Beta(2, 1) > 1/2) = 0.75 exactly.
+    assert decided([1], [0], [1], 64, confidence=0.75).tolist() == [True]
+    assert decided([1], [0], [1], 64, confidence=0.76).tolist() == [False]
+    assert decided([0], [0], [3], 64, confidence=0.5).tolist() == [False]  # no answer yet: 0.5, but no vote
+
+
+def test_the_exact_rule_stops_when_the_leader_cannot_be_overtaken():
+    assert decided([5], [1], [6], 9, rule="exact").tolist() == [True]  # 4 ahead, 3 samples left
+    assert decided([4], [1], [6], 9, rule="exact").tolist() == [False]  # 3 ahead, 3 left: could tie
+
+
+def test_the_rate_rule_stops_on_a_low_gain_once_sampled_or_a_confident_leader():
+    no_vote = {"rule": "rate", "confidence": 0.01}
+    # Low gain stops a sampled problem (strictly below the bar), never an unsampled one.
+    assert decided([1, 1, 0, 1], [1, 1, 0, 1], [2, 1, 0, 2], 64, rate=[0.005, 0.005, 0.005, 0.01],
+                   **no_vote).tolist() == [True, True, False, False]
+    # A Beta-confident leader stops too when the model asks for it (at its bar, inclusive).
+    rate = [1.0, 1.0, 1.0, 1.0]
+    votes = ([1, 1, 0, 1], [0, 0, 0, 5], [1, 1, 1, 6])
+    assert decided(*votes, 64, rate=rate, beta_confidence=0.75, **no_vote).tolist() == [True, True, False, False]
+    assert decided(*votes, 64, rate=rate, beta_confidence=None, **no_vote).tolist() == [False] * 4
+    assert decided(*votes, 64, rate=rate, beta_confidence=0.5, **no_vote).tolist() == [True, True, False, False]
+    # A lead that is safe or n_max reached stops whatever the gain.
+    assert decided([5, 1], [0, 1], [5, 8], 8, rate=[1.0, 1.0], beta_confidence=0.999, **no_vote).tolist() == [True, True]
+    with pytest.raises(ValueError, match=r"^the 'rate' rule needs each problem's predicted gain per sample "
+                                         r"\(RateModel\.live_rate\)$"):
+        decided([1], [0], [1], 8, rule="rate")
+    with pytest.raises(ValueError, match=r"^rule must be one of beta, exact, rate, got 'max'$"):
+        decided([1], [0], [1], 8, rule="max")
+
+
+def test_stopping_stages_raise_the_bar_in_order():
+    assert stopping_stages() == [("beta", 0.95), ("beta", 0.99), ("beta", 0.999), ("exact", 0.95)]
+    assert stopping_stages("beta", 0.99) == [("beta", 0.99), ("beta", 0.999), ("exact", 0.99)]
+    assert stopping_stages("beta", 0.995) == [("beta", 0.995), ("beta", 0.999), ("exact", 0.995)]
+    assert stopping_stages("beta", 0.95, escalate=False) == [("beta", 0.95)]
+    assert stopping_stages("exact", 0.9) == [("exact", 0.9)]
+    assert stopping_stages("rate") == [("rate", 1e-3), ("rate", 1e-3 / 4), ("rate", 1e-3 / 16),
+                                       ("rate", 1e-3 / 64), ("exact", 0.95)]
+    assert stopping_stages("rate", 0.9, escalate=False, min_gain=0.01) == [("rate", 0.01)]
+
+
+def test_ties_in_confidence_are_served_in_problem_order():
+    confidence = np.array([i % 3 for i in range(40)], dtype=float)  # long enough for an unstable sort to show
+    open_ = np.ones(40, dtype=bool)
+    open_[[3, 4]] = False
+    order = serve_order(confidence, open_).tolist()
+    assert order == sorted((i for i in range(40) if open_[i]), key=lambda i: (confidence[i], i))
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"n_max": 0}, "n_max and chunk must be >= 1, got n_max=0, chunk=4"),
+    ({"chunk": 0}, "n_max and chunk must be >= 1, got n_max=64, chunk=0"),
+    ({"confidence": 0.5}, "confidence must lie in (0.5, 1), got 0.5"),
+    ({"confidence": 1.0}, "confidence must lie in (0.5, 1), got 1.0"),
+    ({"confidence": 1.5}, "confidence must lie in (0.5, 1), got 1.5"),
+    ({"rule": "max"}, "rule must be one of beta, exact, rate, got 'max'"),
+    ({"min_gain": 0.0}, "min_gain must lie in (0, 1) (accuracy per sample), got 0.0"),
+    ({"min_gain": 1.0}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.0"),
+    ({"min_gain": 1.5}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.5"),
+    ({"rule": "rate"}, ("rule 'rate' needs rate_model= (anything with live_rate and replay_rates; "
+                        "see benchmarks/stopping_rules/ for two)")),
+])
+def test_a_policy_refuses_settings_saying_what_to_change(settings, message):
+    with pytest.raises(ValueError) as err:
+        OnlinePolicy(**settings)
+    assert str(err.value) == message
+
+
+def test_the_smallest_policies_are_valid():
+    assert OnlinePolicy(n_max=1, chunk=1).n_max == 1
+    assert OnlinePolicy(rule="rate", rate_model=_Rates([0.1])).rule == "rate"
+    assert OnlineAllocator(["p"], budget=0.5).budget == 0.5
+
+
+def test_the_rate_rules_beta_bar_rises_with_the_stages():
+    policy = OnlinePolicy(rule="rate", rate_model=_Rates([0.1]))
+    assert [policy.beta_stop(s) for s in range(5)] == [0.95, 0.99, 0.999, 0.999, 0.999]
+    high = OnlinePolicy(rule="rate", confidence=0.99, rate_model=_Rates([0.1]))
+    assert [high.beta_stop(s) for s in range(3)] == [0.99, 0.999, 0.999]
+    assert OnlinePolicy(rule="rate", rate_model=_Rates([0.1], stop_confident=False)).beta_stop(0) is None
+    assert OnlinePolicy().beta_stop(0) is None
+
+
+def test_a_rate_round_serves_the_highest_gain_first_and_unsampled_problems_before_all():
+    policy = OnlinePolicy(rule="rate", n_max=16, chunk=4, rate_model=_Rates([0.1]))
+    n = np.array([4, 4, 0, 4])
+    votes = np.array([2, 2, 0, 2]), np.array([2, 2, 0, 2])
+    who, k, stage = plan_round(policy, *votes, n, np.full(4, 16), 0, rate=np.array([0.2, 0.5, 0.0, 0.3]))
+    assert (who.tolist(), k.tolist(), stage) == ([2, 1, 3, 0], [4, 4, 4, 4], 0)
+    with pytest.raises(ValueError, match=r"^the 'rate' rule needs each problem's predicted gain per sample: pass "
+                                         r"rate= \(RateModel\.live_rate in a run, RateModel\.replay_rates in a replay\)$"):
+        plan_round(policy, *votes, n, np.full(4, 16), 0)
+
+
+def test_a_beta_round_serves_the_least_confident_first_and_unsampled_problems_first():
+    policy = OnlinePolicy(n_max=16, chunk=4)
+    top1, top2, n = np.array([3, 2, 0, 3]), np.array([1, 2, 0, 0]), np.array([4, 4, 0, 3])
+    who, k, stage = plan_round(policy, top1, top2, n, np.array([16, 16, 16, 6]), 0)
+    # Confidence: 0 unsampled, 0.5 tied, 0.8125 for 3-1, 0.9375 for 3-0; the last has 3 samples left.
+    assert (who.tolist(), k.tolist(), stage) == ([2, 1, 0, 3], [4, 4, 4, 3], 0)
+
+
+def test_when_every_vote_is_decided_the_round_moves_to_the_next_stage():
+    policy = OnlinePolicy(n_max=64, chunk=4)
+    top1, top2, n = np.array([6, 30]), np.array([0, 0]), np.array([6, 30])  # 0.992 and all but certain
+    who, _, stage = plan_round(policy, top1, top2, n, np.full(2, 64), 0)
+    assert (who.tolist(), stage) == ([0], 2)  # 0.95 and 0.99 met; 0.999 is not for 6-0
+    assert plan_round(policy, top1, top2, n, np.full(2, 64), 2)[2] == 2  # never back down
+
+
+def test_a_call_that_fits_nothing_or_has_nothing_left_is_empty():
+    worst = lambda p, k: 10.0 * np.asarray(k, float)
+    p, k = np.array([0, 1]), np.array([4, 4])
+    e, part = cut_call(p, k, worst, [0], [0], [80.0])
+    assert (e.tolist(), part.tolist()) == ([2], [0])  # both whole: exactly the budget
+    e, part = cut_call(p, k, worst, [0], [0], [79.0])
+    assert (e.tolist(), part.tolist()) == ([1], [0])  # the first whole, the second does not fit beside it
+    e, part = cut_call(p, k, worst, [1], [1], [30.0])
+    assert (e.tolist(), part.tolist()) == ([2], [0])  # the 3 samples left of the head fit exactly
+    e, part = cut_call(p, k, worst, [1], [1], [29.0])
+    assert (e.tolist(), part.tolist()) == ([1], [2])  # shortened to 2 of its 3
+    e, part = cut_call(p, k, worst, [0], [0], [9.0])
+    assert (e.tolist(), part.tolist()) == ([0], [0])  # not one sample: finished
+    e, part = cut_call(p, k, worst, [2], [0], [1e9])
+    assert (e.tolist(), part.tolist()) == ([2], [0])  # nothing left in the round
+    e, part = cut_call(p, k, worst, [0], [0], [1e9], end=[1])
+    assert e.tolist() == [1]  # never past end
+    e, part = cut_call(np.array([], dtype=np.int64), np.array([], dtype=np.int64), worst, [0, 0], [0, 0], [5.0, 5.0])
+    assert (e.tolist(), part.tolist(), part.dtype) == ([0, 0], [0, 0], np.int64)
+
+
+def test_the_allocator_records_votes_tokens_and_unanswered_samples():
+    alloc = OnlineAllocator(["a", "b"], budget=100.0)
+    for answer, cost, tokens in (("4", 2.0, 30), ("5", 3.0, None), (None, 1.0, 10), ("4", 1.0, 20)):
+        alloc.record("a", answer, cost, tokens)
+    assert (alloc.n.tolist(), alloc.n_none.tolist()) == ([4, 0], [1, 0])
+    assert (alloc.top1.tolist(), alloc.top2.tolist()) == ([2, 0], [1, 0])
+    assert (alloc.tokens.tolist(), alloc.spent) == ([63.0, 0.0], 7.0)
+
+
+def test_a_rate_model_sees_the_votes_so_far_and_unsampled_problems_come_first():
+    model = _Rates([0.2, 0.5, 0.3])
+    alloc = OnlineAllocator(["a", "b", "c"], budget=1e6, policy=OnlinePolicy(rule="rate", n_max=8, chunk=2,
+                                                                          rate_model=model))
+    worst = lambda p, k: np.asarray(k, float)
+    assert alloc.next_call(worst) == [("a", 2), ("b", 2), ("c", 2)]
+    for pid, answers in (("a", ["1", "1"]), ("b", ["1", None]), ("c", ["2", "3"])):
+        for answer in answers:
+            alloc.record(pid, answer, 1.0, tokens=10.0)
+    assert alloc.next_call(worst) == [("b", 2), ("c", 2), ("a", 2)]  # the highest predicted gain first
+    top1, top2, n, n_none, distinct, mean_tokens, cap, chunk = model.seen[-1]
+    assert (top1.tolist(), top2.tolist(), n.tolist(), n_none.tolist()) == ([2, 1, 1], [0, 0, 1], [2, 2, 2], [0, 1, 0])
+    assert (distinct.tolist(), mean_tokens.tolist(), cap.tolist(), chunk) == ([1, 1, 2], [10.0, 10.0, 10.0], [8, 8, 8], 2)
+    assert model.seen[0][5].tolist() == [0.0, 0.0, 0.0]  # no samples yet: no division by zero
+
+
+def test_a_shortened_request_is_finished_by_the_next_call_and_an_empty_call_ends_the_run():
+    alloc = OnlineAllocator(["a", "b"], budget=6.0, policy=OnlinePolicy(n_max=4, chunk=4))
+    worst = lambda p, k: np.asarray(k, float)
+    assert alloc.next_call(worst) == [("a", 4)]  # b does not fit beside it
+    for _ in range(4):
+        alloc.record("a", "1", 1.0)
+    assert alloc.next_call(worst) == [("b", 2)]  # shortened to what is left
+    alloc.record("b", "1", 1.0)
+    alloc.record("b", "1", 1.0)
+    assert alloc.next_call(worst) == [] and alloc.finished
+    assert alloc.next_call(worst) == [] and alloc.rounds == [{"a": 4, "b": 2}]
