@@ -146,9 +146,13 @@ def test_a_stopped_eval_says_how_far_it_got_where_and_how_to_resume(tmp_path, si
     rows = out / "results.jsonl"
     args = ["eval", "--backend", "scripted", "--benchmark", "chains", "-n", "4", "--batch-size", "8",
             "--out", str(out)]
+    # As from a terminal: Ctrl-C's SIGINT not ignored. A process inherits an ignored SIGINT (a shell's
+    # background job; here, pytest's process after a library in an earlier test ignored it), and
+    # Python then never raises KeyboardInterrupt: the run would finish and exit 0.
     proc = subprocess.Popen([sys.executable, "-m", "tts.cli", *args, "--limit", "2000"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (rows.is_file() and rows.read_text().count("\n") >= 8):
