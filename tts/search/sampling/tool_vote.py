@@ -124,9 +124,7 @@ def answered_calls(problem: Any, normalise: bool = True) -> set[str]:
     raw = meta.get("messages") if isinstance(meta, dict) else None
     if not raw:
         return set()
-    messages = [m if isinstance(m, Message) else None for m in raw]
-    if None in messages:
-        messages = list(messages_from_openai(raw))
+    messages = raw if all(isinstance(m, Message) for m in raw) else messages_from_openai(raw)
     results = {m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id}
     return {call_key(calls_answer([c]), normalise) for m in messages if m.role == "assistant"
             for c in m.tool_calls or () if c.id in results}
