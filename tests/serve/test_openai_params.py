@@ -507,9 +507,41 @@ def test_chosen_sample_tokens_past_the_reply_are_left_out():
     from tts.backends.base import Completion
     from tts.session.session import SampleOptions, _OptionsGenerator
 
-    wrapper = _OptionsGenerator(None, SampleOptions(logprobs=1))
+    from tts.types import Sample
+
     text = '{"answer": 36}'
-    wrapper.completions[text] = Completion(text, 4, -0.1, "stop", (-0.1, -0.2, -0.3, -0.01), None,
-                                           tokens=('{"answer"', ": 3", '6}', "<|im_end|>"))
-    got = wrapper.token_logprobs(text, 1)
+    completion = Completion(text, 4, -0.1, "stop", (-0.1, -0.2, -0.3, -0.01), None,
+                            tokens=('{"answer"', ": 3", '6}', "<|im_end|>"))
+    wrapper = _OptionsGenerator(_Replies([[completion]]), SampleOptions(logprobs=1))
+    wrapper.generate([GenerationRequest(messages=(Message("user", "q"),))])
+    got = wrapper.token_logprobs(Sample(text, completion_tokens=4, mean_logprob=-0.1), 1)
     assert "".join(t for t, _, _ in got) == text and [lp for _, lp, _ in got] == [-0.1, -0.2, -0.3]
+
+
+class _Replies:
+    """An inner generator that answers each call with the next list of completions."""
+
+    def __init__(self, calls):
+        self.calls = list(calls)
+
+    def generate(self, requests):
+        from tts.types import Usage
+
+        return [GenerationResult(completions=tuple(self.calls.pop(0)), usage=Usage()) for _ in requests]
+
+
+def test_equal_texts_from_different_prompts_keep_their_own_logprobs():
+    """A revision's draft and its rewrite (or two tool-loop turns) can be the same text with
+    different logprobs: the chosen sample's own tokens come back, not the last equal text's."""
+    from tts.backends.base import Completion
+    from tts.session.session import SampleOptions, _OptionsGenerator
+    from tts.types import Sample
+
+    first = Completion("42", 1, -0.1, "stop", (-0.1,), None, tokens=("42",))
+    second = Completion("42", 1, -2.5, "stop", (-2.5,), None, tokens=("42",))
+    wrapper = _OptionsGenerator(_Replies([[first], [second]]), SampleOptions(logprobs=0))
+    wrapper.generate([GenerationRequest(messages=(Message("user", "draft"),))])
+    wrapper.generate([GenerationRequest(messages=(Message("user", "revise"),))])
+    chosen = Sample("42", completion_tokens=1, mean_logprob=-0.1)
+    assert [lp for _, lp, _ in wrapper.token_logprobs(chosen, 0)] == [-0.1]
+    assert [lp for _, lp, _ in wrapper.token_logprobs(Sample("42", completion_tokens=1, mean_logprob=-2.5), 0)] == [-2.5]

@@ -27,7 +27,7 @@ from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled,
 from tts.prompts import chat_prompt, extract_options
 from tts.session.budget import Pricer, SolveBudget
 from tts.session.errors import SettingsError, settings_line
-from tts.types import Budget, Problem, Solution
+from tts.types import Budget, Problem, Sample, Solution
 
 logger = logging.getLogger(__name__)
 
@@ -140,13 +140,16 @@ class SampleOptions:
 
 class _OptionsGenerator:
     """The session's batcher as one solve sees it: each request carries the solve's
-    :class:`SampleOptions`, and the completions that came with token texts are kept by their text
-    so that the chosen sample's log-probabilities can be returned. Everything else is the batcher's."""
+    :class:`SampleOptions`, and the completions that came with token texts are kept so that the
+    chosen sample's log-probabilities can be returned. They are kept by what a :class:`Sample`
+    carries of its completion (text, token count, mean logprob): equal texts from different prompts
+    (a revision's drafts, a tool loop's turns) have different logprobs and must not overwrite each
+    other. Everything else is the batcher's."""
 
     def __init__(self, inner: Any, options: SampleOptions) -> None:
         self.inner = inner
         self.options = options
-        self.completions: dict[str, Any] = {}
+        self.completions: dict[tuple[str, int, float | None], Any] = {}
 
     def _request(self, r: GenerationRequest) -> GenerationRequest:
         o = self.options
@@ -174,13 +177,15 @@ class _OptionsGenerator:
             for result in results:
                 for c in result.completions:
                     if c.tokens is not None:
-                        self.completions[c.text] = c
+                        self.completions[(c.text, c.completion_tokens, c.mean_logprob)] = c
         return results
 
-    def token_logprobs(self, text: str, k: int) -> tuple[tuple[str, float, tuple[tuple[str, float], ...]], ...] | None:
-        """(token, logprob, top k alternatives) of the sample whose text is ``text``; None when no
-        single engine sample wrote it (a step-wise path) or the backend returned no token texts."""
-        c = self.completions.get(text)
+    def token_logprobs(self, sample: Sample, k: int) -> tuple[tuple[str, float, tuple[tuple[str, float], ...]], ...] | None:
+        """(token, logprob, top k alternatives) of the engine completion ``sample`` came from; None
+        when no single engine sample wrote it (a step-wise path) or the backend returned no token
+        texts."""
+        text = sample.text
+        c = self.completions.get((text, sample.completion_tokens, sample.mean_logprob))
         if c is None or c.token_logprobs is None or c.tokens is None:
             return None
         alternatives = c.token_alternatives or ((),) * len(c.tokens)
@@ -459,7 +464,7 @@ class Session:
                 label = f"{config.model_copy(update={'n': record['n_drawn']}).label} of {record['n_asked']}: budget"
         if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
                 and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
-            logprobs = generator.token_logprobs(trace.samples[trace.selected].text, options.logprobs)
+            logprobs = generator.token_logprobs(trace.samples[trace.selected], options.logprobs)
         return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
                                logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
 
