@@ -166,15 +166,16 @@ class Picks:
 
     model_name = "picker"
 
-    def __init__(self, choice, logprobs=True):
-        self.choice, self.logprobs, self.requests = choice, logprobs, []
+    def __init__(self, choice, logprobs=True, markup=""):
+        self.choice, self.logprobs, self.markup, self.requests = choice, logprobs, markup, []
 
     def generate(self, requests):
         from tts.backends.base import Completion, GenerationResult, request_usage
 
         self.requests += list(requests)
-        top = {str(self.choice): -0.1, "1": -2.5} if self.logprobs else None
-        return [GenerationResult(tuple(Completion(f"{self.choice}", 1, first_token_top_logprobs=top)
+        first = f"{self.markup}{self.choice}"
+        top = {first: -0.1, "1": -2.5} if self.logprobs else None
+        return [GenerationResult(tuple(Completion(f"{first}{self.markup}", 1, first_token_top_logprobs=top)
                                        for _ in range(r.n)), request_usage(50, 0, [1] * r.n, 0.0))
                 for r in requests]
 
@@ -197,6 +198,21 @@ def test_a_ranker_on_another_model_picks_the_solution_it_names(logprobs):
         assert sol.trace.selected == 1 and sol.answer == sol.trace.samples[1].answer
         assert sol.confidence > 0.5 and not sol.trace.events
         assert [s.model for s in sol.usage.shapes] == ["", "picker"]
+
+
+@pytest.mark.parametrize("markup", ["**", "#"])
+def test_a_ranker_reads_a_number_in_markdown_as_the_selector_does(markup):
+    """Chat models often bold their choice: a first token ``**2`` names solution 2 for the ranker
+    as it does for GenSelect's selector (both read choices with one function)."""
+    spec = parse_graph({"models": {"judge": {"model": "picker"}}, "nodes": {
+        "gen": {"role": "generator", "n": 3},
+        "rank": {"role": "ranker", "inputs": ["gen"], "model": "judge"}}})
+    problems = generate_problems(2)
+    sols = GraphExecutor(spec, DEMO_PROMPT.render).run(
+        problems, {"policy": ScriptedGenerator.for_problems(problems, accuracy=0.5), "judge": Picks(2, markup=markup)},
+        {"judge": "picker"})
+    assert [sol.trace.selected for sol in sols] == [1, 1]
+    assert all(sol.confidence > 0.5 for sol in sols)
 
 
 def test_a_ranker_whose_reply_names_no_solution_counts_it_and_keeps_the_first():

@@ -336,6 +336,21 @@ class Verifier(Role):
 _NUMBER = re.compile(r"\d+")
 
 
+def _number_choice(completion: Any, shown: int) -> list[float]:
+    """A reply's preference over ``shown`` numbered candidates: the probabilities of the numbers
+    as its first token (when top logprobs came back), else 1 on the first number it writes."""
+    probs = [0.0] * shown
+    for token, logprob in (completion.first_token_top_logprobs or {}).items():
+        digit = token.strip(" .:)*#")
+        if digit.isdigit() and 1 <= int(digit) <= shown and math.isfinite(logprob):
+            probs[int(digit) - 1] += math.exp(logprob)
+    if sum(probs) <= 0:
+        number = _NUMBER.search(completion.text)
+        if number and 1 <= int(number.group()) <= shown:
+            probs[int(number.group()) - 1] = 1.0
+    return probs
+
+
 class Ranker(Role):
     """Show up to ``max_candidates`` (at most 9) input solutions, ask which is correct; each
     candidate's score is the probability of its number as the first token (or the share of the
@@ -364,15 +379,7 @@ class Ranker(Role):
         shown = pick(inputs, ctx.spec.max_candidates)
         totals, read = [0.0] * len(shown), 0
         for c in results[0].completions:
-            probs = [0.0] * len(shown)
-            for token, logprob in (c.first_token_top_logprobs or {}).items():
-                digit = token.strip(" .:)")
-                if digit.isdigit() and 1 <= int(digit) <= len(shown) and math.isfinite(logprob):
-                    probs[int(digit) - 1] += math.exp(logprob)
-            if sum(probs) <= 0:
-                number = _NUMBER.search(c.text)
-                if number and 1 <= int(number.group()) <= len(shown):
-                    probs[int(number.group()) - 1] = 1.0
+            probs = _number_choice(c, len(shown))
             if sum(probs) > 0:
                 read += 1
                 totals = [t + p / sum(probs) for t, p in zip(totals, probs, strict=True)]
@@ -408,21 +415,6 @@ class Voter(Role):
                               {"no_answer": 1}, votes)
         winner = Candidate(f"{ctx.name}:0", ctx.name, cands[idx].text, answer, "solution", share, cands[idx], written=False)
         return RoleOutput((winner,), {}, votes)
-
-
-def _number_choice(completion: Any, shown: int) -> list[float]:
-    """A reply's preference over ``shown`` numbered candidates: the probabilities of the numbers
-    as its first token (when top logprobs came back), else 1 on the first number it writes."""
-    probs = [0.0] * shown
-    for token, logprob in (completion.first_token_top_logprobs or {}).items():
-        digit = token.strip(" .:)*#")
-        if digit.isdigit() and 1 <= int(digit) <= shown and math.isfinite(logprob):
-            probs[int(digit) - 1] += math.exp(logprob)
-    if sum(probs) <= 0:
-        number = _NUMBER.search(completion.text)
-        if number and 1 <= int(number.group()) <= shown:
-            probs[int(number.group()) - 1] = 1.0
-    return probs
 
 
 class Selector(Role):
