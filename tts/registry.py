@@ -1,7 +1,11 @@
 """Name -> implementation registries, resolved lazily so that listing names imports nothing heavy.
 
 Each registry maps a short name to ``"module:attribute"``. Third-party packages add entries through
-the entry-point group ``tts.<registry>`` (e.g. ``tts.strategies``), so a plugin needs no change here.
+the entry-point group ``tts.<kind>``, one group per registry: ``tts.strategy``, ``tts.verifier``,
+``tts.backend``, ``tts.benchmark`` and ``tts.role`` (for example, in a plugin's pyproject.toml,
+``[project.entry-points."tts.strategy"] my_vote = "my_pkg.vote:MyVote"``), so a plugin needs no
+change here. A name is taken once: registering it again, or a plugin named like a built-in, is an
+error that says which to rename, never a silent overwrite.
 """
 
 from __future__ import annotations
@@ -9,32 +13,68 @@ from __future__ import annotations
 import difflib
 import importlib
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:  # annotations only: the registry imports no implementation at run time
+    from tts.benchmarks.datasets import Benchmark
+    from tts.graphs.roles import Role
+    from tts.search.base import Strategy
+
+T = TypeVar("T")
 
 
 class UnknownNameError(ValueError):
     """A name that is not in a registry; the message lists the valid names."""
 
 
-class Registry:
-    """A named set of lazily imported implementations.
+class RegistryError(ValueError):
+    """A registration that cannot stand: a name taken twice, or an entry of the wrong kind."""
+
+
+def _import(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+class Registry(Generic[T]):
+    """A named set of lazily imported implementations of one kind.
 
     Args:
-        kind: What the entries are ("strategy", "backend", "benchmark"), used in messages.
+        kind: What the entries are ("strategy", "backend", "benchmark"); used in messages and as
+            the plugin entry-point group ``tts.<kind>``.
         entries: name -> "module:attribute" (or the object itself).
+        base: ``"module:Class"`` every entry must subclass (checked when an entry is registered as
+            an object, and when a lazy entry is first loaded), or None.
+        requires: Attributes every entry must have (for kinds defined by a protocol, such as
+            verifiers and backends).
     """
 
-    def __init__(self, kind: str, entries: dict[str, Any]) -> None:
+    def __init__(self, kind: str, entries: dict[str, Any], *, base: str | None = None,
+                 requires: tuple[str, ...] = ()) -> None:
         self.kind = kind
+        self.base = base
+        self.requires = requires
         self._entries: dict[str, Any] = dict(entries)
         self._plugins_loaded = False
+
+    @property
+    def group(self) -> str:
+        """The entry-point group third-party packages register into."""
+        return f"tts.{self.kind}"
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
-        for ep in entry_points(group=f"tts.{self.kind}"):
-            self._entries.setdefault(ep.name, ep.value)
+        for ep in entry_points(group=self.group):
+            taken = self._entries.get(ep.name)
+            if taken is not None and taken != ep.value:
+                source = f" (package {ep.dist.name})" if getattr(ep, "dist", None) else ""
+                raise RegistryError(
+                    f"The plugin {self.kind} {ep.name!r} = {ep.value!r}{source} is named like the "
+                    f"{self.kind} already registered as {taken if isinstance(taken, str) else repr(taken)}. "
+                    f"Rename the plugin's entry point in group {self.group!r}.")
+            self._entries[ep.name] = ep.value
 
     def names(self) -> list[str]:
         """All registered names, sorted."""
@@ -52,28 +92,52 @@ class Registry:
             f"Unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."
         )
 
-    def register(self, name: str, target: str | Any) -> None:
+    def register(self, name: str, target: str | T, *, replace: bool = False) -> None:
         """Add an entry: ``"module:attribute"`` (imported on first use) or the object itself.
 
         Packages should prefer the ``tts.<kind>`` entry-point group; this is for code that
         defines an implementation at run time (notebooks, tests).
+
+        Raises:
+            RegistryError: ``name`` is taken (pass ``replace=True`` to replace it on purpose), or
+                the object is not of this registry's kind.
         """
+        self._load_plugins()
+        if name in self._entries and not replace:
+            raise RegistryError(
+                f"The {self.kind} name {name!r} is taken (by {self._entries[name]!r}): choose another "
+                f"name, or pass replace=True to replace it.")
+        if not isinstance(target, str):
+            self._check_kind(name, target)
         self._entries[name] = target
 
     def unregister(self, name: str) -> None:
         """Remove an entry added with :meth:`register` (no error if absent)."""
         self._entries.pop(name, None)
 
-    def load(self, name: str) -> Any:
+    def load(self, name: str) -> T:
         """Import and return the implementation registered as ``name``."""
         target = self._entries[self.check(name)]
         if not isinstance(target, str):
             return target
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        obj = _import(target)
+        self._check_kind(name, obj)
+        self._entries[name] = obj  # checked once; later loads skip the import machinery
+        return obj
+
+    def _check_kind(self, name: str, obj: Any) -> None:
+        if self.base is not None:
+            base = _import(self.base)
+            if not (isinstance(obj, type) and issubclass(obj, base)):
+                raise RegistryError(f"The {self.kind} {name!r} is {obj!r}, which is not a subclass of "
+                                    f"{self.base.replace(':', '.')}; a {self.kind} must be one.")
+        missing = [a for a in self.requires if not hasattr(obj, a)]
+        if missing:
+            raise RegistryError(f"The {self.kind} {name!r} ({obj!r}) lacks {', '.join(missing)}, which "
+                                f"every {self.kind} has.")
 
 
-STRATEGIES = Registry(
+STRATEGIES: Registry[type[Strategy]] = Registry(
     "strategy",
     {
         "ab_mcts": "tts.search.tree.ab_mcts:ABMCTS",
@@ -100,9 +164,10 @@ STRATEGIES = Registry(
         "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",
     },
+    base="tts.search.base:Strategy",
 )
 
-VERIFIERS = Registry(
+VERIFIERS: Registry[type] = Registry(
     "verifier",
     {
         "arithmetic": "tts.verifiers.arithmetic:ArithmeticVerifier",
@@ -113,9 +178,10 @@ VERIFIERS = Registry(
         "prm": "tts.verifiers.prm:PRMVerifier",
         "rm": "tts.verifiers.rm:RMVerifier",
     },
+    requires=("config_class", "from_config", "score"),
 )
 
-ROLES = Registry(
+ROLES: Registry[type[Role]] = Registry(
     "role",
     {
         "assessor": "tts.graphs.subproblems:Assessor",
@@ -133,18 +199,20 @@ ROLES = Registry(
         "verifier": "tts.graphs.roles:Verifier",
         "voter": "tts.graphs.roles:Voter",
     },
+    base="tts.graphs.roles:Role",
 )
 
-BACKENDS = Registry(
+BACKENDS: Registry[type] = Registry(
     "backend",
     {
         "vllm": "tts.backends.vllm:VLLMGenerator",
         "openai": "tts.backends.openai:OpenAIGenerator",
         "scripted": "tts.backends.scripted:ScriptedGenerator",
     },
+    requires=("from_config", "generate"),
 )
 
-BENCHMARKS = Registry(
+BENCHMARKS: Registry[type[Benchmark]] = Registry(
     "benchmark",
     {
         "demo": "tts.benchmarks.demo:DemoBenchmark",
@@ -162,4 +230,5 @@ BENCHMARKS = Registry(
             "parallel_multiple", "irrelevance", "live_simple", "live_multiple", "live_parallel",
             "live_parallel_multiple", "live_irrelevance")},
     },
+    base="tts.benchmarks.datasets:Benchmark",
 )

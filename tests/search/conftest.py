@@ -100,7 +100,16 @@ def toy_verifier():
 
     def register(kind: str) -> None:
         class Toy:
+            """A verifier kind for configs only: the tests hand the search its verifier object."""
+
             config_class = create_model("ToyConfig", __base__=VerifierConfigBase, kind=(Literal[kind], kind))
+
+            @classmethod
+            def from_config(cls, config, generator=None):
+                raise AssertionError("a toy verifier is passed to the search, never built from its config")
+
+            def score(self, items):
+                raise AssertionError("a toy verifier kind has no scorer")
 
         VERIFIERS.register(kind, Toy)
         registered.append(kind)

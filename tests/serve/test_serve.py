@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tts.backends.scripted import ScriptedGenerator
+from tts.search.base import Strategy
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
 from tts.session import Session
@@ -231,15 +232,12 @@ def test_a_client_that_disconnects_cancels_its_sampling():
         session.close()
 
 
-class _ToolPicker:
+class _ToolPicker(Strategy):
     """A test strategy that follows the tool-call convention: it reads ``Problem.metadata["tools"]``
     and answers with the canonical JSON of the call it chose (here: the first tool)."""
 
     name = "test_tool_pick"
     takes_tools: ClassVar[bool] = True
-
-    def __init__(self, config, generator, prompt, sampling=None, extract=None, seed=0):
-        self.config, self.generator, self.prompt = config, generator, prompt
 
     def solve(self, problems, budgets=None):
         from tts.backends.base import GenerationRequest

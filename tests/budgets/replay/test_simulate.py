@@ -94,7 +94,15 @@ def test_strategies_replay_by_their_pool_rule_not_their_name():
     with pytest.raises(ValueError, match="has no budget replay yet"):
         rep.correct_at(n, "weighted_vote")
     # A plugin strategy replays by the rule it declares.
-    STRATEGIES.register("plugin_vote", type("PluginVote", (), {"pool_rule": "vote"}))
+    from tts.search.base import Strategy
+
+    class PluginVote(Strategy):
+        pool_rule = "vote"
+
+        def solve(self, problems, budgets=None):
+            raise AssertionError("a pool replay never runs the strategy")
+
+    STRATEGIES.register("plugin_vote", PluginVote)
     try:
         np.testing.assert_array_equal(rep.correct_at(n, "plugin_vote"), rep.vote_correct[:, 7])
     finally:
