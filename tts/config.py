@@ -332,9 +332,11 @@ class AllocationConfig(_Frozen):
     chunk: int = Field(4, ge=1, le=4096)
     """Online: samples a chosen problem gets per round, drawn as one request so that its prompt
     is paid once per chunk."""
-    rule: Literal["beta", "exact"] = "beta"
-    """Online stopping rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``) or
-    "exact" (stop only when the leader cannot be overtaken within ``n_max``)."""
+    rule: Literal["horizon", "beta", "exact"] = "horizon"
+    """Online stopping rule: "horizon" (the leader stays the leader up to ``n_max`` samples with
+    probability ``confidence``; Aggarwal et al.'s Beta model, asked about ``n_max`` samples instead
+    of infinitely many), "beta" (their Beta criterion at ``confidence``) or "exact" (stop only when
+    the leader cannot be overtaken within ``n_max``)."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: probability that the leading answer is the majority, at which a vote is decided."""
     escalate: bool = True

@@ -86,8 +86,9 @@ def test_a_call_pays_whole_requests_at_their_worst_case_then_shortens_the_head()
     assert (e[0], part[0]) == (2, 0)
 
 
+@pytest.mark.parametrize("rule", ["horizon", "beta"])
 @pytest.mark.parametrize("seed", range(6))
-def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed):
+def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, rule):
     """:class:`OnlineSequence` (the replay, all budgets at once) against :class:`OnlineAllocator`
     driven sample by sample, on random votes, costs and prompt lengths: the same rounds and the
     same samples per problem at every budget, and a smaller budget draws a prefix of a larger one."""
@@ -98,7 +99,7 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed):
     votes = np.cumsum((answers[..., None] == np.arange(4)) & (answers[..., None] >= 0), axis=1)
     top = np.sort(votes, axis=2)
     policy = OnlinePolicy(n_max=int(rng.integers(4, width + 1)), chunk=int(rng.integers(1, 6)),
-                          escalate=bool(seed % 2))
+                          escalate=bool(seed % 2), rule=rule)
     prompt = rng.integers(0, 30, size).astype(float)
 
     def worst(q, m):

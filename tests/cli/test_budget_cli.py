@@ -109,3 +109,21 @@ def test_a_past_eval_run_directory_is_accepted_as_the_pool(tmp_path):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["model"] == "scripted" and 0 <= out["uniform_acc"] <= 1 and out["uniform_tokens"] > 0
+
+
+def test_every_model_in_one_table_worst_first_with_the_oracle(pool_file):
+    args = ["simulate", "--pool", str(pool_file), "--target", "self_consistency@16", "--orderings", "4",
+            "--mode", "online", "--model", "all"]
+    result = runner.invoke(app, args + ["--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["models"]
+    assert {r["model"] for r in rows} == {"small-model", "big-model"}
+    ratios = [r["token_ratio"] or 0.0 for r in rows]
+    assert ratios == sorted(ratios)                                   # worst first
+    for r in rows:
+        assert r["oracle_ratio"] >= r["oracle_ratio_chunk"] > 1.0     # stopping at any n saves at least as much
+        # capped at the target's 16 samples, the full online run is uniform's vote: no accuracy lost at its tokens
+        assert r["modes"]["online"]["acc_change"]["mean"] >= -1e-12
+    table = runner.invoke(app, args + ["--rule", "beta", "--n-max", "32"])
+    assert table.exit_code == 0, table.output
+    assert "worst first" in table.stdout and "oracle" in table.stdout and "median" in table.stdout

@@ -41,8 +41,8 @@ def test_the_benchmark_replays_the_old_rules_through_the_rate_hook(tmp_path, rul
     assert settings == {"rule": "rate", "min_gain": 0.002}
     assert isinstance(model, VoteValue if rule == "gain" else ContestedRule)
     pool = load_pool(_pool_file(tmp_path))["m"]
-    common = dict(target_n=16, modes=("online",), orderings=3, folds=3)
-    beta = simulate(pool, SimulateConfig(**common))
+    common = dict(target_n=16, modes=("online",), orderings=3, folds=3, max_n=32)  # the pool's 32, as before
+    beta = simulate(pool, SimulateConfig(**common, rule="beta"))
     other = simulate(pool, SimulateConfig(**common, **settings), rate_model=model)
     assert other.uniform_acc == beta.uniform_acc  # same baseline, another rule
     assert other.modes["online"].tokens_at_uniform_budget != beta.modes["online"].tokens_at_uniform_budget

@@ -55,7 +55,8 @@ def _tokens_iv(iv) -> str:
 def simulate(
     pool: Path = typer.Option(..., "--pool", help="Sample pool (.jsonl or .jsonl.gz), or a `tts eval` run "
                               "directory / its results.jsonl.", exists=True),
-    model: str | None = typer.Option(None, "--model", help="Model in the pool (default: the first)."),
+    model: str | None = typer.Option(None, "--model", help="Model in the pool (default: the first; 'all': "
+                                     "every model, one table each, worst online ratio first)."),
     target: str = typer.Option("self_consistency@64", "--target",
                                help="Uniform baseline, run on every problem."),
     orderings: int = typer.Option(20, "--orderings", min=2, help="Random sample orderings to replay."),
@@ -64,9 +65,13 @@ def simulate(
     pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
     confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
-    rule: str = typer.Option("beta", "--rule",
-                             help="Online stopping rule: beta (Aggarwal et al.'s Beta criterion) or exact (stop "
-                                  "only when the leader cannot be overtaken)."),
+    rule: str = typer.Option("horizon", "--rule",
+                             help="Online stopping rule: horizon (the leader holds up to --n-max samples with "
+                                  "probability --confidence), beta (Aggarwal et al.'s Beta criterion) or exact "
+                                  "(stop only when the leader cannot be overtaken)."),
+    n_max: int | None = typer.Option(None, "--n-max", min=1,
+                                     help="Most samples per problem (default: offline, the pool's; online, the "
+                                          "target's n, as tts eval --allocate --n-max defaults to 64)."),
     chunk: int = typer.Option(4, "--chunk", min=1, help="Online: samples per problem per round (as tts eval --chunk)."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", min=1,
                                           help="Online: the run's generation limit, which bounds a sample's "
@@ -95,17 +100,24 @@ def simulate(
     from tts.budgets.replay.simulate import SimulateConfig
 
     err = Console(stderr=True)
-    if rule not in ("beta", "exact"):
-        raise typer.BadParameter(f"unknown rule {rule!r}; choose beta or exact (other rules need a rate model "
+    if rule not in ("horizon", "beta", "exact"):
+        raise typer.BadParameter(f"unknown rule {rule!r}; choose horizon, beta or exact (other rules need a rate model "
                                  "in Python: see benchmarks/stopping_rules/)", param_hint="--rule")
     target_n = _parse_target(target)
     rules = _parse_strategies(strategies)
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
     try:
-        sample_pool, model, note = _load_model_pool(pool, model, err)
+        every = model == "all"
+        sample_pool, model, note = _load_model_pool(pool, None if every else model, err, quiet=every)
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
                              folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
-                             tolerance=tolerance, rule=rule)
+                             tolerance=tolerance, rule=rule, max_n=n_max)
+        if every:
+            if rules is not None:
+                raise ValueError("--model all replays the allocator against uniform only; drop --strategies "
+                                 "or name one --model")
+            _simulate_all(sample_pool, cfg, as_json, target, orderings)
+            return
         result, cross = _replay(sample_pool[model], model, cfg, rules, budget_unit, gpu)
     except (PoolError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -122,6 +134,51 @@ def simulate(
         _print_cross(cross)
     if result is not None:
         _print_simulation(result, model, target, orderings, tolerance)
+
+
+def _simulate_all(sample_pool, cfg, as_json: bool, target: str, orderings: int) -> None:
+    """``--model all``: every model of the pool replayed with the same settings, one row each, the
+    worst first (by the last mode's token ratio; never matched = worst), then the median and worst
+    ratios. Oracle: the consistency oracle at any n and at whole chunks (a bound, not an allocator)."""
+    from rich.console import Console
+
+    from tts.budgets.replay.simulate import simulate as run_simulation
+
+    results = [run_simulation(sample_pool[m], cfg) for m in sample_pool.models]
+    key = cfg.modes[-1]
+
+    def ratio(r) -> float:
+        iv = r.modes[key].token_ratio
+        return 0.0 if iv is None else iv.mean
+
+    results.sort(key=ratio)
+    if as_json:
+        typer.echo(json.dumps({"models": [r.to_json() for r in results]}))
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{key} allocator vs uniform {target}, {orderings} orderings, 95% intervals, worst first",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("model", "uniform acc", "saved (x), to match", "acc change, same tokens", "oracle (x)",
+                "oracle, chunks"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for r in results:
+        m = r.modes[key]
+        table.add_row(r.model, f"{r.uniform_acc.mean:.3f}", _fmt_iv(m.token_ratio, ".2f"),
+                      _fmt_iv(m.acc_change, "+.3f"), _fmt_iv(r.oracle_ratio, ".2f"), f"{r.oracle_ratio_chunk.mean:.2f}")
+    Console(width=140).print(table)
+    ratios = [ratio(r) for r in results]
+    worst = results[0]
+    delta = min(r.modes[key].acc_change.mean for r in results)
+    Console(width=140).print(f"{key} over {len(results)} models: token ratio median {_median(ratios):.2f}, worst "
+                    f"{ratios[0]:.2f} ({worst.model}); worst accuracy change {delta:+.4f}; consistency oracle "
+                    f"median {_median([r.oracle_ratio.mean for r in results]):.2f}")
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2.0
 
 
 def _replay(model_pool, model: str, cfg, rules: tuple[str, ...] | None, budget_unit: str, gpu: str) -> tuple:
@@ -155,7 +212,7 @@ def _parse_strategies(strategies: str | None) -> tuple[str, ...] | None:
         raise typer.BadParameter(str(exc), param_hint="--strategies") from None
 
 
-def _load_model_pool(pool: Path, model: str | None, err) -> tuple:
+def _load_model_pool(pool: Path, model: str | None, err, quiet: bool = False) -> tuple:
     """The sample pool (a pool file, or a `tts eval` run read as one), the model to replay and a note
     (printed to ``err`` too) when no --model was given and the pool has several.
 
@@ -174,7 +231,7 @@ def _load_model_pool(pool: Path, model: str | None, err) -> tuple:
     note = None
     if model is None:
         model = sample_pool.models[0]
-        if len(sample_pool.models) > 1:
+        if len(sample_pool.models) > 1 and not quiet:
             note = (f"no --model given: using the first model, {model!r} "
                     f"(the pool has {len(sample_pool.models)}: {', '.join(sample_pool.models)})")
             err.print(f"[yellow]{note}[/yellow]")
@@ -200,11 +257,17 @@ def _print_simulation(result, model: str, target: str, orderings: int, tolerance
         ratio = _fmt_iv(m.token_ratio, ".2f")
         table.add_row(f"{name}, to match", _tokens_iv(m.tokens_to_match),
                       f">= {result.uniform_acc.mean - tolerance:.3f}", ratio)
+        change = "" if m.acc_change is None else f"change {_fmt_iv(m.acc_change, '+.3f')}"
         table.add_row(f"{name}, same tokens", _tokens_iv(m.tokens_at_uniform_budget),
-                      _fmt_iv(m.acc_at_uniform_tokens, ".3f"), "")
+                      _fmt_iv(m.acc_at_uniform_tokens, ".3f"), change)
+    if result.oracle_ratio is not None:
+        table.add_row("consistency oracle (bound)", "", "= uniform", _fmt_iv(result.oracle_ratio, ".2f"))
+        table.add_row("oracle, whole chunks", "", "= uniform", _fmt_iv(result.oracle_ratio_chunk, ".2f"))
     Console().print(table)
     Console().print("to match: tokens the allocator needs to reach uniform's accuracy (saved = uniform / "
-                    "these); same tokens: its accuracy on uniform's token budget.")
+                    "these); same tokens: its accuracy on uniform's token budget (change: minus uniform's, per "
+                    "ordering). Oracle: stops where the running majority never changes again (reads the future; "
+                    "a bound, not an allocator).")
     Console().print("Decisions use answers, token counts and curves fitted on other problems only; "
                     "the pool's `correct` field only grades the outcome.")
 

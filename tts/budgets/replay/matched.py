@@ -45,6 +45,8 @@ class ModeResult:
     tokens_at_uniform_budget: Interval
     curve_tokens: list[float] = field(repr=False)
     curve_acc: list[float] = field(repr=False)
+    acc_change: Interval | None = None
+    """The allocator's accuracy at uniform's tokens minus uniform's, paired per ordering."""
 
 
 def flat(key: str, iv: Interval | None) -> dict:
@@ -96,4 +98,4 @@ def compare_at_matched(mode: str, grid: np.ndarray, acc: np.ndarray, tok: np.nda
         ratio_iv = Interval(float(ratio[0]), *np.percentile(ratio[ok], [2.5, 97.5]).tolist())
     return ModeResult(mode, tokens_iv, ratio_iv, float(reached.mean()), interval(at_uniform[:, 0]),
                       interval(at_uniform[:, 1]), np.nanmean(np.where(np.isinf(tok), np.nan, tok), axis=0).tolist(),
-                      acc.mean(axis=0).tolist())
+                      acc.mean(axis=0).tolist(), interval(at_uniform[:, 0] - uniform_acc))

@@ -38,6 +38,7 @@ from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
 from tts.budgets.online import OnlinePolicy, RateModel
 from tts.budgets.replay.matched import Interval, ModeResult, compare_at_matched, flat, interval
 from tts.budgets.replay.online import OnlineSequence, within_each
+from tts.budgets.replay.oracle import oracle_ratio, oracle_samples, running_leaders
 from tts.budgets.replay.prefix import (
     PrefixReplay,
     fit_bin_curves,
@@ -72,17 +73,22 @@ class SimulateConfig(BaseModel):
     n_bins: int = Field(5, ge=1)
     """Offline: quantile bins of the difficulty score (Snell et al. use 5)."""
     max_n: int | None = Field(None, ge=1)
-    """Most samples per problem (default: the pool's sample count)."""
+    """Most samples per problem (default: offline, the pool's sample count; online, ``target_n``,
+    as ``tts eval --allocate``'s ``--n-max`` defaults to 64, the size of the baseline it is
+    compared with); never more than the pool holds."""
     chunk: int = Field(4, ge=1)
     """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
-    rule: Literal["beta", "exact", "rate"] = "beta"
-    """Online stopping rule: Aggarwal et al.'s Beta criterion, exact lead, or a predicted gain per
+    rule: Literal["beta", "horizon", "exact", "rate"] = "horizon"
+    """Online stopping rule: the leader holds up to ``max_n`` samples ("horizon", the default;
+    :func:`tts.budgets.online.overturn_risk`), Aggarwal et al.'s Beta criterion, exact lead, or a predicted gain per
     sample below ``min_gain`` ("rate": pass ``simulate(..., rate_model=...)``; see
     :class:`tts.budgets.online.RateModel`)."""
     min_gain: float = Field(1e-3, gt=0.0, lt=1.0)
     """Online, rule "rate": the least predicted accuracy gain per sample worth paying for."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: Beta-criterion confidence at which a vote counts as decided."""
+    prior: float = Field(1.0, gt=0.0)
+    """Online, rule "horizon": pseudo-votes of the Beta prior of the two-answer race."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
     max_tokens: int | None = Field(None, ge=1)
@@ -125,6 +131,11 @@ class SimulationResult:
     uniform_tokens: Interval
     uniform_acc: Interval
     modes: dict[str, ModeResult]
+    oracle_ratio: Interval | None = None
+    """Consistency oracle (:mod:`~tts.budgets.replay.oracle`): uniform's tokens over the oracle's,
+    stopping at any n; an analysis bound, not an allocator."""
+    oracle_ratio_chunk: Interval | None = None
+    """The same oracle, stopping only at whole chunks of the online rule's ``chunk``."""
     folds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
     decisions: dict[str, ModeDecisions] = field(default_factory=dict, repr=False, compare=False)
 
@@ -136,7 +147,8 @@ class SimulationResult:
                **flat("uniform_tokens", self.uniform_tokens), **flat("uniform_acc", self.uniform_acc),
                **flat("allocator_tokens", first.tokens_to_match),
                **flat("allocator_acc", first.acc_at_uniform_tokens),
-               **flat("token_ratio", first.token_ratio), "modes": {}}
+               **flat("token_ratio", first.token_ratio), **flat("oracle_ratio", self.oracle_ratio),
+               **flat("oracle_ratio_chunk", self.oracle_ratio_chunk), "modes": {}}
         for name, m in self.modes.items():
             d = asdict(m)
             if not curves:
@@ -311,7 +323,7 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     through the shared stages and budget cuts).
     """
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
-                          escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model)
+                          escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model, prior=cfg.prior)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
@@ -375,6 +387,7 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: Rat
     uniform_tok = np.array([rep.tokens_at(target).sum() for rep in reps])
     modes: dict[str, ModeResult] = {}
     decisions: dict[str, ModeDecisions] = {}
+    oracle = _oracle(pool, orders, reps, cfg, uniform_tok)
     for mode in cfg.modes:
         if mode == "offline":
             paths, steps, plan = _offline(pool, reps, orders, fold, cfg, max_n)
@@ -386,7 +399,8 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: Rat
             n_u = np.stack([plan(r, float(ut)) for r, ut in enumerate(uniform_tok)])
             at_u = np.array([(rep.correct_at(n).mean(), rep.tokens_at(n).sum()) for rep, n in zip(reps, n_u)])
         else:
-            units, worst = _online(pool, reps, cfg, max_n, orders, fold, rate_model)
+            online_max = min(cfg.max_n or cfg.target_n, pool.n_samples)
+            units, worst = _online(pool, reps, cfg, online_max, orders, fold, rate_model)
             flat = [(r, te, seq, g) for r, us in enumerate(units) for te, seq, g in us]
             lo = min(float(rep.sample_tokens[:, 0].sum()) for rep in reps)
             hi = max(max(sum(float(g[1][-1]) for _, _, g in us) for us in units), uniform_tok.max()) * 1.01
@@ -408,4 +422,16 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: Rat
         decisions[mode] = ModeDecisions(n_u, steps)
         logger.info("%s %s: %s", pool.model, mode, modes[mode].token_ratio)
     return SimulationResult(pool.model, pool.n_problems, cfg.orderings, cfg.target_n,
-                            interval(uniform_tok), interval(uniform_acc), modes, fold, decisions)
+                            interval(uniform_tok), interval(uniform_acc), modes, *oracle, fold, decisions)
+
+
+def _oracle(pool: ModelPool, orders: np.ndarray, reps: list[PrefixReplay], cfg: SimulateConfig,
+            uniform_tok: np.ndarray) -> tuple[Interval, Interval]:
+    """The consistency oracle's token ratio to uniform, stopping at any n and at whole chunks."""
+    rows = np.arange(pool.n_problems)
+    tok = np.zeros((2, len(reps)))
+    for r, (order, rep) in enumerate(zip(orders, reps)):
+        lead = running_leaders(pool, order)
+        for i, chunk in enumerate((1, cfg.chunk)):
+            tok[i, r] = rep.tokens_at(oracle_samples(lead, cfg.target_n, chunk)).sum()
+    return tuple(oracle_ratio(uniform_tok, t, seed=cfg.seed, bootstrap=cfg.bootstrap) for t in tok)
