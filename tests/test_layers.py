@@ -1,4 +1,4 @@
-"""The package's layers import only downward (DESIGN.md, "Layers"), checked on every module.
+"""The package's layers import only downward (docs/architecture.md, "The layers"), checked on every module.
 
 A module may import its own layer and any layer below it, at module level or inside a function;
 an import that runs upward means the imported thing is in the wrong place. ``cost`` (the Kinetics
@@ -14,7 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 
-# Highest first, as in DESIGN.md; modules at the package's top level count as their own layer.
+# Highest first, as in docs/architecture.md's table (checked below); modules at the package's top level count as their own layer.
 LAYERS = [
     "cli", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
     "benchmarks", "prompts", "backends", "cost", "config", "models", "model_parts", "hub", "registry",
@@ -68,3 +68,11 @@ def test_no_import_runs_upward(path: Path):
         if LAYERS.index(target) < LAYERS.index(own):
             upward.append(f"line {line}: {module} ({target} is above {own})")
     assert upward == []
+
+
+def test_the_architecture_page_lists_the_layers_in_this_order():
+    """docs/architecture.md is where a newcomer reads the layers: its table must be this list."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    table = page.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    listed = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+    assert listed == LAYERS
