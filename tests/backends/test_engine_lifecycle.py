@@ -266,7 +266,7 @@ def _generate(gen) -> None:
     assert len(res.completions) == 2 and res.usage.completion_tokens > 0
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # opens several engines in turn: outside `make test`, run with -m heavy
 def test_engines_open_one_after_another_in_a_pool_and_each_gives_its_memory_back(tiny_model, tmp_path, capfd):
     """Two real engines (two engine starts in all, where this and test_engine_log's real engine took
     five in three tests): the small model opened first, then a different model with a different KV

@@ -45,7 +45,7 @@ NOISE = ("Loading safetensors", "it/s]", "leaked shared_memory", "leaked semapho
          "Triton is installed", "NUMA binding", "FutureWarning")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a script that starts an engine of its own: outside `make test`, run with -m heavy
 def test_solve_in_a_script_prints_no_engine_noise_and_leaks_nothing(tmp_path):
     pytest.importorskip("vllm")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

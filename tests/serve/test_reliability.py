@@ -328,7 +328,7 @@ def test_a_signal_shuts_the_engine_down_and_no_child_survives(tmp_path, sig):
             os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a server with an engine of its own: outside `make test`, run with -m heavy
 @pytest.mark.timeout(600)  # a real engine's start-up alone took 76 s here; the module's 90 s left no margin
 def test_sigterm_leaves_no_vllm_engine_process_behind():
     """The real engine: `tts serve` on vLLM, SIGTERM, then none of its descendants may survive."""

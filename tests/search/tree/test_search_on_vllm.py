@@ -21,8 +21,11 @@ def test_every_search_with_the_arithmetic_and_the_judge_verifier_on_vllm(vllm_ge
     from tts.eval.runner import run_eval
 
     knobs = {"n": 4, "max_depth": 3, "step_tokens": 32}
-    strategies = [{"kind": kind, **knobs, "verifier": verifier} for kind in SEARCHES
-                  for verifier in ("arithmetic", {"kind": "judge", "top_logprobs": 5})]
+    # Every search with the arithmetic tool; the judge (a second model call per step, the same
+    # verifier path for every search) with one beam-like and one width-allocating search.
+    judge = {"kind": "judge", "top_logprobs": 5}
+    strategies = [{"kind": kind, **knobs, "verifier": "arithmetic"} for kind in SEARCHES]
+    strategies += [{"kind": kind, **knobs, "verifier": judge} for kind in ("beam", "rebase")]
     cfg = EvalConfig.model_validate({
         "data": {"benchmark": "demo", "limit": 1}, "strategies": strategies, "sampling": {"max_tokens": 128},
         "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1}, "seed": 3,
