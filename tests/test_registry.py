@@ -7,7 +7,15 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from tts.registry import BACKENDS, BENCHMARKS, ROLES, STRATEGIES, VERIFIERS, Registry, RegistryError
+from tts.registry import (
+    BACKENDS,
+    BENCHMARKS,
+    ROLES,
+    STRATEGIES,
+    VERIFIERS,
+    Registry,
+    RegistryError,
+)
 from tts.search.sampling.self_consistency import SelfConsistency
 
 

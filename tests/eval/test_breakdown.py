@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from tts.cli.app import app
 from tts.config import EvalConfig
-from tts.eval.breakdown import BreakdownError, config_line, level_points, levels_markdown
+from tts.eval.breakdown import BreakdownError, level_points, levels_markdown
+from tts.eval.labels import config_line
 from tts.eval.report import wilson_interval
 from tts.eval.rows import ResultRow
 from tts.eval.runner import run_eval

@@ -340,7 +340,7 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
     problem, time). ``wide`` (``--wide``) adds FLOPs/pb and eFLOPs/pb. Ungraded, events and
     think/pb appear only when some config has them, in either set: they flag what to look at.
     """
-    from tts.eval.breakdown import config_line
+    from tts.eval.labels import config_line
 
     reasoning = _reasoning_per_config(result)
     cols: list[tuple[str, Callable[[Any], str]]] = [

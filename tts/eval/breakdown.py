@@ -18,22 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tts.eval.labels import config_line, natural_key
 from tts.eval.report import wilson_interval
 from tts.eval.rows import ResultRow
 
 
 class BreakdownError(ValueError):
     """Rows that cannot be broken down as asked (the field is missing); the message says why."""
-
-
-def config_line(label: str) -> str:
-    """A config label without its ``@n``: ``best_of_n@16,verifier=arithmetic`` -> ``best_of_n,verifier=arithmetic``
-    (a run-name suffix, ``self_consistency@16 [sample]``, is kept)."""
-    base, bracket, run = label.partition(" [")
-    head, at, rest = base.partition("@")
-    settings = rest.partition(",")[2] if at else ""
-    line = f"{head},{settings}" if settings else head
-    return f"{line} [{run}" if bracket else line
 
 
 @dataclass(frozen=True)
@@ -54,10 +45,6 @@ class LevelPoint:
     """Mean generated tokens per problem."""
     total: float
     """Mean generated + uncached prompt tokens per problem."""
-
-
-def _natural(text: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def level_points(rows: Iterable[ResultRow], by: str) -> list[LevelPoint]:
@@ -85,7 +72,7 @@ def level_points(rows: Iterable[ResultRow], by: str) -> list[LevelPoint]:
             problems=len(members), correct=correct, accuracy=correct / len(members), low=low, high=high,
             generated=sum(u.completion_tokens for u in usage) / len(members),
             total=sum(u.completion_tokens + u.prompt_tokens - u.cached_prompt_tokens for u in usage) / len(members)))
-    return sorted(points, key=lambda p: (_natural(p.level), _natural(p.line), p.n))
+    return sorted(points, key=lambda p: (natural_key(p.level), natural_key(p.line), p.n))
 
 
 def levels_markdown(points: Sequence[LevelPoint], by: str) -> str:
@@ -114,8 +101,8 @@ def plot_levels(points: Sequence[LevelPoint], by: str, out: Path, title: str, ax
         raise BreakdownError(f"axis {axis!r}: choose one of {', '.join(AXES)}")
     compact = FuncFormatter(lambda v, _: f"{v / 1000:g}k" if v >= 1000 else f"{v:g}")
 
-    levels = sorted({p.level for p in points}, key=_natural)
-    lines = sorted({p.line for p in points}, key=_natural)
+    levels = sorted({p.level for p in points}, key=natural_key)
+    lines = sorted({p.line for p in points}, key=natural_key)
     cols = min(4, len(levels))
     rows = -(-len(levels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows + 0.9), sharey=True, squeeze=False)

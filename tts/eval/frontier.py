@@ -66,7 +66,8 @@ import numpy as np
 
 from tts.budgets.difficulty import assign_bins, majority_share
 from tts.eval.frontier_report import BinChoice, BudgetRow, FrontierReport
-from tts.eval.sweep import MANIFEST, Cell, line_name
+from tts.eval.labels import config_line
+from tts.eval.sweep import MANIFEST, Cell
 
 _BOOT_CHUNK = 100
 """Bootstrap resamples fitted at once (bounds the (resamples, bins, problems) arrays)."""
@@ -351,7 +352,7 @@ def compute_optimal(cells: Sequence[Cell], difficulty: Difficulty, *, axis: str 
         configs = {label: group for label, group in by_model[model].items() if all(c.per_problem for c in group)}
         if len(configs) < len(by_model[model]):
             report.notes.append(f"{model}: cells without per-problem accuracies are left out (re-run the sweep)")
-        strategies = sorted({line_name(label, g[0].n) for label, g in configs.items()})
+        strategies = sorted({config_line(label) for label, g in configs.items()})
         if len(strategies) == 1:
             report.single_strategy[model] = strategies[0]
             continue
@@ -394,7 +395,7 @@ def compute_optimal_for_run(run: str | Path, cells: Sequence[Cell], **settings: 
     for a missing difficulty source (the report's notes say why there are no rows)."""
     kinds: dict[str, set[str]] = {}
     for c in cells:
-        kinds.setdefault(c.model, set()).add(line_name(c.config, c.n))
+        kinds.setdefault(c.model, set()).add(config_line(c.config))
     if max(map(len, kinds.values()), default=0) < 2:  # nothing to choose between: no samples needed
         report = compute_optimal(cells, {}, **settings)
         report.difficulty_source = "not needed (one strategy per model)"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import html
 import io
 import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tts.eval.labels import natural_key
 from tts.eval.sweep import COST_AXES, CurvePoint, pareto_front, saturation, within_noise
 
 AXIS_LABELS = {
@@ -48,11 +48,6 @@ class Section:
     tables: Sequence[tuple[str, Sequence[dict[str, str]]]] = ()
 
 
-def _natural(key: tuple[str, ...]) -> list:
-    """Sort key that orders numbers inside names by value (max_tokens=4000 before max_tokens=16000)."""
-    return [int(part) if part.isdigit() else part for text in key for part in re.split(r"(\d+)", text)]
-
-
 def _curves(points: Sequence[CurvePoint]) -> dict[tuple[str, str], list[CurvePoint]]:
     curves: dict[tuple[str, str], list[CurvePoint]] = {}
     for p in points:
@@ -75,7 +70,7 @@ def plot_axis(points: Sequence[CurvePoint], axis: str, title: str, gain: float =
     fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
     colors = itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])
     markers = itertools.cycle("osD^vP*X")
-    for (model, strategy), curve in sorted(curves.items(), key=lambda kv: _natural(kv[0])):
+    for (model, strategy), curve in sorted(curves.items(), key=lambda kv: natural_key(*kv[0])):
         curve = sorted(curve, key=lambda p: p.costs[axis])
         color, marker = next(colors), next(markers)
         x = [p.costs[axis] for p in curve]

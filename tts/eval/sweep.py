@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tts.benchmarks.append_log import read_append_log
 from tts.config import StrategyConfigBase, parse_strategy_config
+from tts.eval.labels import config_line
 
 logger = logging.getLogger(__name__)
 
@@ -583,12 +584,6 @@ def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBas
 # --- reading a sweep ------------------------------------------------------------------------------
 
 
-def line_name(config_label: str, n: int) -> str:
-    """The curve a config belongs to: its label without ``@n`` (``best_of_n,verifier=arithmetic``,
-    ``self_consistency,max_tokens=4096``), so configs that differ only in n share a line."""
-    return config_label.replace(f"@{n}", "", 1)
-
-
 @dataclass(frozen=True)
 class CurvePoint:
     """A (model, config) averaged over seeds: accuracy, its interval, spread and costs."""
@@ -608,8 +603,8 @@ class CurvePoint:
 
     @property
     def line(self) -> str:
-        """The curve this point lies on (:func:`line_name`)."""
-        return line_name(self.config, self.n)
+        """The curve this point lies on (:func:`~tts.eval.labels.config_line`)."""
+        return config_line(self.config)
 
 
 COST_AXES = ("tokens", "eflops", "flops", "gpu_seconds", "dollars")
