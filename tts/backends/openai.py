@@ -63,7 +63,7 @@ from tts.backends.base import (
 )
 from tts.backends.chat import ToolCall
 from tts.backends.tool_calls import reply_tool_calls
-from tts.backends.thinking import ThoughtSplit, split_token_texts, text_tokens
+from tts.backends.thinking import THINK_CLOSE, THINK_OPEN, ThoughtSplit, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
     CircuitBreaker,
@@ -77,7 +77,6 @@ from tts.config import OpenAIBackendConfig
 logger = logging.getLogger(__name__)
 
 
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 
 def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple[ToolCall, ...] | None, str | None]:
@@ -97,12 +96,12 @@ def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple
 def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
     """A choice's thinking section from its logprob tokens (see the module docstring)."""
     reply = req.continuation
-    opened = reply.rfind(_THINK_OPEN)
-    prompt_open = opened >= 0 and reply.rfind(_THINK_CLOSE) < opened
-    split = split_token_texts(tokens, prompt_open, _THINK_OPEN, _THINK_CLOSE)
+    opened = reply.rfind(THINK_OPEN)
+    prompt_open = opened >= 0 and reply.rfind(THINK_CLOSE) < opened
+    split = split_token_texts(tokens, prompt_open, THINK_OPEN, THINK_CLOSE)
     if req.thinking_budget is None or not split.closed:
         return split
-    in_prompt = text_tokens(reply[opened + len(_THINK_OPEN):]) if prompt_open else 0
+    in_prompt = text_tokens(reply[opened + len(THINK_OPEN):]) if prompt_open else 0
     return ThoughtSplit(split.reasoning_tokens, True, in_prompt + split.reasoning_tokens >= req.thinking_budget)
 
 
@@ -278,7 +277,7 @@ class OpenAIGenerator:
             reasoning = getattr(choice.message, "reasoning_content", None) or getattr(choice.message, "reasoning", None)
             text = choice.message.content or ""
             if isinstance(reasoning, str) and reasoning:
-                text = f"<think>{reasoning}</think>{text}"
+                text = f"{THINK_OPEN}{reasoning}{THINK_CLOSE}{text}"
             tokens = tuple(str(t.token) for t in content) if n_tok else None
             thought = _thought(req, tokens) if tokens else None
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))

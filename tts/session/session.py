@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
+from tts.backends.thinking import split_reasoning
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
 from tts.prompts import chat_prompt, extract_options
 from tts.session.budget import Pricer, SolveBudget
@@ -32,9 +33,8 @@ from tts.types import Budget, Problem, Sample, Solution
 logger = logging.getLogger(__name__)
 
 __all__ = ["Session", "SessionSolution", "SampleOptions", "SolveCancelled", "CallContext", "chat_prompt",
-           "scripted_distribution", "split_reasoning"]
+           "scripted_distribution"]
 
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 
 UNBUDGETED_STRATEGIES = frozenset({"aggregate", "genselect", "graph"})
 """Strategies that run a fixed collaboration graph (:mod:`tts.graphs`) and refuse any budget: a
@@ -44,28 +44,6 @@ WHOLE_SAMPLE_STRATEGIES = frozenset({"budget_forcing", "certainty_probe", "deepc
 """Strategies besides the sampling family that draw ``n`` whole samples and lower n to fit a
 budget (:meth:`~tts.search.base.Strategy.samples_within`), so the n a budget lets them draw is known
 before they run. DeepConf may stop sooner on confidence; the record says what the budget allowed."""
-
-
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning section, the rest) of a reasoning model's reply, as vLLM's reasoning parsers
-    split it: the text before ``</think>`` (an opening ``<think>`` dropped; templates that open it
-    in the prompt leave only the closing tag) and the text after it. A reply that opens a section
-    and never closes it (cut by max_tokens) is all reasoning. None and the whole text when there is
-    no section.
-
-    Example:
-        >>> split_reasoning("<think>\\n6*7=42\\n</think>\\n\\nIt is 42.")
-        ('6*7=42', 'It is 42.')
-    """
-    head, sep, tail = text.partition(_THINK_CLOSE)
-    if sep:
-        stripped = head.lstrip()
-        if stripped.startswith(_THINK_OPEN):
-            stripped = stripped[len(_THINK_OPEN):]
-        return stripped.strip(), tail.strip()
-    if text.lstrip().startswith(_THINK_OPEN):
-        return text.lstrip()[len(_THINK_OPEN):].strip(), ""
-    return None, text
 
 
 def json_answer(text: str) -> str | None:
