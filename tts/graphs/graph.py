@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, get_args
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tts.search.base import StrategyInputError
 

@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Sequence
 
 from tts.backends.base import GenerationRequest, Message
-from tts.graphs.roles import _COMMON, Candidate, NodeContext, Role, RoleOutput
+from tts.graphs.roles import MODEL_SETTINGS, Candidate, NodeContext, Role, RoleOutput
 from tts.types import Problem
 
 NOTE = "note"
@@ -100,7 +100,7 @@ class NoteReader(Role):
     """Answer the question from its context plus the notes of its input ``note_taker``."""
 
     name = "note_reader"
-    settings = _COMMON | {"query_marker"}
+    settings = MODEL_SETTINGS | {"query_marker"}
     prompt_fields = ("question", "context", "notes", "query")
     template = "{context}\n\nNotes on the text:\n{notes}\n\n{query}"
 

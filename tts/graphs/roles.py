@@ -36,7 +36,8 @@ from tts.verifiers.judge import final_verdict, p_yes
 if TYPE_CHECKING:
     from tts.graphs.graph import NodeSpec
 
-_COMMON = frozenset({"model", "n", "temperature", "max_tokens", "prompt"})
+MODEL_SETTINGS = frozenset({"model", "n", "temperature", "max_tokens", "prompt"})
+"""The node settings every role that calls a model takes; a role adds its own to these."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ class Role(ABC):
     """Whether its candidates are new solutions (they count as the trace's samples)."""
     keeps_prompt: ClassVar[bool] = True
     """Whether its prompt keeps the benchmark's system message and few-shot turns."""
-    settings: ClassVar[frozenset[str]] = _COMMON
+    settings: ClassVar[frozenset[str]] = MODEL_SETTINGS
     """Node settings it uses (any other that the file sets is refused)."""
     prompt_fields: ClassVar[tuple[str, ...]] = ("question",)
     """Fields its prompt template may use."""
@@ -245,7 +246,7 @@ class Reviser(Role):
     solution (generate-critique-revise) and other nodes' solutions (a debate's rebuttal round)."""
 
     name = "reviser"
-    settings = _COMMON | {"max_candidates"}
+    settings = MODEL_SETTINGS | {"max_candidates"}
     prompt_fields = ("question", "solution", "context")
     template = "{question}\n\nA previous solution:\n{solution}\n\n{context}\n\nWrite a corrected, complete solution."
 
@@ -280,7 +281,7 @@ class Fuser(Role):
     (mixture-of-agents aggregation; "sample N then fuse")."""
 
     name = "fuser"
-    settings = _COMMON | {"max_candidates"}
+    settings = MODEL_SETTINGS | {"max_candidates"}
     prompt_fields = ("question", "candidates")
     # Asking for the solution itself (not a verdict) matters: asked only to "compare", a model
     # replies "Solution 1 is correct.", and the 1 reads as its answer.
@@ -359,7 +360,7 @@ class Ranker(Role):
     name = "ranker"
     writes = False
     keeps_prompt = False
-    settings = _COMMON | {"max_candidates"}
+    settings = MODEL_SETTINGS | {"max_candidates"}
     prompt_fields = ("question", "candidates")
     template = "Problem:\n{question}\n\n{candidates}\n\nWhich solution is correct? Answer with its number only."
     default_temperature = 0.0
@@ -427,7 +428,7 @@ class Selector(Role):
     name = "selector"
     writes = False
     keeps_prompt = False
-    settings = _COMMON | {"max_candidates"}
+    settings = MODEL_SETTINGS | {"max_candidates"}
     prompt_fields = ("question", "candidates")
     template = ("Problem:\n{question}\n\n{candidates}\n\nCompare the solutions above carefully. Which solution is "
                 "correct? Answer with its number only.")
@@ -481,7 +482,7 @@ class Aggregator(Role):
     population stays diverse; a chain of aggregators is RSA's rounds."""
 
     name = "aggregator"
-    settings = _COMMON | {"max_candidates"}
+    settings = MODEL_SETTINGS | {"max_candidates"}
     prompt_fields = ("question", "candidates")
     template = Fuser.template
 

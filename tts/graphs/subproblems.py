@@ -29,7 +29,14 @@ import re
 from collections.abc import Sequence
 
 from tts.backends.base import GenerationRequest, Message
-from tts.graphs.roles import _COMMON, Candidate, NodeContext, Role, RoleOutput, yes_score
+from tts.graphs.roles import (
+    MODEL_SETTINGS,
+    Candidate,
+    NodeContext,
+    Role,
+    RoleOutput,
+    yes_score,
+)
 from tts.search.base import vote
 from tts.types import Problem, Sample
 
@@ -150,7 +157,7 @@ class SubSolver(Role):
     """
 
     name = "subsolver"
-    settings = _COMMON | {"part", "easy_threshold"}
+    settings = MODEL_SETTINGS | {"part", "easy_threshold"}
     prompt_fields = ("question", "steps", "step")
     template = "{question}\n\n{steps}Now answer this: {step}"
 
