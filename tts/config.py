@@ -1,8 +1,9 @@
 """Pydantic configs, one per concern, discriminated by ``kind``.
 
 Configs are frozen inputs: strategies and backends never mutate them; derive variants with
-``config.model_copy(update=...)``. Each field's docstring is what ``--help`` and error messages
-build on.
+``config.model_copy(update=...)``. Each field's docstring becomes its pydantic description
+(``use_attribute_docstrings``), so ``tts strategies NAME``, JSON schemas (the MCP tools') and
+editors show it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tts.models import DEFAULT_MODEL
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class SamplingConfig(_Frozen):

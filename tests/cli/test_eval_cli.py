@@ -163,6 +163,20 @@ def test_tts_strategies_lists_every_registered_strategy():
     assert all(name in r.output for name in STRATEGIES.names())
 
 
+def test_tts_strategies_name_shows_each_setting_with_its_docstring():
+    """Field docstrings are read by tooling (pydantic's use_attribute_docstrings): the CLI and the
+    JSON schema an MCP client or the server's clients see carry them."""
+    from tts.search.tree.beam import BeamSearch
+
+    r = runner.invoke(app, ["strategies", "beam"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "beam_width" in r.output and "the children of each node the search continues" in r.output
+    schema = BeamSearch.config_class.model_json_schema()
+    assert "children of each node" in schema["properties"]["beam_width"]["description"]
+    r = runner.invoke(app, ["strategies", "beem"])
+    assert r.exit_code != 0 and "Did you mean 'beam'" in r.output
+
+
 def test_a_search_flag_that_no_strategy_takes_is_refused_not_ignored(tmp_path):
     r = _eval("--backend", "scripted", "--limit", "2", "-s", "self_consistency", "--beam-width", "4",
               "--out", str(tmp_path / "x"))

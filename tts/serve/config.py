@@ -14,7 +14,7 @@ class ServeConfig(BaseModel):
     Defaults suit one small engine; raise them for a big GPU.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     model: str = Field("smollm2-135m", min_length=1)
     """The model name clients write after the strategy (``sc-16/<model>``)."""
