@@ -161,26 +161,16 @@ def test_a_voter_weighs_the_answers_of_its_inputs_without_a_model_call():
             assert sol.trace.votes and sol.trace.samples[sol.trace.selected].answer == sol.answer
 
 
-class Picks:
-    """A judge model that always names solution ``choice`` (as text and as its first-token logprob)."""
+def Picks(choice, logprobs=True, markup=""):  # noqa: N802 - reads as the fake model it builds
+    """A judge model that always names solution ``choice`` (as text and, with ``logprobs``, as its
+    first token's top logprobs), optionally in markdown (``**2**``)."""
+    from tts.backends.base import Completion
+    from tts.backends.function import FunctionGenerator
 
-    model_name = "picker"
-
-    def __init__(self, choice, logprobs=True, markup=""):
-        self.choice, self.logprobs, self.markup, self.requests = choice, logprobs, markup, []
-
-    def generate(self, requests):
-        from tts.backends.base import Completion, GenerationResult, request_usage
-
-        self.requests += list(requests)
-        first = f"{self.markup}{self.choice}"
-        top = {first: -0.1, "1": -2.5} if self.logprobs else None
-        return [GenerationResult(tuple(Completion(f"{first}{self.markup}", 1, first_token_top_logprobs=top)
-                                       for _ in range(r.n)), request_usage(50, 0, [1] * r.n, 0.0))
-                for r in requests]
-
-    def close(self):
-        pass
+    first = f"{markup}{choice}"
+    top = {first: -0.1, "1": -2.5} if logprobs else None
+    return FunctionGenerator(lambda request: Completion(f"{first}{markup}", 1, first_token_top_logprobs=top),
+                             model_name="picker")
 
 
 @pytest.mark.parametrize("logprobs", [True, False])

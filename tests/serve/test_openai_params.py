@@ -518,16 +518,12 @@ def test_chosen_sample_tokens_past_the_reply_are_left_out():
     assert "".join(t for t, _, _ in got) == text and [lp for _, lp, _ in got] == [-0.1, -0.2, -0.3]
 
 
-class _Replies:
-    """An inner generator that answers each call with the next list of completions."""
+def _Replies(calls):  # noqa: N802 - reads as the fake model it builds
+    """A model that answers each call with the next list of completions."""
+    from tts.backends.function import FunctionGenerator
 
-    def __init__(self, calls):
-        self.calls = list(calls)
-
-    def generate(self, requests):
-        from tts.types import Usage
-
-        return [GenerationResult(completions=tuple(self.calls.pop(0)), usage=Usage()) for _ in requests]
+    calls = list(calls)
+    return FunctionGenerator(lambda request: calls.pop(0))
 
 
 def test_equal_texts_from_different_prompts_keep_their_own_logprobs():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tts.answers import answer_keys
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.config import SamplingConfig
@@ -13,23 +14,15 @@ PROBLEMS = generate_problems(20)
 SAMPLING = SamplingConfig(max_tokens=512)
 
 
-class Recording(ScriptedGenerator):
-    """Records every request it serves."""
-
-    def generate(self, requests):
-        self.seen = getattr(self, "seen", []) + list(requests)
-        return super().generate(requests)
-
-
 def _gen(accuracy=0.8):
-    return Recording.for_problems(PROBLEMS, accuracy=accuracy, seed=1, mean_tokens=200)
+    return RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=accuracy, seed=1, mean_tokens=200))
 
 
 def test_probe_requests_are_in_the_usage_and_counted():
     gen = _gen()
     sols = CertaintyProbe(CertaintyProbeConfig(n=2, probe_every=16, stable=2), gen, DEMO_PROMPT.render,
                           SAMPLING).solve(PROBLEMS)
-    probes = [r for r in gen.seen if r.continuation.endswith(CertaintyProbeConfig().probe_prefix)]
+    probes = [r for r in gen.requests if r.continuation.endswith(CertaintyProbeConfig().probe_prefix)]
     # Dynasor's probes: sampled at 0.6, top-p 0.95, 20 tokens
     assert probes and all(r.temperature == 0.6 and r.top_p == 0.95 and r.max_tokens == 20 for r in probes)
     assert sum(s.trace.events["probes"] for s in sols) == len(probes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
@@ -16,16 +17,12 @@ from tts.verifiers.base import VerifierScore
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
 
 
-class _Recording(ScriptedGenerator):
-    """The scripted backend, remembering every generate call's requests."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls = []
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        return super().generate(requests)
+def _recording(*args, **kwargs) -> RecordingGenerator:
+    """The scripted backend (built as ``ScriptedGenerator.for_problems`` when given problems),
+    remembering every generate call's requests."""
+    if args and isinstance(args[0], list):
+        return RecordingGenerator(ScriptedGenerator.for_problems(*args, **kwargs))
+    return RecordingGenerator(ScriptedGenerator(*args, **kwargs))
 
 
 class _AnswerVerifier:
@@ -55,7 +52,7 @@ def _revision(gen, ready=None, sampling=None, **cfg):
 
 
 def test_s_chains_of_r_rounds_make_r_plus_1_generate_calls_and_s_times_r_plus_1_attempts():
-    gen = _Recording.for_problems(PROBLEMS, accuracy=0.5, seed=1)
+    gen = _recording(PROBLEMS, accuracy=0.5, seed=1)
     sols = _revision(gen, n=9, rounds=2).solve(PROBLEMS)  # S = 3 chains x R = 2 rounds
     assert len(gen.calls) == 3  # one call per round, all chains of all problems together
     assert [len(c) for c in gen.calls] == [4, 12, 12]  # round 0: one n=3 request per problem; then one per chain
@@ -71,7 +68,7 @@ def test_s_chains_of_r_rounds_make_r_plus_1_generate_calls_and_s_times_r_plus_1_
 
 
 def test_the_revision_prompt_holds_the_problem_the_previous_attempt_and_the_critique():
-    gen = _Recording.for_problems(PROBLEMS[:1], accuracy=0.5, seed=2)
+    gen = _recording(PROBLEMS[:1], accuracy=0.5, seed=2)
     verifier = _AnswerVerifier({}, default=0.25)
     sol = _revision(gen, verifier, n=2, rounds=1, verifier="arithmetic", critique=True).solve(PROBLEMS[:1])[0]
     first = sol.trace.samples[0]
@@ -83,7 +80,7 @@ def test_the_revision_prompt_holds_the_problem_the_previous_attempt_and_the_crit
     assert "corrected solution" in revise[-1].content
     assert verifier.calls == 2  # one verifier call per round
     # Without critique the same verifier scores the attempts but says nothing in the prompt.
-    gen2 = _Recording.for_problems(PROBLEMS[:1], accuracy=0.5, seed=2)
+    gen2 = _recording(PROBLEMS[:1], accuracy=0.5, seed=2)
     _revision(gen2, _AnswerVerifier({}), n=2, rounds=1, verifier="arithmetic").solve(PROBLEMS[:1])
     assert "score" not in gen2.calls[1][0].messages[-1].content
 
@@ -108,7 +105,7 @@ def test_the_answer_is_chosen_across_all_attempts_by_vote_or_by_verifier():
 
 
 def test_verifier_usage_is_counted_and_accept_score_stops_a_chain():
-    gen = _Recording({"p1": {"2": 0.5, "3": 0.5}}, seed=4)
+    gen = _recording({"p1": {"2": 0.5, "3": 0.5}}, seed=4)
     verifier = _AnswerVerifier({"2": 1.0}, default=0.0)
     sol = _revision(gen, verifier, n=12, rounds=3, verifier="arithmetic", accept_score=0.8).solve([PROBLEMS[1]])[0]
     by_chain = {}
@@ -125,7 +122,7 @@ def test_verifier_usage_is_counted_and_accept_score_stops_a_chain():
 
 
 def test_budgets_keep_the_rounds_and_cut_chains_then_rounds():
-    gen = _Recording.for_problems(PROBLEMS, accuracy=0.5, seed=5)
+    gen = _recording(PROBLEMS, accuracy=0.5, seed=5)
     rev = _revision(gen, sampling=SamplingConfig(max_tokens=100), n=9, rounds=2)
     sols = rev.solve(PROBLEMS, [Budget(samples=7), Budget(samples=2), Budget(tokens=350), None])
     shapes = [sorted((n["chain"], n["round"]) for n in s.trace.tree) for s in sols]
@@ -163,7 +160,7 @@ def test_configs_that_would_ignore_a_setting_are_refused_with_what_to_change():
 
 
 def test_the_real_judge_critiques_with_the_policy_model_and_its_usage_is_counted():
-    gen = _Recording.for_problems(PROBLEMS[:2], accuracy=0.5, seed=7)
+    gen = _recording(PROBLEMS[:2], accuracy=0.5, seed=7)
     rev = Revision(RevisionConfig(n=4, rounds=1, verifier="judge", critique=True), gen, MATH_PROMPT.render)
     sols = rev.solve(PROBLEMS[:2])
     policy = [c for c in gen.calls if "Yes or No" not in c[0].messages[-1].content]
