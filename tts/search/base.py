@@ -312,8 +312,9 @@ class VerifierStrategy(Strategy):
             self._verifier = None
 
 
-class SamplingStrategy(Strategy):
-    """Sample ``config.n`` completions per problem in one batched call, then aggregate.
+class SamplingStrategy(VerifierStrategy):
+    """Sample ``config.n`` completions per problem in one batched call, then aggregate; a
+    verifier the config names (or a ready one passed as ``verifier=``) scores whole samples.
 
     A per-problem :class:`~tts.types.Budget` lowers n: ``samples`` caps it directly, ``tokens``
     caps it at the samples whose worst case (``max_tokens`` each) fits.
@@ -358,23 +359,6 @@ class SamplingStrategy(Strategy):
         Sampling strategies send one request whose ``n`` samples share the prompt.
         """
         return [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)]
-
-    @property
-    def verifier(self) -> Verifier | None:
-        """The verifier that scores whole samples, when the config names one (built on first use)."""
-        config = getattr(self.config, "verifier", None)
-        if config is None:
-            return None
-        if getattr(self, "_verifier", None) is None:
-            self._verifier = build_verifier(config, self.generator)
-        return self._verifier
-
-    def close(self) -> None:
-        """Close the verifier this strategy built (a PRM or judge may own an engine)."""
-        verifier = getattr(self, "_verifier", None)
-        if verifier is not None:
-            verifier.close()
-            self._verifier = None
 
     def score_samples(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[ScoredDraw | None]:
         """Verifier scores of every sample of every problem, in ONE verifier call (None: no verifier).
