@@ -53,7 +53,7 @@ MODULES: dict[str, list[str]] = {
                             "tests/answers/test_key_properties.py",
                             "tests/search/test_vote_properties.py"],
     "answers/extraction": ["tests/answers/test_answers.py", "tests/answers/test_forms.py"],
-    "answers/exact": ["tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
+    "answers/exact": ["tests/answers/test_exact.py", "tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
     "answers/forms": ["tests/answers/test_forms.py", "tests/answers/test_answers.py"],
     "answers/free_text": ["tests/answers/test_free_text.py", "tests/parity/test_free_text.py"],
     "answers/kinds": ["tests/answers/test_kinds.py", "tests/search/sampling/test_tool_vote.py",
