@@ -52,16 +52,18 @@ MODULES: dict[str, list[str]] = {
     "answers/equivalence": ["tests/answers/test_key_comparisons.py", "tests/answers/test_answers.py",
                             "tests/answers/test_key_properties.py",
                             "tests/search/test_vote_properties.py"],
-    "answers/extraction": ["tests/answers/test_answers.py", "tests/answers/test_forms.py"],
-    "answers/exact": ["tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
+    "answers/extraction": ["tests/answers/test_extraction.py", "tests/answers/test_answers.py",
+                           "tests/answers/test_forms.py"],
+    "answers/exact": ["tests/answers/test_exact.py", "tests/answers/test_answers.py", "tests/benchmarks/test_chains.py"],
     "answers/forms": ["tests/answers/test_forms.py", "tests/answers/test_answers.py"],
     "answers/free_text": ["tests/answers/test_free_text.py", "tests/parity/test_free_text.py"],
-    "answers/kinds": ["tests/search/sampling/test_tool_vote.py", "tests/answers/test_free_text.py"],
+    "answers/kinds": ["tests/answers/test_kinds.py", "tests/search/sampling/test_tool_vote.py",
+                      "tests/answers/test_free_text.py"],
     "benchmarks/grading": ["tests/benchmarks/test_grading.py"],
     "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
     "eval/report": ["tests/eval/test_report.py"],
-    "search/base": ["tests/search/test_samples.py", "tests/search/test_strategies.py",
-                    "tests/search/test_vote_properties.py",
+    "search/base": ["tests/search/test_select_text.py", "tests/search/test_samples.py",
+                    "tests/search/test_strategies.py", "tests/search/test_vote_properties.py",
                     "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
                     "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",
                     "tests/parity/test_voting_and_answers.py"],
@@ -145,7 +147,8 @@ def _workdir(module: str, tests: list[str]) -> Path:
 
 
 def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    # TTS_MUTATION: tests/conftest.py empties tts's memo caches before every test (see there).
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "TTS_MUTATION": "1"}
     return subprocess.run(["nice", "-n", "15", sys.executable, "-m", "mutmut", *args], cwd=work, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 

@@ -21,6 +21,22 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+if os.environ.get("TTS_MUTATION"):
+    # Set by benchmarks/mutation.py. mutmut forks each mutant's test run from a process whose clean
+    # run already filled tts's memo caches (extraction's readings, vote keys, ...): a cached result
+    # computed by the unmutated code would hide the mutant. So every test starts with them empty.
+    import functools
+    import sys
+
+    @pytest.fixture(autouse=True)
+    def _empty_tts_caches() -> None:
+        for name, module in list(sys.modules.items()):
+            if name == "tts" or name.startswith("tts."):
+                for value in list(vars(module).values()):
+                    if isinstance(value, functools._lru_cache_wrapper):
+                        value.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """``../shared/data`` beside the checkout; tests that need it skip with a reason if absent."""
