@@ -19,7 +19,7 @@ worst).
 Settings of the online rule are passed as ``--set key=value`` (any field of
 :class:`tts.budgets.replay.simulate.SimulateConfig`), e.g. ``--set rule=beta`` for the Beta criterion
 of Aggarwal et al. Several ``--policy NAME:key=value,key=value`` compare rules side by side. Two
-rules that lost, kept beside this script in ``stopping_rules/``, are named here too: ``rule=gain``
+rules that lost, kept as rate models in ``tts.budgets.rate_models``, are named here too: ``rule=gain``
 (with ``kappa=``, the value of more samples) and ``rule=contested`` (the cross-fitted predictor),
 both with ``min_gain=``.
 
@@ -36,10 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stopping_rules.contested import ContestedRule  # beside this script (its folder is on sys.path)
-from stopping_rules.vote_value import VoteValue
 from tts.benchmarks.pool import load_pool
 from tts.budgets.online import RateModel
+from tts.budgets.rate_models.contested import ContestedRule
+from tts.budgets.rate_models.vote_value import VoteValue
 from tts.budgets.replay.simulate import SimulateConfig, simulate
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"

@@ -113,7 +113,7 @@ def test_ties_in_confidence_are_served_in_problem_order():
     ({"min_gain": 1.0}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.0"),
     ({"min_gain": 1.5}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.5"),
     ({"rule": "rate"}, ("rule 'rate' needs rate_model= (anything with live_rate and replay_rates; "
-                        "see benchmarks/stopping_rules/ for two)")),
+                        "see tts.budgets.rate_models for two)")),
 ])
 def test_a_policy_refuses_settings_saying_what_to_change(settings, message):
     with pytest.raises(ValueError) as err:

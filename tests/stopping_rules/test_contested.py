@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tts.benchmarks.pool import ModelPool
-from stopping_rules.contested import (
+from tts.budgets.rate_models.contested import (
     ContestedRule,
     ContestedModel,
     cross_fitted_rates,

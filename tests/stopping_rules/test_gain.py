@@ -1,4 +1,4 @@
-"""The "gain" stopping rule (benchmarks/stopping_rules/vote_value.py): the value of more samples for a vote, flat votes stop early, and the
+"""The "gain" stopping rule (tts/budgets/rate_models/vote_value.py): the value of more samples for a vote, flat votes stop early, and the
 replay makes the same decisions as the allocator that drives a run."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, plan_round
 from tts.budgets.replay.online import OnlineSequence
-from stopping_rules.vote_value import VoteValue, fit_kappa, leader_correct
+from tts.budgets.rate_models.vote_value import VoteValue, fit_kappa, leader_correct
 
 
 def _drive(alloc, answer, cost, worst):

@@ -9,12 +9,26 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from online_hard_end import rate_rule
-from stopping_rules.contested import ContestedRule
-from stopping_rules.vote_value import VoteValue
+from tts.budgets.rate_models.contested import ContestedRule
+from tts.budgets.rate_models.vote_value import VoteValue
 from tts.benchmarks.pool import load_pool
 from tts.budgets.replay.simulate import SimulateConfig, simulate
 from tts.cli.budget import app
+
+
+def _load_script(name: str):
+    """A script of benchmarks/ loaded as a module by its path (scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rate_rule = _load_script("online_hard_end").rate_rule
 
 runner = CliRunner()
 
@@ -53,4 +67,4 @@ def test_the_benchmark_replays_the_old_rules_through_the_rate_hook(tmp_path, rul
 def test_tts_budget_simulate_refuses_other_rules_and_says_where_they_went(tmp_path, rule):
     result = runner.invoke(app, ["simulate", "--pool", str(_pool_file(tmp_path)), "--rule", rule])
     assert result.exit_code == 2
-    assert f"unknown rule '{rule}'" in result.output and "benchmarks/stopping_rules" in result.output
+    assert f"unknown rule '{rule}'" in result.output and "tts.budgets.rate_models" in result.output

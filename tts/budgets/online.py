@@ -23,7 +23,7 @@ to change its majority answer. The stopping rules:
   :class:`RateModel` the caller supplies (``OnlinePolicy(rate_model=...)``); none ships in the
   library, because the two models tried (a closed-form value of more samples, and a predictor
   fitted on other problems' graded votes) lost to ``"beta"`` on every pool where they were
-  measured. They live on, with their measurements, in ``benchmarks/stopping_rules/``.
+  measured. They live on, with their measurements, in ``tts.budgets.rate_models`` (docs/stopping_rules_that_lost.md).
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
@@ -248,7 +248,7 @@ class OnlinePolicy:
             raise ValueError(f"min_gain must lie in (0, 1) (accuracy per sample), got {self.min_gain}")
         if self.rule == "rate" and self.rate_model is None:
             raise ValueError("rule 'rate' needs rate_model= (anything with live_rate and replay_rates; "
-                             "see benchmarks/stopping_rules/ for two)")
+                             "see tts.budgets.rate_models for two)")
 
     def beta_stop(self, stage: int) -> float | None:
         """"rate": the Beta confidence that also stops a leader at ``stage`` (it rises with the

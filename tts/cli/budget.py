@@ -102,7 +102,7 @@ def simulate(
     err = Console(stderr=True)
     if rule not in ("horizon", "beta", "exact"):
         raise typer.BadParameter(f"unknown rule {rule!r}; choose horizon, beta or exact (other rules need a rate model "
-                                 "in Python: see benchmarks/stopping_rules/)", param_hint="--rule")
+                                 "in Python: see tts.budgets.rate_models)", param_hint="--rule")
     target_n = _parse_target(target)
     rules = _parse_strategies(strategies)
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
