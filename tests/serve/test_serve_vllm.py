@@ -17,7 +17,9 @@ def test_openai_client_against_tts_serve_on_vllm(vllm_generator):
     from tts.serve.server import ServerThread
     from tts.session import Session
 
-    with Session(generator=vllm_generator, max_tokens=48) as session, \
+    # A batch waits up to 0.3 s for concurrent calls to join: on a loaded 2-core CI machine the six
+    # HTTP requests once reached the server one engine call apart each (six calls) with the default 10 ms.
+    with Session(generator=vllm_generator, max_tokens=48, batch_window=0.3) as session, \
             ServerThread(create_app(session, ServeConfig(prompt="math", model="smollm2-135m"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=300, max_retries=0)
         r = client.chat.completions.create(model="sc-4/smollm2-135m",
