@@ -3,8 +3,9 @@ process or with its rights.
 
 Each program runs in new namespaces (``bwrap --unshare-all``: no network but its own loopback, its
 own process tree, an unprivileged user), sees the system and the Python installation read-only and
-nothing of the host's home or the run directory, writes only to a throwaway tmpfs, and starts with
-an empty environment (no inherited secrets). Resource limits (CPU seconds, address space, file
+nothing of the host's home or the run directory, writes only to throwaway size-capped tmpfs
+(its working folder, ``/tmp``, ``/dev/shm``), and starts with an empty environment (no inherited
+secrets). Its stdin is fed without blocking, so a program that never reads it cannot stall the run. Resource limits (CPU seconds, address space, file
 size, processes, open files) are set before bubblewrap starts and inherited by the program; a
 wall-clock timeout kills the whole process group, and the sandbox's PID namespace dies with it, so
 no process outlives its run. Output is read up to a cap, then the run is killed.
@@ -50,6 +51,9 @@ class Limits:
             root, programs run as ``nobody`` and the sandboxes running at once share this count).
         output_bytes: Bytes of stdout and of stderr kept; more ends the run.
         open_files: File descriptors (RLIMIT_NOFILE).
+        disk_bytes: Size of each writable folder in the sandbox (its working folder, ``/tmp``,
+            ``/dev/shm``: memory-backed tmpfs, so without a cap many small files would fill the
+            host's memory; RLIMIT_FSIZE bounds only one file).
     """
 
     wall_seconds: float = 10.0
@@ -59,6 +63,7 @@ class Limits:
     processes: int = 256
     output_bytes: int = 1 << 20
     open_files: int = 64
+    disk_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -112,16 +117,23 @@ def _python() -> tuple[str, str]:
     return os.path.realpath(sys.executable), prefix
 
 
-def _bwrap_command(bwrap: str, workdir: str) -> list[str]:
+def _bwrap_command(bwrap: str, workdir: str, names: Sequence[str], limits: Limits) -> list[str]:
+    """bubblewrap's command line: the program's files are bound read-only into a size-capped tmpfs
+    (its working folder and home); ``/tmp`` and ``/dev/shm`` are size-capped tmpfs too, and the rest
+    of ``/dev`` is read-only (bubblewrap's own ``/dev`` is a writable tmpfs without a cap)."""
     python, prefix = _python()
+    size = str(limits.disk_bytes)
     cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
-           "--tmpfs", "/tmp"]
+           "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--size", size, "--tmpfs", "/tmp"]
     for path in ("/usr", "/bin", "/lib", "/lib64", "/etc/alternatives"):
         if os.path.exists(path):
             cmd += ["--ro-bind", path, path]
     if not prefix.startswith("/usr/"):
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += ["--bind", workdir, "/sandbox", "--chdir", "/sandbox", "--clearenv",
+    cmd += ["--size", size, "--tmpfs", "/sandbox"]
+    for name in names:
+        cmd += ["--ro-bind", os.path.join(workdir, name), f"/sandbox/{name}"]
+    cmd += ["--chdir", "/sandbox", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "PYTHONHASHSEED", "0"]
     return [*cmd, python, "-I", "-S", "-B", "main.py"]
 
@@ -149,39 +161,60 @@ def _limit(limits: Limits, drop_to_nobody: bool):
     return apply
 
 
+def _feed(sel: selectors.BaseSelector, fd: int, pending: memoryview) -> memoryview:
+    """Write what the program's stdin takes now (never blocking: a program that does not read its
+    input must not stall the deadline or the reading of its output); closes stdin when all is
+    written or the program closed it. What is left to write."""
+    try:
+        pending = pending[os.write(fd, pending[:65536]):] if pending else pending
+    except (BlockingIOError, InterruptedError):
+        return pending
+    except OSError:  # BrokenPipeError: the program closed its stdin or ended
+        pending = pending[:0]
+    if not pending:
+        sel.unregister(fd)
+        os.close(fd)
+    return pending
+
+
 def _read(proc: subprocess.Popen, stdin: bytes, limits: Limits) -> tuple[bytes, bytes, str | None]:
     """Feed stdin, read both pipes up to the cap and the deadline; the reason to stop early, if any."""
     outputs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    stdin_fd = os.dup(proc.stdin.fileno())  # ours to close once written; Popen's copy is closed now
+    proc.stdin.close()
+    os.set_blocking(stdin_fd, False)
+    pending, stopped = memoryview(stdin), None
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         sel.register(proc.stderr, selectors.EVENT_READ)
-        try:
-            proc.stdin.write(stdin)
-        except (BrokenPipeError, OSError):
-            pass
-        finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+        sel.register(stdin_fd, selectors.EVENT_WRITE)
         deadline = time.monotonic() + limits.wall_seconds
         open_pipes = 2
-        while open_pipes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return bytes(outputs[proc.stdout.fileno()]), bytes(outputs[proc.stderr.fileno()]), "timeout"
-            for key, _ in sel.select(timeout=left):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    open_pipes -= 1
-                    continue
-                buf = outputs[key.fd]
-                buf += chunk
-                if len(buf) > limits.output_bytes:
-                    del buf[limits.output_bytes:]
-                    return bytes(outputs[proc.stdout.fileno()]), bytes(outputs[proc.stderr.fileno()]), "output_limit"
-    return bytes(outputs[proc.stdout.fileno()]), bytes(outputs[proc.stderr.fileno()]), None
+        try:
+            while open_pipes and stopped is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    stopped = "timeout"
+                    break
+                for key, _ in sel.select(timeout=left):
+                    if key.fd == stdin_fd:
+                        pending = _feed(sel, stdin_fd, pending)
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        open_pipes -= 1
+                        continue
+                    buf = outputs[key.fd]
+                    buf += chunk
+                    if len(buf) > limits.output_bytes:
+                        del buf[limits.output_bytes:]
+                        stopped = "output_limit"
+                        break
+        finally:
+            if stdin_fd in sel.get_map():
+                os.close(stdin_fd)
+    return bytes(outputs[proc.stdout.fileno()]), bytes(outputs[proc.stderr.fileno()]), stopped
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -230,12 +263,14 @@ def run_program(program: Program | str, limits: Limits | None = None, *, unsafe_
             "unsafe_no_sandbox=True to run it without isolation at your own risk.")
     with tempfile.TemporaryDirectory(prefix="tts-sandbox-") as workdir:
         drop = os.geteuid() == 0
+        names = []
         for name, text in {**program.files, "main.py": program.source}.items():
-            Path(workdir, Path(name).name).write_text(text)
+            names.append(Path(name).name)
+            Path(workdir, names[-1]).write_text(text)
         if drop:
-            os.chmod(workdir, 0o777)  # the program's user may write beside its files (it owns nothing else)
+            os.chmod(workdir, 0o777)  # the program's user may read its files (and, unsandboxed, write beside them)
         if bwrap is not None:
-            cmd, env, cwd = _bwrap_command(bwrap, workdir), {}, None
+            cmd, env, cwd = _bwrap_command(bwrap, workdir, names, limits), {}, None
         else:
             cmd, env, cwd = [_python()[0], "-I", "-S", "-B", "main.py"], {"PATH": "/usr/bin:/bin"}, workdir
         start = time.monotonic()
