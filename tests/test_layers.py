@@ -27,23 +27,9 @@ def _layer(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == "tts" else None
 
 
-def _type_checking_blocks(tree: ast.AST) -> set[int]:
-    """Ids of the import nodes under ``if TYPE_CHECKING:``: names for annotations only, never
-    imported at run time (the registry names the base classes of its entries that way)."""
-    inside = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            inside |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return inside
-
-
 def _imports(path: Path) -> list[tuple[str, int]]:
     found = []
-    tree = ast.parse(path.read_text())
-    annotations_only = _type_checking_blocks(tree)
-    for node in ast.walk(tree):
-        if id(node) in annotations_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.module, node.lineno))
         elif isinstance(node, ast.Import):

@@ -13,12 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-if TYPE_CHECKING:  # annotations only: the registry imports no implementation at run time
-    from tts.benchmarks.datasets import Benchmark
-    from tts.graphs.roles import Role
-    from tts.search.base import Strategy
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -137,7 +132,7 @@ class Registry(Generic[T]):
                                 f"every {self.kind} has.")
 
 
-STRATEGIES: Registry[type[Strategy]] = Registry(
+STRATEGIES: Registry[type] = Registry(
     "strategy",
     {
         "ab_mcts": "tts.search.tree.ab_mcts:ABMCTS",
@@ -181,7 +176,7 @@ VERIFIERS: Registry[type] = Registry(
     requires=("config_class", "from_config", "score"),
 )
 
-ROLES: Registry[type[Role]] = Registry(
+ROLES: Registry[type] = Registry(
     "role",
     {
         "assessor": "tts.graphs.subproblems:Assessor",
@@ -212,7 +207,7 @@ BACKENDS: Registry[type] = Registry(
     requires=("from_config", "generate"),
 )
 
-BENCHMARKS: Registry[type[Benchmark]] = Registry(
+BENCHMARKS: Registry[type] = Registry(
     "benchmark",
     {
         "demo": "tts.benchmarks.demo:DemoBenchmark",
