@@ -29,14 +29,16 @@ SMALL = Limits(wall_seconds=3, cpu_seconds=2, memory_bytes=512 << 20, file_bytes
 
 @pytest.fixture(autouse=True)
 def no_child_process_remains():
-    """After every test, no process started by the test process is left (the sandbox kills its
-    whole tree; a leftover would be a program outliving its run)."""
-    yield
+    """After every test, no process the test started is left (the sandbox kills its whole tree; a
+    leftover would be a program outliving its run). Children that existed before the test (the
+    session's shared vLLM engine, when the whole suite runs) are not the test's."""
     me = psutil.Process()
+    before = {c.pid for c in me.children(recursive=True)}
+    yield
     deadline = time.monotonic() + 3
-    while (children := me.children(recursive=True)) and time.monotonic() < deadline:
+    while (new := [c for c in me.children(recursive=True) if c.pid not in before]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not children, f"processes left behind: {[c.pid for c in children]}"
+    assert not new, f"processes left behind: {[c.pid for c in new]}"
 
 
 def _leftovers(marker: str) -> list[int]:
