@@ -8,10 +8,11 @@ Strategies receive the rendered messages and never set chat templates themselves
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tts.answers.code import CODE
 from tts.answers.kinds import TEXT
 from tts.backends.base import Message
 from tts.backends.chat import messages_from_openai
@@ -47,6 +48,21 @@ MATH_PROMPT = PromptTemplate(
 """Default for competition math and word problems."""
 
 
+class CodePromptTemplate(PromptTemplate):
+    """A template whose replies answer with a program: strategies extract and compare programs
+    (:data:`tts.answers.code.CODE`), never numbers."""
+
+    answer_extract: ClassVar[Any] = CODE
+
+
+CODE_PROMPT = CodePromptTemplate(
+    user="Please provide a self-contained Python script that solves the following problem in a markdown "
+         "code block:\n```python\n{question}\n```"
+)
+"""Default for code problems (HumanEval): the function's signature and docstring, answered with the
+whole function in a fenced block (EvalPlus's instruction for chat models)."""
+
+
 PLAIN_PROMPT = PromptTemplate()
 """The question as written: no instruction added (a conversation as an agent sent it)."""
 
@@ -61,7 +77,11 @@ def answers_in_text(template: object) -> bool:
 def extract_options(template: object) -> dict[str, Any]:
     """A strategy's ``extract`` for a template: free text (:data:`tts.answers.kinds.TEXT`) when the
     template adds nothing (the conversation as sent: never a number read out of prose), else the
-    strategy's default (math). Returned as keyword arguments for the strategy's constructor."""
+    strategy's default (math); a template that names its answers' extraction (``answer_extract``:
+    the code prompt's programs) gets that. Returned as keyword arguments for the strategy's constructor."""
+    own = getattr(template, "answer_extract", None)
+    if own is not None:
+        return {"extract": own}
     return {"extract": TEXT} if answers_in_text(template) else {}
 
 

@@ -218,6 +218,7 @@ BENCHMARKS: Registry[type] = Registry(
         "gsm8k": "tts.benchmarks.datasets:GSM8K",
         "stories": "tts.benchmarks.stories:StoriesBenchmark",
         "chains": "tts.benchmarks.chains:ChainsBenchmark",
+        "humaneval": "tts.benchmarks.humaneval:HumanEvalBenchmark",
         "jsonl": "tts.benchmarks.datasets:FileBenchmark",
         # BFCL (needs bfcl-eval's own environment, `make bfcl-env`): one entry per category.
         **{f"bfcl:{c}": f"tts.benchmarks.bfcl:{c}" for c in (

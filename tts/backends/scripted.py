@@ -74,6 +74,7 @@ from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
+from tts.backends.scripted_code import code_reply, mutants
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
 from tts.backends.tool_calls import reply_tool_calls
@@ -194,6 +195,8 @@ class ScriptedGenerator:
             docstring); ``ops`` are arithmetic suffixes ("+ 5", "* 2").
         step_accuracy: Probability that one step of a chain is right.
         thinking: Play a thinking model that honours ``thinking_budget`` (module docstring).
+        programs: Keys whose answers are programs: written in a fenced block after a sentence of
+            prose (:mod:`tts.backends.scripted_code`), no answer being prose alone.
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -218,6 +221,7 @@ class ScriptedGenerator:
         chains: Mapping[str, tuple[int, Sequence[str]]] | None = None,
         step_accuracy: float = 0.8,
         thinking: bool = False,
+        programs: Sequence[str] = (),
     ) -> None:
         if not 0.0 <= verdict_mass <= 1.0:
             raise ValueError(f"verdict_mass must be in [0, 1], got {verdict_mass}")
@@ -228,6 +232,7 @@ class ScriptedGenerator:
         self.chains = {k: (start, tuple(ops)) for k, (start, ops) in (chains or {}).items()}
         self.step_accuracy = step_accuracy
         self.thinking = thinking
+        self.programs = frozenset(programs)
         self.distributions = {k: dict(v) for k, v in (distributions or {}).items()}
         for key, dist in self.distributions.items():
             total = sum(dist.values())
@@ -252,13 +257,18 @@ class ScriptedGenerator:
     ) -> ScriptedGenerator:
         """A generator that answers each problem correctly with probability ``accuracy``.
 
-        Wrong mass goes to two distractors (gold+1 / "gold-wrong" style strings) and a 10%
-        no-answer share, so that voting has something to do.
+        Wrong mass goes to two distractors (gold+1 / "gold-wrong" style strings; for a coding
+        problem, whose metadata names an ``entry_point``, two mutants of the reference program) and
+        a 10% no-answer share, so that voting has something to do.
         """
         dists: dict[str, dict[str, float]] = {}
         for p in problems:
             gold = p.answer if p.answer is not None else "0"
             wrong = 0.9 - accuracy
+            if "entry_point" in p.metadata:
+                d1, d2 = mutants(gold, str(p.metadata["entry_point"]))
+                dists[p.id] = {gold: accuracy, d1: max(wrong, 0) * 0.6, d2: max(wrong, 0) * 0.4}
+                continue
             try:
                 d1, d2 = str(int(gold) + 1), str(int(gold) - 1)
             except ValueError:
@@ -266,7 +276,8 @@ class ScriptedGenerator:
             dists[p.id] = {gold: accuracy, d1: max(wrong, 0) * 0.6, d2: max(wrong, 0) * 0.4}
         chains = {p.id: (int(p.metadata["start"]), str(p.metadata["ops"]).split(";"))
                   for p in problems if "start" in p.metadata and p.metadata.get("ops")}
-        return cls(dists, seed=seed, chains=chains, **kwargs)  # type: ignore[arg-type]
+        programs = [p.id for p in problems if "entry_point" in p.metadata]
+        return cls(dists, seed=seed, chains=chains, programs=programs, **kwargs)  # type: ignore[arg-type]
 
     @classmethod
     def from_config(cls, config: Any, problems: Sequence[Problem] = ()) -> ScriptedGenerator:
@@ -312,6 +323,8 @@ class ScriptedGenerator:
             return self._thinking_sample(req, answer, dist, rng)
         if req.tools is not None:
             return self._tool_sample(req, dist, rng)
+        if req.key in self.programs:
+            return self._program_sample(req, answer, dist, rng)
         # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
         if req.continuation:
@@ -364,6 +377,20 @@ class ScriptedGenerator:
                           finish_reason="tool_calls" if calls else "stop",
                           token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
                           ended_by_eos=True, tool_calls=calls, tool_call_error=error)
+
+    def _program_sample(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float],
+                        rng: random.Random) -> Completion:
+        """A reply with a program in a fenced block (:func:`tts.backends.scripted_code.code_reply`)."""
+        text = code_reply(answer, rng)
+        tokens = max(8, len(text) // 4)
+        finish, eos = "stop", True
+        if tokens > req.max_tokens:  # cut mid-program, as an engine cuts at max_tokens
+            text, tokens, finish, eos = text[: req.max_tokens * 4], req.max_tokens, "length", False
+        mean_lp = self._mean_logprob(answer, dist, rng)
+        logprobs = req.logprobs and self.returns_logprobs
+        return Completion(text=text, completion_tokens=tokens, mean_logprob=mean_lp if logprobs else None,
+                          finish_reason=finish, token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
+                          ended_by_eos=eos)
 
     def _chain_sample(self, req: GenerationRequest, rng: random.Random) -> Completion:
         """A chain worked out from where the request's partial solution left it (module docstring)."""

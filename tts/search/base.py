@@ -125,8 +125,10 @@ class Strategy(ABC):
     def vote(self, samples: Sequence[Sample], weights: Sequence[float] | None = None,
              ) -> tuple[str | None, float, dict[str, float], int | None]:
         """:func:`vote` with this strategy's answer kind: free text (:data:`tts.answers.kinds.TEXT`
-        extraction) is selected by minimum Bayes risk, tool calls and other answers are counted."""
-        return vote(samples, weights, free_text=is_free_text(getattr(self, "extract", None)))
+        extraction) is selected by minimum Bayes risk, tool calls and other answers are counted
+        (under the extraction's own ``answer_keys`` when it has them: programs, :mod:`tts.answers.code`)."""
+        extract = getattr(self, "extract", None)
+        return vote(samples, weights, free_text=is_free_text(extract), keys=getattr(extract, "answer_keys", None))
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Whether ``other`` can be served from the same draw of samples (default: no)."""
@@ -475,8 +477,9 @@ def require_logprobs(strategy: str, problem_id: str, samples: Sequence[Sample]) 
     return [float(s.mean_logprob) for s in samples]  # type: ignore[arg-type]
 
 
-def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
-         free_text: bool = False) -> tuple[str | None, float, dict[str, float], int | None]:
+def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free_text: bool = False,
+         keys: Callable[[Sequence[str | None]], list[str | None]] | None = None,
+         ) -> tuple[str | None, float, dict[str, float], int | None]:
     """Weighted plurality vote, each answer compared by its kind (:mod:`tts.answers.kinds`).
 
     - When at least half of the samples call tools, only the tool-call answers vote, keyed by
@@ -487,7 +490,8 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
       counted but selected by minimum Bayes risk (:func:`select_text`).
     - Otherwise answers that math-verify finds equal vote together, keyed by
       :func:`tts.answers.answer_keys`: ``0.5``, ``\\frac{1}{2}`` and ``$1/2$`` are one answer,
-      keyed by the normalised form seen first.
+      keyed by the normalised form seen first; or by ``keys`` when given (an answer kind's own
+      notion of the same answer: :meth:`tts.answers.code.CodeExtract.answer_keys` for programs).
 
     Ties are broken deterministically: the answer whose first supporting sample came earliest
     wins. Samples without an answer abstain (their weight still counts in the denominator, so the
@@ -506,7 +510,7 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None,
             samples = [s if not s.tool_calls else dataclasses.replace(s, answer=None) for s in samples]
         if free_text:
             return select_text(samples, weights)
-        keys = answer_keys([s.answer for s in samples])
+        keys = (keys or answer_keys)([s.answer for s in samples])
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
     for i, (key, w) in enumerate(zip(keys, weights, strict=True)):

@@ -1,0 +1,84 @@
+"""The scripted backend's programs: plausible solutions to coding problems, some of them wrong.
+
+For a problem with a reference solution (HumanEval's prompt plus canonical body), the scripted
+model writes either that solution or one of two *mutants*, the reference with one small slip a
+programmer makes (a comparison turned around or made inclusive, ``+`` for ``-``, a constant off by
+one, ``True`` for ``False``), each in a fenced block after a sentence of prose, as chat models
+answer. Whether a mutant is wrong is for the check program to say: most fail their tests, a few
+behave the same. Everything here is deterministic in the solution.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+
+_SWAP_COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+                 ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_SWAP_BINOP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mod, ast.Mod: ast.FloorDiv,
+               ast.Div: ast.Mult}
+
+
+def _function(tree: ast.Module, entry_point: str) -> ast.AST:
+    """The entry point's definition (the last one of that name), or the whole module."""
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry_point]
+    return found[-1] if found else tree
+
+
+def _slips(func: ast.AST) -> list[tuple[ast.AST, str]]:
+    """The nodes where a slip can be made, in source order, each with the kind of slip."""
+    spots = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in _SWAP_COMPARE:
+            spots.append((node, "compare"))
+        elif isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BINOP:
+            spots.append((node, "binop"))
+        elif isinstance(node, ast.Constant) and type(node.value) in (bool, int) and not isinstance(node.value, str):
+            spots.append((node, "constant"))
+    return sorted(spots, key=lambda s: (getattr(s[0], "lineno", 0), getattr(s[0], "col_offset", 0)))
+
+
+def _apply(node: ast.AST, kind: str) -> None:
+    if kind == "compare":
+        node.ops[0] = _SWAP_COMPARE[type(node.ops[0])]()
+    elif kind == "binop":
+        node.op = _SWAP_BINOP[type(node.op)]()
+    elif isinstance(node.value, bool):
+        node.value = not node.value
+    else:
+        node.value = node.value + 1
+
+
+def mutants(solution: str, entry_point: str, count: int = 2) -> list[str]:
+    """Up to ``count`` distinct programs that differ from ``solution`` by one slip in ``entry_point``
+    (spread over its body); a solution that does not parse, or offers no place to slip, gets a
+    function that returns None."""
+    try:
+        spots = _slips(_function(ast.parse(solution), entry_point))
+    except SyntaxError:
+        spots = []
+    out: list[str] = []
+    for i in range(len(spots)):
+        tree = ast.parse(solution)
+        node, kind = _slips(_function(tree, entry_point))[(i * 7) % len(spots)]
+        _apply(node, kind)
+        text = ast.unparse(tree)
+        if text not in out:
+            out.append(text)
+        if len(out) == count:
+            break
+    while len(out) < count:
+        out.append(f"def {entry_point}(*args):\n    return {'None' if not out else '0'}")
+    return out
+
+
+_INTROS = ("Here is a solution:", "Sure! The function can be written as follows.",
+           "We iterate over the input and build the result.", "This implementation handles the edge cases:")
+
+
+def code_reply(program: str | None, rng: random.Random) -> str:
+    """A reply that answers with ``program`` in a fenced block (or, when None, only talks about it)."""
+    intro = rng.choice(_INTROS)
+    if program is None:
+        return f"{intro} The idea is to check each element and keep the ones that satisfy the condition."
+    return f"{intro}\n\n```python\n{program}\n```\n\nThis runs in linear time."
