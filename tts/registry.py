@@ -155,6 +155,8 @@ STRATEGIES: Registry[type] = Registry(
         "rebase": "tts.search.tree.rebase:Rebase",
         "revision": "tts.search.sequential.revision:Revision",
         "self_consistency": "tts.search.sampling.self_consistency:SelfConsistency",
+        "exec_vote": "tts.search.sampling.execution_vote:ExecutionVote",
+        "public_tests": "tts.search.sampling.execution_vote:PublicTestsVote",
         "tool_vote": "tts.search.sampling.tool_vote:ToolVote",
         "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",

@@ -326,6 +326,9 @@ class SamplingStrategy(VerifierStrategy):
     needs_logprobs: ClassVar[bool] = False
     takes_tools: ClassVar[bool] = True
     """Its requests show the model a problem's tools, and a reply's calls are its answer (voted)."""
+    draw_group: ClassVar[str] = "sampling"
+    """Strategies share a draw only within one group: those whose aggregation needs more than a
+    problem's id (execution votes run the problem's examples) draw in a ``solve_together`` of their own."""
 
     def request(self, problem: Any, n: int | None = None, drawn: int = 0) -> GenerationRequest:
         """The generation request for one problem.
@@ -395,7 +398,8 @@ class SamplingStrategy(VerifierStrategy):
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
-        return (isinstance(other, SamplingStrategy) and other.generator is self.generator
+        return (isinstance(other, SamplingStrategy) and other.draw_group == self.draw_group
+                and other.generator is self.generator
                 and other.prompt == self.prompt and other.sampling == self.sampling
                 and other.extract is self.extract and other.seed == self.seed)
 

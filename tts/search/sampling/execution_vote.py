@@ -1,0 +1,159 @@
+"""Votes by execution for coding problems: programs that behave the same are one answer.
+
+``exec_vote`` (execution-based self-consistency): sample n programs, run each on the inputs of
+the examples in the problem's docstring (:mod:`tts.execution.behaviour`), group programs whose
+outputs are identical, answer with the first program of the largest group. This is AlphaCode's
+clustering (Li et al., 2022, Sec. 4.5: "programs that produce the same outputs on the same
+inputs are grouped; one is submitted from the largest cluster") and MBR-exec with its 0/1
+execution loss (Shi et al., 2022, Eq. 3: the program whose results agree with the most others,
+inputs taken from the problem's description). Where this departs (docs/faithfulness.md):
+AlphaCode generates its clustering inputs with a separate model; here the inputs are the
+docstring's example calls, as in MBR-exec.
+
+``public_tests``: first keep the programs that return every value the docstring states (the
+problem's public tests; AlphaCode Sec. 4.4 filters its samples on the example tests), then vote
+among them by behaviour as ``exec_vote`` does. When none passes, it votes among all programs
+(AlphaCode would submit nothing; a run needs an answer), and the trace notes ``fallback``.
+
+Both fall back to the syntax-tree vote of self-consistency (:func:`tts.answers.code.code_key`)
+for a problem whose docstring shows no example call. A program that does not run (syntax error,
+crash while defined, time-out) votes for nothing. The trace's notes record the execution seconds
+and counts; the execution seconds are not in ``Usage`` (no engine time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from tts.backends.base import GenerationResult
+from tts.config import SamplingStrategyConfig
+from tts.execution.behaviour import Behaviour, Probe, probe_many
+from tts.execution.programs import doctest_examples
+from tts.search.base import SamplingStrategy, Strategy, StrategyInputError, prefix_usage, to_sample, vote, with_tool_calls
+from tts.types import Budget, Sample, Solution, Trace, Usage
+
+
+class ExecutionVoteConfig(SamplingStrategyConfig):
+    """Sample n programs, answer with one from the largest group that behaves the same on the
+    docstring's example inputs (AlphaCode's clustering; MBR-exec)."""
+
+    kind: Literal["exec_vote"] = "exec_vote"
+    workers: int = Field(4, ge=1, le=64)
+    """Sandboxes run at once."""
+    unsafe_no_sandbox: bool = False
+    """Run the programs without bubblewrap's isolation (trusted code only; by name only)."""
+
+
+class PublicTestsConfig(ExecutionVoteConfig):
+    """Keep the programs that pass the docstring's examples, then vote by behaviour among them."""
+
+    kind: Literal["public_tests"] = "public_tests"  # type: ignore[assignment]
+
+
+def _coding(problem: Any, strategy: str) -> tuple[str, str]:
+    meta = getattr(problem, "metadata", None) or {}
+    if "entry_point" not in meta or "prompt" not in meta:
+        raise StrategyInputError(f"{strategy} runs programs on a coding problem's examples; problem "
+                                 f"{getattr(problem, 'id', problem)!r} has no 'prompt' and 'entry_point' metadata "
+                                 "(use --benchmark humaneval, or self_consistency for other problems).")
+    return str(meta["prompt"]), str(meta["entry_point"])
+
+
+class ExecutionVote(SamplingStrategy):
+    """Answer with a program of the largest behaviour group (module docstring)."""
+
+    name = "exec_vote"
+    config_class: ClassVar[type] = ExecutionVoteConfig
+    pool_rule = None
+    draw_group = "execution"
+    filters_public: ClassVar[bool] = False
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
+        results = with_tool_calls(requests, self.generator.generate(requests))
+        behaviours = self.probe(problems, results)
+        return [self.choose(p, r, b, n) for p, r, b, n in zip(problems, results, behaviours, ns, strict=True)]
+
+    @classmethod
+    def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
+        """ONE generator call with max(n) samples per problem and ONE batch of probes; each config
+        chooses among its first n."""
+        first = strategies[0]
+        if not all(isinstance(s, ExecutionVote) and first.shares_draw_with(s) for s in strategies):
+            return super().solve_together(strategies, problems)
+        voters: list[ExecutionVote] = list(strategies)  # type: ignore[arg-type]
+        n_max = max(s.config.n for s in voters)
+        requests = [voters[0].request(p, n=n_max) for p in problems]
+        results = with_tool_calls(requests, voters[0].generator.generate(requests))
+        behaviours = voters[0].probe(problems, results)
+        return [[s.choose(p, r, b, s.config.n) for p, r, b in zip(problems, results, behaviours, strict=True)]
+                for s in voters]
+
+    def probe(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[list[Behaviour | None]]:
+        """Every sample's behaviour on its problem's examples, all in one parallel batch (the same
+        program is run once per problem); None for a sample without a program."""
+        jobs: dict[tuple[int, str], Probe] = {}
+        answers: list[list[str | None]] = []
+        for i, (p, r) in enumerate(zip(problems, results, strict=True)):
+            prompt, entry = _coding(p, self.name)
+            examples = tuple(doctest_examples(prompt, entry))
+            answers.append([to_sample(c, self.extract).answer for c in r.completions])
+            for a in answers[-1]:
+                if a is not None and examples:
+                    jobs.setdefault((i, a), Probe(prompt, entry, a, examples))
+        ran = dict(zip(jobs, probe_many(list(jobs.values()), workers=self.config.workers,
+                                        unsafe_no_sandbox=self.config.unsafe_no_sandbox), strict=True))
+        return [[ran.get((i, a)) if a is not None else None for a in row] for i, row in enumerate(answers)]
+
+    def choose(self, problem: Any, result: GenerationResult, behaviours: Sequence[Behaviour | None], n: int) -> Solution:
+        """The answer among the first ``n`` samples (module docstring), with execution notes."""
+        samples = [to_sample(c, self.extract) for c in result.completions[:n]]
+        usage = prefix_usage(result.usage, samples, len(result.completions))
+        mine = list(behaviours[:n])
+        # Seconds of the distinct programs among these n (a program run once counts once).
+        distinct = {s.answer: b for s, b in zip(samples, mine, strict=True) if b is not None}
+        notes: dict[str, Any] = {"executions": len(distinct),
+                                 "execution_seconds": round(sum(b.seconds for b in distinct.values()), 3)}
+        if not distinct:  # no example inputs (or no programs): the syntax vote
+            notes["by"] = "syntax"
+            return self._solution(problem.id, samples, usage, self.vote(samples), notes)
+        keys = [b.key if b is not None else None for b in mine]
+        if self.filters_public:
+            keys, notes["passed_public"] = self._filter(keys, mine)
+            if notes["passed_public"] == 0:
+                keys, notes["fallback"] = [b.key if b is not None else None for b in mine], "none passed"
+        notes["by"] = "behaviour"
+        return self._solution(problem.id, samples, usage, vote(samples, keys=lambda _: keys), notes)
+
+    @staticmethod
+    def _filter(keys: list[str | None], behaviours: Sequence[Behaviour | None]) -> tuple[list[str | None], int]:
+        kept = [k if b is not None and b.passes_public else None for k, b in zip(keys, behaviours, strict=True)]
+        return kept, sum(k is not None for k in kept)
+
+    def _solution(self, problem_id: str, samples: list[Sample], usage: Usage,
+                  voted: tuple[str | None, float, dict[str, float], int | None], notes: dict[str, Any]) -> Solution:
+        answer, share, votes, idx = voted
+        trace = Trace(self.name, tuple(samples), votes={k[:200]: v for k, v in votes.items()}, selected=idx, notes=notes)
+        return Solution(problem_id, answer, share, usage, trace)
+
+    def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
+                  scores: Sequence[float] | None = None) -> Solution:
+        """Refused: an execution vote needs the problem itself (its examples), not only its id."""
+        raise StrategyInputError(f"{self.name} chooses with the problem's examples; call solve(), not aggregate()")
+
+
+class PublicTestsVote(ExecutionVote):
+    """Keep programs that pass the docstring's examples, then vote by behaviour (module docstring)."""
+
+    name = "public_tests"
+    config_class: ClassVar[type] = PublicTestsConfig
+    filters_public = True
+
+
+__all__ = ["ExecutionVote", "ExecutionVoteConfig", "PublicTestsConfig", "PublicTestsVote"]
