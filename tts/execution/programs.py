@@ -86,6 +86,8 @@ def doctest_examples(prompt: str, entry_point: str) -> list[Example]:
     found: dict[str, str] = {}
     for i, raw in enumerate(lines):
         line = raw.strip()
+        if line.startswith(("def ", "async def ")):  # the signature names the parameters, not inputs
+            continue
         doctest = line.startswith(">>>")
         text = line[3:].strip() if doctest else line
         call = _call_of(text, entry_point)
