@@ -157,6 +157,7 @@ STRATEGIES: Registry[type] = Registry(
         "self_consistency": "tts.search.sampling.self_consistency:SelfConsistency",
         "exec_vote": "tts.search.sampling.execution_vote:ExecutionVote",
         "public_tests": "tts.search.sampling.execution_vote:PublicTestsVote",
+        "codet": "tts.search.sampling.codet:CodeT",
         "tool_vote": "tts.search.sampling.tool_vote:ToolVote",
         "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",

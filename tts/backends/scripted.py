@@ -74,7 +74,7 @@ from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
-from tts.backends.scripted_code import code_reply, mutants
+from tts.backends.scripted_code import code_reply, mutants, tests_reply
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
 from tts.backends.tool_calls import reply_tool_calls
@@ -196,7 +196,8 @@ class ScriptedGenerator:
         step_accuracy: Probability that one step of a chain is right.
         thinking: Play a thinking model that honours ``thinking_budget`` (module docstring).
         programs: Keys whose answers are programs: written in a fenced block after a sentence of
-            prose (:mod:`tts.backends.scripted_code`), no answer being prose alone.
+            prose (:mod:`tts.backends.scripted_code`), no answer being prose alone; a request keyed
+            ``<key>#tests`` gets assert statements from the docstring's examples (CodeT's tests).
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -325,6 +326,8 @@ class ScriptedGenerator:
             return self._tool_sample(req, dist, rng)
         if req.key in self.programs:
             return self._program_sample(req, answer, dist, rng)
+        if req.key and req.key.endswith("#tests") and req.key[: -len("#tests")] in self.programs:  # CodeT's test requests
+            return self._program_sample(req, None, dist, rng, text=tests_reply(prompt, rng))
         # The length of a whole solution, less what a continued partial solution already wrote.
         tokens = max(8, int(rng.lognormvariate(math.log(self.mean_tokens), 0.35)))
         if req.continuation:
@@ -379,9 +382,10 @@ class ScriptedGenerator:
                           ended_by_eos=True, tool_calls=calls, tool_call_error=error)
 
     def _program_sample(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float],
-                        rng: random.Random) -> Completion:
-        """A reply with a program in a fenced block (:func:`tts.backends.scripted_code.code_reply`)."""
-        text = code_reply(answer, rng)
+                        rng: random.Random, text: str | None = None) -> Completion:
+        """A reply with a program in a fenced block (:func:`tts.backends.scripted_code.code_reply`),
+        or ``text`` (a reply with test cases)."""
+        text = code_reply(answer, rng) if text is None else text
         tokens = max(8, len(text) // 4)
         finish, eos = "stop", True
         if tokens > req.max_tokens:  # cut mid-program, as an engine cuts at max_tokens

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 
 _SWAP_COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                  ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
@@ -82,3 +83,20 @@ def code_reply(program: str | None, rng: random.Random) -> str:
     if program is None:
         return f"{intro} The idea is to check each element and keep the ones that satisfy the condition."
     return f"{intro}\n\n```python\n{program}\n```\n\nThis runs in linear time."
+
+
+_DOCTEST = re.compile(r">>>\s*([A-Za-z_]\w*\(.*\))\s*\n\s*([^\n>][^\n]*)")
+
+
+def tests_reply(request_text: str, rng: random.Random, slip: float = 0.2) -> str:
+    """A reply to a request for test cases: one ``assert`` per example of the docstring in the
+    request (``>>> call`` then its value), each stating a wrong value with probability ``slip``
+    (an int one more, anything else None), in a fenced block."""
+    lines = []
+    for call, value in _DOCTEST.findall(request_text):
+        value = value.strip()
+        if rng.random() < slip:
+            value = str(int(value) + 1) if re.fullmatch(r"-?\d+", value) else "None"
+        lines.append(f"assert {call} == {value}")
+    rng.shuffle(lines)
+    return "Here are some tests:\n\n```python\n" + "\n".join(lines) + "\n```" if lines else "I cannot think of tests."

@@ -147,3 +147,54 @@ def read_probe(stdout: str) -> list[tuple[str, bool | None]] | None:
     except (json.JSONDecodeError, IndexError):
         return None
     return [(str(out), ok) for out, ok in rows]
+
+
+def assert_tests(text: str, entry_point: str, per_sample: int | None = None) -> list[str]:
+    """The ``assert`` statements of a reply that call ``entry_point`` (each one line and valid
+    Python), in order, the first ``per_sample`` of them (CodeT takes the first 5 of each sample)."""
+    found = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("assert ") or f"{entry_point}(" not in line:
+            continue
+        try:
+            node = ast.parse(line)
+        except (SyntaxError, ValueError):
+            continue
+        if len(node.body) == 1 and isinstance(node.body[0], ast.Assert):
+            found.append(line)
+        if per_sample is not None and len(found) >= per_sample:
+            break
+    return found
+
+
+_TESTS = '''
+import json as _json, sys as _sys, io as _io, contextlib as _ctx
+_passed = []
+for _test in {tests}:
+    try:
+        with _ctx.redirect_stdout(_io.StringIO()):
+            exec(_test, globals())
+        _passed.append(True)
+    except BaseException:
+        _passed.append(False)
+_sys.stdout.write({mark!r} + _json.dumps(_passed) + "\\n")
+'''
+
+
+def tests_program(prompt: str, code: str, entry_point: str, tests: list[str]) -> str:
+    """A program that defines the answer and runs each test statement on its own, printing after
+    :data:`PROBE_MARK` whether each one passed (an exception, assertion or other, fails it)."""
+    return solution_source(prompt, code, entry_point) + _TESTS.format(tests=json.dumps(tests), mark=PROBE_MARK)
+
+
+def read_tests(stdout: str, count: int) -> tuple[bool, ...] | None:
+    """The pass/fail of each test from a :func:`tests_program`'s output; None when it did not finish."""
+    at = stdout.rfind(PROBE_MARK)
+    if at < 0:
+        return None
+    try:
+        rows = json.loads(stdout[at + len(PROBE_MARK):].splitlines()[0])
+    except (json.JSONDecodeError, IndexError):
+        return None
+    return tuple(bool(r) for r in rows) if len(rows) == count else None
