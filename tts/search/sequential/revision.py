@@ -25,10 +25,18 @@ all attempts; and Self-Refine's prompt-only revision (no fine-tuning). Departure
 fine-tune a revision model that reads several earlier attempts of its chain; an ordinary model
 here reads the previous attempt only (and, with ``critique``, a verifier score instead of
 Self-Refine's written feedback). There is no setting for a longer history.
+
+``feedback="execution"`` makes it Self-Debugging (Chen et al., 2023) for coding problems: each
+attempt's program runs on the docstring's examples in the sandbox (one batch per round), its
+score is the share it passes, and the next round is shown the failing examples with what the
+program really returned (:mod:`tts.search.sequential.execution_feedback`; pinned in
+``tests/parity/test_self_debugging.py``). With ``accept_score=1`` a chain stops once its program
+passes, as Self-Debugging's does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +84,10 @@ class RevisionConfig(StrategyConfigBase):
     accept_score: float | None = Field(None, ge=0.0, le=1.0)
     """Stop revising a chain once the verifier scores its latest attempt at least this (Self-Refine's
     stopping rule; needs a verifier). None: every chain runs all rounds."""
+    feedback: Literal["verifier", "execution"] = "verifier"
+    """Where critiques and scores come from: ``verifier`` (the verifier, if any) or ``execution``
+    (coding problems: the program run on the docstring's examples, the failing ones shown to the
+    model; Self-Debugging). ``execution`` takes no verifier and always shows its feedback."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RevisionConfig:
@@ -85,7 +97,10 @@ class RevisionConfig(StrategyConfigBase):
                              "rounds to a divisor of n minus one.")
         needs = [name for name, used in (("critique", self.critique), ("accept_score", self.accept_score is not None),
                                          (f"select={self.select}", self.select != "vote")) if used]
-        if needs and self.verifier is None:
+        if self.feedback == "execution" and self.verifier is not None:
+            raise ValueError("feedback=execution scores attempts by running them; drop the verifier "
+                             "(or use feedback=verifier).")
+        if needs and self.verifier is None and self.feedback != "execution":
             verb = "needs" if len(needs) == 1 else "need"
             raise ValueError(f"{', '.join(needs)} {verb} a verifier to score the attempts; "
                              "set verifier (e.g. verifier: judge, or --verifier arithmetic) or drop them.")
@@ -124,6 +139,8 @@ class _Attempt:
     round: int
     sample: Sample
     score: float | None = None
+    feedback: str = ""
+    """Execution feedback on this attempt, shown in the next round (``feedback="execution"``)."""
 
 
 class Revision(VerifierStrategy):
@@ -167,7 +184,9 @@ class Revision(VerifierStrategy):
         """The problem's prompt, the previous attempt as the model's reply, then the critique and instruction."""
         c = self.config
         ask = c.instruction
-        if c.critique and previous.score is not None:
+        if previous.feedback:
+            ask = previous.feedback + "\n\n" + ask
+        elif c.critique and previous.score is not None:
             ask = c.critique_template.format(score=previous.score) + "\n\n" + ask
         return (*self.prompt(problem), Message("assistant", previous.sample.text), Message("user", ask))
 
@@ -205,6 +224,7 @@ class Revision(VerifierStrategy):
         usage = [Usage() for _ in problems]
         events: list[dict[str, int]] = [{} for _ in problems]
         latest: dict[tuple[int, int], _Attempt] = {}  # (problem, chain) -> the chain's latest attempt
+        self._execution_seconds = [0.0] * len(problems)
         for round_ in range(max((r for _, r in plans), default=-1) + 1):
             # 1. Who generates this round: all chains at round 0; later, the live chains within their plan.
             if round_ == 0:
@@ -223,14 +243,38 @@ class Revision(VerifierStrategy):
                 usage[i] = usage[i] + result.usage
                 chains = range(len(result.completions)) if ch is None else (ch,)
                 fresh += [(i, c, comp) for c, comp in zip(chains, result.completions, strict=True)]
-            # 3. One verifier call for the round's attempts; the scores feed the next critique.
-            scores, scoring = self._score(problems, [(i, comp) for i, _, comp in fresh], events)
-            for (i, ch, comp), score, spent in zip(fresh, scores, scoring, strict=True):
-                attempt = _Attempt(ch, round_, to_sample(comp, self.extract), score)
+            # 3. One verifier call (or one batch of executions) for the round's attempts; the scores feed the next critique.
+            samples = [to_sample(comp, self.extract) for _, _, comp in fresh]
+            notes = [""] * len(fresh)
+            if self.config.feedback == "execution":
+                scores, notes, scoring = self._execute(problems, [(i, s.answer) for (i, _, _), s in zip(fresh, samples, strict=True)],
+                                                       events)
+            else:
+                scores, scoring = self._score(problems, [(i, comp) for i, _, comp in fresh], events)
+            for (i, ch, comp), sample, score, note, spent in zip(fresh, samples, scores, notes, scoring, strict=True):
+                attempt = _Attempt(ch, round_, sample, score, note)
                 attempts[i].append(attempt)
                 latest[i, ch] = attempt
                 usage[i] = usage[i] + spent
-        return [self._solution(p, a, u, e) for p, a, u, e in zip(problems, attempts, usage, events, strict=True)]
+        sols = [self._solution(p, a, u, e) for p, a, u, e in zip(problems, attempts, usage, events, strict=True)]
+        if self.config.feedback == "execution":
+            sols = [dataclasses.replace(s, trace=dataclasses.replace(s.trace, notes={"execution_seconds": round(sec, 3)}))
+                    for s, sec in zip(sols, self._execution_seconds, strict=True)]
+        return sols
+
+    def _execute(self, problems: Sequence[Any], programs: list[tuple[int, str | None]], events: list[dict[str, int]],
+                 ) -> tuple[list[float | None], list[str], list[Usage]]:
+        """Scores and feedback of one round's programs, run in ONE batch of sandboxes; their seconds
+        are added per problem to :attr:`_execution_seconds` (the trace's notes)."""
+        from tts.search.sequential.execution_feedback import execution_feedback
+
+        try:
+            ran = execution_feedback(problems, programs)
+        except ValueError as exc:
+            raise StrategyInputError(str(exc)) from None
+        for (i, _), (_, _, seconds) in zip(programs, ran, strict=True):
+            self._execution_seconds[i] += seconds
+        return [r[0] for r in ran], [r[1] for r in ran], [Usage()] * len(ran)
 
     def _accepted(self, attempt: _Attempt) -> bool:
         threshold = self.config.accept_score
