@@ -26,7 +26,12 @@ from tts.benchmarks.humaneval import HumanEvalBenchmark
 from tts.benchmarks.humaneval_grading import CodeGrader
 from tts.eval.report import wilson_interval
 from tts.prompts import CODE_PROMPT, chat_prompt
-from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig, PublicTestsConfig, PublicTestsVote
+from tts.search.sampling.execution_vote import (
+    ExecutionVote,
+    ExecutionVoteConfig,
+    PublicTestsConfig,
+    PublicTestsVote,
+)
 
 
 def _draws(rows: list[dict]) -> dict[str, list[dict]]:

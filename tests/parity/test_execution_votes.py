@@ -22,7 +22,12 @@ from tts.execution.behaviour import Probe, probe_many
 from tts.execution.programs import doctest_examples
 from tts.execution.sandbox import bwrap_path
 from tts.prompts import CODE_PROMPT, chat_prompt
-from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig, PublicTestsConfig, PublicTestsVote
+from tts.search.sampling.execution_vote import (
+    ExecutionVote,
+    ExecutionVoteConfig,
+    PublicTestsConfig,
+    PublicTestsVote,
+)
 from tts.types import Problem
 
 PINNED = {"strategy:exec_vote", "strategy:public_tests"}

@@ -36,7 +36,7 @@ def self_debug_reference(programs, tests, rounds):
     for t, source in enumerate(programs[: rounds + 1]):
         tried.append(source)
         scope: dict = {}
-        exec(source, scope)  # trusted, hand-written programs of this test only
+        exec(source, scope)  # noqa: S102 - trusted, hand-written programs of this test only
         failing = [(call, want, eval(call, scope)) for call, want in tests if eval(call, scope) != want]
         if not failing or t == rounds:
             break

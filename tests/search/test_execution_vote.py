@@ -9,7 +9,12 @@ from tts.backends.function import FunctionGenerator
 from tts.execution.sandbox import bwrap_path
 from tts.prompts import CODE_PROMPT, chat_prompt
 from tts.search.base import StrategyInputError
-from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig, PublicTestsConfig, PublicTestsVote
+from tts.search.sampling.execution_vote import (
+    ExecutionVote,
+    ExecutionVoteConfig,
+    PublicTestsConfig,
+    PublicTestsVote,
+)
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem
 

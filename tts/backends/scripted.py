@@ -72,7 +72,12 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
+from tts.backends.base import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    request_usage,
+)
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
 from tts.backends.scripted_code import code_reply, mutants, tests_reply
 from tts.backends.scripted_thinking import emit, thinking_sample

@@ -31,11 +31,21 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
+from tts.execution.behaviour import PROBE_LIMITS
 from tts.execution.programs import assert_tests, read_tests, tests_program
 from tts.execution.sandbox import Program, run_many
-from tts.execution.behaviour import PROBE_LIMITS
-from tts.search.base import Strategy, StrategyInputError, prefix_usage, to_sample, with_tool_calls
-from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig, _coding
+from tts.search.base import (
+    Strategy,
+    StrategyInputError,
+    prefix_usage,
+    to_sample,
+    with_tool_calls,
+)
+from tts.search.sampling.execution_vote import (
+    ExecutionVote,
+    ExecutionVoteConfig,
+    _coding,
+)
 from tts.types import Budget, Solution, Trace, Usage
 
 TEST_PROMPT = ("Write {count} test cases for the following Python function, one per line, each a single `assert` "

@@ -32,7 +32,15 @@ from tts.backends.base import GenerationResult
 from tts.config import SamplingStrategyConfig
 from tts.execution.behaviour import Behaviour, Probe, probe_many
 from tts.execution.programs import doctest_examples
-from tts.search.base import SamplingStrategy, Strategy, StrategyInputError, prefix_usage, to_sample, vote, with_tool_calls
+from tts.search.base import (
+    SamplingStrategy,
+    Strategy,
+    StrategyInputError,
+    prefix_usage,
+    to_sample,
+    vote,
+    with_tool_calls,
+)
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
