@@ -451,7 +451,9 @@ class EvalConfig(_Frozen):
             raise ValueError("give at least one strategy")
         labels = [s.label for s in v]
         if len(set(labels)) != len(labels):
-            raise ValueError(f"strategy configs repeat: {labels}")
+            repeated = sorted({x for x in labels if labels.count(x) > 1})
+            raise ValueError(f"strategy configs repeat: {', '.join(repeated)} (each -n applies to every -s: "
+                             "write `-s A -s B -n 1 -n 8` for both strategies at n = 1 and 8, not `-s A -n 1 -n 8 -s B -n 8`)")
         return v
 
     @model_validator(mode="after")

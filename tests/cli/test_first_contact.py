@@ -249,3 +249,13 @@ def test_a_library_with_a_terminal_handler_of_its_own_is_shown_once(tmp_path):
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}, check=False)
     assert proc.returncode == 0, proc.stderr
     assert (proc.stderr + proc.stdout).count("the hub says this once") == 1, proc.stderr + proc.stdout
+
+
+def test_a_ladder_written_per_strategy_says_that_each_n_applies_to_every_strategy(tmp_path):
+    """`-s A -n 1 -n 8 -s B -n 8` (a ladder per strategy) repeats B@8: the error says why and how to write it."""
+    r = CliRunner().invoke(app, ["eval", "--backend", "scripted", "--benchmark", "demo", "--limit", "1",
+                                 "-s", "self_consistency", "-n", "1", "-n", "8", "-s", "best_of_n", "-n", "8",
+                                 "-o", str(tmp_path / "run")])
+    assert r.exit_code == 2
+    assert "self_consistency@8" in r.output and "each -n applies to every -s" in r.output
+    assert "-s A -s B -n 1 -n 8" in r.output
