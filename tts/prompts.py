@@ -48,6 +48,13 @@ MATH_PROMPT = PromptTemplate(
 """Default for competition math and word problems."""
 
 
+PROGRAM_PROMPT = PromptTemplate(
+    user="{question}\n\nWrite a Python program that computes the answer to this problem and prints only the "
+         "final answer. Put the whole program in one ```python code block."
+)
+"""Program-aided answers (``program_vote``): the program's printed output is the answer."""
+
+
 class CodePromptTemplate(PromptTemplate):
     """A template whose replies answer with a program: strategies extract and compare programs
     (:data:`tts.answers.code.CODE`), never numbers."""

@@ -160,6 +160,7 @@ STRATEGIES: Registry[type] = Registry(
         "codet": "tts.search.sampling.codet:CodeT",
         "tool_vote": "tts.search.sampling.tool_vote:ToolVote",
         "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
+        "program_vote": "tts.search.sampling.program_vote:ProgramVote",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",
     },
     base="tts.search.base:Strategy",

@@ -53,6 +53,24 @@ def extract_code(text: str) -> str | None:
     return definitions_only(code) if code else None
 
 
+def extract_script(text: str) -> str | None:
+    """The script a reply writes to be run as it is (program-aided answers, whose output is the
+    answer): the last fenced Python block, top-level statements kept (its ``print`` is the point);
+    without a fence, bare code as :func:`extract_code` reads it. None when the reply has no code.
+
+    Example:
+        >>> extract_script("Compute:\n```python\nx = 7\nx += 5\nprint(x)\n```")
+        'x = 7\nx += 5\nprint(x)'
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    blocks = _fenced_blocks(text)
+    if blocks:
+        return blocks[-1].strip("\n").rstrip() or None
+    start = _CODE_START.search(text)
+    return _bare_code(text[start.start():]) if start else None
+
+
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
          ast.AnnAssign)
 

@@ -79,7 +79,14 @@ from tts.backends.base import (
     request_usage,
 )
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
-from tts.backends.scripted_code import code_reply, mutants, tests_reply
+from tts.backends.scripted_code import (
+    PROGRAM_REQUEST,
+    chain_program_reply,
+    code_reply,
+    mutants,
+    tests_reply,
+    value_program_reply,
+)
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
 from tts.backends.tool_calls import reply_tool_calls
@@ -203,6 +210,9 @@ class ScriptedGenerator:
         programs: Keys whose answers are programs: written in a fenced block after a sentence of
             prose (:mod:`tts.backends.scripted_code`), no answer being prose alone; a request keyed
             ``<key>#tests`` gets assert statements from the docstring's examples (CodeT's tests).
+            A request for a program whose output is the answer (``program_vote``'s prompt) gets a
+            program: a chain's operations transcribed (each wrong a quarter as often as a step
+            worked in prose), else a program printing the drawn answer.
 
     Example:
         >>> gen = ScriptedGenerator({"p1": {"4": 0.7, "5": 0.2}}, seed=0)
@@ -323,6 +333,14 @@ class ScriptedGenerator:
                 done = _CHAIN_STEP.findall(req.continuation)
                 answer = done[-1] if done else str(self.chains[req.key][0])
             return self._close_box(req, answer, dist, rng)
+        if PROGRAM_REQUEST.search(prompt) and req.key not in self.programs:  # program-aided answers
+            if req.key in self.chains:
+                start, ops = self.chains[req.key]
+                # Transcription slips are rarer than arithmetic slips (a quarter as likely).
+                text = chain_program_reply(start, list(ops), rng, (1 - self.step_accuracy) / 4)
+            else:
+                text = value_program_reply(answer, rng)
+            return self._program_sample(req, answer, dist, rng, text=text)
         if req.key in self.chains:
             return self._chain_sample(req, rng)
         if self.thinking:

@@ -100,3 +100,36 @@ def tests_reply(request_text: str, rng: random.Random, slip: float = 0.2) -> str
         lines.append(f"assert {call} == {value}")
     rng.shuffle(lines)
     return "Here are some tests:\n\n```python\n" + "\n".join(lines) + "\n```" if lines else "I cannot think of tests."
+
+
+PROGRAM_REQUEST = re.compile(r"Write a Python program that computes the answer", re.IGNORECASE)
+"""How the scripted model recognises a request for a program whose printed output is the answer."""
+
+_PY_OP = {"+": "+", "-": "-", "*": "*", "/": "//"}
+
+
+def chain_program_reply(start: int, ops: list[str], rng: random.Random, slip: float) -> str:
+    """A program that works a chain of operations (``"+ 5"``, ``"* 2"``) out and prints the result.
+
+    Transcribing is all the model does; the interpreter does the arithmetic. Each operation is
+    written wrong with probability ``slip`` (its operand off by one), and one program in twenty is
+    cut off mid-statement (a syntax error: no answer)."""
+    lines = [f"x = {start}"]
+    for op in ops:
+        sym, _, arg = op.partition(" ")
+        value = int(arg)
+        if rng.random() < slip:
+            value += rng.choice((-1, 1))
+        lines.append(f"x = x {_PY_OP.get(sym, sym)} {value}")
+    lines.append("print(x)")
+    if rng.random() < 0.05:
+        lines[-1] = "print(x"
+    return "Here is a program that follows the operations in order.\n\n```python\n" + "\n".join(lines) + "\n```\n"
+
+
+def value_program_reply(answer: str | None, rng: random.Random) -> str:
+    """A program that prints ``answer`` (computed as a literal would be); prose alone without one."""
+    if answer is None:
+        return "I am not sure how to write this as a program."
+    literal = answer if re.fullmatch(r"-?\d+(?:\.\d+)?", answer) else repr(answer)
+    return f"```python\nresult = {literal}\nprint(result)\n```"

@@ -364,6 +364,8 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
                      ("eFLOPs/pb", lambda s: _si(ledger[s.config].per_problem.eflops))]
         cols.append((f"{gpu} s/pb", lambda s: f"{ledger[s.config].per_problem.seconds:.3g}"))
     cols.append(("time s", lambda s: f"{s.wall_seconds:,.1f}"))
+    if any(s.execution_seconds for s in result.summaries):  # a column only when programs ran
+        cols.append(("exec s", lambda s: f"{s.execution_seconds:,.1f}"))
     return cols
 
 
@@ -389,6 +391,9 @@ def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bo
     priced = f"{gpu} s: roofline seconds predicted by the cost model; " if ledger else ""
     notes = ["pass@n: a correct answer among the n samples (coverage); no ans: share of problems whose answer could "
              f"not be read; /pb: per problem; tok: prompt and generated tokens; {priced}{timed}"]
+    if "exec s" in headers:
+        notes.append("exec s: seconds model-written programs ran in the sandbox (summed over problems; a program "
+                     "shared by several n counts for each), apart from the engine's time s.")
     if "think/pb" in headers:
         notes.append("think: of the generated tokens, those inside thinking sections (<think>...</think>, as the "
                      "backend's reasoning parser or delimiter split them); the rest of tok/pb is prompt and answer "

@@ -45,6 +45,9 @@ class ConfigSummary:
     tokens_per_problem: float
     completion_tokens_per_problem: float
     wall_seconds: float
+    execution_seconds: float = 0.0
+    """Seconds model-written programs ran in the sandbox (execution strategies' trace notes; not
+    engine time, so not in ``wall_seconds`` or the token counts)."""
 
 
 def _sum_events(rows: list[ResultRow]) -> dict[str, int]:
@@ -82,6 +85,7 @@ def summarize(rows: Iterable[ResultRow]) -> list[ConfigSummary]:
                 tokens_per_problem=sum(r.usage.total_tokens for r in rs) / k,
                 completion_tokens_per_problem=sum(r.usage.completion_tokens for r in rs) / k,
                 wall_seconds=sum(r.usage.wall_seconds for r in rs),
+                execution_seconds=sum(float((r.trace.get("notes") or {}).get("execution_seconds", 0.0)) for r in rs),
             )
         )
     return sorted(out, key=lambda s: (s.strategy, s.n))
