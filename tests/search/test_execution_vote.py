@@ -73,3 +73,42 @@ def test_a_draw_is_shared_by_a_ladder_of_execution_votes_but_not_with_other_stra
 def test_problems_without_a_function_to_run_are_refused_saying_what_to_use():
     with pytest.raises(StrategyInputError, match="self_consistency for other problems"):
         _make(ExecutionVote, ExecutionVoteConfig(n=1), RIGHT).solve([Problem("q", "What is 2+2?", "4")])
+
+
+# A docstring without any example call: only inputs the model writes can tell programs apart.
+BARE = 'def clamp(x):\n    """x limited to the range 0..10."""\n'
+BARE_PROBLEM = Problem("c", BARE, BARE + "    return max(0, min(10, x))\n", {"prompt": BARE, "entry_point": "clamp", "test": ""})
+CLAMP_RIGHT = ["def clamp(x):\n    return max(0, min(10, x))", "def clamp(x):\n    return min(10, max(0, x))",
+               "def clamp(x):\n    return 0 if x < 0 else 10 if x > 10 else x"]
+CLAMP_WRONG = "def clamp(x):\n    return min(10, x)"  # wrong below 0
+# The model's tests: calls worth making, one with a wrong claimed value (the claim is not used).
+TESTS = "assert clamp(-5) == -5\nassert clamp(3) == 3\nassert clamp(42) == 10\nprint('done')"
+
+
+def _clamp_model(programs):
+    return FunctionGenerator(lambda req: TESTS if req.key.endswith("#tests")
+                             else [f"```python\n{c}\n```" for c in programs])
+
+
+def test_model_written_inputs_group_programs_the_docstring_cannot_tell_apart():
+    programs = [CLAMP_WRONG, CLAMP_RIGHT[0], CLAMP_WRONG, CLAMP_RIGHT[1], CLAMP_RIGHT[2]]
+    render = chat_prompt(CODE_PROMPT)
+    [plain] = ExecutionVote(ExecutionVoteConfig(n=5), _clamp_model(programs), render, extract=CODE).solve([BARE_PROBLEM])
+    gen = _clamp_model(programs)
+    [model] = ExecutionVote(ExecutionVoteConfig(n=5, inputs="model", inputs_n=2), gen, render,
+                            extract=CODE).solve([BARE_PROBLEM])
+    assert plain.trace.notes["by"] == "syntax" and plain.answer == CLAMP_WRONG
+    assert model.trace.notes["by"] == "behaviour" and model.answer == CLAMP_RIGHT[0]
+    assert model.confidence == pytest.approx(3 / 5)
+    # One engine call holds the programs and the input tests; the tests' tokens are paid for.
+    assert len(gen.calls) == 1 and [r.key for r in gen.calls[0]] == ["c", "c#tests"]
+    assert gen.calls[0][1].n == 2 and "clamp" in gen.calls[0][1].messages[-1].content
+    assert model.usage.completion_tokens == plain.usage.completion_tokens + 2 * len(TESTS.split())
+
+
+def test_the_values_model_tests_claim_do_not_filter_public_tests():
+    """clamp(-5) == -5 is the model's wrong guess: public_tests filters on the docstring only."""
+    programs = [CLAMP_RIGHT[0], CLAMP_WRONG]
+    [pt] = PublicTestsVote(PublicTestsConfig(n=2, inputs="model"), _clamp_model(programs), chat_prompt(CODE_PROMPT),
+                           extract=CODE).solve([BARE_PROBLEM])
+    assert pt.trace.notes["passed_public"] == 2 and pt.answer == CLAMP_RIGHT[0]

@@ -168,6 +168,17 @@ def assert_tests(text: str, entry_point: str, per_sample: int | None = None) -> 
     return found
 
 
+def test_inputs(tests: list[str], entry_point: str) -> list[Example]:
+    """The calls of ``entry_point`` in model-written ``assert`` tests, as inputs without expected
+    values (the value a test claims is not trusted: it is the model's guess), duplicates removed."""
+    calls: list[str] = []
+    for line in tests:
+        call = _call_of(line, entry_point)
+        if call is not None and call not in calls:
+            calls.append(call)
+    return [Example(c) for c in calls]
+
+
 _TESTS = '''
 import json as _json, sys as _sys, io as _io, contextlib as _ctx
 _passed = []

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
+from tts.backends.base import GenerationRequest, GenerationResult
 from tts.execution.behaviour import PROBE_LIMITS
 from tts.execution.programs import assert_tests, read_tests, tests_program
 from tts.execution.sandbox import Program, run_many
@@ -42,19 +42,14 @@ from tts.search.base import (
     with_tool_calls,
 )
 from tts.search.sampling.execution_vote import (
+    TEST_PROMPT,
+    ExecutionConfig,
     ExecutionVote,
-    ExecutionVoteConfig,
     _coding,
 )
 from tts.types import Budget, Solution, Trace, Usage
 
-TEST_PROMPT = ("Write {count} test cases for the following Python function, one per line, each a single `assert` "
-               "statement that calls `{entry_point}` with concrete arguments and compares the result with the "
-               "expected value. Do not implement the function.\n```python\n{prompt}\n```")
-"""What the model is asked for tests (``{count}``, ``{entry_point}``, ``{prompt}``)."""
-
-
-class CodeTConfig(ExecutionVoteConfig):
+class CodeTConfig(ExecutionConfig):
     """Sample n programs and tests_n sets of tests; answer from the consensus set with the most
     programs x tests passed (CodeT's dual execution agreement)."""
 
@@ -90,14 +85,9 @@ class CodeT(ExecutionVote):
     config_class: ClassVar[type] = CodeTConfig
     draw_group = "codet"
 
-    def test_request(self, problem: Any) -> GenerationRequest:
+    def codet_test_request(self, problem: Any) -> GenerationRequest:
         """The request for ``tests_n`` test samples of one problem."""
-        prompt, entry = _coding(problem, self.name)
-        text = TEST_PROMPT.format(count=self.config.tests_per_sample, entry_point=entry, prompt=prompt.rstrip())
-        return GenerationRequest(messages=(Message("user", text),), n=self.config.tests_n,
-                                 temperature=self.sampling.temperature, top_p=self.sampling.top_p,
-                                 max_tokens=self.sampling.max_tokens, seed=derive_seed(self.seed, f"{problem.id}#tests", 0),
-                                 key=f"{problem.id}#tests")
+        return self.test_request(problem, self.config.tests_n, self.config.tests_per_sample)
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         if budgets is not None and any(b is not None for b in budgets):
@@ -116,7 +106,7 @@ class CodeT(ExecutionVote):
         lead = voters[0]
         n_max = max(s.config.n for s in voters)
         code_requests = [lead.request(p, n=n_max) for p in problems]
-        test_requests = [lead.test_request(p) for p in problems]
+        test_requests = [lead.codet_test_request(p) for p in problems]
         results = with_tool_calls([*code_requests, *test_requests], lead.generator.generate([*code_requests, *test_requests]))
         code_results, test_results = results[: len(problems)], results[len(problems):]
         passed, tests, seconds = lead.run_tests(problems, code_results, test_results)

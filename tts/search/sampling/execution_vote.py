@@ -10,6 +10,13 @@ inputs taken from the problem's description). Where this departs (docs/faithfuln
 AlphaCode generates its clustering inputs with a separate model; here the inputs are the
 docstring's example calls, as in MBR-exec.
 
+``inputs="model"`` clusters on more inputs than the docstring shows: in the same engine call the
+model is asked for ``inputs_n`` samples of ``assert`` tests (:data:`TEST_PROMPT`, as CodeT asks),
+and the calls in them are run as further inputs; the values the tests claim are not used (they are
+the model's guesses). AlphaCode generates clustering inputs with a separately trained model (Sec.
+4.5); S* (Li et al., 2025, Sec. 3.2) has the policy model synthesise them, as here, then adds
+pairwise LLM judging of clusters, which tts does not do.
+
 ``public_tests``: first keep the programs that return every value the docstring states (the
 problem's public tests; AlphaCode Sec. 4.4 filters its samples on the example tests), then vote
 among them by behaviour as ``exec_vote`` does. When none passes, it votes among all programs
@@ -28,10 +35,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from tts.backends.base import GenerationResult
+from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
 from tts.config import SamplingStrategyConfig
 from tts.execution.behaviour import Behaviour, Probe, probe_many
-from tts.execution.programs import doctest_examples
+from tts.execution.programs import Example, assert_tests, doctest_examples, test_inputs
 from tts.search.base import (
     SamplingStrategy,
     Strategy,
@@ -44,15 +51,34 @@ from tts.search.base import (
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
-class ExecutionVoteConfig(SamplingStrategyConfig):
-    """Sample n programs, answer with one from the largest group that behaves the same on the
-    docstring's example inputs (AlphaCode's clustering; MBR-exec)."""
+class ExecutionConfig(SamplingStrategyConfig):
+    """Settings every strategy that runs model-written programs has."""
 
-    kind: Literal["exec_vote"] = "exec_vote"
     workers: int = Field(4, ge=1, le=64)
     """Sandboxes run at once."""
     unsafe_no_sandbox: bool = False
     """Run the programs without bubblewrap's isolation (trusted code only; by name only)."""
+
+
+class ExecutionVoteConfig(ExecutionConfig):
+    """Sample n programs, answer with one from the largest group that behaves the same on the
+    docstring's example inputs (AlphaCode's clustering; MBR-exec)."""
+
+    kind: Literal["exec_vote"] = "exec_vote"
+    inputs: Literal["docstring", "model"] = "docstring"
+    """The inputs programs are grouped on: the docstring's example calls, or those and the calls in
+    tests the model writes (AlphaCode and S* generate inputs)."""
+    inputs_n: int = Field(2, ge=1, le=64)
+    """With inputs=model: test samples asked of the model per problem."""
+    inputs_per_sample: int = Field(5, ge=1, le=100)
+    """With inputs=model: assert statements read from each test sample."""
+
+
+TEST_PROMPT = ("Write {count} test cases for the following Python function, one per line, each a single `assert` "
+               "statement that calls `{entry_point}` with concrete arguments and compares the result with the "
+               "expected value. Do not implement the function.\n```python\n{prompt}\n```")
+"""What the model is asked for tests (``{count}``, ``{entry_point}``, ``{prompt}``): CodeT's tests,
+and exec_vote's extra inputs."""
 
 
 class PublicTestsConfig(ExecutionVoteConfig):
@@ -79,38 +105,71 @@ class ExecutionVote(SamplingStrategy):
     draw_group = "execution"
     filters_public: ClassVar[bool] = False
 
+    def test_request(self, problem: Any, n: int, per_sample: int) -> GenerationRequest:
+        """The request for ``n`` samples of assert tests of one problem (key ``<id>#tests``)."""
+        prompt, entry = _coding(problem, self.name)
+        text = TEST_PROMPT.format(count=per_sample, entry_point=entry, prompt=prompt.rstrip())
+        return GenerationRequest(messages=(Message("user", text),), n=n, temperature=self.sampling.temperature,
+                                 top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
+                                 seed=derive_seed(self.seed, f"{problem.id}#tests", 0), key=f"{problem.id}#tests")
+
+    def _draw(self, problems: Sequence[Any], ns: Sequence[int]) -> tuple[list[GenerationResult], list[GenerationResult | None]]:
+        """ONE generate call: the programs, and with inputs=model each problem's input tests."""
+        requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
+        model_inputs = getattr(self.config, "inputs", "docstring") == "model"
+        if model_inputs:
+            requests += [self.test_request(p, self.config.inputs_n, self.config.inputs_per_sample) for p in problems]
+        results = with_tool_calls(requests, self.generator.generate(requests))
+        if not model_inputs:
+            return results, [None] * len(problems)
+        return results[: len(problems)], list(results[len(problems):])
+
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         if budgets is not None and len(budgets) != len(problems):
             raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
         ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
-        requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
-        results = with_tool_calls(requests, self.generator.generate(requests))
-        behaviours = self.probe(problems, results)
-        return [self.choose(p, r, b, n) for p, r, b, n in zip(problems, results, behaviours, ns, strict=True)]
+        results, inputs = self._draw(problems, ns)
+        behaviours = self.probe(problems, results, inputs)
+        return [self.choose(p, r, b, n, i) for p, r, b, n, i in zip(problems, results, behaviours, ns, inputs, strict=True)]
 
     @classmethod
     def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
         """ONE generator call with max(n) samples per problem and ONE batch of probes; each config
         chooses among its first n."""
         first = strategies[0]
-        if not all(isinstance(s, ExecutionVote) and first.shares_draw_with(s) for s in strategies):
+        if not all(isinstance(s, ExecutionVote) and first.shares_draw_with(s) and s._inputs_setting() == first._inputs_setting()
+                   for s in strategies):
             return super().solve_together(strategies, problems)
         voters: list[ExecutionVote] = list(strategies)  # type: ignore[arg-type]
         n_max = max(s.config.n for s in voters)
-        requests = [voters[0].request(p, n=n_max) for p in problems]
-        results = with_tool_calls(requests, voters[0].generator.generate(requests))
-        behaviours = voters[0].probe(problems, results)
-        return [[s.choose(p, r, b, s.config.n) for p, r, b in zip(problems, results, behaviours, strict=True)]
+        results, inputs = voters[0]._draw(problems, [n_max] * len(problems))
+        behaviours = voters[0].probe(problems, results, inputs)
+        return [[s.choose(p, r, b, s.config.n, i) for p, r, b, i in zip(problems, results, behaviours, inputs, strict=True)]
                 for s in voters]
 
-    def probe(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[list[Behaviour | None]]:
-        """Every sample's behaviour on its problem's examples, all in one parallel batch (the same
+    def _inputs_setting(self) -> tuple[Any, ...]:
+        return tuple(getattr(self.config, k, None) for k in ("inputs", "inputs_n", "inputs_per_sample"))
+
+    def examples(self, problem: Any, inputs: GenerationResult | None) -> tuple[Example, ...]:
+        """The inputs a problem's programs run on: the docstring's examples, then the calls in the
+        model's tests that the docstring does not show."""
+        prompt, entry = _coding(problem, self.name)
+        found = list(doctest_examples(prompt, entry))
+        if inputs is not None:
+            tests = [t for c in inputs.completions for t in assert_tests(c.text, entry, self.config.inputs_per_sample)]
+            seen = {e.call for e in found}
+            found += [e for e in test_inputs(tests, entry) if e.call not in seen]
+        return tuple(found)
+
+    def probe(self, problems: Sequence[Any], results: Sequence[GenerationResult],
+              inputs: Sequence[GenerationResult | None] | None = None) -> list[list[Behaviour | None]]:
+        """Every sample's behaviour on its problem's inputs, all in one parallel batch (the same
         program is run once per problem); None for a sample without a program."""
         jobs: dict[tuple[int, str], Probe] = {}
         answers: list[list[str | None]] = []
-        for i, (p, r) in enumerate(zip(problems, results, strict=True)):
+        for i, (p, r, inp) in enumerate(zip(problems, results, inputs or [None] * len(problems), strict=True)):
             prompt, entry = _coding(p, self.name)
-            examples = tuple(doctest_examples(prompt, entry))
+            examples = self.examples(p, inp)
             answers.append([to_sample(c, self.extract).answer for c in r.completions])
             for a in answers[-1]:
                 if a is not None and examples:
@@ -119,10 +178,14 @@ class ExecutionVote(SamplingStrategy):
                                         unsafe_no_sandbox=self.config.unsafe_no_sandbox), strict=True))
         return [[ran.get((i, a)) if a is not None else None for a in row] for i, row in enumerate(answers)]
 
-    def choose(self, problem: Any, result: GenerationResult, behaviours: Sequence[Behaviour | None], n: int) -> Solution:
-        """The answer among the first ``n`` samples (module docstring), with execution notes."""
+    def choose(self, problem: Any, result: GenerationResult, behaviours: Sequence[Behaviour | None], n: int,
+               inputs: GenerationResult | None = None) -> Solution:
+        """The answer among the first ``n`` samples (module docstring), with execution notes; the
+        input tests' tokens (``inputs``) are added to the usage."""
         samples = [to_sample(c, self.extract) for c in result.completions[:n]]
         usage = prefix_usage(result.usage, samples, len(result.completions))
+        if inputs is not None:
+            usage = usage + inputs.usage
         mine = list(behaviours[:n])
         # Seconds of the distinct programs among these n (a program run once counts once).
         distinct = {s.answer: b for s, b in zip(samples, mine, strict=True) if b is not None}
@@ -164,4 +227,4 @@ class PublicTestsVote(ExecutionVote):
     filters_public = True
 
 
-__all__ = ["ExecutionVote", "ExecutionVoteConfig", "PublicTestsConfig", "PublicTestsVote"]
+__all__ = ["TEST_PROMPT", "ExecutionConfig", "ExecutionVote", "ExecutionVoteConfig", "PublicTestsConfig", "PublicTestsVote"]
