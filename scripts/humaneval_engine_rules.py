@@ -1,4 +1,4 @@
-"""CodeT and Self-Debugging on the draw of a ``tts eval --benchmark humaneval`` run, the extra
+"""CodeT, Self-Debugging and exec_vote with model-written inputs on the draw of a ``tts eval --benchmark humaneval`` run, the extra
 generation (tests, revisions) done by the run's own engine.
 
 A generator serves every request for a problem's own prompt from the run's largest
@@ -30,6 +30,7 @@ from tts.config import EvalConfig
 from tts.eval.report import wilson_interval
 from tts.prompts import CODE_PROMPT, chat_prompt
 from tts.search.sampling.codet import CodeT, CodeTConfig
+from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig
 from tts.search.sequential.revision import Revision, RevisionConfig
 
 
@@ -88,7 +89,8 @@ def main() -> None:
     parser.add_argument("run", type=Path)
     parser.add_argument("--tests-n", type=int, default=2, help="CodeT's test samples per problem")
     parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--rules", nargs="+", default=["codet", "self_debug"])
+    parser.add_argument("--rules", nargs="+", default=["codet", "self_debug", "exec_model_inputs"])
+    parser.add_argument("--rounds", type=int, default=1, help="Self-Debugging's revision rounds")
     args = parser.parse_args()
     config = EvalConfig.model_validate(json.loads((args.run / "run.json").read_text())["config"])
     rows = [json.loads(x) for x in (args.run / "results.jsonl").read_text().splitlines()]
@@ -101,8 +103,11 @@ def main() -> None:
     if "codet" in args.rules:
         strategies.append(CodeT(CodeTConfig(n=args.n, tests_n=args.tests_n), gen, render, sampling, extract=CODE))
     if "self_debug" in args.rules:
-        strategies.append(Revision(RevisionConfig(n=args.n, rounds=1, feedback="execution", accept_score=1.0,
+        strategies.append(Revision(RevisionConfig(n=args.n, rounds=args.rounds, feedback="execution", accept_score=1.0,
                                                   select="verifier"), gen, render, sampling, extract=CODE))
+    if "exec_model_inputs" in args.rules:  # exec_vote grouping also on the calls of model-written tests
+        strategies.append(ExecutionVote(ExecutionVoteConfig(n=args.n, inputs="model", inputs_n=args.tests_n), gen, render,
+                                        sampling, extract=CODE))
     print("| rule | n | accuracy [95% Wilson] | generated tok/pb | new engine tok/pb | exec s/pb |\n|---|---|---|---|---|---|")
     try:
         with CodeGrader(timeout=10) as grader:
