@@ -55,6 +55,14 @@ PROGRAM_PROMPT = PromptTemplate(
 """Program-aided answers (``program_vote``): the program's printed output is the answer."""
 
 
+TIR_PROMPT = PromptTemplate(
+    user="{question}\n\nSolve the problem by reasoning step by step and running Python code where it helps: put "
+         "code in ```python blocks; after each block you will be shown its printed output in an ```output block. "
+         "Put your final answer within \\boxed{{}}."
+)
+"""Tool-integrated reasoning (``tir``): prose and programs interleaved, outputs shown back."""
+
+
 class CodePromptTemplate(PromptTemplate):
     """A template whose replies answer with a program: strategies extract and compare programs
     (:data:`tts.answers.code.CODE`), never numbers."""

@@ -161,6 +161,7 @@ STRATEGIES: Registry[type] = Registry(
         "tool_vote": "tts.search.sampling.tool_vote:ToolVote",
         "usc": "tts.search.sampling.usc:UniversalSelfConsistency",
         "program_vote": "tts.search.sampling.program_vote:ProgramVote",
+        "tir": "tts.search.sequential.tool_integrated:ToolIntegratedReasoning",
         "weighted_vote": "tts.search.sampling.weighted_vote:WeightedVote",
     },
     base="tts.search.base:Strategy",

@@ -81,10 +81,12 @@ from tts.backends.base import (
 from tts.backends.confidence import CONFIDENCE_STOPPED, first_stop, token_confidences
 from tts.backends.scripted_code import (
     PROGRAM_REQUEST,
+    TIR_REQUEST,
     chain_program_reply,
     code_reply,
     mutants,
     tests_reply,
+    tir_reply,
     value_program_reply,
 )
 from tts.backends.scripted_thinking import emit, thinking_sample
@@ -333,6 +335,15 @@ class ScriptedGenerator:
                 done = _CHAIN_STEP.findall(req.continuation)
                 answer = done[-1] if done else str(self.chains[req.key][0])
             return self._close_box(req, answer, dist, rng)
+        if TIR_REQUEST.search(prompt) and req.key not in self.programs:  # tool-integrated reasoning
+            if req.key in self.chains:
+                start, ops = self.chains[req.key]
+                code = chain_program_reply(start, list(ops), rng, (1 - self.step_accuracy) / 4)
+                code = code[code.index("```python\n") + 10: code.rindex("\n```")]
+            else:
+                code = value_program_reply(answer, rng).removeprefix("```python\n").removesuffix("\n```")
+            text, _ = _cut(tir_reply(req.continuation, code), req.stop)
+            return self._program_sample(req, answer, dist, rng, text=text)
         if PROGRAM_REQUEST.search(prompt) and req.key not in self.programs:  # program-aided answers
             if req.key in self.chains:
                 start, ops = self.chains[req.key]

@@ -133,3 +133,21 @@ def value_program_reply(answer: str | None, rng: random.Random) -> str:
         return "I am not sure how to write this as a program."
     literal = answer if re.fullmatch(r"-?\d+(?:\.\d+)?", answer) else repr(answer)
     return f"```python\nresult = {literal}\nprint(result)\n```"
+
+
+TIR_REQUEST = re.compile(r"running Python code where it helps", re.IGNORECASE)
+"""How the scripted model recognises a tool-integrated reasoning request (``tir``)."""
+_SHOWN_OUTPUT = re.compile(r"```output\n(.*?)\n```", re.DOTALL)
+
+
+def tir_reply(continuation: str, program: str) -> str:
+    """A tool-integrated reply: before any output is shown, prose and ``program`` in a block (the
+    engine stops at its closing fence); once an output is shown, the answer it printed, boxed (an
+    error shown back gets no answer)."""
+    shown = _SHOWN_OUTPUT.findall(continuation)
+    if not shown:
+        return f"Let me compute this with code.\n```python\n{program}\n```\n"
+    last = shown[-1].strip().splitlines()[-1] if shown[-1].strip() else ""
+    if not re.fullmatch(r"-?\d+(?:\.\d+)?", last):
+        return "\nThe program did not give a number, so I cannot tell."
+    return f"\nThe program printed {last}, so the answer is \\boxed{{{last}}}."
