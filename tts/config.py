@@ -67,6 +67,12 @@ class StrategyConfigBase(_Frozen):
     kind: str
     """Registry name of the strategy."""
 
+    @property
+    def runs_code(self) -> bool:
+        """Whether this config runs model-written programs (in the sandbox, :mod:`tts.execution`): a
+        server refuses such configs unless its operator allows code execution."""
+        return False
+
     def _label_head(self) -> str:
         """The label's first part (``self_consistency@8`` for configs with an ``n``)."""
         n = getattr(self, "n", None)

@@ -327,3 +327,33 @@ def test_a_setting_the_strategy_does_not_have_is_refused_by_name(served):
     r = _post(served, {"kind": "best_of_n", "verifier": {"kind": "checker", "model": "/etc"}})
     assert r.status_code == 400 and "has no setting 'model'" in r.text and r.json()["error"]["param"] == \
         "tts.strategy.verifier.model", r.text
+
+
+CODE_RUNNERS = ("program_vote", "tir", "exec_vote", "public_tests", "codet")
+
+
+def test_strategies_that_run_model_written_code_are_off_unless_the_operator_allows_them(served):
+    """A client would choose the code this host runs: by default no request runs any, whatever the
+    strategy or setting (revision's execution feedback included), and the refusal says how to allow it."""
+    for kind in CODE_RUNNERS:
+        r = _post(served, {"kind": kind, "n": 2})
+        assert r.status_code == 400 and "--allow-code-execution" in r.json()["error"]["message"], (kind, r.text)
+    r = _post(served, {"kind": "revision", "feedback": "execution"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "code_execution_disabled", r.text
+    assert _post(served, {"kind": "revision", "n": 2}).status_code == 200  # revision without execution is fine
+    with pytest.raises(ValueError, match="allow-code-execution"):
+        _serve(strategies=("self_consistency", "program_vote"))
+
+
+def test_with_code_execution_allowed_programs_run_but_never_outside_the_sandbox():
+    session, server = _serve(allow_code_execution=True)
+    try:
+        r = _post(server, {"kind": "program_vote", "n": 2})
+        assert r.status_code == 200 and r.json()["choices"][0]["tts"]["answer"] == "42", r.text
+        for kind in CODE_RUNNERS:
+            r = _post(server, {"kind": kind, "n": 2, "unsafe_no_sandbox": True})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "tts.strategy.unsafe_no_sandbox", (kind, r.text)
+        assert _post(server, {"kind": "program_vote", "unsafe_no_sandbox": False}).status_code == 200
+    finally:
+        server.stop()
+        session.close()

@@ -55,6 +55,7 @@ def mcp_command(
     calibration: shared.Calibration = None,
     verifier: shared.Verifier = None,
     allow_strategy: shared.AllowStrategy = None,
+    allow_code_execution: shared.AllowCodeExecution = False,
     prompt: shared.Prompt = "plain",
     accuracy: shared.Accuracy = 0.6,
     seed: shared.Seed = 0,
@@ -86,7 +87,8 @@ def mcp_command(
             config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_samples=max_samples,
                                  max_tokens=max_tokens, max_budget_tokens=max_budget_tokens,
                                  max_concurrent=max_concurrent, verifiers=verifiers, calibrations=calibrations,
-                                 strategies=tuple(allow_strategy) if allow_strategy else None, prompt=prompt)
+                                 strategies=tuple(allow_strategy) if allow_strategy else None, prompt=prompt,
+                                 allow_code_execution=allow_code_execution)
             server = shared.close_on_failure(generator, session, lambda: create_mcp_server(session, config))
     if transport == "stdio":
         typer.echo(f"tts mcp: tool 'solve' on {name} over stdio", err=True)

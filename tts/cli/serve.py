@@ -154,6 +154,13 @@ Verifier = Annotated[list[str] | None, typer.Option(help="A verifier requests ma
                                                     "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
                                                     "arithmetic, judge, logprob and self_certainty are always "
                                                     "offered.")]
+DefaultStrategy = Annotated[str, typer.Option(help="Strategy of requests whose model name has none (sc-8, beam-4x8, "
+                                                "auto, ...).")]
+AllowCodeExecution = Annotated[bool, typer.Option(
+    "--allow-code-execution", help="Let requests run strategies that execute model-written programs "
+                                   "(program_vote, tir, exec_vote, public_tests, codet, revision with execution "
+                                   "feedback), always in the bubblewrap sandbox. Off: a client would choose the code "
+                                   "this host runs.")]
 Prompt = Annotated[Literal["plain", "math"], typer.Option(
                                      help="Prompt of requests that set no tts.prompt: plain sends the conversation "
                                           "as the client sent it (agents: free text, tool calls, JSON); math asks "
@@ -271,8 +278,7 @@ def serve_command(
     upstream_concurrency: UpstreamConcurrency = 256,
     host: Host = "127.0.0.1",
     port: Port = 8000,
-    strategy: Annotated[str, typer.Option(help="Strategy of requests whose model name has none (sc-8, beam-4x8, "
-                                          "auto, ...).")] = "sc-8",
+    strategy: DefaultStrategy = "sc-8",
     api_key: ApiKey = None,
     max_concurrent: MaxConcurrent = 256,
     max_choices: Annotated[int, typer.Option(min=1, help="Largest n (choices) per request.")] = 8,
@@ -290,6 +296,7 @@ def serve_command(
     calibration: Calibration = None,
     verifier: Verifier = None,
     allow_strategy: AllowStrategy = None,
+    allow_code_execution: AllowCodeExecution = False,
     prompt: Prompt = "plain",
     body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
                                                 "slower uploads get 408.")] = 30.0,
@@ -326,7 +333,7 @@ def serve_command(
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
-                             calibrations=calibrations, prompt=prompt)
+                             calibrations=calibrations, prompt=prompt, allow_code_execution=allow_code_execution)
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)

@@ -39,6 +39,11 @@ class ServeConfig(BaseModel):
     """Strategies requests may run (registered names). None: every registered strategy whose config
     is complete with the operator's settings (``auto`` only with a calibration, ``graph`` only with
     a graph)."""
+    allow_code_execution: bool = False
+    """Whether requests may run strategies that execute model-written programs (``program_vote``,
+    ``tir``, ``exec_vote``, ``public_tests``, ``codet``, ``revision`` with execution feedback). They
+    run in the bubblewrap sandbox, never unsandboxed for a request; off by default, since a client
+    then chooses what code the model writes and this host runs (``tts serve --allow-code-execution``)."""
     verifiers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Verifiers requests may name, besides those that need no model of their own (arithmetic, judge,
     logprob, self_certainty): name -> verifier config (``{"kind": "prm", "model": "/models/prm"}``).

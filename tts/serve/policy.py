@@ -79,6 +79,17 @@ def _arms(annotation: Any) -> list[Any]:
     return [annotation]
 
 
+def operator_only(field: Any) -> bool:
+    """Whether a field is the operator's even though it is a knob (``unsafe_no_sandbox``): marked
+    ``json_schema_extra={"operator_only": True}`` on the config."""
+    extra = getattr(field, "json_schema_extra", None)
+    return isinstance(extra, Mapping) and bool(extra.get("operator_only"))
+
+
+CODE_REFUSED = ("runs model-written programs, and this server does not run code for requests (its operator "
+                "enables it with tts serve --allow-code-execution)")
+
+
 def _is_knob_arm(arm: Any) -> bool:
     return arm in (int, float, bool, type(None)) or typing.get_origin(arm) is Literal
 
@@ -144,6 +155,14 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
+def _runs_code_by_default(kind: str) -> bool:
+    """Whether strategy ``kind`` runs model-written programs with its default settings (its config
+    built from defaults alone, unvalidated: only ``runs_code`` is read)."""
+    from tts.registry import STRATEGIES
+
+    return bool(getattr(STRATEGIES.load(kind).config_class.model_construct(), "runs_code", False))
+
+
 class ServePolicy:
     """The strategies, verifiers and calibrations a request may choose, and the check of its settings.
 
@@ -197,6 +216,9 @@ class ServePolicy:
         policy.fill = fill
         for kind in config.strategies or ():
             STRATEGIES.check(kind)
+            if not config.allow_code_execution and _runs_code_by_default(kind):
+                raise ValueError(f"strategy {kind!r} runs model-written programs: allow code execution "
+                                 "(tts serve --allow-code-execution) or do not offer it")
             try:
                 check_default(kind)
             except ValueError as exc:
@@ -214,6 +236,8 @@ class ServePolicy:
             return kind in self.config.strategies
         if kind not in STRATEGIES.names():
             return False
+        if not self.config.allow_code_execution and _runs_code_by_default(kind):
+            return False
         if kind not in self._works:  # complete with the operator's settings (auto needs a calibration)
             try:
                 self._check_default(kind)
@@ -229,9 +253,12 @@ class ServePolicy:
         return [k for k in STRATEGIES.names() if self.allows(k)]
 
     def _not_offered(self, kind: str) -> str:
+        from tts.registry import STRATEGIES
+
         extra = "" if self.config.strategies is not None else (
             "; auto needs tts serve --calibration, graph a graph in the operator's settings"
-            if kind in ("auto", "graph") else "")
+            if kind in ("auto", "graph") else
+            f"; {kind} {CODE_REFUSED}" if kind in STRATEGIES.names() and _runs_code_by_default(kind) else "")
         return f"strategy {kind!r} is not offered on this server; use one of {', '.join(self.offered())}{extra}"
 
     # --- the caps ----------------------------------------------------------------------------------
@@ -304,7 +331,12 @@ class ServePolicy:
         try:
             config = session.strategy_config(dict(spec), n, budget)
         except ValueError as exc:  # unknown strategy (UnknownNameError) or settings it refuses
-            raise PolicyError(f"strategy {spec.get('kind', spec)!r}: {one_line(exc)}", "tts.strategy") from None
+            line = one_line(exc)
+            head = f"strategy {spec.get('kind', spec)!r}: "
+            raise PolicyError(line if line.startswith(head) else head + line, "tts.strategy") from None
+        if getattr(config, "runs_code", False) and not self.config.allow_code_execution:
+            raise PolicyError(f"strategy {config.kind!r} with these settings {CODE_REFUSED}", "tts.strategy",
+                              "code_execution_disabled")
         samples = getattr(config, "n", None)
         if samples is not None and samples > self.config.max_samples:
             raise PolicyError(f"n={samples} is over this server's limit of {self.config.max_samples}{samples_limit}; "
@@ -343,7 +375,7 @@ class ServePolicy:
                 raise PolicyError(f"{param}: {spec.get('kind', where.rpartition('.')[2])!r} has no setting {key!r}; "
                                   f"its settings are {', '.join(k for k in cls.model_fields if k != 'kind')}", param)
             field = cls.model_fields[key]
-            if is_knob(field.annotation):
+            if is_knob(field.annotation) and not operator_only(field):
                 if not _knob_accepts(field.annotation, value):
                     raise PolicyError(f"{param}: {key} must be {_knob_expects(field.annotation)}, "
                                       f"got {type(value).__name__ if not isinstance(value, str) else 'text'}", param)

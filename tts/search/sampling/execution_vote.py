@@ -56,8 +56,14 @@ class ExecutionConfig(SamplingStrategyConfig):
 
     workers: int = Field(4, ge=1, le=64)
     """Sandboxes run at once."""
-    unsafe_no_sandbox: bool = False
-    """Run the programs without bubblewrap's isolation (trusted code only; by name only)."""
+    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
+    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
+    server request's choice)."""
+
+    @property
+    def runs_code(self) -> bool:
+        """Always: its programs are the model's."""
+        return True
 
 
 class ExecutionVoteConfig(ExecutionConfig):

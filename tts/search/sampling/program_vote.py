@@ -53,8 +53,14 @@ class ProgramVoteConfig(SamplingStrategyConfig):
     """Sandboxes run at once."""
     timeout: float = Field(5.0, gt=0, le=120)
     """Wall-clock seconds one program may run (its CPU time is capped at the same)."""
-    unsafe_no_sandbox: bool = False
-    """Run the programs without bubblewrap's isolation (trusted code only; by name only)."""
+    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
+    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
+    server request's choice)."""
+
+    @property
+    def runs_code(self) -> bool:
+        """Always: its programs are the model's."""
+        return True
 
 
 def printed_answer(execution: Execution) -> str | None:

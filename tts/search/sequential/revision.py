@@ -89,6 +89,11 @@ class RevisionConfig(StrategyConfigBase):
     (coding problems: the program run on the docstring's examples, the failing ones shown to the
     model; Self-Debugging). ``execution`` takes no verifier and always shows its feedback."""
 
+    @property
+    def runs_code(self) -> bool:
+        """With execution feedback, each attempt runs (Self-Debugging)."""
+        return self.feedback == "execution"
+
     @model_validator(mode="after")
     def _consistent(self) -> RevisionConfig:
         if self.n % (self.rounds + 1):
