@@ -103,7 +103,8 @@ def _coding(problem: Any, strategy: str) -> tuple[str, str]:
 
 
 class ExecutionVote(SamplingStrategy):
-    """Answer with a program of the largest behaviour group (module docstring)."""
+    """Clustering by behaviour (AlphaCode, MBR-exec): programs that return the same values on the same
+    inputs are one answer; the first program of the largest group is chosen."""
 
     name = "exec_vote"
     config_class: ClassVar[type] = ExecutionVoteConfig
@@ -226,7 +227,8 @@ class ExecutionVote(SamplingStrategy):
 
 
 class PublicTestsVote(ExecutionVote):
-    """Keep programs that pass the docstring's examples, then vote by behaviour (module docstring)."""
+    """Public-test filtering (AlphaCode): keep the programs that return the values the docstring
+    states, then group them by behaviour as exec_vote does."""
 
     name = "public_tests"
     config_class: ClassVar[type] = PublicTestsConfig

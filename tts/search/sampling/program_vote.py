@@ -73,7 +73,8 @@ def printed_answer(execution: Execution) -> str | None:
 
 
 class ProgramVote(SamplingStrategy):
-    """Vote over the executed outputs of n sampled programs (module docstring)."""
+    """Program of Thoughts with self-consistency: each sample is a program run in the sandbox, what it
+    prints is its answer, and the n answers are voted."""
 
     name = "program_vote"
     config_class: ClassVar[type] = ProgramVoteConfig

@@ -118,7 +118,8 @@ class _Sample:
 
 
 class ToolIntegratedReasoning(SamplingStrategy):
-    """Reason, run code, read its output, go on; vote over the answers (module docstring)."""
+    """Tool-integrated reasoning (ToRA): each sample's code blocks run as it writes them, and it reads
+    their output before going on; the n samples' answers are voted."""
 
     name = "tir"
     config_class: ClassVar[type] = ToolIntegratedConfig
