@@ -128,6 +128,23 @@ StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(p
 """A field type that accepts any registered strategy's config (dispatched on ``kind``)."""
 
 
+
+class ExecutionStrategyConfig(SamplingStrategyConfig):
+    """Settings of every strategy that runs model-written programs (in the sandbox,
+    :mod:`tts.execution`): how many run at once, and the opt-out of the sandbox by name."""
+
+    workers: int = Field(4, ge=1, le=64)
+    """Sandboxes run at once."""
+    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
+    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
+    server request's choice)."""
+
+    @property
+    def runs_code(self) -> bool:
+        """Always: its programs are the model's."""
+        return True
+
+
 class VerifierConfigBase(_Frozen):
     """What every verifier config has: its registry name. Each verifier module defines its own
     subclass (``kind: Literal[name]`` plus its knobs), found through the verifier registry."""

@@ -137,8 +137,9 @@ def probe_program(prompt: str, code: str, entry_point: str, examples: list[Examp
     return solution_source(prompt, code, entry_point) + _PROBE.format(cases=cases, mark=PROBE_MARK)
 
 
-def read_probe(stdout: str) -> list[tuple[str, bool | None]] | None:
-    """The probe's results from its output, or None when it did not get to print them."""
+def _marked_rows(stdout: str) -> list | None:
+    """The JSON list a probe or test program printed after :data:`PROBE_MARK`; None when it did not
+    get to print it (what the program itself printed before is skipped)."""
     at = stdout.rfind(PROBE_MARK)
     if at < 0:
         return None
@@ -146,7 +147,13 @@ def read_probe(stdout: str) -> list[tuple[str, bool | None]] | None:
         rows = json.loads(stdout[at + len(PROBE_MARK):].splitlines()[0])
     except (json.JSONDecodeError, IndexError):
         return None
-    return [(str(out), ok) for out, ok in rows]
+    return rows if isinstance(rows, list) else None
+
+
+def read_probe(stdout: str) -> list[tuple[str, bool | None]] | None:
+    """The probe's results from its output, or None when it did not get to print them."""
+    rows = _marked_rows(stdout)
+    return None if rows is None else [(str(out), ok) for out, ok in rows]
 
 
 def assert_tests(text: str, entry_point: str, per_sample: int | None = None) -> list[str]:
@@ -201,11 +208,5 @@ def tests_program(prompt: str, code: str, entry_point: str, tests: list[str]) ->
 
 def read_tests(stdout: str, count: int) -> tuple[bool, ...] | None:
     """The pass/fail of each test from a :func:`tests_program`'s output; None when it did not finish."""
-    at = stdout.rfind(PROBE_MARK)
-    if at < 0:
-        return None
-    try:
-        rows = json.loads(stdout[at + len(PROBE_MARK):].splitlines()[0])
-    except (json.JSONDecodeError, IndexError):
-        return None
-    return tuple(bool(r) for r in rows) if len(rows) == count else None
+    rows = _marked_rows(stdout)
+    return tuple(bool(r) for r in rows) if rows is not None and len(rows) == count else None

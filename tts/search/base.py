@@ -163,6 +163,16 @@ class Strategy(ABC):
                 f"{worst} tokens; raise the budget or lower max_tokens.")
         return n
 
+    def samples_for(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None) -> list[int]:
+        """The n of each problem under its budget (:meth:`samples_within`; the config's n without budgets).
+
+        Raises:
+            StrategyInputError: Not one budget per problem, or a budget below one sample.
+        """
+        if budgets is not None and len(budgets) != len(problems):
+            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
+        return [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+
     def sample_worst_case_tokens(self) -> int:
         """Most generated tokens one sample can cost, everything it brings included (a strategy
         whose samples carry extra generation, such as certainty probing's probes, says so), so
@@ -388,9 +398,7 @@ class SamplingStrategy(VerifierStrategy):
         return out
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         scored = self.score_samples(problems, results)

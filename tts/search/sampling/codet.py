@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tts.backends.base import GenerationRequest, GenerationResult
+from tts.config import ExecutionStrategyConfig
 from tts.execution.behaviour import PROBE_LIMITS
 from tts.execution.programs import assert_tests, read_tests, tests_program
 from tts.execution.sandbox import Program, run_many
@@ -43,13 +44,12 @@ from tts.search.base import (
 )
 from tts.search.sampling.execution_vote import (
     TEST_PROMPT,
-    ExecutionConfig,
     ExecutionVote,
     _coding,
 )
 from tts.types import Budget, Solution, Trace, Usage
 
-class CodeTConfig(ExecutionConfig):
+class CodeTConfig(ExecutionStrategyConfig):
     """Sample n programs and tests_n sets of tests; answer from the consensus set with the most
     programs x tests passed (CodeT's dual execution agreement)."""
 

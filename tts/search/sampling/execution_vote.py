@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
-from tts.config import SamplingStrategyConfig
+from tts.config import ExecutionStrategyConfig
 from tts.execution.behaviour import Behaviour, Probe, probe_many
 from tts.execution.programs import Example, assert_tests, doctest_examples, test_inputs
 from tts.search.base import (
@@ -51,22 +51,7 @@ from tts.search.base import (
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
-class ExecutionConfig(SamplingStrategyConfig):
-    """Settings every strategy that runs model-written programs has."""
-
-    workers: int = Field(4, ge=1, le=64)
-    """Sandboxes run at once."""
-    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
-    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
-    server request's choice)."""
-
-    @property
-    def runs_code(self) -> bool:
-        """Always: its programs are the model's."""
-        return True
-
-
-class ExecutionVoteConfig(ExecutionConfig):
+class ExecutionVoteConfig(ExecutionStrategyConfig):
     """Sample n programs, answer with one from the largest group that behaves the same on the
     docstring's example inputs (AlphaCode's clustering; MBR-exec)."""
 
@@ -132,9 +117,7 @@ class ExecutionVote(SamplingStrategy):
         return results[: len(problems)], list(results[len(problems):])
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         results, inputs = self._draw(problems, ns)
         behaviours = self.probe(problems, results, inputs)
         return [self.choose(p, r, b, n, i) for p, r, b, n, i in zip(problems, results, behaviours, ns, inputs, strict=True)]
@@ -235,4 +218,4 @@ class PublicTestsVote(ExecutionVote):
     filters_public = True
 
 
-__all__ = ["TEST_PROMPT", "ExecutionConfig", "ExecutionVote", "ExecutionVoteConfig", "PublicTestsConfig", "PublicTestsVote"]
+__all__ = ["TEST_PROMPT", "ExecutionVote", "ExecutionVoteConfig", "PublicTestsConfig", "PublicTestsVote"]

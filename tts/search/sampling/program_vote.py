@@ -37,30 +37,20 @@ from pydantic import Field
 from tts.answers.code import extract_script
 from tts.answers.extraction import extract_answer
 from tts.backends.base import GenerationRequest, GenerationResult
-from tts.config import SamplingStrategyConfig
+from tts.config import ExecutionStrategyConfig
 from tts.execution.sandbox import Execution, Limits, Program, run_many
 from tts.prompts import PROGRAM_PROMPT, chat_prompt
 from tts.search.base import SamplingStrategy, Strategy, StrategyInputError, prefix_usage, with_tool_calls
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
-class ProgramVoteConfig(SamplingStrategyConfig):
+class ProgramVoteConfig(ExecutionStrategyConfig):
     """Sample n programs, run each in the sandbox, vote over what they print (Program of Thoughts
     with self-consistency; PAL)."""
 
     kind: Literal["program_vote"] = "program_vote"
-    workers: int = Field(4, ge=1, le=64)
-    """Sandboxes run at once."""
     timeout: float = Field(5.0, gt=0, le=120)
     """Wall-clock seconds one program may run (its CPU time is capped at the same)."""
-    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
-    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
-    server request's choice)."""
-
-    @property
-    def runs_code(self) -> bool:
-        """Always: its programs are the model's."""
-        return True
 
 
 def printed_answer(execution: Execution) -> str | None:
@@ -92,9 +82,7 @@ class ProgramVote(SamplingStrategy):
         return dataclasses.replace(base, messages=self.render_program(problem), tools=None, tool_choice=None)
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         runs = self.execute(results)

@@ -148,9 +148,7 @@ class ToolVote(Strategy):
     takes_tools: ClassVar[bool] = True
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         requests = [self._request(p, n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         return [self._vote(p, r) for p, r in zip(problems, results, strict=True)]

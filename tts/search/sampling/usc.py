@@ -137,9 +137,7 @@ class UniversalSelfConsistency(Strategy):
                                  seed=derive_seed(self.seed, problem.id, 1), key=problem.id)
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         # 1. n replies per problem: one request each, all problems in one call.
         drawn = self.generator.generate([
             GenerationRequest(messages=self.prompt(p), n=n, temperature=self.sampling.temperature,

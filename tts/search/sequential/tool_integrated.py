@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, derive_seed
-from tts.config import SamplingStrategyConfig
+from tts.config import ExecutionStrategyConfig
 from tts.execution.sandbox import Execution, Limits, Program, run_many
 from tts.prompts import TIR_PROMPT, chat_prompt
 from tts.search.base import SamplingStrategy, Strategy, StrategyInputError, prefix_usage
@@ -51,7 +51,7 @@ OUTPUT_MARK = "```output"
 _OPEN_PY = re.compile(r"```(?:python|py)[^\n]*\n")
 
 
-class ToolIntegratedConfig(SamplingStrategyConfig):
+class ToolIntegratedConfig(ExecutionStrategyConfig):
     """Sample n solutions that run code while they reason (ToRA's tool-integrated reasoning), then vote."""
 
     kind: Literal["tir"] = "tir"
@@ -61,16 +61,6 @@ class ToolIntegratedConfig(SamplingStrategyConfig):
     """Characters of a program's output shown back to the model."""
     timeout: float = Field(5.0, gt=0, le=120)
     """Wall-clock seconds one program may run (its CPU time is capped at the same)."""
-    workers: int = Field(4, ge=1, le=64)
-    """Sandboxes run at once."""
-    unsafe_no_sandbox: bool = Field(False, json_schema_extra={"operator_only": True})
-    """Run the programs without bubblewrap's isolation (trusted code only; by name only; never a
-    server request's choice)."""
-
-    @property
-    def runs_code(self) -> bool:
-        """Always: its programs are the model's."""
-        return True
 
 
 def pending_program(text: str) -> str | None:
@@ -138,9 +128,7 @@ class ToolIntegratedReasoning(SamplingStrategy):
                                    stop=(CLOSE_FENCE, OUTPUT_MARK))
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
-        if budgets is not None and len(budgets) != len(problems):
-            raise StrategyInputError(f"got {len(budgets)} budgets for {len(problems)} problems; give one per problem")
-        ns = [self.samples_within(b) for b in (budgets or [None] * len(problems))]
+        ns = self.samples_for(problems, budgets)
         return self._run(problems, ns, [ns])[0]
 
     @classmethod
