@@ -140,6 +140,10 @@ DefaultMaxTokens = Annotated[int, typer.Option(min=1, help="max_tokens of reques
 MaxBudgetTokens = Annotated[int, typer.Option(min=1, help="Most generated tokens (worst case) one request may "
                                               "spend; budgets in other units are converted.")]
 MaxBodyBytes = Annotated[int, typer.Option(min=1024, help="Largest HTTP request body.")]
+BodyTimeout = Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; slower "
+                                            "uploads get 408.")]
+Docs = Annotated[bool, typer.Option(help="Serve the OpenAPI schema at /openapi.json (behind the API key when there is "
+                                    "one) and, without a key, its page at /docs.")]
 BatchWindow = Annotated[float, typer.Option(min=0.0, help="Seconds an engine call waits for concurrent requests "
                                             "to join.")]
 Gpu = Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in answers.")]
@@ -291,13 +295,13 @@ def serve_command(
     verifier: Verifier = None,
     allow_strategy: AllowStrategy = None,
     prompt: Prompt = "plain",
-    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
-                                                "slower uploads get 408.")] = 30.0,
+    body_timeout: BodyTimeout = 30.0,
     keep_alive_timeout: Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays "
                                                     "open.")] = 5,
     max_connections: Annotated[int | None, typer.Option(min=1, help="Most open connections and requests at once; "
                                                         "past it, new requests get 503 (default: no limit, "
                                                         "--max-concurrent still applies).")] = None,
+    docs: Docs = True,
     accuracy: Accuracy = 0.6,
     seed: Seed = 0,
     max_model_len: MaxModelLen = 2048,
@@ -326,7 +330,7 @@ def serve_command(
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
-                             calibrations=calibrations, prompt=prompt)
+                             calibrations=calibrations, prompt=prompt, docs=docs)
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 import time
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -20,7 +22,6 @@ from fastapi import Depends, Request, Response, Security
 from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader
 
-from tts.serve import protocol
 from tts.serve.config import ServeConfig
 from tts.serve.errors import APIError
 from tts.serve.guard import key_matches, rate_key
@@ -84,6 +85,29 @@ async def read_body(request: Request, config: ServeConfig) -> bytes:
     return b"".join(chunks)
 
 
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = [1 if b in b"[{" else -1 for b in range(256)]
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep arrays and objects nest in JSON text (brackets inside strings do not count), read
+    without parsing it (linear time, no recursion)."""
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKET)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def check_depth(raw: bytes, max_depth: int) -> None:
+    """Refuse a body nested more than ``max_depth`` arrays and objects deep, before it is parsed.
+
+    Raises:
+        APIError: Nested too deep (400).
+    """
+    if json_depth(raw) > max_depth:
+        raise APIError(f"the request body is nested more than {max_depth} levels deep (arrays and objects "
+                       "inside each other); send a flatter body", code="invalid_json")
+
+
 class _LimitedRequest(Request):
     """A request whose body is read by :func:`read_body` (FastAPI's "custom Request" pattern)."""
 
@@ -109,7 +133,7 @@ class BodyLimitRoute(APIRoute):
             config = server_state(request).config
             authorize(config, request.headers.get("authorization"))  # before a byte of the body is read
             request = _LimitedRequest(request.scope, request.receive)
-            protocol.check_depth(await request.body(), config.max_json_depth)  # before it is parsed
+            check_depth(await request.body(), config.max_json_depth)  # before it is parsed
             return await handle(request)
 
         return limited
