@@ -197,7 +197,7 @@ class _Common(BaseModel):
     """Accepted and ignored (the server stores nothing)."""
     service_tier: str | None = None
     """Accepted and ignored (one tier here)."""
-    tts: TTSOptions = TTSOptions()
+    tts: TTSOptions = Field(default_factory=TTSOptions)  # a model default would be deep-copied per request
     """tts settings: strategy, n, budget, prompt, answer_only."""
 
     @field_validator("stop")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from tts.serve import responses as r
@@ -21,8 +21,13 @@ if TYPE_CHECKING:
     from tts.serve.planning import Job, Plan
 
 
+_ids = random.Random()  # seeded from the OS once; ids need to be unique, not secret
+
+
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+    """A reply id: 24 random hex digits. Not ``uuid4``: its ``os.urandom`` is a system call that
+    lets go of the GIL, and the event loop then waits its turn behind the solve threads."""
+    return f"{prefix}-{_ids.getrandbits(96):024x}"
 
 
 def now() -> int:
