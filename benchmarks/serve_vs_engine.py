@@ -3,7 +3,9 @@
 1. ``--half scripted`` (no engine; runs anywhere): the same solves through HTTP (``tts serve
    --backend scripted`` in its own process, so the client does not share its GIL) and in-process
    (``Session.asolve`` on the same scripted generator, same strategy, same concurrency).
-   Prints HTTP throughput / in-process throughput. Goal: >= 0.8.
+   Prints HTTP throughput / in-process throughput. Goal: >= 0.8. Both sides run the same prompt
+   (``--prompt``): math by default (answers voted as values, so the server's own work shows), or
+   plain (free text chosen by minimum Bayes risk, the server's default, several times the solve work).
 2. ``--half vllm`` (needs a vLLM OpenAI-compatible server: ``--vllm-url``, or ``--start-vllm
    MODEL`` to start one here): the same samples sent straight to vLLM (``--requests`` chat
    completions of ``n = --n`` each, all at once) and through ``tts serve --backend openai`` in
@@ -152,13 +154,17 @@ async def _fire(url: str, bodies: list[dict], concurrency: int, timeout: float) 
 
 # --- 1. scripted: HTTP vs in-process -------------------------------------------------------------
 
-async def _in_process(session, count: int, concurrency: int, strategy: str, n: int) -> tuple[list[float], float]:
+async def _in_process(session, count: int, concurrency: int, strategy: str, n: int,
+                      prompt: str = "math") -> tuple[list[float], float]:
+    from tts.prompts import PromptTemplate
+
     gate = asyncio.Semaphore(concurrency)
+    template = PromptTemplate() if prompt == "plain" else None  # the server's plain prompt; None: the math one
 
     async def one(i: int) -> float:
         async with gate:
             t = time.perf_counter()
-            await session.asolve(f"{QUESTION} ({i})", strategy=strategy, n=n)
+            await session.asolve(f"{QUESTION} ({i})", strategy=strategy, n=n, prompt=template)
             return time.perf_counter() - t
 
     t0 = time.perf_counter()
@@ -176,7 +182,8 @@ def scripted(args: argparse.Namespace) -> dict:
     port = _free_port()
     argv = [sys.executable, "-m", "tts.cli", "serve", "--backend", "scripted", "--port", str(port),
             "--strategy", args.strategy, "--max-concurrent", str(max(256, args.concurrency)),
-            "--batch-window", str(args.batch_window), "--default-max-tokens", str(args.max_tokens)]
+            "--batch-window", str(args.batch_window), "--default-max-tokens", str(args.max_tokens),
+            "--prompt", args.prompt]
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     bodies = [{"model": f"{args.strategy}/scripted", "messages": [{"role": "user", "content": f"{QUESTION} ({i})"}]}
               for i in range(args.requests)]
@@ -187,18 +194,22 @@ def scripted(args: argparse.Namespace) -> dict:
     try:
         with _process(argv, f"http://127.0.0.1:{port}/health", Path(args.log), 120):
             asyncio.run(_fire(url, bodies, args.concurrency, 120))  # warm both (threads, caches)
-            asyncio.run(_in_process(session, args.requests, args.concurrency, kind, n))
+            asyncio.run(_in_process(session, args.requests, args.concurrency, kind, n, args.prompt))
             for _ in range(args.rounds):
                 http.append(_stats(*asyncio.run(_fire(url, bodies, args.concurrency, 120))))
-                local.append(_stats(*asyncio.run(_in_process(session, args.requests, args.concurrency, kind, n))))
+                local.append(_stats(*asyncio.run(_in_process(session, args.requests, args.concurrency, kind, n,
+                                                             args.prompt))))
     finally:
         session.close()
         generator.close()
     h = statistics.median(r["per_second"] for r in http)
     e = statistics.median(r["per_second"] for r in local)
     return {"half": "scripted", "requests": args.requests, "concurrency": args.concurrency, "strategy": args.strategy,
+            "prompt": args.prompt,
             "http": http, "in_process": local, "http_per_second": h, "in_process_per_second": e,
-            "ratio_http_over_in_process_throughput": round(h / e, 3), "goal": ">= 0.8"}
+            "ratio_http_over_in_process_throughput": round(h / e, 3),
+            "round_ratios": [round(a["per_second"] / b["per_second"], 3) for a, b in zip(http, local, strict=True)],
+            "goal": ">= 0.8"}
 
 
 # --- 2. vLLM: through tts vs direct --------------------------------------------------------------
@@ -274,6 +285,9 @@ def main() -> None:
     p.add_argument("--strategy", default="sc-4", help="scripted: the strategy of every request.")
     p.add_argument("--n", type=int, default=4, help="vllm: samples per request.")
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--prompt", choices=["math", "plain"], default="math",
+                   help="scripted: the prompt of both sides (math: answers voted as values; plain: free text chosen "
+                        "by minimum Bayes risk, much more work per solve). Both sides always run the same one.")
     p.add_argument("--batch-window", type=float, default=0.01)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--vllm-url", help="vllm: a running vLLM server, up to /v1.")
@@ -292,7 +306,7 @@ def main() -> None:
     for r in reports:
         if r["half"] == "scripted":
             print(f"scripted: HTTP {r['http_per_second']} req/s vs in-process {r['in_process_per_second']} req/s "
-                  f"-> ratio {r['ratio_http_over_in_process_throughput']} (goal >= 0.8); "
+                  f"-> ratio {r['ratio_http_over_in_process_throughput']} (goal >= 0.8; rounds {r['round_ratios']}); "
                   f"p50/p99 HTTP {r['http'][0]['p50']}/{r['http'][0]['p99']} s, "
                   f"in-process {r['in_process'][0]['p50']}/{r['in_process'][0]['p99']} s")
         else:

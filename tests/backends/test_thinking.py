@@ -226,7 +226,7 @@ def test_reasoning_tokens_survive_results_json_and_the_ledger_shows_them_apart()
 
 
 def test_the_servers_usage_details_take_the_engines_count():
-    from tts.serve.protocol import usage_block
+    from tts.serve.replies import usage_block
 
     counted = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50, reasoning_tokens=30),
                               reasoning_tokens=12)

@@ -492,7 +492,7 @@ def test_masked_tokens_logprobs_are_sent_as_a_finite_floor():
     import json as _json
     from types import SimpleNamespace
 
-    from tts.serve.protocol import LOGPROB_FLOOR, logprobs_block
+    from tts.serve.replies import LOGPROB_FLOOR, logprobs_block
 
     sol = SimpleNamespace(logprobs=[("{", 0.0, [("{", 0.0), ("x", float("-inf"))]), ("}", float("-inf"), [])])
     for kind in ("chat", "completions"):

@@ -234,7 +234,9 @@ def test_deeply_nested_json_gets_a_400_and_the_connection_keeps_serving(served):
 
 
 def test_the_depth_bound_is_exact():
-    from tts.serve.protocol import BadRequest, ChatRequest, check_depth
+    from tts.serve.deps import check_depth
+    from tts.serve.errors import APIError
+    from tts.serve.protocol import ChatRequest
 
     def body(depth: int) -> bytes:
         return (b'{"model": "m", "messages": [{"role": "user", "content": "q"}], "tools": [' + b"[" * (depth - 2)
@@ -243,7 +245,7 @@ def test_the_depth_bound_is_exact():
     check_depth(body(64), 64)  # depth 64 passes the server's check; pydantic then judges the content
     with pytest.raises(ValidationError, match="tools"):
         ChatRequest.model_validate_json(body(64))
-    with pytest.raises(BadRequest, match="nested more than 64 levels deep"):
+    with pytest.raises(APIError, match="nested more than 64 levels deep"):
         check_depth(body(65), 64)
 
 

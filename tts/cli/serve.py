@@ -140,6 +140,10 @@ DefaultMaxTokens = Annotated[int, typer.Option(min=1, help="max_tokens of reques
 MaxBudgetTokens = Annotated[int, typer.Option(min=1, help="Most generated tokens (worst case) one request may "
                                               "spend; budgets in other units are converted.")]
 MaxBodyBytes = Annotated[int, typer.Option(min=1024, help="Largest HTTP request body.")]
+BodyTimeout = Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; slower "
+                                            "uploads get 408.")]
+Docs = Annotated[bool, typer.Option(help="Serve the OpenAPI schema at /openapi.json (behind the API key when there is "
+                                    "one) and, without a key, its page at /docs.")]
 BatchWindow = Annotated[float, typer.Option(min=0.0, help="Seconds an engine call waits for concurrent requests "
                                             "to join.")]
 Gpu = Annotated[str, typer.Option(help="GPU that prices eFLOPs, seconds and dollars in answers.")]
@@ -154,6 +158,7 @@ Verifier = Annotated[list[str] | None, typer.Option(help="A verifier requests ma
                                                     "prm7b='{\"kind\": \"prm\", \"model\": \"/models/prm\"}'. "
                                                     "arithmetic, judge, logprob and self_certainty are always "
                                                     "offered.")]
+KeepAliveTimeout = Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays open.")]
 DefaultStrategy = Annotated[str, typer.Option(help="Strategy of requests whose model name has none (sc-8, beam-4x8, "
                                                 "auto, ...).")]
 AllowCodeExecution = Annotated[bool, typer.Option(
@@ -298,13 +303,12 @@ def serve_command(
     allow_strategy: AllowStrategy = None,
     allow_code_execution: AllowCodeExecution = False,
     prompt: Prompt = "plain",
-    body_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds a client has to send its request body; "
-                                                "slower uploads get 408.")] = 30.0,
-    keep_alive_timeout: Annotated[int, typer.Option(min=1, help="Seconds an idle keep-alive connection stays "
-                                                    "open.")] = 5,
+    body_timeout: BodyTimeout = 30.0,
+    keep_alive_timeout: KeepAliveTimeout = 5,
     max_connections: Annotated[int | None, typer.Option(min=1, help="Most open connections and requests at once; "
                                                         "past it, new requests get 503 (default: no limit, "
                                                         "--max-concurrent still applies).")] = None,
+    docs: Docs = True,
     accuracy: Accuracy = 0.6,
     seed: Seed = 0,
     max_model_len: MaxModelLen = 2048,
@@ -333,7 +337,8 @@ def serve_command(
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
-                             calibrations=calibrations, prompt=prompt, allow_code_execution=allow_code_execution)
+                             calibrations=calibrations, prompt=prompt, allow_code_execution=allow_code_execution,
+                             docs=docs)
         app = close_on_failure(generator, session, lambda: create_app(session, config))
     typer.echo(f"tts serve: {name} on http://{host}:{port}/v1 (strategy by model name, e.g. sc-16/{name}; "
                f"auth {'on' if key else 'off'})", err=True)

@@ -2,9 +2,9 @@
 
 ``create_app(session, config)`` builds the FastAPI app (:mod:`tts.serve.app` lists its modules);
 :mod:`tts.serve.routing` reads the strategy from the model name, :mod:`tts.serve.protocol` holds
-the request and response shapes, :mod:`tts.serve.policy` what a client may choose and the caps (the
-MCP tool, :mod:`tts.serve.mcp`, enforces the same), :mod:`tts.serve.metrics` the Prometheus
-metrics. FastAPI is imported only when an app is built.
+the request models and :mod:`tts.serve.responses` the reply models, :mod:`tts.serve.policy` what a
+client may choose and the caps (the MCP tool, :mod:`tts.serve.mcp`, enforces the same),
+:mod:`tts.serve.metrics` the Prometheus metrics. FastAPI is imported only when an app is built.
 """
 
 from tts.serve.config import ServeConfig

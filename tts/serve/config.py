@@ -27,6 +27,9 @@ class ServeConfig(BaseModel):
     api_key: str | None = None
     """When set, every /v1 request must send ``Authorization: Bearer <key>`` (compared in
     constant time); /health and /metrics stay open."""
+    docs: bool = True
+    """Serve the OpenAPI schema at /openapi.json (behind ``api_key`` when one is set) and, on a server
+    without a key, its browsable page at /docs (a browser cannot send the key)."""
     max_body_bytes: int = Field(1 << 20, ge=1024)
     """Largest request body; larger ones get 413."""
     body_timeout: float = Field(30.0, gt=0)

@@ -1,87 +1,122 @@
-"""Refusals: the OpenAI error shape of every 4xx, and the handlers that render them.
+"""Refusals: one exception for every answer that is not a reply, and the handlers that render it.
 
-Whatever refuses a request (the API key, the body's size, FastAPI's validation of the body, the
-server's own checks of what it asks for, the rate limit, the concurrency gate) raises; the handlers
-installed here answer with ``{"error": {"message", "type", "param", "code"}}``, whose message says
-what to change, and count the refusal in the metrics. A refused completion request is also counted
-in the latency histogram under its endpoint (:class:`~tts.serve.deps.BodyLimitRoute` marks them).
+Whatever refuses a request (the API key, the body's size and nesting, FastAPI's validation of the
+body, the plan's checks against the operator's policy and caps, the rate limit, the concurrency
+gate) raises :class:`APIError`; so does a route that cannot serve what was asked (an unknown
+model id). FastAPI's and Starlette's own errors (validation, unknown paths) are turned into one
+here. The one handler answers with the OpenAI error object ``{"error": {"message", "type",
+"param", "code"}}`` (:class:`~tts.serve.responses.ErrorResponse`), whose message says what to
+change, and counts the refusal in the metrics; a refused completion request is also counted in the
+latency histogram under its endpoint (:class:`~tts.serve.deps.BodyLimitRoute` marks them). A
+failed solve is answered through the same type (:func:`tts.serve.solving.failure`).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tts.serve import protocol
-from tts.serve.protocol import BadRequest
+from tts.serve.responses import error_reply, json_bytes
 
 
 class APIError(Exception):
-    """A request refused with ``status``; ``reason`` is its label in ``tts_rejected_requests_total``
-    (None: not counted as a rejection)."""
+    """A request answered with ``status`` and the OpenAI error object instead of a reply.
 
-    def __init__(self, message: str, status: int, param: str | None = None, code: str | None = None,
+    Args:
+        message: What went wrong and what to change (the client shows it).
+        status: The HTTP status (a 4xx for a refusal).
+        param: The request field to change, when one is to blame.
+        code: A machine-readable reason (``invalid_api_key``, ``model_not_found``, ...).
+        headers: Extra response headers (``Retry-After``, ``Connection: close``).
+        reason: Its label in ``tts_rejected_requests_total``; None: not counted as a rejection.
+    """
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None,
                  headers: dict[str, str] | None = None, reason: str | None = "bad_request") -> None:
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
         self.headers, self.reason = headers, reason
 
-    @classmethod
-    def bad_request(cls, exc: BadRequest) -> APIError:
-        return cls(str(exc), exc.status, exc.param, exc.code)
+    def response(self) -> Response:
+        """The error object as a JSON response."""
+        return Response(json_bytes(error_reply(self.message, self.status, self.param, self.code)),
+                        status_code=self.status, headers=self.headers, media_type="application/json")
 
 
-def error_response(message: str, status: int, param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """The OpenAI error object as a response."""
-    return JSONResponse(protocol.error_body(message, status, param, code), status_code=status, headers=headers)
+def not_json(exc: BaseException) -> APIError:
+    """The refusal of a body that is not JSON text (``exc``: the parser's error)."""
+    return APIError(f"the request body is not valid JSON ({exc}); send a JSON object with "
+                    "Content-Type: application/json", code="invalid_json")
 
 
-def refuse(request: Request, exc: APIError) -> JSONResponse:
-    """Answer a refused request and count it."""
-    metrics = request.app.state.tts.metrics
-    if exc.reason is not None:
-        metrics.reject(exc.reason)
-    endpoint, t0 = getattr(request.state, "endpoint", None), getattr(request.state, "t0", None)
-    if endpoint is not None and t0 is not None:
-        metrics.observe(endpoint, exc.status, time.perf_counter() - t0)
-    return error_response(exc.message, exc.status, exc.param, exc.code, exc.headers)
+def invalid_body(errors: list[Any], doc: str | None = None) -> APIError:
+    """The refusal of a body that failed validation: its first problem as 'field: problem'.
+
+    ``errors`` are pydantic's (``ValidationError.errors()``) or FastAPI's, whose locations start
+    with ``"body"`` and which also report JSON that does not parse (``json_invalid``, at its
+    character offset in ``doc``) and a body that is not an object.
+    """
+    first = errors[0]
+    loc_parts = list(first.get("loc", ()))
+    if loc_parts[:1] == ["body"]:  # FastAPI's prefix: the whole body is the request model
+        loc_parts = loc_parts[1:]
+    if first["type"] == "json_invalid":
+        pos = loc_parts[0] if loc_parts and isinstance(loc_parts[0], int) else 0
+        reason = (first.get("ctx") or {}).get("error", "invalid JSON")
+        return not_json(json.JSONDecodeError(str(reason), doc, pos) if isinstance(doc, str) else reason)
+    if not loc_parts:  # the body as a whole
+        got = first.get("input")
+        if first["type"] == "missing":
+            return APIError("the request body is empty; send a JSON object with Content-Type: application/json",
+                            code="invalid_json")
+        if isinstance(got, bytes | bytearray):
+            return APIError("the request body is not JSON by its Content-Type; send a JSON object with "
+                            "Content-Type: application/json", code="invalid_json")
+        return APIError(f"the request body must be a JSON object, got {type(got).__name__}", code="invalid_json")
+    loc = ".".join(str(x) for x in loc_parts)
+    if first["type"] == "extra_forbidden":
+        msg = (f"unknown field {loc!r}; remove it (tts settings go in the 'tts' object: strategy, n, "
+               "budget, prompt, answer_only)")
+    elif first["type"] == "missing":
+        msg = f"field {loc!r} is required"
+    else:
+        msg = f"{loc}: {first['msg']}"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return APIError(msg + more, param=loc or None)
 
 
-async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, APIError)
-    return refuse(request, exc)
-
-
-async def _bad_request(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, BadRequest)
-    return refuse(request, APIError.bad_request(exc))
-
-
-async def _invalid(request: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's validation of a body: 400 (not FastAPI's 422), its first problem in the server's words."""
-    assert isinstance(exc, RequestValidationError)
-    doc = exc.body if isinstance(exc.body, str) else None
-    return refuse(request, APIError.bad_request(protocol.invalid_body(list(exc.errors()), doc)))
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's and FastAPI's own errors: unknown paths and methods, and a body FastAPI could not
-    decode (its 400 wraps the decoder's error)."""
+def _from_framework(exc: Exception) -> APIError:
+    """FastAPI's and Starlette's own errors as the server's: a body that failed validation (400, not
+    FastAPI's 422, its first problem in the server's words), a body FastAPI could not decode (its
+    400 wraps the decoder's error), unknown paths and methods (not counted as rejections)."""
+    if isinstance(exc, RequestValidationError):
+        return invalid_body(list(exc.errors()), exc.body if isinstance(exc.body, str) else None)
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
-        return refuse(request, APIError.bad_request(protocol.not_json(exc.__cause__)))
+        return not_json(exc.__cause__)
     hint = " (see GET /v1/models; endpoints: /v1/chat/completions, /v1/completions)" if exc.status_code == 404 else ""
-    return error_response(f"{exc.detail}{hint}", exc.status_code, headers=exc.headers)
+    return APIError(f"{exc.detail}{hint}", exc.status_code, headers=exc.headers, reason=None)
+
+
+async def _refuse(request: Request, exc: Exception) -> Response:
+    """Answer a refused request and count it."""
+    refusal = exc if isinstance(exc, APIError) else _from_framework(exc)
+    metrics = request.app.state.tts.metrics
+    if refusal.reason is not None:
+        metrics.reject(refusal.reason)
+    endpoint, t0 = getattr(request.state, "endpoint", None), getattr(request.state, "t0", None)
+    if endpoint is not None and t0 is not None:
+        metrics.observe(endpoint, refusal.status, time.perf_counter() - t0)
+    return refusal.response()
 
 
 def install(app: FastAPI) -> None:
     """Answer ``app``'s refusals in the OpenAI error shape."""
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(BadRequest, _bad_request)
-    app.add_exception_handler(RequestValidationError, _invalid)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    for kind in (APIError, RequestValidationError, StarletteHTTPException):
+        app.add_exception_handler(kind, _refuse)

@@ -4,33 +4,42 @@ The candidates are :func:`tts.serve.routing.listed_models` (the model, and one i
 id is listed when the request a client would send with it alone passes every check and a dry run
 of its solve reaches the engine (a strategy that refuses the server's budget, or needs a
 calibration or a graph file it was not given, stops before). Found once per id, then kept.
+
+The listing is given the server's planner as a function, so it depends on neither the planning
+nor the server's state (``create_app`` joins them).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from tts.serve import protocol
+from tts.serve.errors import APIError
 from tts.serve.failures import solve_error
-from tts.serve.protocol import BadRequest, ChatRequest
+from tts.serve.protocol import ChatRequest
+from tts.serve.replies import now
+from tts.serve.responses import ModelCard
 from tts.serve.routing import listed_models
-
-if TYPE_CHECKING:
-    from tts.serve.state import ServerState
 
 _FORGET_PAST = 4096
 """Ids remembered before the ones that are not candidates are forgotten (a client retrieving many ids)."""
 
 
 class ModelListing:
-    """Which model ids a request may name on this server, and why not the others."""
+    """Which model ids a request may name on this server, and why not the others.
 
-    def __init__(self, state: ServerState) -> None:
-        self._state = state
+    Args:
+        session: The served :class:`~tts.session.Session` (dry runs copy its settings).
+        served: The served model name.
+        plan: The server's plan of a chat request (:func:`tts.serve.planning.plan_request`).
+    """
+
+    def __init__(self, session: Any, served: str, plan: Callable[[ChatRequest], Any]) -> None:
+        self._session, self._served, self._plan = session, served, plan
         self._lock = threading.Lock()
         self._why_not: dict[str, str | None] = {}  # model id -> None when it works, else why not
-        self.created = protocol.now()
+        self.created = now()
 
     def usable(self, model_id: str) -> str | None:
         """None when a request naming ``model_id`` alone would be served, else why not (one line).
@@ -38,7 +47,7 @@ class ModelListing:
         with self._lock:
             if model_id not in self._why_not:
                 if len(self._why_not) > _FORGET_PAST:
-                    listed = set(listed_models(self._state.config.model))
+                    listed = set(listed_models(self._served))
                     for k in [k for k in self._why_not if k not in listed]:
                         del self._why_not[k]
                 self._why_not[model_id] = self._check(model_id)
@@ -46,21 +55,20 @@ class ModelListing:
 
     def listed(self) -> list[str]:
         """The candidate ids that work (blocking, as :meth:`usable`)."""
-        return [m for m in listed_models(self._state.config.model) if self.usable(m) is None]
+        return [m for m in listed_models(self._served) if self.usable(m) is None]
 
-    def card(self, model_id: str) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": self.created, "owned_by": "tts"}
+    def card(self, model_id: str) -> ModelCard:
+        return ModelCard(id=model_id, created=self.created)
 
     def _check(self, model_id: str) -> str | None:
-        from tts.serve.planning import plan_request
         from tts.session import Session
 
-        state, session = self._state, self._state.session
+        session = self._session
         try:
-            p = plan_request(state, "chat", ChatRequest.model_validate(
+            p = self._plan(ChatRequest.model_validate(
                 {"model": model_id, "messages": [{"role": "user", "content": "What is 1 + 1?"}]}))
-        except BadRequest as exc:
-            return str(exc)
+        except APIError as exc:
+            return exc.message
         probe = Session(generator=_DryRun(session.generator), strategy=session.default_strategy,
                         temperature=session.sampling.temperature, top_p=session.sampling.top_p,
                         max_tokens=session.sampling.max_tokens, prompt=session.template, seed=session.seed,

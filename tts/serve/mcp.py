@@ -214,7 +214,7 @@ class _Solver:
             raise
         finally:
             self.gate.leave()
-        from tts.serve.protocol import message_text, tool_calls
+        from tts.serve.replies import message_text, tool_calls
 
         cost = {k: v for k, v in sol.cost.items() if k in SolveCost.model_fields}
         calls = tool_calls(sol) if kwargs["tools"] else None

@@ -68,11 +68,19 @@ class Metrics:
         self.latency = Histogram("tts_request_seconds", "Latency of answered requests.", ["endpoint"],
                                  buckets=BUCKETS, registry=registry)
         registry.register(_SessionStats(session_stats))
+        # labelled series looked up once (``labels`` takes a lock and builds a key on every call)
+        self._prompt_tokens = self.tokens.labels(kind="prompt")
+        self._completion_tokens = self.tokens.labels(kind="completion")
+        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def observe(self, endpoint: str, status: int, seconds: float) -> None:
         """One finished request."""
-        self.requests.labels(endpoint=endpoint, status=str(status)).inc()
-        self.latency.labels(endpoint=endpoint).observe(seconds)
+        series = self._series.get((endpoint, status))
+        if series is None:  # endpoints are the routes' and statuses few: a small, bounded dict
+            series = self._series[endpoint, status] = (self.requests.labels(endpoint=endpoint, status=str(status)),
+                                                       self.latency.labels(endpoint=endpoint))
+        series[0].inc()
+        series[1].observe(seconds)
 
     def reject(self, reason: str) -> None:
         """One request refused before solving (``auth``, ``bad_request``, ``rate_limited``, ...)."""
@@ -84,8 +92,8 @@ class Metrics:
 
     def spent(self, cost: dict[str, Any]) -> None:
         """Tokens and cost of one solve."""
-        self.tokens.labels(kind="prompt").inc(int(cost.get("prompt_tokens", 0)))
-        self.tokens.labels(kind="completion").inc(int(cost.get("completion_tokens", 0)))
+        self._prompt_tokens.inc(int(cost.get("prompt_tokens", 0)))
+        self._completion_tokens.inc(int(cost.get("completion_tokens", 0)))
         for unit, counter in self.cost.items():
             if cost.get(unit) is not None:
                 counter.inc(float(cost[unit]))

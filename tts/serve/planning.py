@@ -3,7 +3,7 @@
 :func:`plan_request` reads the strategy from the model name (or ``tts.strategy``), lets the policy
 resolve it (only what the operator allowed), checks ``n``, ``max_tokens``, the compute budget and
 the strategy's sample count against the server's caps, and builds one :class:`Job` per choice (and
-prompt). Anything refused raises :class:`~tts.serve.protocol.BadRequest` with the field to change,
+prompt). Anything refused raises :class:`~tts.serve.errors.APIError` with the field to change,
 before any compute is spent. A request without a budget runs under a share of the server's cap
 (``reasoning_effort``), so no request can spend more than the operator allows.
 """
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tts.serve import protocol
+from tts.serve.errors import APIError
 from tts.serve.policy import PolicyError
-from tts.serve.protocol import BadRequest, ChatRequest, CompletionRequest
+from tts.serve.protocol import ChatRequest, CompletionRequest
 from tts.serve.routing import RoutingError, route, strategy_spec
 from tts.serve.state import ServerState
 
@@ -60,14 +61,14 @@ def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRe
     """The plan of a request, every setting checked against the server's policy and caps.
 
     Raises:
-        BadRequest: What to change (``param`` names the field).
+        APIError: What to change (``param`` names the field).
     """
     config, session = state.config, state.session
     spec = _resolve_strategy(state, body)
     if not 1 <= body.n <= config.max_choices:
-        raise BadRequest(f"n={body.n}: n (choices, each an independent solve) must be between 1 and "
-                         f"{config.max_choices} on this server; for more samples per answer raise the strategy's n "
-                         "(sc-16/<model> or tts.n)", param="n")
+        raise APIError(f"n={body.n}: n (choices, each an independent solve) must be between 1 and "
+                       f"{config.max_choices} on this server; for more samples per answer raise the strategy's n "
+                       "(sc-16/<model> or tts.n)", param="n")
     max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
     prompts = getattr(body, "prompt", "")
     solves = body.n * (1 if isinstance(prompts, str) else min(max(len(prompts), 1), config.max_prompts))
@@ -81,7 +82,7 @@ def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRe
         strategy_config = state.policy.strategy_config(session, spec, body.tts.n, budget,
                                                        n_hint=" (in the model name or tts.n)")
     except PolicyError as exc:
-        raise BadRequest(str(exc), param=exc.param, code=exc.code if exc.code != "invalid_budget" else None) from None
+        raise APIError(str(exc), param=exc.param, code=exc.code if exc.code != "invalid_budget" else None) from None
     notes: list[str] = []
     common = _solve_kwargs(state, body, strategy_config, budget, max_tokens, notes)
     plan = Plan(kind, body, [], False, tokens * solves, notes, plain=common["prompt"] is state.plain)
@@ -103,14 +104,14 @@ def _resolve_strategy(state: ServerState, body: ChatRequest | CompletionRequest)
             spec = dict(chosen)
     except RoutingError as exc:
         param = "tts.strategy" if chosen is not None and exc.status == 404 and "strategy" in str(exc) else exc.param
-        raise BadRequest(str(exc), exc.status if param == "model" else 400, param,
-                         "model_not_found" if exc.status == 404 and param == "model" else None) from None
+        raise APIError(str(exc), exc.status if param == "model" else 400, param,
+                       "model_not_found" if exc.status == 404 and param == "model" else None) from None
     try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
         return state.policy.resolve(spec)
     except PolicyError as exc:
         from_model = chosen is None and exc.param == "tts.strategy"
-        raise BadRequest(str(exc), 404 if from_model else 400, "model" if from_model else exc.param,
-                         "model_not_found" if from_model else "setting_not_allowed") from None
+        raise APIError(str(exc), 404 if from_model else 400, "model" if from_model else exc.param,
+                       "model_not_found" if from_model else "setting_not_allowed") from None
 
 
 def _asked_budget(body: ChatRequest | CompletionRequest) -> Any:
@@ -121,7 +122,7 @@ def _asked_budget(body: ChatRequest | CompletionRequest) -> Any:
     try:
         return ComputeBudget.parse(body.tts.budget)
     except BudgetError as exc:
-        raise BadRequest(one_line(exc), param="tts.budget") from None
+        raise APIError(one_line(exc), param="tts.budget") from None
 
 
 def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, strategy_config: Any, budget: Any,
@@ -140,8 +141,8 @@ def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, str
         vocab = None
     outside = [t for t, _ in options.logit_bias if isinstance(vocab, int) and t >= vocab]
     if outside:  # refused here, not by the engine, where it would fail a batch shared with other requests
-        raise BadRequest(f"logit_bias token id {outside[0]} is outside this model's vocabulary of {vocab} tokens; "
-                         f"give ids 0..{vocab - 1}", param="logit_bias")
+        raise APIError(f"logit_bias token id {outside[0]} is outside this model's vocabulary of {vocab} tokens; "
+                       f"give ids 0..{vocab - 1}", param="logit_bias")
     samples = getattr(strategy_config, "n", None)
     if body.temperature == 0 and (samples or 1) > 1:
         notes.append(f"temperature 0 is greedy: the strategy's {samples} samples are one greedy sample repeated "
@@ -166,10 +167,10 @@ def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[s
     try:
         parsed = messages_from_openai(messages)
     except ChatInputError as exc:
-        raise BadRequest(str(exc), param="messages") from None
+        raise APIError(str(exc), param="messages") from None
     question = next((m.content for m in reversed(parsed) if m.role == "user" and m.content.strip()), "")
     if not question.strip() and parsed[-1].role not in ("tool", "assistant"):
-        raise BadRequest("the conversation has no user message with text; put the question in one", param="messages")
+        raise APIError("the conversation has no user message with text; put the question in one", param="messages")
     strategy_config = common["strategy"]
     offered = tool_plan(state, body, strategy_config)
     extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice),
@@ -188,9 +189,9 @@ def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[s
     limit = state.config.max_prompts
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
     if not prompts or len(prompts) > limit:
-        raise BadRequest(f"give 1 to {limit} prompts, got {len(prompts)}", param="prompt")
+        raise APIError(f"give 1 to {limit} prompts, got {len(prompts)}", param="prompt")
     if any(not p.strip() for p in prompts):
-        raise BadRequest("a prompt is empty; put the question in it", param="prompt")
+        raise APIError("a prompt is empty; put the question in it", param="prompt")
     return [Job(p, dict(common), i * body.n + j) for i, p in enumerate(prompts) for j in range(body.n)]
 
 
@@ -216,21 +217,21 @@ def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any) -> li
     search, a graph) is refused when tools are sent, rather than dropping them."""
     wanted, offered = body.tool_choice, body.tools
     if wanted is not None and not offered:
-        raise BadRequest("tool_choice needs tools; send the tools or leave tool_choice out", param="tool_choice")
+        raise APIError("tool_choice needs tools; send the tools or leave tool_choice out", param="tool_choice")
     if not offered or wanted == "none":
         return None
     if not returns_tool_calls(strategy_config):
         usable = ", ".join(k for k in tool_strategies() if state.policy.allows(k))
-        raise BadRequest(f"strategy {strategy_config.kind} cannot show the model tools, so it cannot answer this "
-                         f"request; use one that can ({usable}), e.g. model tool_vote-8/{state.config.model}, "
-                         "or leave the tools out", param="tools")
+        raise APIError(f"strategy {strategy_config.kind} cannot show the model tools, so it cannot answer this "
+                       f"request; use one that can ({usable}), e.g. model tool_vote-8/{state.config.model}, "
+                       "or leave the tools out", param="tools")
     if isinstance(wanted, protocol.NamedToolChoice):
         name = wanted.function.name
         offered = [t for t in offered if (t.get("function") or {}).get("name") == name]
         if not offered:
             have = ", ".join(repr((t.get("function") or {}).get("name")) for t in body.tools or [])
-            raise BadRequest(f"tool_choice names {name!r}, which is not one of the tools ({have}); name one "
-                             "of them", param="tool_choice")
+            raise APIError(f"tool_choice names {name!r}, which is not one of the tools ({have}); name one "
+                           "of them", param="tool_choice")
     return offered
 
 

@@ -1,4 +1,4 @@
-"""Request bodies the server accepts and the OpenAI-shaped responses it returns.
+"""The request bodies the server accepts (the replies' shapes are :mod:`tts.serve.responses`).
 
 Bodies are validated with pydantic; a field the server does not know is refused (a setting that
 would be silently ignored is a bug). The OpenAI sampling fields are honoured for every sample a
@@ -11,12 +11,7 @@ says, and only metadata that cannot change an answer is accepted and ignored (``
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
-import re
-import time
-import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -202,7 +197,7 @@ class _Common(BaseModel):
     """Accepted and ignored (the server stores nothing)."""
     service_tier: str | None = None
     """Accepted and ignored (one tier here)."""
-    tts: TTSOptions = TTSOptions()
+    tts: TTSOptions = Field(default_factory=TTSOptions)  # a model default would be deep-copied per request
     """tts settings: strategy, n, budget, prompt, answer_only."""
 
     @field_validator("stop")
@@ -287,208 +282,3 @@ class CompletionRequest(_Common):
 
     def logprobs_asked(self) -> int | None:
         return self.logprobs
-
-
-class BadRequest(ValueError):
-    """A request to refuse with a 4xx; ``param`` names the field to change."""
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-        self.code = code
-
-
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP = [1 if b in b"[{" else -1 for b in range(256)]
-
-
-def json_depth(raw: bytes) -> int:
-    """How deep arrays and objects nest in JSON text (brackets inside strings do not count), read
-    without parsing it (linear time, no recursion)."""
-    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKET)
-    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
-
-
-def check_depth(raw: bytes, max_depth: int) -> None:
-    """Refuse a body nested more than ``max_depth`` arrays and objects deep, before it is parsed.
-
-    Raises:
-        BadRequest: Nested too deep.
-    """
-    if json_depth(raw) > max_depth:
-        raise BadRequest(f"the request body is nested more than {max_depth} levels deep (arrays and objects "
-                         "inside each other); send a flatter body", code="invalid_json")
-
-
-def not_json(exc: BaseException) -> BadRequest:
-    """The refusal of a body that is not JSON text (``exc``: the parser's error)."""
-    return BadRequest(f"the request body is not valid JSON ({exc}); send a JSON object with "
-                      "Content-Type: application/json", code="invalid_json")
-
-
-def invalid_body(errors: list[Any], doc: str | None = None) -> BadRequest:
-    """The refusal of a body that failed validation: its first problem as 'field: problem'.
-
-    ``errors`` are pydantic's (``ValidationError.errors()``) or FastAPI's, whose locations start
-    with ``"body"`` and which also report JSON that does not parse (``json_invalid``, at its
-    character offset in ``doc``) and a body that is not an object.
-    """
-    first = errors[0]
-    loc_parts = list(first.get("loc", ()))
-    if loc_parts[:1] == ["body"]:  # FastAPI's prefix: the whole body is the request model
-        loc_parts = loc_parts[1:]
-    if first["type"] == "json_invalid":
-        pos = loc_parts[0] if loc_parts and isinstance(loc_parts[0], int) else 0
-        reason = (first.get("ctx") or {}).get("error", "invalid JSON")
-        return not_json(json.JSONDecodeError(str(reason), doc, pos) if isinstance(doc, str) else reason)
-    if not loc_parts:  # the body as a whole
-        got = first.get("input")
-        if first["type"] == "missing":
-            return BadRequest("the request body is empty; send a JSON object with Content-Type: application/json",
-                              code="invalid_json")
-        if isinstance(got, bytes | bytearray):
-            return BadRequest("the request body is not JSON by its Content-Type; send a JSON object with "
-                              "Content-Type: application/json", code="invalid_json")
-        return BadRequest(f"the request body must be a JSON object, got {type(got).__name__}", code="invalid_json")
-    loc = ".".join(str(x) for x in loc_parts)
-    if first["type"] == "extra_forbidden":
-        msg = (f"unknown field {loc!r}; remove it (tts settings go in the 'tts' object: strategy, n, "
-               "budget, prompt, answer_only)")
-    elif first["type"] == "missing":
-        msg = f"field {loc!r} is required"
-    else:
-        msg = f"{loc}: {first['msg']}"
-    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return BadRequest(msg + more, param=loc or None)
-
-
-def error_body(message: str, status: int, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    """The OpenAI error object (the openai client shows ``message``)."""
-    kind = {401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error",
-            429: "rate_limit_error"}.get(status, "invalid_request_error" if status < 500 else "server_error")
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def now() -> int:
-    return int(time.time())
-
-
-def usage_block(solutions: list[Any]) -> dict[str, Any]:
-    """OpenAI ``usage`` over every token spent inside: all samples, steps and verifier calls."""
-    prompt = sum(s.usage.prompt_tokens for s in solutions)
-    completion = sum(s.usage.completion_tokens for s in solutions)
-    cached = sum(s.usage.cached_prompt_tokens for s in solutions)
-    block = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-             "prompt_tokens_details": {"cached_tokens": cached}}
-    # The engine's count (Usage.reasoning_tokens: every thought generated inside, from the backend's
-    # reasoning parser or delimiter) where the backend gives one; else the session's count of the
-    # thinking sections of the trace's samples.
-    reasoning = sum(s.usage.reasoning_tokens or getattr(s, "reasoning_tokens", 0) for s in solutions)
-    if reasoning:  # vLLM's and OpenAI's field: the completion tokens spent in reasoning sections
-        block["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    return block
-
-
-def tts_block(solution: Any) -> dict[str, Any]:
-    """The ``tts`` extension of one choice: answer, confidence, cost and every sample's answer."""
-    trace = solution.trace
-    return {
-        "strategy": solution.strategy,
-        "answer": solution.answer,
-        "confidence": solution.confidence,
-        "cost": solution.cost,
-        "budget": solution.budget,
-        "answers": [s.answer for s in trace.samples],
-        "votes": dict(trace.votes),
-        "events": dict(trace.events),
-        "engine_requests": solution.usage.calls,
-    }
-
-
-def _chosen_text(solution: Any) -> str | None:
-    trace = solution.trace
-    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
-        return trace.samples[trace.selected].text
-    return None
-
-
-def message_text(solution: Any, answer_only: bool, without_reasoning: bool = False, plain: bool = False) -> str:
-    """The reply text: the chosen sample's text (its reasoning and answer), or the answer alone.
-
-    ``without_reasoning``: leave out a reasoning section (``<think>...</think>``), which chat
-    replies return apart as ``reasoning_content`` (:func:`reasoning_text`). ``plain``: the prompt was
-    the conversation as sent; no answer is then an empty text (the ``tts`` extension says why), where
-    the math prompt's reply says "No answer was found."."""
-    from tts.backends.thinking import split_reasoning
-
-    chosen = _chosen_text(solution)
-    if not answer_only and chosen is not None:
-        return split_reasoning(chosen)[1] if without_reasoning else chosen
-    if solution.answer is None:  # a conversation as sent gets an empty reply, not a made-up sentence
-        return "" if answer_only or plain else "No answer was found."
-    return solution.answer if answer_only else f"The answer is \\boxed{{{solution.answer}}}."
-
-
-def reasoning_text(solution: Any, answer_only: bool) -> str | None:
-    """The chosen sample's reasoning section (vLLM's ``reasoning_content``); None without one."""
-    from tts.backends.thinking import split_reasoning
-
-    chosen = _chosen_text(solution)
-    return None if answer_only or chosen is None else split_reasoning(chosen)[0]
-
-
-LOGPROB_FLOOR = -9999.0
-"""What a log-probability of minus infinity is sent as (JSON has no infinity): the token was
-masked, e.g. by structured output. vLLM's own OpenAI server sends the same number."""
-
-
-def _finite(logprob: float) -> float:
-    return logprob if math.isfinite(logprob) else LOGPROB_FLOOR
-
-
-def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any] | None:
-    """The chosen sample's token log-probabilities in OpenAI's shape (chat: ``content`` entries;
-    completions: ``tokens``/``token_logprobs``/``top_logprobs``/``text_offset``); None when they
-    were not asked, the reply is the answer alone, or no single engine sample wrote the text."""
-    tokens = getattr(solution, "logprobs", None)
-    if tokens is None or answer_only:
-        return None
-    if kind == "chat":
-        def entry(token: str, logprob: float) -> dict[str, Any]:
-            return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
-
-        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alts]}
-                            for t, lp, alts in tokens], "refusal": None}
-    offsets, at = [], 0
-    for t, _, _ in tokens:
-        offsets.append(at)
-        at += len(t)
-    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [_finite(lp) for _, lp, _ in tokens],
-            "top_logprobs": [{a: _finite(alp) for a, alp in alts} for _, _, alts in tokens], "text_offset": offsets}
-
-
-def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
-    """``message.tool_calls`` of a solution whose answer is tool calls: the chosen sample's calls
-    with their ids, or calls built from a canonical call answer (fresh ids); None when the answer is
-    not tool calls (text)."""
-    from tts.backends.tool_calls import answer_calls, new_call_id
-
-    trace = solution.trace
-    if solution.answer is None:
-        return None
-    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
-        chosen = trace.samples[trace.selected]
-        if chosen.tool_calls and chosen.answer == solution.answer:
-            return [{**c, "id": c.get("id") or new_call_id()} for c in chosen.tool_calls]
-    calls = answer_calls(solution.answer)
-    if calls is None:
-        return None
-    return [{"id": new_call_id(), "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
-            for c in calls]

@@ -1,42 +1,187 @@
-"""The OpenAI-shaped answers of a solved plan: choices, the whole response, and stream chunks.
+"""The answers of a solved plan, as :mod:`tts.serve.responses` models: choices, the whole reply and
+stream chunks, and the parts read off a solution (its text, reasoning, tool calls, logprobs, usage).
 
 Each choice carries the ``tts`` extension (answer, confidence, cost, every sample's answer, notes);
-a chat choice whose chosen reply calls tools is a tool call (``finish_reason: "tool_calls"``), and a reasoning model's thinking goes
-to ``reasoning_content`` as vLLM's server returns it.
+a chat choice whose chosen reply calls tools is a tool call (``finish_reason: "tool_calls"``), and a
+reasoning model's thinking goes to ``reasoning_content`` as vLLM's server returns it. The MCP tool
+reads a solution's text and calls with the same functions.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+import random
+import time
+from typing import TYPE_CHECKING, Any
 
-from tts.serve import protocol
-from tts.serve.planning import Job, Plan
+from tts.serve import responses as r
+
+if TYPE_CHECKING:
+    from tts.serve.planning import Job, Plan
 
 
-def choice(p: Plan, job: Job, sol: Any) -> dict[str, Any]:
-    """One choice of the response: the text (or tool call), finish reason, logprobs and ``tts``."""
-    ext = protocol.tts_block(sol)
+_ids = random.Random()  # seeded from the OS once; ids need to be unique, not secret
+
+
+def new_id(prefix: str) -> str:
+    """A reply id: 24 random hex digits. Not ``uuid4``: its ``os.urandom`` is a system call that
+    lets go of the GIL, and the event loop then waits its turn behind the solve threads."""
+    return f"{prefix}-{_ids.getrandbits(96):024x}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+# --- what a solution says ------------------------------------------------------------------------
+
+def usage_block(solutions: list[Any]) -> dict[str, Any]:
+    """OpenAI ``usage`` over every token spent inside: all samples, steps and verifier calls."""
+    prompt = sum(s.usage.prompt_tokens for s in solutions)
+    completion = sum(s.usage.completion_tokens for s in solutions)
+    cached = sum(s.usage.cached_prompt_tokens for s in solutions)
+    block = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+             "prompt_tokens_details": {"cached_tokens": cached}}
+    # The engine's count (Usage.reasoning_tokens: every thought generated inside, from the backend's
+    # reasoning parser or delimiter) where the backend gives one; else the session's count of the
+    # thinking sections of the trace's samples.
+    reasoning = sum(s.usage.reasoning_tokens or getattr(s, "reasoning_tokens", 0) for s in solutions)
+    if reasoning:  # vLLM's and OpenAI's field: the completion tokens spent in reasoning sections
+        block["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return block
+
+
+def usage(solutions: list[Any]) -> r.Usage:
+    return r.Usage.model_validate(usage_block(solutions))
+
+
+def tts_block(solution: Any) -> dict[str, Any]:
+    """The ``tts`` extension of one choice: answer, confidence, cost and every sample's answer."""
+    trace = solution.trace
+    return {
+        "strategy": solution.strategy,
+        "answer": solution.answer,
+        "confidence": solution.confidence,
+        "cost": solution.cost,
+        "budget": solution.budget,
+        "answers": [s.answer for s in trace.samples],
+        "votes": dict(trace.votes),
+        "events": dict(trace.events),
+        "engine_requests": solution.usage.calls,
+    }
+
+
+def _chosen_text(solution: Any) -> str | None:
+    trace = solution.trace
+    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
+        return trace.samples[trace.selected].text
+    return None
+
+
+def message_text(solution: Any, answer_only: bool, without_reasoning: bool = False, plain: bool = False) -> str:
+    """The reply text: the chosen sample's text (its reasoning and answer), or the answer alone.
+
+    ``without_reasoning``: leave out a reasoning section (``<think>...</think>``), which chat
+    replies return apart as ``reasoning_content`` (:func:`reasoning_text`). ``plain``: the prompt was
+    the conversation as sent; no answer is then an empty text (the ``tts`` extension says why), where
+    the math prompt's reply says "No answer was found."."""
+    from tts.backends.thinking import split_reasoning
+
+    chosen = _chosen_text(solution)
+    if not answer_only and chosen is not None:
+        return split_reasoning(chosen)[1] if without_reasoning else chosen
+    if solution.answer is None:  # a conversation as sent gets an empty reply, not a made-up sentence
+        return "" if answer_only or plain else "No answer was found."
+    return solution.answer if answer_only else f"The answer is \\boxed{{{solution.answer}}}."
+
+
+def reasoning_text(solution: Any, answer_only: bool) -> str | None:
+    """The chosen sample's reasoning section (vLLM's ``reasoning_content``); None without one."""
+    from tts.backends.thinking import split_reasoning
+
+    chosen = _chosen_text(solution)
+    return None if answer_only or chosen is None else split_reasoning(chosen)[0]
+
+
+LOGPROB_FLOOR = -9999.0
+"""What a log-probability of minus infinity is sent as (JSON has no infinity): the token was
+masked, e.g. by structured output. vLLM's own OpenAI server sends the same number."""
+
+
+def _finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else LOGPROB_FLOOR
+
+
+def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any] | None:
+    """The chosen sample's token log-probabilities in OpenAI's shape (chat: ``content`` entries;
+    completions: ``tokens``/``token_logprobs``/``top_logprobs``/``text_offset``); None when they
+    were not asked, the reply is the answer alone, or no single engine sample wrote the text."""
+    tokens = getattr(solution, "logprobs", None)
+    if tokens is None or answer_only:
+        return None
+    if kind == "chat":
+        def entry(token: str, logprob: float) -> dict[str, Any]:
+            return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
+
+        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alts]}
+                            for t, lp, alts in tokens], "refusal": None}
+    offsets, at = [], 0
+    for t, _, _ in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [_finite(lp) for _, lp, _ in tokens],
+            "top_logprobs": [{a: _finite(alp) for a, alp in alts} for _, _, alts in tokens], "text_offset": offsets}
+
+
+def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
+    """``message.tool_calls`` of a solution whose answer is tool calls: the chosen sample's calls
+    with their ids, or calls built from a canonical call answer (fresh ids); None when the answer is
+    not tool calls (text)."""
+    from tts.backends.tool_calls import answer_calls, new_call_id
+
+    trace = solution.trace
+    if solution.answer is None:
+        return None
+    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
+        chosen = trace.samples[trace.selected]
+        if chosen.tool_calls and chosen.answer == solution.answer:
+            return [{**c, "id": c.get("id") or new_call_id()} for c in chosen.tool_calls]
+    calls = answer_calls(solution.answer)
+    if calls is None:
+        return None
+    return [{"id": new_call_id(), "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for c in calls]
+
+
+# --- the reply of a plan -------------------------------------------------------------------------
+
+def _extension(p: Plan, sol: Any) -> dict[str, Any]:
+    ext = tts_block(sol)
     if p.notes:
         ext["notes"] = list(p.notes)
-    logprobs = protocol.logprobs_block(sol, p.kind, p.answer_only)
+    return ext
+
+
+def choice(p: Plan, job: Job, sol: Any) -> r.ChatChoice | r.CompletionChoice:
+    """One choice of the response: the text (or tool call), finish reason, logprobs and ``tts``."""
+    ext = _extension(p, sol)
+    logprobs = logprobs_block(sol, p.kind, p.answer_only)
     if p.kind == "completions":
-        return {"index": job.index, "text": protocol.message_text(sol, p.answer_only, plain=p.plain),
-                "finish_reason": "stop",
-                "logprobs": logprobs, "tts": ext}
-    calls = protocol.tool_calls(sol) if p.tool_calls else None
-    message: dict[str, Any] = ({"role": "assistant", "content": None, "tool_calls": calls} if calls else
-                               {"role": "assistant",
-                                "content": protocol.message_text(sol, p.answer_only, without_reasoning=True,
-                                                                 plain=p.plain)})
+        return r.CompletionChoice(index=job.index, text=message_text(sol, p.answer_only, plain=p.plain),
+                                  logprobs=logprobs, tts=r.ChoiceExtension(**ext))
+    calls = tool_calls(sol) if p.tool_calls else None
+    if calls:
+        message = r.AssistantMessage(content=None, tool_calls=calls)
+    else:
+        message = r.AssistantMessage(content=message_text(sol, p.answer_only, without_reasoning=True, plain=p.plain),
+                                     reasoning_content=reasoning_text(sol, p.answer_only))
     if sol.answer is None and p.plain:
         why = ", ".join(f"{k}: {v}" for k, v in sorted(sol.trace.events.items())) or "none answered"
         ext["notes"] = [*ext.get("notes", []), f"no sample gave an answer ({why}); the reply is empty"]
-    reasoning = None if calls else protocol.reasoning_text(sol, p.answer_only)
-    if reasoning is not None:  # vLLM's field for a reasoning model's <think> section
-        message["reasoning_content"] = reasoning
-    return {"index": job.index, "message": message, "finish_reason": "tool_calls" if calls else "stop",
-            "logprobs": None if calls else logprobs, "tts": ext}
+    return r.ChatChoice(index=job.index, message=message, finish_reason="tool_calls" if calls else "stop",
+                        logprobs=None if calls else logprobs, tts=r.ChoiceExtension(**ext))
 
 
 def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:
@@ -47,32 +192,31 @@ def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:
     if p.kind != "chat" or not p.tool_calls or not must_call(p.body):
         return None
     for sol in sols:
-        if protocol.tool_calls(sol) is None:
+        if tool_calls(sol) is None:
             samples = len(sol.trace.samples)
             return (f"tool_choice demands a tool call, but none of the {samples} samples held a valid call to an "
                     "offered tool; raise the strategy's n, check the tools' descriptions, or use tool_choice auto")
     return None
 
 
-def summary(sols: list[Any]) -> dict[str, Any]:
+def summary(sols: list[Any], notes: list[str] | None = None) -> r.ReplyExtension:
     """The response's ``tts`` extension: the first choice's answer, all choices' cost."""
     first = sols[0]
-    return {"strategy": first.strategy, "answer": first.answer, "confidence": first.confidence,
-            "cost": sum_costs([s.cost for s in sols]), "answers": [s.answer for s in first.trace.samples],
-            "budget": first.budget}
+    return r.ReplyExtension(strategy=first.strategy, answer=first.answer, confidence=first.confidence,
+                            cost=sum_costs([s.cost for s in sols]), answers=[s.answer for s in first.trace.samples],
+                            budget=first.budget, notes=notes or None)
 
 
-def response_body(p: Plan, sols: list[Any]) -> dict[str, Any]:
+def response(p: Plan, sols: list[Any]) -> r.ChatCompletion | r.Completion:
     """The whole (not streamed) response."""
-    return {"id": response_id(p), "object": "chat.completion" if p.kind == "chat" else "text_completion",
-            "created": protocol.now(), "model": p.model,
-            "choices": [choice(p, j, s) for j, s in zip(p.jobs, sols, strict=True)],
-            "usage": protocol.usage_block(sols),
-            "tts": {**summary(sols), **({"notes": p.notes} if p.notes else {})}}
+    reply = r.ChatCompletion if p.kind == "chat" else r.Completion
+    return reply(id=response_id(p), created=now(), model=p.model,
+                 choices=[choice(p, j, s) for j, s in zip(p.jobs, sols, strict=True)],
+                 usage=usage(sols), tts=summary(sols, p.notes))
 
 
 def response_id(p: Plan) -> str:
-    return protocol.new_id("chatcmpl" if p.kind == "chat" else "cmpl")
+    return new_id("chatcmpl" if p.kind == "chat" else "cmpl")
 
 
 def sum_costs(costs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,42 +231,47 @@ def sum_costs(costs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def sse(reply: r._Reply) -> bytes:
+    """One server-sent event carrying ``reply``."""
+    return b"data: " + r.json_bytes(reply) + b"\n\n"
+
+
 class Chunks:
     """The server-sent events of one streamed response (all share its id and creation time)."""
 
     def __init__(self, p: Plan) -> None:
         self.plan = p
         self.id = response_id(p)
-        self.created = protocol.now()
+        self.created = now()
         self.object = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
 
     def event(self, index: int, delta: dict[str, Any] | None, finish_reason: str | None = None,
-              **extra: Any) -> str:
+              usage: r.Usage | None = None, tts: dict[str, Any] | None = None) -> bytes:
         """One ``data:`` event: a choice's delta (none: a chunk with no choices, e.g. the usage)."""
+        choices: list[Any]
         if delta is None:
-            choices: list[dict[str, Any]] = []
+            choices = []
         elif self.plan.kind == "chat":
-            choices = [{"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+            choices = [r.ChatChunkChoice(index=index, delta=r.Delta(**delta), finish_reason=finish_reason)]
         else:
-            choices = [{"index": index, "text": delta.get("content", ""), "finish_reason": finish_reason,
-                        "logprobs": None}]
-        body = {"id": self.id, "object": self.object, "created": self.created, "model": self.plan.model,
-                "choices": choices, **extra}
-        return f"data: {json.dumps(body)}\n\n"
+            choices = [r.CompletionChunkChoice(index=index, text=delta.get("content", ""),
+                                               finish_reason=finish_reason)]
+        return sse(r.StreamChunk(id=self.id, object=self.object, created=self.created, model=self.plan.model,
+                                 choices=choices, usage=usage, tts=tts))
 
-    def answers(self, sols: list[Any], include_usage: bool) -> list[str]:
+    def answers(self, sols: list[Any], include_usage: bool) -> list[bytes]:
         """The events after the solves: each choice's answer and finish, then the usage."""
         out = []
         for job, sol in zip(self.plan.jobs, sols, strict=True):
             full = choice(self.plan, job, sol)
-            if self.plan.kind == "chat":
-                msg = full["message"]
-                delta = ({"tool_calls": [{**c, "index": k} for k, c in enumerate(msg["tool_calls"])]}
-                         if msg.get("tool_calls") else {"content": msg["content"]})
+            if isinstance(full, r.ChatChoice):
+                msg = full.message
+                delta = ({"tool_calls": [{**c.model_dump(), "index": k} for k, c in enumerate(msg.tool_calls)]}
+                         if msg.tool_calls else {"content": msg.content})
             else:
-                delta = {"content": full["text"]}
+                delta = {"content": full.text}
             out.append(self.event(job.index, delta))
-            out.append(self.event(job.index, {}, full["finish_reason"], tts={"event": "answer", **full["tts"]}))
-        if include_usage:
-            out.append(self.event(0, None, usage=protocol.usage_block(sols), tts=summary(sols)))
+            out.append(self.event(job.index, {}, full.finish_reason, tts={"event": "answer", **full.tts.model_dump()}))
+        if include_usage:  # the reply's extension without notes (each answer event has them)
+            out.append(self.event(0, None, usage=usage(sols), tts=summary(sols).model_dump()))
         return out

@@ -10,18 +10,18 @@ stream. Every admitted request leaves the gate and is counted in the metrics exa
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
-from tts.serve import protocol, replies
-from tts.serve.errors import APIError, error_response
+from tts.serve import replies
+from tts.serve.errors import APIError
 from tts.serve.failures import solve_error, solve_headers
 from tts.serve.planning import Plan
+from tts.serve.responses import error_reply, json_bytes
 from tts.serve.state import ServerState
 
 CLIENT_GONE = 499
@@ -114,7 +114,7 @@ def _failed(tasks: Any) -> asyncio.Task | None:
 def failure(exc: BaseException) -> Response:
     """The answer of a failed solve (see :func:`tts.serve.failures.solve_error`)."""
     status, message, code = solve_error(exc)
-    return error_response(message, status, code=code, headers=solve_headers(exc))
+    return APIError(message, status, code=code, headers=solve_headers(exc), reason=None).response()
 
 
 async def answer(state: ServerState, request: Request, p: Plan) -> Response:
@@ -142,10 +142,10 @@ async def answer(state: ServerState, request: Request, p: Plan) -> Response:
         unmet = replies.unmet_tool_choice(p, sols)
         if unmet is not None:
             status = 422
-            return error_response(unmet, 422, code="no_tool_call")
-        body = replies.response_body(p, sols)
+            return APIError(unmet, 422, code="no_tool_call", reason=None).response()
+        body = json_bytes(replies.response(p, sols))
         status = 200
-        return JSONResponse(body)
+        return Response(body, media_type="application/json")
     finally:
         gone.cancel()
         leave(state, request, status)
@@ -210,7 +210,7 @@ class _Stream:
             if self.status != 200:
                 self.finish()
 
-    async def events(self) -> AsyncIterator[str]:
+    async def events(self) -> AsyncIterator[bytes]:
         p = self.plan
         try:
             if p.kind == "chat":
@@ -230,17 +230,17 @@ class _Stream:
             if failed is not None:
                 status, message, code = solve_error(failed.exception())
                 self.status = status
-                yield f"data: {json.dumps(protocol.error_body(message, status, code=code))}\n\n"
+                yield replies.sse(error_reply(message, status, code=code))
             else:
                 sols = solved(self.state, p, self.tasks)
                 unmet = replies.unmet_tool_choice(p, sols)
                 if unmet is not None:
                     self.status = 422
-                    yield f"data: {json.dumps(protocol.error_body(unmet, 422, code='no_tool_call'))}\n\n"
+                    yield replies.sse(error_reply(unmet, 422, code="no_tool_call"))
                 else:
                     for event in self.chunks.answers(sols, self._include_usage()):
                         yield event
-            yield "data: [DONE]\n\n"
+            yield b"data: [DONE]\n\n"
         except BaseException:  # the client went away: stop its solves
             self.state.metrics.disconnected()
             await self.stop(CLIENT_GONE)

@@ -32,7 +32,9 @@ class ServerState:
     plain: Any
     """The prompt template of ``tts.prompt: "plain"`` and of JSON output (the question as written)."""
     listing: Any = field(default=None)
-    """GET /v1/models' record of which model ids work (:class:`tts.serve.listing.ModelListing`)."""
+    """GET /v1/models' record of which model ids work (a :class:`tts.serve.listing.ModelListing`,
+    which :func:`tts.serve.app.create_app` sets: the listing plans requests, and planning reads this
+    state, so the state does not build it)."""
 
     @classmethod
     def build(cls, session: Any, config: ServeConfig) -> ServerState:
@@ -42,11 +44,8 @@ class ServerState:
             ValueError: A configured verifier or strategy that cannot run (see :meth:`ServePolicy.build`).
         """
         from tts.prompts import PromptTemplate
-        from tts.serve.listing import ModelListing
 
         limiter = TokenRateLimit(config.rate_limit_tokens) if config.rate_limit_tokens is not None else None
-        state = cls(session=session, config=config, policy=ServePolicy.build(config, session),
-                    metrics=Metrics(lambda: session.stats), gate=ConcurrencyGate(config.max_concurrent),
-                    limiter=limiter, plain=PromptTemplate())
-        state.listing = ModelListing(state)
-        return state
+        return cls(session=session, config=config, policy=ServePolicy.build(config, session),
+                   metrics=Metrics(lambda: session.stats), gate=ConcurrencyGate(config.max_concurrent),
+                   limiter=limiter, plain=PromptTemplate())
