@@ -85,15 +85,17 @@ the outputs they recorded on a first search, so no fake work shows. The same rep
 ``valgrind --tool=cachegrind`` gives an instruction count that does not move with the machine's
 load, unlike every time above (on this machine wall shares of the same code ranged from 8 to 14%
 at a load average of 5-8). tts's own cost per search (instructions with the collector off, the
-difference of runs of 4 and 1 searches over 3): 247M beam and 244M DVTS before issue 37's round, 240M and 238M after it (a
-problem's seed text joined once per step, candidates' Samples set by the slot builder): -2.6%.
-The order is the one above: the children of each step about a third, the requests a quarter,
-the tree nodes and the search's own ranking a fifth, the solutions a sixth. Each is a few Python
-operations per child (an object per state, node and request); none is repeated work (no
-re-tokenisation, deep copy or quadratic prompt building: a continuation is one join of the
-steps). The collector's full collections are bounded by how many middle collections a search
-makes (a full one waits for 10 of them, about 7 a search here), so they fall only with fewer
-tracked objects allocated per child, not with fewer kept.
+difference of runs of 4 and 1 searches over 3): 247M beam and 244M DVTS before issue 37's round,
+240M and 238M after it (a problem's seed text joined once per step, candidates' Samples set by the
+slot builder): -2.6%. Where they go (beam, counted the same way on the inputs of one search): the
+children 68M (the StepState tuple 26M, its steps and logprobs tuples 12M, the answer-marker test
+7M), the requests 56M (the seeds 20M, most of it SHA-256 itself: CPython's own _sha256 would save
+a sixth; the slot builder 27M), the tree nodes about 20M (2,000 instructions a TreeNode, 400 its
+is_terminal), the rest the scoring, ranking and solutions. Each is a few Python operations per
+child or request; none is repeated work (no re-tokenisation, deep copy or quadratic prompt
+building: a continuation is one join of the steps). The collector's full collections are bounded
+by how many middle collections a search makes (a full one waits for 10 of them, about 7 a search
+here), so they fall only with fewer tracked objects allocated per child, not with fewer kept.
 
 The fake engine's own work also makes each engine call longer than the simulated latency, which
 flatters the share of wall time; the last lines show the stricter share, with each engine call
