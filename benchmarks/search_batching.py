@@ -80,6 +80,23 @@ remove the collection (tried and reverted; ``tests/search/tree/test_tree_storage
 outputs such a change must keep). ``tune_gc`` (``tts.tune_gc()``) removes it: the
 ``batched+cli`` row.
 
+``--profile`` prints a cProfile of the orchestration alone: the fake engine and verifier replay
+the outputs they recorded on a first search, so no fake work shows. The same replay under
+``valgrind --tool=cachegrind`` gives an instruction count that does not move with the machine's
+load, unlike every time above (on this machine wall shares of the same code ranged from 8 to 14%
+at a load average of 5-8). tts's own cost per search (instructions with the collector off, the
+difference of runs of 4 and 1 searches over 3): 247M beam and 244M DVTS before issue 37's round,
+240M and 238M after it (a problem's seed text joined once per step, candidates' Samples set by the
+slot builder): -2.6%. Where they go (beam, counted the same way on the inputs of one search): the
+children 68M (the StepState tuple 26M, its steps and logprobs tuples 12M, the answer-marker test
+7M), the requests 56M (the seeds 20M, most of it SHA-256 itself: CPython's own _sha256 would save
+a sixth; the slot builder 27M), the tree nodes about 20M (2,000 instructions a TreeNode, 400 its
+is_terminal), the rest the scoring, ranking and solutions. Each is a few Python operations per
+child or request; none is repeated work (no re-tokenisation, deep copy or quadratic prompt
+building: a continuation is one join of the steps). The collector's full collections are bounded
+by how many middle collections a search makes (a full one waits for 10 of them, about 7 a search
+here), so they fall only with fewer tracked objects allocated per child, not with fewer kept.
+
 The fake engine's own work also makes each engine call longer than the simulated latency, which
 flatters the share of wall time; the last lines show the stricter share, with each engine call
 taking exactly the simulated latency (the fake engine's own work taken out of the wall time).
@@ -88,7 +105,7 @@ The fake model adds a problem's eight numbers one step at a time, slipping 20% o
 states its answer at the eighth step; the verifier checks the additions (no latency by default).
 
 Usage (from the repository root):
-    python benchmarks/search_batching.py [--problems 64] [--latency 0.05] [--strategy beam|dvts]
+    python benchmarks/search_batching.py [--problems 64] [--latency 0.05] [--strategy beam|dvts] [--profile]
 """
 
 from __future__ import annotations
@@ -99,7 +116,7 @@ import hashlib
 import random
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
@@ -262,6 +279,46 @@ def _run(kind: str, problems: list[Problem], latency: float, n: int, width: int,
             "nodes": nodes, "per_node_us": other / nodes * 1e6, "accuracy": accuracy}
 
 
+class _Replay:
+    """The fake engine and verifier answered from a recording: the first search records what every
+    call returned, later ones get the same outputs back by call index, with no fake work done (a
+    search is deterministic, so its i-th call is the same each time). What such a search costs is
+    tts's own, apart from the engine's and verifier's objects, which it no longer frees."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list] = {"generate": [], "score": []}
+        self.at = {"generate": 0, "score": 0}
+
+    def patch(self, name: str, method: Callable[..., list]) -> Callable[..., list]:
+        def replayed(fake: object, inputs: Sequence) -> list:
+            recorded, i = self.calls[name], self.at[name]
+            self.at[name] += 1
+            if i == len(recorded):
+                recorded.append(method(fake, inputs))
+            return list(recorded[i])
+        return replayed
+
+
+def _profile(kind: str, problems: list[Problem], n: int, width: int, depth: int, searches: int = 5) -> None:
+    """cProfile of ``searches`` searches with the engine and verifier replayed and no latency:
+    the functions of tts (and Python's) that the orchestration spends its time in, by own time."""
+    import cProfile
+    import pstats
+
+    replay = _Replay()
+    SleepyModel.generate = replay.patch("generate", SleepyModel.generate)  # type: ignore[method-assign]
+    AdditionCheck.score = replay.patch("score", AdditionCheck.score)  # type: ignore[method-assign]
+    _run(kind, problems, 0.0, n, width, depth, False)  # records
+    profiler = cProfile.Profile()
+    for _ in range(searches):
+        replay.at = {"generate": 0, "score": 0}
+        profiler.enable()
+        _run(kind, problems, 0.0, n, width, depth, False)
+        profiler.disable()
+    print(f"{kind}: {searches} searches of {len(problems)} problems, engine and verifier replayed (no fake work)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategy", choices=("beam", "dvts"), default="beam")
@@ -273,6 +330,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="Batched runs of each mode; the median is shown.")
     parser.add_argument("--skip-naive", action="store_true",
                         help="Skip the per-problem loop (it takes steps x problems x latency).")
+    parser.add_argument("--profile", action="store_true",
+                        help="Print a cProfile of the orchestration alone (engine and verifier replayed) and stop.")
     args = parser.parse_args()
 
     VERIFIERS.register("addition_check", AdditionCheck)
@@ -281,6 +340,9 @@ def main() -> None:
           f"{args.latency * 1e3:.0f} ms per engine call\n")
     # Warm-up: first-use costs (math-verify's parser, regex compilation) are paid once per process.
     _run(args.strategy, problems[:2], 0.0, args.n, args.width, args.steps, False)
+    if args.profile:
+        _profile(args.strategy, problems, args.n, args.width, args.steps)
+        return
     head = (f"{'mode':<12} {'engine calls':>12} {'requests':>9} {'score calls':>11} {'nodes':>6} {'wall s':>7} "
             f"{'engine s':>8} {'(sleep s':>9} {'fake s)':>8} {'verifier s':>10} {'overhead s':>10} {'overhead %':>10} "
             f"{'(gc s':>6} {'full':>4} {'cpu s':>6} {'cpu %)':>7} {'us/node':>7} {'accuracy':>8}")

@@ -220,7 +220,13 @@ def derive_seed(run_seed: int, key: str, drawn: int) -> int:
     return the same samples for the same seed, so a later round of the same problem must not
     resend the seed of an earlier one: it would draw the same samples again and fake agreement.
     """
-    digest = hashlib.sha256(f"{run_seed}|{key}|{drawn}".encode()).digest()
+    return seed_of(f"{run_seed}|{key}|{drawn}")
+
+
+def seed_of(text: str) -> int:
+    """The seed of ``text``, the joined ``f"{run_seed}|{key}|{drawn}"`` of :func:`derive_seed`:
+    for a caller that derives thousands of seeds from one prefix (a search step), joined once."""
+    digest = hashlib.sha256(text.encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 

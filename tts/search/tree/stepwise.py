@@ -28,7 +28,14 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
-from tts.backends.base import Completion, GenerationRequest, GenerationResult, Generator, derive_seed
+from tts.backends.base import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    Generator,
+    derive_seed,
+    seed_of,
+)
 from tts.config import SamplingConfig
 from tts.search.base import STEP_SEPARATOR, ExtractFn, PromptFn
 from tts.types import Problem, Usage
@@ -117,7 +124,7 @@ def _close_braces(text: str) -> str:
     return text + "}" * max(text.count("{") - text.count("}"), 0)
 
 
-def _slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[..., Any]:
+def slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[..., Any]:
     """A function ``build(*values)``: an instance of the frozen, slotted dataclass ``cls`` with the
     ``varying`` fields set to ``values`` (in that order) and the others as in ``template``.
 
@@ -209,7 +216,7 @@ class StepwiseSpace:
         self.answer_tokens = answer_tokens
         self._stop = (separator,)
         # The step requests differ only in these fields; the rest are set from one template.
-        self._build_request = _slots_builder(
+        self._build_request = slots_builder(
             GenerationRequest,
             GenerationRequest(messages=(), temperature=sampling.temperature, top_p=sampling.top_p,
                               stop=self._stop, logprobs=True),
@@ -318,23 +325,26 @@ class StepwiseSpace:
         """
         sampling, build, messages, separator = self.sampling, self._build_request, self.messages, self.separator
         temperature = sampling.temperature if temperature is None else temperature
-        cap, step_tokens, run_seed, key = sampling.max_tokens, self.step_tokens, self.seed, self.seed_key
+        cap, step_tokens = sampling.max_tokens, self.step_tokens
         healed = separator[: len(separator) - self._held_back]  # continuation(): the separator, healed
+        # _seed(state) is derive_seed(run seed, "problem|seed key|path", depth): its text up to the
+        # path is the same for every state of a problem, so it is joined once per problem here.
+        seed_prefix = [f"{self.seed}|{p.id}|{self.seed_key}|" for p in self.problems]
         out = []
         for state, k in zip(states, counts, strict=True):
             if k < 1:
                 raise ValueError(f"GenerationRequest.n must be >= 1, got {k}")
-            problem_id, steps = state.problem.id, state.steps
+            root, steps = state.root, state.steps
             # GenerationRequest(messages, n, temperature, max_tokens, seed, continuation, key; top_p,
             # stop and logprobs=True from the template), built without its frozen constructor.
             out.append(build(
-                messages[state.root],
+                messages[root],
                 k,
                 temperature,
                 max(1, min(step_tokens, cap - state.tokens)),
-                derive_seed(run_seed, f"{problem_id}|{key}|{state.path}", state.depth),  # _seed(state)
+                seed_of(f"{seed_prefix[root]}{state.path}|{state.depth}"),  # _seed(state)
                 separator.join(steps) + healed if steps else "",  # continuation(state)
-                problem_id,
+                state.problem.id,
             ))
         return out
 
