@@ -77,7 +77,7 @@ MODULES: dict[str, list[str]] = {
                                       "tests/parity/test_prm_and_aggregation.py"],
     "verifiers/base": ["tests/verifiers/test_base.py", "tests/parity/test_prm_and_aggregation.py",
                        "tests/verifiers/test_chain_check.py"],
-    "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/parity/test_estimators_and_cost.py",
+    "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/cost/test_cost_reference.py", "tests/parity/test_estimators_and_cost.py",
                         "tests/parity/test_kinetics_sparse.py"],
     "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay"],
     # The policy called directly; test_security.py (the same rules through the HTTP server, 18 s a
