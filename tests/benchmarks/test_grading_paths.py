@@ -25,6 +25,10 @@ from tts.benchmarks import grading
 from tts.benchmarks.grading import Grader, Outcome, _verify_in_worker, _worker_main
 from tts.types import Problem
 
+# A wall-clock limit per test: a bug that makes the grading loop wait forever fails here (and
+# mutmut's own limit counts CPU time, which a waiting loop does not spend).
+pytestmark = pytest.mark.timeout(20)
+
 C, W, N, U = Outcome.CORRECT, Outcome.WRONG, Outcome.NO_ANSWER, Outcome.UNGRADED
 
 
