@@ -292,8 +292,8 @@ def test_operator_owned_settings_only_as_the_server_would_use_them(session):
                                "paths, models and nested configs are the operator's); leave it out. Requests may set "
                                "numbers, true/false and choices, and name a verifier or calibration")
         assert err.param == "tts.strategy.instruction"
-        # The field's default is no longer what the server uses once the operator set it... but equal
-        # to the default is still allowed (it is a value the operator's schema offers).
+        # The field's own default stays allowed beside the operator's value (the rule: the default
+        # or the operator's setting; neither is the client's choice).
         field_default = STRATEGIES.load("revision").config_class.model_fields["instruction"].default
         assert policy.resolve({"kind": "revision", "instruction": field_default})["instruction"] == field_default
         assert _refused(policy.resolve, {"kind": "revision", "critique_template": "{score}"}).param == (
