@@ -64,7 +64,7 @@ MODULES: dict[str, list[str]] = {
     "benchmarks/grading": ["tests/benchmarks/test_grading_paths.py"],
     "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
     "eval/report": ["tests/eval/test_report.py"],
-    "search/base": ["tests/search/test_select_text.py", "tests/search/test_samples.py",
+    "search/base": ["tests/search/test_base_requests.py", "tests/search/test_select_text.py", "tests/search/test_samples.py",
                     "tests/search/test_strategies.py", "tests/search/test_vote_properties.py",
                     "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
                     "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",

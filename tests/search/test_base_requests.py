@@ -1,0 +1,231 @@
+"""What a sampling strategy asks the backend for, and how it books what came back: the request of
+each problem (n, sampling settings, seed, tools), budgets that lower n, one shared draw for
+several configs (each taking its first n samples), and the usage of a prefix of a draw priced as if
+it had been drawn alone (numbers worked out by hand below)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tts.backends.base import Completion, derive_seed
+from tts.backends.function import FunctionGenerator
+from tts.config import SamplingConfig
+from tts.prompts import MATH_PROMPT
+from tts.search.base import StrategyInputError, prefix_usage, problem_tool_choice, problem_tools
+from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.types import Budget, Problem, RequestShape, Sample, Usage
+from tts.verifiers.base import VerifierScore
+
+TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def _prompt(problem):
+    return MATH_PROMPT.render(problem)
+
+
+def _samples(*lengths: int) -> list[Sample]:
+    return [Sample("x", "1", n) for n in lengths]
+
+
+# --- prefix_usage ----------------------------------------------------------------------------
+
+def test_a_prefix_of_a_draw_is_priced_as_if_drawn_alone():
+    drawn = Usage(prompt_tokens=100, cached_prompt_tokens=40, completion_tokens=60, wall_seconds=3.0, calls=1,
+                  shapes=(RequestShape(100, 40, (10, 20, 30), 12),))
+    usage = prefix_usage(drawn, _samples(10, 20), 3)
+    # Prompt once whatever n; 30 of the 60 tokens: half the wall time; 2 of 3 samples: the engine
+    # call's 12 sequences become round(12 * 2 / 3) = 8.
+    assert usage == Usage(prompt_tokens=100, cached_prompt_tokens=40, completion_tokens=30, wall_seconds=1.5, calls=1,
+                          shapes=(RequestShape(100, 40, (10, 20), 8),))
+    assert prefix_usage(drawn, _samples(10, 20, 30), 3) is drawn  # the whole draw: its own usage
+
+
+@pytest.mark.parametrize(("batch", "taken", "total", "expected"), [
+    (12, 1, 3, 4), (5, 1, 2, 2),  # round(2.5) = 2: Python rounds half to even
+    (7, 1, 2, 4),  # round(3.5) = 4
+    (1, 1, 4, 1),  # round(0.25) = 0, but a request's own samples are at least its batch
+    (3, 2, 4, 2),  # round(1.5) = 2
+    (0, 1, 3, 0),  # unknown concurrency stays unknown
+])
+def test_the_engine_calls_concurrency_shrinks_with_n(batch, taken, total, expected):
+    drawn = Usage(prompt_tokens=5, completion_tokens=4 * total, wall_seconds=1.0, calls=1,
+                  shapes=(RequestShape(5, 0, (4,) * total, batch),))
+    assert prefix_usage(drawn, _samples(*(4,) * taken), total).shapes[0].batch_sequences == expected
+
+
+def test_a_prefix_of_a_usage_without_shapes_or_tokens():
+    drawn = Usage(prompt_tokens=7, completion_tokens=0, wall_seconds=2.0, calls=2)
+    usage = prefix_usage(drawn, _samples(0), 2)
+    assert usage.shapes == (RequestShape(0, 0, (0,), 0),)
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.wall_seconds, usage.calls) == (7, 0, 0.0, 2)
+
+
+# --- the request -----------------------------------------------------------------------------
+
+def test_problem_tools_and_tool_choice_as_request_json():
+    with_tools = Problem("p", "q", metadata={"tools": TOOLS, "tool_choice": {"type": "function",
+                                                                           "function": {"name": "add"}}})
+    assert json.loads(problem_tools(with_tools)) == TOOLS
+    assert json.loads(problem_tool_choice(with_tools)) == {"type": "function", "function": {"name": "add"}}
+    assert problem_tool_choice(Problem("p", "q", metadata={"tools": TOOLS})) is None
+    assert problem_tool_choice(Problem("p", "q", metadata={"tool_choice": "required"})) is None  # no tools: none
+    assert problem_tool_choice(Problem("p", "q", metadata={"tools": TOOLS, "tool_choice": "required"})) == '"required"'
+    assert problem_tools(Problem("p", "q")) is None and problem_tool_choice(Problem("p", "q")) is None
+    assert problem_tools("a bare string problem") is None and problem_tool_choice(object()) is None
+
+    class Odd:
+        metadata = ["tools"]
+
+    assert problem_tools(Odd()) is None and problem_tool_choice(Odd()) is None
+
+
+def test_a_request_carries_the_configs_n_sampling_seed_and_the_problems_tools():
+    gen = FunctionGenerator(lambda r: "\\boxed{1}")
+    sc = SelfConsistency(SelfConsistencyConfig(n=5), gen, _prompt,
+                         SamplingConfig(temperature=0.3, top_p=0.9, max_tokens=77), seed=11)
+    problem = Problem("p7", "What?", metadata={"tools": TOOLS, "tool_choice": "auto"})
+    req = sc.request(problem)
+    assert (req.n, req.temperature, req.top_p, req.max_tokens) == (5, 0.3, 0.9, 77)
+    assert (req.logprobs, req.top_logprobs, req.key) == (False, 0, "p7")
+    assert req.messages == MATH_PROMPT.render(problem)
+    assert req.seed == derive_seed(11, "p7", 0)
+    assert json.loads(req.tools) == TOOLS and req.tool_choice == '"auto"'
+    later = sc.request(problem, n=3, drawn=5)
+    assert later.n == 3 and later.seed == derive_seed(11, "p7", 5) != req.seed
+
+
+def test_a_verifier_that_reads_top_logprobs_gets_them_requested():
+    gen = FunctionGenerator(lambda r: "\\boxed{1}")
+    bon = BestOfN(BestOfNConfig(n=2, verifier={"kind": "self_certainty", "top_k": 7}), gen, _prompt)
+    assert bon.top_logprobs_needed() == 7 and bon.request(Problem("p", "q")).top_logprobs == 7
+    assert SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt).top_logprobs_needed() == 0
+    assert BestOfN(BestOfNConfig(n=2, verifier={"kind": "arithmetic"}), gen, _prompt).top_logprobs_needed() == 0
+
+
+# --- budgets ----------------------------------------------------------------------------------
+
+def test_a_budget_lowers_n():
+    sc = SelfConsistency(SelfConsistencyConfig(n=8), FunctionGenerator(lambda r: "1"), _prompt,
+                         SamplingConfig(max_tokens=100))
+    assert sc.samples_within(None) == 8
+    assert sc.samples_within(Budget(samples=3)) == 3 and sc.samples_within(Budget(samples=20)) == 8
+    assert sc.samples_within(Budget(tokens=500)) == 5 and sc.samples_within(Budget(tokens=599)) == 5
+    assert sc.samples_within(Budget(tokens=100)) == 1
+    assert sc.samples_within(Budget(samples=2, tokens=500)) == 2 and sc.samples_within(Budget(samples=6, tokens=300)) == 3
+    with pytest.raises(StrategyInputError) as err:
+        sc.samples_within(Budget(tokens=99))
+    assert str(err.value) == (f"self_consistency: a budget of {Budget(tokens=99)} does not cover one sample of up to "
+                              "100 tokens; raise the budget or lower max_tokens.")
+
+
+def test_solve_draws_each_problems_budgeted_n():
+    gen = FunctionGenerator(lambda r: ["\\boxed{1}", "\\boxed{2}"])
+    sc = SelfConsistency(SelfConsistencyConfig(n=4), gen, _prompt, SamplingConfig(max_tokens=10))
+    problems = [Problem("a", "q"), Problem("b", "q")]
+    sols = sc.solve(problems, [Budget(samples=3), None])
+    assert [r.n for r in gen.requests] == [3, 4] and len(gen.calls) == 1
+    assert [len(s.trace.samples) for s in sols] == [3, 4] and [s.answer for s in sols] == ["1", "1"]
+    with pytest.raises(StrategyInputError, match=r"^got 1 budgets for 2 problems; give one per problem$"):
+        sc.solve(problems, [None])
+
+
+# --- one draw for several configs -------------------------------------------------------------
+
+def _replies(request):
+    return [Completion(f"\\boxed{{{a}}}", 3, mean_logprob=lp, finish_reason="stop")
+            for a, lp in [(7, -0.1), (8, -0.2), (8, -0.3), (9, -0.05), (8, -0.9), (9, -0.2)]]
+
+
+def test_configs_that_share_a_draw_take_its_first_n_samples_from_one_call():
+    gen = FunctionGenerator(_replies)
+    small = SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt, seed=3)
+    big = SelfConsistency(SelfConsistencyConfig(n=6), gen, _prompt, seed=3)
+    ranked = BestOfN(BestOfNConfig(n=4), gen, _prompt, seed=3)  # logprob ranking: asks for logprobs
+    problems = [Problem("a", "q"), Problem("b", "q")]
+    out = SelfConsistency.solve_together([small, big, ranked], problems)
+    assert len(gen.calls) == 1 and [r.n for r in gen.requests] == [6, 6]
+    assert all(r.logprobs for r in gen.requests) and all(r.top_logprobs == 0 for r in gen.requests)
+    assert [r.seed for r in gen.requests] == [derive_seed(3, "a", 0), derive_seed(3, "b", 0)]
+    s_small, s_big, s_ranked = (sols[0] for sols in out)
+    assert [len(s.trace.samples) for s in (s_small, s_big, s_ranked)] == [2, 6, 4]
+    assert s_small.answer == "7" and s_big.answer == "8"  # 7 first of a 1-1 tie; 8 three of six
+    assert s_ranked.answer == "9"  # the best mean logprob among the first four: -0.05
+    # Each solution is priced as its own prefix: 2, 6 and 4 samples of 3 tokens.
+    assert [s.usage.completion_tokens for s in (s_small, s_big, s_ranked)] == [6, 18, 12]
+    # Alone, each gives the same solution as in the shared draw.
+    assert big.solve(problems[:1])[0].answer == "8" and small.solve(problems[:1])[0].answer == "7"
+
+
+def test_configs_that_do_not_share_a_draw_are_solved_apart():
+    gen = FunctionGenerator(_replies)
+    a = SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt, seed=1)
+    b = SelfConsistency(SelfConsistencyConfig(n=3), gen, _prompt, seed=2)  # another seed: other samples
+    out = SelfConsistency.solve_together([a, b], [Problem("p", "q")])
+    assert len(gen.calls) == 2 and [r.n for r in gen.requests] == [2, 3]
+    assert [len(sols[0].trace.samples) for sols in out] == [2, 3]
+    assert not a.shares_draw_with(b) and a.shares_draw_with(a)
+    hot = SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt, SamplingConfig(temperature=1.0), seed=1)
+    other = SelfConsistency(SelfConsistencyConfig(n=2), FunctionGenerator(_replies), _prompt, seed=1)
+    assert not a.shares_draw_with(hot) and not a.shares_draw_with(other)
+    assert not a.shares_draw_with(SelfConsistency(SelfConsistencyConfig(n=2), gen, lambda p: _prompt(p), seed=1))
+    assert not a.shares_draw_with(SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt, extract=str, seed=1))
+
+
+class _Scorer:
+    """A ready verifier: a whole-solution score from a table of answers; counts its calls."""
+
+    step_verifier = False
+    name = "table"
+
+    def __init__(self, table, fail=False):
+        self.table, self.fail, self.calls = table, fail, []
+
+    def score(self, items):
+        items = list(items)
+        self.calls.append(len(items))
+        if self.fail:
+            raise RuntimeError("scorer down")
+        # a table value None: the verifier could not score it (reported as 0 and one invalid score)
+        return [VerifierScore((), self.table[item.steps[0]] or 0.0, usage=Usage(prompt_tokens=10),
+                              invalid=int(self.table[item.steps[0]] is None)) for item in items]
+
+    def close(self):
+        pass
+
+
+def test_a_ready_verifier_scores_the_shared_draw_once_and_each_config_takes_its_prefix():
+    texts = ["\\boxed{4}", "\\boxed{5}", "\\boxed{4}"]
+    gen = FunctionGenerator(lambda r: texts)
+    scorer = _Scorer({"\\boxed{4}": 0.2, "\\boxed{5}": 0.9})
+    two = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=scorer)
+    three = WeightedVote(WeightedVoteConfig(n=3), gen, _prompt, verifier=scorer)
+    out = WeightedVote.solve_together([two, three], [Problem("p", "q"), Problem("r", "q")])
+    assert len(gen.calls) == 1 and scorer.calls == [6]  # one verifier call over 2 problems x 3 samples
+    assert [sols[0].answer for sols in out] == ["5", "5"]  # 0.9 beats 0.2 and 0.2 + 0.2 = 0.4
+    assert [sols[0].trace.votes for sols in out] == [{"4": 0.2, "5": 0.9}, {"4": 0.4, "5": 0.9}]
+    # Each solution's usage adds the scoring of its own samples only: 10 prompt tokens each.
+    assert out[1][0].usage.prompt_tokens - out[0][0].usage.prompt_tokens == 10
+    assert two.solve([Problem("p", "q")])[0].usage.prompt_tokens == out[0][0].usage.prompt_tokens  # as alone
+
+
+def test_a_verifier_that_fails_scores_every_sample_0_and_is_counted():
+    gen = FunctionGenerator(lambda r: ["\\boxed{4}", "\\boxed{5}", "\\boxed{5}"])
+    scorer = _Scorer({}, fail=True)
+    wv = WeightedVote(WeightedVoteConfig(n=3), gen, _prompt, verifier=scorer)
+    [sol] = wv.solve([Problem("p", "q")])
+    assert scorer.calls == [3] and sol.trace.events == {"verifier_error": 1, "unweighted_vote": 1}
+    assert sol.trace.scores == (0.0, 0.0, 0.0)
+    assert sol.answer == "5" and sol.trace.votes == {"4": 1.0, "5": 2.0}  # no weight at all: a plain vote
+
+
+def test_scores_the_verifier_could_not_give_are_counted_and_out_of_range_ones_weigh_nothing():
+    gen = FunctionGenerator(lambda r: ["\\boxed{4}", "\\boxed{5}", "\\boxed{5}", "\\boxed{6}"])
+    scorer = _Scorer({"\\boxed{4}": 0.5, "\\boxed{5}": None, "\\boxed{6}": 1.5})
+    [sol] = WeightedVote(WeightedVoteConfig(n=4), gen, _prompt, verifier=scorer).solve([Problem("p", "q")])
+    assert sol.trace.events == {"invalid_score": 2}
+    assert sol.trace.scores == (0.5, 0.0, 0.0, 0.0)  # 1.5 is no probability: cleaned to 0
+    assert sol.answer == "4" and sol.trace.votes == {"4": 0.5, "5": 0.0, "6": 0.0}
