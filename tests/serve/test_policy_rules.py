@@ -169,6 +169,36 @@ def test_a_clients_budget_must_fit_the_cap_over_all_its_solves(session):
     assert (err.param, err.code) == ("budget", "budget_too_large")
 
 
+def test_two_solves_over_the_cap_are_named_in_the_refusal(session):
+    policy = _policy(session, max_budget_tokens=5000)
+    asked = ComputeBudget(3000, "tokens")
+    err = _refused(policy.solve_budget, session.pricer, asked, 100, solves=2)
+    assert err.args[0] == (f"a budget of {asked} allows 3000 generated tokens x 2 solves (n choices x prompts) = "
+                           "6000, over this server's limit of 5000 per request; lower the budget or n")
+
+
+def test_a_budget_in_eflops_is_held_to_its_allowance_at_the_shortest_prompt():
+    with Session(generator=ScriptedGenerator(default={"42": 1.0}), price_as="smollm2-135m") as priced:
+        pricer = priced.pricer
+        policy = _policy(priced, max_budget_tokens=10**9)
+        # A budget on the edge: at a 1-token prompt it pays for one more sample than at 2 tokens.
+        amount = next(a for a in (x * 1e9 for x in range(1, 20000, 7))
+                      if _fits(pricer, a, 1) > _fits(pricer, a, 2) > 0)
+        asked = ComputeBudget(amount, "eflops")
+        budget, tokens = policy.solve_budget(pricer, asked, 64)
+        assert budget is asked and tokens == _fits(pricer, amount, 1) * 64
+
+
+def _fits(pricer, amount: float, prompt: int) -> int:
+    """Samples of 64 tokens an eFLOPs budget pays for at a prompt length (0: not one)."""
+    from tts.budgets.pricing import BudgetError
+
+    try:
+        return pricer.allowance(ComputeBudget(amount, "eflops"), prompt, 64) // 64
+    except BudgetError:
+        return 0
+
+
 def test_a_budget_that_pays_for_no_sample_is_invalid(session):
     policy = _policy(session, max_budget_tokens=5000)
     err = _refused(policy.solve_budget, session.pricer, ComputeBudget(50, "tokens"), 100)
@@ -225,8 +255,15 @@ def test_a_strategys_sample_count_up_to_max_samples(session):
     err = _refused(policy.strategy_config, session, {"kind": "self_consistency", "n": 0}, None, None)
     assert err.args[0].startswith("strategy 'self_consistency': ") and "\n" not in err.args[0]
     assert err.param == "tts.strategy"
+    assert "greater than or equal to 1" in err.args[0]
     err = _refused(policy.strategy_config, session, {"n": 3}, None, None)
     assert err.args[0].startswith("strategy {'n': 3}: ")
+
+
+def test_a_strategy_that_plans_within_its_budget_gets_the_solves_budget(session):
+    policy = _policy(session, calibrations={"main": "/data/cal.jsonl"})
+    config = policy.strategy_config(session, policy.resolve({"kind": "auto"}), None, ComputeBudget(5000, "tokens"))
+    assert (config.kind, config.budget, config.budget_unit) == ("auto", 5000, "tokens")  # auto has no n: not capped
 
 
 # --- a request's settings --------------------------------------------------------------------
@@ -275,6 +312,8 @@ def test_a_setting_the_strategy_does_not_have_is_refused_by_name(session):
     err = _refused(policy.resolve, {"kind": "self_consistency", "beams": 2})
     assert err.args[0] == "tts.strategy.beams: 'self_consistency' has no setting 'beams'; its settings are n"
     assert err.param == "tts.strategy.beams"
+    err = _refused(policy.resolve, {"kind": "best_of_n", "beams": 2})
+    assert err.args[0] == "tts.strategy.beams: 'best_of_n' has no setting 'beams'; its settings are n, verifier"
     err = _refused(policy.resolve, {"kind": "best_of_n", "verifier": {"kind": "logprob", "votes": 3}})
     assert err.args[0] == ("tts.strategy.verifier.votes: 'verifier' has no setting 'votes'; its settings are "
                            "aggregation")
@@ -316,10 +355,20 @@ def test_verifiers_by_name_or_with_number_overrides(session):
         err = _refused(policy.resolve, {"kind": "best_of_n", "verifier": bad})
         assert err.args[0] == (f"tts.strategy.verifier: name a verifier ({names}) or give "
                                "{\"kind\": <name>, ...numbers}")
+        assert err.param == "tts.strategy.verifier"
     err = _refused(policy.resolve, {"kind": "best_of_n", "verifier": {"kind": "checker", "neutral": "0.5"}})
     assert err.args[0] == "tts.strategy.verifier.neutral: neutral must be a number, got text"
     # The operator's verifier dict is not changed by a request's overrides.
     assert policy.verifiers["checker"] == {"kind": "arithmetic", "neutral": 0.25}
+
+
+def test_an_operator_verifiers_own_text_may_be_sent_back_unchanged(session):
+    policy = _policy(session, verifiers={"strict": {"kind": "judge", "solution_question": "Is every step right?"}})
+    assert policy.resolve({"kind": "best_of_n", "verifier": {"kind": "strict", "solution_question":
+                                                             "Is every step right?", "votes": 3}})["verifier"] == {
+        "kind": "judge", "solution_question": "Is every step right?", "votes": 3}
+    err = _refused(policy.resolve, {"kind": "best_of_n", "verifier": {"kind": "strict", "solution_question": "{x}"}})
+    assert err.param == "tts.strategy.verifier.solution_question"
 
 
 class _Nesting(VerifierConfigBase):
