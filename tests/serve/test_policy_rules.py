@@ -59,10 +59,9 @@ def test_a_verifier_the_operator_misconfigured_stops_the_server_by_name(session)
 def test_an_allowed_strategy_that_cannot_run_stops_the_server(session):
     with pytest.raises(ValueError) as err:
         _policy(session, strategies=("self_consistency", "auto"))
-    message = str(err.value)
-    assert message.startswith("strategy 'auto' cannot run with this server's settings (")
-    assert message.endswith("); give what it needs (auto: --calibration) or do not allow it")
-    assert "calibration" in message.split("(", 1)[1]
+    assert str(err.value) == ("strategy 'auto' cannot run with this server's settings (strategy 'auto': calibration "
+                              "is required; change calibration); give what it needs (auto: --calibration) or do not "
+                              "allow it")
     with pytest.raises(ValueError, match="nope"):
         _policy(session, strategies=("nope",))
 
@@ -87,6 +86,26 @@ def test_the_first_calibration_is_autos_default(session):
 
 # --- which strategies --------------------------------------------------------------------------
 
+def test_a_session_without_strategy_settings_has_none():
+    class Bare:
+        """Only what the policy calls: a session that builds strategy configs."""
+
+        def strategy_config(self, spec, n, budget):
+            if spec["kind"] != "self_consistency":
+                raise ValueError("not here")
+            return spec
+
+    policy = ServePolicy.build(_config(), Bare())
+    assert policy.settings == {} and policy.offered() == ["self_consistency"]
+
+
+def test_a_strategys_defaults_may_be_sent_where_the_operator_set_nothing(session):
+    policy = _policy(session)
+    default = STRATEGIES.load("revision").config_class.model_fields["critique_template"].default
+    assert policy.resolve({"kind": "revision", "critique_template": default}) == {
+        "kind": "revision", "critique_template": default}
+
+
 def test_an_allow_list_is_exactly_the_strategies_offered(session):
     policy = _policy(session, strategies=("self_consistency", "best_of_n"))
     assert policy.offered() == ["best_of_n", "self_consistency"]
@@ -107,6 +126,9 @@ def test_by_default_every_strategy_complete_with_the_operators_settings(session)
     assert err.args[0] == (f"strategy 'graph' is not offered on this server; use one of {', '.join(offered)}; "
                            "auto needs tts serve --calibration, graph a graph in the operator's settings")
     assert (err.param, err.code) == ("tts.strategy", None)
+    assert _refused(policy.resolve, {"kind": "auto"}).args[0] == (
+        f"strategy 'auto' is not offered on this server; use one of {', '.join(offered)}; "
+        "auto needs tts serve --calibration, graph a graph in the operator's settings")
     err = _refused(policy.resolve, {"strategies": ["beam"]})
     assert err.args[0] == f"a strategy object needs a 'kind' naming a strategy: one of {', '.join(offered)}"
     assert _refused(policy.resolve, {"kind": 3}).args[0].startswith("a strategy object needs a 'kind'")
@@ -125,7 +147,8 @@ def test_whether_a_strategy_runs_is_asked_once_and_any_failure_means_not_offered
             raise ValueError("incomplete")
 
     policy = ServePolicy(_config(), {}, {}, check)
-    assert policy.allows("self_consistency") and not policy.allows("beam") and not policy.allows("dvts")
+    assert policy.allows("self_consistency") is True
+    assert policy.allows("beam") is False and policy.allows("dvts") is False
     assert policy.allows("self_consistency") and not policy.allows("beam")
     assert asked == ["self_consistency", "beam", "dvts"]
     assert not policy.allows("nope") and "nope" not in asked
