@@ -215,6 +215,9 @@ def test_sparse_settings_are_checked_with_messages_that_say_what_to_write():
                                                                   "or repeated setting 'local'; write topk:K"),
         (lambda: SparseAttention.parse("topk:4,k=2"), "sparse attention 'topk:4,k=2': unknown or repeated setting "
                                                       "'k'; write topk:K[,local=W] or block:K,size=S[,local=W]"),
+        (lambda: SparseAttention.parse("topk:4:5"), "sparse attention 'topk:4:5': k must be a whole number, got '4:5'"),
+        (lambda: SparseAttention.parse("topk:4,local=1=2"), "sparse attention 'topk:4,local=1=2': local must be a "
+                                                            "whole number, got '1=2'"),
         (lambda: SparseAttention.parse("topk:4,local=x"), "sparse attention 'topk:4,local=x': local must be a whole "
                                                           "number, got 'x'"),
     ]
@@ -256,3 +259,33 @@ def test_costs_add_field_by_field():
     with pytest.raises(TypeError):
         a + 1  # noqa: B018
     assert a.__add__(1) is NotImplemented
+
+
+def test_usage_is_priced_at_each_engine_calls_recorded_concurrency():
+    from tts.types import RequestShape, Usage
+
+    model = CostModel(MOE, DEVICES[2])
+    usage = Usage(shapes=(RequestShape(6, 2, (3, 5), 16), RequestShape(4, 0, (2,), 0)))
+    first = model.cost_request(6, [3, 5], cached_prompt_tokens=2, concurrency=16)
+    alone = model.cost_request(4, [2])
+    assert model.cost_usage(usage) == first + alone  # 0 recorded: priced as running alone
+    assert model.cost_usage(usage, concurrency=2) == (model.cost_request(6, [3, 5], 2, concurrency=2)
+                                                      + model.cost_request(4, [2], concurrency=2))
+    assert first.weight_bytes < model.cost_request(6, [3, 5], 2).weight_bytes  # 16 sharing each read
+
+
+def test_an_empty_tree_costs_its_prefill():
+    model = CostModel(WINDOW, DEVICES[1])
+    assert model.cost_tree(5, [], cached_prompt_tokens=1) == model.cost_request(5, [], cached_prompt_tokens=1)
+    _assert_matches(model.cost_tree(5, []), _reference(WINDOW, DEVICES[1], 5, 0, [], None, None, None))
+
+
+def test_the_kinetics_ratio_of_one_sample_by_default():
+    model = CostModel(TINY, Hardware.with_ridge(562.5))
+    one = model.cost_request(7, [20])
+    # attention + KV eFLOPs over the parameter FLOPs (weights amortised) or eFLOPs (this request's reads)
+    assert model.attention_to_parameter_ratio(7, 20) == one.attention_eflops / one.param_flops
+    assert model.attention_to_parameter_ratio(7, 20, amortise_weights=False) == one.attention_eflops / one.param_eflops
+    four = model.cost_request(7, [20] * 4)
+    assert model.attention_to_parameter_ratio(7, 20, n=4) == four.attention_eflops / four.param_flops
+    assert model.attention_to_parameter_ratio(7, 20, n=4) != model.attention_to_parameter_ratio(7, 20)
