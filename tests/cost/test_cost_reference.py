@@ -247,6 +247,8 @@ def test_sparse_attention_is_given_once_and_checked():
         CostModel(TINY, hw, sparse_block=2)
     model = CostModel(TINY, hw, sparse=SparseAttention("block", 2, local=1, block_size=3))
     assert (model.sparse_kv_budget, model.sparse_block) == (7, 3)
+    assert model.sparse == SparseAttention("block", 2, local=1, block_size=3)  # kept for labels and reports
+    assert CostModel(TINY, hw, sparse_kv_budget=4, sparse_block=1).sparse_block == 1  # blocks of one position
     assert (CostModel(TINY, hw, sparse_kv_budget=1).sparse_kv_budget, CostModel(TINY, hw).sparse) == (1, None)
 
 
