@@ -493,6 +493,8 @@ def test_only_failures_in_a_row_count_against_starting(forked, monkeypatch, tmp_
 def test_a_crashed_check_is_retried_at_once_on_a_fresh_worker(forked, tmp_path):
     die, slow = tmp_path / "die", tmp_path / "slow"
     with Grader(workers=2, check=_fraction_check) as g:
+        assert g.grade_many([("sleep", "1"), ("sleep", "2")]) == [C, C]  # both workers ready, idle
+        # the crash on the first worker while the second is busy: a third worker retries it at once
         assert g.grade_many([(f"pid:{die}|die", "1"), (f"pid:{slow}|sleep", "1")]) == [U, C]
     died, slept = die.read_text().split(), slow.read_text().split()
     assert len(died) == 2 and not set(died) & set(slept), "the retry waited for the busy worker"
@@ -547,5 +549,5 @@ def test_close_gives_up_on_a_worker_that_does_not_stop_when_asked(forked):
     time.sleep(0.1)
     start = time.monotonic()
     g.close()
-    assert 1 <= time.monotonic() - start < 3  # asked, waited 1 s, then killed
+    assert 1 <= time.monotonic() - start < 1.8  # asked, waited 1 s, then killed
     assert w.exitcode == -signal.SIGKILL and mp.active_children() == []
