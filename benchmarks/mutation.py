@@ -139,8 +139,10 @@ def _workdir(module: str, tests: list[str]) -> Path:
         "only_mutate": [f"tts/{module}.py"],
         "pytest_add_cli_args_test_selection": tests,
         # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out.
+        # A wall-clock limit per test (pytest-timeout): mutmut's own limit counts CPU time, so a mutant
+        # whose test waits forever (a grading loop that never hears back) would otherwise never end.
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not gpu and not model_1p5b and not heavy",
-                                "--hypothesis-profile=mutation"],
+                                "--hypothesis-profile=mutation", "--timeout=120"],
         # A mutant that makes a test hang is stopped after 3x the tests' clean time (plus 1 s), not
         # mutmut's 15x: on 2 shared cores the hangs otherwise take most of a module's time.
         "timeout_multiplier": 3.0,
