@@ -13,12 +13,22 @@ from tts.backends.base import Completion, derive_seed
 from tts.backends.function import FunctionGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.search.base import StrategyInputError, prefix_usage, problem_tool_choice, problem_tools
+from tts.answers.free_text import mbr_select
+from tts.answers.kinds import TEXT
+from tts.search.base import (
+    Strategy,
+    StrategyInputError,
+    prefix_usage,
+    problem_tool_choice,
+    problem_tools,
+    select_text,
+    solution_item,
+)
 from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
-from tts.types import Budget, Problem, RequestShape, Sample, Usage
-from tts.verifiers.base import VerifierScore
+from tts.types import Budget, Problem, RequestShape, Sample, Solution, Trace, Usage
+from tts.verifiers.base import VerifierScore, VerifyItem
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
 
@@ -229,3 +239,98 @@ def test_scores_the_verifier_could_not_give_are_counted_and_out_of_range_ones_we
     assert sol.trace.events == {"invalid_score": 2}
     assert sol.trace.scores == (0.5, 0.0, 0.0, 0.0)  # 1.5 is no probability: cleaned to 0
     assert sol.answer == "4" and sol.trace.votes == {"4": 0.5, "5": 0.0, "6": 0.0}
+
+
+# --- building blocks every strategy shares ----------------------------------------------------
+
+def test_planned_requests_one_request_of_n_samples_sharing_the_prompt():
+    assert SelfConsistency.planned_requests(3, 100, 50) == [RequestShape(100, 0, (50, 50, 50))]
+    assert SelfConsistency.planned_requests(2, 100, 50, cached_tokens=40) == [RequestShape(100, 40, (50, 50))]
+
+
+def test_a_whole_solution_as_the_verifier_reads_it():
+    problem = Problem("p", "q")
+    text = "2 + 2 = 4.\n\nSo \\boxed{4}."
+    top = ((-0.1, -2.0), (-0.3, -1.5))
+
+    class Steps:
+        step_verifier = True
+
+    assert solution_item(problem, text, Steps(), mean_logprob=-0.2, token_top_logprobs=top) == VerifyItem(
+        problem, ("2 + 2 = 4.", "So \\boxed{4}."), finished=True, logprobs=(), token_top_logprobs=top)
+    assert solution_item(problem, text, object(), mean_logprob=-0.2, token_top_logprobs=top) == VerifyItem(
+        problem, (text,), finished=True, logprobs=(-0.2,), token_top_logprobs=top)
+
+
+def test_a_closed_strategy_builds_a_fresh_verifier_when_used_again():
+    bon = BestOfN(BestOfNConfig(n=2, verifier={"kind": "arithmetic"}), FunctionGenerator(lambda r: "1"), _prompt)
+    first = bon.verifier
+    bon.close()
+    again = bon.verifier
+    assert again is not first and again is not None and callable(again.score)
+
+
+def test_one_strategy_alone_is_solved_together_too():
+    gen = FunctionGenerator(_replies)
+    sc = SelfConsistency(SelfConsistencyConfig(n=3), gen, _prompt)
+    [[sol]] = SelfConsistency.solve_together([sc], [Problem("a", "q")])
+    assert sol.problem_id == "a" and sol.answer == "8" and len(gen.calls) == 1
+
+
+def test_a_shared_draw_asks_for_the_most_top_logprobs_any_config_needs():
+    gen = FunctionGenerator(_replies)
+    plain = SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt)
+    certain = BestOfN(BestOfNConfig(n=3, verifier={"kind": "self_certainty", "top_k": 5}), gen, _prompt)
+    assert plain.shares_draw_with(certain)
+    out = SelfConsistency.solve_together([plain, certain], [Problem("a", "q"), Problem("b", "q")])
+    assert [r.top_logprobs for r in gen.requests] == [5, 5] and [r.n for r in gen.requests] == [3, 3]
+    assert [[s.problem_id for s in sols] for sols in out] == [["a", "b"], ["a", "b"]]
+
+
+class _Alone(Strategy):
+    """A strategy with nothing to share: the base class's defaults."""
+
+    name = "alone"
+    config_class = SelfConsistencyConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.solved = 0
+
+    def solve(self, problems, budgets=None):
+        self.solved += 1
+        return [Solution(p.id, "1", 1.0, Usage(), Trace(self.name, ())) for p in problems]
+
+
+def test_strategies_share_no_draw_by_default_and_are_solved_one_by_one():
+    gen = FunctionGenerator(lambda r: "1")
+    a, b = _Alone(SelfConsistencyConfig(), gen, _prompt), _Alone(SelfConsistencyConfig(), gen, _prompt)
+    assert not a.shares_draw_with(b) and not a.shares_draw_with(a)
+    out = Strategy.solve_together([a, b], [Problem("p", "q")])
+    assert (a.solved, b.solved) == (1, 1) and [sols[0].problem_id for sols in out] == ["p", "p"]
+
+
+def test_a_strategy_votes_with_its_extractions_answer_kind():
+    texts = ["the cat sat on the mat", "a dog ran in the park", "a dog ran in a park", "the dog ran in the park"]
+    samples = [Sample(t, t) for t in texts]
+    free = SelfConsistency(SelfConsistencyConfig(n=4), FunctionGenerator(lambda r: "x"), _prompt, extract=TEXT)
+    assert free.vote(samples) == select_text(samples)  # similarity, not a count of equal strings
+    counted = SelfConsistency(SelfConsistencyConfig(n=4), FunctionGenerator(lambda r: "x"), _prompt)
+    assert counted.vote(samples)[1] == 0.25  # four different answers, one vote each
+
+
+def test_free_text_selection_called_directly():
+    texts = ["the cat sat on the mat", "a dog ran in the park", "a dog ran in a park", "the dog ran in the park"]
+    samples = [Sample(t, t) for t in texts]
+    assert select_text(samples) == select_text(samples, [1.0] * 4) == select_text(samples, [0.0] * 4)
+    # The same text twice with different weights keeps the better of its two utilities.
+    twice = samples + [Sample(texts[1], texts[1])]
+    weights = [0.2, 1.0, 0.1, 0.7, 0.05]
+    choice = mbr_select([s.answer for s in twice], weights)
+    utilities = select_text(twice, weights)[2]
+    assert choice.utilities[1] != choice.utilities[4]
+    assert utilities[texts[1]] == max(choice.utilities[1], choice.utilities[4])
+    # An empty answer is the empty text: it agrees with nothing.
+    empty = [Sample("", ""), Sample("XXXX", "XXXX"), Sample("XXXX", "XXXX")]
+    answer, share, utilities, idx = select_text(empty)
+    assert (answer, idx, share) == ("XXXX", 1, 0.5) and utilities[""] == 0.0 and set(utilities) == {"", "XXXX"}
