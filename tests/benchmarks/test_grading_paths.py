@@ -417,7 +417,7 @@ def test_a_check_that_raises_is_ungraded_and_logged(forked, caplog):
 
 
 def test_a_crash_is_retried_once_on_a_fresh_worker_then_ungraded(forked, caplog, tmp_path):
-    caplog.set_level(logging.WARNING, logger="tts.benchmarks.grading")
+    caplog.set_level(logging.DEBUG, logger="tts.benchmarks.grading")
     pids = tmp_path / "pids"
     with Grader(workers=2, check=_fraction_check) as g:
         assert g.grade_many([("1/3", "2/6"), (f"pid:{pids}|die", "1"), ("3/4", "0.75"), ("1", "2")]) == [C, U, C, W]
@@ -430,6 +430,8 @@ def test_a_crash_is_retried_once_on_a_fresh_worker_then_ungraded(forked, caplog,
     assert messages == [f"grading {culprit} vs '1' crashed its worker (exit code -9); retrying once",
                         f"grading {culprit} vs '1' crashed its worker twice (exit code -9); the answer is "
                         "recorded as ungraded"]
+    dropped = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert [f"grading worker {pid} died on ({culprit}, '1')" for pid in died] == dropped
 
 
 def test_a_crash_that_does_not_recur_is_graded(forked, tmp_path):
