@@ -5,6 +5,7 @@ it had been drawn alone (numbers worked out by hand below)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -334,3 +335,109 @@ def test_free_text_selection_called_directly():
     empty = [Sample("", ""), Sample("XXXX", "XXXX"), Sample("XXXX", "XXXX")]
     answer, share, utilities, idx = select_text(empty)
     assert (answer, idx, share) == ("XXXX", 1, 0.5) and utilities[""] == 0.0 and set(utilities) == {"", "XXXX"}
+
+
+# --- construction, tool calls, the vote's edges -------------------------------------------------
+
+def test_a_strategy_needs_its_own_config_and_seeds_from_0():
+    gen = FunctionGenerator(lambda r: "1")
+    with pytest.raises(TypeError, match=r"^SelfConsistency needs a SelfConsistencyConfig, got BestOfNConfig$"):
+        SelfConsistency(BestOfNConfig(), gen, _prompt)
+    sc = SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt)
+    assert sc.seed == 0 and sc.request(Problem("p", "q")).seed == derive_seed(0, "p", 0)
+    assert _Alone(SelfConsistencyConfig(), gen, _prompt).seed == 0
+
+
+def test_a_strategy_closes_the_verifier_it_built_and_never_the_callers():
+    gen = FunctionGenerator(lambda r: "\\boxed{1}")
+    built = BestOfN(BestOfNConfig(n=2, verifier={"kind": "arithmetic"}), gen, _prompt)
+    closed: list[str] = []
+    v = built.verifier
+    v.close = lambda: closed.append("built")
+    built.close()
+    assert closed == ["built"]
+    mine = _Scorer({})
+    mine.close = lambda: closed.append("mine")
+    lent = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=mine)
+    lent.close()
+    assert closed == ["built"] and lent.verifier is mine
+
+
+def test_results_must_answer_every_request():
+    from tts.backends.base import GenerationResult
+    from tts.search.base import with_tool_calls
+
+    sc = SelfConsistency(SelfConsistencyConfig(n=1), FunctionGenerator(lambda r: "1"), _prompt)
+    requests = [sc.request(Problem("a", "q")), sc.request(Problem("b", "q"))]
+    one = GenerationResult(completions=(Completion("1", 1),), usage=Usage())
+    with pytest.raises(ValueError):
+        with_tool_calls(requests, [one])
+    # A request without tools: its result passes untouched, whatever its completions say of calls.
+    assert with_tool_calls(requests[:1], [one])[0] is one
+
+
+def test_the_verifier_reads_each_samples_problem_and_top_logprobs_and_a_failure_is_logged(caplog):
+    top = ((-0.1, -2.5),)
+    gen = FunctionGenerator(lambda r: [Completion("\\boxed{4}", 1, token_top_logprobs=top), "\\boxed{5}"])
+    seen = []
+
+    class Recording(_Scorer):
+        def score(self, items):
+            seen.extend((i.problem.id, i.token_top_logprobs) for i in items)
+            return super().score(items)
+
+    wv = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=Recording({"\\boxed{4}": 0.3, "\\boxed{5}": 0.6}))
+    sols = wv.solve([Problem("a", "q"), Problem("b", "q")])
+    assert seen == [("a", top), ("a", None), ("b", top), ("b", None)]
+    assert [s.problem_id for s in sols] == ["a", "b"] and [s.answer for s in sols] == ["5", "5"]
+    with pytest.raises(ValueError):
+        wv.score_samples([Problem("a", "q")], [gen.generate([wv.request(Problem("a", "q"))])[0]] * 2)
+    down = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=_Scorer({}, fail=True))
+    down.solve([Problem("c", "q")])
+    assert "verifier table failed on 2 samples (scorer down); each scores 0" in [r.getMessage() for r in caplog.records]
+
+
+def test_event_counts_of_the_scoring_add_to_the_aggregations_own():
+    class Reporting(WeightedVote):
+        def aggregate(self, problem_id, samples, usage, scores=None):
+            sol = super().aggregate(problem_id, samples, usage, scores)
+            return dataclasses.replace(sol, trace=dataclasses.replace(sol.trace, events={"invalid_score": 1}))
+
+    gen = FunctionGenerator(lambda r: ["\\boxed{4}", "\\boxed{5}"])
+    [sol] = Reporting(WeightedVoteConfig(n=2), gen, _prompt, verifier=_Scorer({"\\boxed{4}": None, "\\boxed{5}": 0.5})
+                      ).solve([Problem("p", "q")])
+    assert sol.trace.events == {"invalid_score": 2}  # its own 1 and the scorer's 1
+
+
+def _call(name: str, args: str, ident: str) -> Sample:
+    from tts.backends.chat import ToolCall
+    from tts.search.base import to_sample
+
+    return to_sample(Completion("", 4, finish_reason="tool_calls", tool_calls=(ToolCall(name, args, ident),)), str)
+
+
+def test_when_most_samples_call_tools_only_the_calls_vote():
+    from tts.answers.kinds import call_key
+    from tts.search.base import vote
+
+    a, b = _call("add", '{"a": 1, "b": 2}', "1"), _call("add", '{"b": 2, "a": 1}', "2")
+    malformed = Sample("", None, 3, tool_calls=({"id": "x"},))
+    samples = [a, Sample("3", "3"), b, malformed]
+    answer, share, votes, idx = vote(samples)
+    assert (answer, share, idx) == (a.answer, 0.5, 0) and votes == {call_key(a.answer): 2.0}
+
+
+def test_when_few_samples_call_tools_the_replies_in_text_decide():
+    from tts.search.base import vote
+
+    samples = [_call("add", '{"a": 1, "b": 2}', "1"), Sample("3", "3"), Sample("3.0", "3")]
+    assert vote(samples) == ("3", 2 / 3, {"3": 2.0}, 1)
+
+
+def test_the_vote_needs_one_weight_per_sample_and_no_weight_means_no_answer():
+    from tts.search.base import vote
+
+    samples = [Sample("1", "1"), Sample("2", "2"), Sample("1", "1")]
+    with pytest.raises(ValueError):
+        vote(samples, [1.0, 1.0])
+    assert vote(samples, [0.0, 0.0, 0.0]) == (None, 0.0, {"1": 0.0, "2": 0.0}, None)
