@@ -428,8 +428,8 @@ def test_a_crash_is_retried_once_on_a_fresh_worker_then_ungraded(forked, caplog,
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     culprit = repr(f"pid:{pids}|die")
     assert messages == [f"grading {culprit} vs '1' crashed its worker (exit code -9); retrying once",
-                        f"grading {culprit} vs '1' crashed its worker twice (exit code -9); the answer is "
-                        "recorded as ungraded"]
+                        (f"grading {culprit} vs '1' crashed its worker twice (exit code -9); the answer is "
+                         "recorded as ungraded")]
     dropped = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert [f"grading worker {pid} died on ({culprit}, '1')" for pid in died] == dropped
 

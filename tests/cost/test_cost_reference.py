@@ -51,7 +51,7 @@ def _reference(arch, hw, prompt, cached, segments, budget, block, concurrency) -
     windows = [None] * arch.full_layers + [arch.sliding_window] * arch.window_layers
     assert per_layer * len(windows) == arch.kv_bytes_per_token
     pc, state = arch.flop_params, arch.state_bytes_per_sequence
-    out = dict(param_flops=0.0, attention_flops=0.0, weight_bytes=0.0, kv_bytes=0.0, seconds=0.0)
+    out = {"param_flops": 0.0, "attention_flops": 0.0, "weight_bytes": 0.0, "kv_bytes": 0.0, "seconds": 0.0}
 
     # Prefill of positions cached+1 .. prompt: dense, only windows cap what a position attends to.
     new = prompt - cached
@@ -198,28 +198,28 @@ def test_invalid_inputs_say_what_is_wrong():
 
 def test_sparse_settings_are_checked_with_messages_that_say_what_to_write():
     cases = [
-        (lambda: SparseAttention("dense", 4), "sparse attention kind 'dense': write one of topk:K[,local=W], "
-                                              "block:K,size=S[,local=W]"),
+        (lambda: SparseAttention("dense", 4), ("sparse attention kind 'dense': write one of topk:K[,local=W], "
+                                               "block:K,size=S[,local=W]")),
         (lambda: SparseAttention("topk", 0), "sparse attention keeps at least 1 of its KV positions; got topk:0"),
         (lambda: SparseAttention("block", 0, block_size=4), "sparse attention keeps at least 1 of its blocks; got block:0"),
         (lambda: SparseAttention("topk", 4, local=-1), "the local window is a number of positions >= 0, got local=-1"),
-        (lambda: SparseAttention("block", 4), "block top-k needs size=S, the positions per block (>= 1), e.g. "
-                                              "block:4,size=16"),
+        (lambda: SparseAttention("block", 4), ("block top-k needs size=S, the positions per block (>= 1), e.g. "
+                                               "block:4,size=16")),
         (lambda: SparseAttention("block", 4, block_size=0), "block top-k needs size=S"),
-        (lambda: SparseAttention("topk", 4, block_size=8), "size=8 is a block size; top-k keeps positions, not "
-                                                           "blocks: write block:K,size=8 for block top-k"),
-        (lambda: SparseAttention.parse("dense:4"), "sparse attention 'dense:4': write topk:K[,local=W] or "
-                                                   "block:K,size=S[,local=W] (e.g. topk:2048 or block:64,size=16,local=128)"),
+        (lambda: SparseAttention("topk", 4, block_size=8), ("size=8 is a block size; top-k keeps positions, not "
+                                                            "blocks: write block:K,size=8 for block top-k")),
+        (lambda: SparseAttention.parse("dense:4"), ("sparse attention 'dense:4': write topk:K[,local=W] or "
+                                                    "block:K,size=S[,local=W] (e.g. topk:2048 or block:64,size=16,local=128)")),
         (lambda: SparseAttention.parse("topk: "), "sparse attention 'topk: ': write topk:K"),
-        (lambda: SparseAttention.parse("topk:4,local=1,local=2"), "sparse attention 'topk:4,local=1,local=2': unknown "
-                                                                  "or repeated setting 'local'; write topk:K"),
-        (lambda: SparseAttention.parse("topk:4,k=2"), "sparse attention 'topk:4,k=2': unknown or repeated setting "
-                                                      "'k'; write topk:K[,local=W] or block:K,size=S[,local=W]"),
+        (lambda: SparseAttention.parse("topk:4,local=1,local=2"), ("sparse attention 'topk:4,local=1,local=2': unknown "
+                                                                   "or repeated setting 'local'; write topk:K")),
+        (lambda: SparseAttention.parse("topk:4,k=2"), ("sparse attention 'topk:4,k=2': unknown or repeated setting "
+                                                       "'k'; write topk:K[,local=W] or block:K,size=S[,local=W]")),
         (lambda: SparseAttention.parse("topk:4:5"), "sparse attention 'topk:4:5': k must be a whole number, got '4:5'"),
-        (lambda: SparseAttention.parse("topk:4,local=1=2"), "sparse attention 'topk:4,local=1=2': local must be a "
-                                                            "whole number, got '1=2'"),
-        (lambda: SparseAttention.parse("topk:4,local=x"), "sparse attention 'topk:4,local=x': local must be a whole "
-                                                          "number, got 'x'"),
+        (lambda: SparseAttention.parse("topk:4,local=1=2"), ("sparse attention 'topk:4,local=1=2': local must be a "
+                                                             "whole number, got '1=2'")),
+        (lambda: SparseAttention.parse("topk:4,local=x"), ("sparse attention 'topk:4,local=x': local must be a whole "
+                                                           "number, got 'x'")),
     ]
     for make, message in cases:
         with pytest.raises(ValueError) as err:
@@ -234,7 +234,7 @@ def test_sparse_settings_are_checked_with_messages_that_say_what_to_write():
 
 def test_sparse_attention_is_given_once_and_checked():
     hw = DEVICES[1]
-    both = [dict(sparse_kv_budget=4), dict(sparse_block=2), dict(sparse_kv_budget=4, sparse_block=2)]
+    both = [{"sparse_kv_budget": 4}, {"sparse_block": 2}, {"sparse_kv_budget": 4, "sparse_block": 2}]
     for extra in both:
         with pytest.raises(ValueError, match=r"^give sparse attention once: either sparse= or "
                                              r"sparse_kv_budget/sparse_block$"):
@@ -259,7 +259,7 @@ def test_costs_add_field_by_field():
     assert [getattr(total, f.name) for f in fields(Cost)] == [11.0 * k for k in range(1, 11)] + [7]
     assert Cost.total([a, b, a]) == a + b + a and Cost.total([a]) == a
     with pytest.raises(TypeError):
-        a + 1  # noqa: B018
+        a + 1
     assert a.__add__(1) is NotImplemented
 
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
+from tts.answers.free_text import mbr_select
+from tts.answers.kinds import TEXT
 from tts.backends.base import Completion, derive_seed
 from tts.backends.function import FunctionGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.answers.free_text import mbr_select
-from tts.answers.kinds import TEXT
 from tts.search.base import (
     Strategy,
     StrategyInputError,
@@ -89,7 +89,7 @@ def test_problem_tools_and_tool_choice_as_request_json():
     assert problem_tools("a bare string problem") is None and problem_tool_choice(object()) is None
 
     class Odd:
-        metadata = ["tools"]
+        metadata = ("tools",)
 
     assert problem_tools(Odd()) is None and problem_tool_choice(Odd()) is None
 
