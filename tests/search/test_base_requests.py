@@ -68,6 +68,11 @@ def test_the_engine_calls_concurrency_shrinks_with_n(batch, taken, total, expect
     assert prefix_usage(drawn, _samples(*(4,) * taken), total).shapes[0].batch_sequences == expected
 
 
+def test_a_prefix_with_all_of_a_one_token_draws_tokens_takes_all_its_time():
+    drawn = Usage(prompt_tokens=5, completion_tokens=1, wall_seconds=2.0, calls=1, shapes=(RequestShape(5, 0, (1, 0)),))
+    assert prefix_usage(drawn, _samples(1), 2).wall_seconds == 2.0
+
+
 def test_a_prefix_of_a_usage_without_shapes_or_tokens():
     drawn = Usage(prompt_tokens=7, completion_tokens=0, wall_seconds=2.0, calls=2)
     usage = prefix_usage(drawn, _samples(0), 2)
@@ -326,10 +331,10 @@ def test_free_text_selection_called_directly():
     assert select_text(samples) == select_text(samples, [1.0] * 4) == select_text(samples, [0.0] * 4)
     # The same text twice with different weights keeps the better of its two utilities.
     twice = samples + [Sample(texts[1], texts[1])]
-    weights = [0.2, 1.0, 0.1, 0.7, 0.05]
+    weights = [0.2, 0.05, 0.1, 0.7, 1.0]  # the first copy agrees with the heavy second one: its utility is higher
     choice = mbr_select([s.answer for s in twice], weights)
     utilities = select_text(twice, weights)[2]
-    assert choice.utilities[1] != choice.utilities[4]
+    assert choice.utilities[1] > choice.utilities[4]
     assert utilities[texts[1]] == max(choice.utilities[1], choice.utilities[4])
     # An empty answer is the empty text: it agrees with nothing.
     empty = [Sample("", ""), Sample("XXXX", "XXXX"), Sample("XXXX", "XXXX")]
@@ -441,3 +446,30 @@ def test_the_vote_needs_one_weight_per_sample_and_no_weight_means_no_answer():
     with pytest.raises(ValueError):
         vote(samples, [1.0, 1.0])
     assert vote(samples, [0.0, 0.0, 0.0]) == (None, 0.0, {"1": 0.0, "2": 0.0}, None)
+
+
+def test_a_reply_that_writes_a_call_in_its_text_does_not_vote_with_the_calls():
+    from tts.answers.kinds import call_key
+    from tts.search.base import vote
+
+    a, b = _call("add", '{"a": 1, "b": 2}', "1"), _call("add", '{"a": 1, "b": 2}', "2")
+    written = Sample(a.answer, a.answer)  # the same JSON, but in text: no call was made
+    answer, share, votes, idx = vote([a, written, b])
+    assert (answer, idx) == (a.answer, 0) and votes == {call_key(a.answer): 2.0} and share == 2 / 3
+
+
+class _Caseless:
+    """An extraction with its own notion of the same answer (as code extraction has for programs)."""
+
+    def __call__(self, text):
+        return text
+
+    @staticmethod
+    def answer_keys(answers):
+        return [a.casefold() if a is not None else None for a in answers]
+
+
+def test_a_strategy_votes_under_its_extractions_own_answer_keys():
+    samples = [Sample("Yes", "Yes"), Sample("no", "no"), Sample("YES", "YES")]
+    sc = SelfConsistency(SelfConsistencyConfig(n=3), FunctionGenerator(lambda r: "x"), _prompt, extract=_Caseless())
+    assert sc.vote(samples) == ("Yes", 2 / 3, {"yes": 2.0, "no": 1.0}, 0)
