@@ -51,12 +51,27 @@ class _Inner(BaseModel):
 @pytest.mark.parametrize("client, configured, same", [
     ([1, 2], (1, 2), True), ((1, 2), [1, 2], True), ([1, 2], [1, 2, 3], False), ([1, 2], [1, 3], False),
     ([[1, 2]], ((1, 2),), True), ([], (), True),
+    (["a", "b"], "ab", False), ("ab", ["a", "b"], False), (["a"], "a", False),
     (True, True, True), (1, True, False), (True, 1, False), (0, False, False), (2, 2.0, True), ("a", "a", True),
     ({"kind": "judge", "votes": 1}, _Inner(), True), ({"kind": "judge"}, _Inner(kind="judge"), True),
     ({"kind": "judge", "votes": 2}, _Inner(), False), ({"kind": "judge"}, _Inner(), False), ("judge", _Inner(), False),
 ])
 def test_a_client_value_is_the_configured_one_only_as_the_same_data(client, configured, same):
     assert _same(client, configured) is same
+
+
+class _WithTuple(BaseModel):
+    kind: str = "judge"
+    items: tuple[int, ...] = ()
+    votes: int = 1
+
+
+def test_a_nested_config_is_compared_as_json_whether_the_client_sends_every_field_or_the_set_ones():
+    configured = _WithTuple(items=(1, 2))  # votes left at its default
+    assert _same({"kind": "judge", "items": [1, 2], "votes": 1}, configured)  # every field, as JSON
+    assert _same({"items": [1, 2]}, configured)  # only the fields the operator set, as JSON
+    assert not _same({"items": [1, 2], "votes": 1}, configured)  # neither all nor only the set ones
+    assert not _same({"items": [2, 1]}, configured)
 
 
 def test_a_config_error_is_one_line_naming_its_field():
