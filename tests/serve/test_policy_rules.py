@@ -120,7 +120,9 @@ def test_by_default_every_strategy_complete_with_the_operators_settings(session)
     policy = _policy(session)
     offered = policy.offered()
     assert offered == sorted(offered)
-    assert set(STRATEGIES.names()) - set(offered) == {"auto", "graph"}
+    # auto and graph need operator files; code-running strategies need --allow-code-execution.
+    assert set(STRATEGIES.names()) - set(offered) == {"auto", "graph", "codet", "exec_vote", "program_vote",
+                                                       "public_tests", "tir"}
     assert not policy.allows("nope")
     err = _refused(policy.resolve, {"kind": "graph"})
     assert err.args[0] == (f"strategy 'graph' is not offered on this server; use one of {', '.join(offered)}; "
