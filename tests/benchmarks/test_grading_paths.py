@@ -44,10 +44,17 @@ def forked(monkeypatch):
         return fork
 
     monkeypatch.setattr(grading.mp, "get_context", get_context)
+    before = set(mp.active_children())  # the session's vLLM engine process, when the whole suite runs
     yield asked
-    for child in mp.active_children():  # nothing a test started may outlive it
+    for child in set(mp.active_children()) - before:  # nothing a test started may outlive it
         child.kill()
         child.join(5)
+
+
+def _graders() -> list:
+    """The grading workers alive now (other multiprocessing children, such as the session's vLLM
+    engine when the whole suite runs, are not the Grader's)."""
+    return [p for p in mp.active_children() if p.name == "tts-grader"]
 
 
 # Module-level checks ((gold, answer, timeout) -> equal). Answers are fractions ("1/2"), so the
@@ -358,13 +365,13 @@ def test_parallel_workers_share_the_checks_and_stop_cleanly(forked, tmp_path):
     with Grader(workers=3, check=_fraction_check) as g:
         assert g.grade_many(pairs) == [C] * 6 + [W]
         workers = list(g._workers)
-        assert len(workers) == 3 and len(mp.active_children()) == 3
+        assert len(workers) == 3 and len(_graders()) == 3
         # daemons: a run that exits without closing its Grader leaves no worker behind
-        assert all(p.daemon and p.name == "tts-grader" for p in mp.active_children())
+        assert all(p.daemon and p.name == "tts-grader" for p in _graders())
         ran = [int(p) for p in pids.read_text().split()]
         assert len(ran) == 7 and set(ran) <= {w.process.pid for w in workers}
         assert g.grade_many([(f"pid:{pids}|2/3", "1/2")]) == [W]  # the same workers again: none started
-        assert len(mp.active_children()) == 3
+        assert len(_graders()) == 3
     # Idle workers are asked to stop (exit 0), not killed (one still starting up is killed: it
     # cannot read the request yet); none is left running.
     assert workers[0].ready
@@ -372,15 +379,15 @@ def test_parallel_workers_share_the_checks_and_stop_cleanly(forked, tmp_path):
     for w in workers:  # and their process handles released (a long run replaces many workers)
         with pytest.raises(ValueError, match="process object is closed"):
             w.process.is_alive()
-    assert mp.active_children() == []
+    assert _graders() == []
 
 
 def test_no_more_workers_than_checks(forked):
     with Grader(workers=4, check=_fraction_check) as g:
         assert g.grade_many([("1/2", "0.5"), ("2", "3")]) == [C, W]
-        assert len(mp.active_children()) == 2
+        assert len(_graders()) == 2
         assert g.grade_many([("1/4", "0.25")]) == [C]  # the two already there do it
-        assert len(mp.active_children()) == 2
+        assert len(_graders()) == 2
 
 
 def test_a_hung_check_is_ungraded_at_its_deadline_and_its_worker_replaced(forked, caplog):
@@ -478,7 +485,7 @@ def test_a_worker_that_hangs_while_starting_is_replaced_after_the_startup_limit(
     with Grader(check=_hangs_on_warm_up) as g, pytest.raises(RuntimeError, match="3 grading workers in a row"):
         g.grade("1", "2")
     assert 0.9 <= time.monotonic() - start < 5
-    assert mp.active_children() == []
+    assert _graders() == []
     assert sum(r.getMessage().endswith(" did not start") for r in caplog.records) == 3
 
 
@@ -540,7 +547,7 @@ def test_close_kills_a_busy_worker(forked):
     g.close()
     assert time.monotonic() - start < 0.8  # no polite wait (of 1 s) for a worker that cannot read it
     assert w.exitcode == -signal.SIGKILL
-    assert g._workers == [] and mp.active_children() == []
+    assert g._workers == [] and _graders() == []
 
 
 def test_close_gives_up_on_a_worker_that_does_not_stop_when_asked(forked):
@@ -552,4 +559,4 @@ def test_close_gives_up_on_a_worker_that_does_not_stop_when_asked(forked):
     start = time.monotonic()
     g.close()
     assert 1 <= time.monotonic() - start < 1.8  # asked, waited 1 s, then killed
-    assert w.exitcode == -signal.SIGKILL and mp.active_children() == []
+    assert w.exitcode == -signal.SIGKILL and _graders() == []
