@@ -31,9 +31,12 @@ def _pick(row: dict[str, Any], names: Sequence[str]) -> str | None:
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of a JSONL file with their 1-based line numbers; blank lines are skipped."""
+    """Rows of a JSONL file (gzipped when its name ends in ``.gz``) with their 1-based line numbers;
+    blank lines are skipped."""
+    import gzip
+
     rows = []
-    with path.open(encoding="utf-8") as fh:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

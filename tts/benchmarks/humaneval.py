@@ -22,12 +22,10 @@ without isolation, by name only.
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
-from tts.benchmarks.datasets import Benchmark, DatasetError
+from tts.benchmarks.datasets import Benchmark, DatasetError, read_jsonl
 from tts.prompts import CODE_PROMPT
 from tts.types import Problem
 
@@ -48,21 +46,12 @@ def _rows(path: Path | None) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"Data file {path} does not exist; give --data a HumanEval JSONL (or .jsonl.gz) file.")
-    opener = gzip.open if path.suffix == ".gz" else open
     rows = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}, line {lineno}: not valid JSON ({exc.msg}); each line must be one "
-                                   "HumanEval problem.") from exc
-            missing = [f for f in FIELDS if f not in row]
-            if missing:
-                raise DatasetError(f"{path}, line {lineno}: a HumanEval row needs {', '.join(missing)}.")
-            rows.append(row)
+    for lineno, row in read_jsonl(path):
+        missing = [f for f in FIELDS if f not in row]
+        if missing:
+            raise DatasetError(f"{path}, line {lineno}: a HumanEval row needs {', '.join(missing)}.")
+        rows.append(row)
     return rows
 
 
