@@ -42,6 +42,7 @@ class ReplayThenEngine:
         self.prompts = {p.id: render(p) for p in problems}
         self.engine = None
         self.new_tokens = 0
+        self.drawn: dict = {}  # a request asked again (CodeT's tests, exec_vote's model inputs) gets the same draw
         self.model_name = backend.model
 
     def _replay(self, req) -> GenerationResult:
@@ -58,6 +59,8 @@ class ReplayThenEngine:
         for i, req in enumerate(requests):
             if req.key in self.draws and req.messages == self.prompts.get(req.key):
                 out[i] = self._replay(req)
+            elif (req.key, req.messages, req.n, req.seed) in self.drawn:
+                out[i] = self.drawn[req.key, req.messages, req.n, req.seed]
             else:
                 fresh.append(i)
         if fresh:
@@ -67,7 +70,7 @@ class ReplayThenEngine:
             results = self.engine.generate([requests[i] for i in fresh])
             print(f"  engine call: {len(fresh)} requests, {time.perf_counter() - start:.0f} s", file=sys.stderr)
             for i, r in zip(fresh, results, strict=True):
-                out[i] = r
+                out[i] = self.drawn[requests[i].key, requests[i].messages, requests[i].n, requests[i].seed] = r
                 self.new_tokens += r.usage.completion_tokens
         return out
 

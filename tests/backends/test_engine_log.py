@@ -217,6 +217,43 @@ def test_child_logging_config_writes_the_file_and_keeps_errors_on_stdout(tmp_pat
     assert not config_path.exists()  # the temporary config goes with the block
 
 
+def test_after_a_stop_the_engines_shutdown_errors_stay_off_the_terminal(tmp_path):
+    """Ctrl-C / SIGTERM tear the engine down mid-step; its workers' end is logged as a fatal error
+    with a traceback (`RuntimeError: cancelled`). Before the stop an engine error reaches the
+    terminal; after it, only the file has it."""
+    code = ("import logging, logging.config, json, os, sys; "
+            "logging.config.dictConfig(json.load(open(os.environ['VLLM_LOGGING_CONFIG_PATH']))); "
+            "logging.getLogger('vllm.engine').error(sys.argv[1])")
+    with el.engine_log(tmp_path / "engine.log"):
+        env = {**os.environ, **el.child_environment()}
+        cwd = Path(el.__file__).resolve().parents[2]
+
+        def engine_says(text):
+            return subprocess.run([sys.executable, "-c", code, text], env=env, capture_output=True, text=True,
+                                  timeout=60, cwd=cwd).stdout
+
+        before = engine_says("out of KV cache blocks")
+        el.mark_stopping()
+        after = engine_says("EngineCore encountered a fatal error: RuntimeError: cancelled")
+        marker = Path(env["VLLM_LOGGING_CONFIG_PATH"] + ".stopping")
+        assert marker.exists()
+    assert "out of KV cache blocks" in before
+    assert after == ""
+    assert "RuntimeError: cancelled" in (tmp_path / "engine.log").read_text()
+    assert not marker.exists()  # the block's end removes it: a next run's engine errors show again
+
+
+def test_the_clis_stop_handlers_mark_the_stop_before_ending_the_command(tmp_path):
+    from tts.cli.stopped import SignalExit, exit_on_signal, interrupt_on_signal
+
+    for handler, raised in ((exit_on_signal, SignalExit), (interrupt_on_signal, KeyboardInterrupt)):
+        with el.engine_log(tmp_path / "engine.log"):
+            marker = Path(el.child_environment()["VLLM_LOGGING_CONFIG_PATH"] + ".stopping")
+            with pytest.raises(raised):
+                handler(15, None)
+            assert marker.exists()
+
+
 def test_a_user_who_turned_vllm_logging_off_gets_no_config_file(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_CONFIGURE_LOGGING", "0")  # vLLM refuses a config file then
     with el.engine_log(tmp_path / "engine.log"):

@@ -91,7 +91,21 @@ class EngineFileHandler(logging.FileHandler):
 
 
 class EngineTerminalHandler(logging.StreamHandler):
-    """An engine process's handler for the records that stay on the terminal (its stdout)."""
+    """An engine process's handler for the records that stay on the terminal (its stdout).
+
+    Once the run is being stopped (Ctrl-C, SIGTERM: :func:`mark_stopping` creates ``stop_marker``)
+    it writes nothing: an engine torn down mid-step logs its workers' end as a fatal error with a
+    traceback (``RuntimeError: cancelled``), which is no error of a stopped run. The file keeps it.
+    """
+
+    def __init__(self, stream: Any = None, stop_marker: str | None = None) -> None:
+        super().__init__(stream)
+        self.stop_marker = stop_marker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stop_marker is not None and os.path.exists(self.stop_marker):
+            return
+        super().emit(record)
 
 
 class _ToTerminal(logging.Handler):
@@ -109,7 +123,12 @@ def _terminal_level() -> int:
     return logging.INFO if logging.getLogger("tts").isEnabledFor(logging.INFO) else logging.ERROR
 
 
-def _vllm_logging_config(path: Path, terminal_level: int) -> dict[str, Any]:
+def _stop_marker(config_path: str) -> str:
+    """The file whose existence tells a block's engine processes that the run is being stopped."""
+    return config_path + ".stopping"
+
+
+def _vllm_logging_config(path: Path, terminal_level: int, config_path: str) -> dict[str, Any]:
     """A ``logging.config.dictConfig`` for the vLLM logger of every engine process."""
     return {
         "version": 1,
@@ -120,6 +139,7 @@ def _vllm_logging_config(path: Path, terminal_level: int) -> dict[str, Any]:
                                 "encoding": "utf-8", "formatter": "tts_engine", "level": "DEBUG"},
             # The processes' stderr is the log file itself; their stdout is the terminal.
             "tts_engine_terminal": {"class": f"{__name__}.EngineTerminalHandler", "stream": "ext://sys.stdout",
+                                    "stop_marker": _stop_marker(config_path),
                                     "formatter": "tts_engine", "level": logging.getLevelName(terminal_level)},
         },
         "loggers": {"vllm": {"handlers": ["tts_engine_file", "tts_engine_terminal"], "propagate": False,
@@ -214,7 +234,7 @@ def engine_log(path: Path | str) -> Iterator[Path]:
     terminal_level = _terminal_level()
     fd, config_path = tempfile.mkstemp(prefix="tts-vllm-logging-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
-        json.dump(_vllm_logging_config(path, terminal_level), fh)
+        json.dump(_vllm_logging_config(path, terminal_level, config_path), fh)
     state = _EngineLog(path, terminal_level, config_path, path.stat().st_size if path.exists() else 0, handler)
     previous_showwarning = warnings.showwarning
     with _lock:
@@ -233,12 +253,23 @@ def engine_log(path: Path | str) -> Iterator[Path]:
             if warnings.showwarning is not previous_showwarning:
                 warnings.showwarning = previous_showwarning
             _restore_loggers(state)
-        with suppress(FileNotFoundError):
-            os.unlink(config_path)
+        for leftover in (config_path, _stop_marker(config_path)):
+            with suppress(FileNotFoundError):
+                os.unlink(leftover)
         if failed and state.engine_started:
             tail = _tail_since(path, state.start_size)
             if tail:
                 logger.error("the engine log %s ends with:\n%s", path, "\n".join(tail))
+
+
+def mark_stopping() -> None:
+    """Tell the engines of every active block that the run is being stopped (see
+    :class:`EngineTerminalHandler`); called by the CLI's Ctrl-C and SIGTERM handlers."""
+    with _lock:
+        markers = [_stop_marker(state.config_path) for state in _active]
+    for marker in markers:
+        with suppress(OSError):
+            Path(marker).touch()
 
 
 def active_log() -> Path | None:

@@ -15,7 +15,7 @@ from tts.cli import budget, cost, graph_search, models, show, stage_plan, strate
 from tts.cli import eval as eval_cmd
 from tts.cli import mcp as mcp_cmd
 from tts.cli import serve as serve_cmd
-from tts.cli.stopped import exit_on_signal
+from tts.cli.stopped import exit_on_signal, interrupt_on_signal
 
 app = typer.Typer(
     name="tts",
@@ -57,4 +57,5 @@ def main() -> None:
     finished result already on disk. ``tts serve`` and ``tts mcp`` set their own handler.
     """
     signal.signal(signal.SIGTERM, exit_on_signal)
+    signal.signal(signal.SIGINT, interrupt_on_signal)
     sys.exit(app())

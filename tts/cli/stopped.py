@@ -32,7 +32,22 @@ class SignalExit(SystemExit):
 
 def exit_on_signal(signum: int, frame: object) -> None:
     """A signal handler: end the command through its ``finally`` blocks, like Ctrl-C."""
+    _quiet_engines()
     raise SignalExit(signum)
+
+
+def interrupt_on_signal(signum: int, frame: object) -> None:
+    """Ctrl-C's handler: Python's own (KeyboardInterrupt), the engines told first (below)."""
+    _quiet_engines()
+    raise KeyboardInterrupt
+
+
+def _quiet_engines() -> None:
+    """A stop is no engine failure: the engines' shutdown errors stay in the engine log, off the
+    terminal (:func:`tts.backends.engine_log.mark_stopping`)."""
+    from tts.backends.engine_log import mark_stopping  # stdlib only; lazy so `tts --help` stays light
+
+    mark_stopping()
 
 
 @dataclass
