@@ -93,7 +93,8 @@ def main() -> None:
     parser.add_argument("--tests-n", type=int, default=2, help="CodeT's test samples per problem")
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--rules", nargs="+", default=["codet", "self_debug", "exec_model_inputs"])
-    parser.add_argument("--rounds", type=int, default=1, help="Self-Debugging's revision rounds")
+    parser.add_argument("--rounds", type=int, nargs="+", default=[1],
+                        help="Self-Debugging's revision rounds, one row each (a later row's first rounds are the earlier draws)")
     args = parser.parse_args()
     config = EvalConfig.model_validate(json.loads((args.run / "run.json").read_text())["config"])
     rows = [json.loads(x) for x in (args.run / "results.jsonl").read_text().splitlines()]
@@ -106,8 +107,8 @@ def main() -> None:
     if "codet" in args.rules:
         strategies.append(CodeT(CodeTConfig(n=args.n, tests_n=args.tests_n), gen, render, sampling, extract=CODE))
     if "self_debug" in args.rules:
-        strategies.append(Revision(RevisionConfig(n=args.n, rounds=args.rounds, feedback="execution", accept_score=1.0,
-                                                  select="verifier"), gen, render, sampling, extract=CODE))
+        strategies += [Revision(RevisionConfig(n=args.n, rounds=rounds, feedback="execution", accept_score=1.0,
+                                               select="verifier"), gen, render, sampling, extract=CODE) for rounds in args.rounds]
     if "exec_model_inputs" in args.rules:  # exec_vote grouping also on the calls of model-written tests
         strategies.append(ExecutionVote(ExecutionVoteConfig(n=args.n, inputs="model", inputs_n=args.tests_n), gen, render,
                                         sampling, extract=CODE))

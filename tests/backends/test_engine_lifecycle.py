@@ -77,7 +77,8 @@ def fake_vllm(monkeypatch):
     monkeypatch.setattr(vllm_backend, "prepare_model", lambda name: PreparedModel(name, f"/models/{name}", True))
     monkeypatch.setattr(vllm_backend, "cuda_available", lambda: False)
     monkeypatch.setattr(vllm_backend.os, "cpu_count", lambda: 2)
-    for name in (vllm_backend.KV_CACHE_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "HF_HUB_OFFLINE"):
+    for name in (vllm_backend.KV_CACHE_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_LOGGING_LEVEL", "HF_HUB_OFFLINE",
+                 vllm_backend.STEP_TIMEOUT_ENV):
         monkeypatch.delenv(name, raising=False)
     _FakeLLM.started.clear()
     return _FakeLLM.started
@@ -91,6 +92,8 @@ def test_each_engine_gets_its_own_kv_size_and_the_environment_is_restored(fake_v
     # The engine's processes see the settings they need while it starts ...
     assert all(e.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" for e in fake_vllm)
     assert all(vllm_backend.KV_CACHE_ENV not in e.environ for e in fake_vllm)
+    # a slow step on a loaded CPU does not kill the engine (vLLM's own limit is 300 s)
+    assert all(e.environ[vllm_backend.STEP_TIMEOUT_ENV] == "3600" for e in fake_vllm)
     # ... and afterwards the process environment is as it was.
     assert dict(os.environ) == before
     a.close()
@@ -100,8 +103,10 @@ def test_each_engine_gets_its_own_kv_size_and_the_environment_is_restored(fake_v
 def test_the_users_own_environment_wins(fake_vllm, monkeypatch):
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
     monkeypatch.setenv(vllm_backend.KV_CACHE_ENV, "4")
+    monkeypatch.setenv(vllm_backend.STEP_TIMEOUT_ENV, "60")
     vllm_backend.VLLMGenerator(VLLMBackendConfig()).close()
     (engine,) = fake_vllm
+    assert engine.environ[vllm_backend.STEP_TIMEOUT_ENV] == "60"
     assert engine.kwargs["kv_cache_memory_bytes"] == 4 << 30
     assert engine.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1" and os.environ[vllm_backend.KV_CACHE_ENV] == "4"

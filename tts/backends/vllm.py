@@ -79,6 +79,9 @@ from tts.models import prepare_model
 logger = logging.getLogger(__name__)
 
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+STEP_TIMEOUT_ENV = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"
+CPU_STEP_TIMEOUT_S = 3600
+"""How long one model step may take on CPU before vLLM gives the engine up (vLLM's default: 300 s)."""
 DEFAULT_KV_CACHE_GIB = 2
 _GIB = 1 << 30
 # Engine construction changes os.environ for a moment; two threads starting engines at once would
@@ -212,6 +215,11 @@ def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv
         # (benchmarks/engine_throughput.py). A user's own setting wins.
         if (os.cpu_count() or 1) <= 4:
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        # vLLM kills the engine when one model step takes over 300 s. On a loaded CPU a step that
+        # prefills a large batch can: seen here, 112 prompts of ~850 tokens (Self-Debugging's revisions
+        # of HumanEval programs) with the 1.5B model on 2 shared cores ended a healthy run with
+        # "RPC call to execute_model timed out". A user's own setting wins.
+        env[STEP_TIMEOUT_ENV] = str(CPU_STEP_TIMEOUT_S)
         kwargs.setdefault("gpu_memory_utilization", 0.3)
         kwargs.setdefault("enforce_eager", True)  # compiling graphs costs minutes on CPU
     env.update(extra_env)
