@@ -479,7 +479,7 @@ def test_chosen_sample_tokens_past_the_reply_are_left_out():
     from tts.types import Sample
 
     text = '{"answer": 36}'
-    completion = Completion(text, 4, -0.1, "stop", (-0.1, -0.2, -0.3, -0.01), None,
+    completion = Completion(text, 4, -0.1, "stop", token_logprobs=(-0.1, -0.2, -0.3, -0.01),
                             tokens=('{"answer"', ": 3", '6}', "<|im_end|>"))
     wrapper = _OptionsGenerator(_Replies([[completion]]), SampleOptions(logprobs=1))
     wrapper.generate([GenerationRequest(messages=(Message("user", "q"),))])
@@ -502,8 +502,8 @@ def test_equal_texts_from_different_prompts_keep_their_own_logprobs():
     from tts.session.session import SampleOptions, _OptionsGenerator
     from tts.types import Sample
 
-    first = Completion("42", 1, -0.1, "stop", (-0.1,), None, tokens=("42",))
-    second = Completion("42", 1, -2.5, "stop", (-2.5,), None, tokens=("42",))
+    first = Completion("42", 1, -0.1, "stop", token_logprobs=(-0.1,), tokens=("42",))
+    second = Completion("42", 1, -2.5, "stop", token_logprobs=(-2.5,), tokens=("42",))
     wrapper = _OptionsGenerator(_Replies([[first], [second]]), SampleOptions(logprobs=0))
     wrapper.generate([GenerationRequest(messages=(Message("user", "draft"),))])
     wrapper.generate([GenerationRequest(messages=(Message("user", "revise"),))])
