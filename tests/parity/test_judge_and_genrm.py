@@ -230,13 +230,14 @@ def _genrm_script(r):
     if "Yes or No" in r.messages[-1].content:
         i = NAMES.index(re.search(r"Solution (\w+)\.", r.messages[-1].content).group(1))
         return [Completion(t, VERIFY_TOKENS, finish_reason=f) for t, f in SOLUTIONS[i][1]]
-    return [Completion(f"Solution {name}. " + (f"\\boxed{{{a}}}" if a else "no idea"), SOLVE_TOKENS, finish_reason="stop")
-            for name, (a, _) in zip(NAMES, SOLUTIONS, strict=True)]
+    return [Completion(f"Solution {name}. " + (f"\\boxed{{{a}}}" if a else "no idea"), SOLVE_TOKENS,
+                       finish_reason="stop") for name, (a, _) in zip(NAMES, SOLUTIONS, strict=True)]
 
 
 def _solve(**knobs):
     config = GenerativeVerificationConfig(n=len(SOLUTIONS), verifications=3, **knobs)
-    return GenerativeVerification(config, FunctionGenerator(_genrm_script, model_name="script"), MATH_PROMPT.render).solve([PROBLEM])[0]
+    script = FunctionGenerator(_genrm_script, model_name="script")
+    return GenerativeVerification(config, script, MATH_PROMPT.render).solve([PROBLEM])[0]
 
 
 def _reference_scores() -> list[float]:
