@@ -8,8 +8,11 @@ hashable where useful, and serialisable with :func:`to_jsonable`.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import chain
 from typing import Any, overload
 
 
@@ -91,12 +94,23 @@ class Usage:
         )
 
     @staticmethod
-    def total(usages: list[Usage] | tuple[Usage, ...]) -> Usage:
-        """Sum of many usages (the empty sum is zero usage)."""
-        out = Usage()
-        for u in usages:
-            out = out + u
-        return out
+    def total(usages: Sequence[Usage]) -> Usage:
+        """Sum of many usages (the empty sum is zero usage): the same as adding them with ``+`` in
+        order, but built once. Adding in a loop rebuilds the frozen Usage, and its growing tuple of
+        request shapes, once per term: a measurable share of a search step, which sums a usage per
+        request."""
+        if len(usages) == 1:
+            return usages[0]
+        return Usage(
+            prompt_tokens=sum(u.prompt_tokens for u in usages),
+            cached_prompt_tokens=sum(u.cached_prompt_tokens for u in usages),
+            completion_tokens=sum(u.completion_tokens for u in usages),
+            # a left fold, as ``+`` adds (sum() of floats rounds differently from Python 3.12 on)
+            wall_seconds=reduce(operator.add, (u.wall_seconds for u in usages), 0.0),
+            calls=sum(u.calls for u in usages),
+            shapes=tuple(chain.from_iterable(u.shapes for u in usages)),
+            reasoning_tokens=sum(u.reasoning_tokens for u in usages),
+        )
 
 
 @dataclass(frozen=True, slots=True)

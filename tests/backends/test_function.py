@@ -35,3 +35,10 @@ def test_a_recorder_keeps_each_call_and_answers_as_the_model_it_wraps():
     gen.generate([_request("again")])
     assert [len(call) for call in gen.calls] == [1, 1] and gen.requests[1].messages[-1].content == "again"
     assert len(result.completions) == 2 and gen.model_name == inner.model_name
+    assert gen.results[0] == [result] and len(gen.results) == 2  # what each call returned, in order
+
+
+def test_a_function_generator_keeps_what_it_returned():
+    gen = FunctionGenerator(lambda r: ["a", "b"])
+    (result,) = gen.generate([_request("q", n=3)])
+    assert gen.results == [[result]] and [c.text for c in result.completions] == ["a", "b", "a"]

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from tts.answers import normalize_answer
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import generate_problems
 from tts.benchmarks.pool import load_pool
@@ -78,11 +79,9 @@ def test_resume_replays_paid_samples(tmp_path):
     # Simulate a kill before results were written: drop results, keep the samples log.
     (tmp_path / "results.jsonl").unlink()
 
-    class NoMoreCalls(ScriptedGenerator):
-        def generate(self, requests):
-            raise AssertionError("a resumed run must not pay again for samples it already has")
-
-    again = run_allocated_eval(cfg, tmp_path, generator=NoMoreCalls(), problems=PROBLEMS)
+    gen = RecordingGenerator(ScriptedGenerator())
+    again = run_allocated_eval(cfg, tmp_path, generator=gen, problems=PROBLEMS)
+    assert gen.calls == []  # a resumed run must not pay again for samples it already has
     assert [r.answer for r in again.rows] == [r.answer for r in first.rows]
     assert (tmp_path / "samples.jsonl").read_text().splitlines() == log_lines
     assert log_lines[-1] == '{"event": "finished"}'
@@ -196,17 +195,10 @@ def test_a_pessimistic_prior_does_not_starve_later_problems(tmp_path):
     # samples that each pay the prompt again.
     cfg = _cfg(CFG.model_copy(update={"sampling": CFG.sampling.model_copy(update={"max_tokens": 256})}),
                budget=20 * 8 * 60, n_max=8, chunk=4)
-    sizes = []
-
-    class Counting(ScriptedGenerator):
-        def generate(self, requests):
-            sizes.extend(r.n for r in requests)
-            return super().generate(requests)
-
-    gen = Counting({p.id: {p.answer: 1.0} for p in PROBLEMS}, seed=0, mean_tokens=20)
+    gen = RecordingGenerator(ScriptedGenerator({p.id: {p.answer: 1.0} for p in PROBLEMS}, seed=0, mean_tokens=20))
     res = run_allocated_eval(cfg, tmp_path, generator=gen, problems=PROBLEMS)
     assert min(r.strategy["n"] for r in res.rows) >= 4
-    assert sizes.count(4) >= len(PROBLEMS)  # every problem's first chunk came as one request
+    assert [r.n for r in gen.requests].count(4) >= len(PROBLEMS)  # every problem's first chunk came as one request
 
 
 def test_no_round_repeats_an_earlier_rounds_samples(tmp_path):
@@ -303,16 +295,10 @@ def test_a_backend_that_cannot_count_prompts_is_bounded_by_characters(tmp_path, 
     """Like an OpenAI-compatible server: no local tokenizer. The first worst case assumes one token
     per prompt character; once prompts are observed, their tokens bound them. The budget holds."""
     monkeypatch.setattr("tts.eval.allocated.count_prompt_tokens", lambda generator, request: None)
-    sizes = []
-
-    class Counting(ScriptedGenerator):
-        def generate(self, requests):
-            sizes.append(len(requests))
-            return super().generate(requests)
-
+    gen = RecordingGenerator(ScriptedGenerator(_dists(), seed=0, mean_tokens=40))
     budget = 20 * 60 * 8
-    res = run_allocated_eval(_cfg(budget=budget, n_max=16), tmp_path,
-                             generator=Counting(_dists(), seed=0, mean_tokens=40), problems=PROBLEMS)
+    res = run_allocated_eval(_cfg(budget=budget, n_max=16), tmp_path, generator=gen, problems=PROBLEMS)
+    sizes = [len(call) for call in gen.calls]
     assert sum(r.budget_spent for r in res.rows) <= budget
     assert len(res.rows) == 20 and min(r.strategy["n"] for r in res.rows) >= 4
     # A prompt is ~500 characters but ~120 tokens: the first call is cut by the character bound,

@@ -6,6 +6,7 @@ import json
 from typing import Literal
 
 from tts.backends.base import GenerationRequest, Message
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import EvalConfig, SamplingStrategyConfig
 from tts.eval.runner import run_eval
@@ -28,24 +29,12 @@ def _config(**kw):
     return EvalConfig.model_validate(base)
 
 
-class CountingGenerator(ScriptedGenerator):
-    """Scripted generator that records every request it receives."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.requests = []
-
-    def generate(self, requests):
-        self.requests.extend(requests)
-        return super().generate(requests)
-
-
 def test_ladder_draws_max_n_once_per_problem_and_writes_one_row_per_config(tmp_path):
     from tts.eval.runner import load_problems
 
     cfg = _config()
     _, problems = load_problems(cfg)
-    gen = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.45, seed=0))
     result = run_eval(cfg, tmp_path, generator=gen)
     assert [r.n for r in gen.requests] == [16] * 12 and all(r.logprobs for r in gen.requests)
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -70,7 +59,7 @@ def test_rerun_resumes_and_each_problem_appears_once(tmp_path):
     _, problems = load_problems(cfg)
     # First run "dies" after 5 problems: emulate with a smaller limit sharing the directory.
     run_eval(_config(data={"benchmark": "demo", "limit": 5}), tmp_path)
-    gen = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.45, seed=0))
     result = run_eval(cfg, tmp_path, generator=gen)
     assert result.skipped == 5 and len(gen.requests) == 7
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
@@ -111,14 +100,14 @@ def test_a_new_strategy_with_dependent_calls_runs_through_eval_and_resumes_witho
         from tts.eval.runner import load_problems
 
         _, problems = load_problems(cfg)
-        gen = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+        gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.45, seed=0))
         result = run_eval(cfg, tmp_path, generator=gen)
         # Two dependent calls of the toy plus one shared draw of self-consistency per batch.
         assert len(gen.requests) == 3 * 2 + 3
         two = [r for r in result.rows if r.config == "two_step@1"]
         assert len(two) == 3 and all(r.usage.calls == 2 and len(r.trace["samples"]) == 2 for r in two)
         assert all(r.coverage == any(s["outcome"] == "correct" for s in r.trace["samples"]) for r in two)
-        gen2 = CountingGenerator.for_problems(problems, accuracy=0.45, seed=0)
+        gen2 = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.45, seed=0))
         again = run_eval(cfg, tmp_path, generator=gen2)
         assert again.skipped == 3 and gen2.requests == [] and len(again.rows) == 6
     finally:

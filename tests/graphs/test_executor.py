@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.cost.ledger import cost_model_for, price_usages
@@ -16,22 +17,6 @@ from tts.graphs.graph import parse_graph
 from tts.types import Usage
 
 SECOND = "qwen2.5-1.5b-instruct"  # a model whose architecture the cost model knows
-
-
-class Counting:
-    """Wraps a generator and records every generate call (its requests)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.model_name = inner.model_name
-        self.calls = []
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        return self.inner.generate(requests)
-
-    def close(self):
-        pass
 
 
 def _two_model_moa():
@@ -50,8 +35,8 @@ def _two_model_moa():
 
 
 def _run(spec, problems, sampling=SamplingConfig(max_tokens=300)):
-    policy = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.5))
-    big = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.5, seed=7, model_name=SECOND))
+    policy = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.5))
+    big = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.5, seed=7, model_name=SECOND))
     executor = GraphExecutor(spec, DEMO_PROMPT.render, sampling, seed=3)
     sols = executor.run(problems, {"policy": policy, "big": big}, {"big": SECOND})
     return sols, policy, big
@@ -125,7 +110,7 @@ def test_critiques_reach_the_reviser_and_a_verifier_picks_the_answer():
         "judge": {"role": "verifier", "inputs": ["rev"]},
     }})
     problems = generate_problems(3)
-    policy = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.6))
+    policy = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.6))
     sols = GraphExecutor(spec, DEMO_PROMPT.render, seed=1).run(problems, {"policy": policy})
     assert len(policy.calls) == 4  # one call per level
     for sol, problem in zip(sols, problems, strict=True):
@@ -149,7 +134,7 @@ def test_a_voter_weighs_the_answers_of_its_inputs_without_a_model_call():
     spec = parse_graph({"nodes": {"a": {"role": "generator", "n": 5}, "b": {"role": "generator", "n": 3},
                                   "vote": {"role": "voter", "inputs": ["a", "b"]}}})
     problems = generate_problems(4)
-    policy = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.6))
+    policy = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.6))
     sols = GraphExecutor(spec, DEMO_PROMPT.render, seed=2).run(problems, {"policy": policy})
     assert len(policy.calls) == 1  # the voter's level makes no call
     for sol in sols:

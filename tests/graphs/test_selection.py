@@ -6,6 +6,7 @@ import math
 import re
 
 from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.config import SamplingConfig
@@ -55,15 +56,10 @@ def test_the_tournament_has_log_group_levels_and_a_right_candidate_wins_when_the
 
 
 def test_aggregation_rounds_show_random_subsets_and_cost_n_per_round():
-    class Recording(ScriptedGenerator):
-        def generate(self, requests):
-            self.seen = getattr(self, "seen", []) + list(requests)
-            return super().generate(requests)
-
-    gen = Recording.for_problems(PROBLEMS, accuracy=0.4, seed=1)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=1))
     cfg = AggregateConfig(n=6, rounds=2, subset=3)
     sols = Aggregate(cfg, gen, DEMO_PROMPT.render, SAMPLING).solve(PROBLEMS)
-    aggregations = [r for r in gen.seen if "Solutions from several solvers" in r.messages[-1].content]
+    aggregations = [r for r in gen.requests if "Solutions from several solvers" in r.messages[-1].content]
     assert len(aggregations) == 2 * 6 * len(PROBLEMS) and all(r.n == 1 for r in aggregations)
     assert all(r.messages[-1].content.count("Solution ") == 3 for r in aggregations)
     # subsets differ between the requests of one problem and round

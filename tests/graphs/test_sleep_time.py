@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import generate_problems as demo_problems
 from tts.benchmarks.stories import QUERIES_PER_STORY, STORIES_PROMPT, StoriesBenchmark, generate_problems
@@ -12,18 +13,6 @@ from tts.graphs.graph import load_graph_file
 from tts.graphs.notes import split_context
 
 SPEC = load_graph_file("examples/graphs/sleep_time.yaml")
-
-
-class Counting:
-    def __init__(self, inner):
-        self.inner, self.model_name, self.requests = inner, inner.model_name, []
-
-    def generate(self, requests):
-        self.requests += list(requests)
-        return self.inner.generate(requests)
-
-    def close(self):
-        pass
 
 
 def _notes_requests(gen):
@@ -43,7 +32,7 @@ def test_the_stories_benchmark_shares_each_story_across_five_questions():
 
 def test_notes_are_written_once_per_context_across_batches_and_charged_once():
     problems = generate_problems(10)  # two stories
-    gen = Counting(ScriptedGenerator.for_problems(problems, accuracy=0.6))
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.6))
     executor = GraphExecutor(SPEC, STORIES_PROMPT.render, SamplingConfig(max_tokens=300), seed=0)
     sols = executor.run(problems[:3], {"policy": gen}) + executor.run(problems[3:], {"policy": gen})
     notes = _notes_requests(gen)
@@ -68,7 +57,7 @@ def test_notes_are_written_once_per_context_across_batches_and_charged_once():
 
 def test_on_the_demo_every_question_is_its_own_context():
     problems = demo_problems(4)
-    gen = Counting(ScriptedGenerator.for_problems(problems))
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems))
     sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(problems, {"policy": gen})
     assert len(_notes_requests(gen)) == 4 and all(s.trace.events.get("notes_reused", 0) == 0 for s in sols)
     readers = [r for r in gen.requests if not r.key.startswith("context:")]

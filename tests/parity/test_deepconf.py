@@ -28,13 +28,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from tts.backends.base import Completion, GenerationRequest, GenerationResult
+from tts.backends.base import Completion
 from tts.backends.confidence import CONFIDENCE_STOPPED
+from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.config import SamplingConfig
 from tts.search.sampling.deepconf import DeepConf, DeepConfConfig, quantile, trace_confidence
-from tts.types import Sample, Usage
+from tts.types import Sample
 
 PINNED = {"strategy:deepconf"}
 
@@ -128,24 +129,16 @@ def ref_consensus(answers: Sequence[str | None], weights: Sequence[float]) -> fl
 
 
 # ---------------------------------------------------------------------------------------------
-# A scripted backend that records what it returned, so the reference rule can be run on the
-# very traces tts saw.
+# The scripted backend, recorded (RecordingGenerator keeps what it returned), so the reference
+# rule can be run on the very traces tts saw.
 # ---------------------------------------------------------------------------------------------
 
-class Recording(ScriptedGenerator):
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        results = super().generate(requests)
-        if not hasattr(self, "calls"):
-            self.calls: list[list[tuple[GenerationRequest, GenerationResult]]] = []
-        self.calls.append(list(zip(requests, results, strict=True)))
-        return results
 
-
-def _rounds_by_problem(gen: Recording) -> dict[str, list[list]]:
+def _rounds_by_problem(gen: RecordingGenerator) -> dict[str, list[list]]:
     """problem id -> the completions of each call that drew traces for it, in order."""
     out: dict[str, list[list]] = {}
-    for call in gen.calls:
-        for req, res in call:
+    for requests, results in zip(gen.calls, gen.results, strict=True):
+        for req, res in zip(requests, results, strict=True):
             out.setdefault(req.key, []).append(list(res.completions))
     return out
 
@@ -166,7 +159,7 @@ def test_online_votes_only_traces_at_or_above_the_warm_up_bar_as_the_reference_d
     warm-up 8, keep = 0.1 (DeepConf-low), vote weight the lowest group confidence. Failed before
     the fix: every warm-up trace voted (248 of 320) and 6 of 40 answers differed."""
     window, keep, warm_n = 16, 0.1, 8
-    gen = Recording.for_problems(PROBLEMS, accuracy=0.35, seed=1)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.35, seed=1))
     cfg = DeepConfConfig(n=16, warmup=warm_n, keep=keep, window=window, consensus=None)
     strategy = DeepConf(cfg, gen, DEMO_PROMPT.render, SAMPLING)
     sols = strategy.solve(PROBLEMS)
@@ -195,7 +188,7 @@ def test_online_final_traces_shorter_than_the_window_are_dropped_below_the_bar()
     With a window of 300 > max_tokens = 256 the engine stops nothing, and the rule alone
     decides. Failed before the fix: every such trace voted."""
     window, keep = 300, 0.5
-    gen = Recording.for_problems(PROBLEMS[:20], accuracy=0.35, seed=2)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS[:20], accuracy=0.35, seed=2))
     cfg = DeepConfConfig(n=12, warmup=4, keep=keep, window=window, consensus=None)
     strategy = DeepConf(cfg, gen, DEMO_PROMPT.render, SAMPLING)
     sols = strategy.solve(PROBLEMS[:20])
@@ -243,7 +236,7 @@ def test_adaptive_sampling_stops_where_the_papers_beta_reaches_tau():
     counted unanswered voting traces (and every warm-up trace voted), so tts drew more traces."""
     problems = PROBLEMS[:20]
     window, keep, tau, warm_n = 16, 0.9, 0.8, 4
-    gen = Recording.for_problems(problems, accuracy=0.6, seed=4)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.6, seed=4))
     cfg = DeepConfConfig(n=16, warmup=warm_n, keep=keep, window=window, consensus=tau, chunk=1)
     strategy = DeepConf(cfg, gen, DEMO_PROMPT.render, SAMPLING)
     sols = strategy.solve(problems)
@@ -283,7 +276,7 @@ def test_online_settings_follow_the_reference_defaults_and_keep_the_old_rule_rea
     with pytest.raises(ValueError, match="warmup"):
         DeepConfConfig(n=4, warmup=8)
     # the old rule: every warm-up trace with an answer votes
-    gen = Recording.for_problems(PROBLEMS[:10], accuracy=0.35, seed=1)
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS[:10], accuracy=0.35, seed=1))
     old = DeepConfConfig(n=8, warmup=8, keep=0.1, window=16, consensus=None, warmup_votes="all")
     strategy = DeepConf(old, gen, DEMO_PROMPT.render, SAMPLING)
     sols = strategy.solve(PROBLEMS[:10])
@@ -339,21 +332,12 @@ def test_bottom_ten_percent_takes_the_floor_of_the_group_count():
     assert trace_confidence(top, "bottom_window", 1, 4) == pytest.approx(ref_bottom_window(conf, 1, 0.1)) == 1.0
 
 
-class _Fixed(ScriptedGenerator):
+def _Fixed(answers: Sequence[str | None], tops: Sequence[Sequence[Sequence[float]]]) -> FunctionGenerator:  # noqa: N802
     """Returns hand-made completions (answers and top logprobs) for the one problem asked."""
-
-    def __init__(self, answers: Sequence[str | None], tops: Sequence[Sequence[Sequence[float]]]) -> None:
-        super().__init__({})
-        self._answers, self._tops = list(answers), [tuple(tuple(p) for p in t) for t in tops]
-
-    def generate(self, requests):
-        out = []
-        for req in requests:
-            comps = [Completion(f"so \\boxed{{{a}}}" if a is not None else "no idea", len(t), -0.5, "stop",
-                                token_top_logprobs=t) for a, t in zip(self._answers, self._tops, strict=True)]
-            out.append(GenerationResult(tuple(comps[: req.n]), Usage(prompt_tokens=5, completion_tokens=sum(
-                len(t) for t in self._tops[: req.n]))))
-        return out
+    tops = [tuple(tuple(p) for p in t) for t in tops]
+    return FunctionGenerator(lambda r: [Completion(f"so \\boxed{{{a}}}" if a is not None else "no idea", len(t), -0.5,
+                                                   "stop", token_top_logprobs=t)
+                                        for a, t in zip(answers, tops, strict=True)])
 
 
 @pytest.mark.parametrize("measure,keep", [("tail", 0.1), ("bottom_window", 0.1), ("lowest_group", 0.9),

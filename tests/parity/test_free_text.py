@@ -18,7 +18,7 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 from tts.answers.free_text import mbr_select
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.function import FunctionGenerator
 from tts.config import SamplingConfig
 from tts.search.sampling.usc import UniversalSelfConsistency, UscConfig
 from tts.types import Problem
@@ -74,20 +74,10 @@ def test_mbr_with_exact_match_utility_is_the_majority_vote():
     assert mbr_select(texts).index == 0
 
 
-class _Model:
+def _Model(replies, selection):  # noqa: N802 - reads as the fake model it builds
     """Samples come from ``replies`` in order; a selection request gets ``selection``."""
-
-    def __init__(self, replies, selection):
-        self.replies, self.selection, self.requests = replies, selection, []
-
-    def generate(self, requests):
-        self.requests.append(list(requests))
-        out = []
-        for r in requests:
-            texts = [self.selection] if r.messages and "most consistent" in r.messages[-1].content else self.replies[: r.n]
-            comps = tuple(Completion(t, len(t.split()), finish_reason="stop") for t in texts)
-            out.append(GenerationResult(comps, request_usage(20, 0, [c.completion_tokens for c in comps], 0.0)))
-        return out
+    return FunctionGenerator(lambda r: selection if r.messages and "most consistent" in r.messages[-1].content
+                             else replies)
 
 
 def test_usc_shows_the_papers_prompt_and_returns_the_response_it_names():
@@ -95,7 +85,7 @@ def test_usc_shows_the_papers_prompt_and_returns_the_response_it_names():
     model = _Model(replies, "The most consistent response is Response 2")
     usc = UniversalSelfConsistency(UscConfig(n=4), model, lambda p: (), SamplingConfig(max_tokens=32))
     sol = usc.solve([Problem("r", "Where does rain come from?")])[0]
-    (draw,), (select,) = model.requests
+    (draw,), (select,) = model.calls
     assert draw.n == 4
     assert select.n == 1 and select.temperature == 0.0 and len(select.messages) == 1
     assert select.messages[0].content == (

@@ -23,7 +23,8 @@ import re
 
 import pytest
 
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator
 from tts.prompts import MATH_PROMPT
 from tts.search.sequential.generative_verification import (
     GenerativeVerification,
@@ -152,23 +153,19 @@ FIRST_TOKENS = [
 ]
 
 
-class FirstToken:
-    """Answers the i-th judged text's first token with FIRST_TOKENS[i]."""
-
-    model_name = "fixed"
-
-    def generate(self, requests):
-        return [GenerationResult((Completion("x", 1, finish_reason="length", first_token_top_logprobs=top),),
-                                 request_usage(40, 0, [1], 0.0)) for top, _ in zip(FIRST_TOKENS, requests, strict=True)]
-
-    def close(self):
-        pass
+def _first_token(request):
+    """Answers judged text i (the one of "What is i + 1?") with the first token FIRST_TOKENS[i]."""
+    i = int(re.search(r"What is (\d+) \+ 1\?", request.messages[-1].content).group(1))
+    return Completion("x", 1, finish_reason="length", first_token_top_logprobs=FIRST_TOKENS[i])
 
 
 def _first_token_scores(**knobs):
     items = [VerifyItem(Problem(f"p{i}", f"What is {i} + 1?", str(i + 1)), (f"It is {i + 1}.",), finished=True)
              for i in range(len(FIRST_TOKENS))]
-    return LLMJudge(JudgeConfig(**knobs), FirstToken()).score(items)
+    judge = FunctionGenerator(_first_token, model_name="fixed")
+    scores = LLMJudge(JudgeConfig(**knobs), judge).score(items)
+    assert [len(call) for call in judge.calls] == [len(FIRST_TOKENS)]  # one call, one request per text
+    return scores
 
 
 def test_first_token_raw_p_yes_is_the_reference_setting():
@@ -192,20 +189,9 @@ def test_first_token_default_normalises_yes_against_no_a_documented_departure():
 # --- 2. a solution's verification score: the mean of its verdicts --------------------------------
 
 
-class FixedJudge:
+def FixedJudge(replies):  # noqa: N802 - reads as the fake model it builds
     """Answers every verification request with the same fixed replies (text, finish reason)."""
-
-    model_name = "fixed"
-
-    def __init__(self, replies):
-        self.replies = replies
-
-    def generate(self, requests):
-        return [GenerationResult(tuple(Completion(t, 7, finish_reason=f) for t, f in self.replies[: r.n]),
-                                 request_usage(40, 0, [7] * r.n, 0.0)) for r in requests]
-
-    def close(self):
-        pass
+    return FunctionGenerator(lambda r: [Completion(t, 7, finish_reason=f) for t, f in replies], model_name="fixed")
 
 
 def test_the_judge_scores_the_mean_of_valid_verdicts_and_counts_the_invalid_ones():
@@ -239,33 +225,19 @@ NAMES = ["alpha", "beta", "gamma", "delta", "epsilon"]  # no digits: the unanswe
 SOLVE_TOKENS, VERIFY_TOKENS = 100, 30
 
 
-class GenRMScript:
+def _genrm_script(r):
     """Solves with SOLUTIONS (each 100 tokens) and verifies with their fixed replies (30 tokens each)."""
-
-    model_name = "script"
-
-    def generate(self, requests):
-        out = []
-        for r in requests:
-            if "Yes or No" in r.messages[-1].content:
-                i = NAMES.index(re.search(r"Solution (\w+)\.", r.messages[-1].content).group(1))
-                replies = SOLUTIONS[i][1][: r.n]
-                comps = tuple(Completion(t, VERIFY_TOKENS, finish_reason=f) for t, f in replies)
-                out.append(GenerationResult(comps, request_usage(80, 0, [VERIFY_TOKENS] * r.n, 0.0)))
-            else:
-                texts = [f"Solution {name}. " + (f"\\boxed{{{a}}}" if a else "no idea")
-                         for name, (a, _) in zip(NAMES, SOLUTIONS, strict=True)][: r.n]
-                comps = tuple(Completion(t, SOLVE_TOKENS, finish_reason="stop") for t in texts)
-                out.append(GenerationResult(comps, request_usage(20, 0, [SOLVE_TOKENS] * r.n, 0.0)))
-        return out
-
-    def close(self):
-        pass
+    if "Yes or No" in r.messages[-1].content:
+        i = NAMES.index(re.search(r"Solution (\w+)\.", r.messages[-1].content).group(1))
+        return [Completion(t, VERIFY_TOKENS, finish_reason=f) for t, f in SOLUTIONS[i][1]]
+    return [Completion(f"Solution {name}. " + (f"\\boxed{{{a}}}" if a else "no idea"), SOLVE_TOKENS,
+                       finish_reason="stop") for name, (a, _) in zip(NAMES, SOLUTIONS, strict=True)]
 
 
 def _solve(**knobs):
     config = GenerativeVerificationConfig(n=len(SOLUTIONS), verifications=3, **knobs)
-    return GenerativeVerification(config, GenRMScript(), MATH_PROMPT.render).solve([PROBLEM])[0]
+    script = FunctionGenerator(_genrm_script, model_name="script")
+    return GenerativeVerification(config, script, MATH_PROMPT.render).solve([PROBLEM])[0]
 
 
 def _reference_scores() -> list[float]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.function import FunctionGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.search.sequential.budget_forcing import BudgetForcing, BudgetForcingConfig
@@ -272,23 +273,10 @@ def test_certainty_probe_keeps_the_pre_dynasor_rules_as_settings():
 # --- revision (Snell et al. 2024) ----------------------------------------------------------------
 
 
-@dataclass
-class _Reviser:
-    """Answers "a<round>" where round = how many assistant turns the prompt already holds."""
-
-    requests: list = field(default_factory=list)
-
-    def generate(self, requests):
-        self.requests += list(requests)
-        out = []
-        for r in requests:
-            prior = sum(m.role == "assistant" for m in r.messages)
-            out.append(_result([Completion(f"step\n\nThe answer is \\boxed{{{prior}}}", 6, finish_reason="stop",
-                                           ended_by_eos=True) for _ in range(r.n)]))
-        return out
-
-    def close(self):
-        pass
+def _revise(r):
+    """Answers <round>, where round = how many assistant turns the prompt already holds."""
+    prior = sum(m.role == "assistant" for m in r.messages)
+    return Completion(f"step\n\nThe answer is \\boxed{{{prior}}}", 6, finish_reason="stop", ended_by_eos=True)
 
 
 def test_revision_splits_n_into_chains_and_rounds_and_conditions_on_the_previous_attempt():
@@ -296,7 +284,7 @@ def test_revision_splits_n_into_chains_and_rounds_and_conditions_on_the_previous
     every revision sees the problem and the chain's previous attempt; all N attempts are candidates
     for the final selection (majority here). tts's documented departure: one previous attempt in
     context (Snell et al.'s fine-tuned reviser sees several)."""
-    model = _Reviser()
+    model = FunctionGenerator(_revise)
     cfg = RevisionConfig(n=8, rounds=3)
     assert cfg.chains == 2 and plan_attempts(cfg.chains, cfg.rounds, cfg.n) == (2, 3)
     sol = Revision(cfg, model, MATH_PROMPT.render, SamplingConfig(max_tokens=64)).solve([PROBLEM])[0]

@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from tts.answers import answer_keys, extract_answer
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
 from tts.types import Problem, Sample, Usage
@@ -155,24 +156,9 @@ def its_hub_hierarchical(calls: list[dict | None]) -> list[int]:
     return left
 
 
-class FixedReplies:
+def FixedReplies(replies: list[str]) -> FunctionGenerator:  # noqa: N802 - reads as the fake model it builds
     """A generator that returns the given replies, in order, for every request."""
-
-    model_name = "fixed"
-
-    def __init__(self, replies: list[str]):
-        self.replies = replies
-
-    def generate(self, requests):
-        out = []
-        for req in requests:
-            texts = self.replies[: req.n]
-            comps = tuple(Completion(t, 5, -0.1, "stop") for t in texts)
-            out.append(GenerationResult(comps, request_usage(20, 0, [5] * len(comps), 0.0)))
-        return out
-
-    def close(self):
-        pass
+    return FunctionGenerator(lambda r: [Completion(t, 5, -0.1, "stop") for t in replies], model_name="fixed")
 
 
 def _call(name, **arguments):

@@ -11,7 +11,8 @@ from typing import Any
 import openai
 import pytest
 
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
@@ -25,32 +26,14 @@ WEATHER = [{"type": "function", "function": {
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-class Recording(ScriptedGenerator):
+def _recording(**kwargs: Any) -> RecordingGenerator:
     """The scripted model, keeping every request it was sent."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.requests: list[Any] = []
-
-    def generate(self, requests):
-        self.requests += list(requests)
-        return super().generate(requests)
+    return RecordingGenerator(ScriptedGenerator(**kwargs))
 
 
-class Fixed:
+def _fixed(texts: list[str]) -> FunctionGenerator:
     """Replies with the given texts, in order, for every request."""
-
-    model_name = "fixed"
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts = texts
-
-    def generate(self, requests):
-        return [GenerationResult(tuple(Completion(t, 12, -0.3, "stop") for t in self.texts[: r.n]),
-                                 request_usage(20, 0, [12] * min(r.n, len(self.texts)), 0.0)) for r in requests]
-
-    def close(self) -> None:
-        pass
+    return FunctionGenerator(lambda r: [Completion(t, 12, -0.3, "stop") for t in texts], model_name="fixed")
 
 
 @pytest.fixture
@@ -85,7 +68,7 @@ def _loop(client: openai.OpenAI, model: str, stream: bool = False) -> tuple[Any,
 @pytest.mark.parametrize("model", ["tool_vote-4/scripted", "sc-4/scripted"])
 def test_the_tool_loop_finishes_with_a_text_answer(serve, model):
     """Finding 1: turn 2 answered "No answer was found." although every sample answered in text."""
-    client = serve(Recording(model_name="scripted"))
+    client = serve(_recording(model_name="scripted"))
     first, second = _loop(client, model)
     assert first.choices[0].finish_reason == "tool_calls"
     call = first.choices[0].message.tool_calls[0]
@@ -96,7 +79,7 @@ def test_the_tool_loop_finishes_with_a_text_answer(serve, model):
 
 
 def test_the_tool_loop_finishes_when_streamed(serve):
-    client = serve(Recording(model_name="scripted"))
+    client = serve(_recording(model_name="scripted"))
     _, chunks = _loop(client, "tool_vote-4/scripted", stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
@@ -106,7 +89,7 @@ def test_the_tool_loop_finishes_when_streamed(serve):
 def test_the_model_sees_tools_and_tool_turns_with_their_structure(serve):
     """Findings 2 and 3: tools were dropped, tool_calls became an empty assistant turn, a tool
     result a user turn "Tool result: ...", and the math instruction was appended."""
-    gen = Recording(model_name="scripted")
+    gen = _recording(model_name="scripted")
     client = serve(gen)
     _loop(client, "sc-4/scripted")
     last = gen.requests[-1]
@@ -126,7 +109,7 @@ def test_free_text_is_answered_by_the_text_the_samples_agree_on(serve):
              "Plan A is safer because it is simpler.",
              "Plan B is safer, since it keeps backups.",
              "Plan B is the safer one: it keeps backups."]
-    client = serve(Fixed(texts))
+    client = serve(_fixed(texts))
     r = client.chat.completions.create(model="sc-4/fixed",
                                        messages=[{"role": "user", "content": "Which plan is safer and why?"}])
     content = r.choices[0].message.content
@@ -141,7 +124,7 @@ def test_free_text_is_answered_by_the_text_the_samples_agree_on(serve):
 
 
 def test_a_content_part_the_model_cannot_read_is_refused_not_dropped(serve):
-    client = serve(Recording(model_name="scripted"))
+    client = serve(_recording(model_name="scripted"))
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="sc-4/scripted", messages=[
@@ -151,7 +134,7 @@ def test_a_content_part_the_model_cannot_read_is_refused_not_dropped(serve):
 
 def test_the_math_prompt_is_used_only_when_asked(serve):
     """Finding 6: the default prompt was the math prompt."""
-    gen = Recording(default={"42": 0.9}, model_name="scripted")
+    gen = _recording(default={"42": 0.9}, model_name="scripted")
     client = serve(gen)
     client.chat.completions.create(model="sc-2/scripted", messages=[{"role": "user", "content": "What is 6*7?"}])
     assert gen.requests[-1].messages[-1].content == "What is 6*7?"
@@ -163,7 +146,7 @@ def test_the_math_prompt_is_used_only_when_asked(serve):
 def test_no_answer_in_a_conversation_is_an_empty_reply_with_the_reason(serve):
     """Found with a real framework: "No answer was found." came back as if the model had said it."""
     broken = '<tool_call>{"name": "get_weather", "arguments": {"city": "Par'
-    client = serve(Fixed([broken] * 4))
+    client = serve(_fixed([broken] * 4))
     r = client.chat.completions.create(model="tool_vote-4/fixed", messages=ASK, tools=WEATHER)
     assert r.choices[0].message.content == "" and r.choices[0].finish_reason == "stop"
     notes = r.choices[0].model_extra["tts"]["notes"]

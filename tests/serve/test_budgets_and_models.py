@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
@@ -244,23 +245,17 @@ def test_auto_without_a_calibration_is_not_usable_and_retrieve_says_why():
 # --- item 12: status codes and one-line messages -----------------------------------------------
 
 
-class _Raises:
+def _raises(exc: BaseException) -> FunctionGenerator:
     """A generator that fails every call with ``exc``."""
 
-    model_name = "scripted"
+    def reply(request):
+        raise exc
 
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def generate(self, requests):
-        raise self.exc
-
-    def close(self):
-        pass
+    return FunctionGenerator(reply, model_name="scripted")
 
 
 def _fail_with(exc: BaseException, **kw: Any) -> openai.APIStatusError:
-    served = _Served(generator=_Raises(exc), max_budget_tokens=100_000)
+    served = _Served(generator=_raises(exc), max_budget_tokens=100_000)
     try:
         with pytest.raises(openai.APIStatusError) as err:
             served.client.chat.completions.create(model="sc-2/scripted", messages=QUESTION, **kw)

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
@@ -187,25 +188,13 @@ LOOPS = {"openai-agents": openai_agents_loop, "langchain": langchain_agent_loop,
 
 # --- a live server ----------------------------------------------------------------------------------
 
-class Recording(ScriptedGenerator):
-    """The scripted model, keeping every request it was sent (what the model was shown)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.requests: list[Any] = []
-
-    def generate(self, requests):
-        self.requests += list(requests)
-        return super().generate(requests)
-
-
 @pytest.fixture
-def serve() -> Iterator[Callable[..., tuple[str, Recording]]]:
+def serve() -> Iterator[Callable[..., tuple[str, RecordingGenerator]]]:
     """Starts ``tts serve`` on the scripted model (served as ``name``); returns (base URL, model)."""
     running: list[tuple[Session, ServerThread]] = []
 
-    def start(name: str = "scripted") -> tuple[str, Recording]:
-        gen = Recording(model_name=name)
+    def start(name: str = "scripted") -> tuple[str, RecordingGenerator]:
+        gen = RecordingGenerator(ScriptedGenerator(model_name=name))
         session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
         server = ServerThread(create_app(session, ServeConfig(model=name))).start()
         running.append((session, server))
@@ -217,7 +206,7 @@ def serve() -> Iterator[Callable[..., tuple[str, Recording]]]:
         session.close()
 
 
-def _check_scripted_loop(outcome: Outcome, tools: Tools, gen: Recording) -> None:
+def _check_scripted_loop(outcome: Outcome, tools: Tools, gen: RecordingGenerator) -> None:
     """The loop a user relies on, to the letter (the scripted model is deterministic in substance)."""
     assert tools.calls == [("get_time", "Tokyo")]  # the function really ran, once, with the model's argument
     assert outcome.calls == [("get_time", {"city": "Tokyo"})]
@@ -341,7 +330,7 @@ def _tokenizer(name: str) -> Any:
     return transformers.AutoTokenizer.from_pretrained(str(_local_model(name)))
 
 
-def _scripted_sc4_request(serve: Callable[..., tuple[str, Recording]], name: str) -> Any:
+def _scripted_sc4_request(serve: Callable[..., tuple[str, RecordingGenerator]], name: str) -> Any:
     """The last engine request of an openai-agents loop with ``sc-4`` (the tool result turn)."""
     url, gen = serve(name)
     tools = Tools()

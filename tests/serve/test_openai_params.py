@@ -15,7 +15,8 @@ from typing import Any
 import openai
 import pytest
 
-from tts.backends.base import Completion, GenerationRequest, GenerationResult, Message, request_usage
+from tts.backends.base import Completion, GenerationRequest, Message
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
@@ -129,28 +130,18 @@ def test_temperature_zero_with_n_above_one_says_the_samples_are_one_greedy_sampl
 # --- 7. tool_choice ----------------------------------------------------------------------------
 
 
-class ToolBot:
+class ToolBot(FunctionGenerator):
     """Replies with a call to the first tool offered with the request, or in text (``prose``: always)."""
 
-    model_name = "toolbot"
-
     def __init__(self) -> None:
-        self.requests: list[GenerationRequest] = []
+        super().__init__(self._reply, model_name="toolbot")
         self.prose = False
 
-    def generate(self, requests):
-        out = []
-        for r in requests:
-            self.requests.append(r)
-            names = [t["function"]["name"] for t in json.loads(r.tools or "[]")]
-            text = ('<tool_call>{"name": "%s", "arguments": {"q": "6*7"}}</tool_call>' % names[0] if names
-                    and not self.prose else "It is \\boxed{42}.")
-            out.append(GenerationResult(tuple(Completion(text, 20) for _ in range(r.n)),
-                                        request_usage(30, 0, [20] * r.n, 0.01)))
-        return out
-
-    def close(self):
-        pass
+    def _reply(self, r: GenerationRequest) -> Completion:
+        names = [t["function"]["name"] for t in json.loads(r.tools or "[]")]
+        text = ('<tool_call>{"name": "%s", "arguments": {"q": "6*7"}}</tool_call>' % names[0] if names
+                and not self.prose else "It is \\boxed{42}.")
+        return Completion(text, 20)
 
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in ("calc", "search")]
@@ -308,25 +299,11 @@ def test_reasoning_effort_maps_to_a_budget(client):
     assert low["budget"]["amount"] == 25_000 and high["budget"]["amount"] == 100_000
 
 
-class JSONBot:
+def JSONBot() -> FunctionGenerator:  # noqa: N802 - reads as the fake model it builds
     """Answers a structured-output request with JSON objects that agree in value, not in text."""
-
-    model_name = "jsonbot"
-
-    def __init__(self) -> None:
-        self.requests: list[GenerationRequest] = []
-
-    def generate(self, requests):
-        out = []
-        for r in requests:
-            self.requests.append(r)
-            texts = ['{"city": "Paris", "n": 2}', '{ "n": 2.0, "city": "Paris" }', '{"city": "Rome", "n": 1}',
-                     '{"city": "Paris",  "n": 2}'][: r.n]
-            out.append(GenerationResult(tuple(Completion(t, 9) for t in texts), request_usage(30, 0, [9] * r.n, 0.01)))
-        return out
-
-    def close(self):
-        pass
+    texts = ['{"city": "Paris", "n": 2}', '{ "n": 2.0, "city": "Paris" }', '{"city": "Rome", "n": 1}',
+             '{"city": "Paris",  "n": 2}']
+    return FunctionGenerator(lambda r: [Completion(t, 9) for t in texts], model_name="jsonbot")
 
 
 def test_response_format_json_schema_is_sent_to_the_engine_and_the_vote_is_over_parsed_json():
@@ -414,18 +391,10 @@ def test_vllm_sampling_params_carry_penalties_logit_bias_and_structured_output()
 # --- 10. reasoning sections --------------------------------------------------------------------
 
 
-class Thinker:
+def Thinker() -> FunctionGenerator:  # noqa: N802 - reads as the fake model it builds
     """A reasoning model: a <think> section, then the answer."""
-
-    model_name = "thinker"
-
-    def generate(self, requests):
-        text = "<think>\nSix sevens: 42.\n</think>\n\nThe answer is \\boxed{42}."
-        return [GenerationResult(tuple(Completion(text, 20) for _ in range(r.n)),
-                                 request_usage(30, 0, [20] * r.n, 0.01)) for r in requests]
-
-    def close(self):
-        pass
+    text = "<think>\nSix sevens: 42.\n</think>\n\nThe answer is \\boxed{42}."
+    return FunctionGenerator(lambda r: Completion(text, 20), model_name="thinker")
 
 
 def test_a_reasoning_section_is_returned_as_reasoning_content_and_counted_in_usage():
@@ -510,7 +479,7 @@ def test_chosen_sample_tokens_past_the_reply_are_left_out():
     from tts.types import Sample
 
     text = '{"answer": 36}'
-    completion = Completion(text, 4, -0.1, "stop", (-0.1, -0.2, -0.3, -0.01), None,
+    completion = Completion(text, 4, -0.1, "stop", token_logprobs=(-0.1, -0.2, -0.3, -0.01),
                             tokens=('{"answer"', ": 3", '6}', "<|im_end|>"))
     wrapper = _OptionsGenerator(_Replies([[completion]]), SampleOptions(logprobs=1))
     wrapper.generate([GenerationRequest(messages=(Message("user", "q"),))])
@@ -533,8 +502,8 @@ def test_equal_texts_from_different_prompts_keep_their_own_logprobs():
     from tts.session.session import SampleOptions, _OptionsGenerator
     from tts.types import Sample
 
-    first = Completion("42", 1, -0.1, "stop", (-0.1,), None, tokens=("42",))
-    second = Completion("42", 1, -2.5, "stop", (-2.5,), None, tokens=("42",))
+    first = Completion("42", 1, -0.1, "stop", token_logprobs=(-0.1,), tokens=("42",))
+    second = Completion("42", 1, -2.5, "stop", token_logprobs=(-2.5,), tokens=("42",))
     wrapper = _OptionsGenerator(_Replies([[first], [second]]), SampleOptions(logprobs=0))
     wrapper.generate([GenerationRequest(messages=(Message("user", "draft"),))])
     wrapper.generate([GenerationRequest(messages=(Message("user", "revise"),))])

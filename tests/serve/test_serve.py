@@ -309,33 +309,22 @@ def test_the_tts_serve_command_serves_the_openai_client(tmp_path):
 def test_tool_vote_answers_an_agent_with_the_voted_tool_call():
     """The real tool_vote strategy behind the server: replies that call a tool are voted on and the
     winner comes back as ``message.tool_calls`` (the convention shared with tool_vote)."""
-    from tts.backends.base import Completion, GenerationResult, request_usage
+    from tts.backends.base import Completion
+    from tts.backends.function import FunctionGenerator
     from tts.registry import STRATEGIES
 
     if "tool_vote" not in STRATEGIES.names():
         pytest.skip("strategy tool_vote is not registered in this checkout")
 
-    class ToolBot:
+    def tool_calls(r):
         """Replies with a tool call; one in four calls another tool."""
-
-        model_name = "toolbot"
-
-        def generate(self, requests):
-            out = []
-            for r in requests:
-                assert "calculator" in r.tools  # the tools were offered to the model
-                texts = ['<tool_call>{"name": "%s", "arguments": {"expression": "6*7"}}</tool_call>'
-                         % ("search" if i % 4 == 3 else "calculator") for i in range(r.n)]
-                out.append(GenerationResult(tuple(Completion(t, 20) for t in texts),
-                                            request_usage(30, 0, [20] * r.n, 0.01)))
-            return out
-
-        def close(self):
-            pass
+        assert "calculator" in r.tools  # the tools were offered to the model
+        return [Completion('<tool_call>{"name": "%s", "arguments": {"expression": "6*7"}}</tool_call>'
+                           % ("search" if i % 4 == 3 else "calculator"), 20) for i in range(r.n)]
 
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
              for n in ("calculator", "search")]
-    with Session(generator=ToolBot(), price_as=None) as session, \
+    with Session(generator=FunctionGenerator(tool_calls, model_name="toolbot"), price_as=None) as session, \
             ServerThread(create_app(session, ServeConfig(prompt="math", model="toolbot"))) as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", timeout=20, max_retries=0)
         r = client.chat.completions.create(model="tool_vote-4/toolbot", tools=tools,

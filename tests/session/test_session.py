@@ -9,6 +9,7 @@ import time
 import pytest
 
 import tts
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.session import BudgetError, Session, SolveCancelled
 
@@ -168,19 +169,14 @@ def test_a_lone_caller_does_not_wait_out_the_batching_window():
 
 
 def test_chat_messages_and_tools_reach_the_problem_and_the_prompt():
-    seen = []
-
-    class Spy(ScriptedGenerator):
-        def generate(self, requests):
-            seen.extend(requests)
-            return super().generate(requests)
-
-    with Session(generator=Spy(default={"5": 0.7})) as s:
+    gen = RecordingGenerator(ScriptedGenerator(default={"5": 0.7}))
+    with Session(generator=gen) as s:
         tools = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
         s.solve("And 2+3?", n=1, messages=[{"role": "system", "content": "Be brief."},
                                            {"role": "user", "content": "Hi"},
                                            {"role": "assistant", "content": "Hello"},
                                            {"role": "user", "content": "And 2+3?"}], tools=tools)
+    seen = gen.requests
     roles = [m.role for m in seen[0].messages]
     assert roles == ["system", "user", "assistant", "user"] and seen[0].messages[-1].content.startswith("And 2+3?")
 
@@ -254,19 +250,12 @@ def test_a_conversation_with_tools_goes_as_sent_and_its_answer_is_the_voted_call
     the tools reach the model, and the answer is the call the samples agree on."""
     import json
 
-    from tts.backends.scripted import ScriptedGenerator
-
-    class Recording(ScriptedGenerator):
-        def generate(self, requests):
-            self.last = requests[-1]
-            return super().generate(requests)
-
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-    gen = Recording(seed=1)
+    gen = RecordingGenerator(ScriptedGenerator(seed=1))
     with Session(generator=gen, price_as=None, batch_window=0.0) as s:
         sol = s.solve("What is the weather in Oslo?", strategy="self_consistency", n=8,
                       messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=tools)
-    assert [m.content for m in gen.last.messages] == ["What is the weather in Oslo?"]
-    assert json.loads(gen.last.tools)[0]["function"]["name"] == "get_weather"
+    assert [m.content for m in gen.requests[-1].messages] == ["What is the weather in Oslo?"]
+    assert json.loads(gen.requests[-1].tools)[0]["function"]["name"] == "get_weather"
     assert json.loads(sol.answer) == [{"name": "get_weather", "arguments": {"city": "Oslo"}}]

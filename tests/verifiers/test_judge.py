@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from tts.backends.base import Completion, GenerationResult
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import parse_verifier_config
 from tts.types import Problem, Usage
@@ -12,22 +13,8 @@ from tts.verifiers.judge import JudgeConfig, LLMJudge, final_verdict, p_yes
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
 
 
-class Counting:
-    """Wraps a generator and records the size of every generate call."""
-
-    def __init__(self, inner):
-        self.inner, self.calls, self.model_name = inner, [], inner.model_name
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        return self.inner.generate(requests)
-
-    def close(self):
-        self.inner.close()
-
-
 def _generator(**kwargs):
-    return Counting(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.5, **kwargs))
+    return RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.5, **kwargs))
 
 
 def _items():
@@ -113,19 +100,9 @@ def test_empty_solutions_are_not_sent():
     assert gen.calls == [] and scores[0].score == 0.5
 
 
-class NanJudge:
-    model_name = "nan"
-
-    def generate(self, requests):
-        return [GenerationResult((Completion("Yes", 1, first_token_top_logprobs={"Yes": math.nan, "No": math.inf}),),
-                                 Usage(calls=1)) for _ in requests]
-
-    def close(self):
-        pass
-
-
 def test_broken_logprobs_never_give_a_non_finite_score():
-    scores = LLMJudge(JudgeConfig(per_step=True), NanJudge()).score(_items()[:2])
+    scores = LLMJudge(JudgeConfig(per_step=True), FunctionGenerator(
+        lambda r: Completion("Yes", 1, first_token_top_logprobs={"Yes": math.nan, "No": math.inf}))).score(_items()[:2])
     assert all(math.isfinite(s.score) and 0 <= s.score <= 1 and s.invalid for s in scores)
 
 
@@ -164,18 +141,9 @@ def test_final_verdict_is_the_trailing_yes_or_no_of_a_finished_reply():
 
 
 def test_votes_leave_out_replies_without_a_verdict_and_count_them():
-    class Replies:
-        model_name = "fixed"
-
-        def generate(self, requests):
-            texts = [("Fine. Yes.", "stop"), ("Step 2 is fine, no issue with", "length"), ("Hmm.", "stop")]
-            return [GenerationResult(tuple(Completion(t, 5, finish_reason=f) for t, f in texts), Usage(calls=1))
-                    for _ in requests]
-
-        def close(self):
-            pass
-
-    (score,) = LLMJudge(JudgeConfig(votes=3), Replies()).score(_items()[:1])
+    texts = [("Fine. Yes.", "stop"), ("Step 2 is fine, no issue with", "length"), ("Hmm.", "stop")]
+    replies = FunctionGenerator(lambda r: [Completion(t, 5, finish_reason=f) for t, f in texts])
+    (score,) = LLMJudge(JudgeConfig(votes=3), replies).score(_items()[:1])
     assert score.score == 1.0 and score.invalid == 2
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tts.backends.chat import Message, ToolCall
@@ -113,6 +113,9 @@ class GenerationRequest:
 class Completion:
     """One sampled continuation: text, its token count, mean token logprob, why it stopped.
 
+    The first four fields may be given by position (``Completion("4", 1, -0.2, "stop")``); the
+    rest only by name, so that a call site says which of the many optional ones it sets.
+
     Args:
         text: The generated text.
         completion_tokens: Generated tokens.
@@ -128,6 +131,7 @@ class Completion:
     completion_tokens: int
     mean_logprob: float | None = None
     finish_reason: str | None = None
+    _: KW_ONLY
     token_logprobs: tuple[float, ...] | None = None
     first_token_top_logprobs: dict[str, float] | None = field(default=None, hash=False)
     ended_by_eos: bool | None = None

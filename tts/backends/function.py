@@ -6,8 +6,8 @@ choose, without an engine.
 (texts, or :class:`~tts.backends.base.Completion` values) into the request's ``n`` completions,
 with usage counted as a backend counts it (the prompt once per request, completion tokens per
 sample; a word counts as a token). ``RecordingGenerator(inner)`` passes every call to another generator and keeps the
-requests of each call, so a test can assert what a strategy asked for (one engine call per step,
-the prompts it built, the settings it passed).
+requests and results of each call, so a test can assert what a strategy asked for (one engine call
+per step, the prompts it built, the settings it passed) and what it was given back.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def _completion(reply: Reply) -> Completion:
 
 
 class RecordingGenerator:
-    """Any generator, with the requests of each ``generate`` call kept in :attr:`calls`.
+    """Any generator, with the requests of each ``generate`` call kept in :attr:`calls` and its
+    results in :attr:`results` (one list per call, in the same order).
 
     Args:
         inner: The generator that answers.
@@ -37,6 +38,7 @@ class RecordingGenerator:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.calls: list[list[GenerationRequest]] = []
+        self.results: list[list[GenerationResult]] = []
 
     @property
     def requests(self) -> list[GenerationRequest]:
@@ -45,7 +47,9 @@ class RecordingGenerator:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         self.calls.append(list(requests))
-        return self.inner.generate(requests)
+        results = self.inner.generate(requests)
+        self.results.append(list(results))
+        return results
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
@@ -82,6 +86,7 @@ class FunctionGenerator(RecordingGenerator):
             prompt = sum(len(str(m.content or "").split()) for m in request.messages)  # words, as tokens
             usage = request_usage(prompt, 0, [c.completion_tokens for c in completions], 0.0)
             results.append(GenerationResult(completions, usage))
+        self.results.append(list(results))
         return results
 
     def close(self) -> None:

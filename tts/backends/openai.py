@@ -283,7 +283,8 @@ class OpenAIGenerator:
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))
                                   for t in content) if req.top_logprobs and n_tok else None)
             calls, call_error = _reply_calls(req, choice.message, text)
-            completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_lps, first_top,
+            completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_logprobs=token_lps,
+                                          first_token_top_logprobs=first_top,
                                           token_top_logprobs=top_per_token, tokens=tokens,
                                           token_alternatives=alternatives,
                                           reasoning_tokens=thought.reasoning_tokens if thought else None,

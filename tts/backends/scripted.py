@@ -23,13 +23,8 @@ takes on the real engine:
   forced answer) gets the answer and the closing brace.
 
 Chains of operations (problems whose metadata holds ``start`` and ``ops``, as the ``chains``
-benchmark's do) are worked out instead of drawn: one numbered equation per step ("2. 12 * 2 = 24"), steps
-separated by blank lines, then "The answer is N." Each step slips with probability
-``1 - step_accuracy``, half the time by misstating the result (a false equality, which the
-arithmetic verifier catches) and half by applying the wrong operation correctly (a true equality
-carrying a wrong value, which it does not); the value a slip leaves is carried on. A partial
-solution is continued from its last stated value, so a step-wise search really branches and a
-step verifier really prunes, as on the real model.
+benchmark's do) are worked out instead of drawn, one numbered equation per step, each of which
+slips with probability ``1 - step_accuracy`` (:mod:`tts.backends.scripted_chains`).
 
 Top logprobs (``top_logprobs`` > 0) fill ``token_top_logprobs`` of ordinary samples with an
 emulation (:func:`_top_logprobs`). A ``confidence_stop`` request is carried out as an engine
@@ -42,16 +37,18 @@ Structured output (``json_schema``) is emulated: the sample's answer comes as ``
 (null when it has none), whatever the schema. Samples with logprobs carry their text cut into as
 many pieces as tokens (``Completion.tokens``). Penalties and ``logit_bias`` change nothing here.
 
-It also plays an LLM judge, so that verifiers that ask the policy model for a verdict can be
-tested: a request whose last message asks for "Yes or No" is a *verdict request*. The judged
-answer is the last ``\\boxed{...}`` in that message; the probability of "Yes" is drawn high
-(0.55-0.95) when it is the mode of the key's distribution, low (0.05-0.45) when it is another
-answer and in between (0.2-0.6) when there is none, fixed per judged text. With
-:meth:`ScriptedGenerator.for_problems` at accuracy above ~0.34 the mode is the gold answer, so
-the judge is informative (right answers get higher P(Yes) on average) but noisy. The verdict's
-first-token top logprobs (``top_logprobs``) put ``verdict_mass`` on "Yes"/"No"; sampled
-verdicts end in "Yes." or "No." (greedy: the likelier one). Other requests get no first-token
-alternatives.
+It also plays an LLM judge (:mod:`tts.backends.scripted_judge`), so that verifiers that ask the
+policy model for a verdict can be tested: a request whose last message asks for "Yes or No" is a
+*verdict request*, answered right with a probability drawn high when the judged answer is the mode
+of the key's distribution. With :meth:`ScriptedGenerator.for_problems` at accuracy above ~0.34 the
+mode is the gold answer, so the judge is informative (right answers get higher P(Yes) on average)
+but noisy. Other requests get no first-token alternatives.
+
+The roles live in modules of their own: the solver (drawn answers, steps, stop strings,
+continuations, confidence stops) here, the chain model in :mod:`tts.backends.scripted_chains`, the
+judge in :mod:`tts.backends.scripted_judge`, the thinking model in
+:mod:`tts.backends.scripted_thinking`, tool calls in :mod:`tts.backends.scripted_tools`, programs in
+:mod:`tts.backends.scripted_code`; what they share in :mod:`tts.backends.scripted_sampling`.
 
 With ``thinking=True`` it plays a thinking model: replies are ``<think>`` thought ``</think>``
 answer, with their reasoning tokens counted apart, and a request's ``thinking_budget`` is honoured
@@ -62,14 +59,12 @@ answered as without it). Without it, a request with a ``thinking_budget`` is ref
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import random
 import re
 import time
 from collections.abc import Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 from tts.backends.base import (
@@ -89,20 +84,21 @@ from tts.backends.scripted_code import (
     tir_reply,
     value_program_reply,
 )
+from tts.backends.scripted_chains import CHAIN_STEP, STEP_SEPARATOR, chain_sample
+from tts.backends.scripted_judge import VERDICT_REQUEST, p_yes, verdict_sample
+from tts.backends.scripted_sampling import BOXED as _BOXED
+from tts.backends.scripted_sampling import FILLER as _FILLER
+from tts.backends.scripted_sampling import cut as _cut
+from tts.backends.scripted_sampling import rng as _rng
+from tts.backends.scripted_sampling import token_logprobs as _token_logprobs
+from tts.backends.scripted_sampling import top_logprobs as _top_logprobs
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
 from tts.backends.tool_calls import reply_tool_calls
 from tts.types import Problem
 
-_FILLER = ("we", "compute", "the", "value", "step", "by", "carefully", "so", "then", "check")
-_VERDICT_REQUEST = re.compile(r"\byes\s+or\s+no\b", re.IGNORECASE)
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 _OPEN_BOX = re.compile(r"\\boxed\{[^{}]*$")  # a continuation that stops inside a box
-STEP_SEPARATOR = "\n\n"
-"""What the scripted model writes between the steps of a solution."""
 _STEP_END = "." + STEP_SEPARATOR
-# First tokens a judge puts its remaining probability on when it does not answer Yes/No at once.
-_OTHER_FIRST_TOKENS = ("The", "I", "To", "Let", "This")
 
 
 def _pieces(text: str, k: int) -> tuple[str, ...]:
@@ -131,62 +127,11 @@ def _with_request_options(req: GenerationRequest, c: Completion) -> Completion:
     return c
 
 
-_CHAIN_STEP = re.compile(r"=\s*(-?\d+(?:\.\d+)?)\s*(?:\n|$)")
-"""The value a chain step states (the right side of its equation, at the end of its line)."""
-_CHAIN_ANSWER = re.compile(r"[Tt]he answer is (-?\d+(?:\.\d+)?)")
-
-
-def _apply(value: Fraction, op: str) -> Fraction:
-    """``value`` after an arithmetic suffix ("+ 5", "* 2", "/ 2")."""
-    sign, operand = op.split()
-    a = Fraction(operand)
-    return {"+": value + a, "-": value - a, "*": value * a, "/": value / a}[sign]
-
-
-def _number(value: Fraction) -> str:
-    """A chain value as a model writes it: "12", "3.5" (a slip can make a half of an odd number)."""
-    return str(value.numerator) if value.denominator == 1 else format(float(value), "g")
-
-
 def _prompt_text(req: GenerationRequest) -> str:
     """The prompt as one text: each message (its tool calls too), the tools offered, the continuation."""
     lines = [f"{m.role}: {m.content}" + "".join(f" [{c.name}({c.arguments})]" for c in m.tool_calls)
              for m in req.messages]
     return "\n".join(lines + ([f"tools: {req.tools}"] if req.tools else [])) + req.continuation
-
-
-def _rng(*parts: object) -> random.Random:
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "little"))
-
-
-def _cut(text: str, stop: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to its first stop string (excluded), and whether one was found."""
-    hits = [at for at in (text.find(s) for s in stop if s) if at >= 0]
-    return (text[: min(hits)], True) if hits else (text, False)
-
-
-def _top_logprobs(token_logprobs: Sequence[float], k: int) -> tuple[tuple[float, ...], ...]:
-    """Emulated top-k log-probabilities of every position (largest first): the sampled token's
-    probability p and k - 1 alternatives sharing the rest, 1 - p, geometrically, decaying faster
-    when p is high. A confident position thus has far-off alternatives and a high DeepConf token
-    confidence, an uncertain one close alternatives and a low one, as a real model's do."""
-    out = []
-    for lp in token_logprobs:
-        p = math.exp(lp)
-        rest = max(1.0 - p, 1e-12)
-        slope = 0.2 + 2.0 * p
-        base = math.log(rest * (1.0 - math.exp(-slope)))
-        out.append(tuple(sorted([lp] + [base - slope * j for j in range(k - 1)], reverse=True)))
-    return tuple(out)
-
-
-def _token_logprobs(mean_logprob: float, tokens: int, rng: random.Random) -> tuple[float, ...]:
-    """Per-token logprobs whose mean is ``mean_logprob``: a few uncertain tokens among confident
-    ones (exponential weights), all <= 0, as a real sample's are."""
-    weights = [rng.expovariate(1.0) for _ in range(tokens)]
-    scale = tokens / (sum(weights) or 1.0)
-    return tuple(mean_logprob * w * scale for w in weights)
 
 
 class ScriptedGenerator:
@@ -332,7 +277,7 @@ class ScriptedGenerator:
         answer = self._draw(dist, rng)
         if req.continuation and _OPEN_BOX.search(req.continuation):
             if req.key in self.chains:  # pushed to answer mid-chain: the value reached so far
-                done = _CHAIN_STEP.findall(req.continuation)
+                done = CHAIN_STEP.findall(req.continuation)
                 answer = done[-1] if done else str(self.chains[req.key][0])
             return self._close_box(req, answer, dist, rng)
         if TIR_REQUEST.search(prompt) and req.key not in self.programs:  # tool-integrated reasoning
@@ -353,7 +298,8 @@ class ScriptedGenerator:
                 text = value_program_reply(answer, rng)
             return self._program_sample(req, answer, dist, rng, text=text)
         if req.key in self.chains:
-            return self._chain_sample(req, rng)
+            start, ops = self.chains[req.key]
+            return chain_sample(req, start, ops, self.step_accuracy, self.returns_logprobs, rng)
         if self.thinking:
             return self._thinking_sample(req, answer, dist, rng)
         if req.tools is not None:
@@ -430,51 +376,6 @@ class ScriptedGenerator:
                           finish_reason=finish, token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
                           ended_by_eos=eos)
 
-    def _chain_sample(self, req: GenerationRequest, rng: random.Random) -> Completion:
-        """A chain worked out from where the request's partial solution left it (module docstring)."""
-        start, ops = self.chains[req.key]
-        done = _CHAIN_STEP.findall(req.continuation)
-        steps: list[str] = []
-        slipped = False
-        stated = _CHAIN_ANSWER.findall(req.continuation)
-        if stated:  # asked again after the answer line (an answer phase after thinking): restate it
-            steps = [f"The answer is {stated[-1]}."]
-        else:
-            value = Fraction(done[-1]) if done else Fraction(start)
-            for op in ops[len(done):]:
-                right = _apply(value, op)
-                if rng.random() < self.step_accuracy:
-                    new, said = right, right
-                elif rng.random() < 0.5:  # misstated result: a false equality
-                    new = said = right + rng.choice((-2, -1, 1, 2))
-                    slipped = True
-                else:  # another operation, applied correctly: a true equality, a wrong value
-                    op = rng.choice([o for o in ("+ 1", "+ 2", "- 1", "* 2", "+ 3") if o != op])
-                    new = said = _apply(value, op)
-                    slipped = True
-                steps.append(f"{len(done) + len(steps) + 1}. {_number(value)} {op} = {_number(said)}")
-                value = new
-            steps.append(f"The answer is {_number(value)}.")
-        # What of the separator the partial solution still lacks (all of it, or the held-back rest).
-        held = next((k for k in range(len(STEP_SEPARATOR), 0, -1) if req.continuation.endswith(STEP_SEPARATOR[:k])), 0)
-        lead = STEP_SEPARATOR[held:] if req.continuation and steps else ""
-        text = lead + STEP_SEPARATOR.join(steps)
-        text, stopped = _cut(text, req.stop)
-        pieces = re.findall(r"\s*\S+|\s+$", text) or [text]
-        finish, eos = ("stop", not stopped)
-        if len(pieces) > req.max_tokens:
-            pieces, finish, eos = pieces[: req.max_tokens], "length", False
-            text = "".join(pieces)
-        tokens = max(1, len(pieces))
-        mean_lp = -rng.uniform(0.05, 0.4) - (0.25 if slipped else 0.0)  # slips are less confident
-        token_lps = _token_logprobs(mean_lp, tokens, rng)
-        logprobs = req.logprobs and self.returns_logprobs
-        k = req.top_logprobs
-        top = _top_logprobs(token_lps, k) if k and self.returns_logprobs else None
-        return Completion(text=text, completion_tokens=tokens, mean_logprob=mean_lp if logprobs else None,
-                          finish_reason=finish, token_logprobs=token_lps if logprobs else None, ended_by_eos=eos,
-                          token_top_logprobs=top)
-
     def _mean_logprob(self, answer: str | None, dist: Mapping[str, float], rng: random.Random) -> float:
         # Confident (high logprob) samples are somewhat more often the distribution's mode.
         mode = max(dist, key=dist.get) if dist else None
@@ -535,48 +436,13 @@ class ScriptedGenerator:
         )
 
     def p_yes(self, req: GenerationRequest, prompt: str) -> float:
-        """The scripted judge's probability that the text a verdict request judges is right."""
-        dist = self.distributions.get(req.key, self.default)
-        mode = max(dist, key=dist.get) if dist else None
-        boxed = _BOXED.findall(req.messages[-1].content + req.continuation) if req.messages else []
-        answer = boxed[-1].strip() if boxed else None
-        low, high = (0.2, 0.6) if answer is None else (0.55, 0.95) if answer == mode else (0.05, 0.45)
-        return _rng(self.seed, "verdict", req.key, prompt).uniform(low, high)
+        """The scripted judge's probability that the text a verdict request judges is right
+        (:func:`tts.backends.scripted_judge.p_yes`)."""
+        return p_yes(self.distributions.get(req.key, self.default), self.seed, req, prompt)
 
     def _verdict(self, req: GenerationRequest, index: int, prompt: str) -> Completion:
-        rng = _rng(self.seed, "verdict-sample", req.key, req.seed, req.temperature, prompt, index)
-        p = self.p_yes(req, prompt)
-        yes_mass, no_mass = self.verdict_mass * p, self.verdict_mass * (1 - p)
-        other = (1.0 - self.verdict_mass) / len(_OTHER_FIRST_TOKENS)
-        choices = {"Yes": yes_mass, "No": no_mass, **dict.fromkeys(_OTHER_FIRST_TOKENS, other)}
-        if req.temperature == 0:
-            first = max(choices, key=lambda t: choices[t])
-        else:
-            first = rng.choices(list(choices), weights=list(choices.values()))[0]
-        if req.max_tokens <= 2:
-            text, tokens = first, 1
-        else:
-            verdict = first if first in ("Yes", "No") else None
-            words = [rng.choice(_FILLER) for _ in range(min(req.max_tokens - 4, rng.randint(6, 40)))]
-            text = " ".join(words) + (f". {verdict}." if verdict else ".")
-            tokens = min(req.max_tokens, len(words) + 3)
-        text, stopped = _cut(text, req.stop)
-        if stopped:
-            tokens = min(tokens, len(text.split()) + 1)
-        mean_lp = math.log(max(choices[first], 1e-9)) / tokens - rng.uniform(0.05, 0.4)
-        top = None
-        if req.top_logprobs and self.returns_logprobs:
-            ranked = sorted(((t, q) for t, q in choices.items() if q > 0), key=lambda tq: -tq[1])
-            top = {t: math.log(q) for t, q in ranked[: req.top_logprobs]}
-        logprobs = req.logprobs and self.returns_logprobs
-        return Completion(
-            text=text,
-            completion_tokens=tokens,
-            mean_logprob=mean_lp if logprobs else None,
-            finish_reason="stop",
-            token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
-            first_token_top_logprobs=top,
-        )
+        return verdict_sample(req, index, prompt, self.p_yes(req, prompt), self.seed, self.verdict_mass,
+                              self.returns_logprobs)
 
     def prompt_tokens(self, request: GenerationRequest) -> int:
         """Prompt length of a request under this backend's length model."""
@@ -596,7 +462,7 @@ class ScriptedGenerator:
                 self._drawn[(req.key, prompt)] = offset + req.n
             else:
                 offset = 0  # a seeded request is reproducible: same seed, same samples
-            draw = self._verdict if req.messages and _VERDICT_REQUEST.search(req.messages[-1].content) else self._sample
+            draw = self._verdict if req.messages and VERDICT_REQUEST.search(req.messages[-1].content) else self._sample
             completions = tuple(_with_request_options(req, draw(req, offset + i, prompt)) for i in range(req.n))
             prompt_tokens = self.prompt_tokens(req)
             cached = prompt_tokens if prompt in self._seen_prefixes else 0

@@ -725,8 +725,10 @@ class VLLMGenerator:
                     calls, call_error = read_forced_calls(c.text, req.tools, req.tool_choice)
                 else:
                     calls, call_error = self._tool_reader.read(c.text, req.tools)
-                completions.append(Completion(c.text, n_tok, mean_lp, finish, token_lps, first_top, eos,
-                                              all_top if req.top_logprobs else None, texts, alternatives,
+                completions.append(Completion(c.text, n_tok, mean_lp, finish, token_logprobs=token_lps,
+                                              first_token_top_logprobs=first_top, ended_by_eos=eos,
+                                              token_top_logprobs=all_top if req.top_logprobs else None,
+                                              tokens=texts, token_alternatives=alternatives,
                                               reasoning_tokens=thought.reasoning_tokens if thought else None,
                                               thinking_capped=thought.capped if thought else None,
                                               tool_calls=calls, tool_call_error=call_error))

@@ -25,7 +25,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
@@ -42,7 +42,8 @@ MODEL_SETTINGS = frozenset({"model", "n", "temperature", "max_tokens", "prompt"}
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One output of a node.
+    """One output of a node. ``id``, ``node`` and ``text`` may be given by position, the rest
+    only by name.
 
     Args:
         id: ``node:index``, unique within a problem's run of the graph.
@@ -60,6 +61,7 @@ class Candidate:
     id: str
     node: str
     text: str
+    _: KW_ONLY
     answer: str | None = None
     kind: str = "solution"
     score: float | None = None
@@ -108,8 +110,9 @@ class NodeContext:
     def solution(self, index: int, text: str, completion: Any, about: Candidate | None = None,
                  kind: str = "solution") -> Candidate:
         """A generated candidate (answers are extracted from solutions only)."""
-        return Candidate(f"{self.name}:{index}", self.name, text, self.extract(text) if kind == "solution" else None,
-                         kind, None, about, completion.completion_tokens, completion.finish_reason)
+        return Candidate(f"{self.name}:{index}", self.name, text,
+                         answer=self.extract(text) if kind == "solution" else None, kind=kind, about=about,
+                         completion_tokens=completion.completion_tokens, finish_reason=completion.finish_reason)
 
 
 
@@ -330,7 +333,8 @@ class Verifier(Role):
             score = yes_score(r, sampled=ctx.spec.n > 1)
             if score is None:
                 score, invalid = 0.5, invalid + 1
-            out.append(Candidate(f"{ctx.name}:{i}", ctx.name, s.text, s.answer, "solution", score, s, written=False))
+            out.append(Candidate(f"{ctx.name}:{i}", ctx.name, s.text, answer=s.answer, score=score, about=s,
+                                 written=False))
         return RoleOutput(tuple(out), {"invalid_verdict": invalid} if invalid else {})
 
 
@@ -388,8 +392,8 @@ class Ranker(Role):
         if not read:  # no reply named a candidate: no preference, counted
             totals, read = [1.0 / max(len(shown), 1)] * len(shown), 1
             events = {"invalid_rank": 1}
-        out = tuple(Candidate(f"{ctx.name}:{i}", ctx.name, s.text, s.answer, "solution", t / read, s, written=False)
-                    for i, (s, t) in enumerate(zip(shown, totals, strict=True)))
+        out = tuple(Candidate(f"{ctx.name}:{i}", ctx.name, s.text, answer=s.answer, score=t / read, about=s,
+                              written=False) for i, (s, t) in enumerate(zip(shown, totals, strict=True)))
         return RoleOutput(out, events)
 
 
@@ -412,9 +416,10 @@ class Voter(Role):
         samples = [Sample(c.text, c.answer) for c in cands]
         answer, share, votes, idx = vote(samples, [float(c.score) for c in cands] if scored else None)
         if idx is None:
-            return RoleOutput((Candidate(f"{ctx.name}:0", ctx.name, "", None, "solution", 0.0, written=False),),
+            return RoleOutput((Candidate(f"{ctx.name}:0", ctx.name, "", score=0.0, written=False),),
                               {"no_answer": 1}, votes)
-        winner = Candidate(f"{ctx.name}:0", ctx.name, cands[idx].text, answer, "solution", share, cands[idx], written=False)
+        winner = Candidate(f"{ctx.name}:0", ctx.name, cands[idx].text, answer=answer, score=share, about=cands[idx],
+                           written=False)
         return RoleOutput((winner,), {}, votes)
 
 
@@ -470,7 +475,7 @@ class Selector(Role):
                     totals = [t / read for t in totals]
             best = max(range(len(group)), key=lambda j: (totals[j], -j))
             w = group[best]
-            out.append(Candidate(f"{ctx.name}:{i}", ctx.name, w.text, w.answer, "solution", totals[best], w,
+            out.append(Candidate(f"{ctx.name}:{i}", ctx.name, w.text, answer=w.answer, score=totals[best], about=w,
                                  written=False))
         return RoleOutput(tuple(out), {"invalid_selection": invalid} if invalid else {})
 

@@ -10,7 +10,8 @@ import pytest
 import tts
 import tts.answers.kinds
 import tts.prompts
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.backends.tool_calls import read_tool_calls
 from tts.prompts import PLAIN_PROMPT, chat_prompt
@@ -28,31 +29,19 @@ TOOLS = [
 ]
 
 
-class ToolModel:
+def ToolModel(replies, weights, seed=0) -> FunctionGenerator:  # noqa: N802 - reads as the fake model it builds
     """Replies drawn from ``replies`` with ``weights`` (shuffled, each reply ``weight`` times per
     ``sum(weights)`` replies); records the requests it was sent."""
+    rng = random.Random(seed)
+    pool = [r for r, w in zip(replies, weights, strict=True) for _ in range(w)]
 
-    model_name = "tool-model"
+    def draw(req):
+        texts = []
+        while len(texts) < req.n:
+            texts += rng.sample(pool, len(pool))
+        return [Completion(t, len(t.split()), -0.2, "stop") for t in texts[: req.n]]
 
-    def __init__(self, replies, weights, seed=0):
-        self.rng = random.Random(seed)
-        self.pool = [r for r, w in zip(replies, weights, strict=True) for _ in range(w)]
-        self.requests = []
-
-    def generate(self, requests):
-        self.requests += list(requests)
-        out = []
-        for req in requests:
-            texts = []
-            while len(texts) < req.n:
-                texts += self.rng.sample(self.pool, len(self.pool))
-            texts = texts[: req.n]
-            comps = tuple(Completion(t, len(t.split()), -0.2, "stop") for t in texts)
-            out.append(GenerationResult(comps, request_usage(50, 0, [c.completion_tokens for c in comps], 0.0)))
-        return out
-
-    def close(self):
-        pass
+    return FunctionGenerator(draw, model_name="tool-model")
 
 
 def call(name, **args):
@@ -227,10 +216,8 @@ def test_a_ladder_of_n_shares_one_draw_and_each_n_votes_on_its_first_replies():
         for p, sol in zip(problems, sols, strict=True):
             assert [s.text for s in sol.trace.samples] == draw[p.id][:n]
             assert sol.usage.completion_tokens == sum(len(t.split()) for t in draw[p.id][:n])
-            alone = ToolModel([], [])
-            alone.generate = lambda reqs, texts=draw[p.id][:n]: [GenerationResult(
-                tuple(Completion(t, len(t.split()), -0.2, "stop") for t in texts),
-                request_usage(50, 0, [len(t.split()) for t in texts], 0.0)) for _ in reqs]
+            alone = FunctionGenerator(lambda r, texts=draw[p.id][:n]: [Completion(t, len(t.split()), -0.2, "stop")
+                                                                         for t in texts])
             assert ToolVote(ToolVoteConfig(n=n), alone, CHAT).solve([p])[0].answer == sol.answer
 
 

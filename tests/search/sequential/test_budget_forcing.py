@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
@@ -23,13 +24,12 @@ from tts.types import Budget, Problem
 PROBLEMS = [Problem("short", "What is 1 + 1?", "2"), Problem("long", "What is 2 + 2?", "4")]
 
 
-class _Thinker:
+class _Thinker(FunctionGenerator):
     """A thinking model: ``think[key]`` words of thought per request, then ``</think>``; then its answer."""
 
-    model_name = "thinker"
-
     def __init__(self, think, answers, end="</think>"):
-        self.think, self.answers, self.end, self.calls = think, answers, end, []
+        super().__init__(self._complete, model_name="thinker")
+        self.think, self.answers, self.end = think, answers, end
 
     def _complete(self, req):
         if self.end not in req.continuation:  # thinking (or thinking on after "Wait")
@@ -42,18 +42,6 @@ class _Thinker:
             return Completion(f"{self.answers[req.key]}}}$.", 3, finish_reason="stop", ended_by_eos=True)
         return Completion(f"\nThe answer is $\\boxed{{{self.answers[req.key]}}}$.", 6, finish_reason="stop",
                           ended_by_eos=True)
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for req in requests:
-            comps = tuple(self._complete(req) for _ in range(req.n))
-            prompt = sum(len(m.content.split()) for m in req.messages) + len(req.continuation.split())
-            out.append(GenerationResult(comps, request_usage(prompt, 0, [c.completion_tokens for c in comps], 0.0)))
-        return out
-
-    def close(self):
-        pass
 
 
 def _forcing(gen, sampling=None, **cfg):

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
@@ -19,25 +20,21 @@ from tts.types import Budget, Problem
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
 
 
-class _Recording:
-    """Forwards to a generator and keeps every call's requests and results."""
+class _Recording(RecordingGenerator):
+    """Records every call (its requests and results); with ``drop_budget`` it claims an engine
+    thinking cap but sends the requests without their budget (a backend that ignores it)."""
 
     def __init__(self, inner, drop_budget: bool = False):
-        self.inner, self.drop_budget, self.calls = inner, drop_budget, []
-        self.model_name = inner.model_name
-
-    @property
-    def supports_thinking_budget(self):
-        return self.inner.supports_thinking_budget
+        super().__init__(inner)
+        self.drop_budget = drop_budget
 
     def generate(self, requests):
-        sent = [dataclasses.replace(r, thinking_budget=None) for r in requests] if self.drop_budget else requests
-        results = self.inner.generate(sent)
-        self.calls.append((list(requests), results))
+        if not self.drop_budget:
+            return super().generate(requests)
+        self.calls.append(list(requests))
+        results = self.inner.generate([dataclasses.replace(r, thinking_budget=None) for r in requests])
+        self.results.append(list(results))
         return results
-
-    def close(self):
-        pass
 
 
 def _thinker(mean_tokens=60, **kw):
@@ -57,7 +54,7 @@ def test_the_engine_caps_the_thought_in_one_request_and_the_model_answers_in_it(
     gen = _thinker(mean_tokens=80)
     sols = _forcing(gen, n=4, max_thinking_tokens=30).solve(PROBLEMS)
     assert len(gen.calls) == 1  # no answer requests: the engine wrote the delimiter, the model answered
-    requests = gen.calls[0][0]
+    requests = gen.calls[0]
     assert all(r.thinking_budget == 30 and r.stop == () and r.continuation == "<think>\n" for r in requests)
     assert all(r.max_tokens == 30 + 32 + 4 for r in requests)  # B + answer_tokens + room for the delimiter
     for sol in sols:
@@ -76,7 +73,7 @@ def test_without_engine_support_the_thought_is_cut_by_a_stop_string_and_the_answ
     gen = _thinker(mean_tokens=80)
     sols = _forcing(gen, n=4, max_thinking_tokens=30, engine_cap=False).solve(PROBLEMS)
     assert len(gen.calls) == 2  # think, then answer
-    think, answer = gen.calls[0][0], gen.calls[1][0]
+    think, answer = gen.calls[0], gen.calls[1]
     assert all(r.thinking_budget is None and r.stop == ("</think>",) and r.max_tokens == 30 for r in think)
     assert all(r.thinking_budget is None and r.continuation.endswith("</think>\nFinal Answer:") for r in answer
                if "Final Answer" in r.continuation)
@@ -93,7 +90,7 @@ def test_reasoning_and_answer_tokens_are_counted_apart_on_both_paths():
     for engine in (True, False):
         gen = _thinker(mean_tokens=40)
         sols = _forcing(gen, n=3, max_thinking_tokens=50, engine_cap=engine).solve(PROBLEMS)
-        backend = sum(r.usage.reasoning_tokens for _, results in gen.calls for r in results)
+        backend = sum(r.usage.reasoning_tokens for results in gen.results for r in results)
         assert sum(s.usage.reasoning_tokens for s in sols) == backend > 0  # every thought token the backend counted
         for sol in sols:
             assert sol.usage.completion_tokens == sum(s.completion_tokens for s in sol.trace.samples)
@@ -107,21 +104,21 @@ def test_reasoning_and_answer_tokens_are_counted_apart_on_both_paths():
 def test_the_wait_extension_reprompts_and_the_dropped_engine_answers_stay_in_the_usage():
     gen = _thinker(mean_tokens=20)
     sol = _forcing(gen, n=2, max_thinking_tokens=200, min_thinking_tokens=150, max_waits=2).solve(PROBLEMS[:1])[0]
-    first, waits = gen.calls[0][0][0], [reqs for reqs, _ in gen.calls[1:-1]]
+    first, waits = gen.calls[0][0], gen.calls[1:-1]
     assert first.thinking_budget == 200 and first.stop == ()
     assert waits and all(r.stop == ("</think>",) and r.continuation.endswith("Wait") and r.thinking_budget is None
                          for reqs in waits for r in reqs)
-    answers = gen.calls[-1][0]
+    answers = gen.calls[-1]
     assert all(r.continuation.endswith("</think>") for r in answers) and len(answers) == 2
     assert sol.trace.notes == {"thinking_cap": "engine", "answers_reprompted": 2}
     assert sol.trace.events["waits"] >= 2
-    spent = sum(r.usage.completion_tokens for _, results in gen.calls for r in results)
-    dropped = gen.calls[0][1][0].usage.completion_tokens - sum(_thought_tokens_first(gen))
+    spent = sum(r.usage.completion_tokens for results in gen.results for r in results)
+    dropped = gen.results[0][0].usage.completion_tokens - sum(_thought_tokens_first(gen))
     assert sol.usage.completion_tokens == spent == sum(s.completion_tokens for s in sol.trace.samples) + dropped
 
 
 def _thought_tokens_first(gen):
-    return [c.reasoning_tokens for c in gen.calls[0][1][0].completions]
+    return [c.reasoning_tokens for c in gen.results[0][0].completions]
 
 
 def test_a_backend_that_ignores_the_budget_is_caught_and_its_thoughts_answered_by_reprompt(caplog):

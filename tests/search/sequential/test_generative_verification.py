@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import EvalConfig, parse_strategy_config
 from tts.eval.runner import run_eval
@@ -32,23 +33,6 @@ _VERDICT = re.compile(r"yes\s+or\s+no", re.IGNORECASE)
 
 def _is_verification(request) -> bool:
     return bool(_VERDICT.search(request.messages[-1].content))
-
-
-class Recording:
-    """Wraps a generator and keeps every generate call's requests and results."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.model_name = getattr(inner, "model_name", "scripted")
-        self.calls: list[tuple[list, list]] = []
-
-    def generate(self, requests):
-        results = self.inner.generate(requests)
-        self.calls.append((list(requests), list(results)))
-        return results
-
-    def close(self):
-        self.inner.close()
 
 
 class BelievesAnswer:
@@ -85,9 +69,9 @@ def _strategy(gen, **knobs) -> GenerativeVerification:
 
 
 def test_cost_split_and_lambda_are_the_tokens_the_solver_and_the_scripted_judge_produced():
-    gen = Recording(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=5))
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=5))
     sols = _strategy(gen, n=3, verifications=2).solve(PROBLEMS[:4])
-    (solve_reqs, solve_res), (verify_reqs, verify_res) = gen.calls  # exactly one call each
+    (solve_reqs, verify_reqs), (solve_res, verify_res) = gen.calls, gen.results  # exactly one call each
     assert [r.n for r in solve_reqs] == [3] * 4 and not any(map(_is_verification, solve_reqs))
     assert len(verify_reqs) == 4 * 3 and all(r.n == 2 and _is_verification(r) for r in verify_reqs)
     for sol, result in zip(sols, solve_res, strict=True):
@@ -123,15 +107,15 @@ def test_matched_n_follows_singhi_et_al_and_refuses_nonsense():
 
 
 def test_one_solve_call_and_one_verify_call_per_batch_through_the_runner(tmp_path):
-    gen = Recording(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=2))
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=2))
     cfg = EvalConfig.model_validate({
         "data": {"benchmark": "jsonl"}, "backend": {"kind": "scripted"}, "batch_size": 4, "seed": 2,
         "strategies": [{"kind": "generative_verification", "n": 2, "verifications": 3}],
         "sampling": {"max_tokens": 64}})
     result = run_eval(cfg, tmp_path, generator=gen, problems=PROBLEMS[:8])
-    kinds = [all(map(_is_verification, reqs)) for reqs, _ in gen.calls]
+    kinds = [all(map(_is_verification, reqs)) for reqs in gen.calls]
     assert kinds == [False, True, False, True]  # two batches of 4: solve, verify, solve, verify
-    assert [len(reqs) for reqs, _ in gen.calls] == [4, 8, 4, 8]
+    assert [len(reqs) for reqs in gen.calls] == [4, 8, 4, 8]
     assert result.summaries[0].config == "generative_verification@2,verifications=3"
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(VerificationCost.from_trace(r["trace"]).verifications == 6 for r in rows)
@@ -141,7 +125,7 @@ def test_one_solve_call_and_one_verify_call_per_batch_through_the_runner(tmp_pat
 def test_selection_follows_the_verdicts_not_the_majority():
     # The model answers 4 most often (0.6) and 5 less (0.3); the verifier believes only 5.
     solver = ScriptedGenerator({"p2": {"4": 0.6, "5": 0.3}}, seed=1)
-    gen = Recording(BelievesAnswer(solver, believed="5"))
+    gen = RecordingGenerator(BelievesAnswer(solver, believed="5"))
     sol = _strategy(gen, n=8, verifications=2).solve([PROBLEMS[2]])[0]
     answers = [s.answer for s in sol.trace.samples]
     assert answers.count("4") > answers.count("5") > 0  # self-consistency would answer 4
@@ -191,7 +175,7 @@ def test_a_judge_that_gives_no_verdict_is_counted_per_solution():
 
 
 def test_budgets_cap_the_solutions_and_a_budget_too_small_says_what_to_change():
-    gen = Recording(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=3))
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.4, seed=3))
     strategy = _strategy(gen, n=6, verifications=2)
     sols = strategy.solve(PROBLEMS[:2], [Budget(samples=2), Budget(tokens=(256 + 2 * 256) * 3)])
     assert [len(s.trace.samples) for s in sols] == [2, 3]

@@ -299,6 +299,18 @@ def test_the_lexical_clusterer_groups_steps_worded_alike_within_each_tree():
 # --- config and strategy --------------------------------------------------------------------------
 
 
+def test_the_settings_ets_shares_with_rebase_are_rebases_and_keep_ets_label_order():
+    """balance_temperature and rounding have one definition (default, bounds, description) for both
+    configs; ETS declares them in its own place because a config's field order is its label's order."""
+    for field in ("balance_temperature", "rounding"):
+        assert repr(ETSConfig.model_fields[field]) == repr(RebaseConfig.model_fields[field])
+        assert ETSConfig.model_fields[field].description
+    assert ETSConfig(n=4, rounding="ceil", kv_weight=2.0, balance_temperature=0.3).label == (
+        "ets@4,balance_temperature=0.3,kv_weight=2.0,rounding=ceil")
+    with pytest.raises(ValidationError, match="rounding"):
+        ETSConfig(rounding="floor")
+
+
 def test_config_defaults_label_and_validation(step_model):
     cfg = ETSConfig(n=16)
     assert (cfg.balance_temperature, cfg.kv_weight, cfg.coverage_weight) == (0.2, 1.0, 1.5)  # the authors' settings

@@ -85,7 +85,7 @@ from tts.answers import extract_answer
 from tts.backends.base import Generator
 from tts.config import SamplingConfig, StrategyConfigBase
 from tts.search.base import ExtractFn, PromptFn
-from tts.search.tree.rebase import balanced_widths, ceil_widths
+from tts.search.tree.rebase import BALANCE_TEMPERATURE, BalanceTemperature, Rounding, balanced_widths, ceil_widths
 from tts.search.tree.step_clusters import CLUSTER_THRESHOLD, StepClusterer
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
 from tts.search.tree.tree_search import (
@@ -104,8 +104,6 @@ from tts.verifiers.base import Verifier
 
 logger = logging.getLogger(__name__)
 
-BALANCE_TEMPERATURE = 0.2
-"""T_b of the ETS authors' settings (``softmax_temperature: 0.2``, as their REBASE baseline)."""
 KV_WEIGHT = 1.0
 """lambda_b of the authors' settings (``lambdac: 1.0`` at every width)."""
 COVERAGE_WEIGHT = 1.5
@@ -455,9 +453,7 @@ class ETSConfig(TreeSearchConfig):
     """ETS: REBASE that first prunes, per depth, to the nodes worth their KV cache and their diversity."""
 
     kind: Literal["ets"] = "ets"
-    balance_temperature: float = Field(BALANCE_TEMPERATURE, gt=0.0, le=100.0)
-    """T_b of REBASE's softmax over node scores (the shares the program weighs and the widths of the
-    retained nodes): lower gives the best nodes more of the budget."""
+    balance_temperature: BalanceTemperature
     kv_weight: float = Field(KV_WEIGHT, ge=0.0, le=1000.0)
     """lambda_b, the weight of the KV cost (distinct nodes the retained set keeps cached, as a
     fraction of the tree): higher prunes harder towards nodes that share ancestors; 0 with
@@ -474,11 +470,7 @@ class ETSConfig(TreeSearchConfig):
     cluster the nodes, as in the paper (the authors use
     ``math-similarity/Bert-MLM_arXiv-MP-class_zbMath``; set ``cluster_threshold=0.05`` for their
     cut). Needs the ``sentence-transformers`` package. None: the lexical TF-IDF stand-in."""
-    rounding: Literal["largest_remainder", "ceil"] = "largest_remainder"
-    """``largest_remainder``: the program weighs each node's unrounded REBASE share, retains at most
-    the width, and the width is split by largest remainder; ``ceil``: as the authors' code, the
-    program weighs REBASE's rounded widths (a node that rounds to nothing weighs 0), the retained
-    set is not capped, and the width is split by their sequential ceilings (best node first)."""
+    rounding: Rounding
 
 
 class ETS(TreeSearchStrategy):

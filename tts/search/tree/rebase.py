@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -53,6 +53,30 @@ from tts.search.tree.tree_search import (
     never_ends,
 )
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
+
+BALANCE_TEMPERATURE = 0.2
+"""T_b of the ETS authors' settings (``softmax_temperature: 0.2``, as their REBASE baseline)."""
+
+BalanceTemperature = Annotated[float, Field(
+    BALANCE_TEMPERATURE, gt=0.0, le=100.0,
+    description="T_b of REBASE's softmax that turns node scores into shares of the width (in ETS: the shares "
+                "the program weighs and the widths of the retained nodes): lower gives the best nodes more of "
+                "the budget (near 0: greedy), higher spreads it evenly (large: like independent sampling).")]
+"""The ``balance_temperature`` setting of REBASE and of ETS (built on it): one definition of its
+default, bounds and description, which both configs declare in their own place (a config's field
+order is the order of its label's settings, so a shared base class would reorder ETS's labels)."""
+
+Rounding = Annotated[Literal["largest_remainder", "ceil"], Field(
+    "largest_remainder",
+    description="How each node's softmax share of the width becomes a whole number of children: "
+                "``largest_remainder`` (floors, then the largest remainders get one more) or ``ceil``, the "
+                "REBASE authors' rule (best node first, each the ceiling of its share of what is left: the best "
+                "nodes round up, the last get nothing). Both spend the width exactly; ``ceil`` is the reference. "
+                "In ETS, ``largest_remainder``: the program weighs each node's unrounded REBASE share, retains "
+                "at most the width, and the width is split by largest remainder; ``ceil``: as the authors' "
+                "code, the program weighs REBASE's rounded widths (a node that rounds to nothing weighs 0), the "
+                "retained set is not capped, and the width is split by their sequential ceilings.")]
+"""The ``rounding`` setting of REBASE and of ETS: one definition, as :data:`BalanceTemperature`."""
 
 
 def _check_temperature(temperature: float) -> None:
@@ -139,7 +163,7 @@ def ceil_widths(scores: Sequence[float], width: int, temperature: float, later_f
     return widths
 
 
-def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = 0.2,
+def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: float = BALANCE_TEMPERATURE,
                   max_steps: int = MAX_STEPS,
                   rounding: Literal["largest_remainder", "ceil"] = "largest_remainder") -> list[SearchResult]:
     """REBASE from every root of ``space`` in lockstep.
@@ -184,14 +208,8 @@ class RebaseConfig(TreeSearchConfig):
     """REBASE: every depth shares the remaining budget among nodes by a softmax over their scores."""
 
     kind: Literal["rebase"] = "rebase"
-    balance_temperature: float = Field(0.2, gt=0.0, le=100.0)
-    """T_b of the softmax that turns node scores into widths: lower gives the best nodes more of
-    the budget (near 0: greedy), higher spreads it evenly (large: like independent sampling)."""
-    rounding: Literal["largest_remainder", "ceil"] = "largest_remainder"
-    """How each node's softmax share of the width becomes a whole number of children:
-    ``largest_remainder`` (floors, then the largest remainders get one more) or ``ceil``, the REBASE
-    authors' rule (best node first, each the ceiling of its share of what is left: the best nodes
-    round up, the last get nothing). Both spend the width exactly; ``ceil`` is the reference."""
+    balance_temperature: BalanceTemperature
+    rounding: Rounding
 
 
 class Rebase(TreeSearchStrategy):

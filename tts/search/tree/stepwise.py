@@ -23,8 +23,6 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import chain
-from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tts.answers import extract_answer
@@ -97,23 +95,8 @@ class StepState(NamedTuple):
         return separator.join(self.steps)
 
 
-def _total(usages: Sequence[Usage]) -> Usage:
-    """``sum(usages, Usage())``, built once: adding in a loop rebuilds the frozen Usage, and its
-    growing tuple of request shapes, once per term (a measurable share of a search step)."""
-    if len(usages) <= 1:
-        return usages[0] if usages else Usage()
-    # One row of fields per usage (one C call each), then a column per field: the shapes chained,
-    # the counts summed. Usage's fields are positional in _USAGE_ZERO's order.
-    columns = zip(*map(_USAGE_FIELDS, usages), strict=True)
-    return Usage(*[tuple(chain.from_iterable(column)) if zero.__class__ is tuple else sum(column, zero)
-                   for column, zero in zip(columns, _USAGE_ZERO.values(), strict=True)])
-
-
 _NO_USAGE = VerifierScore.__dataclass_fields__["usage"].default
 """The usage of a score built without one (tool verifiers): skipped without reading its fields."""
-
-_USAGE_ZERO = {f.name: getattr(Usage(), f.name) for f in dataclasses.fields(Usage)}
-_USAGE_FIELDS = attrgetter(*_USAGE_ZERO)
 
 _INDEX_TEXT = tuple(map(str, range(4096)))
 """``str(j)`` for a child's index in its path, read rather than formatted (once per generated step)."""
@@ -131,28 +114,30 @@ def slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a global
     lookup, an attribute lookup and a call per field: about 3 us for the 17 fields of a
     GenerationRequest). A search builds one request per expanded node, thousands per step, so the
-    space sets the slots directly. The builder is generated as straight-line code, one slot setter
-    call per field with no loop (as ``dataclasses`` generates ``__init__``): about 1.5 us against
-    2.5 us for a loop over the setters. ``template`` is built by the real constructor, so the
-    fields that do not vary were validated by its ``__post_init__``; the caller validates the
-    varying ones (or calls the constructor where they could be invalid).
+    space sets the slots directly, through each slot's setter. ``template`` is built by the real
+    constructor, so the fields that do not vary were validated by its ``__post_init__``; the
+    caller validates the varying ones (or calls the constructor where they could be invalid).
     """
     names = [f.name for f in dataclasses.fields(cls)]
     missing = sorted(set(varying) - set(names))
     if missing:
         raise ValueError(f"{cls.__name__} has no fields {missing}")
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    body = ["    obj = _new(_cls)"]
-    for i, name in enumerate(names):
-        namespace[f"_set{i}"] = getattr(cls, name).__set__
-        if name in varying:
-            body.append(f"    _set{i}(obj, v{varying.index(name)})")
-        else:
-            namespace[f"_fixed{i}"] = getattr(template, name)
-            body.append(f"    _set{i}(obj, _fixed{i})")
-    params = ", ".join(f"v{i}" for i in range(len(varying)))
-    exec("\n".join([f"def build({params}):", *body, "    return obj"]), namespace)  # noqa: S102 -- our own code
-    return namespace["build"]
+    fixed_names = [name for name in names if name not in varying]
+    # The fixed fields' setters first, then the varying ones': one loop over one zip per instance.
+    setters = tuple(getattr(cls, name).__set__ for name in (*fixed_names, *varying))
+    fixed = tuple(getattr(template, name) for name in fixed_names)
+    new = object.__new__
+
+    def build(*values: Any) -> Any:
+        if len(values) != len(varying):
+            raise TypeError(f"{cls.__name__} builder takes {len(varying)} values ({', '.join(varying)}), "
+                            f"got {len(values)}")
+        obj = new(cls)
+        for setter, value in zip(setters, fixed + values):
+            setter(obj, value)
+        return obj
+
+    return build
 
 
 class StepwiseSpace:
@@ -283,7 +268,7 @@ class StepwiseSpace:
         # Summed when read (and kept until the next expansion): adding each request's Usage as it
         # comes rebuilds a frozen Usage, and its growing tuple of shapes, once per request.
         if self._usage is None:
-            self._usage = [_total(parts) for parts in self._usage_parts]
+            self._usage = [Usage.total(parts) for parts in self._usage_parts]
         return self._usage
 
     # --- requests -------------------------------------------------------------------------------
@@ -469,7 +454,7 @@ class StepScorer:
     def usage(self) -> list[Usage]:
         """Verifier usage per problem."""
         if self._usage is None:  # summed when read, as StepwiseSpace.usage
-            self._usage = [_total(parts) for parts in self._usage_parts]
+            self._usage = [Usage.total(parts) for parts in self._usage_parts]
         return self._usage
 
     def score(self, states: Sequence[StepState]) -> list[VerifierScore | None]:
