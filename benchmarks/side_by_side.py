@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -307,11 +308,12 @@ def _chain_options(args: argparse.Namespace) -> dict:
     return {"steps": steps}
 
 
-def _tts_search_config(args: argparse.Namespace, ctx: dict, seed: int) -> dict:
-    """The ``tts eval`` config (JSON is YAML) of the tts side: the same settings the peers get."""
+def _tts_search_config(args: argparse.Namespace, ctx: dict, seed: int, heal: bool = False) -> dict:
+    """The ``tts eval`` config (JSON is YAML) of the tts side: the same settings the peers get
+    (``heal``: tts's own default boundary instead, for the ``tts-default`` side)."""
     strategy = {"kind": args.search, "n": args.n, "max_depth": args.depth, "step_tokens": args.step_tokens,
                 # The peers continue a partial solution that ends with the whole separator.
-                "heal_separator": False, "select": "verifier",
+                "heal_separator": heal, "select": "verifier",
                 "verifier": {"kind": "chain", "aggregation": args.aggregation}}
     if args.search == "beam":
         # search-and-learn's rule: n steps at every depth, the first n to finish returned.
@@ -328,10 +330,10 @@ def _tts_search_config(args: argparse.Namespace, ctx: dict, seed: int) -> dict:
             "strategies": [strategy]}
 
 
-def _tts_search_round(ctx: dict, out: Path, seed: int) -> dict:
+def _tts_search_round(ctx: dict, out: Path, seed: int, heal: bool = False) -> dict:
     args = ctx["args"]
     config = out.with_suffix(".yaml")
-    config.write_text(json.dumps(_tts_search_config(args, ctx, seed)))
+    config.write_text(json.dumps(_tts_search_config(args, ctx, seed, heal)))
     calls = out.with_suffix(".calls.json")
     wall = _run([sys.executable, str(PEERS / "tts_counted_eval.py"), "--calls-out", str(calls), "--",
                  "eval", "--config", str(config), "--gpu", "", "--out", str(out)],
@@ -417,7 +419,10 @@ def _search_main(args: argparse.Namespace) -> None:
     problems_json = work / "problems.json"
     problems_json.write_text(json.dumps(rows))
     ctx = {"args": args, "problems": problems, "problems_json": problems_json, "model": Path(args.model_path).name}
-    sides = list(SEARCH_ROUNDS[args.search])
+    rounds = dict(SEARCH_ROUNDS[args.search])
+    if args.tts_default:
+        rounds["tts-default"] = functools.partial(_tts_search_round, heal=True)
+    sides = list(rounds)
     runs: dict[str, list[dict]] = {t: [] for t in sides}
     alive = None
     with contextlib.ExitStack() as stack:
@@ -434,7 +439,7 @@ def _search_main(args: argparse.Namespace) -> None:
             for side in sides[k % len(sides):] + sides[:k % len(sides)]:
                 before = _counters(f"http://127.0.0.1:{port}/metrics") if port else None
                 try:
-                    result = SEARCH_ROUNDS[args.search][side](ctx, work / f"{side}{k}", k)
+                    result = rounds[side](ctx, work / f"{side}{k}", k)
                 except RuntimeError as e:
                     if port and not _alive(f"http://127.0.0.1:{port}/health"):
                         raise RuntimeError(f"{side} failed and the vLLM server no longer answers /health; its log "
@@ -466,6 +471,8 @@ def _search_main(args: argparse.Namespace) -> None:
         acc = f"{s['accuracy']:.2f} [{s['accuracy_interval'][0]:.2f}, {s['accuracy_interval'][1]:.2f}]"
         print(f"{side:<17} {s['elapsed_median']:>7.1f} {s['ratio_to_tts']:>6.2f} {acc:>20} "
               f"{s['completion_tokens_median']:>10,.0f} {s['engine_calls_median']:>22,.0f}")
+    if args.tts_default:
+        print("tts-default: tts with heal_separator=true (its default boundary), the other settings as tts's row")
     print(f"({args.search}; medians over {args.rounds} alternating round(s); {args.problems} chains problems, "
           f"n={args.n}" + (f", beam width {args.beam_width}" if args.search == "beam" else "")
           + f", depth {args.depth}, {args.step_tokens} tokens a step, T={args.temperature}, chain checker "
@@ -500,6 +507,9 @@ def main() -> None:
     p.add_argument("--step-tokens", type=int, default=32, help="Searches: most tokens of one step request.")
     p.add_argument("--aggregation", default="min", choices=("min", "last", "prod"),
                    help="Searches: how the chain checker's step scores make a solution's score, on every side.")
+    p.add_argument("--tts-default", action="store_true",
+                   help="Searches: also run tts with its default step boundary (heal_separator=true: the "
+                        "continuation holds back the separator's last newline), everything else equal.")
     p.add_argument("--chain-steps", default=None,
                    help="Searches: chain lengths of the chains problems, e.g. '1,2,3' (default: the benchmark's 1..8).")
     p.add_argument("--temperature", type=float, default=0.7)

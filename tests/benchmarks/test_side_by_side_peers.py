@@ -123,6 +123,16 @@ def test_tts_side_gets_the_peers_settings(search):
         assert (config.backend.kind, config.backend.concurrency) == ("openai", 64)
 
 
+def test_the_tts_default_side_differs_only_in_the_step_boundary():
+    sbs = _side_by_side()
+    ctx = {"url": "http://127.0.0.1:1/v1", "model": "smollm2-135m"}
+    matched = sbs._tts_search_config(_args(), ctx, seed=0)
+    default = sbs._tts_search_config(_args(), ctx, seed=0, heal=True)
+    assert default["strategies"][0].pop("heal_separator") is True
+    assert matched["strategies"][0].pop("heal_separator") is False
+    assert default == matched
+
+
 def test_chain_steps_must_be_numbers():
     with pytest.raises(SystemExit, match="comma-separated"):
         _side_by_side()._chain_options(_args(chain_steps="1-3"))
