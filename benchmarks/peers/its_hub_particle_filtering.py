@@ -38,14 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # chain_prm, and tts for its chain checker
 
-import numpy as np  # noqa: E402
-from its_hub.api import AbstractProcessRewardModel  # noqa: E402
-from its_hub.api.types import ChatMessage, ChatMessages  # noqa: E402
-from its_hub.core.algorithms.particle_gibbs import ParticleFiltering  # noqa: E402
-from its_hub.core.lms.openai_lm import OpenAICompatibleLanguageModel  # noqa: E402
-from its_hub.core.lms.step_generation import StepGeneration  # noqa: E402
-
-from chain_prm import its_hub_scores  # noqa: E402
+import numpy as np
+from chain_prm import its_hub_scores
+from its_hub.api import AbstractProcessRewardModel
+from its_hub.api.types import ChatMessage, ChatMessages
+from its_hub.core.algorithms.particle_gibbs import ParticleFiltering
+from its_hub.core.lms.openai_lm import OpenAICompatibleLanguageModel
+from its_hub.core.lms.step_generation import StepGeneration
 
 
 def flattened(messages: list[dict]) -> str:

@@ -42,8 +42,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
-from chain_prm import sal_scores  # noqa: E402
-from engine_calls import count_generate  # noqa: E402
+from chain_prm import sal_scores
+from engine_calls import count_generate
 
 
 def main() -> None:
@@ -66,12 +66,11 @@ def main() -> None:
 
     log = count_generate(vllm.LLM)
 
-    from sal.config import Config
-    from sal.models.reward_models import PRM
-
     # sal/search/__init__.py rebinds the package attribute ``beam_search`` to the function, so the
     # module is read from sys.modules.
     import sal.search  # noqa: F401
+    from sal.config import Config
+    from sal.models.reward_models import PRM
     sal_beam = sys.modules["sal.search.beam_search"]
 
     from tts.backends.vllm import _start_engine

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from engine_calls import CallLog, count_generate  # noqa: E402
+from engine_calls import CallLog, count_generate
 
 
 def _count_openai() -> CallLog:

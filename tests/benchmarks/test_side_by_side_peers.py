@@ -99,8 +99,9 @@ def _side_by_side():
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(search="beam", n=4, beam_width=2, depth=10, step_tokens=32, temperature=0.7, aggregation="min",
-                problems=8, chain_steps=None, model_path="/models/smollm2-135m", tts_concurrency=64)
+    base = {"search": "beam", "n": 4, "beam_width": 2, "depth": 10, "step_tokens": 32, "temperature": 0.7,
+            "aggregation": "min", "problems": 8, "chain_steps": None, "model_path": "/models/smollm2-135m",
+            "tts_concurrency": 64}
     return argparse.Namespace(**{**base, **kw})
 
 
