@@ -320,8 +320,10 @@ def _tts_search_config(args: argparse.Namespace, ctx: dict, seed: int, heal: boo
         strategy |= {"beam_width": args.beam_width, "fill": "every_step"}
         backend = {"kind": "vllm", "model": args.model_path, "max_model_len": 2048, "seed": seed}
     else:
+        # its_hub's HTTP client waits aiohttp's default 300 s for an answer; tts's default of 120 s
+        # made tts give up (and retry) on a loaded CPU server where its_hub waited.
         backend = {"kind": "openai", "base_url": ctx["url"], "model": ctx["model"],
-                   "concurrency": args.tts_concurrency}
+                   "concurrency": args.tts_concurrency, "timeout": 300.0}
     return {"backend": backend, "data": {"benchmark": "chains", "limit": args.problems,
                                          "options": _chain_options(args)},
             "batch_size": args.problems, "seed": seed,

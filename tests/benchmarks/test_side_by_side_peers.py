@@ -121,7 +121,7 @@ def test_tts_side_gets_the_peers_settings(search):
     if search == "beam":
         assert (strategy.width, strategy.fill, config.backend.kind) == (2, "every_step", "vllm")
     else:
-        assert (config.backend.kind, config.backend.concurrency) == ("openai", 64)
+        assert (config.backend.kind, config.backend.concurrency, config.backend.timeout) == ("openai", 64, 300.0)
 
 
 def test_the_tts_default_side_differs_only_in_the_step_boundary():
