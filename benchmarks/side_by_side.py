@@ -61,7 +61,8 @@ aggregation (``--aggregation``, default ``min``), and the same problems; rounds 
 * ``--search particle_filtering``: its_hub's ``ParticleFiltering`` (``benchmarks/peers/
   its_hub_particle_filtering.py``, in its own environment, every problem at once) vs ``tts eval -s
   particle_filtering --backend openai`` (``--tts-concurrency``, default 64 requests in flight: its_hub
-  sends all of its requests at once) on ONE vLLM server started as above. Wall time: its_hub's
+  sends all of its requests at once; request timeout 300 s, as its_hub's HTTP client's default) on
+  ONE vLLM server started as above. Wall time: its_hub's
   around its gather, tts's the span of its backend's generate calls
   (``benchmarks/peers/tts_counted_eval.py``); engine calls are the server's finished requests and
   tokens its generation counter, both read before and after each side's run.
