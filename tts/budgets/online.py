@@ -16,6 +16,12 @@ to change its majority answer. The stopping rules:
 * ``"beta"``: the Beta criterion of Aggarwal et al. With v1 and v2 votes for the two leading
   answers, P(p1 > p2) = P(X > 1/2) for X ~ Beta(v1 + 1, v2 + 1); stop when it reaches
   ``confidence`` (they use 0.95).
+* ``"window"``: ESC's window rule (Li et al. 2024, "Escape Sky-high Cost: Early-stopping
+  Self-Consistency for Multi-step Reasoning"): stop once the last ``window`` samples all gave the
+  same answer (zero answer entropy within the window); the answer is still the majority of every
+  sample. Here the window slides over the samples drawn (ESC's windows are disjoint; with
+  ``window == chunk`` the two agree at round ends). Measured and not the default
+  (docs/stopping_rules_that_lost.md).
 * ``"exact"``: stop only when the leader cannot be overtaken by the samples still allowed
   (v1 - v2 > n_max - n): the answer is then the same as with n_max samples.
 * ``"rate"``: stop when one more sample is predicted to buy less than ``min_gain`` expected
@@ -24,6 +30,15 @@ to change its majority answer. The stopping rules:
   library, because the two models tried (a closed-form value of more samples, and a predictor
   fitted on other problems' graded votes) lost to ``"beta"`` on every pool where they were
   measured. They live on, with their measurements, in ``tts.budgets.rate_models`` (docs/stopping_rules_that_lost.md).
+
+Length as confidence (``OnlinePolicy(length_weight=alpha)``, "horizon" and "beta"; 0 = off, the
+default): the pools carry no log-probabilities, but a sample's length is a confidence a live run
+has too (shorter reasoning traces are more often right). With it, the race the Beta model judges
+is between the two leading answers' *length-weighted* votes: answer k with c_k votes of mean length
+L_k weighs c_k * L_k^-alpha, and the race's c1 + c2 votes are split in that proportion
+(:func:`race_votes`), so a leader whose samples are shorter than the runner-up's stops sooner and
+one whose samples are longer goes on. The answer is still the plain majority, and the exact lead
+test reads plain votes. Measured and not the default (docs/stopping_rules_that_lost.md).
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
@@ -67,8 +82,8 @@ if TYPE_CHECKING:
     from tts.benchmarks.pool import ModelPool
     from tts.budgets.replay.prefix import PrefixReplay
 
-StopRule = Literal["beta", "horizon", "exact", "rate"]
-STOP_RULES = ("beta", "horizon", "exact", "rate")
+StopRule = Literal["beta", "horizon", "exact", "rate", "window"]
+STOP_RULES = ("beta", "horizon", "exact", "rate", "window")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
@@ -115,6 +130,39 @@ def overturn_risk(top1: np.ndarray, top2: np.ndarray, n: np.ndarray, n_max: int 
     return np.where((k < 0) | (m <= 0), 0.0, risk)
 
 
+def race_votes(count1: np.ndarray, length1: np.ndarray, count2: np.ndarray, length2: np.ndarray,
+               alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two leading answers' votes, re-split by length: the race of ``length_weight``.
+
+    Answer k (``count_k`` votes, ``length_k`` their summed tokens) weighs
+    ``e_k = count_k * (length_k / count_k) ** -alpha``; the race keeps ``count1 + count2`` votes
+    and splits them as ``e1 : e2``. ``alpha = 0`` (or a runner-up without votes) returns the counts.
+    The first of the two returned is the leader by weighted votes, which may be the runner-up by
+    count: the race then says the vote is not settled.
+
+    Args:
+        count1, length1: Votes of the leading answer and the tokens of those samples.
+        count2, length2: The same for the runner-up (0, 0 when there is none).
+        alpha: How strongly a shorter mean length counts as confidence (>= 0).
+    """
+    c1, s1, c2, s2 = (np.asarray(x, dtype=float) for x in (count1, length1, count2, length2))
+    if alpha == 0:
+        return c1, c2
+    e1, e2 = race_weight(c1, s1, alpha), race_weight(c2, s2, alpha)
+    tot = c1 + c2
+    share = np.where(e1 + e2 > 0, e1 / np.where(e1 + e2 > 0, e1 + e2, 1.0), 1.0)
+    r1 = tot * share
+    return r1, tot - r1
+
+
+def race_weight(count: np.ndarray, length: np.ndarray, alpha: float) -> np.ndarray:
+    """An answer's weight in the length-weighted race: ``count * (length / count) ** -alpha``
+    (0 without votes); :func:`race_votes` splits the race by it, and it ranks answers with equal
+    votes."""
+    c, s = np.asarray(count, dtype=float), np.asarray(length, dtype=float)
+    return np.where(c > 0, c * (np.maximum(s, 1.0) / np.maximum(c, 1.0)) ** -alpha, 0.0)
+
+
 def decided(
     top1: np.ndarray,
     top2: np.ndarray,
@@ -126,6 +174,8 @@ def decided(
     rate: np.ndarray | None = None,
     beta_confidence: float | None = None,
     prior: float = 1.0,
+    race: tuple[np.ndarray, np.ndarray] | None = None,
+    streak: np.ndarray | None = None,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -142,16 +192,26 @@ def decided(
             (:meth:`RateModel.live_rate`).
         beta_confidence: For "rate": a leader this Beta-confident stops too (None: no such stop).
         prior: For "horizon": pseudo-votes of the Beta prior (:func:`overturn_risk`).
+        race: For "horizon" and "beta": the votes the Beta model judges, when not the plain
+            ``(top1, top2)`` (:func:`race_votes`); the exact lead test always reads plain votes.
+        streak: For "window" (required there): per problem, how many of the latest samples in a
+            row gave the same answer (0 after a sample without one); ``confidence`` is then the
+            window length.
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
+    r1, r2 = (top1, top2) if race is None else race
     done = n >= n_max
     lead_safe = (top1 - top2) > (n_max - n)
     if rule == "exact":
         return done | lead_safe
     if rule == "beta":
-        return done | lead_safe | ((top1 > 0) & (vote_confidence(top1, top2) >= confidence))
+        return done | lead_safe | ((top1 > 0) & (vote_confidence(r1, r2) >= confidence))
     if rule == "horizon":
-        return done | lead_safe | ((top1 > 0) & (overturn_risk(top1, top2, n, n_max, prior) <= 1.0 - confidence))
+        return done | lead_safe | ((top1 > 0) & (overturn_risk(r1, r2, n, n_max, prior) <= 1.0 - confidence))
+    if rule == "window":
+        if streak is None:
+            raise ValueError("the 'window' rule needs each problem's run of equal answers (streak=)")
+        return done | lead_safe | (np.asarray(streak) >= confidence)
     if rule == "rate":
         if rate is None:
             raise ValueError("the 'rate' rule needs each problem's predicted gain per sample (RateModel.live_rate)")
@@ -168,13 +228,17 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
                     escalate: bool = True, min_gain: float = 1e-3) -> list[tuple[StopRule, float]]:
     """The (rule, bar) stages an online run walks through while budget is left.
 
-    The bar is the Beta confidence for "beta" and the least gain per sample for "rate".
+    The bar is the Beta confidence for "beta" and "horizon", the least gain per sample for "rate"
+    and the window length (passed as ``confidence``) for "window".
     """
     if rule == "rate":
         stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
         if escalate:
             stages += [(rule, min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
         return stages
+    if rule == "window":  # confidence = the window; it doubles, twice, then the exact rule
+        w = float(confidence)
+        return [(rule, w)] + ([(rule, 2 * w), (rule, 4 * w), ("exact", 0.95)] if escalate else [])
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
     higher = [c for c in LADDER if c > confidence]
@@ -224,6 +288,9 @@ class OnlinePolicy:
         min_gain: "rate": the least predicted accuracy gain per sample worth paying for.
         rate_model: "rate": the model that predicts it (required there).
         prior: "horizon": pseudo-votes of the Beta prior (:func:`overturn_risk`).
+        window: "window": the run of equal answers that stops a problem (ESC's window).
+        length_weight: "horizon" and "beta": how strongly a shorter mean sample length counts
+            as confidence in the race (:func:`race_votes`; 0 = plain votes, the default).
     """
 
     n_max: int = 64
@@ -234,6 +301,8 @@ class OnlinePolicy:
     min_gain: float = 1e-3
     rate_model: RateModel | None = field(default=None, compare=False)
     prior: float = 1.0
+    window: int = 8
+    length_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -244,6 +313,12 @@ class OnlinePolicy:
             raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {self.rule!r}")
         if not self.prior > 0:
             raise ValueError(f"prior must be > 0 (pseudo-votes of the Beta prior), got {self.prior}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1 (samples in a row with one answer), got {self.window}")
+        if not self.length_weight >= 0:
+            raise ValueError(f"length_weight must be >= 0 (0 = plain votes), got {self.length_weight}")
+        if self.length_weight and self.rule not in ("horizon", "beta"):
+            raise ValueError(f"length_weight weighs the Beta race of 'horizon' and 'beta', not rule {self.rule!r}")
         if not 0 < self.min_gain < 1:
             raise ValueError(f"min_gain must lie in (0, 1) (accuracy per sample), got {self.min_gain}")
         if self.rule == "rate" and self.rate_model is None:
@@ -261,11 +336,13 @@ class OnlinePolicy:
     @property
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
-        return stopping_stages(self.rule, self.confidence, self.escalate, self.min_gain)
+        bar = float(self.window) if self.rule == "window" else self.confidence
+        return stopping_stages(self.rule, bar, self.escalate, self.min_gain)
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
-               stage: int, rate: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+               stage: int, rate: np.ndarray | None = None, race: tuple[np.ndarray, np.ndarray] | None = None,
+               streak: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Step 1 of the rule: who gets how many more samples this round.
 
     Args:
@@ -277,6 +354,9 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         stage: Current stopping stage (index into ``policy.stages``); 0 at the start of a run.
         rate: "rate" (required there): each problem's predicted accuracy gain per sample
             (:meth:`RateModel.live_rate`, or a replay's table from :meth:`RateModel.replay_rates`).
+        race: ``policy.length_weight > 0`` (required there): the length-weighted race votes
+            (:func:`race_votes`).
+        streak: "window" (required there): each problem's latest run of equal answers.
 
     Returns:
         ``(problems, k, stage)``: problem indices least confident first (ties by index), the
@@ -286,16 +366,19 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
     if policy.rule == "rate" and rate is None:
         raise ValueError("the 'rate' rule needs each problem's predicted gain per sample: pass rate= "
                          "(RateModel.live_rate in a run, RateModel.replay_rates in a replay)")
+    if policy.length_weight and race is None:
+        raise ValueError("length_weight > 0 needs the length-weighted race votes: pass race= (race_votes)")
     while True:
         rule, bar = stages[stage]
         open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate,
-                         beta_confidence=policy.beta_stop(stage), prior=policy.prior)
+                         beta_confidence=policy.beta_stop(stage), prior=policy.prior, race=race, streak=streak)
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1
-    conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
+    r1, r2 = (top1, top2) if race is None else race
+    conf = np.where(n > 0, vote_confidence(r1, r2), 0.0)
     if policy.rule == "horizon":  # the highest risk of being overturned first
-        conf = np.where(n > 0, 1.0 - overturn_risk(top1, top2, n, cap, policy.prior), 0.0)
+        conf = np.where(n > 0, 1.0 - overturn_risk(r1, r2, n, cap, policy.prior), 0.0)
     if policy.rule == "rate":  # the highest predicted gain first (never-sampled problems first)
         conf = np.where(n > 0, -rate, -np.inf)
     who = serve_order(conf, open_)
@@ -391,6 +474,9 @@ class OnlineAllocator:
         self.top2 = np.zeros(size, dtype=np.int64)
         self.n_none = np.zeros(size, dtype=np.int64)
         self.tokens = np.zeros(size)
+        self.answer_tokens: list[Counter] = [Counter() for _ in range(size)]
+        self.streak = np.zeros(size, dtype=np.int64)
+        self._last: list[str | None] = [None] * size
         self._cap = np.full(size, self.policy.n_max, dtype=np.int64)
         self._round: tuple[np.ndarray, np.ndarray] | None = None
         self._j = 0
@@ -404,11 +490,27 @@ class OnlineAllocator:
         self.tokens[i] += float(cost if tokens is None else tokens)
         if answer is None:
             self.n_none[i] += 1
+            self.streak[i] = 0
         else:
+            self.streak[i] = self.streak[i] + 1 if self._last[i] == answer and self.streak[i] else 1
             self.votes[i][answer] += 1
+            self.answer_tokens[i][answer] += float(cost if tokens is None else tokens)
             counts = sorted(self.votes[i].values(), reverse=True) + [0]
             self.top1[i], self.top2[i] = counts[0], counts[1]
+        self._last[i] = answer
         self.spent += float(cost)
+
+    def race(self) -> tuple[np.ndarray, np.ndarray]:
+        """The length-weighted race votes of every problem (:func:`race_votes`): the two answers
+        first by votes, then by weight ``votes * mean_length ** -alpha``."""
+        alpha = self.policy.length_weight
+        out = np.zeros((4, len(self.votes)))
+        for i, (votes, toks) in enumerate(zip(self.votes, self.answer_tokens)):
+            ranked = sorted(((c, race_weight(c, toks[a], alpha), a) for a, c in votes.items()),
+                            key=lambda x: (x[0], x[1]), reverse=True)[:2]
+            for j, (c, _, a) in enumerate(ranked):
+                out[2 * j, i], out[2 * j + 1, i] = c, toks[a]
+        return race_votes(out[0], out[1], out[2], out[3], alpha)
 
     def next_call(self, worst: WorstCase) -> list[tuple[Hashable, int]]:
         """The (problem id, samples) requests of the next engine call; [] = finished.
@@ -428,7 +530,9 @@ class OnlineAllocator:
                                                         self.tokens / np.maximum(self.n, 1), self._cap,
                                                         self.policy.chunk)
                 rate = np.where(self.n > 0, rate, np.inf)
-            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate)
+            race = self.race() if self.policy.length_weight else None
+            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate,
+                                            race, self.streak)
             if not len(who):
                 self.finished = True
                 return []
