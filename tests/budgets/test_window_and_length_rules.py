@@ -1,5 +1,6 @@
-"""Two online stopping settings measured for issue 36 (docs/budgets.md): ESC's window rule
-("window") and length as confidence in the Beta race (``length_weight``). Hand-made votes where
+"""Online stopping settings measured for issue 36 (docs/budgets.md): ESC's window rule
+("window"), length as confidence in the Beta race (``length_weight``) and giving up on
+spread-out votes (``give_up_after``). Hand-made votes where
 each must stop or go on, the replay's tables against a live run's own bookkeeping, and the replay
 at many budgets making exactly the live allocator's decisions."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts.budgets.online import OnlineAllocator, OnlinePolicy, decided, race_votes, stopping_stages
+from tts.budgets.online import OnlineAllocator, OnlinePolicy, decided, plan_round, race_votes, stopping_stages
 from tts.budgets.replay.online import OnlineSequence, race_table, streak_table
 
 
@@ -111,11 +112,30 @@ def test_the_replay_race_table_is_the_live_runs_race(seed):
         np.testing.assert_allclose(live[1], r2[:, t], rtol=1e-12)
 
 
+# --- giving up on spread-out votes -----------------------------------------------------------------
+
+
+def test_a_spread_out_vote_is_given_up_in_the_first_stage_and_reopened_later():
+    policy = OnlinePolicy(n_max=64, chunk=4, give_up_after=16, give_up_share=1 / 3)
+    top1, top2, n = np.array([5, 5, 5, 7]), np.array([4, 4, 4, 6]), np.array([16, 12, 15, 16])
+    who, _, stage = plan_round(policy, top1, top2, n, np.full(4, 64), 0)
+    # 5 of 16 (< 1/3): given up; 5 of 12 and 5 of 15 are not (too few samples, share 1/3);
+    # 7 of 16 leads with 0.44: goes on.
+    assert (sorted(who.tolist()), stage) == ([1, 2, 3], 0)
+    assert 0 in plan_round(OnlinePolicy(n_max=64, chunk=4), top1, top2, n, np.full(4, 64), 0)[0]  # without: open
+    # Once every other vote is decided, the next stage reopens it.
+    who, _, stage = plan_round(policy, np.array([5, 16]), np.array([4, 0]), np.array([16, 16]), np.full(2, 64), 0)
+    assert (who.tolist(), stage) == ([0], 1)
+    with pytest.raises(ValueError, match="give_up"):
+        OnlinePolicy(give_up_after=-1)
+
+
 # --- replay = live ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("setting", [{"rule": "window", "window": 4}, {"rule": "window", "window": 3},
-                                     {"rule": "horizon", "length_weight": 1.0}])
+                                     {"rule": "horizon", "length_weight": 1.0},
+                                     {"rule": "horizon", "give_up_after": 8, "give_up_share": 0.5}])
 @pytest.mark.parametrize("seed", range(5))
 def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting):
     """:class:`OnlineSequence` (all budgets at once, from the replay's tables) against

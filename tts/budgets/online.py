@@ -40,6 +40,12 @@ L_k weighs c_k * L_k^-alpha, and the race's c1 + c2 votes are split in that prop
 one whose samples are longer goes on. The answer is still the plain majority, and the exact lead
 test reads plain votes. Measured and not the default (docs/stopping_rules_that_lost.md).
 
+Giving up on spread-out votes (``OnlinePolicy(give_up_after=n0, give_up_share=s)``; 0 = off, the
+default): in the first stage only, a problem with at least ``n0`` samples whose leader holds less
+than a share ``s`` of them stops, as answer-entropy stopping would: a vote that spread out is
+rarely right even at ``n_max``. Later stages reopen it while budget is left. Measured and not the
+default (docs/stopping_rules_that_lost.md).
+
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
 exact rule; for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
@@ -291,6 +297,9 @@ class OnlinePolicy:
         window: "window": the run of equal answers that stops a problem (ESC's window).
         length_weight: "horizon" and "beta": how strongly a shorter mean sample length counts
             as confidence in the race (:func:`race_votes`; 0 = plain votes, the default).
+        give_up_after, give_up_share: In the first stage, stop a problem with at least
+            ``give_up_after`` samples whose leader holds less than ``give_up_share`` of them
+            (0 = never give up, the default).
     """
 
     n_max: int = 64
@@ -303,6 +312,8 @@ class OnlinePolicy:
     prior: float = 1.0
     window: int = 8
     length_weight: float = 0.0
+    give_up_after: int = 0
+    give_up_share: float = 1 / 3
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -317,6 +328,9 @@ class OnlinePolicy:
             raise ValueError(f"window must be >= 1 (samples in a row with one answer), got {self.window}")
         if not self.length_weight >= 0:
             raise ValueError(f"length_weight must be >= 0 (0 = plain votes), got {self.length_weight}")
+        if self.give_up_after < 0 or not 0 < self.give_up_share <= 1:
+            raise ValueError(f"give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got "
+                             f"{self.give_up_after}, {self.give_up_share}")
         if self.length_weight and self.rule not in ("horizon", "beta"):
             raise ValueError(f"length_weight weighs the Beta race of 'horizon' and 'beta', not rule {self.rule!r}")
         if not 0 < self.min_gain < 1:
@@ -372,6 +386,8 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         rule, bar = stages[stage]
         open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate,
                          beta_confidence=policy.beta_stop(stage), prior=policy.prior, race=race, streak=streak)
+        if stage == 0 and policy.give_up_after:  # spread-out votes stop in the first stage only
+            open_ &= ~((n >= policy.give_up_after) & (top1 < policy.give_up_share * n))
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1

@@ -94,6 +94,11 @@ class SimulateConfig(BaseModel):
     length_weight: float = Field(0.0, ge=0.0)
     """Online, rules "horizon" and "beta": length as confidence in the race (0 = plain votes;
     :func:`tts.budgets.online.race_votes`)."""
+    give_up_after: int = Field(0, ge=0)
+    """Online: in the first stage, stop a problem with at least this many samples whose leader
+    holds less than ``give_up_share`` of them (0 = never)."""
+    give_up_share: float = Field(1 / 3, gt=0.0, le=1.0)
+    """Online: see ``give_up_after``."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
     max_tokens: int | None = Field(None, ge=1)
@@ -329,7 +334,8 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     """
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
                           escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model, prior=cfg.prior,
-                          window=cfg.window, length_weight=cfg.length_weight)
+                          window=cfg.window, length_weight=cfg.length_weight,
+                          give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
