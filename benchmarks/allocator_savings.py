@@ -51,7 +51,10 @@ def rule_settings(spec: str) -> dict:
         if not eq or key not in SimulateConfig.model_fields:
             raise SystemExit(f"bad rule setting {item!r} in {spec!r}: write key=value with a SimulateConfig field "
                              "(e.g. window=4, length_weight=1, confidence=0.9)")
-        out[key] = float(value) if "." in value else int(value)
+        if "/" in value:  # a tuple, e.g. ladder=0.97/0.98/0.99/0.999
+            out[key] = tuple(float(v) for v in value.split("/"))
+        else:
+            out[key] = float(value) if "." in value else int(value)
     return out
 
 
@@ -99,7 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="aime,gpqa,math", help="Comma list of aime, gpqa, math.")
     parser.add_argument("--rules", default="horizon", help="Comma list of online rules (horizon, beta, exact, window), each with optional settings "
-                        "after a colon, separated by ';' (window:window=4, horizon:length_weight=1).")
+                        "after a colon, separated by ';' (window:window=4, horizon:length_weight=1, "
+                        "horizon:ladder=0.97/0.98/0.99/0.999).")
     parser.add_argument("--chunk", type=int, default=4)
     parser.add_argument("--n-max", type=int, default=None, help="Cap per problem (default: 64, the live default).")
     parser.add_argument("--orderings", type=int, default=20)

@@ -130,12 +130,25 @@ def test_a_spread_out_vote_is_given_up_in_the_first_stage_and_reopened_later():
         OnlinePolicy(give_up_after=-1)
 
 
+def test_a_finer_ladder_reopens_the_riskiest_stopped_votes_first():
+    fine = OnlinePolicy(n_max=64, chunk=4, ladder=(0.96, 0.97, 0.98, 0.99, 0.999))
+    assert [c for _, c in fine.stages] == [0.95, 0.96, 0.97, 0.98, 0.99, 0.999, 0.95]
+    # Stopped at 0.95: 4-0 (risk 0.029) and 10-4 of 16 (risk 0.043). Once both are decided, the
+    # default ladder's next bar (0.99) reopens both; the finer one (0.96) only the riskier.
+    top1, top2, n = np.array([4, 10]), np.array([0, 4]), np.array([4, 16])
+    assert sorted(plan_round(OnlinePolicy(n_max=64, chunk=4), top1, top2, n, np.full(2, 64), 0)[0].tolist()) == [0, 1]
+    assert plan_round(fine, top1, top2, n, np.full(2, 64), 0)[0].tolist() == [1]
+    with pytest.raises(ValueError, match="ladder"):
+        OnlinePolicy(ladder=(0.4,))
+
+
 # --- replay = live ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("setting", [{"rule": "window", "window": 4}, {"rule": "window", "window": 3},
                                      {"rule": "horizon", "length_weight": 1.0},
-                                     {"rule": "horizon", "give_up_after": 8, "give_up_share": 0.5}])
+                                     {"rule": "horizon", "give_up_after": 8, "give_up_share": 0.5},
+                                     {"rule": "horizon", "ladder": (0.96, 0.97, 0.98, 0.99, 0.999)}])
 @pytest.mark.parametrize("seed", range(5))
 def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting):
     """:class:`OnlineSequence` (all budgets at once, from the replay's tables) against

@@ -231,11 +231,13 @@ LADDER = (0.99, 0.999)
 
 
 def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
-                    escalate: bool = True, min_gain: float = 1e-3) -> list[tuple[StopRule, float]]:
+                    escalate: bool = True, min_gain: float = 1e-3,
+                    ladder: tuple[float, ...] = LADDER) -> list[tuple[StopRule, float]]:
     """The (rule, bar) stages an online run walks through while budget is left.
 
     The bar is the Beta confidence for "beta" and "horizon", the least gain per sample for "rate"
-    and the window length (passed as ``confidence``) for "window".
+    and the window length (passed as ``confidence``) for "window". ``ladder``: the confidences
+    "beta" and "horizon" rise through (those above ``confidence``), before the exact rule.
     """
     if rule == "rate":
         stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
@@ -247,7 +249,7 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
         return [(rule, w)] + ([(rule, 2 * w), (rule, 4 * w), ("exact", 0.95)] if escalate else [])
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
-    higher = [c for c in LADDER if c > confidence]
+    higher = [c for c in sorted(ladder) if c > confidence]
     return [(rule, confidence)] + [(rule, c) for c in higher] + [("exact", confidence)]
 
 
@@ -297,6 +299,8 @@ class OnlinePolicy:
         window: "window": the run of equal answers that stops a problem (ESC's window).
         length_weight: "horizon" and "beta": how strongly a shorter mean sample length counts
             as confidence in the race (:func:`race_votes`; 0 = plain votes, the default).
+        ladder: "horizon" and "beta": the confidences the bar rises through once every vote is
+            decided (:data:`LADDER`; a finer one reopens stopped votes in finer steps of risk).
         give_up_after, give_up_share: In the first stage, stop a problem with at least
             ``give_up_after`` samples whose leader holds less than ``give_up_share`` of them
             (0 = never give up, the default).
@@ -314,6 +318,7 @@ class OnlinePolicy:
     length_weight: float = 0.0
     give_up_after: int = 0
     give_up_share: float = 1 / 3
+    ladder: tuple[float, ...] = LADDER
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -328,6 +333,8 @@ class OnlinePolicy:
             raise ValueError(f"window must be >= 1 (samples in a row with one answer), got {self.window}")
         if not self.length_weight >= 0:
             raise ValueError(f"length_weight must be >= 0 (0 = plain votes), got {self.length_weight}")
+        if not all(0.5 < c < 1 for c in self.ladder):
+            raise ValueError(f"every ladder confidence must lie in (0.5, 1), got {self.ladder}")
         if self.give_up_after < 0 or not 0 < self.give_up_share <= 1:
             raise ValueError(f"give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got "
                              f"{self.give_up_after}, {self.give_up_share}")
@@ -351,7 +358,7 @@ class OnlinePolicy:
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
         bar = float(self.window) if self.rule == "window" else self.confidence
-        return stopping_stages(self.rule, bar, self.escalate, self.min_gain)
+        return stopping_stages(self.rule, bar, self.escalate, self.min_gain, self.ladder)
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,

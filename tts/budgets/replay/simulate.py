@@ -99,6 +99,9 @@ class SimulateConfig(BaseModel):
     holds less than ``give_up_share`` of them (0 = never)."""
     give_up_share: float = Field(1 / 3, gt=0.0, le=1.0)
     """Online: see ``give_up_after``."""
+    ladder: tuple[float, ...] = (0.99, 0.999)
+    """Online, "horizon" and "beta": the confidences the bar rises through while budget is left
+    (:data:`tts.budgets.online.LADDER`)."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
     max_tokens: int | None = Field(None, ge=1)
@@ -335,7 +338,7 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
                           escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model, prior=cfg.prior,
                           window=cfg.window, length_weight=cfg.length_weight,
-                          give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share)
+                          give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share, ladder=cfg.ladder)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
