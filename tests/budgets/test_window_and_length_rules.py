@@ -112,6 +112,23 @@ def test_the_replay_race_table_is_the_live_runs_race(seed):
         np.testing.assert_allclose(live[1], r2[:, t], rtol=1e-12)
 
 
+@pytest.mark.parametrize("top1,top2,n,streak,stop", [
+    (4, 0, 4, 4, True),       # unanimous: the race and the window agree
+    (7, 1, 8, 3, False),      # 7-1 (risk 0.015) whose runner-up vote is in the last four: go on
+    (7, 1, 8, 4, True),       # ... the runner-up's vote came first: stop
+    (20, 18, 38, 6, False),   # a near tie on a lucky run: the race says go on
+    (10, 1, 11, 0, True),     # a lead 8 samples left cannot overturn stops whatever the window
+])
+def test_the_window_confirms_the_races_stop(top1, top2, n, streak, stop):
+    n_max = 19 if n == 11 else 64
+    got = decided([top1], [top2], [n], n_max, rule="horizon", streak=[streak], confirm=4)[0]
+    assert bool(got) is stop
+    with pytest.raises(ValueError, match="streak"):
+        decided([4], [0], [4], 64, rule="horizon", confirm=4)
+    with pytest.raises(ValueError, match="confirm_window"):
+        OnlinePolicy(rule="window", confirm_window=4)
+
+
 # --- giving up on spread-out votes -----------------------------------------------------------------
 
 
@@ -148,7 +165,8 @@ def test_a_finer_ladder_reopens_the_riskiest_stopped_votes_first():
 @pytest.mark.parametrize("setting", [{"rule": "window", "window": 4}, {"rule": "window", "window": 3},
                                      {"rule": "horizon", "length_weight": 1.0},
                                      {"rule": "horizon", "give_up_after": 8, "give_up_share": 0.5},
-                                     {"rule": "horizon", "ladder": (0.96, 0.97, 0.98, 0.99, 0.999)}])
+                                     {"rule": "horizon", "ladder": (0.96, 0.97, 0.98, 0.99, 0.999)},
+                                     {"rule": "horizon", "confirm_window": 4}])
 @pytest.mark.parametrize("seed", range(5))
 def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting):
     """:class:`OnlineSequence` (all budgets at once, from the replay's tables) against

@@ -40,6 +40,10 @@ L_k weighs c_k * L_k^-alpha, and the race's c1 + c2 votes are split in that prop
 one whose samples are longer goes on. The answer is still the plain majority, and the exact lead
 test reads plain votes. Measured and not the default (docs/stopping_rules_that_lost.md).
 
+ESC's window as a confirmation (``OnlinePolicy(confirm_window=w)``, "horizon" and "beta"; 0 = off,
+the default): the Beta race's stop also needs the last ``w`` answers to agree, so a lead whose
+latest samples are mixed goes on. Measured and not the default (docs/stopping_rules_that_lost.md).
+
 Giving up on spread-out votes (``OnlinePolicy(give_up_after=n0, give_up_share=s)``; 0 = off, the
 default): in the first stage only, a problem with at least ``n0`` samples whose leader holds less
 than a share ``s`` of them stops, as answer-entropy stopping would: a vote that spread out is
@@ -182,6 +186,7 @@ def decided(
     prior: float = 1.0,
     race: tuple[np.ndarray, np.ndarray] | None = None,
     streak: np.ndarray | None = None,
+    confirm: int = 0,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -203,17 +208,22 @@ def decided(
         streak: For "window" (required there): per problem, how many of the latest samples in a
             row gave the same answer (0 after a sample without one); ``confidence`` is then the
             window length.
+        confirm: For "horizon" and "beta": a Beta stop also needs ``streak >= confirm`` (0 = no
+            such condition; the cap and the exact lead test stop regardless).
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
     r1, r2 = (top1, top2) if race is None else race
+    if confirm and streak is None and rule in ("beta", "horizon"):
+        raise ValueError("confirm= needs each problem's run of equal answers (streak=)")
+    agree = True if not confirm or rule not in ("beta", "horizon") else np.asarray(streak) >= confirm
     done = n >= n_max
     lead_safe = (top1 - top2) > (n_max - n)
     if rule == "exact":
         return done | lead_safe
     if rule == "beta":
-        return done | lead_safe | ((top1 > 0) & (vote_confidence(r1, r2) >= confidence))
+        return done | lead_safe | ((top1 > 0) & agree & (vote_confidence(r1, r2) >= confidence))
     if rule == "horizon":
-        return done | lead_safe | ((top1 > 0) & (overturn_risk(r1, r2, n, n_max, prior) <= 1.0 - confidence))
+        return done | lead_safe | ((top1 > 0) & agree & (overturn_risk(r1, r2, n, n_max, prior) <= 1.0 - confidence))
     if rule == "window":
         if streak is None:
             raise ValueError("the 'window' rule needs each problem's run of equal answers (streak=)")
@@ -299,6 +309,8 @@ class OnlinePolicy:
         window: "window": the run of equal answers that stops a problem (ESC's window).
         length_weight: "horizon" and "beta": how strongly a shorter mean sample length counts
             as confidence in the race (:func:`race_votes`; 0 = plain votes, the default).
+        confirm_window: "horizon" and "beta": a stop also needs the last ``confirm_window``
+            answers to agree (ESC's window as a confirmation; 0 = off, the default).
         ladder: "horizon" and "beta": the confidences the bar rises through once every vote is
             decided (:data:`LADDER`; a finer one reopens stopped votes in finer steps of risk).
         give_up_after, give_up_share: In the first stage, stop a problem with at least
@@ -319,6 +331,7 @@ class OnlinePolicy:
     give_up_after: int = 0
     give_up_share: float = 1 / 3
     ladder: tuple[float, ...] = LADDER
+    confirm_window: int = 0
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -338,6 +351,9 @@ class OnlinePolicy:
         if self.give_up_after < 0 or not 0 < self.give_up_share <= 1:
             raise ValueError(f"give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got "
                              f"{self.give_up_after}, {self.give_up_share}")
+        if self.confirm_window < 0 or (self.confirm_window and self.rule not in ("horizon", "beta")):
+            raise ValueError(f"confirm_window (>= 0) confirms the Beta stop of 'horizon' and 'beta', got "
+                             f"{self.confirm_window} with rule {self.rule!r}")
         if self.length_weight and self.rule not in ("horizon", "beta"):
             raise ValueError(f"length_weight weighs the Beta race of 'horizon' and 'beta', not rule {self.rule!r}")
         if not 0 < self.min_gain < 1:
@@ -377,7 +393,8 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
             (:meth:`RateModel.live_rate`, or a replay's table from :meth:`RateModel.replay_rates`).
         race: ``policy.length_weight > 0`` (required there): the length-weighted race votes
             (:func:`race_votes`).
-        streak: "window" (required there): each problem's latest run of equal answers.
+        streak: "window" and ``confirm_window`` (required there): each problem's latest run of
+            equal answers.
 
     Returns:
         ``(problems, k, stage)``: problem indices least confident first (ties by index), the
@@ -387,12 +404,15 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
     if policy.rule == "rate" and rate is None:
         raise ValueError("the 'rate' rule needs each problem's predicted gain per sample: pass rate= "
                          "(RateModel.live_rate in a run, RateModel.replay_rates in a replay)")
+    if (policy.rule == "window" or policy.confirm_window) and streak is None:
+        raise ValueError("rule 'window' and confirm_window need each problem's run of equal answers: pass streak=")
     if policy.length_weight and race is None:
         raise ValueError("length_weight > 0 needs the length-weighted race votes: pass race= (race_votes)")
     while True:
         rule, bar = stages[stage]
         open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate,
-                         beta_confidence=policy.beta_stop(stage), prior=policy.prior, race=race, streak=streak)
+                         beta_confidence=policy.beta_stop(stage), prior=policy.prior, race=race, streak=streak,
+                         confirm=policy.confirm_window)
         if stage == 0 and policy.give_up_after:  # spread-out votes stop in the first stage only
             open_ &= ~((n >= policy.give_up_after) & (top1 < policy.give_up_share * n))
         if open_.any() or stage + 1 == len(stages):

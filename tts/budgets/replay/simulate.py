@@ -99,6 +99,8 @@ class SimulateConfig(BaseModel):
     holds less than ``give_up_share`` of them (0 = never)."""
     give_up_share: float = Field(1 / 3, gt=0.0, le=1.0)
     """Online: see ``give_up_after``."""
+    confirm_window: int = Field(0, ge=0)
+    """Online, "horizon" and "beta": a stop also needs the last this-many answers to agree (0 = off)."""
     ladder: tuple[float, ...] = (0.99, 0.999)
     """Online, "horizon" and "beta": the confidences the bar rises through while budget is left
     (:data:`tts.budgets.online.LADDER`)."""
@@ -338,7 +340,8 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
     policy = OnlinePolicy(n_max=max_n, chunk=cfg.chunk, rule=cfg.rule, confidence=cfg.confidence,
                           escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model, prior=cfg.prior,
                           window=cfg.window, length_weight=cfg.length_weight,
-                          give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share, ladder=cfg.ladder)
+                          give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share, ladder=cfg.ladder,
+                          confirm_window=cfg.confirm_window)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
@@ -357,7 +360,7 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
         units.append([])
         drawn = np.where(pool.mask[p_idx, order], pool.answers[p_idx, order], -1)  # answers in drawing order
         race = race_table(drawn, rep.sample_tokens, cfg.length_weight) if cfg.length_weight else None
-        streak = streak_table(drawn) if cfg.rule == "window" else None
+        streak = streak_table(drawn) if cfg.rule == "window" or cfg.confirm_window else None
         for te in groups:
             seq = OnlineSequence.build(rep.top1[te], rep.top2[te], rep.sample_tokens[te], cap[te], policy,
                                        None if rate is None else rate[te],
