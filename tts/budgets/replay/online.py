@@ -59,8 +59,8 @@ class OnlineSequence:
                 (:meth:`tts.budgets.online.RateModel.replay_rates`).
             race: ``policy.length_weight > 0``: ``(n_problems, n_samples)`` race votes after each
                 prefix (:func:`race_table`).
-            streak: Rule "window": ``(n_problems, n_samples)`` run of equal answers ending at each
-                prefix (:func:`streak_table`).
+            streak: Rule "window" and ``policy.confirm_window``: ``(n_problems, n_samples)`` run
+                of equal answers ending at each prefix (:func:`streak_table`).
         """
         size = len(cap)
         rows = np.arange(size)
@@ -148,7 +148,8 @@ def race_table(answers: np.ndarray, tokens: np.ndarray, alpha: float) -> tuple[n
 
 def streak_table(answers: np.ndarray) -> np.ndarray:
     """``(n_problems, n_samples)``: how many samples in a row, ending at each prefix, gave the
-    same answer (0 at a sample without one): the "window" rule's input."""
+    same answer (0 at a sample without one): the input of the "window" rule and of
+    ``confirm_window``."""
     answers = np.asarray(answers)
     valid = answers >= 0
     same = np.zeros(answers.shape, dtype=bool)
