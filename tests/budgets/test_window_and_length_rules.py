@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts.budgets.online import OnlineAllocator, OnlinePolicy, decided, plan_round, race_votes, stopping_stages
+from tts.budgets.online import (
+    OnlineAllocator,
+    OnlinePolicy,
+    decided,
+    plan_round,
+    race_votes,
+    stopping_stages,
+)
 from tts.budgets.replay.online import OnlineSequence, race_table, streak_table
 
 

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tts.budgets.online import OnlinePolicy, WorstCase, cut_call, plan_round, race_votes, race_weight
+from tts.budgets.online import (
+    OnlinePolicy,
+    WorstCase,
+    cut_call,
+    plan_round,
+    race_votes,
+    race_weight,
+)
 
 
 @dataclass(frozen=True, eq=False)
