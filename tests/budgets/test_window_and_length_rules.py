@@ -203,3 +203,63 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting
         assert alloc.spent <= budget
         assert alloc.n.tolist() == seq.n_at(d).tolist()
         assert [r for r in alloc.rounds if r] == seq.rounds_at(d)
+
+
+# --- the benchmark's settings reach the replay ------------------------------------------------------
+
+
+def _savings_script():
+    """benchmarks/allocator_savings.py loaded by its path (scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "allocator_savings.py"
+    spec = importlib.util.spec_from_file_location("allocator_savings", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pool(tmp_path):
+    """30 problems x 32 samples: most easy, some contested, right answers shorter than wrong ones."""
+    import json
+
+    from tts.benchmarks.pool import load_pool
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for p in range(30):
+        pass_rate = 0.95 if p < 18 else rng.uniform(0.35, 0.65)
+        for s in range(32):
+            ok = bool(rng.random() < pass_rate)
+            lines.append(json.dumps({"problem_id": f"q{p}", "model": "m", "sample_idx": s,
+                                     "answer": "42" if ok else str(rng.integers(0, 3)), "correct": ok,
+                                     "num_tokens": int((400 if ok else 1600) * rng.uniform(0.6, 1.4)),
+                                     "score": None}))
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return load_pool(path)["m"]
+
+
+def test_the_benchmarks_rule_settings_reach_the_replay(tmp_path):
+    from tts.budgets.replay.simulate import SimulateConfig, simulate
+
+    settings = _savings_script().rule_settings
+    assert settings("horizon") == {"rule": "horizon"}
+    assert settings("window:window=4") == {"rule": "window", "window": 4}
+    assert settings("horizon:give_up_after=16;give_up_share=0.5") == {"rule": "horizon", "give_up_after": 16,
+                                                                       "give_up_share": 0.5}
+    assert settings("horizon:ladder=0.97/0.99") == {"rule": "horizon", "ladder": (0.97, 0.99)}
+    with pytest.raises(SystemExit, match="SimulateConfig field"):
+        settings("horizon:windw=4")
+    pool = _pool(tmp_path)
+    common = dict(target_n=16, modes=("online",), orderings=3, max_n=16, bootstrap=50)
+    plain = simulate(pool, SimulateConfig(**common, rule="horizon"))
+    for spec in ("window:window=4", "horizon:length_weight=1", "horizon:confirm_window=4",
+                 "horizon:give_up_after=8;give_up_share=0.5"):
+        other = simulate(pool, SimulateConfig(**common, **settings(spec)))
+        steps = [np.concatenate(s, axis=1) for s in other.decisions["online"].steps]
+        base = [np.concatenate(s, axis=1) for s in plain.decisions["online"].steps]
+        assert any(a.shape != b.shape or (a != b).any() for a, b in zip(steps, base)), spec  # it decided otherwise
+        # Capped at the target's n, every setting ends on uniform's vote: no accuracy change there.
+        assert other.modes["online"].acc_change.mean == pytest.approx(0.0, abs=1e-12), spec
