@@ -156,7 +156,7 @@ def test_a_beta_round_serves_the_least_confident_first_and_unsampled_problems_fi
 
 
 def test_when_every_vote_is_decided_the_round_moves_to_the_next_stage():
-    policy = OnlinePolicy(n_max=64, chunk=4)
+    policy = OnlinePolicy(n_max=64, chunk=4, ladder=(0.99, 0.999))
     top1, top2, n = np.array([6, 30]), np.array([0, 0]), np.array([6, 30])  # 0.992 and all but certain
     who, _, stage = plan_round(policy, top1, top2, n, np.full(2, 64), 0)
     assert (who.tolist(), stage) == ([0], 2)  # 0.95 and 0.99 met; 0.999 is not for 6-0

@@ -155,12 +155,16 @@ def test_a_spread_out_vote_is_given_up_in_the_first_stage_and_reopened_later():
 
 
 def test_a_finer_ladder_reopens_the_riskiest_stopped_votes_first():
-    fine = OnlinePolicy(n_max=64, chunk=4, ladder=(0.96, 0.97, 0.98, 0.99, 0.999))
+    fine = OnlinePolicy(n_max=64, chunk=4, ladder=(0.96, 0.97, 0.98, 0.99, 0.999))  # explicit
     assert [c for _, c in fine.stages] == [0.95, 0.96, 0.97, 0.98, 0.99, 0.999, 0.95]
     # Stopped at 0.95: 4-0 (risk 0.029) and 10-4 of 16 (risk 0.043). Once both are decided, the
-    # default ladder's next bar (0.99) reopens both; the finer one (0.96) only the riskier.
+    # coarse ladder's next bar (0.99) reopens both; the finer one (0.96) only the riskier.
     top1, top2, n = np.array([4, 10]), np.array([0, 4]), np.array([4, 16])
-    assert sorted(plan_round(OnlinePolicy(n_max=64, chunk=4), top1, top2, n, np.full(2, 64), 0)[0].tolist()) == [0, 1]
+    coarse = OnlinePolicy(n_max=64, chunk=4, ladder=(0.99, 0.999))
+    assert sorted(plan_round(coarse, top1, top2, n, np.full(2, 64), 0)[0].tolist()) == [0, 1]
+    # The default "horizon" ladder is the fine one (0.995 between 0.99 and 0.999); "beta" keeps the coarse one.
+    assert [c for _, c in OnlinePolicy().stages] == [0.95, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999, 0.95]
+    assert [c for _, c in OnlinePolicy(rule="beta").stages] == [0.95, 0.99, 0.999, 0.95]
     assert plan_round(fine, top1, top2, n, np.full(2, 64), 0)[0].tolist() == [1]
     with pytest.raises(ValueError, match="ladder"):
         OnlinePolicy(ladder=(0.4,))

@@ -52,7 +52,8 @@ default (docs/stopping_rules_that_lost.md).
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
-exact rule; for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
+exact rule; for "horizon" in finer steps, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999, so that stopped
+votes are reopened riskiest first (:data:`FINE_LADDER`); for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
 confidence of a model that also stops confident leaders rising along: 0.95, 0.99, 0.999), so a
 larger budget keeps buying the most contested votes.
 
@@ -237,17 +238,29 @@ def decided(
 
 
 LADDER = (0.99, 0.999)
-"""The confidences "beta" and "horizon" rise through once every vote is decided (then "exact")."""
+"""The confidences "beta" rises through once every vote is decided (then "exact")."""
+
+FINE_LADDER = (0.96, 0.97, 0.98, 0.99, 0.995, 0.999)
+"""The confidences "horizon" rises through (then "exact"): stopped votes are reopened in finer
+steps of risk, the riskiest first (issue 36: it raised MATH-500's median and worst at one seed
+of the orderings and GPQA's worst at another, and lowered no pool; docs/budgets.md)."""
+
+
+def default_ladder(rule: str) -> tuple[float, ...]:
+    """The escalation ladder a rule rises through unless told otherwise: :data:`FINE_LADDER` for
+    "horizon", :data:`LADDER` for the others."""
+    return FINE_LADDER if rule == "horizon" else LADDER
 
 
 def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
                     escalate: bool = True, min_gain: float = 1e-3,
-                    ladder: tuple[float, ...] = LADDER) -> list[tuple[StopRule, float]]:
+                    ladder: tuple[float, ...] | None = None) -> list[tuple[StopRule, float]]:
     """The (rule, bar) stages an online run walks through while budget is left.
 
     The bar is the Beta confidence for "beta" and "horizon", the least gain per sample for "rate"
     and the window length (passed as ``confidence``) for "window". ``ladder``: the confidences
-    "beta" and "horizon" rise through (those above ``confidence``), before the exact rule.
+    "beta" and "horizon" rise through (those above ``confidence``), before the exact rule
+    (None: :func:`default_ladder`).
     """
     if rule == "rate":
         stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
@@ -259,7 +272,7 @@ def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
         return [(rule, w)] + ([(rule, 2 * w), (rule, 4 * w), ("exact", 0.95)] if escalate else [])
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
-    higher = [c for c in sorted(ladder) if c > confidence]
+    higher = [c for c in sorted(default_ladder(rule) if ladder is None else ladder) if c > confidence]
     return [(rule, confidence)] + [(rule, c) for c in higher] + [("exact", confidence)]
 
 
@@ -312,7 +325,8 @@ class OnlinePolicy:
         confirm_window: "horizon" and "beta": a stop also needs the last ``confirm_window``
             answers to agree (ESC's window as a confirmation; 0 = off, the default).
         ladder: "horizon" and "beta": the confidences the bar rises through once every vote is
-            decided (:data:`LADDER`; a finer one reopens stopped votes in finer steps of risk).
+            decided (None: :func:`default_ladder`, :data:`FINE_LADDER` for "horizon" and
+            :data:`LADDER` for "beta"; a finer one reopens stopped votes in finer steps of risk).
         give_up_after, give_up_share: In the first stage, stop a problem with at least
             ``give_up_after`` samples whose leader holds less than ``give_up_share`` of them
             (0 = never give up, the default).
@@ -330,7 +344,7 @@ class OnlinePolicy:
     length_weight: float = 0.0
     give_up_after: int = 0
     give_up_share: float = 1 / 3
-    ladder: tuple[float, ...] = LADDER
+    ladder: tuple[float, ...] | None = None
     confirm_window: int = 0
 
     def __post_init__(self) -> None:
@@ -346,7 +360,7 @@ class OnlinePolicy:
             raise ValueError(f"window must be >= 1 (samples in a row with one answer), got {self.window}")
         if not self.length_weight >= 0:
             raise ValueError(f"length_weight must be >= 0 (0 = plain votes), got {self.length_weight}")
-        if not all(0.5 < c < 1 for c in self.ladder):
+        if self.ladder is not None and not all(0.5 < c < 1 for c in self.ladder):
             raise ValueError(f"every ladder confidence must lie in (0.5, 1), got {self.ladder}")
         if self.give_up_after < 0 or not 0 < self.give_up_share <= 1:
             raise ValueError(f"give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got "

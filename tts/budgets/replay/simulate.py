@@ -101,9 +101,9 @@ class SimulateConfig(BaseModel):
     """Online: see ``give_up_after``."""
     confirm_window: int = Field(0, ge=0)
     """Online, "horizon" and "beta": a stop also needs the last this-many answers to agree (0 = off)."""
-    ladder: tuple[float, ...] = (0.99, 0.999)
+    ladder: tuple[float, ...] | None = None
     """Online, "horizon" and "beta": the confidences the bar rises through while budget is left
-    (:data:`tts.budgets.online.LADDER`)."""
+    (None: :func:`tts.budgets.online.default_ladder`)."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
     max_tokens: int | None = Field(None, ge=1)
