@@ -105,7 +105,7 @@ class SimulateConfig(BaseModel):
     """Online, "horizon" and "beta": the confidences the bar rises through while budget is left
     (None: :func:`tts.budgets.online.default_ladder`)."""
     escalate: bool = True
-    """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, exact)."""
+    """Online: when every vote is decided and budget is left, raise the bar (``ladder``, then exact)."""
     max_tokens: int | None = Field(None, ge=1)
     """Online: the generation limit that bounds a sample's cost at its worst (default: the pool's
     longest sample, the tightest value the pool supports)."""
