@@ -11,8 +11,9 @@ Per pool: the median and the worst model ("never matched" counts as worst), agai
 issue 36 (median >= 6x, worst >= 3x, no accuracy change below -0.005).
 
 Tokens are generated tokens per sample, as the pools count them. Every setting is the same for
-every pool and model; ``--rules horizon,beta`` compares rules side by side, ``--chunk`` the
-request granularity, ``--n-max`` the cap (default: 64, the live default).
+every pool and model; ``--rules horizon,beta`` compares rules side by side (a rule may carry
+settings: ``window:window=4``, ``horizon:length_weight=1``), ``--chunk`` the request granularity,
+``--n-max`` the cap (default: 64, the live default).
 
 Usage (from the repository root):
     python benchmarks/allocator_savings.py [--pools aime,gpqa,math] [--rules horizon,beta] [--chunk 4]
@@ -41,13 +42,29 @@ def _iv(iv, fmt: str) -> str:
     return "never matched" if iv is None else f"{format(iv.mean, fmt)} [{format(iv.lo, fmt)}, {format(iv.hi, fmt)}]"
 
 
+def rule_settings(spec: str) -> dict:
+    """``"window:window=4"`` -> ``{"rule": "window", "window": 4}``: a rule and its settings."""
+    name, _, rest = spec.partition(":")
+    out: dict = {"rule": name}
+    for item in filter(None, rest.split(";")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in SimulateConfig.model_fields:
+            raise SystemExit(f"bad rule setting {item!r} in {spec!r}: write key=value with a SimulateConfig field "
+                             "(e.g. window=4, length_weight=1, confidence=0.9)")
+        if "/" in value:  # a tuple, e.g. ladder=0.97/0.98/0.99/0.999
+            out[key] = tuple(float(v) for v in value.split("/"))
+        else:
+            out[key] = float(value) if "." in value else int(value)
+    return out
+
+
 def replay_pool(path: Path, rule: str, args: argparse.Namespace) -> list[dict]:
     """One row per model of the pool, worst token ratio first."""
     pool = load_pool(path)
     rows = []
     for model in pool.models:
-        cfg = SimulateConfig(modes=("online",), orderings=args.orderings, seed=args.seed, rule=rule,
-                             chunk=args.chunk, max_n=args.n_max)
+        cfg = SimulateConfig(modes=("online",), orderings=args.orderings, seed=args.seed,
+                             chunk=args.chunk, max_n=args.n_max, **rule_settings(rule))
         r = simulate(pool[model], cfg)
         m = r.modes["online"]
         rows.append({"model": model, "n_problems": r.n_problems, "uniform_acc": r.uniform_acc.mean,
@@ -84,7 +101,9 @@ def print_pool(name: str, rule: str, rows: list[dict], s: dict, secs: float) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="aime,gpqa,math", help="Comma list of aime, gpqa, math.")
-    parser.add_argument("--rules", default="horizon", help="Comma list of online rules: horizon, beta, exact.")
+    parser.add_argument("--rules", default="horizon", help="Comma list of online rules (horizon, beta, exact, window), each with optional settings "
+                        "after a colon, separated by ';' (window:window=4, horizon:length_weight=1, "
+                        "horizon:ladder=0.97/0.98/0.99/0.999).")
     parser.add_argument("--chunk", type=int, default=4)
     parser.add_argument("--n-max", type=int, default=None, help="Cap per problem (default: 64, the live default).")
     parser.add_argument("--orderings", type=int, default=20)

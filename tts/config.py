@@ -364,8 +364,9 @@ class AllocationConfig(_Frozen):
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: probability that the leading answer is the majority, at which a vote is decided."""
     escalate: bool = True
-    """Online: when every vote is decided and budget is left, raise the bar (0.99, 0.999, then
-    the exact rule) and keep buying samples for the most contested votes."""
+    """Online: when every vote is decided and budget is left, raise the bar ("horizon": 0.96,
+    0.97, 0.98, 0.99, 0.995, 0.999; "beta": 0.99, 0.999; then the exact rule) and keep buying
+    samples for the most contested votes."""
     calibration: Path | None = None
     """Offline: a past run directory (or its results.jsonl) of the same model on other
     problems, or a sample-pool file; its accuracy curves price each problem's n."""

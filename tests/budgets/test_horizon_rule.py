@@ -56,8 +56,9 @@ def test_near_the_horizon_it_stops_where_the_beta_criterion_goes_on_and_far_from
 
 
 def test_its_stages_and_serve_order_highest_risk_first():
-    assert stopping_stages("horizon", 0.95) == [("horizon", 0.95), ("horizon", 0.99), ("horizon", 0.999),
-                                                ("exact", 0.95)]
+    assert stopping_stages("horizon", 0.95) == [("horizon", c) for c in (0.95, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999)] \
+        + [("exact", 0.95)]   # stopped votes reopen in fine steps of risk (FINE_LADDER)
+    assert stopping_stages("beta", 0.95) == [("beta", 0.95), ("beta", 0.99), ("beta", 0.999), ("exact", 0.95)]
     policy = OnlinePolicy(n_max=64, chunk=4)
     assert policy.rule == "horizon"
     top1, top2, n = np.array([3, 2, 0, 30, 4]), np.array([1, 2, 0, 26, 0]), np.array([4, 4, 0, 56, 4])

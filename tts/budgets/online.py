@@ -16,6 +16,12 @@ to change its majority answer. The stopping rules:
 * ``"beta"``: the Beta criterion of Aggarwal et al. With v1 and v2 votes for the two leading
   answers, P(p1 > p2) = P(X > 1/2) for X ~ Beta(v1 + 1, v2 + 1); stop when it reaches
   ``confidence`` (they use 0.95).
+* ``"window"``: ESC's window rule (Li et al. 2024, "Escape Sky-high Cost: Early-stopping
+  Self-Consistency for Multi-step Reasoning"): stop once the last ``window`` samples all gave the
+  same answer (zero answer entropy within the window); the answer is still the majority of every
+  sample. Here the window slides over the samples drawn (ESC's windows are disjoint; with
+  ``window == chunk`` the two agree at round ends). Measured and not the default
+  (docs/stopping_rules_that_lost.md).
 * ``"exact"``: stop only when the leader cannot be overtaken by the samples still allowed
   (v1 - v2 > n_max - n): the answer is then the same as with n_max samples.
 * ``"rate"``: stop when one more sample is predicted to buy less than ``min_gain`` expected
@@ -25,9 +31,29 @@ to change its majority answer. The stopping rules:
   fitted on other problems' graded votes) lost to ``"beta"`` on every pool where they were
   measured. They live on, with their measurements, in ``tts.budgets.rate_models`` (docs/stopping_rules_that_lost.md).
 
+Length as confidence (``OnlinePolicy(length_weight=alpha)``, "horizon" and "beta"; 0 = off, the
+default): the pools carry no log-probabilities, but a sample's length is a confidence a live run
+has too (shorter reasoning traces are more often right). With it, the race the Beta model judges
+is between the two leading answers' *length-weighted* votes: answer k with c_k votes of mean length
+L_k weighs c_k * L_k^-alpha, and the race's c1 + c2 votes are split in that proportion
+(:func:`race_votes`), so a leader whose samples are shorter than the runner-up's stops sooner and
+one whose samples are longer goes on. The answer is still the plain majority, and the exact lead
+test reads plain votes. Measured and not the default (docs/stopping_rules_that_lost.md).
+
+ESC's window as a confirmation (``OnlinePolicy(confirm_window=w)``, "horizon" and "beta"; 0 = off,
+the default): the Beta race's stop also needs the last ``w`` answers to agree, so a lead whose
+latest samples are mixed goes on. Measured and not the default (docs/stopping_rules_that_lost.md).
+
+Giving up on spread-out votes (``OnlinePolicy(give_up_after=n0, give_up_share=s)``; 0 = off, the
+default): in the first stage only, a problem with at least ``n0`` samples whose leader holds less
+than a share ``s`` of them stops, as answer-entropy stopping would: a vote that spread out is
+rarely right even at ``n_max``. Later stages reopen it while budget is left. Measured and not the
+default (docs/stopping_rules_that_lost.md).
+
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
-exact rule; for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
+exact rule; for "horizon" in finer steps, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999, so that stopped
+votes are reopened riskiest first (:data:`FINE_LADDER`); for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
 confidence of a model that also stops confident leaders rising along: 0.95, 0.99, 0.999), so a
 larger budget keeps buying the most contested votes.
 
@@ -67,8 +93,8 @@ if TYPE_CHECKING:
     from tts.benchmarks.pool import ModelPool
     from tts.budgets.replay.prefix import PrefixReplay
 
-StopRule = Literal["beta", "horizon", "exact", "rate"]
-STOP_RULES = ("beta", "horizon", "exact", "rate")
+StopRule = Literal["beta", "horizon", "exact", "rate", "window"]
+STOP_RULES = ("beta", "horizon", "exact", "rate", "window")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
@@ -115,6 +141,39 @@ def overturn_risk(top1: np.ndarray, top2: np.ndarray, n: np.ndarray, n_max: int 
     return np.where((k < 0) | (m <= 0), 0.0, risk)
 
 
+def race_votes(count1: np.ndarray, length1: np.ndarray, count2: np.ndarray, length2: np.ndarray,
+               alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two leading answers' votes, re-split by length: the race of ``length_weight``.
+
+    Answer k (``count_k`` votes, ``length_k`` their summed tokens) weighs
+    ``e_k = count_k * (length_k / count_k) ** -alpha``; the race keeps ``count1 + count2`` votes
+    and splits them as ``e1 : e2``. ``alpha = 0`` (or a runner-up without votes) returns the counts.
+    The first of the two returned is the leader by weighted votes, which may be the runner-up by
+    count: the race then says the vote is not settled.
+
+    Args:
+        count1, length1: Votes of the leading answer and the tokens of those samples.
+        count2, length2: The same for the runner-up (0, 0 when there is none).
+        alpha: How strongly a shorter mean length counts as confidence (>= 0).
+    """
+    c1, s1, c2, s2 = (np.asarray(x, dtype=float) for x in (count1, length1, count2, length2))
+    if alpha == 0:
+        return c1, c2
+    e1, e2 = race_weight(c1, s1, alpha), race_weight(c2, s2, alpha)
+    tot = c1 + c2
+    share = np.where(e1 + e2 > 0, e1 / np.where(e1 + e2 > 0, e1 + e2, 1.0), 1.0)
+    r1 = tot * share
+    return r1, tot - r1
+
+
+def race_weight(count: np.ndarray, length: np.ndarray, alpha: float) -> np.ndarray:
+    """An answer's weight in the length-weighted race: ``count * (length / count) ** -alpha``
+    (0 without votes); :func:`race_votes` splits the race by it, and it ranks answers with equal
+    votes."""
+    c, s = np.asarray(count, dtype=float), np.asarray(length, dtype=float)
+    return np.where(c > 0, c * (np.maximum(s, 1.0) / np.maximum(c, 1.0)) ** -alpha, 0.0)
+
+
 def decided(
     top1: np.ndarray,
     top2: np.ndarray,
@@ -126,6 +185,9 @@ def decided(
     rate: np.ndarray | None = None,
     beta_confidence: float | None = None,
     prior: float = 1.0,
+    race: tuple[np.ndarray, np.ndarray] | None = None,
+    streak: np.ndarray | None = None,
+    confirm: int = 0,
 ) -> np.ndarray:
     """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
 
@@ -142,16 +204,31 @@ def decided(
             (:meth:`RateModel.live_rate`).
         beta_confidence: For "rate": a leader this Beta-confident stops too (None: no such stop).
         prior: For "horizon": pseudo-votes of the Beta prior (:func:`overturn_risk`).
+        race: For "horizon" and "beta": the votes the Beta model judges, when not the plain
+            ``(top1, top2)`` (:func:`race_votes`); the exact lead test always reads plain votes.
+        streak: For "window" (required there): per problem, how many of the latest samples in a
+            row gave the same answer (0 after a sample without one); ``confidence`` is then the
+            window length.
+        confirm: For "horizon" and "beta": a Beta stop also needs ``streak >= confirm`` (0 = no
+            such condition; the cap and the exact lead test stop regardless).
     """
     top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
+    r1, r2 = (top1, top2) if race is None else race
+    if confirm and streak is None and rule in ("beta", "horizon"):
+        raise ValueError("confirm= needs each problem's run of equal answers (streak=)")
+    agree = True if not confirm or rule not in ("beta", "horizon") else np.asarray(streak) >= confirm
     done = n >= n_max
     lead_safe = (top1 - top2) > (n_max - n)
     if rule == "exact":
         return done | lead_safe
     if rule == "beta":
-        return done | lead_safe | ((top1 > 0) & (vote_confidence(top1, top2) >= confidence))
+        return done | lead_safe | ((top1 > 0) & agree & (vote_confidence(r1, r2) >= confidence))
     if rule == "horizon":
-        return done | lead_safe | ((top1 > 0) & (overturn_risk(top1, top2, n, n_max, prior) <= 1.0 - confidence))
+        return done | lead_safe | ((top1 > 0) & agree & (overturn_risk(r1, r2, n, n_max, prior) <= 1.0 - confidence))
+    if rule == "window":
+        if streak is None:
+            raise ValueError("the 'window' rule needs each problem's run of equal answers (streak=)")
+        return done | lead_safe | (np.asarray(streak) >= confidence)
     if rule == "rate":
         if rate is None:
             raise ValueError("the 'rate' rule needs each problem's predicted gain per sample (RateModel.live_rate)")
@@ -161,23 +238,41 @@ def decided(
 
 
 LADDER = (0.99, 0.999)
-"""The confidences "beta" and "horizon" rise through once every vote is decided (then "exact")."""
+"""The confidences "beta" rises through once every vote is decided (then "exact")."""
+
+FINE_LADDER = (0.96, 0.97, 0.98, 0.99, 0.995, 0.999)
+"""The confidences "horizon" rises through (then "exact"): stopped votes are reopened in finer
+steps of risk, the riskiest first (issue 36: it raised MATH-500's median and worst at one seed
+of the orderings and GPQA's worst at another, and lowered no pool; docs/budgets.md)."""
+
+
+def default_ladder(rule: str) -> tuple[float, ...]:
+    """The escalation ladder a rule rises through unless told otherwise: :data:`FINE_LADDER` for
+    "horizon", :data:`LADDER` for the others."""
+    return FINE_LADDER if rule == "horizon" else LADDER
 
 
 def stopping_stages(rule: StopRule = "beta", confidence: float = 0.95,
-                    escalate: bool = True, min_gain: float = 1e-3) -> list[tuple[StopRule, float]]:
+                    escalate: bool = True, min_gain: float = 1e-3,
+                    ladder: tuple[float, ...] | None = None) -> list[tuple[StopRule, float]]:
     """The (rule, bar) stages an online run walks through while budget is left.
 
-    The bar is the Beta confidence for "beta" and the least gain per sample for "rate".
+    The bar is the Beta confidence for "beta" and "horizon", the least gain per sample for "rate"
+    and the window length (passed as ``confidence``) for "window". ``ladder``: the confidences
+    "beta" and "horizon" rise through (those above ``confidence``), before the exact rule
+    (None: :func:`default_ladder`).
     """
     if rule == "rate":
         stages: list[tuple[StopRule, float]] = [(rule, min_gain)]
         if escalate:
             stages += [(rule, min_gain / f) for f in (4, 16, 64)] + [("exact", confidence)]
         return stages
+    if rule == "window":  # confidence = the window; it doubles, twice, then the exact rule
+        w = float(confidence)
+        return [(rule, w)] + ([(rule, 2 * w), (rule, 4 * w), ("exact", 0.95)] if escalate else [])
     if rule == "exact" or not escalate:
         return [(rule, confidence)]
-    higher = [c for c in LADDER if c > confidence]
+    higher = [c for c in sorted(default_ladder(rule) if ladder is None else ladder) if c > confidence]
     return [(rule, confidence)] + [(rule, c) for c in higher] + [("exact", confidence)]
 
 
@@ -224,6 +319,17 @@ class OnlinePolicy:
         min_gain: "rate": the least predicted accuracy gain per sample worth paying for.
         rate_model: "rate": the model that predicts it (required there).
         prior: "horizon": pseudo-votes of the Beta prior (:func:`overturn_risk`).
+        window: "window": the run of equal answers that stops a problem (ESC's window).
+        length_weight: "horizon" and "beta": how strongly a shorter mean sample length counts
+            as confidence in the race (:func:`race_votes`; 0 = plain votes, the default).
+        confirm_window: "horizon" and "beta": a stop also needs the last ``confirm_window``
+            answers to agree (ESC's window as a confirmation; 0 = off, the default).
+        ladder: "horizon" and "beta": the confidences the bar rises through once every vote is
+            decided (None: :func:`default_ladder`, :data:`FINE_LADDER` for "horizon" and
+            :data:`LADDER` for "beta"; a finer one reopens stopped votes in finer steps of risk).
+        give_up_after, give_up_share: In the first stage, stop a problem with at least
+            ``give_up_after`` samples whose leader holds less than ``give_up_share`` of them
+            (0 = never give up, the default).
     """
 
     n_max: int = 64
@@ -234,6 +340,12 @@ class OnlinePolicy:
     min_gain: float = 1e-3
     rate_model: RateModel | None = field(default=None, compare=False)
     prior: float = 1.0
+    window: int = 8
+    length_weight: float = 0.0
+    give_up_after: int = 0
+    give_up_share: float = 1 / 3
+    ladder: tuple[float, ...] | None = None
+    confirm_window: int = 0
 
     def __post_init__(self) -> None:
         if self.n_max < 1 or self.chunk < 1:
@@ -244,6 +356,20 @@ class OnlinePolicy:
             raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {self.rule!r}")
         if not self.prior > 0:
             raise ValueError(f"prior must be > 0 (pseudo-votes of the Beta prior), got {self.prior}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1 (samples in a row with one answer), got {self.window}")
+        if not self.length_weight >= 0:
+            raise ValueError(f"length_weight must be >= 0 (0 = plain votes), got {self.length_weight}")
+        if self.ladder is not None and not all(0.5 < c < 1 for c in self.ladder):
+            raise ValueError(f"every ladder confidence must lie in (0.5, 1), got {self.ladder}")
+        if self.give_up_after < 0 or not 0 < self.give_up_share <= 1:
+            raise ValueError(f"give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got "
+                             f"{self.give_up_after}, {self.give_up_share}")
+        if self.confirm_window < 0 or (self.confirm_window and self.rule not in ("horizon", "beta")):
+            raise ValueError(f"confirm_window (>= 0) confirms the Beta stop of 'horizon' and 'beta', got "
+                             f"{self.confirm_window} with rule {self.rule!r}")
+        if self.length_weight and self.rule not in ("horizon", "beta"):
+            raise ValueError(f"length_weight weighs the Beta race of 'horizon' and 'beta', not rule {self.rule!r}")
         if not 0 < self.min_gain < 1:
             raise ValueError(f"min_gain must lie in (0, 1) (accuracy per sample), got {self.min_gain}")
         if self.rule == "rate" and self.rate_model is None:
@@ -261,11 +387,13 @@ class OnlinePolicy:
     @property
     def stages(self) -> list[tuple[StopRule, float]]:
         """The stopping stages of this policy (see :func:`stopping_stages`)."""
-        return stopping_stages(self.rule, self.confidence, self.escalate, self.min_gain)
+        bar = float(self.window) if self.rule == "window" else self.confidence
+        return stopping_stages(self.rule, bar, self.escalate, self.min_gain, self.ladder)
 
 
 def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.ndarray, cap: np.ndarray,
-               stage: int, rate: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+               stage: int, rate: np.ndarray | None = None, race: tuple[np.ndarray, np.ndarray] | None = None,
+               streak: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Step 1 of the rule: who gets how many more samples this round.
 
     Args:
@@ -277,6 +405,10 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
         stage: Current stopping stage (index into ``policy.stages``); 0 at the start of a run.
         rate: "rate" (required there): each problem's predicted accuracy gain per sample
             (:meth:`RateModel.live_rate`, or a replay's table from :meth:`RateModel.replay_rates`).
+        race: ``policy.length_weight > 0`` (required there): the length-weighted race votes
+            (:func:`race_votes`).
+        streak: "window" and ``confirm_window`` (required there): each problem's latest run of
+            equal answers.
 
     Returns:
         ``(problems, k, stage)``: problem indices least confident first (ties by index), the
@@ -286,16 +418,24 @@ def plan_round(policy: OnlinePolicy, top1: np.ndarray, top2: np.ndarray, n: np.n
     if policy.rule == "rate" and rate is None:
         raise ValueError("the 'rate' rule needs each problem's predicted gain per sample: pass rate= "
                          "(RateModel.live_rate in a run, RateModel.replay_rates in a replay)")
+    if (policy.rule == "window" or policy.confirm_window) and streak is None:
+        raise ValueError("rule 'window' and confirm_window need each problem's run of equal answers: pass streak=")
+    if policy.length_weight and race is None:
+        raise ValueError("length_weight > 0 needs the length-weighted race votes: pass race= (race_votes)")
     while True:
         rule, bar = stages[stage]
         open_ = ~decided(top1, top2, n, cap, rule=rule, confidence=bar, rate=rate,
-                         beta_confidence=policy.beta_stop(stage), prior=policy.prior)
+                         beta_confidence=policy.beta_stop(stage), prior=policy.prior, race=race, streak=streak,
+                         confirm=policy.confirm_window)
+        if stage == 0 and policy.give_up_after:  # spread-out votes stop in the first stage only
+            open_ &= ~((n >= policy.give_up_after) & (top1 < policy.give_up_share * n))
         if open_.any() or stage + 1 == len(stages):
             break
         stage += 1
-    conf = np.where(n > 0, vote_confidence(top1, top2), 0.0)
+    r1, r2 = (top1, top2) if race is None else race
+    conf = np.where(n > 0, vote_confidence(r1, r2), 0.0)
     if policy.rule == "horizon":  # the highest risk of being overturned first
-        conf = np.where(n > 0, 1.0 - overturn_risk(top1, top2, n, cap, policy.prior), 0.0)
+        conf = np.where(n > 0, 1.0 - overturn_risk(r1, r2, n, cap, policy.prior), 0.0)
     if policy.rule == "rate":  # the highest predicted gain first (never-sampled problems first)
         conf = np.where(n > 0, -rate, -np.inf)
     who = serve_order(conf, open_)
@@ -391,6 +531,9 @@ class OnlineAllocator:
         self.top2 = np.zeros(size, dtype=np.int64)
         self.n_none = np.zeros(size, dtype=np.int64)
         self.tokens = np.zeros(size)
+        self.answer_tokens: list[Counter] = [Counter() for _ in range(size)]
+        self.streak = np.zeros(size, dtype=np.int64)
+        self._last: list[str | None] = [None] * size
         self._cap = np.full(size, self.policy.n_max, dtype=np.int64)
         self._round: tuple[np.ndarray, np.ndarray] | None = None
         self._j = 0
@@ -404,11 +547,27 @@ class OnlineAllocator:
         self.tokens[i] += float(cost if tokens is None else tokens)
         if answer is None:
             self.n_none[i] += 1
+            self.streak[i] = 0
         else:
+            self.streak[i] = self.streak[i] + 1 if self._last[i] == answer and self.streak[i] else 1
             self.votes[i][answer] += 1
+            self.answer_tokens[i][answer] += float(cost if tokens is None else tokens)
             counts = sorted(self.votes[i].values(), reverse=True) + [0]
             self.top1[i], self.top2[i] = counts[0], counts[1]
+        self._last[i] = answer
         self.spent += float(cost)
+
+    def race(self) -> tuple[np.ndarray, np.ndarray]:
+        """The length-weighted race votes of every problem (:func:`race_votes`): the two answers
+        first by votes, then by weight ``votes * mean_length ** -alpha``."""
+        alpha = self.policy.length_weight
+        out = np.zeros((4, len(self.votes)))
+        for i, (votes, toks) in enumerate(zip(self.votes, self.answer_tokens)):
+            ranked = sorted(((c, race_weight(c, toks[a], alpha), a) for a, c in votes.items()),
+                            key=lambda x: (x[0], x[1]), reverse=True)[:2]
+            for j, (c, _, a) in enumerate(ranked):
+                out[2 * j, i], out[2 * j + 1, i] = c, toks[a]
+        return race_votes(out[0], out[1], out[2], out[3], alpha)
 
     def next_call(self, worst: WorstCase) -> list[tuple[Hashable, int]]:
         """The (problem id, samples) requests of the next engine call; [] = finished.
@@ -428,7 +587,9 @@ class OnlineAllocator:
                                                         self.tokens / np.maximum(self.n, 1), self._cap,
                                                         self.policy.chunk)
                 rate = np.where(self.n > 0, rate, np.inf)
-            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate)
+            race = self.race() if self.policy.length_weight else None
+            who, k, self.stage = plan_round(self.policy, self.top1, self.top2, self.n, self._cap, self.stage, rate,
+                                            race, self.streak)
             if not len(who):
                 self.finished = True
                 return []

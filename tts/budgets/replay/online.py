@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tts.budgets.online import OnlinePolicy, WorstCase, cut_call, plan_round
+from tts.budgets.online import (
+    OnlinePolicy,
+    WorstCase,
+    cut_call,
+    plan_round,
+    race_votes,
+    race_weight,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +50,9 @@ class OnlineSequence:
 
     @classmethod
     def build(cls, top1: np.ndarray, top2: np.ndarray, sample_cost: np.ndarray, cap: np.ndarray,
-              policy: OnlinePolicy, rates: np.ndarray | None = None) -> OnlineSequence:
+              policy: OnlinePolicy, rates: np.ndarray | None = None,
+              race: tuple[np.ndarray, np.ndarray] | None = None,
+              streak: np.ndarray | None = None) -> OnlineSequence:
         """Replay the rounds of :func:`plan_round` on prefix votes.
 
         Args:
@@ -55,6 +64,10 @@ class OnlineSequence:
             rates: Rule "rate": ``(n_problems, n_samples + 1)`` predicted gain per sample after
                 ``n`` samples (column n), fitted on other problems
                 (:meth:`tts.budgets.online.RateModel.replay_rates`).
+            race: ``policy.length_weight > 0``: ``(n_problems, n_samples)`` race votes after each
+                prefix (:func:`race_table`).
+            streak: Rule "window" and ``policy.confirm_window``: ``(n_problems, n_samples)`` run
+                of equal answers ending at each prefix (:func:`streak_table`).
         """
         size = len(cap)
         rows = np.arange(size)
@@ -64,7 +77,10 @@ class OnlineSequence:
         stage, ps, ks, ends = 0, [], [], []
         while True:
             rate = None if rates is None else rates[rows, n]
-            who, k, stage = plan_round(policy, t1, t2, n, cap, stage, rate)
+            col = np.maximum(n, 1) - 1
+            r = None if race is None else tuple(np.where(n > 0, x[rows, col], 0.0) for x in race)
+            st = None if streak is None else np.where(n > 0, streak[rows, col], 0)
+            who, k, stage = plan_round(policy, t1, t2, n, cap, stage, rate, r, st)
             if not len(who):
                 break
             ps.append(who)
@@ -106,6 +122,48 @@ class OnlineSequence:
             got = np.bincount(self.sample_problem[:drawn][sample_round == r], minlength=self.n_problems)
             out.append({int(i): int(c) for i, c in enumerate(got) if c})
         return out
+
+
+def race_table(answers: np.ndarray, tokens: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The length-weighted race votes (:func:`tts.budgets.online.race_votes`) after every prefix.
+
+    Args:
+        answers: ``(n_problems, n_samples)`` answer ids in drawing order (-1: no answer, padding).
+        tokens: The same samples' generated tokens (what a live run records per sample).
+        alpha: The policy's ``length_weight``.
+
+    Returns:
+        ``(r1, r2)``, each ``(n_problems, n_samples)``: column t after the first t+1 samples. The
+        two answers are the first by votes, then by weight, as a live run ranks them.
+    """
+    answers = np.asarray(answers)
+    n_ans = int(answers.max(initial=-1)) + 1
+    if n_ans == 0:
+        z = np.zeros(answers.shape)
+        return z, z.copy()
+    onehot = (answers[..., None] == np.arange(n_ans)) & (answers[..., None] >= 0)
+    count = np.cumsum(onehot, axis=1).astype(float)
+    length = np.cumsum(onehot * np.asarray(tokens, dtype=float)[..., None], axis=1)
+    weight = race_weight(count, length, alpha)
+    top = np.lexsort((weight, count), axis=-1)[..., ::-1][..., :2]
+    if n_ans == 1:
+        top = np.concatenate([top, top], axis=-1)
+    pick = [np.take_along_axis(x, top, axis=-1) for x in (count, length)]
+    c2 = np.where(top[..., 1] == top[..., 0], 0.0, pick[0][..., 1])
+    return race_votes(pick[0][..., 0], pick[1][..., 0], c2, pick[1][..., 1], alpha)
+
+
+def streak_table(answers: np.ndarray) -> np.ndarray:
+    """``(n_problems, n_samples)``: how many samples in a row, ending at each prefix, gave the
+    same answer (0 at a sample without one): the input of the "window" rule and of
+    ``confirm_window``."""
+    answers = np.asarray(answers)
+    valid = answers >= 0
+    same = np.zeros(answers.shape, dtype=bool)
+    same[:, 1:] = valid[:, 1:] & valid[:, :-1] & (answers[:, 1:] == answers[:, :-1])
+    t = np.arange(answers.shape[1])
+    start = np.maximum.accumulate(np.where(same, 0, t[None, :]), axis=1)
+    return np.where(valid, t[None, :] - start + 1, 0)
 
 
 def within_each(seqs: Sequence[OnlineSequence], budgets: np.ndarray, worst: WorstCase) -> np.ndarray:
