@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.budgets.test_online import _drive
 from tts.budgets.online import (
     OnlineAllocator,
     OnlinePolicy,
@@ -18,17 +19,6 @@ from tts.budgets.online import (
     stopping_stages,
 )
 from tts.budgets.replay.online import OnlineSequence, race_table, streak_table
-
-
-def _drive(alloc, answer, cost, worst):
-    """Run an allocator to the end; ``answer(pid, i)`` is the i-th sample's answer of a problem."""
-    while call := alloc.next_call(worst):
-        for pid, k in call:
-            for _ in range(k):
-                i = alloc.problem_ids.index(pid)
-                alloc.record(pid, answer(pid, int(alloc.n[i])), cost(pid, int(alloc.n[i])))
-    return alloc
-
 
 # --- the window rule (ESC) ------------------------------------------------------------------------
 

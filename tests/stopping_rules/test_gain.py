@@ -8,18 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.budgets.test_online import _drive
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, plan_round
-from tts.budgets.replay.online import OnlineSequence
 from tts.budgets.rate_models.vote_value import VoteValue, fit_kappa, leader_correct
-
-
-def _drive(alloc, answer, cost, worst):
-    while call := alloc.next_call(worst):
-        for pid, k in call:
-            for _ in range(k):
-                i = alloc.problem_ids.index(pid)
-                alloc.record(pid, answer(pid, int(alloc.n[i])), cost(pid, int(alloc.n[i])))
-    return alloc
+from tts.budgets.replay.online import OnlineSequence
 
 
 def test_a_vote_that_stays_flat_is_worth_less_with_every_sample():
