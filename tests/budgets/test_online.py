@@ -18,6 +18,15 @@ from tts.budgets.online import (
 from tts.budgets.replay.online import OnlineSequence
 
 
+def _random_votes(rng, size, width):
+    """Random answers (-1: none; answer 0 more common on some problems), costs, running vote counts
+    per answer and those counts sorted: the replay's inputs for the replay = live tests."""
+    answers = np.where(rng.random((size, width)) < rng.random((size, 1)), 0, rng.integers(-1, 4, (size, width)))
+    costs = rng.integers(5, 100, (size, width)).astype(float)
+    votes = np.cumsum((answers[..., None] == np.arange(4)) & (answers[..., None] >= 0), axis=1)
+    return answers, costs, votes, np.sort(votes, axis=2)
+
+
 def _drive(alloc, answer, cost, worst):
     """Run an allocator to the end; ``answer(pid, i)`` is the i-th sample's answer of a problem."""
     while call := alloc.next_call(worst):
@@ -94,10 +103,7 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, rule):
     same samples per problem at every budget, and a smaller budget draws a prefix of a larger one."""
     rng = np.random.default_rng(seed)
     size, width = 25, 40
-    answers = np.where(rng.random((size, width)) < rng.random((size, 1)), 0, rng.integers(-1, 4, (size, width)))
-    costs = rng.integers(5, 100, (size, width)).astype(float)
-    votes = np.cumsum((answers[..., None] == np.arange(4)) & (answers[..., None] >= 0), axis=1)
-    top = np.sort(votes, axis=2)
+    answers, costs, votes, top = _random_votes(rng, size, width)
     policy = OnlinePolicy(n_max=int(rng.integers(4, width + 1)), chunk=int(rng.integers(1, 6)),
                           escalate=bool(seed % 2), rule=rule)
     prompt = rng.integers(0, 30, size).astype(float)

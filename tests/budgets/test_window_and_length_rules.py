@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.budgets.test_online import _drive
+from tests.budgets.test_online import _drive, _random_votes
 from tts.budgets.online import (
     OnlineAllocator,
     OnlinePolicy,
@@ -175,10 +175,7 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting
     every budget."""
     rng = np.random.default_rng(seed)
     size, width = 25, 40
-    answers = np.where(rng.random((size, width)) < rng.random((size, 1)), 0, rng.integers(-1, 4, (size, width)))
-    costs = rng.integers(5, 100, (size, width)).astype(float)
-    votes = np.cumsum((answers[..., None] == np.arange(4)) & (answers[..., None] >= 0), axis=1)
-    top = np.sort(votes, axis=2)
+    answers, costs, votes, top = _random_votes(rng, size, width)
     policy = OnlinePolicy(n_max=int(rng.integers(8, width + 1)), chunk=int(rng.integers(1, 6)),
                           escalate=bool(seed % 2), **setting)
     race = race_table(answers, costs, policy.length_weight) if policy.length_weight else None
