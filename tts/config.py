@@ -311,7 +311,7 @@ class DataConfig(_Frozen):
     """Where problems come from and which fields hold what."""
 
     benchmark: str = "demo"
-    """Registered benchmark name (demo, chains, stories, math500, aime2024, aime2025, amc2023, gsm8k, jsonl,
+    """Registered benchmark name (demo, chains, stories, math500, aime2024, aime2025, amc2023, gsm8k, humaneval, jsonl,
     bfcl:<category>)."""
     path: Path | None = None
     """Local JSONL/Parquet file or HF dataset directory instead of the hub copy."""

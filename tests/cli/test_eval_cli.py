@@ -281,3 +281,22 @@ def test_the_default_table_at_the_demo_configs_fits_a_100_column_terminal(tmp_pa
     assert [line.strip() for line in lines] == [line.strip() for line in render(table, 300)]
     wide, _ = summary_table(result, cfg.backend.model, "h100", wide=True)
     assert all(h in render(wide, 300)[2] for h in ("no ans", "FLOPs/pb", "eFLOPs/pb", "h100 s/pb"))
+
+
+def test_benchmark_help_names_every_registered_benchmark():
+    # humaneval was registered but missing from `tts eval --help` and DataConfig's field doc: a user
+    # reading either could not find it. BFCL's categories are named once, as bfcl:<category>.
+    import inspect
+    import re
+
+    from tts.cli.eval import eval_command
+    from tts.config import DataConfig
+    from tts.registry import BENCHMARKS
+
+    names = {n for n in BENCHMARKS.names() if not n.startswith("bfcl:")}
+    option = inspect.signature(eval_command).parameters["benchmark"].default
+    field_doc = DataConfig.model_fields["benchmark"].description or ""
+    for text in (option.help, field_doc):
+        listed = set(re.findall(r"[a-z0-9]+", text))
+        assert names <= listed, sorted(names - listed)
+        assert "bfcl:<category>" in text

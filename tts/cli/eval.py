@@ -507,7 +507,7 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
 
 
 def eval_command(
-    benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="demo, chains, stories, math500, aime2024, aime2025, amc2023, gsm8k, jsonl, bfcl:<category> (bfcl:simple, bfcl:live_multiple, ...; needs `make bfcl-env`)."),
+    benchmark: str | None = typer.Option(None, "--benchmark", "-b", help="demo, chains, stories, math500, aime2024, aime2025, amc2023, gsm8k, humaneval, jsonl, bfcl:<category> (bfcl:simple, bfcl:live_multiple, ...; needs `make bfcl-env`)."),
     strategy: list[str] | None = typer.Option(None, "--strategy", "-s", help="Repeatable; a registered strategy (`tts strategies` lists them)."),
     n: list[int] | None = typer.Option(None, "-n", help="Samples (search: candidates) per problem; repeat for a ladder (-n 1 -n 4 -n 16)."),
     verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
