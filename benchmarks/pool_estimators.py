@@ -36,7 +36,7 @@ from tts.benchmarks import pool_draws
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"
-RULES = ("majority", "best_score", "weighted_vote")
+RULES = ("vote", "best_score", "weighted_vote")
 
 
 class _Clock:
@@ -59,7 +59,7 @@ def _length_scores(mp) -> np.ndarray:
 
 
 def _vectorised(mp, rule: str, ns: np.ndarray, order: np.ndarray, scores: np.ndarray) -> est.Curve:
-    if rule == "majority":
+    if rule == "vote":
         return est.majority_vote(mp, ns, order=order)
     if rule == "best_score":
         return est.best_of_n(mp, ns, scores=scores, method="bootstrap", order=order)
@@ -67,7 +67,7 @@ def _vectorised(mp, rule: str, ns: np.ndarray, order: np.ndarray, scores: np.nda
 
 
 def _loop_args(mp, rule: str, scores: np.ndarray) -> np.ndarray | None:
-    if rule == "majority":
+    if rule == "vote":
         return None
     return scores if rule == "best_score" else est.vote_weights(mp, "exp", scores)
 
@@ -161,7 +161,7 @@ def main() -> None:
     print("\naccuracy at n=1 / n=" + str(args.n_max) + " [95% interval over problems]:")
     for m in pool.models:
         parts = []
-        for rule in ("pass", "majority", "best_exact", "weighted_vote"):
+        for rule in ("pass", "vote", "best_exact", "weighted_vote"):
             a, lo, hi = curves[m, rule].at(args.n_max)
             parts.append(f"{rule} {a:.3f} [{lo:.3f}, {hi:.3f}]")
         print(f"  {m:<28} mean {curves[m, 'pass'].at(1)[0]:.3f}; @{args.n_max}: " + "; ".join(parts))

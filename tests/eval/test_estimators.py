@@ -62,11 +62,11 @@ def math500(shared_data):
 
 def test_qwen_rm_example_gives_the_published_figures(qwen):
     # Qwen2.5-Math's own example: mean 0.91, maj@8 0.93, RM@8 0.94, pass@8 0.96.
-    curves = est.pool_curves(qwen, ("pass", "majority", "best_score"))
+    curves = est.pool_curves(qwen, ("pass", "vote", "best_score"))
     assert curves["pass"].at(1)[0] == pytest.approx(0.91, abs=1e-12)
     assert curves["pass"].at(8)[0] == pytest.approx(0.96, abs=1e-12)
     assert curves["best_score"].at(8)[0] == pytest.approx(0.94, abs=1e-12)
-    maj8 = curves["majority"].at(8)[0]
+    maj8 = curves["vote"].at(8)[0]
     # Three problems split 4-4 (or 2-2) between a right and a wrong answer: ties share here
     # (0.925), Qwen's Counter.most_common takes the first sample's answer (0.93). Within rounding.
     assert abs(maj8 - 0.93) <= 0.005 + 1e-12
@@ -116,7 +116,7 @@ def test_vectorised_outcomes_equal_the_loop_for_the_same_draws(tmp_path, seed):
     mp = _random_pool(tmp_path, seed)
     order = pool_draws.draw_orders(mp.counts, 7, 60, seed)
     w = est.vote_weights(mp, "sigmoid")  # non-dyadic floats: ties only where sums really tie
-    cases = [("majority", None, pool_draws.vote_outcomes(mp, order)),
+    cases = [("vote", None, pool_draws.vote_outcomes(mp, order)),
              ("weighted_vote", w, pool_draws.vote_outcomes(mp, order, w)),
              ("best_score", None, pool_draws.best_score_outcomes(mp, order))]
     for rule, extra, vec in cases:
@@ -129,7 +129,7 @@ def test_vectorised_outcomes_equal_the_loop_for_the_same_draws(tmp_path, seed):
     # A pool that grades one answer string both ways: grades are shares (float sums, same values).
     mixed = _random_pool(tmp_path, seed, grade=lambda a, s: a == 0 or (a == 1 and s % 2 == 0))
     assert not np.all(np.isin(pool_draws._slot_tables(mixed)[1], (0.0, 1.0)))  # some share is 1/2, 1/3, ...
-    for rule, extra in (("majority", None), ("weighted_vote", est.vote_weights(mixed, "sigmoid"))):
+    for rule, extra in (("vote", None), ("weighted_vote", est.vote_weights(mixed, "sigmoid"))):
         np.testing.assert_allclose(pool_draws.vote_outcomes(mixed, order, extra),
                                    pool_draws.loop_outcomes(mixed, order, rule, extra), atol=1e-12)
     # The curve is the mean over the same draws.
@@ -186,7 +186,7 @@ def test_exact_best_of_n_equals_enumeration_and_bootstrap_converges(tmp_path):
     boot = est.best_of_n(mp, ns, method="bootstrap", draws=4000, seed=1)
     np.testing.assert_allclose(boot.mean, exact.mean, atol=0.02)
     maj = est.majority_vote(mp, [3], draws=4000, seed=2)
-    assert maj.mean[0] == pytest.approx(_enumerate(mp, 3, "majority").mean(), abs=0.02)
+    assert maj.mean[0] == pytest.approx(_enumerate(mp, 3, "vote").mean(), abs=0.02)
 
 
 # --- intervals ---------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
     ns = [1, 2, 5]
     curves = est.pool_curves(mp, ns=ns, draws=300, seed=3)
     assert list(curves) == list(est.RULES)
-    expected = {"pass": est.pass_at_k(mp, ns, seed=3), "majority": est.majority_vote(mp, ns, draws=300, seed=3),
+    expected = {"pass": est.pass_at_k(mp, ns, seed=3), "vote": est.majority_vote(mp, ns, draws=300, seed=3),
                 "best_score": est.best_of_n(mp, ns, seed=3),
                 "weighted_vote": est.weighted_vote(mp, ns, draws=300, seed=3)}
     for rule, curve in curves.items():
@@ -290,21 +290,21 @@ def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
         np.testing.assert_array_equal(curve.lo, want.lo)
         np.testing.assert_array_equal(curve.hi, want.hi)
     assert [(c.rule, c.method, c.draws) for c in curves.values()] == [
-        ("pass", "exact", 0), ("majority", "bootstrap", 300), ("best_score", "exact", 0),
+        ("pass", "exact", 0), ("vote", "bootstrap", 300), ("best_score", "exact", 0),
         ("weighted_vote", "bootstrap", 300)]
-    votes_only = est.pool_curves(mp, rules=("majority",), ns=ns, draws=300, seed=3)
-    np.testing.assert_array_equal(votes_only["majority"].per_problem, curves["majority"].per_problem)
+    votes_only = est.pool_curves(mp, rules=("vote",), ns=ns, draws=300, seed=3)
+    np.testing.assert_array_equal(votes_only["vote"].per_problem, curves["vote"].per_problem)
     rank = est.pool_curves(mp, rules=("weighted_vote",), ns=ns, draws=300, seed=3, weighting="exp")
     np.testing.assert_array_equal(rank["weighted_vote"].per_problem,
                                   est.weighted_vote(mp, ns, weighting="exp", draws=300, seed=3).per_problem)
-    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, majority, best_score, weighted_vote$"):
+    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, vote, best_score, weighted_vote$"):
         est.pool_curves(mp, rules=("best",), ns=ns)
 
 
 def test_pool_curves_skip_score_rules_without_scores_unless_given(tmp_path):
     rows = [_row(f"p{p}", s, f"x{s % 2}", s % 2 == 0) for p in range(4) for s in range(4)]
     mp = load_pool(_write(tmp_path / "unscored.jsonl", rows))["m"]
-    assert list(est.pool_curves(mp, ns=[1, 3], draws=50)) == ["pass", "majority"]
+    assert list(est.pool_curves(mp, ns=[1, 3], draws=50)) == ["pass", "vote"]
     scores = np.tile(np.array([0.9, 0.1, 0.8, 0.2]), (4, 1))
     given = est.pool_curves(mp, ns=[1, 3], draws=50, scores=scores)
     assert list(given) == list(est.RULES)
@@ -342,7 +342,7 @@ def test_curves_are_reproducible_labelled_and_use_the_default_draws(tmp_path):
         assert a.draws in (0, 1000)
     boot = est.best_of_n(mp, ns, method="bootstrap", draws=200)
     assert (boot.rule, boot.method, boot.draws, boot.ns.tolist()) == ("best_score", "bootstrap", 200, ns)
-    assert est.pool_curves(mp, rules=("majority",), ns=ns)["majority"].draws == 1000
+    assert est.pool_curves(mp, rules=("vote",), ns=ns)["vote"].draws == 1000
     order = pool_draws.draw_orders(mp.counts, 3, 200, 5)
     np.testing.assert_array_equal(est.best_of_n(mp, ns, method="bootstrap", order=order).per_problem,
                                   est.best_of_n(mp, ns, method="bootstrap", draws=200, seed=5).per_problem)

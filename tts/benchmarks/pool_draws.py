@@ -41,7 +41,7 @@ def sample_scores(pool: ModelPool, scores: np.ndarray | None = None) -> np.ndarr
     bad = int((~np.isfinite(s) & pool.mask & (pool.answers >= 0)).sum())
     if bad:
         raise ValueError(f"{bad} samples of model {pool.model} have no finite score; score-based rules need "
-                         f"one per sample (pass scores=..., e.g. -pool.tokens, or use rule 'majority')")
+                         f"one per sample (pass scores=..., e.g. -pool.tokens, or use rule 'vote')")
     return s
 
 
@@ -345,7 +345,7 @@ def best_score_outcomes(pool: ModelPool, order: np.ndarray, scores: np.ndarray |
 # --- reference loop -------------------------------------------------------------------------------
 
 
-def loop_outcomes(pool: ModelPool, order: np.ndarray, rule: Literal["majority", "best_score", "weighted_vote"],
+def loop_outcomes(pool: ModelPool, order: np.ndarray, rule: Literal["vote", "best_score", "weighted_vote"],
                   weights: np.ndarray | None = None) -> np.ndarray:
     """The same outcomes as :func:`vote_outcomes` / :func:`best_score_outcomes`, by a plain Python
     loop over draws, problems and prefixes (the baseline of ``benchmarks/pool_estimators.py`` and

@@ -8,7 +8,7 @@ them?" for every n in 1..N. Four rules, all on one model's :class:`~tts.benchmar
   Language Models Trained on Code", eq. 1): ``1 - C(N-c, n) / C(N, n)``.
 * ``best_score``: the highest-scored answered sample of the n. Exact: the top score among n drawn
   is level v with probability ``[C(#<=v, n) - C(#<v, n)] / C(N, n)``; or bootstrap.
-* ``majority``: plurality vote over the answers of the n. Bootstrap (no closed form used).
+* ``vote``: plurality vote over the answers of the n. Bootstrap (no closed form used).
 * ``weighted_vote``: each sample votes with a positive weight from its score. Bootstrap.
 
 Conventions, shared by the vectorised code and the plain-Python reference :func:`loop_outcomes`:
@@ -57,8 +57,8 @@ from tts.benchmarks.pool_draws import (
     vote_weights,
 )
 
-Rule = Literal["pass", "majority", "best_score", "weighted_vote"]
-RULES: tuple[Rule, ...] = ("pass", "majority", "best_score", "weighted_vote")
+Rule = Literal["pass", "vote", "best_score", "weighted_vote"]
+RULES: tuple[Rule, ...] = ("pass", "vote", "best_score", "weighted_vote")
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,7 +66,7 @@ class Curve:
     """Accuracy of one rule at each n, with a 95% interval over problems.
 
     Args:
-        rule: The rule ("pass", "majority", "best_score", "weighted_vote").
+        rule: The rule ("pass", "vote", "best_score", "weighted_vote").
         method: "exact" (combinatorial expectation) or "bootstrap" (mean over ``draws`` subsets).
         ns: The sample counts, ascending.
         mean, lo, hi: Accuracy and its 95% percentile-bootstrap interval over problems, per n.
@@ -203,7 +203,7 @@ def majority_vote(pool: ModelPool, ns: Sequence[int] | None = None, *, draws: in
     """Plurality vote accuracy for every n, bootstrapped over ``draws`` subsets (or ``order``)."""
     ns = check_ns(pool, ns)
     per, d = _bootstrap(pool, ns, order, draws, seed, lambda o, k: vote_outcomes(pool, o, None, k, per_draw=False))
-    return _curve("majority", "bootstrap", ns, per, d, seed)
+    return _curve("vote", "bootstrap", ns, per, d, seed)
 
 
 def weighted_vote(pool: ModelPool, ns: Sequence[int] | None = None, *, weighting: Weighting = "score",
@@ -240,13 +240,13 @@ def pool_curves(pool: ModelPool, rules: Sequence[Rule] = RULES, ns: Sequence[int
     ns = check_ns(pool, ns)
     scored = scores is not None or pool.has_scores
     order = None
-    if any(r in ("majority", "weighted_vote") and (r == "majority" or scored) for r in rules):
+    if any(r in ("vote", "weighted_vote") and (r == "vote" or scored) for r in rules):
         order = draw_orders(pool.counts, int(ns[-1]), draws, seed)
     out: dict[str, Curve] = {}
     for rule in rules:
         if rule == "pass":
             out[rule] = pass_at_k(pool, ns, seed=seed)
-        elif rule == "majority":
+        elif rule == "vote":
             out[rule] = majority_vote(pool, ns, seed=seed, order=order)
         elif rule == "best_score" and scored:
             out[rule] = best_of_n(pool, ns, scores=scores, seed=seed)

@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 CELLS = "cells.jsonl"
 MANIFEST = "sweep.json"
 SCHEMA_VERSION = 1
-_POOL_RULES = {"vote": "majority", "best_score": "best_score", "weighted_vote": "weighted_vote"}
-"""A strategy class's ``pool_rule`` -> the estimator of :mod:`tts.eval.estimators` that replays it."""
+_POOL_RULES = ("vote", "best_score", "weighted_vote")
+"""The ``pool_rule``s of strategy classes that :mod:`tts.eval.estimators` replays (its rules of the same name)."""
 
 
 class SweepError(ValueError):
@@ -336,7 +336,7 @@ def check_spec(spec: SweepSpec) -> list[str]:
         if spec.n[-1] > smallest:
             raise SweepError(f"n={spec.n[-1]} is more than the {smallest} samples some problem of {model} has in "
                              f"the pool; use n up to {smallest}")
-        need = sorted(r for r in rules if r != "majority")
+        need = sorted(r for r in rules if r != "vote")
         if need and not mp.has_scores:
             raise SweepError(f"{model} in {spec.pool} has samples without a score, which {', '.join(need)} needs; "
                              "sweep self_consistency, or a pool with scores")
@@ -442,12 +442,12 @@ def pool_rule_of(config: StrategyConfigBase) -> str:
     """The estimator that replays ``config`` from a pool, or a :class:`SweepError` naming those that can."""
     from tts.registry import STRATEGIES
 
-    rule = _POOL_RULES.get(getattr(STRATEGIES.load(config.kind), "pool_rule", None) or "")
-    if rule is None:
+    rule = getattr(STRATEGIES.load(config.kind), "pool_rule", None)
+    if rule not in _POOL_RULES:
         able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _POOL_RULES]
         raise SweepError(f"{config.kind} cannot be replayed from a sample pool (it does more than aggregate "
                          f"independent samples); sweep it live (drop --pool), or choose from: {', '.join(able)}")
-    if rule != "majority" and getattr(config, "verifier", None) is not None:
+    if rule != "vote" and getattr(config, "verifier", None) is not None:
         raise SweepError(f"{config.label}: a pool replay scores samples with the pool's own score field, not a "
                          "verifier; drop the verifier setting or sweep live")
     return rule
