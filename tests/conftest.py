@@ -58,12 +58,16 @@ def vllm_generator():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests of the 1.5B model run only when asked for by name (``-m model_1p5b``): a ``-m`` given
-    on the command line replaces the default one in ``addopts``, and ``-m 'not slow'`` alone must
-    not start a 1.5B engine."""
-    if "model_1p5b" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="needs the 1.5B model; run with -m model_1p5b")
+    """Tests of the 1.5B model, heavy tests and GPU tests run only when asked for by name (``-m
+    model_1p5b``, ``-m heavy``, ``-m gpu``): a ``-m`` given on the command line replaces the
+    default one in ``addopts``, and ``-m 'not slow'`` alone must not start a 1.5B engine or the
+    several engines and servers of a heavy test."""
+    asked = config.option.markexpr or ""
+    reasons = {"model_1p5b": "needs the 1.5B model; run with -m model_1p5b",
+               "heavy": "starts several engines or servers; run with -m heavy",
+               "gpu": "needs a CUDA GPU; run with -m gpu"}
+    skips = {mark: pytest.mark.skip(reason=why) for mark, why in reasons.items() if mark not in asked}
     for item in items:
-        if "model_1p5b" in item.keywords:
-            item.add_marker(skip)
+        for mark, skip in skips.items():
+            if mark in item.keywords:
+                item.add_marker(skip)

@@ -171,7 +171,18 @@ VerifierConfig = Annotated[SerializeAsAny[VerifierConfigBase], BeforeValidator(p
 """A field type that accepts any registered verifier's config (dispatched on ``kind``)."""
 
 
-class VLLMBackendConfig(_Frozen):
+class BackendConfigBase(_Frozen):
+    """What every backend config has: its registry name and the model it serves. The built-in
+    backends' configs are below; a plugin backend (entry-point group ``tts.backend``) declares its
+    own subclass as its class's ``config_class``, found through the backend registry."""
+
+    kind: str
+    """Registry name of the backend (``tts.registry.BACKENDS``)."""
+    model: str = DEFAULT_MODEL
+    """The model the backend serves."""
+
+
+class VLLMBackendConfig(BackendConfigBase):
     """An offline vLLM engine in this process (each generator owns one; see tts.backends.vllm)."""
 
     kind: Literal["vllm"] = "vllm"
@@ -229,7 +240,7 @@ SEEDED_HOSTS = frozenset({"api.openai.com"})
 """Hosts whose OpenAI-compatible servers are known to take a per-request ``seed`` safely."""
 
 
-class OpenAIBackendConfig(_Frozen):
+class OpenAIBackendConfig(BackendConfigBase):
     """Any OpenAI-compatible server, e.g. ``vllm serve``."""
 
     kind: Literal["openai"] = "openai"
@@ -285,7 +296,7 @@ class OpenAIBackendConfig(_Frozen):
         return (urlparse(self.base_url).hostname or "") in SEEDED_HOSTS
 
 
-class ScriptedBackendConfig(_Frozen):
+class ScriptedBackendConfig(BackendConfigBase):
     """The deterministic test backend: each problem answered right with probability ``accuracy``."""
 
     kind: Literal["scripted"] = "scripted"
@@ -297,14 +308,49 @@ class ScriptedBackendConfig(_Frozen):
     """Play a thinking model (``<think>`` thought ``</think>`` answer) that honours thinking budgets."""
 
 
-BackendConfig = Annotated[
-    VLLMBackendConfig | OpenAIBackendConfig | ScriptedBackendConfig, Field(discriminator="kind")
-]
-
-
-_BACKEND_CLASSES: dict[str, type[BaseModel]] = {
+BUILTIN_BACKEND_CONFIGS: dict[str, type[BackendConfigBase]] = {
     c.model_fields["kind"].default: c for c in (VLLMBackendConfig, OpenAIBackendConfig, ScriptedBackendConfig)
 }
+"""The built-in backends' configs by ``kind`` (read without importing the backends themselves)."""
+
+
+def backend_config_class(kind: str) -> type[BackendConfigBase]:
+    """The config class of the backend registered as ``kind``: a built-in one, or a plugin's ``config_class``.
+
+    Raises:
+        ValueError: ``kind`` is not a registered backend (the message lists them), or a plugin
+            backend declares no ``config_class`` subclassing :class:`BackendConfigBase`.
+    """
+    if kind in BUILTIN_BACKEND_CONFIGS:
+        return BUILTIN_BACKEND_CONFIGS[kind]
+    from tts.registry import BACKENDS
+
+    backend = BACKENDS.load(BACKENDS.check(kind))
+    cls = getattr(backend, "config_class", None)
+    if not (isinstance(cls, type) and issubclass(cls, BackendConfigBase)):
+        raise ValueError(f"the backend {kind!r} ({backend!r}) declares no config_class; give it one, a subclass of "
+                         "tts.config.BackendConfigBase with kind: Literal[...] set to its registry name")
+    return cls
+
+
+def parse_backend_config(value: Any) -> BackendConfigBase:
+    """A backend config from a dict (``kind`` defaults to "vllm"), a bare name, or an existing config.
+
+    Raises:
+        ValueError: An unknown ``kind``, or fields that the backend's config refuses.
+    """
+    if isinstance(value, BackendConfigBase):
+        return value
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a backend config is a name or a mapping with a 'kind', got {value!r}")
+    return backend_config_class(str(value.get("kind", "vllm"))).model_validate(dict(value))
+
+
+BackendConfig = Annotated[SerializeAsAny[BackendConfigBase], BeforeValidator(parse_backend_config)]
+"""A field type that accepts any registered backend's config (dispatched on ``kind``): the three
+built-in ones and plugins'."""
 
 
 class DataConfig(_Frozen):
@@ -436,8 +482,13 @@ class EvalConfig(_Frozen):
             if "seed" in type(backend).model_fields and "seed" not in backend.model_fields_set:
                 data = {**data, "backend": backend.model_copy(update={"seed": data["seed"]})}
         elif isinstance(backend, Mapping) and "seed" not in backend:
-            backend_class = _BACKEND_CLASSES.get(backend.get("kind", "vllm"))
-            if backend_class is not None and "seed" in backend_class.model_fields:
+            backend_class = BUILTIN_BACKEND_CONFIGS.get(backend.get("kind", "vllm"))
+            if backend_class is None:
+                try:
+                    backend_class = backend_config_class(str(backend.get("kind")))
+                except ValueError:
+                    return data  # the backend field's own validation says what is wrong
+            if "seed" in backend_class.model_fields:
                 data = {**data, "backend": {**backend, "seed": data["seed"]}}
         return data
 

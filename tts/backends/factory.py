@@ -13,7 +13,7 @@ def create_generator(config: object, problems: Sequence[Problem] = ()) -> Genera
     """Instantiate the backend named by ``config.kind`` through its ``from_config``.
 
     Args:
-        config: A VLLMBackendConfig, OpenAIBackendConfig or ScriptedBackendConfig.
+        config: A backend config (:data:`tts.config.BackendConfig`: a built-in one or a plugin's).
         problems: The problems of the run; the scripted backend builds its per-problem answer
             distributions from their gold answers (tests and docs only).
     """

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import networkx as nx
 from pydantic import (
@@ -161,17 +161,16 @@ class GraphSpec(_Frozen):
 
 
 def _check_models(spec: GraphSpec) -> None:
-    from tts.config import BackendConfig
-    from tts.registry import BACKENDS
+    from tts.config import BUILTIN_BACKEND_CONFIGS, backend_config_class
 
     if POLICY in spec.models:
         raise GraphError(f"models: {POLICY!r} is the run's own model and cannot be redefined; rename the entry")
-    union = get_args(BackendConfig)[0]
-    known = {f for cls in get_args(union) for f in cls.model_fields}
+    builtin = {f for cls in BUILTIN_BACKEND_CONFIGS.values() for f in cls.model_fields}
     for name, entry in spec.models.items():
+        known = builtin
         if "kind" in entry:
             try:
-                BACKENDS.check(str(entry["kind"]))
+                known = set(backend_config_class(str(entry["kind"])).model_fields)
             except ValueError as exc:
                 raise GraphError(f"model {name!r}: {exc}") from None
         unknown = sorted(set(entry) - known)
