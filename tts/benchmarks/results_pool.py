@@ -136,7 +136,20 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
     wanted = _verifier_dump(verifier)
     if verifier is not None and wanted is None:
         raise ValueError(f"verifier {verifier!r} is not a verifier config this installation can read")
-    # 1. Per (model, problem), the row with the most samples (the first such row on ties).
+    best = _longest_rows(rows, wanted)
+    out = _sample_rows(best, score, scored_by_verifier=wanted is not None)
+    if not out:
+        raise PoolError("none of the result rows has trace samples; a pool needs a run of a sampling "
+                        "strategy (self_consistency, best_of_n, weighted_vote) that kept its traces")
+    skipped = sum(not _samples(r) for r in best.values())
+    if skipped:
+        logger.warning("%d problems have no trace samples and are left out of the pool", skipped)
+    return out
+
+
+def _longest_rows(rows: Iterable[dict[str, Any]], wanted: dict[str, Any] | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (model, problem), the result row with the most samples (the first such row on ties);
+    with ``wanted`` (a verifier's dump), only rows scored by that verifier as configured."""
     best: dict[tuple[str, str], dict[str, Any]] = {}
     not_prefix = 0
     seen_verifiers: list[str] = []
@@ -169,11 +182,16 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
                         + (f"the rows' verifiers are: {'; '.join(seen_verifiers)}. " if seen_verifiers else "no row has one. ")
                         + "Calibrate on a run of best_of_n or weighted_vote with this verifier "
                         "(tts eval -s best_of_n -s weighted_vote --verifier ...).")
-    # 2. One pool row per sample of the kept rows.
+    return best
+
+
+def _sample_rows(best: dict[tuple[str, str], dict[str, Any]], score: ScoreField,
+                 scored_by_verifier: bool) -> list[dict[str, Any]]:
+    """One pool row per sample of the kept result rows, samples in generation order."""
     out: list[dict[str, Any]] = []
     for (model, pid), row in best.items():
         prompt = _prompt_tokens(row)
-        verified = row["trace"]["scores"] if wanted is not None else None
+        verified = row["trace"]["scores"] if scored_by_verifier else None
         for idx, s in enumerate(_samples(row)):
             tokens = s.get("completion_tokens")
             if verified is not None:
@@ -191,12 +209,6 @@ def pool_rows_from_results(rows: Iterable[dict[str, Any]], score: ScoreField = "
                 "gold_answer": row.get("gold"),
                 "prompt_tokens": prompt,
             })
-    if not out:
-        raise PoolError("none of the result rows has trace samples; a pool needs a run of a sampling "
-                        "strategy (self_consistency, best_of_n, weighted_vote) that kept its traces")
-    skipped = sum(not _samples(r) for r in best.values())
-    if skipped:
-        logger.warning("%d problems have no trace samples and are left out of the pool", skipped)
     return out
 
 
