@@ -344,6 +344,13 @@ def test_a_budget_below_the_search_is_refused_and_a_ladder_searches_independentl
     _strategy("beam", n=8, model=model, verifier=SumCheck()).solve(addition_problems(1))
     first_calls = [c for c in model.calls if c[0].continuation == ""]
     assert len(first_calls) == 2 and first_calls[0][0].seed != first_calls[1][0].seed
+    # The worst case counts a forced answer per candidate only where answers are forced.
+    steps_only = Budget(tokens=4 * 8 * 128)  # n x max_depth x step_tokens
+    with pytest.raises(StrategyInputError, match="plus forced answers"):
+        _strategy("beam", n=4, model=step_model(), verifier=SumCheck()).solve(addition_problems(1), [steps_only])
+    sols = _strategy("beam", n=4, model=step_model(), verifier=SumCheck(), force_answer=False).solve(
+        addition_problems(1), [steps_only])
+    assert sols[0].answer is not None
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])

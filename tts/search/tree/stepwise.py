@@ -65,9 +65,11 @@ class StepState(NamedTuple):
         path: Child indices from the root, ``"3.0.1"`` (the root is ``""``); seeds derive from it.
         tokens: Generated tokens along the path (forced answers included).
         logprobs: Mean token logprob of each step in ``steps`` (None where absent).
-        finished: Whether the solution has its final answer.
-        answer: The extracted answer of a finished solution.
-        forced: Why the answer was forced ("depth", "tokens", "ended"), None when stated freely.
+        finished: Whether the solution is done: it stated its answer, had one forced, or (with
+            ``force_answer=False``) was stopped as it was.
+        answer: The extracted answer of a finished solution (None where a stopped one says none).
+        forced: Why the answer was forced ("depth", "tokens", "ended"), None when stated freely or
+            not forced (``force_answer=False``: the space's ``stopped_*`` events say why it stopped).
     """
 
     root: int
@@ -369,9 +371,9 @@ class StepwiseSpace:
         A child is finished when its step states an answer. When it must stop without one,
         ``forced`` is set (the child not yet finished) and ``(its parent's index, its position)`` is
         added to ``pending``; with ``force_answer=False`` it is finished instead, as it is, with the
-        answer read off its whole text and a ``stopped_*`` event. This is the hot loop of a search step (it runs once per generated step), so
-        it runs over the whole step in one call, with what every child shares read once and what
-        siblings share read off their parent once.
+        answer read off its whole text and a ``stopped_*`` event. This is the hot loop of a search
+        step (it runs once per generated step), so it runs over the whole step in one call, with
+        what every child shares read once and what siblings share read off their parent once.
         """
         parts, events, answers, extract = self._usage_parts, self.events, self._answers, self._answer
         cap, max_depth, force, separator = self.sampling.max_tokens, self.max_depth, self.force_answer, self.separator

@@ -59,7 +59,8 @@ class TreeSearchConfig(StrategyConfigBase):
     """Candidates per problem (N): the search samples at most N steps per problem at every depth
     and returns at most N finished solutions."""
     max_depth: int = Field(8, ge=1, le=256)
-    """Most steps of a solution; one still unfinished at this depth has its answer forced."""
+    """Most steps of a solution; one still unfinished at this depth has its answer forced (or is
+    stopped as it is: ``force_answer``)."""
     step_tokens: int = Field(128, ge=1, le=65536)
     """Most tokens of one step (the run's ``max_tokens`` caps the whole solution)."""
     step_separator: str = Field("\n\n", min_length=1)
@@ -187,7 +188,8 @@ class TreeSearchStrategy(VerifierStrategy):
         if budget.tokens is not None and budget.tokens < worst:
             raise StrategyInputError(f"{self.name}: a budget of {budget.tokens} tokens is below the search's "
                                      f"worst case of {worst} (n={c.n} x max_depth={c.max_depth} steps of up to "
-                                     f"{min(c.step_tokens, self.sampling.max_tokens)} tokens, plus forced answers); "
+                                     f"{min(c.step_tokens, self.sampling.max_tokens)} tokens"
+                                     f"{', plus forced answers' if c.force_answer else ''}); "
                                      "lower n, max_depth or step_tokens, or raise the budget.")
 
     # --- one problem's solution -----------------------------------------------------------------
