@@ -69,13 +69,16 @@ aggregation (``--aggregation``, default ``min``), and the same problems; rounds 
 
 Settings that could not be made equal (each side as its code does it):
 
-- Where a solution ends: tts ends a path at a step that states an answer ("The answer is N."),
-  and forces one ("Therefore, the final answer is $\\boxed{", one more call) on a path that reaches
-  the depth cap or ends its message without one. search-and-learn ends a beam at an end of sequence,
-  a step cut by its token cap, or an empty step, and generates its last iteration to the end of
-  sequence without the separator stop. its_hub ends a particle whose step contains ``stop_token``
-  ("The answer is") or after ``max_steps + 1`` steps (``--depth`` - 1 is passed), with no forced
-  answer.
+- Where a solution ends: tts ends a path at a step that states an answer ("The answer is N.", or
+  a ``\\boxed{}``, "final answer: ..."), and at the depth cap or an end of sequence. No side
+  forces an answer: tts runs with ``force_answer=false`` (its default would continue such a path
+  with "Therefore, the final answer is $\\boxed{", one more request each), so a stopped path's
+  answer is what its text says on every side. What still differs: search-and-learn also ends a
+  beam at a step cut by its token cap or an empty step (tts continues both), and generates its
+  last iteration to the end of sequence without the separator stop (tts's last step stops at the
+  separator like the others); its_hub ends a particle whose step contains ``stop_token`` ("The
+  answer is") or after ``max_steps + 1`` steps (``--depth`` - 1 is passed), and continues one
+  that ended its message (tts stops it).
 - The partial solution a step continues: tts strips each step and joins them with the separator;
   the references keep the model's text as it came. All three end it with the whole separator
   (tts: ``heal_separator=false``; tts's default holds back its last character, which changes what
@@ -313,8 +316,9 @@ def _tts_search_config(args: argparse.Namespace, ctx: dict, seed: int, heal: boo
     """The ``tts eval`` config (JSON is YAML) of the tts side: the same settings the peers get
     (``heal``: tts's own default boundary instead, for the ``tts-default`` side)."""
     strategy = {"kind": args.search, "n": args.n, "max_depth": args.depth, "step_tokens": args.step_tokens,
-                # The peers continue a partial solution that ends with the whole separator.
-                "heal_separator": heal, "select": "verifier",
+                # The peers continue a partial solution that ends with the whole separator, and stop a
+                # path that must end without an answer as it is (no forced answer, no extra request).
+                "heal_separator": heal, "force_answer": False, "select": "verifier",
                 "verifier": {"kind": "chain", "aggregation": args.aggregation}}
     if args.search == "beam":
         # search-and-learn's rule: n steps at every depth, the first n to finish returned.

@@ -18,8 +18,10 @@ Glue, and why (everything else is its_hub's code, unchanged):
   in place of that user message before the request is built, so that both sides send the model
   the same chat. ``--flattened`` turns this off (its_hub exactly as shipped).
 - Stopping: its_hub stops a particle only when ``stop_token`` appears in its last step or after
-  ``max_steps``; tts stops a path when its step states an answer. ``--stop-token`` (default "The
-  answer is", the chains prompt's answer line) is the nearest its_hub setting.
+  ``max_steps`` + 1 steps, and forces no answer; tts stops a path when its step states an answer,
+  and at its depth cap (``max_depth`` = ``max_steps`` + 1) runs with ``force_answer=false`` on the
+  side-by-side, so it forces none either. ``--stop-token`` (default "The answer is", the chains
+  prompt's answer line) is the nearest its_hub setting to tts's answer check.
 
     pip install 'its_hub[lm]==1.2.0'      # in a separate virtual environment (setup_peers.sh)
     python its_hub_particle_filtering.py --problems P.json --base-url URL --model NAME --n 4 --out OUT.json

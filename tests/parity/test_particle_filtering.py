@@ -341,3 +341,113 @@ def test_particle_gibbs_iterations_one_is_particle_filtering():
     rng = Recording(3)
     [b] = particle_filter(space, space, 6, rngs=[rng])
     assert rng.weights == a[1] and [n.state.steps for n in b.leaf_nodes] == a[2][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a particle stops: its_hub's rule is tts's with force_answer=False.
+# ---------------------------------------------------------------------------------------------
+
+STOP_TOKEN = "The answer is"  # the stop_token benchmarks/side_by_side.py gives its_hub (its driver's)
+
+
+def ref_is_stopped(steps_so_far: Sequence[str], next_step: str, max_steps: int) -> bool:
+    """step_generation.py StepGeneration.aforward: a particle stops once it has taken a step with
+    ``max_steps`` steps already behind it (so after max_steps + 1 steps), or when its new step
+    contains ``stop_token``. Nothing else is sent for it: no forced answer."""
+    return len(steps_so_far) >= max_steps or STOP_TOKEN in next_step
+
+
+def ref_response(steps: Sequence[str], separator: str) -> str:
+    """step_generation.py _post_process(steps, stopped=True), step_token a string and the stop
+    strings left out of the output: the steps joined by the step token. The side-by-side driver
+    reads the answer off this text with tts's extractor."""
+    return separator.join(steps)
+
+
+class ParityModel:
+    """A chat model for the stop rule: each sample (fixed by the request's seed, continuation and
+    index) is an arithmetic step, or with probability ``answers`` a step stating "The answer is N.";
+    it never ends its message. Records its requests."""
+
+    model_name = "parity-model"
+
+    def __init__(self, answers: float) -> None:
+        self.answers = answers
+        self.calls: list[list] = []
+
+    def generate(self, requests):
+        from tts.backends.base import Completion, GenerationResult, request_usage
+
+        self.calls.append(list(requests))
+        out = []
+        for req in requests:
+            comps = []
+            for i in range(req.n):
+                rng = random.Random(f"{req.seed}|{req.continuation}|{i}")
+                a, b = rng.randrange(1, 20), rng.randrange(1, 20)
+                text = f"{STOP_TOKEN} {a + b}." if rng.random() < self.answers else f"{a} + {b} = {a + b}"
+                comps.append(Completion(text, 6, -0.5, "stop", ended_by_eos=False))
+            out.append(GenerationResult(tuple(comps), request_usage(20, 0, [6] * req.n, 0.001)))
+        return out
+
+
+class TextScore:
+    """A verifier whose score of a partial solution is a fixed pseudo-random number of its text."""
+
+    def score(self, items):
+        return [VerifierScore((), random.Random("/".join(item.steps)).random()) for item in items]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("answers", [0.0, 0.15])
+def test_without_forcing_a_particle_stops_where_its_hubs_stops_and_says_what_its_text_says(answers, seed):
+    """its_hub (StepGeneration.aforward) stops a particle when its step contains the stop token or
+    after max_steps + 1 steps, sends nothing more for it, and returns its steps joined by the step
+    token. tts with force_answer=False and max_depth = max_steps + 1 (benchmarks/side_by_side.py
+    passes its_hub depth - 1): every final particle stopped exactly where that rule stops it, its
+    candidate text is its_hub's response and its answer is what tts's extractor reads off that
+    response; every request the search sent is a step request (where no step states an answer, n
+    samples per problem at each of the max_steps + 1 steps: its_hub's requests). The default (force_answer=True) departs: a particle
+    at the cap without an answer costs one more request, whose forced answer ends its text."""
+    from tts.answers import extract_answer
+    from tts.search.tree.particle_filtering import ParticleFiltering
+    from tts.search.tree.stepwise import ANSWER_NUDGE
+
+    max_steps, n, sep = 3, 6, "\n\n"
+    problems = [Problem(f"p{i}", f"What is {i} + {seed}?", str(i + seed)) for i in range(3)]
+
+    def run(force_answer: bool):
+        model = ParityModel(answers)
+        config = ParticleFilteringConfig(n=n, max_depth=max_steps + 1, verifier="arithmetic", heal_separator=False,
+                                         force_answer=force_answer)
+        strategy = ParticleFiltering(config, model, MATH_PROMPT.render, SamplingConfig(max_tokens=1000), seed=seed,
+                                     verifier=TextScore())
+        return model, strategy.solve(problems)
+
+    model, sols = run(False)
+    for sol in sols:
+        assert len(sol.trace.samples) == n
+        nodes = {node["id"]: node for node in sol.trace.tree}
+        for sample in sol.trace.samples:
+            steps = tuple(sample.text.split(sep))
+            # Stopped here by its_hub's rule, and not one step earlier.
+            assert ref_is_stopped(steps[:-1], steps[-1], max_steps)
+            assert not any(ref_is_stopped(steps[:k], steps[k], max_steps) for k in range(len(steps) - 1))
+            assert sample.text == ref_response(steps, sep)
+            assert sample.answer == extract_answer(ref_response(steps, sep)) is not None
+        assert all(node["forced"] is None for node in nodes.values())
+    requests = [r for call in model.calls for r in call]
+    assert not any(r.continuation.endswith(ANSWER_NUDGE) for r in requests)
+    assert all(r.continuation == "" or r.continuation.endswith(sep) for r in requests)  # whole separator, as its_hub
+    assert len(model.calls) <= max_steps + 1  # one call per step for all problems, none after the cap
+    if not answers:  # no step states an answer: every particle stopped at the cap, with its last number
+        assert all(len(s.text.split(sep)) == max_steps + 1 for sol in sols for s in sol.trace.samples)
+        assert all(sol.trace.events["stopped_depth"] >= n for sol in sols)
+        # its_hub sends one request per unstopped particle and step: n per problem at each of the
+        # max_steps + 1 steps; tts the same samples, copies of a particle as one request of n = copies.
+        assert len(model.calls) == max_steps + 1
+        assert all(sum(r.n for r in call if r.key == p.id) == n for call in model.calls for p in problems)
+
+    forced_model, forced = run(True)
+    assert any(r.continuation.endswith(ANSWER_NUDGE) for call in forced_model.calls for r in call)
+    assert any("Therefore, the final answer is" in s.text for sol in forced for s in sol.trace.samples)

@@ -254,3 +254,23 @@ def test_runs_on_the_scripted_backend_with_the_judge_verifier():
     assert [s.problem_id for s in sols] == [p.id for p in problems]
     assert all(len(s.trace.samples) == 4 and s.usage.completion_tokens > 0 for s in sols)
 
+
+
+def test_tts_eval_takes_force_answer_false_and_forces_no_answer(tmp_path):
+    import json
+
+    runs = {}
+    for setting in ("true", "false"):
+        out = tmp_path / setting
+        r = CliRunner(env={"COLUMNS": "220"}).invoke(app, [
+            "eval", "--backend", "scripted", "--benchmark", "demo", "--limit", "4", "-s", "particle_filtering",
+            "-n", "4", "--set", "max_depth=1", "--set", f"force_answer={setting}", "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        runs[setting] = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {row["config"] for row in runs["false"]} == {"particle_filtering@4,max_depth=1,force_answer=False"}
+    assert {row["config"] for row in runs["true"]} == {"particle_filtering@4,max_depth=1"}  # the default goes unsaid
+    # max_depth=1: every path that did not state an answer in its first step must stop there.
+    stopped = [row for row in runs["false"] if row["trace"]["events"].get("stopped_depth")]
+    assert stopped and not any(k.startswith("forced_") for row in runs["false"] for k in row["trace"]["events"])
+    assert all(s["finish_reason"] != "forced" for row in runs["false"] for s in row["trace"]["samples"])
+    assert any(row["trace"]["events"].get("forced_depth") for row in runs["true"])

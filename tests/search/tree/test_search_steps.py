@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from tts.answers import extract_answer
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
@@ -46,9 +47,9 @@ class Checker:
         pass
 
 
-def _search(kind: str, model, checker: Checker, seed: int):
+def _search(kind: str, model, checker: Checker, seed: int, **extra):
     cls = STRATEGIES.load(kind)
-    settings = {"n": 8, "verifier": "logprob"}
+    settings = {"n": 8, "verifier": "logprob", **extra}
     if kind in ("beam", "dvts", "mcts", "lookahead"):
         settings["beam_width"] = 2
     if kind == "lookahead":
@@ -79,15 +80,16 @@ def _requests(calls, key: str | None = None) -> list[list[tuple]]:
             for call in calls]
 
 
+@pytest.mark.parametrize("force_answer", [True, False])
 @pytest.mark.parametrize("kind", SEARCHES)
-def test_one_engine_call_per_step_for_all_problems_together(kind, step_model, addition_problems):
+def test_one_engine_call_per_step_for_all_problems_together(kind, force_answer, step_model, addition_problems):
     problems = addition_problems(5, seed=2)
     together = step_model(slip=0.3, seed=7, empty=0.1, ends=0.05)
-    sols = _search(kind, together, Checker(), seed=1).solve(problems)
+    sols = _search(kind, together, Checker(), seed=1, force_answer=force_answer).solve(problems)
     alone_calls, alone_sols = [], []
     for p in problems:
         model = step_model(slip=0.3, seed=7, empty=0.1, ends=0.05)
-        alone_sols += _search(kind, model, Checker(), seed=1).solve([p])
+        alone_sols += _search(kind, model, Checker(), seed=1, force_answer=force_answer).solve([p])
         alone_calls.append(model.calls)
     # Each problem sends, step by step, exactly the requests it sends alone, and gets the same solution.
     for p, calls, sol, alone in zip(problems, alone_calls, sols, alone_sols, strict=True):
@@ -102,6 +104,37 @@ def test_one_engine_call_per_step_for_all_problems_together(kind, step_model, ad
     assert len(together.calls) < sum(len(calls) for calls in alone_calls)
     assert len({r.key for r in together.calls[0]}) == len(problems)
     assert all(together.calls)  # no empty call
+    if not force_answer:  # the paths that must stop are stopped as they are: no call forces an answer
+        assert not any(forcing for _, forcing in _steps(together.calls))
+
+
+@pytest.mark.parametrize("kind", SEARCHES)
+def test_without_forcing_a_capped_path_ends_where_it_stopped_and_its_answer_is_what_it_says(
+        kind, step_model, addition_problems):
+    # A model that never states an answer: every path reaches the depth cap. Forced (the default),
+    # each step that reaches the cap costs one more call; with force_answer=False none is made, and
+    # every candidate is the text as it stopped, with the answer the extractor reads off it.
+    problems = addition_problems(3, seed=1)
+    runs = {}
+    for force in (True, False):
+        model = step_model(slip=0.3, seed=4, never_answers=True)
+        sols = _search(kind, model, Checker(), seed=1, force_answer=force, max_depth=3).solve(problems)
+        runs[force] = (model, sols)
+    (forced_model, forced), (stopped_model, stopped) = runs[True], runs[False]
+    forcing = [call for call in forced_model.calls if _is_forcing(call)]
+    assert forcing and len(stopped_model.calls) == len(forced_model.calls) - len(forcing)
+    assert not any(r.continuation.endswith(ANSWER_NUDGE) for call in stopped_model.calls for r in call)
+    for sol in stopped:
+        assert sol.trace.samples and not any(k.startswith("forced_") for k in sol.trace.events)
+        assert sol.trace.events["stopped_depth"] >= 1
+        for sample in sol.trace.samples:
+            assert "Therefore" not in sample.text and sample.finish_reason == "stop"
+            assert sample.answer == extract_answer(sample.text) is not None
+        assert sol.answer in {s.answer for s in sol.trace.samples}
+    for sol in forced:
+        assert all(s.finish_reason == "forced" and "Therefore" in s.text for s in sol.trace.samples)
+    # Every step costs the model 10 tokens either way; the stopped run spends none on forced answers.
+    assert sum(s.usage.completion_tokens for s in stopped) < sum(s.usage.completion_tokens for s in forced)
 
 
 def _summary(kind: str, seed: int, step_model, addition_problems) -> list[tuple]:

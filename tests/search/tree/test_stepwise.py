@@ -194,6 +194,43 @@ def test_a_model_that_ends_its_message_gets_its_answer_forced(step_model, additi
     assert state.finished and state.forced == "ended" and state.answer is not None and state.steps == (state.step,)
 
 
+def test_without_forcing_the_depth_cap_stops_a_path_as_it_is_with_no_extra_call(step_model, addition_problems):
+    # force_answer=False: its_hub stops a particle at its step cap, and search-and-learn a beam, with
+    # no further request; the answer is whatever the text says (here the last number, the running total).
+    model = step_model(slip=0.0, never_answers=True)
+    space = _space(model, addition_problems(2), max_depth=2, force_answer=False)
+    kids = space.expand(space.initial_states(), [2, 2])
+    assert not any(k.finished for ks in kids for k in ks)
+    kids = space.expand([ks[0] for ks in kids], [3, 3])
+    assert len(model.calls) == 2  # no call forcing answers
+    assert not any(r.continuation.endswith(ANSWER_NUDGE) for call in model.calls for r in call)
+    for problem, ks in zip(space.problems, kids, strict=True):
+        numbers = [int(x) for x in re.findall(r"\d+", problem.question)]
+        for state in ks:
+            assert state.finished and state.forced is None and len(state.steps) == 2
+            assert not any("Therefore" in step for step in state.steps) and state.tokens == 20
+            assert state.answer == extract_answer(state.text(SEP)) == str(sum(numbers[:3]))
+    assert space.events[0]["stopped_depth"] == 3 and "forced_depth" not in space.events[0]
+
+
+def test_without_forcing_the_token_cap_and_an_ended_message_stop_as_they_are(step_model, addition_problems):
+    space = _space(step_model(slip=0.0, never_answers=True), addition_problems(1),
+                   sampling=SamplingConfig(max_tokens=25), step_tokens=10, force_answer=False)
+    state = space.initial_states()[0]
+    depth = 0
+    while not state.finished:
+        [[state]] = space.expand([state], [1])
+        depth += 1
+    assert depth == 3 and state.tokens == 25 and state.forced is None and len(state.steps) == 3
+    assert state.answer == extract_answer(state.text(SEP)) and space.events[0]["stopped_tokens"] == 1
+    # A model that ends its message at once has said nothing: finished, without an answer.
+    model = step_model(ends=1.0)
+    space = _space(model, addition_problems(1), force_answer=False)
+    [[state]] = space.expand(space.initial_states(), [1])
+    assert state.finished and state.answer is None and state.steps == () and len(model.calls) == 1
+    assert space.events[0]["stopped_ended"] == 1 and space.events[0]["empty_steps"] == 1
+
+
 def test_empty_steps_are_kept_unscored_and_rank_last(step_model, addition_problems):
     problems = addition_problems(1)
     space = _space(step_model(empty=0.5, seed=3), problems)
@@ -307,6 +344,13 @@ def test_a_budget_below_the_search_is_refused_and_a_ladder_searches_independentl
     _strategy("beam", n=8, model=model, verifier=SumCheck()).solve(addition_problems(1))
     first_calls = [c for c in model.calls if c[0].continuation == ""]
     assert len(first_calls) == 2 and first_calls[0][0].seed != first_calls[1][0].seed
+    # The worst case counts a forced answer per candidate only where answers are forced.
+    steps_only = Budget(tokens=4 * 8 * 128)  # n x max_depth x step_tokens
+    with pytest.raises(StrategyInputError, match="plus forced answers"):
+        _strategy("beam", n=4, model=step_model(), verifier=SumCheck()).solve(addition_problems(1), [steps_only])
+    sols = _strategy("beam", n=4, model=step_model(), verifier=SumCheck(), force_answer=False).solve(
+        addition_problems(1), [steps_only])
+    assert sols[0].answer is not None
 
 
 @pytest.mark.parametrize("kind", ["beam", "dvts"])

@@ -10,8 +10,12 @@ A child is finished when its step states an answer (a ``\\boxed{}`` or "the answ
 the extractor can read). A child must stop without one when it reached the depth cap
 (``max_depth`` steps), the token cap (the run's ``max_tokens`` per solution), or ended its message
 (the backend reported an end of sequence rather than the separator); its text is then continued
-with "Therefore, the final answer is $\\boxed{" and the answer read from what follows. An empty
-step is no error: the child is kept, never sent to the verifier, and ranks last.
+with "Therefore, the final answer is $\\boxed{" and the answer read from what follows
+(``force_answer=True``, the default). With ``force_answer=False`` such a child is instead stopped as
+it is, as the reference implementations stop theirs (its_hub's particle filtering at its step cap,
+search-and-learn's beam search at an end of sequence): no more requests, and its answer is what the
+extractor reads off its whole text, None when it reads nothing. An empty step is no error: the
+child is kept, never sent to the verifier, and ranks last.
 
 Every request's seed is derived from the run seed, the problem, the search (its config label)
 and the node's path in the tree, so no two expansions resend a seed.
@@ -61,9 +65,11 @@ class StepState(NamedTuple):
         path: Child indices from the root, ``"3.0.1"`` (the root is ``""``); seeds derive from it.
         tokens: Generated tokens along the path (forced answers included).
         logprobs: Mean token logprob of each step in ``steps`` (None where absent).
-        finished: Whether the solution has its final answer.
-        answer: The extracted answer of a finished solution.
-        forced: Why the answer was forced ("depth", "tokens", "ended"), None when stated freely.
+        finished: Whether the solution is done: it stated its answer, had one forced, or (with
+            ``force_answer=False``) was stopped as it was.
+        answer: The extracted answer of a finished solution (None where a stopped one says none).
+        forced: Why the answer was forced ("depth", "tokens", "ended"), None when stated freely or
+            not forced (``force_answer=False``: the space's ``stopped_*`` events say why it stopped).
     """
 
     root: int
@@ -161,11 +167,16 @@ class StepwiseSpace:
         heal_separator: Continue a partial solution from all but the last character of the
             separator, so that the model writes that character itself (see
             :meth:`continuation`); False ends the continuation with the whole separator.
+        force_answer: Force an answer onto a child that must stop without one (one more
+            request per such child, all in one extra generator call per expansion); False stops
+            it as it is, its answer read off its whole text (maybe None), as its_hub and
+            search-and-learn do.
 
     Attributes:
         usage: Generator usage per problem (every request, discarded children included).
         events: Per problem: ``empty_steps`` and forced answers (``forced_depth``,
-            ``forced_tokens``, ``forced_ended``).
+            ``forced_tokens``, ``forced_ended``), or with ``force_answer=False`` the children
+            stopped as they were (``stopped_depth``, ``stopped_tokens``, ``stopped_ended``).
         generate_calls: Generator calls so far.
     """
 
@@ -183,6 +194,7 @@ class StepwiseSpace:
         seed_key: str = "",
         answer_tokens: int = 32,
         heal_separator: bool = True,
+        force_answer: bool = True,
     ) -> None:
         if not separator:
             raise ValueError("the step separator must be a non-empty string")
@@ -199,6 +211,7 @@ class StepwiseSpace:
         self.seed = seed
         self.seed_key = seed_key
         self.answer_tokens = answer_tokens
+        self.force_answer = force_answer
         self._stop = (separator,)
         # The step requests differ only in these fields; the rest are set from one template.
         self._build_request = slots_builder(
@@ -225,7 +238,8 @@ class StepwiseSpace:
         return state.finished
 
     def expand(self, states: Sequence[StepState], counts: Sequence[int]) -> list[list[StepState]]:
-        """``counts[i]`` next steps of each state: one generator call, plus one to force answers."""
+        """``counts[i]`` next steps of each state: one generator call, plus one to force answers
+        (none with ``force_answer=False``)."""
         return self._expand(states, counts)
 
     def rollout_step(self, states: Sequence[StepState]) -> list[StepState | None]:
@@ -354,14 +368,15 @@ class StepwiseSpace:
         """The children the completions of each request make, one list per parent, in order; each
         request's usage is added to its problem's.
 
-        A child is finished when its step states an answer; ``forced`` is set (the child not yet
-        finished) when it must stop without one, and ``(its parent's index, its position)`` is added
-        to ``pending``. This is the hot loop of a search step (it runs once per generated step), so
-        it runs over the whole step in one call, with what every child shares read once and what
-        siblings share read off their parent once.
+        A child is finished when its step states an answer. When it must stop without one,
+        ``forced`` is set (the child not yet finished) and ``(its parent's index, its position)`` is
+        added to ``pending``; with ``force_answer=False`` it is finished instead, as it is, with the
+        answer read off its whole text and a ``stopped_*`` event. This is the hot loop of a search
+        step (it runs once per generated step), so it runs over the whole step in one call, with
+        what every child shares read once and what siblings share read off their parent once.
         """
         parts, events, answers, extract = self._usage_parts, self.events, self._answers, self._answer
-        cap, max_depth = self.sampling.max_tokens, self.max_depth
+        cap, max_depth, force, separator = self.sampling.max_tokens, self.max_depth, self.force_answer, self.separator
         marker, new = _ANSWER_MARKER.search, tuple.__new__
         out: list[list[StepState]] = []
         for index, (parent, result) in enumerate(zip(parents, results, strict=True)):
@@ -398,7 +413,16 @@ class StepwiseSpace:
                     elif total >= cap:
                         forced = "tokens"
                     if forced is not None:
-                        pending.append((index, j))
+                        if force:
+                            pending.append((index, j))
+                        else:
+                            # Stopped as it is (its_hub, search-and-learn): the answer is what its
+                            # whole text says, if anything; finished, so the search ends this path.
+                            events[root][f"stopped_{forced}"] += 1
+                            answer = extract(separator.join(after)) if after else None
+                            kids.append(new(StepState, (root, problem, after, step, depth, prefix + index_text[j],
+                                                        total, scores, True, answer, None)))
+                            continue
                 # StepState(root, problem, steps, step, depth, path, tokens, logprobs, finished, answer,
                 # forced), built as its tuple: half the cost of calling the class (test_stepwise checks
                 # that this lists every field).

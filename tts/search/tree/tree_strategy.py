@@ -59,7 +59,8 @@ class TreeSearchConfig(StrategyConfigBase):
     """Candidates per problem (N): the search samples at most N steps per problem at every depth
     and returns at most N finished solutions."""
     max_depth: int = Field(8, ge=1, le=256)
-    """Most steps of a solution; one still unfinished at this depth has its answer forced."""
+    """Most steps of a solution; one still unfinished at this depth has its answer forced (or is
+    stopped as it is: ``force_answer``)."""
     step_tokens: int = Field(128, ge=1, le=65536)
     """Most tokens of one step (the run's ``max_tokens`` caps the whole solution)."""
     step_separator: str = Field("\n\n", min_length=1)
@@ -70,6 +71,14 @@ class TreeSearchConfig(StrategyConfigBase):
     :meth:`~tts.search.tree.stepwise.StepwiseSpace.continuation`). False: the continuation ends with the
     whole separator, as tts did before (and as a text-level reimplementation of the references
     does)."""
+    force_answer: bool = True
+    """What happens to a solution that must stop without having stated an answer (it reached
+    ``max_depth``, the run's token cap, or the model ended its message): True (default) continues
+    it with "Therefore, the final answer is $\\boxed{" and reads the answer from what the model
+    writes (one more request per such path, in one extra engine call per step); False stops it as
+    it is, its answer read off its text (None when there is none), with no more requests: the
+    reference implementations' behaviour (its_hub's particle filtering, search-and-learn's beam
+    search), for matched comparisons with them (docs/faithfulness.md)."""
     verifier: VerifierConfig = Field("arithmetic", validate_default=True)
     """Verifier that scores every partial and finished solution: a registered name
     (``arithmetic``, ``logprob``, ``judge``, ...) or a mapping with its ``kind`` and settings."""
@@ -160,7 +169,8 @@ class TreeSearchStrategy(VerifierStrategy):
         c = self.config
         space = StepwiseSpace(self.generator, self.prompt, problems, self.sampling, separator=c.step_separator,
                               max_depth=c.max_depth, step_tokens=c.step_tokens, extract=self.extract, seed=self.seed,
-                              seed_key=c.label, answer_tokens=ANSWER_TOKENS, heal_separator=c.heal_separator)
+                              seed_key=c.label, answer_tokens=ANSWER_TOKENS, heal_separator=c.heal_separator,
+                              force_answer=c.force_answer)
         scorer = StepScorer(self.verifier, len(problems))
         results = self.search(space, scorer)
         return [self._solution(i, p, r, space, scorer) for i, (p, r) in enumerate(zip(problems, results, strict=True))]
@@ -173,11 +183,13 @@ class TreeSearchStrategy(VerifierStrategy):
         if budget.samples is not None and budget.samples < c.n:
             raise StrategyInputError(f"{self.name}: a budget of {budget.samples} samples is below n={c.n} candidates; "
                                      f"lower n to {budget.samples} or raise the budget.")
-        worst = c.n * (c.max_depth * min(c.step_tokens, self.sampling.max_tokens) + ANSWER_TOKENS)
+        answer = ANSWER_TOKENS if c.force_answer else 0
+        worst = c.n * (c.max_depth * min(c.step_tokens, self.sampling.max_tokens) + answer)
         if budget.tokens is not None and budget.tokens < worst:
             raise StrategyInputError(f"{self.name}: a budget of {budget.tokens} tokens is below the search's "
                                      f"worst case of {worst} (n={c.n} x max_depth={c.max_depth} steps of up to "
-                                     f"{min(c.step_tokens, self.sampling.max_tokens)} tokens, plus forced answers); "
+                                     f"{min(c.step_tokens, self.sampling.max_tokens)} tokens"
+                                     f"{', plus forced answers' if c.force_answer else ''}); "
                                      "lower n, max_depth or step_tokens, or raise the budget.")
 
     # --- one problem's solution -----------------------------------------------------------------
