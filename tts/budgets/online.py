@@ -23,8 +23,10 @@ to change its majority answer. The stopping rules:
   authors' code, only the ``top_k`` most voted answers (5) enter the posterior, and a vote with a
   single answer races a second answer with no votes (so two answers or fewer give exactly the
   "beta" rule). The probability is computed by a one-dimensional Gauss-Legendre integral (exact to
-  about 1e-9) instead of the paper's Monte Carlo over the simplex: deterministic, and about 2 ms
-  for 500 problems. Same ladder as "beta".
+  about 1e-9) instead of the paper's Monte Carlo over the simplex: deterministic, 48 x
+  (``top_k`` - 1) incomplete-gamma evaluations per open problem (about 30 ms for 500 problems
+  with five answers on a shared 2-core machine). Same ladder as "beta". Measured and not the
+  default (docs/budgets.md, "Third pass").
 * ``"window"``: ESC's window rule (Li et al. 2024, "Escape Sky-high Cost: Early-stopping
   Self-Consistency for Multi-step Reasoning"): stop once the last ``window`` samples all gave the
   same answer (zero answer entropy within the window); the answer is still the majority of every
