@@ -51,8 +51,8 @@ L_k weighs c_k * L_k^-alpha, and the race's c1 + c2 votes are split in that prop
 one whose samples are longer goes on. The answer is still the plain majority, and the exact lead
 test reads plain votes. Measured and not the default (docs/stopping_rules_that_lost.md).
 
-ESC's window as a confirmation (``OnlinePolicy(confirm_window=w)``, "horizon" and "beta"; 0 = off,
-the default): the Beta race's stop also needs the last ``w`` answers to agree, so a lead whose
+ESC's window as a confirmation (``OnlinePolicy(confirm_window=w)``, "horizon", "beta" and
+"dirichlet"; 0 = off, the default): the posterior's stop also needs the last ``w`` answers to agree, so a lead whose
 latest samples are mixed goes on. Measured and not the default (docs/stopping_rules_that_lost.md).
 
 Giving up on spread-out votes (``OnlinePolicy(give_up_after=n0, give_up_share=s)``; 0 = off, the
@@ -63,7 +63,7 @@ default (docs/stopping_rules_that_lost.md).
 
 Either way a problem also stops at ``n_max`` samples. When every vote is decided and budget is
 left, the bar rises (:func:`stopping_stages`: the same criterion at 0.99, then 0.999, then the
-exact rule; for "horizon" in finer steps, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999, so that stopped
+exact rule ("beta" and "dirichlet"); for "horizon" in finer steps, 0.96, 0.97, 0.98, 0.99, 0.995, 0.999, so that stopped
 votes are reopened riskiest first (:data:`FINE_LADDER`); for "rate", ``min_gain`` / 4, / 16, / 64, then the exact rule, with the Beta
 confidence of a model that also stops confident leaders rising along: 0.95, 0.99, 0.999), so a
 larger budget keeps buying the most contested votes.
