@@ -11,7 +11,7 @@ Per pool: the median and the worst model ("never matched" counts as worst), agai
 issue 36 (median >= 6x, worst >= 3x, no accuracy change below -0.005).
 
 Tokens are generated tokens per sample, as the pools count them. Every setting is the same for
-every pool and model; ``--rules horizon,beta`` compares rules side by side (a rule may carry
+every pool and model; ``--rules horizon,beta,dirichlet`` compares rules side by side (a rule may carry
 settings: ``window:window=4``, ``horizon:length_weight=1``), ``--chunk`` the request granularity,
 ``--n-max`` the cap (default: 64, the live default).
 
@@ -101,7 +101,7 @@ def print_pool(name: str, rule: str, rows: list[dict], s: dict, secs: float) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", default="aime,gpqa,math", help="Comma list of aime, gpqa, math.")
-    parser.add_argument("--rules", default="horizon", help="Comma list of online rules (horizon, beta, exact, window), each with optional settings "
+    parser.add_argument("--rules", default="horizon", help="Comma list of online rules (horizon, beta, dirichlet, exact, window), each with optional settings "
                         "after a colon, separated by ';' (window:window=4, horizon:length_weight=1, "
                         "horizon:ladder=0.97/0.98/0.99/0.999).")
     parser.add_argument("--chunk", type=int, default=4)

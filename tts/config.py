@@ -374,7 +374,13 @@ class DataConfig(_Frozen):
     A benchmark refuses options it does not take."""
 
 
-_ONLINE_ONLY = ("chunk", "rule", "confidence", "escalate")
+ONLINE_RULE_SETTINGS = ("rule", "confidence", "escalate", "prior", "window", "length_weight", "confirm_window",
+                        "give_up_after", "give_up_share", "ladder", "top_k")
+"""The online stopping rule's settings a user sets (``--set allocation.KEY=VALUE`` on ``tts eval
+--allocate`` and ``tts budget simulate``, or the YAML ``allocation:`` section); each is a field of
+:class:`AllocationConfig` and of ``tts.budgets.online.OnlinePolicy``, with the same default."""
+
+_ONLINE_ONLY = ("chunk",) + ONLINE_RULE_SETTINGS
 _OFFLINE_ONLY = ("calibration", "pilot")
 
 
@@ -402,17 +408,39 @@ class AllocationConfig(_Frozen):
     chunk: int = Field(4, ge=1, le=4096)
     """Online: samples a chosen problem gets per round, drawn as one request so that its prompt
     is paid once per chunk."""
-    rule: Literal["horizon", "beta", "exact"] = "horizon"
+    rule: Literal["horizon", "beta", "dirichlet", "window", "exact"] = "horizon"
     """Online stopping rule: "horizon" (the leader stays the leader up to ``n_max`` samples with
     probability ``confidence``; Aggarwal et al.'s Beta model, asked about ``n_max`` samples instead
-    of infinitely many), "beta" (their Beta criterion at ``confidence``) or "exact" (stop only when
-    the leader cannot be overtaken within ``n_max``)."""
+    of infinitely many), "beta" (their Beta criterion at ``confidence``), "dirichlet" (their
+    Dirichlet criterion over the ``top_k`` most voted answers), "window" (ESC: the last ``window``
+    answers agree) or "exact" (stop only when the leader cannot be overtaken within ``n_max``)."""
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: probability that the leading answer is the majority, at which a vote is decided."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar ("horizon": 0.96,
-    0.97, 0.98, 0.99, 0.995, 0.999; "beta": 0.99, 0.999; then the exact rule) and keep buying
-    samples for the most contested votes."""
+    0.97, 0.98, 0.99, 0.995, 0.999; "beta" and "dirichlet": 0.99, 0.999; or ``ladder``; then the
+    exact rule) and keep buying samples for the most contested votes."""
+    prior: float = Field(1.0, gt=0.0)
+    """Online, "horizon" and "dirichlet": pseudo-votes per answer of the prior (1 = uniform)."""
+    window: int = Field(8, ge=1)
+    """Online, "window": the run of equal answers that stops a problem (it doubles twice while
+    budget is left)."""
+    length_weight: float = Field(0.0, ge=0.0)
+    """Online, "horizon" and "beta": how strongly a shorter mean sample length counts as
+    confidence in the race of the two leaders (0 = plain votes)."""
+    confirm_window: int = Field(0, ge=0)
+    """Online, "horizon", "beta" and "dirichlet": a stop also needs the last this-many answers to
+    agree (0 = off)."""
+    give_up_after: int = Field(0, ge=0)
+    """Online: in the first stage, stop a problem with at least this many samples whose leader
+    holds less than ``give_up_share`` of them; later stages reopen it (0 = never)."""
+    give_up_share: float = Field(1 / 3, gt=0.0, le=1.0)
+    """Online: see ``give_up_after``."""
+    ladder: tuple[float, ...] | None = None
+    """Online, "horizon", "beta" and "dirichlet": the confidences the bar rises through while
+    budget is left (None: the rule's own, listed under ``escalate``)."""
+    top_k: int = Field(5, ge=2)
+    """Online, "dirichlet": how many of the most voted answers enter the posterior."""
     calibration: Path | None = None
     """Offline: a past run directory (or its results.jsonl) of the same model on other
     problems, or a sample-pool file; its accuracy curves price each problem's n."""

@@ -79,7 +79,7 @@ def test_the_rate_rule_stops_on_a_low_gain_once_sampled_or_a_confident_leader():
     with pytest.raises(ValueError, match=r"^the 'rate' rule needs each problem's predicted gain per sample "
                                          r"\(RateModel\.live_rate\)$"):
         decided([1], [0], [1], 8, rule="rate")
-    with pytest.raises(ValueError, match=r"^rule must be one of beta, horizon, exact, rate, window, got 'max'$"):
+    with pytest.raises(ValueError, match=r"^rule must be one of beta, horizon, dirichlet, exact, rate, window, got 'max'$"):
         decided([1], [0], [1], 8, rule="max")
 
 
@@ -108,7 +108,7 @@ def test_ties_in_confidence_are_served_in_problem_order():
     ({"confidence": 0.5}, "confidence must lie in (0.5, 1), got 0.5"),
     ({"confidence": 1.0}, "confidence must lie in (0.5, 1), got 1.0"),
     ({"confidence": 1.5}, "confidence must lie in (0.5, 1), got 1.5"),
-    ({"rule": "max"}, "rule must be one of beta, horizon, exact, rate, window, got 'max'"),
+    ({"rule": "max"}, "rule must be one of beta, horizon, dirichlet, exact, rate, window, got 'max'"),
     ({"min_gain": 0.0}, "min_gain must lie in (0, 1) (accuracy per sample), got 0.0"),
     ({"min_gain": 1.0}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.0"),
     ({"min_gain": 1.5}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.5"),

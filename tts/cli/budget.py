@@ -64,11 +64,21 @@ def simulate(
     mode: ModeChoice = typer.Option(ModeChoice.both, "--mode", help="Allocator mode(s) to replay."),
     pilot: int = typer.Option(4, "--pilot", min=1, help="Offline: pilot samples per problem."),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-fitting folds for curves and bins."),
-    confidence: float = typer.Option(0.95, "--confidence", help="Online: Beta stopping confidence."),
-    rule: str = typer.Option("horizon", "--rule",
-                             help="Online stopping rule: horizon (the leader holds up to --n-max samples with "
-                                  "probability --confidence), beta (Aggarwal et al.'s Beta criterion) or exact "
-                                  "(stop only when the leader cannot be overtaken)."),
+    confidence: float | None = typer.Option(None, "--confidence",
+                                            help="Online: the stopping confidence (default 0.95; same as "
+                                                 "--set allocation.confidence=...)."),
+    rule: str | None = typer.Option(None, "--rule",
+                                    help="Online stopping rule: horizon (default: the leader holds up to --n-max "
+                                         "samples with probability --confidence), beta or dirichlet (Aggarwal et "
+                                         "al.'s Beta and Dirichlet criteria), window (ESC: the last `window` answers "
+                                         "agree) or exact (stop only when the leader cannot be overtaken); same as "
+                                         "--set allocation.rule=..."),
+    settings: list[str] | None = typer.Option(None, "--set",
+                                              help="Repeatable allocation.KEY=VALUE: a setting of the online rule, "
+                                                   "spelled as on tts eval --allocate: rule, confidence, escalate, "
+                                                   "prior, window, length_weight, confirm_window, give_up_after, "
+                                                   "give_up_share, ladder (0.97/0.99), top_k; e.g. --set "
+                                                   "allocation.rule=dirichlet --set allocation.confirm_window=4."),
     n_max: int | None = typer.Option(None, "--n-max", min=1,
                                      help="Most samples per problem (default: offline, the pool's; online, the "
                                           "target's n, as tts eval --allocate --n-max defaults to 64)."),
@@ -100,9 +110,7 @@ def simulate(
     from tts.budgets.replay.simulate import SimulateConfig
 
     err = Console(stderr=True)
-    if rule not in ("horizon", "beta", "exact"):
-        raise typer.BadParameter(f"unknown rule {rule!r}; choose horizon, beta or exact (other rules need a rate model "
-                                 "in Python: see tts.budgets.rate_models)", param_hint="--rule")
+    online = _online_settings(settings or [], rule, confidence, chunk, n_max or 64)
     target_n = _parse_target(target)
     rules = _parse_strategies(strategies)
     modes = ("offline", "online") if mode is ModeChoice.both else (mode.value,)
@@ -110,8 +118,8 @@ def simulate(
         every = model == "all"
         sample_pool, model, note = _load_model_pool(pool, None if every else model, err, quiet=every)
         cfg = SimulateConfig(target_n=target_n, modes=modes, orderings=orderings, seed=seed,
-                             folds=folds, pilot=pilot, confidence=confidence, chunk=chunk, max_tokens=max_tokens,
-                             tolerance=tolerance, rule=rule, max_n=n_max)
+                             folds=folds, pilot=pilot, chunk=chunk, max_tokens=max_tokens,
+                             tolerance=tolerance, max_n=n_max, **online)
         if every:
             if rules is not None:
                 raise ValueError("--model all replays the allocator against uniform only; drop --strategies "
@@ -134,6 +142,45 @@ def simulate(
         _print_cross(cross)
     if result is not None:
         _print_simulation(result, model, target, orderings, tolerance)
+
+
+def _online_settings(items: list[str], rule: str | None, confidence: float | None, chunk: int,
+                     n_max: int) -> dict:
+    """The online rule's settings from ``--set allocation.KEY=VALUE``, ``--rule`` and ``--confidence``,
+    checked as a live run checks them (an unknown key, a rule a pool cannot replay, or a combination
+    the rule refuses is a usage error naming what to change)."""
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from tts.budgets.online import OnlinePolicy
+    from tts.cli.rule_settings import parse_rule_settings
+    from tts.config import AllocationConfig
+
+    try:
+        out = parse_rule_settings(items)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--set") from None
+    for key, flag, value in (("rule", "--rule", rule), ("confidence", "--confidence", confidence)):
+        if value is None:
+            continue
+        if key in out and out[key] != value:
+            raise typer.BadParameter(f"{flag} {value} and --set allocation.{key}={out[key]} disagree; give one",
+                                     param_hint=flag)
+        out[key] = value
+    rules = get_args(AllocationConfig.model_fields["rule"].annotation)
+    if out.get("rule", "horizon") not in rules:
+        raise typer.BadParameter(f"unknown rule {out['rule']!r}; choose {', '.join(rules)} (the 'rate' rule needs a "
+                                 "rate model in Python: see tts.budgets.rate_models)", param_hint="--rule")
+    try:
+        AllocationConfig(budget=1.0, **out)  # types and ranges, as tts eval --allocate checks them
+        OnlinePolicy(n_max=n_max, chunk=chunk, **{k: tuple(v) if k == "ladder" and v else v for k, v in out.items()})
+    except ValidationError as exc:
+        problems = "; ".join(f"allocation.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise typer.BadParameter(problems, param_hint="--set") from None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--set") from None
+    return out
 
 
 def _simulate_all(sample_pool, cfg, as_json: bool, target: str, orderings: int) -> None:

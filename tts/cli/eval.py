@@ -86,7 +86,9 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     allocation = _allocation_from_options(opts, base.get("allocation"))
     if allocation is not None:
         merged["allocation"] = allocation
-    return EvalConfig.model_validate(merged)
+    cfg = EvalConfig.model_validate(merged)
+    _check_online_rule(cfg)
+    return cfg
 
 
 def _graph_strategies(files: list[Path]) -> list[dict[str, Any]]:
@@ -126,10 +128,12 @@ def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
     for item in items:
         key, sep, raw = item.partition("=")
         path = key.strip().split(".")
-        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] not in ("verifier", "data")):
+        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] not in ("verifier", "data",
+                                                                                               "allocation")):
             raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1), "
-                       "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last) or "
-                       "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains).")
+                       "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last), "
+                       "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains) or "
+                       "allocation.KEY=VALUE for a setting of --allocate's online rule (--set allocation.rule=dirichlet).")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
@@ -157,7 +161,7 @@ def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]
                 value = _verifier_from_flag(value)
             settings.append(([field], value, flag))
     settings += [(path, value, f"--set {'.'.join(path)}") for path, value in _parse_settings(opts.get("settings") or [])
-                 if path[0] != "data"]  # benchmark options, taken by the data section
+                 if len(path) == 1 or path[0] not in ("data", "allocation")]  # taken by the data and allocation sections
 
     def fields(kind: str) -> dict[str, Any]:
         return STRATEGIES.load(kind).config_class.model_fields
@@ -200,11 +204,12 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
     if opts.get("strategy") and "auto" in opts["strategy"]:
         return None  # --strategy auto spends --budget itself (see _auto_strategy)
     given = {key: opts[name] for key, name, _ in _ALLOCATION_FLAGS if opts.get(name) is not None}
+    rule = _rule_settings(opts.get("settings") or [])
     if section is not None and not isinstance(section, dict):
         raise fail("The allocation section of the config file must be a mapping of AllocationConfig fields.")
     if not (opts.get("allocate") or "budget" in given or section is not None):
-        if given:
-            flags = [flag for key, _, flag in _ALLOCATION_FLAGS if key in given]
+        if given or rule:
+            flags = [flag for key, _, flag in _ALLOCATION_FLAGS if key in given] + [f"--set allocation.{k}" for k in rule]
             raise fail(f"{', '.join(flags)} only appl{'ies' if len(flags) == 1 else 'y'} with --allocate (and --budget); "
                        "add --allocate or drop them.")
         return None
@@ -213,13 +218,42 @@ def _allocation_from_options(opts: dict[str, Any], section: Any) -> dict[str, An
                    "drop --strategy, or drop --allocate to compare strategies at a fixed n.")
     if opts["n"]:
         raise fail("--allocate chooses n per problem; drop -n and cap it with --n-max instead.")
-    allocation = {**(section or {}), **given}
+    allocation = {**(section or {}), **given, **rule}
     if opts.get("gpu"):
         allocation["gpu"] = opts["gpu"]
     if "budget" not in allocation:
         raise fail("--allocate needs --budget (a positive number in --budget-unit), or budget: in the "
                    "allocation section of the config file.")
     return allocation
+
+
+def _rule_settings(items: list[str]) -> dict[str, Any]:
+    """``--set allocation.KEY=VALUE``: the online rule's settings (:mod:`tts.cli.rule_settings`),
+    an unknown KEY refused with the valid ones."""
+    from tts.cli.rule_settings import rule_setting
+
+    out: dict[str, Any] = {}
+    for path, value in _parse_settings(items):
+        if path[0] == "allocation" and len(path) == 2:
+            try:
+                key, out_value = rule_setting(path[1], value, f"allocation.{path[1]}")
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+            out[key] = out_value
+    return out
+
+
+def _check_online_rule(cfg: Any) -> None:
+    """Refuse, before any engine starts, a combination of online-rule settings the rule cannot
+    run (e.g. allocation.confirm_window with rule window): the message names the setting."""
+    if cfg.allocation is None or cfg.allocation.mode != "online":
+        return
+    from tts.eval.allocated import online_policy
+
+    try:
+        online_policy(cfg.allocation)
+    except ValueError as exc:
+        raise fail(f"allocation: {exc}") from None
 
 
 def _auto_strategy(strategies: list[dict[str, Any]], opts: dict[str, Any]) -> list[dict[str, Any]]:
@@ -513,7 +547,7 @@ def eval_command(
     verifier: str | None = typer.Option(None, "--verifier", help="Verifier of search and verifier-scored strategies (arithmetic, logprob, judge, prm, ...)."),
     beam_width: int | None = typer.Option(None, "--beam-width", min=1, help="Search: children of each kept node (M); n/M nodes are kept per step."),
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
-    settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier), verifier.KEY=VALUE (verifier.aggregation=last) or data.KEY=VALUE (a benchmark option: data.steps=6 on chains); `tts strategies` lists them."),
+    settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier), verifier.KEY=VALUE (verifier.aggregation=last), data.KEY=VALUE (a benchmark option: data.steps=6 on chains) or, with --allocate, allocation.KEY=VALUE (the online rule: rule, confidence, escalate, prior, window, length_weight, confirm_window, give_up_after, give_up_share, ladder, top_k; e.g. allocation.rule=dirichlet); `tts strategies` lists the strategy settings."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
     backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),

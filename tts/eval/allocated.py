@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,6 +56,9 @@ from tts.prompts import chat_prompt, extract_options
 from tts.search.base import to_sample
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Problem, Sample, Usage, to_jsonable
+
+if TYPE_CHECKING:
+    from tts.budgets.online import OnlinePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -210,9 +214,20 @@ class _WorstCase:
         return np.asarray(out, dtype=float).reshape(p.shape)
 
 
+def online_policy(alloc_cfg: AllocationConfig) -> OnlinePolicy:
+    """The online rule of an allocated run: ``n_max``, ``chunk`` and every setting of
+    :data:`tts.config.ONLINE_RULE_SETTINGS` (ValueError, naming the setting, for a combination the
+    rule refuses, e.g. ``confirm_window`` with rule "window")."""
+    from tts.budgets.online import OnlinePolicy
+    from tts.config import ONLINE_RULE_SETTINGS
+
+    settings = {key: getattr(alloc_cfg, key) for key in ONLINE_RULE_SETTINGS}
+    return OnlinePolicy(n_max=alloc_cfg.n_max, chunk=alloc_cfg.chunk, **settings)
+
+
 def _online(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, loaded: list[Problem],
             price: Price, progress: Callable[[float, float], None] | None) -> None:
-    from tts.budgets.online import OnlineAllocator, OnlinePolicy
+    from tts.budgets.online import OnlineAllocator
 
     alloc_cfg = config.allocation
     assert alloc_cfg is not None  # checked by run_allocated_eval
@@ -226,9 +241,7 @@ def _online(config: EvalConfig, out: Path, log: SamplesLog, sampler: _Sampler, l
             f"({need:.4g} {alloc_cfg.unit} for {len(ids)} problems: up to --max-tokens "
             f"{config.sampling.max_tokens} generated tokens plus the prompt each); raise --budget to at least "
             f"{need:.4g}, or lower --max-tokens or --limit.", need)
-    policy = OnlinePolicy(n_max=alloc_cfg.n_max, chunk=alloc_cfg.chunk, rule=alloc_cfg.rule,
-                          confidence=alloc_cfg.confidence, escalate=alloc_cfg.escalate)
-    alloc = OnlineAllocator(ids, budget, policy)
+    alloc = OnlineAllocator(ids, budget, online_policy(alloc_cfg))
     # Decide, pay, record: a resumed run takes the same decisions on the samples it already has.
     # Vote keys come from all of a problem's answers so far, so that equal answers written
     # differently (0.5, \frac{1}{2}) vote together across rounds; a group keeps its first key.

@@ -30,7 +30,11 @@ MANIFEST = "run.json"
 # Config fields that may change between a run and its resumption without changing any result.
 _RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout"}
 # Config fields added after runs were written, with the value those runs had.
-_ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False, "backend.request_seeds": "auto"}
+_ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False, "backend.request_seeds": "auto",
+                 # the online rule's settings (issue 36): an allocated run from before them resumes
+                 "allocation.prior": 1.0, "allocation.window": 8, "allocation.length_weight": 0.0,
+                 "allocation.confirm_window": 0, "allocation.give_up_after": 0, "allocation.give_up_share": 1 / 3,
+                 "allocation.ladder": None, "allocation.top_k": 5}
 
 
 class RunMismatchError(ValueError):

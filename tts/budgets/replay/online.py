@@ -52,7 +52,7 @@ class OnlineSequence:
     def build(cls, top1: np.ndarray, top2: np.ndarray, sample_cost: np.ndarray, cap: np.ndarray,
               policy: OnlinePolicy, rates: np.ndarray | None = None,
               race: tuple[np.ndarray, np.ndarray] | None = None,
-              streak: np.ndarray | None = None) -> OnlineSequence:
+              streak: np.ndarray | None = None, votes: np.ndarray | None = None) -> OnlineSequence:
         """Replay the rounds of :func:`plan_round` on prefix votes.
 
         Args:
@@ -68,6 +68,8 @@ class OnlineSequence:
                 prefix (:func:`race_table`).
             streak: Rule "window" and ``policy.confirm_window``: ``(n_problems, n_samples)`` run
                 of equal answers ending at each prefix (:func:`streak_table`).
+            votes: Rule "dirichlet": ``(n_problems, n_samples, K)`` votes of the most voted
+                answers after each prefix (:func:`vote_table`).
         """
         size = len(cap)
         rows = np.arange(size)
@@ -80,7 +82,8 @@ class OnlineSequence:
             col = np.maximum(n, 1) - 1
             r = None if race is None else tuple(np.where(n > 0, x[rows, col], 0.0) for x in race)
             st = None if streak is None else np.where(n > 0, streak[rows, col], 0)
-            who, k, stage = plan_round(policy, t1, t2, n, cap, stage, rate, r, st)
+            vt = None if votes is None else np.where((n > 0)[:, None], votes[rows, col], 0)
+            who, k, stage = plan_round(policy, t1, t2, n, cap, stage, rate, r, st, vt)
             if not len(who):
                 break
             ps.append(who)
@@ -151,6 +154,26 @@ def race_table(answers: np.ndarray, tokens: np.ndarray, alpha: float) -> tuple[n
     pick = [np.take_along_axis(x, top, axis=-1) for x in (count, length)]
     c2 = np.where(top[..., 1] == top[..., 0], 0.0, pick[0][..., 1])
     return race_votes(pick[0][..., 0], pick[1][..., 0], c2, pick[1][..., 1], alpha)
+
+
+def vote_table(answers: np.ndarray, top_k: int) -> np.ndarray:
+    """``(n_problems, n_samples, top_k)``: after each prefix, the votes of its ``top_k`` most voted
+    answers, most first, zero-padded (what :meth:`OnlineAllocator.vote_matrix` holds live): the
+    input of the "dirichlet" rule.
+
+    Args:
+        answers: ``(n_problems, n_samples)`` answer ids in drawing order (-1: no answer, padding).
+        top_k: The policy's ``top_k``.
+    """
+    answers = np.asarray(answers)
+    n_ans = int(answers.max(initial=-1)) + 1
+    out = np.zeros((*answers.shape, top_k))
+    if n_ans == 0:
+        return out
+    onehot = (answers[..., None] == np.arange(n_ans)) & (answers[..., None] >= 0)
+    count = np.sort(np.cumsum(onehot, axis=1), axis=-1)[..., ::-1][..., :top_k]
+    out[..., :count.shape[-1]] = count
+    return out
 
 
 def streak_table(answers: np.ndarray) -> np.ndarray:

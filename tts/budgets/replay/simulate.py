@@ -37,7 +37,7 @@ from tts.budgets import difficulty as dif
 from tts.budgets.allocator import DEFAULT_LADDER, greedy_allocate, greedy_path
 from tts.budgets.online import OnlinePolicy, RateModel
 from tts.budgets.replay.matched import Interval, ModeResult, compare_at_matched, flat, interval
-from tts.budgets.replay.online import OnlineSequence, race_table, streak_table, within_each
+from tts.budgets.replay.online import OnlineSequence, race_table, streak_table, vote_table, within_each
 from tts.budgets.replay.oracle import oracle_ratio, oracle_samples, running_leaders
 from tts.budgets.replay.prefix import (
     PrefixReplay,
@@ -78,9 +78,10 @@ class SimulateConfig(BaseModel):
     compared with); never more than the pool holds."""
     chunk: int = Field(4, ge=1)
     """Online: samples a chosen problem gets per round (``tts eval --allocate --chunk``)."""
-    rule: Literal["beta", "horizon", "exact", "rate", "window"] = "horizon"
+    rule: Literal["beta", "horizon", "dirichlet", "exact", "rate", "window"] = "horizon"
     """Online stopping rule: the leader holds up to ``max_n`` samples ("horizon", the default;
-    :func:`tts.budgets.online.overturn_risk`), Aggarwal et al.'s Beta criterion, exact lead, or a predicted gain per
+    :func:`tts.budgets.online.overturn_risk`), Aggarwal et al.'s Beta or Dirichlet criterion
+    (:func:`tts.budgets.online.dirichlet_confidence`), ESC's window, exact lead, or a predicted gain per
     sample below ``min_gain`` ("rate": pass ``simulate(..., rate_model=...)``; see
     :class:`tts.budgets.online.RateModel`)."""
     min_gain: float = Field(1e-3, gt=0.0, lt=1.0)
@@ -88,7 +89,9 @@ class SimulateConfig(BaseModel):
     confidence: float = Field(0.95, gt=0.5, lt=1.0)
     """Online: Beta-criterion confidence at which a vote counts as decided."""
     prior: float = Field(1.0, gt=0.0)
-    """Online, rule "horizon": pseudo-votes of the Beta prior of the two-answer race."""
+    """Online, rules "horizon" and "dirichlet": pseudo-votes per answer of the prior (1 = uniform)."""
+    top_k: int = Field(5, ge=2)
+    """Online, rule "dirichlet": how many of the most voted answers enter the posterior."""
     window: int = Field(8, ge=1)
     """Online, rule "window": the run of equal answers that stops a problem (ESC's window)."""
     length_weight: float = Field(0.0, ge=0.0)
@@ -100,9 +103,9 @@ class SimulateConfig(BaseModel):
     give_up_share: float = Field(1 / 3, gt=0.0, le=1.0)
     """Online: see ``give_up_after``."""
     confirm_window: int = Field(0, ge=0)
-    """Online, "horizon" and "beta": a stop also needs the last this-many answers to agree (0 = off)."""
+    """Online, "horizon", "beta" and "dirichlet": a stop also needs the last this-many answers to agree (0 = off)."""
     ladder: tuple[float, ...] | None = None
-    """Online, "horizon" and "beta": the confidences the bar rises through while budget is left
+    """Online, "horizon", "beta" and "dirichlet": the confidences the bar rises through while budget is left
     (None: :func:`tts.budgets.online.default_ladder`)."""
     escalate: bool = True
     """Online: when every vote is decided and budget is left, raise the bar (``ladder``, then exact)."""
@@ -341,7 +344,7 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
                           escalate=cfg.escalate, min_gain=cfg.min_gain, rate_model=rate_model, prior=cfg.prior,
                           window=cfg.window, length_weight=cfg.length_weight,
                           give_up_after=cfg.give_up_after, give_up_share=cfg.give_up_share, ladder=cfg.ladder,
-                          confirm_window=cfg.confirm_window)
+                          confirm_window=cfg.confirm_window, top_k=cfg.top_k)
     cap = np.minimum(pool.counts, max_n)
     max_tokens = float(cfg.max_tokens or np.nanmax(np.where(pool.mask, pool.tokens, np.nan)))
 
@@ -361,11 +364,13 @@ def _online(pool: ModelPool, reps: list[PrefixReplay], cfg: SimulateConfig, max_
         drawn = np.where(pool.mask[p_idx, order], pool.answers[p_idx, order], -1)  # answers in drawing order
         race = race_table(drawn, rep.sample_tokens, cfg.length_weight) if cfg.length_weight else None
         streak = streak_table(drawn) if cfg.rule == "window" or cfg.confirm_window else None
+        votes = vote_table(drawn, cfg.top_k) if cfg.rule == "dirichlet" else None
         for te in groups:
             seq = OnlineSequence.build(rep.top1[te], rep.top2[te], rep.sample_tokens[te], cap[te], policy,
                                        None if rate is None else rate[te],
                                        None if race is None else (race[0][te], race[1][te]),
-                                       None if streak is None else streak[te])
+                                       None if streak is None else streak[te],
+                                       None if votes is None else votes[te])
             q, c = te[seq.sample_problem], seq.columns
             now = rep.vote_correct[q, c].astype(float)
             before = np.where(c > 0, rep.vote_correct[q, np.maximum(c - 1, 0)], False)
