@@ -37,6 +37,20 @@ def _drive(alloc, answer, cost, worst):
     return alloc
 
 
+def _assert_replay_is_live(seq, answers, costs, policy, budgets, worst):
+    """At every budget, the replay (:class:`OnlineSequence`) draws what the live allocator driven
+    sample by sample draws: the same spend bound, samples per problem and rounds."""
+    drawn = seq.within(budgets, worst)
+    for budget, d in zip(budgets, drawn.tolist()):
+        alloc = _drive(OnlineAllocator(list(range(len(answers))), budget, policy),
+                       lambda pid, i: None if answers[pid, i] < 0 else str(answers[pid, i]),
+                       lambda pid, i: costs[pid, i], worst)
+        assert alloc.spent <= budget
+        assert alloc.n.tolist() == seq.n_at(d).tolist()
+        assert [r for r in alloc.rounds if r] == seq.rounds_at(d)
+    return drawn
+
+
 def test_beta_criterion_matches_aggarwal_numbers():
     # Four unanimous votes: P(Beta(5, 1) > 1/2) = 1 - 0.5**5 > 0.95; three are not enough.
     assert vote_confidence(4, 0) == pytest.approx(1 - 0.5**5)
@@ -113,12 +127,5 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, rule):
 
     seq = OnlineSequence.build(top[..., -1], top[..., -2], costs, np.full(size, policy.n_max), policy)
     budgets = np.sort(rng.uniform(200, costs.sum() * 1.2, 10).round())
-    drawn = seq.within(budgets, worst)
+    drawn = _assert_replay_is_live(seq, answers, costs, policy, budgets, worst)
     assert np.all(np.diff(drawn) >= 0)
-    for budget, d in zip(budgets, drawn.tolist()):
-        alloc = _drive(OnlineAllocator(list(range(size)), budget, policy),
-                       lambda pid, i: None if answers[pid, i] < 0 else int(answers[pid, i]),
-                       lambda pid, i: costs[pid, i], worst)
-        assert alloc.spent <= budget
-        assert alloc.n.tolist() == seq.n_at(d).tolist()
-        assert [r for r in alloc.rounds if r] == seq.rounds_at(d)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.budgets.test_online import _drive, _random_votes
+from tests.budgets.test_online import _assert_replay_is_live, _random_votes
 from tts.budgets.online import (
     OnlineAllocator,
     OnlinePolicy,
@@ -186,14 +186,7 @@ def test_the_replay_at_many_budgets_makes_the_allocators_decisions(seed, setting
         return 100.0 * np.asarray(m)
 
     budgets = np.sort(rng.uniform(200, costs.sum() * 1.2, 8).round())
-    drawn = seq.within(budgets, worst)
-    for budget, d in zip(budgets, drawn.tolist()):
-        alloc = _drive(OnlineAllocator(list(range(size)), budget, policy),
-                       lambda pid, i: None if answers[pid, i] < 0 else str(answers[pid, i]),
-                       lambda pid, i: costs[pid, i], worst)
-        assert alloc.spent <= budget
-        assert alloc.n.tolist() == seq.n_at(d).tolist()
-        assert [r for r in alloc.rounds if r] == seq.rounds_at(d)
+    _assert_replay_is_live(seq, answers, costs, policy, budgets, worst)
 
 
 # --- the benchmark's settings reach the replay ------------------------------------------------------
