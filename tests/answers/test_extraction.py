@@ -147,6 +147,15 @@ def test_a_decimal_without_its_leading_zero_is_not_graded_as_its_digits():
     ("The answer is $4X$.", "4X"),
     ("The answer is **3** or **4**.", "3 or 4"),
     ("Final answer: **B**", "B"),
+    ("**The answer is\nTuesday.**", "Tuesday"),  # bold across lines: its stars are cut apart
+    ("so it is $5 ;$", "5"),
+    # A reading kept as written (too slow to parse) loses its delimiters all the same.
+    ("The answer is $$\\binom{100000}{3}$$.", "\\binom{100000}{3}"),
+    ("The answer is $\\binom{100000}{3}$.", "\\binom{100000}{3}"),
+    # Numbers as plain text where only the number is read: no digit-group commas, an ASCII minus.
+    ("so we get −1,250", "-1250"),
+    ("The answer is −7 apples.", "-7"),
+    ("The answer is .5 apples.", ".5"),
     # Delimiters with nothing between them state nothing: the output's last statement is read instead.
     ("The final answer is\n$$\n42\n$$", "42"),
     ("We get 3 + 4 = 7. The answer is $", "7"),  # cut off after the opening dollar
@@ -212,14 +221,21 @@ def test_extraction_logs_no_warning_about_math_verifys_timeouts(monkeypatch, cap
     import math_verify.grader
     import math_verify.parser
 
-    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False, raising=False)
-    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False, raising=False)
-    from tts.answers import AnswerKeys
+    from tts.answers import AnswerKeys, extraction
 
+    # As in a fresh process: math-verify has not warned yet, and tts has not set up its loggers.
+    for module in (math_verify.parser, math_verify.grader):
+        monkeypatch.setattr(module, "TIMEOUT_WARNING_SHOWN", False)
+        monkeypatch.setattr(logging.getLogger(module.__name__), "filters", [])
+    extraction._math_verify.cache_clear()
     with caplog.at_level(logging.WARNING):
         assert extract_answer("so the probability is $\\frac{1}{3}$") == "\\frac{1}{3}"
         assert AnswerKeys().keys(["0.5", "\\frac{1}{2}"]) == ["0.5", "0.5"]
+    assert math_verify.parser.TIMEOUT_WARNING_SHOWN and math_verify.grader.TIMEOUT_WARNING_SHOWN
     assert not [r for r in caplog.records if "Timeout" in r.getMessage()]
+    other = logging.getLogger("math_verify.parser").makeRecord("math_verify.parser", logging.WARNING, __file__, 1,
+                                                                "Error parsing %r", ("x",), None)
+    assert logging.getLogger("math_verify.parser").filter(other)  # its other warnings still pass
 
 
 def test_a_numeric_right_side_of_up_to_40_characters_is_the_answer_and_a_longer_one_keeps_its_equation():

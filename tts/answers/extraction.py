@@ -143,8 +143,9 @@ def _strip_wrapping(ans: str) -> str:
     ("the answer is $", cut off) leaves nothing.
     """
     ans = ans.strip()
-    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"),
-                        ("***", "***"), ("**", "**"), ("*", "*")):  # math; Markdown bold, italics
+    # Math delimiters, and Markdown italics; bold ("**42**", "***42***") is two or more stars, taken
+    # off at either end by _STRAY_STARS.
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("*", "*")):
         inner = ans[len(left) : len(ans) - len(right)]
         if ans.startswith(left) and ans.endswith(right) and not re.search(
                 f"(?<!\\\\)(?:{re.escape(left)}|{re.escape(right)})", inner):
