@@ -130,11 +130,13 @@ def _workdir(module: str, tests: list[str]) -> Path:
     shutil.copytree(ROOT / "tests", work / "tests", ignore=skip)
     # tests/conftest.py finds the shared data beside the checkout; mutmut runs the tests from
     # mutants/ inside the scratch copy, so the data is linked beside that.
-    # Likewise the example graphs some tests load from the checkout's examples/.
+    # Likewise the example graphs some tests load from the checkout's examples/, and the scripts
+    # under benchmarks/ some tests load by path (allocator_savings.py's rule settings).
     (work / "mutants").mkdir()
     if (ROOT.parent / "shared").is_dir():
         (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
     (work / "mutants" / "examples").symlink_to(ROOT / "examples")
+    (work / "mutants" / "benchmarks").symlink_to(ROOT / "benchmarks")
     config = {
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{module}.py"],
