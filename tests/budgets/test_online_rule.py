@@ -282,3 +282,14 @@ def test_a_request_shortened_twice_is_completed_and_never_drawn_past():
                 alloc.record(pid, str(int(alloc.n[0])), 1.0)  # every answer different: never decided early
     assert calls == [[("a", 3)], [("a", 3)], [("a", 2)]] and alloc.n.tolist() == [8]
     assert alloc.rounds == [{"a": 8}]
+
+
+def test_costs_below_one_unit_never_buy_a_request_past_the_budget():
+    # Budgets in dollars (or any unit where one request costs less than 1): room 0.6 pays the first
+    # request's 0.5 and not the second's.
+    e, part = cut_call(np.array([0, 1]), np.array([1, 1]), lambda p, k: 0.5 * np.asarray(k, float),
+                       np.array([0]), np.array([0]), np.array([0.6]))
+    assert (e.tolist(), part.tolist()) == ([1], [0])
+    e, _ = cut_call(np.array([0, 1]), np.array([1, 1]), lambda p, k: 0.5 * np.asarray(k, float),
+                    np.array([0]), np.array([0]), np.array([1.0]))
+    assert e.tolist() == [2]
