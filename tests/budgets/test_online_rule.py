@@ -293,3 +293,11 @@ def test_costs_below_one_unit_never_buy_a_request_past_the_budget():
     e, _ = cut_call(np.array([0, 1]), np.array([1, 1]), lambda p, k: 0.5 * np.asarray(k, float),
                     np.array([0]), np.array([0]), np.array([1.0]))
     assert e.tolist() == [2]
+
+
+@pytest.mark.parametrize("settings", [{"rule": "window"}, {"rule": "horizon", "confirm_window": 4}])
+def test_a_round_that_needs_runs_of_equal_answers_says_so_when_they_are_missing(settings):
+    zeros = np.zeros(2, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^rule 'window' and confirm_window need each problem's run of equal "
+                                         r"answers: pass streak=$"):
+        plan_round(OnlinePolicy(**settings), zeros, zeros, zeros, np.full(2, 8), 0)
