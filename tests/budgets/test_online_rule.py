@@ -301,3 +301,25 @@ def test_a_round_that_needs_runs_of_equal_answers_says_so_when_they_are_missing(
     with pytest.raises(ValueError, match=r"^rule 'window' and confirm_window need each problem's run of equal "
                                          r"answers: pass streak=$"):
         plan_round(OnlinePolicy(**settings), zeros, zeros, zeros, np.full(2, 8), 0)
+
+
+def test_a_length_weighted_round_without_its_race_says_so_and_with_it_stops_on_the_race():
+    from tts.budgets.online import race_votes
+
+    one = lambda x: np.array([x])
+    with pytest.raises(ValueError, match=r"^length_weight > 0 needs the length-weighted race votes: pass race= "
+                                         r"\(race_votes\)$"):
+        plan_round(OnlinePolicy(length_weight=1.0), one(6), one(2), one(8), one(64), 0)
+    # 6-2 after 8 of 64: plain votes go on (risk 0.08); a leader thinking four times shorter stops,
+    # so the round moves past the first stage.
+    race = race_votes(one(6), one(6 * 2000), one(2), one(2 * 8000), 1.0)
+    assert plan_round(OnlinePolicy(), one(6), one(2), one(8), one(64), 0)[2] == 0
+    assert plan_round(OnlinePolicy(length_weight=1.0), one(6), one(2), one(8), one(64), 0, race=race)[2] > 0
+
+
+def test_a_leader_holding_exactly_the_give_up_share_is_not_given_up():
+    policy = OnlinePolicy(give_up_after=8, give_up_share=0.5)
+    who, _, stage = plan_round(policy, np.array([4]), np.array([2]), np.array([8]), np.array([64]), 0)
+    assert who.tolist() == [0] and stage == 0  # 4 of 8 is not less than half
+    who, _, stage = plan_round(policy, np.array([3]), np.array([2]), np.array([8]), np.array([64]), 0)
+    assert stage > 0  # 3 of 8 is given up in the first stage (and reopened later)
