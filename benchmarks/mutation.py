@@ -79,7 +79,8 @@ MODULES: dict[str, list[str]] = {
                        "tests/verifiers/test_chain_check.py"],
     "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/cost/test_cost_reference.py", "tests/parity/test_estimators_and_cost.py",
                         "tests/parity/test_kinetics_sparse.py"],
-    "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay"],
+    "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay",
+                       "tests/budgets/test_horizon_rule.py", "tests/budgets/test_window_and_length_rules.py"],
     # The policy called directly; test_security.py (the same rules through the HTTP server, 18 s a
     # run) made each mutant too slow for the module to finish (194 not run in 20 minutes).
     "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_policy_rules.py"],
@@ -129,11 +130,13 @@ def _workdir(module: str, tests: list[str]) -> Path:
     shutil.copytree(ROOT / "tests", work / "tests", ignore=skip)
     # tests/conftest.py finds the shared data beside the checkout; mutmut runs the tests from
     # mutants/ inside the scratch copy, so the data is linked beside that.
-    # Likewise the example graphs some tests load from the checkout's examples/.
+    # Likewise the example graphs some tests load from the checkout's examples/, and the scripts
+    # under benchmarks/ some tests load by path (allocator_savings.py's rule settings).
     (work / "mutants").mkdir()
     if (ROOT.parent / "shared").is_dir():
         (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
     (work / "mutants" / "examples").symlink_to(ROOT / "examples")
+    (work / "mutants" / "benchmarks").symlink_to(ROOT / "benchmarks")
     config = {
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{module}.py"],

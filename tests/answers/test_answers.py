@@ -93,10 +93,18 @@ def test_extraction_works_outside_the_main_thread():
 @pytest.mark.parametrize(
     "a, b",
     [("7.0", "7"), ("$7$", "7"), ("\\text{(B)}", "(B)"), ("\\dfrac{1}{2}", "\\frac{1}{2}"), ("1,000", "1000"),
-     ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})")],
+     ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"),
+     ("\\textbf{(B)}", "(B)"), ("\\mathbf{5}", "5"), ("5 \\mathrm{cm}", "5cm"), ("1\\,000", "1000"),
+     ("x \\! + \\! 1", "x+1"), ("\\tfrac{1}{2}", "\\frac{1}{2}"), ("42.", "42"), ("\\$5", "5")],
 )
 def test_normalisation_equates_surface_variants(a, b):
     assert normalize_answer(a) == normalize_answer(b)
+
+
+@pytest.mark.parametrize("a, b", [(".5", "5"), ("2X", "2"), ("\\frac{1}{2}", "frac12"), ("5.5", "55"),
+                                  ("-7", "7"), ("1,000", "1,00"), ("7.5", "7")])
+def test_normalisation_keeps_different_answers_apart(a, b):
+    assert normalize_answer(a) != normalize_answer(b)
 
 
 def test_equal_answers_share_one_vote_key():

@@ -209,6 +209,28 @@ def test_a_rate_model_sees_the_votes_so_far_and_unsampled_problems_come_first():
     assert model.seen[0][5].tolist() == [0.0, 0.0, 0.0]  # no samples yet: no division by zero
 
 
+def test_a_rate_model_reads_mean_tokens_from_one_sample_on_and_a_low_gain_stops_after_one():
+    model = _Rates([0.0, 0.5], stop_confident=False)
+    alloc = OnlineAllocator(["a", "b"], budget=1e6, policy=OnlinePolicy(rule="rate", n_max=3, chunk=1,
+                                                                     rate_model=model))
+    worst = lambda p, k: np.asarray(k, float)
+    assert alloc.next_call(worst) == [("a", 1), ("b", 1)]
+    alloc.record("a", "1", 1.0, tokens=30.0)
+    alloc.record("b", "2", 1.0, tokens=50.0)
+    assert alloc.next_call(worst) == [("b", 1)]  # a's predicted gain (0) stops it after its one sample
+    assert model.seen[-1][5].tolist() == [30.0, 50.0]  # tokens per sample, after one sample each
+
+
+def test_a_run_whose_every_vote_is_decided_ends_finished():
+    alloc = OnlineAllocator(["a"], budget=1e6, policy=OnlinePolicy(n_max=2, chunk=2))
+    worst = lambda p, k: np.asarray(k, float)
+    assert alloc.next_call(worst) == [("a", 2)]
+    alloc.record("a", "1", 1.0)
+    alloc.record("a", "1", 1.0)
+    assert alloc.next_call(worst) == [] and alloc.finished is True
+    assert alloc.next_call(worst) == [] and alloc.rounds == [{"a": 2}]
+
+
 def test_a_shortened_request_is_finished_by_the_next_call_and_an_empty_call_ends_the_run():
     alloc = OnlineAllocator(["a", "b"], budget=6.0, policy=OnlinePolicy(n_max=4, chunk=4))
     worst = lambda p, k: np.asarray(k, float)
@@ -220,3 +242,84 @@ def test_a_shortened_request_is_finished_by_the_next_call_and_an_empty_call_ends
     alloc.record("b", "1", 1.0)
     assert alloc.next_call(worst) == [] and alloc.finished
     assert alloc.next_call(worst) == [] and alloc.rounds == [{"a": 4, "b": 2}]
+
+
+def test_the_horizon_risk_defaults_to_aggarwal_et_als_uniform_prior():
+    from scipy.stats import betabinom
+
+    from tts.budgets.online import overturn_risk
+
+    # 3 votes to 1 after 4 of 8 samples: overturned if the leader gets at most 1 of the 4 left.
+    expected = betabinom.cdf(1, 4, 3 + 1, 1 + 1)
+    assert float(overturn_risk(3, 1, 4, 8)) == pytest.approx(expected, abs=1e-12)
+    assert float(overturn_risk(3, 1, 4, 8, prior=2.0)) == pytest.approx(betabinom.cdf(1, 4, 5, 3), abs=1e-12)
+
+
+def test_every_sample_without_an_answer_is_counted_and_the_race_reads_generated_tokens_not_cost():
+    alloc = OnlineAllocator(["a"], budget=1e6, policy=OnlinePolicy(length_weight=1.0))
+    for answer, cost, tokens in ((None, 5.0, 40.0), (None, 5.0, 40.0), ("1", 5.0, 100.0), ("1", 5.0, 100.0),
+                                 ("2", 5.0, 300.0)):
+        alloc.record("a", answer, cost, tokens)
+    assert alloc.n_none.tolist() == [2] and alloc.n.tolist() == [5]
+    r1, r2 = alloc.race()
+    from tts.budgets.online import race_votes
+
+    e1, e2 = race_votes([2], [200.0], [1], [300.0], 1.0)  # by tokens; by cost both answers' mean is 5
+    np.testing.assert_allclose([r1, r2], [e1, e2])
+    assert r1[0] == pytest.approx(3 * (2 / 100) / (2 / 100 + 1 / 300))
+
+
+def test_a_request_shortened_twice_is_completed_and_never_drawn_past():
+    # Worst case 10 a sample, 1 actually spent: the budget of 35 pays 3 samples' worst case, then 3,
+    # then the last 2 of the request whole; the round gives exactly its 8 samples.
+    alloc = OnlineAllocator(["a"], budget=35.0, policy=OnlinePolicy(n_max=8, chunk=8))
+    worst = lambda p, k: 10.0 * np.asarray(k, float)
+    calls = []
+    while call := alloc.next_call(worst):
+        calls.append(call)
+        for pid, k in call:
+            for i in range(k):
+                alloc.record(pid, str(int(alloc.n[0])), 1.0)  # every answer different: never decided early
+    assert calls == [[("a", 3)], [("a", 3)], [("a", 2)]] and alloc.n.tolist() == [8]
+    assert alloc.rounds == [{"a": 8}]
+
+
+def test_costs_below_one_unit_never_buy_a_request_past_the_budget():
+    # Budgets in dollars (or any unit where one request costs less than 1): room 0.6 pays the first
+    # request's 0.5 and not the second's.
+    e, part = cut_call(np.array([0, 1]), np.array([1, 1]), lambda p, k: 0.5 * np.asarray(k, float),
+                       np.array([0]), np.array([0]), np.array([0.6]))
+    assert (e.tolist(), part.tolist()) == ([1], [0])
+    e, _ = cut_call(np.array([0, 1]), np.array([1, 1]), lambda p, k: 0.5 * np.asarray(k, float),
+                    np.array([0]), np.array([0]), np.array([1.0]))
+    assert e.tolist() == [2]
+
+
+@pytest.mark.parametrize("settings", [{"rule": "window"}, {"rule": "horizon", "confirm_window": 4}])
+def test_a_round_that_needs_runs_of_equal_answers_says_so_when_they_are_missing(settings):
+    zeros = np.zeros(2, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^rule 'window' and confirm_window need each problem's run of equal "
+                                         r"answers: pass streak=$"):
+        plan_round(OnlinePolicy(**settings), zeros, zeros, zeros, np.full(2, 8), 0)
+
+
+def test_a_length_weighted_round_without_its_race_says_so_and_with_it_stops_on_the_race():
+    from tts.budgets.online import race_votes
+
+    one = lambda x: np.array([x])
+    with pytest.raises(ValueError, match=r"^length_weight > 0 needs the length-weighted race votes: pass race= "
+                                         r"\(race_votes\)$"):
+        plan_round(OnlinePolicy(length_weight=1.0), one(6), one(2), one(8), one(64), 0)
+    # 6-2 after 8 of 64: plain votes go on (risk 0.08); a leader thinking four times shorter stops,
+    # so the round moves past the first stage.
+    race = race_votes(one(6), one(6 * 2000), one(2), one(2 * 8000), 1.0)
+    assert plan_round(OnlinePolicy(), one(6), one(2), one(8), one(64), 0)[2] == 0
+    assert plan_round(OnlinePolicy(length_weight=1.0), one(6), one(2), one(8), one(64), 0, race=race)[2] > 0
+
+
+def test_a_leader_holding_exactly_the_give_up_share_is_not_given_up():
+    policy = OnlinePolicy(give_up_after=8, give_up_share=0.5)
+    who, _, stage = plan_round(policy, np.array([4]), np.array([2]), np.array([8]), np.array([64]), 0)
+    assert who.tolist() == [0] and stage == 0  # 4 of 8 is not less than half
+    who, _, stage = plan_round(policy, np.array([3]), np.array([2]), np.array([8]), np.array([64]), 0)
+    assert stage > 0  # 3 of 8 is given up in the first stage (and reopened later)

@@ -16,6 +16,7 @@ from tts.budgets.online import (
     decided,
     plan_round,
     race_votes,
+    race_weight,
     stopping_stages,
 )
 from tts.budgets.replay.online import OnlineSequence, race_table, streak_table
@@ -64,8 +65,26 @@ def test_the_race_is_resplit_by_mean_length_and_keeps_its_votes():
     r1, r2 = race_votes(6, 6 * 2000, 2, 2 * 8000, 1.0)                 # the leader's samples 4x shorter
     assert r1 + r2 == pytest.approx(8) and r1 == pytest.approx(8 * (6 / 2000) / (6 / 2000 + 2 / 8000))
     r1, r2 = race_votes(6, 6 * 8000, 2, 2 * 2000, 1.0)                 # ... 4x longer: the runner-up leads
-    assert r1 < r2
+    assert r1 < r2 and r1 == pytest.approx(8 * (6 / 8000) / (6 / 8000 + 2 / 2000)) and r1 + r2 == pytest.approx(8)
     assert race_votes(4, 9000, 0, 0, 1.0) == (4.0, 0.0)                # no runner-up: unchanged
+
+
+def test_problems_without_votes_have_an_empty_race_without_numpy_warnings():
+    # At a run's start no problem has votes: the race is 0 to 0, with no 0/0 division warned about.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r1, r2 = race_votes(np.array([0, 3]), np.array([0, 300]), np.array([0, 1]), np.array([0, 100]), 1.0)
+    np.testing.assert_allclose([r1, r2], [[0.0, 3.0], [0.0, 1.0]])  # equal mean lengths: the plain votes
+
+
+def test_an_answers_race_weight_is_its_votes_times_its_mean_length_to_the_minus_alpha():
+    # 1 vote of 100 tokens, 2 votes of 50 on average, a one-token answer, no votes; a sample of no
+    # tokens weighs as one of one token (not infinitely).
+    np.testing.assert_allclose(race_weight([1, 2, 1, 0, 1], [100, 100, 1, 50, 0], 1.0),
+                               [1 / 100, 2 / 50, 1.0, 0.0, 1.0])
+    np.testing.assert_allclose(race_weight([2, 3], [100, 900], 0.5), [2 * 50 ** -0.5, 3 * 300 ** -0.5])
 
 
 @pytest.mark.parametrize("lead_len,other_len,stop", [

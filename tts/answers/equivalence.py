@@ -96,7 +96,6 @@ def _arithmetic_value(key: str) -> str | None:
     return str(result.numerator) if result.denominator == 1 else None
 
 
-@lru_cache(maxsize=1 << 16)
 def vote_form(answer: str) -> str:
     """The normalised answer a vote counts: :func:`normalize_answer`, then the value it states.
 
@@ -113,6 +112,10 @@ def vote_form(answer: str) -> str:
     key = normalize_answer(_STRAY_STARS.sub("", answer.strip()))
     key = _stated(key)
     return _arithmetic_value(key) or key
+
+
+# Wrapped, not decorated: mutmut mutates only undecorated functions (see tts.answers.extraction).
+vote_form = lru_cache(maxsize=1 << 16)(vote_form)
 
 
 class _Value(NamedTuple):

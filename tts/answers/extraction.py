@@ -47,10 +47,13 @@ _ANSWER_IS = re.compile(
     r"(?:final answer|the answer)\s*(?:is|:)\s*[:\s]*(?P<ans>\$[^$]+\$|\\\(.+?\\\)|[^\n]+?)\s*(?:\.\s|\.?$|\n)",
     re.IGNORECASE,
 )
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
-_PLAIN_NUMBER = re.compile(r"-?(?:0|[1-9]\d{0,50})(?:\.\d{1,50})?")
+# Numbers as written: ".5" (a decimal without its leading zero; read as "5" it lost its point) and
+# the Unicode minus sign "−7" (U+2212, read as "7" it lost its sign) included; see _as_number.
+_NUMBER = re.compile(r"[-\u2212]?(?:\d[\d,]*(?:\.\d+)?|(?<![\w.])\.\d+)(?:/\d+)?")
+_PLAIN_NUMBER = re.compile(r"-?(?:(?:0|[1-9]\d{0,50})(?:\.\d{1,50})?|\.\d{1,50})")
 # LaTeX commands the parser evaluates on the spot, each with the arguments that make it slow:
-# binomials and Gamma of powers or long numbers; floors, determinants, ... of towers or long numbers.
+# binomials and Gamma of powers or long numbers; floors, determinants, ... of towers or long numbers
+# (each looked for in the 80 characters after the command).
 _EAGER = (
     (re.compile(r"\\(?:[dt]?binom|choose|Gamma)(?![a-zA-Z])"), re.compile(r"\d{5,}|\^|!")),
     (re.compile(r"\\(?:gamma|det|lfloor|lceil|operatorname|floor|ceil)(?![a-zA-Z])"),
@@ -72,6 +75,7 @@ _BOX_JOINER = re.compile(
     r"(?:\s|[,;~]|\band\b|\\q?quad\b|\\[,:;! ]|\$|\\[()\[\]]|\\(?:text|mbox|textrm)\{(?![^{}]*\bor\b)[^{}\d]*\})*"
 )
 _LONE_VARIABLE = re.compile(r"[A-Za-z](?:_\{?\w\}?)?'?")
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")  # not \boxedAnswer, a command of its own
 
 
 # --- extraction ---------------------------------------------------------------------------------
@@ -96,11 +100,16 @@ def _box_at(text: str, start: int) -> tuple[str, int] | None:
 
 
 def _last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}``, respecting nested braces."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
+    """Content of the last ``\\boxed{...}`` or ``\\fbox{...}``, respecting nested braces.
+
+    A command that only starts like one (``\\boxedAnswer``) is not a box, as in :func:`_last_boxes`.
+    """
+    last = None
+    for last in _BOX_COMMAND.finditer(text):
+        pass
+    if last is None:
         return None
-    found = _box_at(text, start)
+    found = _box_at(text, last.start())
     return found[0] if found else None
 
 
@@ -112,7 +121,7 @@ def _last_boxes(text: str) -> list[str]:
     ``\\boxed{(2, 2)} and \\boxed{(6, 2)}`` is the set of both pairs. Any other text between two
     boxes ("first \\boxed{3}, then \\boxed{4}") leaves the last box alone.
     """
-    starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text)]
+    starts = [m.start() for m in _BOX_COMMAND.finditer(text)]
     last = _box_at(text, starts[-1]) if starts else None
     if last is None:
         return []
@@ -127,10 +136,20 @@ def _last_boxes(text: str) -> list[str]:
 
 
 def _strip_wrapping(ans: str) -> str:
+    """The phrase's answer without the math delimiters and Markdown emphasis around it.
+
+    A pair is taken off only when it wraps the whole answer: "$3$ or $4$" is two formulas, not
+    one with "3$ or $4" inside ("\\$" is a dollar sign, not a delimiter). A lone delimiter
+    ("the answer is $", cut off) leaves nothing.
+    """
     ans = ans.strip()
-    for left, right in (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**")):
-        if ans.startswith(left) and ans.endswith(right) and len(ans) >= len(left) + len(right):
-            ans = ans[len(left) : len(ans) - len(right)].strip()
+    # Math delimiters, and Markdown italics; bold ("**42**", "***42***") is two or more stars, taken
+    # off at either end by _STRAY_STARS.
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("*", "*")):
+        inner = ans[len(left) : len(ans) - len(right)]
+        if ans.startswith(left) and ans.endswith(right) and not re.search(
+                f"(?<!\\\\)(?:{re.escape(left)}|{re.escape(right)})", inner):
+            ans = inner.strip()
     return _STRAY_STARS.sub("", ans).rstrip(".").strip()  # "42.**": bold cut apart by the phrase
 
 
@@ -148,7 +167,6 @@ def _too_risky(span: str) -> bool:
     return any(slow.search(span, m.end(), m.end() + 80) for command, slow in _EAGER for m in command.finditer(span))
 
 
-@functools.cache
 def _math_verify() -> Any:
     """Import math-verify once (it pulls in sympy: not at ``import tts`` time)."""
     import math_verify
@@ -163,10 +181,18 @@ def _math_verify() -> Any:
     return math_verify
 
 
-@functools.cache
+# The memo caches in this module wrap their function after its definition instead of decorating
+# it: mutmut (benchmarks/mutation.py) mutates only undecorated functions, and the wrapped function
+# is the same either way.
+_math_verify = functools.cache(_math_verify)
+
+
 def _extraction_config() -> tuple[Any, ...]:
     mv = _math_verify()
     return (mv.LatexExtractionConfig(boxed_match_priority=0), mv.ExprExtractionConfig())
+
+
+_extraction_config = functools.cache(_extraction_config)
 
 
 def _mv_parse(span: str) -> list[Any]:
@@ -230,7 +256,8 @@ def _read_unanchored(tail: str) -> str | None:
     ("$k-1=1$, and $k=2$") are read apart, so the last one counts (math-verify would join them
     into one answer, and report the first when one part does not parse); a computation ending in
     a value ("$96 + 48 = 144$", "$x = 83$") states that value, while an equation whose right side
-    still has variables ("$y = 2x + 3$") is kept whole.
+    still has variables ("$y = 2x + 3$") or is longer than 40 characters (a computation still
+    being written out) is kept whole.
     """
     if _MATH_ENV.fullmatch(tail.strip()):  # the whole output is one formula: "$E$" is the answer
         prose = tail
@@ -257,6 +284,11 @@ def _digits(text: str) -> str:
     return re.sub(r"\D", "", text)
 
 
+def _as_number(found: str) -> str:
+    """A number found by ``_NUMBER`` as plain text: "1,250" is 1250, "−7" (Unicode minus) is -7."""
+    return found.replace(",", "").replace("\u2212", "-")
+
+
 def _read_phrase(ans: str) -> str | None:
     """The answer in the text after "the answer is" (``$`` and a final period already removed)."""
     # Math-only phrases ("x=5", "\\frac{1}{3}") are read as LaTeX; phrases with words ("1 000
@@ -272,14 +304,17 @@ def _read_phrase(ans: str) -> str | None:
         return inner
     # "the answer is 7 apples" -> "7": keep a lone number when the phrase adds only words.
     nums = _NUMBER.findall(ans)
-    if len(nums) == 1 and re.fullmatch(r"[\w\s$\-.,/]*", ans):
-        return nums[0].replace(",", "")
+    if len(nums) == 1 and re.fullmatch(r"[\w\s$\-\u2212.,/]*", ans):
+        return _as_number(nums[0])
     return ans or None
 
 
-@functools.lru_cache(maxsize=4096)
 def _read_box(boxed: str) -> str:
+    """A single box's content read by math-verify (kept as written when it reads nothing)."""
     return _stated(_read(f"$\\boxed{{{boxed}}}$") or boxed)
+
+
+_read_box = functools.lru_cache(maxsize=4096)(_read_box)
 
 
 def _read_boxes(boxes: tuple[str, ...]) -> str:
@@ -288,8 +323,8 @@ def _read_boxes(boxes: tuple[str, ...]) -> str:
     return _read(f"${joined}$") or ", ".join(boxes)
 
 
-@functools.lru_cache(maxsize=4096)  # keyed by the tail, so the cache holds at most 4096 * MAX_CHARS
 def _extract_unboxed(tail: str) -> str | None:
+    """The answer of an output with no box: its last "the answer is X", else its last statement."""
     # 2. The last "the answer is X".
     matches = list(_ANSWER_IS.finditer(tail))
     if matches:
@@ -302,8 +337,12 @@ def _extract_unboxed(tail: str) -> str | None:
         return found
     nums = _NUMBER.findall(tail)
     if nums:
-        return nums[-1].replace(",", "").rstrip(".")
+        return _as_number(nums[-1])
     return None
+
+
+# Keyed by the tail, so the cache holds at most 4096 * MAX_CHARS characters.
+_extract_unboxed = functools.lru_cache(maxsize=4096)(_extract_unboxed)
 
 
 def extract_answer(text: str) -> str | None:
@@ -337,7 +376,6 @@ def extract_answer(text: str) -> str | None:
     return _extract_unboxed(_BOLD.sub(r"\1", text[-MAX_CHARS:]))
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def normalize_answer(answer: str) -> str:
     """A canonical string for voting and string-match grading.
 
@@ -356,3 +394,6 @@ def normalize_answer(answer: str) -> str:
     if re.fullmatch(r"-?\d+\.0+", s):
         s = s.split(".")[0]
     return s
+
+
+normalize_answer = functools.lru_cache(maxsize=1 << 16)(normalize_answer)
