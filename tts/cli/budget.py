@@ -130,7 +130,12 @@ def simulate(
     except (PoolError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+    _report_simulation(result, cross, model, note, as_json, target, orderings, tolerance)
 
+
+def _report_simulation(result, cross, model: str, note: str, as_json: bool, target: str, orderings: int,
+                       tolerance: float) -> None:
+    """One model's replay as a JSON object (``--json``) or as the tables (cross-strategy first)."""
     if as_json:
         out = result.to_json() if result is not None else {"model": model}
         out["note"] = note
