@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.budgets.test_online import _assert_replay_is_live, _random_votes
+from tests.pool_fakes import write_contested_pool
 from tts.budgets.online import (
     OnlineAllocator,
     OnlinePolicy,
@@ -225,22 +226,10 @@ def _savings_script():
 
 def _pool(tmp_path):
     """30 problems x 32 samples: most easy, some contested, right answers shorter than wrong ones."""
-    import json
-
     from tts.benchmarks.pool import load_pool
 
-    rng = np.random.default_rng(1)
-    lines = []
-    for p in range(30):
-        pass_rate = 0.95 if p < 18 else rng.uniform(0.35, 0.65)
-        for s in range(32):
-            ok = bool(rng.random() < pass_rate)
-            lines.append(json.dumps({"problem_id": f"q{p}", "model": "m", "sample_idx": s,
-                                     "answer": "42" if ok else str(rng.integers(0, 3)), "correct": ok,
-                                     "num_tokens": int((400 if ok else 1600) * rng.uniform(0.6, 1.4)),
-                                     "score": None}))
-    path = tmp_path / "pool.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    path = write_contested_pool(tmp_path / "pool.jsonl", samples=32, easy=18, seed=1, contested=(0.35, 0.65),
+                                length=lambda p, ok: 400 if ok else 1600, spread=(0.6, 1.4))
     return load_pool(path)["m"]
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.pool_fakes import write_contested_pool
 from tts.budgets.online import OnlinePolicy
 from tts.budgets.replay.simulate import SimulateConfig
 from tts.cli.app import app
@@ -115,18 +115,8 @@ def test_help_names_every_setting():
 @pytest.fixture()
 def pool_file(tmp_path):
     """30 problems x 24 samples: most easy, some with the wrong answers spread over three values."""
-    rng = np.random.default_rng(0)
-    lines = []
-    for p in range(30):
-        pass_rate = 0.95 if p < 20 else rng.uniform(0.3, 0.7)
-        for s in range(24):
-            ok = bool(rng.random() < pass_rate)
-            lines.append(json.dumps({"problem_id": f"q{p}", "model": "m", "sample_idx": s,
-                                     "answer": "42" if ok else str(rng.integers(0, 3)), "correct": ok,
-                                     "num_tokens": int(500 * rng.uniform(0.5, 1.5)), "score": None}))
-    path = tmp_path / "pool.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_contested_pool(tmp_path / "pool.jsonl", samples=24, easy=20, seed=0, contested=(0.3, 0.7),
+                                length=lambda p, ok: 500, spread=(0.5, 1.5))
 
 
 def _simulate(pool_file, *extra):

@@ -3,15 +3,13 @@ offers them (a clear error that says where they went)."""
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.pool_fakes import write_contested_pool
+from tts.benchmarks.pool import load_pool
 from tts.budgets.rate_models.contested import ContestedRule
 from tts.budgets.rate_models.vote_value import VoteValue
-from tts.benchmarks.pool import load_pool
 from tts.budgets.replay.simulate import SimulateConfig, simulate
 from tts.cli.budget import app
 
@@ -35,18 +33,8 @@ runner = CliRunner()
 
 def _pool_file(tmp_path):
     """30 problems x 32 samples: most easy and short, some contested and long."""
-    rng = np.random.default_rng(0)
-    lines = []
-    for p in range(30):
-        pass_rate = 0.95 if p < 20 else rng.uniform(0.3, 0.7)
-        for s in range(32):
-            ok = bool(rng.random() < pass_rate)
-            lines.append(json.dumps({"problem_id": f"q{p}", "model": "m", "sample_idx": s,
-                                     "answer": "42" if ok else str(rng.integers(0, 3)), "correct": ok,
-                                     "num_tokens": int((300 if p < 20 else 1500) * rng.uniform(0.5, 1.5)), "score": None}))
-    path = tmp_path / "pool.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_contested_pool(tmp_path / "pool.jsonl", samples=32, easy=20, seed=0, contested=(0.3, 0.7),
+                                length=lambda p, ok: 300 if p < 20 else 1500, spread=(0.5, 1.5))
 
 
 @pytest.mark.parametrize("rule", ["gain", "contested"])
