@@ -95,7 +95,7 @@ def _evaluator(problems, first, final, b_tokens=60):
     return SplitStageEvaluator(problems, solve, lambda pairs: [a == g for a, g in pairs])
 
 
-PROBLEMS = [Problem(f"q{i}", f"Question {i}?", str(100 + i), {"g1": str(i)}) for i in range(160)]
+PROBLEMS = [Problem(f"q{i}", f"Question {i}?", str(100 + i), {"g1": str(i)}) for i in range(80)]
 GRID = {"first": [1, 5], "final": [1, 5]}
 
 
