@@ -17,7 +17,7 @@ from tts.budgets.online import (
     decided,
     plan_round,
     race_votes,
-    race_weight,
+    race_log_weight,
     stopping_stages,
 )
 from tts.budgets.replay.online import OnlineSequence, race_table, streak_table
@@ -83,9 +83,26 @@ def test_problems_without_votes_have_an_empty_race_without_numpy_warnings():
 def test_an_answers_race_weight_is_its_votes_times_its_mean_length_to_the_minus_alpha():
     # 1 vote of 100 tokens, 2 votes of 50 on average, a one-token answer, no votes; a sample of no
     # tokens weighs as one of one token (not infinitely).
-    np.testing.assert_allclose(race_weight([1, 2, 1, 0, 1], [100, 100, 1, 50, 0], 1.0),
+    np.testing.assert_allclose(np.exp(race_log_weight([1, 2, 1, 0, 1], [100, 100, 1, 50, 0], 1.0)),
                                [1 / 100, 2 / 50, 1.0, 0.0, 1.0])
-    np.testing.assert_allclose(race_weight([2, 3], [100, 900], 0.5), [2 * 50 ** -0.5, 3 * 300 ** -0.5])
+    np.testing.assert_allclose(np.exp(race_log_weight([2, 3], [100, 900], 0.5)), [2 * 50 ** -0.5, 3 * 300 ** -0.5])
+
+
+def test_the_race_keeps_its_split_where_the_weights_underflow():
+    # At alpha 200 both weights of 3 samples of 5,000 tokens against 1 of 4,000 are below 1e-300
+    # (0.0 in floats); the split is the ratio of the weights all the same: in logs,
+    # log(e1 / e2) = log 3 - 200 log(5000) - (log 1 - 200 log(4000)) = log 3 - 200 log(1.25) < 0.
+    r1, r2 = race_votes(3, 15_000, 1, 4_000, 200.0)
+    share = 1 / (1 + np.exp(-(np.log(3) - 200 * np.log(1.25))))
+    assert r1 + r2 == pytest.approx(4) and r1 == pytest.approx(4 * share) and r1 < r2  # the shorter one leads
+    # Equal mean lengths: the plain votes, at any alpha.
+    assert race_votes(3, 3_000, 1, 1_000, 500.0) == pytest.approx((3.0, 1.0))
+    # The replay ranks two answers tied on votes by it too: the shorter one (8,000 tokens against
+    # 8,100) leads, by the weights' ratio, not by underflowed zeros (which gave the later answer
+    # all the votes).
+    r1, r2 = race_table(np.array([[0, 1]]), np.array([[8_000, 8_100]]), 200.0)
+    lead = 2 / (1 + np.exp(-200 * np.log(8_100 / 8_000)))
+    assert r1[0, 1] == pytest.approx(lead) and r2[0, 1] == pytest.approx(2 - lead) and 1.8 < lead < 1.9
 
 
 @pytest.mark.parametrize("lead_len,other_len,stop", [

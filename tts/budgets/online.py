@@ -95,7 +95,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
-from scipy.special import betainc, gammainc, gammaln
+from scipy.special import betainc, expit, gammainc, gammaln
 from scipy.stats import betabinom
 
 logger = logging.getLogger(__name__)
@@ -211,19 +211,24 @@ def race_votes(count1: np.ndarray, length1: np.ndarray, count2: np.ndarray, leng
     c1, s1, c2, s2 = (np.asarray(x, dtype=float) for x in (count1, length1, count2, length2))
     if alpha == 0:
         return c1, c2
-    e1, e2 = race_weight(c1, s1, alpha), race_weight(c2, s2, alpha)
+    # The split e1 / (e1 + e2), from log weights: at a large alpha both weights underflow to 0 and
+    # the split would be lost (every vote went to the count leader at alpha ~100).
+    l1, l2 = race_log_weight(c1, s1, alpha), race_log_weight(c2, s2, alpha)
+    both_empty = np.isneginf(l1) & np.isneginf(l2)
+    with np.errstate(invalid="ignore"):
+        share = np.where(both_empty, 1.0, expit(np.where(both_empty, 0.0, l1 - l2)))
     tot = c1 + c2
-    share = np.where(e1 + e2 > 0, e1 / np.where(e1 + e2 > 0, e1 + e2, 1.0), 1.0)
     r1 = tot * share
     return r1, tot - r1
 
 
-def race_weight(count: np.ndarray, length: np.ndarray, alpha: float) -> np.ndarray:
-    """An answer's weight in the length-weighted race: ``count * (length / count) ** -alpha``
-    (0 without votes); :func:`race_votes` splits the race by it, and it ranks answers with equal
-    votes."""
+def race_log_weight(count: np.ndarray, length: np.ndarray, alpha: float) -> np.ndarray:
+    """The log of an answer's weight in the length-weighted race, ``count * (length / count) **
+    -alpha`` (-inf without votes): :func:`race_votes` splits the race by it, and it ranks answers
+    with equal votes. Logs, because the weight itself underflows for long samples at a large alpha."""
     c, s = np.asarray(count, dtype=float), np.asarray(length, dtype=float)
-    return np.where(c > 0, c * (np.maximum(s, 1.0) / np.maximum(c, 1.0)) ** -alpha, 0.0)
+    safe_c = np.maximum(c, 1.0)
+    return np.where(c > 0, np.log(safe_c) - alpha * np.log(np.maximum(s, 1.0) / safe_c), -np.inf)
 
 
 def decided(
@@ -666,7 +671,7 @@ class OnlineAllocator:
         alpha = self.policy.length_weight
         out = np.zeros((4, len(self.votes)))
         for i, (votes, toks) in enumerate(zip(self.votes, self.answer_tokens)):
-            ranked = sorted(((c, race_weight(c, toks[a], alpha), a) for a, c in votes.items()),
+            ranked = sorted(((c, race_log_weight(c, toks[a], alpha), a) for a, c in votes.items()),
                             key=lambda x: (x[0], x[1]), reverse=True)[:2]
             for j, (c, _, a) in enumerate(ranked):
                 out[2 * j, i], out[2 * j + 1, i] = c, toks[a]

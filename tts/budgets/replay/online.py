@@ -20,7 +20,7 @@ from tts.budgets.online import (
     cut_call,
     plan_round,
     race_votes,
-    race_weight,
+    race_log_weight,
 )
 
 
@@ -147,7 +147,7 @@ def race_table(answers: np.ndarray, tokens: np.ndarray, alpha: float) -> tuple[n
     onehot = (answers[..., None] == np.arange(n_ans)) & (answers[..., None] >= 0)
     count = np.cumsum(onehot, axis=1).astype(float)
     length = np.cumsum(onehot * np.asarray(tokens, dtype=float)[..., None], axis=1)
-    weight = race_weight(count, length, alpha)
+    weight = race_log_weight(count, length, alpha)
     top = np.lexsort((weight, count), axis=-1)[..., ::-1][..., :2]
     if n_ans == 1:
         top = np.concatenate([top, top], axis=-1)
