@@ -236,6 +236,29 @@ class VLLMBackendConfig(BackendConfigBase):
                          "to float32), or drop deterministic")
 
 
+LOCAL_CONCURRENCY = 64
+"""Default requests in flight to an OpenAI-compatible server on this machine or a private address."""
+
+
+def _is_local_url(url: Any) -> bool:
+    """Whether ``url`` names this machine or a private network address (where no rate limit is
+    expected); a host name other than localhost is not resolved, so it counts as remote."""
+    import ipaddress
+    from urllib.parse import urlparse
+
+    try:
+        host = urlparse(str(url)).hostname or ""
+    except ValueError:
+        return False  # the field's own check words the error
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private
+
+
 SEEDED_HOSTS = frozenset({"api.openai.com"})
 """Hosts whose OpenAI-compatible servers are known to take a per-request ``seed`` safely."""
 
@@ -255,8 +278,10 @@ class OpenAIBackendConfig(BackendConfigBase):
     max_retries: int = Field(3, ge=0, le=20)
     """Retries with exponential back-off and jitter on 429, 5xx, timeouts and connection errors."""
     concurrency: int = Field(8, ge=1)
-    """Requests in flight at once, across every concurrent call of the backend (``tts serve``
-    raises it: an OpenAI-compatible server schedules its own requests)."""
+    """Requests in flight at once, across every concurrent call of the backend. Unset, it is
+    :data:`LOCAL_CONCURRENCY` for a server on this machine or a private network address (your own
+    server schedules its own requests: a step of a search goes out at once, not in waves of 8) and
+    8 elsewhere (a hosted API's rate limits); ``tts serve`` sets its own."""
     deadline: float | None = Field(None, gt=0)
     """Seconds one request may take in all, its retries and back-off included (None: up to
     ``(max_retries + 1) * timeout`` plus back-off); a hanging server then holds a request this long
@@ -285,6 +310,14 @@ class OpenAIBackendConfig(BackendConfigBase):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     """Sent as ``reasoning_effort`` on every request (OpenAI's reasoning models, and servers that
     pass it to the chat template): a hint to the model, not a token cap. None: not sent."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_servers_take_more_requests_at_once(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or data.get("concurrency") is not None:
+            return data
+        base_url = data.get("base_url", cls.model_fields["base_url"].default)
+        return {**data, "concurrency": LOCAL_CONCURRENCY if _is_local_url(base_url) else 8}
 
     @property
     def sends_seeds(self) -> bool:

@@ -36,6 +36,7 @@ class FaultyUpstream:
         self.slow_seconds = slow_seconds
         self.seen: list[str] = []
         self.bodies: list[dict] = []
+        self.in_flight = self.most_in_flight = 0  # requests read and not yet answered
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -78,7 +79,10 @@ class FaultyUpstream:
                 writer.transport.abort()
                 return
             if mode == "slow":
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
                 await asyncio.sleep(self.slow_seconds)
+                self.in_flight -= 1
             status, payload = 200, json.dumps(self._completion(body, single=mode == "single")).encode()
             if mode in ("500", "503", "429", "404"):
                 status, payload = int(mode), json.dumps({"error": {"message": f"injected {mode}"}}).encode()
@@ -136,6 +140,23 @@ def _gen(url: str, **kw):
 def _requests(k: int, n: int = 2) -> list[GenerationRequest]:
     return [GenerationRequest((Message("user", f"What is 2 + 3? ({i})"),), n=n, max_tokens=16, key=str(i))
             for i in range(k)]
+
+
+def test_a_server_on_this_machine_gets_a_whole_step_at_once_and_a_remote_one_eight_at_a_time(upstream_factory):
+    from tts.config import OpenAIBackendConfig
+
+    # A search step of 32 requests to a local server goes out together (it was sent in waves of
+    # 8, the default kept for hosted APIs and their rate limits).
+    up = upstream_factory(lambda i: "slow", slow_seconds=1.0)
+    gen = _gen(up.url)
+    try:
+        results = gen.generate(_requests(32, n=1))
+    finally:
+        gen.close()
+    assert len(results) == 32 and up.most_in_flight > 8
+    assert OpenAIBackendConfig(base_url="https://api.openai.com/v1").concurrency == 8
+    assert OpenAIBackendConfig(base_url="http://10.1.2.3:8000/v1").concurrency == 64
+    assert OpenAIBackendConfig(base_url="http://localhost:8000/v1", concurrency=4).concurrency == 4  # as set
 
 
 def test_a_flaky_upstream_still_gives_every_result_correctly():
