@@ -114,6 +114,15 @@ def test_ties_in_confidence_are_served_in_problem_order():
     ({"min_gain": 1.5}, "min_gain must lie in (0, 1) (accuracy per sample), got 1.5"),
     ({"rule": "rate"}, ("rule 'rate' needs rate_model= (anything with live_rate and replay_rates; "
                         "see tts.budgets.rate_models for two)")),
+    ({"prior": 0.0}, "prior must be > 0 (pseudo-votes of the Beta prior), got 0.0"),
+    ({"window": 0}, "window must be >= 1 (samples in a row with one answer), got 0"),
+    ({"length_weight": -0.5}, "length_weight must be >= 0 (0 = plain votes), got -0.5"),
+    ({"ladder": (0.9, 0.5)}, "every ladder confidence must lie in (0.5, 1), got (0.9, 0.5)"),
+    ({"ladder": (0.9, 1.0)}, "every ladder confidence must lie in (0.5, 1), got (0.9, 1.0)"),
+    ({"give_up_share": 0.0}, "give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got 0, 0.0"),
+    ({"give_up_share": 1.5}, "give_up_after must be >= 0 (0 = off) and give_up_share in (0, 1], got 0, 1.5"),
+    ({"top_k": 1}, "top_k must be >= 2 (answers in the Dirichlet posterior), got 1"),
+    ({"length_weight": 1.0, "rule": "exact"}, "length_weight weighs the Beta race of 'horizon' and 'beta', not rule 'exact'"),
 ])
 def test_a_policy_refuses_settings_saying_what_to_change(settings, message):
     with pytest.raises(ValueError) as err:
@@ -123,6 +132,10 @@ def test_a_policy_refuses_settings_saying_what_to_change(settings, message):
 
 def test_the_smallest_policies_are_valid():
     assert OnlinePolicy(n_max=1, chunk=1).n_max == 1
+    # Every setting at the edge of what it accepts (one past it is refused above).
+    edge = OnlinePolicy(window=1, ladder=(0.501, 0.999), give_up_share=1.0, top_k=2, prior=1e-9)
+    assert (edge.window, edge.top_k, edge.give_up_share) == (1, 2, 1.0)
+    assert OnlinePolicy(rule="beta", length_weight=1.0).length_weight == 1.0  # the race weighs 'beta' too
     assert OnlinePolicy(rule="rate", rate_model=_Rates([0.1])).rule == "rate"
     assert OnlineAllocator(["p"], budget=0.5).budget == 0.5
 
