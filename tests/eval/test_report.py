@@ -75,21 +75,23 @@ def test_the_ends_are_exact():
 
 
 def _row(pid: str, config: str, kind: str, outcome: str, *, coverage: bool = False, samples: int = 1,
-         tokens: tuple[int, int] = (0, 0), seconds: float = 0.0, events: dict | None = None) -> ResultRow:
+         tokens: tuple[int, int] = (0, 0), seconds: float = 0.0, events: dict | None = None,
+         notes: dict | None = None) -> ResultRow:
     prompt, completion = tokens
     return ResultRow(problem_id=pid, config=config, strategy={"kind": kind, "n": samples}, model="m",
                      backend="scripted", answer=None if outcome == "no_answer" else "1", gold="1",
                      outcome=outcome, correct=outcome == "correct", coverage=coverage, confidence=0.5,
                      usage=Usage(prompt_tokens=prompt, completion_tokens=completion, wall_seconds=seconds),
-                     trace={"strategy": kind, "samples": [{}] * samples, "events": events or {}})
+                     trace={"strategy": kind, "samples": [{}] * samples, "events": events or {},
+                            **({"notes": notes} if notes is not None else {})})
 
 
 def test_summarize_gives_each_config_its_accuracy_interval_coverage_and_cost():
     rows = [
         _row("a", "self_consistency@4", "self_consistency", "correct", coverage=True, samples=4, tokens=(10, 30),
-             seconds=1.0, events={"forced_answer": 1}),
+             seconds=1.0, events={"forced_answer": 1}, notes={"execution_seconds": 0.25}),
         _row("b", "self_consistency@4", "self_consistency", "wrong", coverage=True, samples=4, tokens=(10, 50),
-             seconds=2.0, events={"forced_answer": 2, "empty_step": 0}),
+             seconds=2.0, events={"forced_answer": 2, "empty_step": 0}, notes={"execution_seconds": 1.5}),
         _row("c", "self_consistency@4", "self_consistency", "no_answer", samples=2, tokens=(20, 10), seconds=0.5),
         _row("d", "self_consistency@4", "self_consistency", "ungraded", samples=2, tokens=(0, 10)),
         _row("a", "best_of_n@2", "best_of_n", "correct", samples=2, tokens=(4, 4)),
@@ -102,7 +104,9 @@ def test_summarize_gives_each_config_its_accuracy_interval_coverage_and_cost():
     assert (sc.coverage, sc.no_answer_rate, sc.ungraded) == (0.5, 0.25, 1)
     assert sc.events == {"forced_answer": 3}  # summed over problems; kinds that never happened left out
     assert (sc.tokens_per_problem, sc.completion_tokens_per_problem, sc.wall_seconds) == (35.0, 25.0, 3.5)
+    # The sandbox's seconds (programs, execution verifiers) are summed apart; rows without them add 0.
+    assert sc.execution_seconds == 1.75
     bon = by_config["best_of_n@2"]
-    assert (bon.accuracy, bon.n, bon.tokens_per_problem, bon.events) == (1.0, 2.0, 8.0, {})
+    assert (bon.accuracy, bon.n, bon.tokens_per_problem, bon.events, bon.execution_seconds) == (1.0, 2.0, 8.0, {}, 0.0)
     # Ordered by strategy, then by samples per problem.
     assert [s.config for s in summarize(rows)] == ["best_of_n@2", "self_consistency@1", "self_consistency@4"]
