@@ -259,3 +259,21 @@ def test_a_ladder_written_per_strategy_says_that_each_n_applies_to_every_strateg
     assert r.exit_code == 2
     assert "self_consistency@8" in r.output and "each -n applies to every -s" in r.output
     assert "-s A -s B -n 1 -n 8" in r.output
+
+
+@pytest.mark.parametrize("through_tts", [False, True])
+def test_shared_memory_an_interrupted_engine_left_behind_is_freed_without_a_warning(through_tts):
+    # What a Ctrl-C'd vLLM engine leaves: shared memory still registered with multiprocessing's
+    # resource tracker at exit. The tracker frees it and, unless told otherwise, warns of "leaked
+    # shared_memory objects" under tts's "stopped" line; `tts` tells it otherwise.
+    leak = textwrap.dedent("""
+        def leak():
+            from multiprocessing import shared_memory
+            shared_memory.SharedMemory(create=True, size=64).close()  # never unlinked: still registered
+            return 0
+        """)
+    script = leak + ("import sys, tts.cli.app as a\na.app = leak\nsys.argv = ['tts']\na.main()\n" if through_tts
+                     else "leak()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert ("leaked shared_memory" in out.stderr) is not through_tts, out.stderr

@@ -58,4 +58,9 @@ def main() -> None:
     """
     signal.signal(signal.SIGTERM, exit_on_signal)
     signal.signal(signal.SIGINT, interrupt_on_signal)
+    # A vLLM engine's processes register shared memory with multiprocessing's resource tracker; one
+    # stopped by Ctrl-C leaves it registered, and the tracker, which frees it, then warned of
+    # "leaked shared_memory objects" under tts's own "stopped ... run the same command to resume"
+    # line. The tracker process is started with this process's warning options.
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
     sys.exit(app())
