@@ -343,6 +343,8 @@ def test_curves_are_reproducible_labelled_and_use_the_default_draws(tmp_path):
     boot = est.best_of_n(mp, ns, method="bootstrap", draws=200)
     assert (boot.rule, boot.method, boot.draws, boot.ns.tolist()) == ("best_score", "bootstrap", 200, ns)
     assert est.pool_curves(mp, rules=("vote",), ns=ns)["vote"].draws == 1000
+    for rule, curve in est.pool_curves(mp, ns=ns, draws=50).items():  # seed 0 there too
+        np.testing.assert_array_equal(curve.lo, est.pool_curves(mp, ns=ns, draws=50, seed=0)[rule].lo)
     order = pool_draws.draw_orders(mp.counts, 3, 200, 5)
     np.testing.assert_array_equal(est.best_of_n(mp, ns, method="bootstrap", order=order).per_problem,
                                   est.best_of_n(mp, ns, method="bootstrap", draws=200, seed=5).per_problem)
@@ -351,3 +353,55 @@ def test_curves_are_reproducible_labelled_and_use_the_default_draws(tmp_path):
                               boot.per_problem)
     with pytest.raises(ValueError, match=r"^unknown method 'sampled'; use 'exact' or 'bootstrap'$"):
         est.best_of_n(mp, ns, method="sampled")
+
+
+def _bootstrap_by_hand(per_problem: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% percentile bootstrap over problems, from a fresh generator of ``seed`` (not the
+    estimators' cached resamples), widened to contain the mean."""
+    p = len(per_problem)
+    counts = np.random.default_rng(seed).multinomial(p, np.full(p, 1.0 / p), size=1000)
+    lo, hi = np.percentile(counts @ per_problem / p, [2.5, 97.5], axis=0)
+    mean = per_problem.mean(axis=0)
+    return np.minimum(lo, mean), np.maximum(hi, mean)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_every_curves_interval_is_the_bootstrap_of_the_seed_it_was_given(tmp_path, seed):
+    mp = _scored_pool(tmp_path)
+    ns = [1, 2, 4]
+    curves = [est.pass_at_k(mp, ns, seed=seed), est.majority_vote(mp, ns, draws=100, seed=seed),
+              est.weighted_vote(mp, ns, draws=100, seed=seed), est.best_of_n(mp, ns, seed=seed),
+              est.best_of_n(mp, ns, method="bootstrap", draws=100, seed=seed),
+              *est.pool_curves(mp, ns=ns, draws=100, seed=seed).values()]
+    for curve in curves:
+        lo, hi = _bootstrap_by_hand(curve.per_problem, seed)
+        np.testing.assert_allclose(curve.lo, lo, rtol=1e-12, err_msg=curve.rule)
+        np.testing.assert_allclose(curve.hi, hi, rtol=1e-12, err_msg=curve.rule)
+
+
+def test_each_columns_interval_contains_that_columns_mean():
+    # A column every problem gets right and one none does: each interval is its own column's point.
+    per_problem = np.column_stack([np.ones(20), np.zeros(20)])
+    lo, hi = est.problem_interval(per_problem)
+    assert lo.tolist() == [1.0, 0.0] and hi.tolist() == [1.0, 0.0]
+
+
+def test_sample_counts_default_to_every_n_the_shortest_problem_allows_and_bad_ones_say_what_to_pass(tmp_path):
+    rows = [_row("long", i, "1", True) for i in range(5)] + [_row("short", i, "2", False) for i in range(3)]
+    mp = load_pool(_write(tmp_path / "pool.jsonl", rows))["m"]
+    assert est.check_ns(mp, None).tolist() == [1, 2, 3]
+    assert est.check_ns(mp, [3, 1, 1]).tolist() == [1, 3]  # sorted, unique
+    assert est.check_ns(mp, np.array([1.0, 3.0])).dtype == np.int64  # counts index the draws
+    for bad in ([0, 2], []):
+        with pytest.raises(ValueError) as exc:
+            est.check_ns(mp, bad)
+        assert str(exc.value) == f"sample counts must be >= 1, got {sorted(set(bad))}; pass ns such as range(1, 4)"
+    with pytest.raises(ValueError) as exc:
+        est.check_ns(mp, [4])
+    assert str(exc.value) == ("n=4 exceeds the 3 samples of problem 'short' of model m; pass ns up to 3 or drop "
+                              "short problems with pool.subset()")
+    with pytest.raises(ValueError) as exc:  # a subset that kept no problem
+        est.check_ns(mp.subset([]), None)
+    assert str(exc.value) == "sample counts must be >= 1, got []; pass ns such as range(1, 1)"
+    with pytest.raises(KeyError, match=r"n=2 is not on this curve; it has n in \[1, 3\]"):
+        est.pass_at_k(mp, [1, 3]).at(2)
