@@ -94,6 +94,15 @@ def test_different_values_stay_different(gold, answer):
         ("(1&2,3)", "$(1&2,3)$"),  # rows of different widths: not a matrix
         ("\\boxed{5}", "\\boxed{5}"),
         ("\\(x+1\\)", "\\(x+1\\)"),
+        ("\\[x+1\\]", "\\[x+1\\]"),
+        # Half a delimiter is not a math environment: wrapped.
+        ("\\(x+1", "$\\(x+1$"),
+        ("x+1\\)", "$x+1\\)$"),
+        ("\\[x+1", "$\\[x+1$"),
+        ("x+1\\]", "$x+1\\]$"),
+        # A matrix already in an environment is left as it is (its rows are not re-split).
+        ("\\left[\\begin{array}{cc}1&2\\\\3&4\\end{array}\\right]",
+         "$\\left[\\begin{array}{cc}1&2\\\\3&4\\end{array}\\right]$"),
         ("$x+1$", "$x+1$"),
     ],
 )

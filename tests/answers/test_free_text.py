@@ -13,6 +13,7 @@ from tts.answers.free_text import MBRChoice, chrf_similarity, mbr_select, text_a
     ("reasoning left open by the template</think> Rain.", "Rain."),           # only the closing tag
     ("<think>a</think> draft </think> Final.", "Final."),                       # the LAST </think>
     ("<think>\nstill thinking when max_tokens cut it", None),                   # unclosed: all thought
+    ("\n  <think>\nstill thinking after a blank line", None),                   # ... after leading space too
     ("<think>done</think>   \n", None),                                         # nothing after the thought
     ("", None),
     ("   ", None),
@@ -22,7 +23,7 @@ def test_text_answer_is_the_text_after_the_thinking_section(reply, answer):
 
 
 def test_mbr_refuses_an_empty_list_with_a_clear_message():
-    with pytest.raises(ValueError, match="at least one text"):
+    with pytest.raises(ValueError, match="^mbr_select needs at least one text to choose from, got none$"):
         mbr_select([])
 
 

@@ -120,3 +120,47 @@ def test_a_computation_on_numbers_votes_as_its_integer_value_and_nothing_else_ch
 def test_an_answer_is_compared_by_the_value_it_states_not_its_markup():
     """Bold markup is dropped before parsing: ``**\\sqrt{8}**`` is read as its key ``\\sqrt{8}``."""
     assert len(set(AnswerKeys().keys(["**\\sqrt{8}**", "2\\sqrt{2}"]))) == 1
+
+
+def test_keys_up_to_max_len_characters_are_compared_and_longer_ones_kept_apart():
+    at_limit = "0." + "5" + "0" * 97  # 100 characters: 1/2
+    assert len(at_limit) == AnswerKeys().max_len == 100
+    assert AnswerKeys().keys(["1/2", at_limit]) == ["1/2", "1/2"]
+    over = at_limit + "0"
+    assert AnswerKeys().keys(["1/2", over]) == ["1/2", over]
+
+
+def test_a_value_of_more_than_200_expression_nodes_is_not_handed_to_math_verify():
+    import sympy
+
+    xs = sympy.symbols("x0:200")
+    assert equivalence._tame(sympy.Add(*xs[:199]))  # 200 nodes: the sum and its 199 terms
+    assert not equivalence._tame(sympy.Add(*xs))    # 201
+
+
+def test_a_percentage_votes_with_its_number_and_its_fraction_as_math_verify_says():
+    # math-verify reads "50\\%" as equal to both 50 and 0.5; the numeric shortcut must not split
+    # them by evaluating the percentage itself.
+    assert AnswerKeys().keys(["50\\%", "50", "0.5"]) == ["50\\%"] * 3
+
+
+@pytest.mark.parametrize("written", ["(5)", "+5", "(-3)"])
+def test_a_plain_number_is_not_read_as_a_computation(written):
+    # vote_form evaluates computations ("40+2" -> "42") only: a bracketed or signed number stays as
+    # written (math-verify merges it with its value later, keyed by whichever came first).
+    assert vote_form(written) == written
+    assert vote_form("40+2") == "42"
+
+
+def test_a_computation_longer_than_60_characters_is_left_as_written():
+    long = "+".join(["1"] * 31)  # 61 characters
+    assert vote_form(long) == long and vote_form("+".join(["1"] * 30)) == "30"
+
+
+def test_one_call_makes_at_most_max_pairs_fresh_comparisons_then_keys_stay_apart():
+    # 23 different expressions take 23 * 22 / 2 = 253 comparisons (no numeric shortcut: they have a
+    # variable); "4+x" then meets the groups of x+1, x+2, x+3 (254-256) before its equal x+4, the
+    # 257th comparison: past the default cap of 256, so it stays apart; a cap of 257 merges it.
+    answers = [f"x+{k}" for k in range(1, 24)] + ["4+x"]
+    assert AnswerKeys().keys(answers)[-1] == "4+x"
+    assert AnswerKeys(max_pairs=257).keys(answers)[-1] == "x+4"
