@@ -124,7 +124,9 @@ def vote_confidence(top1: np.ndarray, top2: np.ndarray) -> np.ndarray:
     return betainc(b, a, 0.5)
 
 
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(48)
+# 64 nodes over the leader's Gamma mass +- 8 standard deviations: absolute error below 1e-10 for
+# votes up to 300 against adaptive quadrature (48 nodes over +- 12 sd erred by up to 5e-5 there).
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
 
 
 def dirichlet_confidence(votes: np.ndarray, prior: float = 1.0, top_k: int = 5) -> np.ndarray:
@@ -139,8 +141,9 @@ def dirichlet_confidence(votes: np.ndarray, prior: float = 1.0, top_k: int = 5) 
     Computed exactly, not by the paper's Monte Carlo: Dirichlet shares are independent
     Gamma(a_i, 1) variables G_i divided by their sum, so the leader's share is largest iff its G
     is, and P = integral over x of f_{a_1}(x) * prod_{i > 1} F_{a_i}(x) (Gamma density and CDFs), a
-    smooth one-dimensional integral taken by 48-point Gauss-Legendre on the leader's Gamma mass
-    (mean +- 12 standard deviations; absolute error below 1e-8 for votes up to a few hundred).
+    smooth one-dimensional integral taken by 64-point Gauss-Legendre on the leader's Gamma mass
+    (mean +- 8 standard deviations; absolute error below 1e-10 for votes up to 300, checked against
+    scipy's adaptive quadrature).
     A tie for the lead gives at most 1/2 (1/m for an m-way tie).
 
     Args:
@@ -154,8 +157,8 @@ def dirichlet_confidence(votes: np.ndarray, prior: float = 1.0, top_k: int = 5) 
         v = np.concatenate([v, np.zeros((*v.shape[:-1], 2 - v.shape[-1]))], axis=-1)
     a = v[..., :top_k] + prior
     a1 = a[..., :1]
-    lo = np.maximum(a1 - 12.0 * np.sqrt(a1) - 2.0, 0.0)
-    hi = a1 + 12.0 * np.sqrt(a1) + 30.0
+    lo = np.maximum(a1 - 8.0 * np.sqrt(a1) - 2.0, 0.0)
+    hi = a1 + 8.0 * np.sqrt(a1) + 30.0
     x = lo + (hi - lo) * (_GL_NODES + 1.0) / 2.0  # (..., nodes)
     density = np.exp((a1 - 1.0) * np.log(x) - x - gammaln(a1))
     cdf = gammainc(a[..., 1:, None], x[..., None, :])
