@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -157,10 +158,28 @@ def _workdir(module: str, tests: list[str]) -> Path:
 
 
 def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run mutmut in ``work``; its output is read from files, and every process it leaves behind is
+    killed when it returns.
+
+    A mutant that breaks a worker's shutdown (the grader's, say) can leave a forked test process
+    running after mutmut has timed it out; one holding an output pipe kept this script waiting
+    until the module's timeout (an hour) although mutmut had finished. mutmut therefore runs in a
+    process group of its own, writes to files, and the group is killed when it ends."""
     # TTS_MUTATION: tests/conftest.py empties tts's memo caches before every test (see there).
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "TTS_MUTATION": "1"}
-    return subprocess.run(["nice", "-n", "15", sys.executable, "-m", "mutmut", *args], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    cmd = ["nice", "-n", "15", sys.executable, "-m", "mutmut", *args]
+    out_path, err_path = work / f".mutmut-{args[0]}.out", work / f".mutmut-{args[0]}.err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=err, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # mutmut itself, if timed out, and what it left
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, code, out_path.read_text(), err_path.read_text())
 
 
 def _diff(work: Path, mutant: str) -> str:
