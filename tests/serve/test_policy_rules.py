@@ -465,3 +465,57 @@ def test_autos_strategies_are_among_those_offered(session):
         "tts.strategy.strategies: strategy 'beam' is not offered")
     assert _refused(policy.resolve, {"kind": "auto", "strategies": [3]}).args[0].startswith(
         "tts.strategy.strategies: strategy '3' is not offered")
+
+
+CODE_RUNNERS = ("program_vote", "tir", "exec_vote", "public_tests", "codet")
+
+
+def test_strategies_that_run_code_are_offered_only_where_the_operator_allows_code(session):
+    from tts.serve.policy import CODE_REFUSED
+
+    policy = _policy(session)
+    for kind in CODE_RUNNERS:
+        assert not policy.allows(kind)
+        assert _refused(policy.resolve, {"kind": kind}).args[0].endswith(f"; {kind} {CODE_REFUSED}")
+    # A plain strategy that is not offered is refused without the code sentence.
+    listed = _policy(session, strategies=("self_consistency",))
+    assert _refused(listed.resolve, {"kind": "best_of_n"}).args[0] == (
+        "strategy 'best_of_n' is not offered on this server; use one of self_consistency")
+    with pytest.raises(ValueError) as err:
+        _policy(session, strategies=("self_consistency", "program_vote"))
+    assert str(err.value) == ("strategy 'program_vote' runs model-written programs: allow code execution "
+                              "(tts serve --allow-code-execution) or do not offer it")
+    allowed = _policy(session, allow_code_execution=True)
+    assert all(allowed.allows(kind) for kind in CODE_RUNNERS)
+    assert _policy(session, strategies=("program_vote",), allow_code_execution=True).offered() == ["program_vote"]
+
+
+def test_a_setting_that_runs_code_is_refused_unless_the_operator_allows_code(session):
+    from tts.serve.policy import CODE_REFUSED
+
+    spec = {"kind": "revision", "feedback": "execution"}
+    err = _refused(_policy(session).strategy_config, session, spec, None, None)
+    assert err.args[0] == f"strategy 'revision' with these settings {CODE_REFUSED}"
+    assert (err.param, err.code) == ("tts.strategy", "code_execution_disabled")
+    assert _policy(session, allow_code_execution=True).strategy_config(session, spec, None, None).feedback == "execution"
+    assert _policy(session).strategy_config(session, {"kind": "revision"}, None, None).feedback != "execution"
+
+
+def test_an_operator_only_setting_is_never_a_requests_even_where_code_may_run(session):
+    policy = _policy(session, allow_code_execution=True)
+    err = _refused(policy.resolve, {"kind": "program_vote", "unsafe_no_sandbox": True})
+    assert err.param == "tts.strategy.unsafe_no_sandbox"
+    assert err.args[0].startswith("tts.strategy.unsafe_no_sandbox: this server does not let requests set "
+                                  "unsafe_no_sandbox")
+    assert policy.resolve({"kind": "program_vote", "n": 2})["n"] == 2
+
+
+def test_a_refusal_already_naming_its_strategy_is_not_prefixed_twice(session):
+    class Worded:
+        def strategy_config(self, spec, n, budget):
+            raise ValueError(f"strategy {spec['kind']!r}: n=0 is refused; change n")
+
+    err = _refused(_policy(session).strategy_config, Worded(), {"kind": "self_consistency"}, None, None)
+    assert err.args[0] == "strategy 'self_consistency': n=0 is refused; change n"
+    assert _refused(_policy(session).strategy_config, session, {"kind": "nope"}, None, None).args[0].startswith(
+        "strategy 'nope': Unknown strategy 'nope'.")
