@@ -35,6 +35,12 @@ def test_manifest_records_config_and_refuses_a_different_one(tmp_path):
     manifest = json.loads((tmp_path / "run.json").read_text())
     assert manifest["config"]["seed"] == 0 and manifest["model"] == "m" and "python" in manifest["versions"]
     ResultsStore(tmp_path, {"seed": 0, "batch_size": 8}, "m").close()  # batch size may change
+    with_server = tmp_path / "server"
+    ResultsStore(with_server, {"seed": 0, "backend": {"kind": "openai", "concurrency": 8}}, "m").close()
+    # requests in flight may change (the default for a local server rose from 8 to 64) ...
+    ResultsStore(with_server, {"seed": 0, "backend": {"kind": "openai", "concurrency": 64}}, "m").close()
+    with pytest.raises(RunMismatchError, match="backend.kind: 'openai' -> 'vllm'"):  # ... the backend may not
+        ResultsStore(with_server, {"seed": 0, "backend": {"kind": "vllm", "concurrency": 64}}, "m")
     with pytest.raises(RunMismatchError, match="seed: 0 -> 1"):
         ResultsStore(tmp_path, {"seed": 1, "batch_size": 4}, "m")
 

@@ -28,7 +28,9 @@ logger = logging.getLogger(__name__)
 RESULTS = "results.jsonl"
 MANIFEST = "run.json"
 # Config fields that may change between a run and its resumption without changing any result.
-_RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout"}
+# Settings that change how a run goes, not what it computes: a run may resume under other values
+# (requests in flight to a server: its default rose from 8 to 64 for local servers).
+_RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout", "backend.concurrency"}
 # Config fields added after runs were written, with the value those runs had.
 _ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False, "backend.request_seeds": "auto",
                  # the online rule's settings (issue 36): an allocated run from before them resumes
