@@ -107,11 +107,13 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -188,12 +190,66 @@ def _counters(metrics_url: str) -> dict[str, float]:
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> float:
-    """Run a tool to completion; its process wall time. A failure shows the tool's own error."""
+    """Run a tool to completion; its process wall time. A failure shows the tool's own error.
+
+    The tool's CPU seconds (user + system, start-up included) are added to ``_CLIENT_CPU[-1]``."""
     t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _CLIENT_CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{(done.stderr or done.stdout)[-3000:]}")
     return time.perf_counter() - t0
+
+
+_CLIENT_CPU: list[float] = []
+"""CPU seconds of each tool process ``_run`` ran, in order (read by the round loop)."""
+
+
+class _Occupancy:
+    """How busy the vLLM server was while one side ran: ``/metrics`` polled every ``period`` seconds.
+
+    A client can only be faster than another sending the same requests to the same server by
+    keeping the server busier: with nothing running or waiting on the server, time passes on the
+    client alone. ``summary()`` gives, over the span from the first poll that saw a request on the
+    server to the last, the share of polls that saw none (``idle_share``: the time the client, not
+    the server, held up the run; a client that never let the server idle could be at most
+    1 / (1 - idle_share) times faster at the same requests) and the mean requests running.
+    """
+
+    def __init__(self, metrics_url: str, period: float = 0.1) -> None:
+        self.url, self.period = metrics_url, period
+        self.samples: list[tuple[float, float]] = []  # (running, waiting)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> _Occupancy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.period):
+            with contextlib.suppress(OSError, ValueError):
+                gauges = {"vllm:num_requests_running": 0.0, "vllm:num_requests_waiting": 0.0}
+                for line in _get(self.url, timeout=2)[1].splitlines():
+                    name = line.split("{", 1)[0].split(" ", 1)[0]
+                    if name in gauges:
+                        gauges[name] += float(line.rsplit(" ", 1)[1])
+                self.samples.append((gauges["vllm:num_requests_running"], gauges["vllm:num_requests_waiting"]))
+
+    def summary(self) -> dict:
+        busy = [i for i, (run, wait) in enumerate(self.samples) if run or wait]
+        if not busy:
+            return {"idle_share": None, "mean_running": None, "polls": len(self.samples)}
+        span = self.samples[busy[0]:busy[-1] + 1]
+        idle = sum(1 for run, wait in span if not run and not wait)
+        return {"idle_share": round(idle / len(span), 4),
+                "mean_running": round(statistics.fmean(run for run, _ in span), 2), "polls": len(span)}
 
 
 def _grade(texts: list[str], problems: list) -> float:
@@ -404,7 +460,15 @@ def _search_summary(runs: list[dict], problems: int, tts_elapsed: float) -> dict
             "accuracy": round(correct / (problems * len(runs)), 3), "accuracy_interval": [round(low, 3), round(high, 3)],
             "accuracy_per_round": [r["correct"] / problems for r in runs],
             "completion_tokens_median": statistics.median(r["completion_tokens"] for r in runs),
-            "engine_calls_median": statistics.median(r["engine_calls"] for r in runs), "runs": runs}
+            "engine_calls_median": statistics.median(r["engine_calls"] for r in runs),
+            "client_cpu_seconds_median": statistics.median(r["client_cpu_seconds"] for r in runs),
+            "server_idle_share_median": _median_or_none(r.get("server", {}).get("idle_share") for r in runs),
+            "runs": runs}
+
+
+def _median_or_none(values: Iterator[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _search_main(args: argparse.Namespace) -> None:
@@ -445,8 +509,10 @@ def _search_main(args: argparse.Namespace) -> None:
         for k in range(args.rounds):
             for side in sides[k % len(sides):] + sides[:k % len(sides)]:
                 before = _counters(f"http://127.0.0.1:{port}/metrics") if port else None
+                occupancy = _Occupancy(f"http://127.0.0.1:{port}/metrics") if port else contextlib.nullcontext()
                 try:
-                    result = rounds[side](ctx, work / f"{side}{k}", k)
+                    with occupancy:
+                        result = rounds[side](ctx, work / f"{side}{k}", k)
                 except RuntimeError as e:
                     if port and not _alive(f"http://127.0.0.1:{port}/health"):
                         raise RuntimeError(f"{side} failed and the vLLM server no longer answers /health; its log "
@@ -457,6 +523,8 @@ def _search_main(args: argparse.Namespace) -> None:
                     result["completion_tokens"] = int(after["completion"] - before["completion"])
                     result["prompt_tokens"] = int(after["prompt"] - before["prompt"])
                     result["engine_calls"] = int(after["requests"] - before["requests"])
+                    result["server"] = occupancy.summary()
+                result["client_cpu_seconds"] = round(_CLIENT_CPU[-1], 2)
                 result["round"] = k
                 runs[side].append(result)
                 print(f"round {k} {side}: {result['elapsed']:.1f} s, {result['correct']}/{args.problems} correct, "
@@ -473,11 +541,16 @@ def _search_main(args: argparse.Namespace) -> None:
               "sides": {side: _search_summary(rs, args.problems, t) for side, rs in runs.items()}}
     calls = "requests" if port else "generate calls"
     print(f"{'side':<17} {'wall s':>7} {'x tts':>6} {'accuracy [95% CI]':>20} {'gen tokens':>10} "
-          f"{'engine ' + calls:>22}")
+          f"{'engine ' + calls:>22} {'client cpu s':>12}" + (f" {'server idle':>11}" if port else ""))
     for side, s in report["sides"].items():
         acc = f"{s['accuracy']:.2f} [{s['accuracy_interval'][0]:.2f}, {s['accuracy_interval'][1]:.2f}]"
+        idle = s["server_idle_share_median"]
         print(f"{side:<17} {s['elapsed_median']:>7.1f} {s['ratio_to_tts']:>6.2f} {acc:>20} "
-              f"{s['completion_tokens_median']:>10,.0f} {s['engine_calls_median']:>22,.0f}")
+              f"{s['completion_tokens_median']:>10,.0f} {s['engine_calls_median']:>22,.0f} "
+              f"{s['client_cpu_seconds_median']:>12.1f}"
+              + ((f" {idle:>10.1%}" if idle is not None else f" {'-':>10}") if port else ""))
+    print("client cpu s: the side's own process (start-up included; with the in-process engine, the engine's "
+          "front end too)" + ("; server idle: share of the run with no request on the server" if port else ""))
     if args.tts_default:
         print("tts-default: tts with heal_separator=true (its default boundary), the other settings as tts's row")
     print(f"({args.search}; medians over {args.rounds} alternating round(s); {args.problems} chains problems, "
@@ -522,8 +595,9 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--tts-concurrency", type=int, default=None,
-                   help="Requests tts keeps in flight (the OpenAI backend's concurrency; default 8, its own "
-                        "default; particle filtering: 64, since its_hub sends all its requests at once).")
+                   help="Requests tts keeps in flight (the OpenAI backend's concurrency; default: its own default, "
+                        "64 for this local server; particle filtering: 64, since its_hub sends all its "
+                        "requests at once).")
     p.add_argument("--vllm-arg", action="append", default=[],
                    help="One more argument for the vLLM server, e.g. --vllm-arg=--gpu-memory-utilization=0.15 "
                         "(later arguments override the defaults).")

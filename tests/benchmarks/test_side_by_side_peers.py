@@ -137,3 +137,45 @@ def test_the_tts_default_side_differs_only_in_the_step_boundary():
 def test_chain_steps_must_be_numbers():
     with pytest.raises(SystemExit, match="comma-separated"):
         _side_by_side()._chain_options(_args(chain_steps="1-3"))
+
+
+def test_server_occupancy_counts_idle_polls_between_the_first_and_last_busy_one():
+    # (running, waiting) as /metrics gave them: idle before the first request and after the last are
+    # the tool's start-up and grading, not counted; the two idle polls in between are.
+    occupancy = _side_by_side()._Occupancy("http://127.0.0.1:1/metrics")
+    occupancy.samples = [(0, 0), (0, 0), (3, 1), (4, 0), (0, 0), (0, 2), (0, 0), (2, 0), (0, 0)]
+    assert occupancy.summary() == {"idle_share": 0.3333, "mean_running": 1.5, "polls": 6}
+    occupancy.samples = [(0, 0)] * 3
+    assert occupancy.summary() == {"idle_share": None, "mean_running": None, "polls": 3}
+
+
+def test_server_occupancy_polls_the_gauges_of_a_metrics_page():
+    import http.server
+    import threading
+    import time
+
+    pages = iter(["vllm:num_requests_running{engine=\"0\"} 2.0\nvllm:num_requests_waiting{engine=\"0\"} 1.0\n"]
+                 + ["vllm:num_requests_running{engine=\"0\"} 0.0\nvllm:num_requests_waiting{engine=\"0\"} 0.0\n"] * 1000)
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = next(pages).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with _side_by_side()._Occupancy(f"http://127.0.0.1:{server.server_port}/metrics", period=0.01) as occ:
+            deadline = time.monotonic() + 5
+            while len(occ.samples) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        server.shutdown()
+    assert occ.samples[0] == (2.0, 1.0) and all(s == (0.0, 0.0) for s in occ.samples[1:])
+    assert occ.summary() == {"idle_share": 0.0, "mean_running": 2.0, "polls": 1}
