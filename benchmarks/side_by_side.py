@@ -123,7 +123,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from serve_vs_engine import _CPU_VLLM_ARGS, _free_port, _has_cuda  # noqa: E402
+from serve_vs_engine import _free_port, _has_cuda, cpu_vllm_args, cpu_vllm_env  # noqa: E402
 
 PEERS = ROOT / "benchmarks" / "peers"
 
@@ -499,12 +499,13 @@ def _search_main(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as stack:
         port = None
         if args.search == "particle_filtering":
-            port = _free_port()
+            port, cuda = _free_port(), _has_cuda()
             ctx["url"] = f"http://127.0.0.1:{port}/v1"
             vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_path,
                     "--served-model-name", ctx["model"], "--port", str(port), "--max-model-len", "2048",
-                    *(_CPU_VLLM_ARGS if not _has_cuda() else ()), *args.vllm_arg]
-            stack.enter_context(_server(vllm, f"http://127.0.0.1:{port}/health", Path(args.log), 900, ROOT))
+                    *(cpu_vllm_args() if not cuda else ()), *args.vllm_arg]
+            stack.enter_context(_server(vllm, f"http://127.0.0.1:{port}/health", Path(args.log), 900, ROOT,
+                                        env=cpu_vllm_env() if not cuda else None))
             _warm_up(ctx["url"], ctx["model"], rows[0]["messages"])
         for k in range(args.rounds):
             for side in sides[k % len(sides):] + sides[:k % len(sides)]:
@@ -621,16 +622,17 @@ def main() -> None:
     messages = work / "messages.json"
     conversations = [[{"role": m.role, "content": m.content} for m in bench.prompt.render(q)] for q in problems]
     messages.write_text(json.dumps(conversations))
-    port = _free_port()
+    port, cuda = _free_port(), _has_cuda()
     url = f"http://127.0.0.1:{port}/v1"
     vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", args.model_path,
             "--served-model-name", model, "--port", str(port), "--max-model-len", "2048",
-            *(_CPU_VLLM_ARGS if not _has_cuda() else ()), *args.vllm_arg]
+            *(cpu_vllm_args() if not cuda else ()), *args.vllm_arg]
     tools = ["tts"] + [t for t, py in (("its_hub", args.its_hub_python), ("optillm", args.optillm_python)) if py]
     runs: dict[str, list[dict]] = {t: [] for t in tools}
     ctx = {"args": args, "url": url, "model": model, "messages": messages, "problems": problems}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_server(vllm, f"http://127.0.0.1:{port}/health", Path(args.log), 900, ROOT))
+        stack.enter_context(_server(vllm, f"http://127.0.0.1:{port}/health", Path(args.log), 900, ROOT,
+                                    env=cpu_vllm_env() if not cuda else None))
         if args.optillm_python:
             proxy_port = _free_port()
             # Run from the work folder: optillm also loads plugins from ./optillm/plugins. The key only

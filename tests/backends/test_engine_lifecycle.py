@@ -89,6 +89,8 @@ def test_each_engine_gets_its_own_kv_size_and_the_environment_is_restored(fake_v
     a = vllm_backend.VLLMGenerator(VLLMBackendConfig(kv_cache_gib=1))
     b = vllm_backend.VLLMGenerator(VLLMBackendConfig(model="other", kv_cache_gib=3))
     assert [e.kwargs["kv_cache_memory_bytes"] for e in fake_vllm] == [1 << 30, 3 << 30]
+    # 32-token KV blocks, so that a search step's prompt reuses its partial solution's cache (CPU's 128 did not)
+    assert [e.kwargs["block_size"] for e in fake_vllm] == [32, 32]
     # The engine's processes see the settings they need while it starts ...
     assert all(e.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" for e in fake_vllm)
     assert all(vllm_backend.KV_CACHE_ENV not in e.environ for e in fake_vllm)
