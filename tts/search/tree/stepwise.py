@@ -128,22 +128,23 @@ def slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[
     missing = sorted(set(varying) - set(names))
     if missing:
         raise ValueError(f"{cls.__name__} has no fields {missing}")
-    fixed_names = [name for name in names if name not in varying]
-    # The fixed fields' setters first, then the varying ones': one loop over one zip per instance.
-    setters = tuple(getattr(cls, name).__set__ for name in (*fixed_names, *varying))
-    fixed = tuple(getattr(template, name) for name in fixed_names)
-    new = object.__new__
-
-    def build(*values: Any) -> Any:
-        if len(values) != len(varying):
-            raise TypeError(f"{cls.__name__} builder takes {len(varying)} values ({', '.join(varying)}), "
-                            f"got {len(values)}")
-        obj = new(cls)
-        for setter, value in zip(setters, fixed + values):
-            setter(obj, value)
-        return obj
-
-    return build
+    # Straight-line code, one setter call per field (a loop over a zip of setters and values cost
+    # twice as much): the fixed fields' values and every setter are the function's own names.
+    # Only field names (Python identifiers, from dataclasses.fields) go into the source.
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = []
+    for name in names:
+        namespace[f"_set_{name}"] = getattr(cls, name).__set__
+        if name in varying:
+            value = f"v{list(varying).index(name)}"  # the values in ``varying``'s order: v0, v1, ...
+        else:
+            value = f"_fixed_{name}"
+            namespace[value] = getattr(template, name)
+        lines.append(f"    _set_{name}(obj, {value})")
+    params = ", ".join(f"v{i}" for i in range(len(varying)))
+    source = f"def build({params}):\n    obj = _new(_cls)\n" + "\n".join(lines) + "\n    return obj\n"
+    exec(source, namespace)  # noqa: S102 -- source made of field names only, as dataclasses does
+    return namespace["build"]
 
 
 class StepwiseSpace:
