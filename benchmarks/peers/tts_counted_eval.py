@@ -50,18 +50,33 @@ def _count_openai() -> CallLog:
     return log
 
 
+def _may_use_vllm(args: list[str]) -> bool:
+    """False only for a run whose backend is known to be the OpenAI one (``--backend openai``, or a
+    JSON ``--config`` whose backend kind is ``openai``), so its process CPU time is tts's own."""
+    if "--backend" in args:
+        return args[args.index("--backend") + 1] != "openai"
+    if "--config" in args:
+        try:
+            config = json.loads(Path(args[args.index("--config") + 1]).read_text())
+        except (OSError, ValueError):
+            return True
+        return config.get("backend", {}).get("kind") != "openai"
+    return True
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if len(argv) < 3 or argv[0] != "--calls-out" or "--" not in argv:
         raise SystemExit("usage: tts_counted_eval.py --calls-out LOG.json -- eval ARGS...")
     out, rest = Path(argv[1]), argv[argv.index("--") + 1:]
     logs: dict[str, CallLog] = {"openai": _count_openai()}
-    try:
-        import vllm
-    except ImportError:
-        pass
-    else:
-        logs["vllm"] = count_generate(vllm.LLM)
+    if _may_use_vllm(rest):  # importing vLLM costs seconds of CPU: not for a run that cannot use it
+        try:
+            import vllm
+        except ImportError:
+            pass
+        else:
+            logs["vllm"] = count_generate(vllm.LLM)
     sys.argv = ["tts", *rest]
     try:
         runpy.run_module("tts.cli", run_name="__main__", alter_sys=True)

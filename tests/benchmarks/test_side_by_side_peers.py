@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -179,3 +180,16 @@ def test_server_occupancy_polls_the_gauges_of_a_metrics_page():
         server.shutdown()
     assert occ.samples[0] == (2.0, 1.0) and all(s == (0.0, 0.0) for s in occ.samples[1:])
     assert occ.summary() == {"idle_share": 0.0, "mean_running": 2.0, "polls": 1}
+
+
+def test_counted_eval_leaves_vllm_unimported_only_for_an_openai_run(tmp_path):
+    counted = _load(PEERS / "tts_counted_eval.py", "peers_tts_counted_eval")
+    openai, vllm = tmp_path / "openai.json", tmp_path / "vllm.json"
+    openai.write_text(json.dumps({"backend": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1"}}))
+    vllm.write_text(json.dumps({"backend": {"kind": "vllm"}}))
+    assert not counted._may_use_vllm(["eval", "--config", str(openai), "--out", "x"])
+    assert not counted._may_use_vllm(["eval", "--backend", "openai"])
+    assert counted._may_use_vllm(["eval", "--config", str(vllm)])
+    assert counted._may_use_vllm(["eval", "--backend", "vllm"])
+    assert counted._may_use_vllm(["eval", "--benchmark", "demo"])  # the default backend is vllm
+    assert counted._may_use_vllm(["eval", "--config", str(tmp_path / "missing.yaml")])
