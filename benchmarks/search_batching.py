@@ -90,8 +90,8 @@ difference of runs of 4 and 1 searches over 3): 247M beam and 244M DVTS before i
 slot builder): -2.6%. 256M and 253M at the start of the next stop (the ``force_answer`` stop rule
 and its events since), 241M and 240M after it (-6%, -5%): the slot builders became straight-line
 code (a request 21k instructions -> 15k: each slot's setter is a method-wrapper call of ~850
-instructions, where a plain attribute store costs ~40, so a frozen request stays costly to build)
-and usages are summed by ``map`` over attrgetters. On this 2-core machine, quiet, three interleaved
+instructions, where a plain attribute store costs ~40, so a frozen request stays costly to build).
+On this 2-core machine, quiet, three interleaved
 runs of old and new each: 5.9-6.7% (``batched+cli``) and 6.0-6.3% (``batched``) for both, the
 difference lost in the noise; the 5% goal is not met here. A tree node costs 2.2k instructions
 (18M a search, 7.5%): storing nodes as columns could save at most that. Where they go (beam, counted the same way on the inputs of one search): the

@@ -101,23 +101,16 @@ class Usage:
         request."""
         if len(usages) == 1:
             return usages[0]
-        # Each field read by ``map`` over an attrgetter (C all the way: a search sums a usage per
-        # request, and a generator expression per field cost three times as much).
         return Usage(
-            prompt_tokens=sum(map(_PROMPT_TOKENS, usages)),
-            cached_prompt_tokens=sum(map(_CACHED_PROMPT_TOKENS, usages)),
-            completion_tokens=sum(map(_COMPLETION_TOKENS, usages)),
+            prompt_tokens=sum(u.prompt_tokens for u in usages),
+            cached_prompt_tokens=sum(u.cached_prompt_tokens for u in usages),
+            completion_tokens=sum(u.completion_tokens for u in usages),
             # a left fold, as ``+`` adds (sum() of floats rounds differently from Python 3.12 on)
-            wall_seconds=reduce(operator.add, map(_WALL_SECONDS, usages), 0.0),
-            calls=sum(map(_CALLS, usages)),
-            shapes=tuple(chain.from_iterable(map(_SHAPES, usages))),
-            reasoning_tokens=sum(map(_REASONING_TOKENS, usages)),
+            wall_seconds=reduce(operator.add, (u.wall_seconds for u in usages), 0.0),
+            calls=sum(u.calls for u in usages),
+            shapes=tuple(chain.from_iterable(u.shapes for u in usages)),
+            reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         )
-
-
-(_PROMPT_TOKENS, _CACHED_PROMPT_TOKENS, _COMPLETION_TOKENS, _WALL_SECONDS, _CALLS, _SHAPES,
- _REASONING_TOKENS) = map(operator.attrgetter, ("prompt_tokens", "cached_prompt_tokens", "completion_tokens",
-                                                "wall_seconds", "calls", "shapes", "reasoning_tokens"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,8 +128,9 @@ def slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[
     missing = sorted(set(varying) - set(names))
     if missing:
         raise ValueError(f"{cls.__name__} has no fields {missing}")
-    # Straight-line code, one setter call per field (a loop over a zip of setters and values cost
-    # twice as much): the fixed fields' values and every setter are the function's own names.
+    # Straight-line code, one setter call per field (a loop over a zip of setters and values took
+    # 21k instructions a GenerationRequest, this 15k): the fixed fields' values and every setter are
+    # the function's own names.
     # Only field names (Python identifiers, from dataclasses.fields) go into the source.
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     lines = []
