@@ -88,7 +88,7 @@ at a load average of 5-8). tts's own cost per search (instructions with the coll
 difference of runs of 4 and 1 searches over 3): 247M beam and 244M DVTS before issue 37's round,
 240M and 238M after it (a problem's seed text joined once per step, candidates' Samples set by the
 slot builder): -2.6%. 256M and 253M at the start of the next stop (the ``force_answer`` stop rule
-and its events since), 241M and 240M after it (-6%, -5%): the slot builders became straight-line
+and its events since), 242M and 238M after it (-5.5%, -6%): the slot builders became straight-line
 code (a request 21k instructions -> 15k: each slot's setter is a method-wrapper call of ~850
 instructions, where a plain attribute store costs ~40, so a frozen request stays costly to build).
 On this 2-core machine, quiet, three interleaved
