@@ -216,6 +216,9 @@ class _Occupancy:
     server to the last, the share of polls that saw none (``idle_share``: the time the client, not
     the server, held up the run; a client that never let the server idle could be at most
     1 / (1 - idle_share) times faster at the same requests) and the mean requests running.
+    vLLM updates these gauges when an engine step ends, so the first step of a burst of requests
+    (a lockstep search's step: all its prefills at once) reads as idle until it ends; for such a
+    client ``idle_share`` is an upper bound.
     """
 
     def __init__(self, metrics_url: str, period: float = 0.1) -> None:
