@@ -193,3 +193,21 @@ def test_counted_eval_leaves_vllm_unimported_only_for_an_openai_run(tmp_path):
     assert counted._may_use_vllm(["eval", "--backend", "vllm"])
     assert counted._may_use_vllm(["eval", "--benchmark", "demo"])  # the default backend is vllm
     assert counted._may_use_vllm(["eval", "--config", str(tmp_path / "missing.yaml")])
+
+
+def test_the_benchmarks_cpu_server_runs_as_the_in_process_engine(monkeypatch):
+    # A vLLM server left at its defaults ran the checkpoint's bfloat16 on one core with 128-token
+    # blocks: every comparison on it was slower than the in-process engine for reasons of set-up.
+    from tts.backends import vllm as vllm_backend
+
+    sbs = _side_by_side()
+    serve = sys.modules["serve_vs_engine"]
+    monkeypatch.setattr(vllm_backend, "cpu_has_fast_bf16", lambda: False)
+    args = serve.cpu_vllm_args()
+    assert args[args.index("--dtype") + 1] == "float32"
+    assert args[args.index("--block-size") + 1] == str(vllm_backend.CPU_BLOCK_SIZE) == "32"
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 2)
+    assert serve.cpu_vllm_env() == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    monkeypatch.setattr(serve.os, "cpu_count", lambda: 64)
+    assert serve.cpu_vllm_env() == {}
+    assert sbs.cpu_vllm_args is serve.cpu_vllm_args
