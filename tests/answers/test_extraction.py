@@ -285,3 +285,21 @@ def test_boxes_up_to_1000_characters_are_read_by_math_verify_and_longer_ones_as_
     assert "\\frac{1}{2}" in together and "\\frac{1}{3}" in together and "dfrac" not in together
     alone = extract_answer(f"so \\boxed{{{content(500)}}} and \\boxed{{{content(501, 3)}}}")
     assert "\\frac{1}{2}" not in alone and alone.startswith("\\frac{1}{3}")
+
+
+@pytest.mark.parametrize("text", [
+    "The answer is \\boxed{}.",
+    "The answer is \\boxed{ }.",
+    "so \\boxed{\\text{}}",
+    "So the answer is $\\boxed{\\boxed{ }}$",
+    "Final: \\fbox{}",
+])
+def test_an_empty_box_is_no_answer(text):
+    # Seen on SmolLM2: "The answer is \boxed{}." was read as the answer "\boxed{}" and voted on.
+    assert extract_answer(text) is None
+
+
+def test_an_empty_box_does_not_hide_a_stated_answer():
+    assert extract_answer("\\boxed{} so the total is 5") == "5"
+    assert extract_answer("\\boxed{3} and \\boxed{}") == "3"
+    assert extract_answer("The answer is \\boxed{7}.") == "7"

@@ -315,3 +315,21 @@ def test_launch_engine_starts_the_engine_inside_the_capture(tmp_path, monkeypatc
 # The real engine started inside ``engine_log`` without noise on the terminal is checked by
 # tests/backends/test_engine_lifecycle.py::test_engines_open_one_after_another_in_a_pool_and_each_gives_its_memory_back,
 # on the two engines it starts anyway (one engine start fewer than a test of its own here).
+
+
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, monkeypatch):
+    """vLLM's engine process imports the user's script again; without ``if __name__ ==
+    "__main__":`` that import starts a second engine and multiprocessing refuses. The error said
+    "check that the model exists and fits in memory"; it now names the guard."""
+
+    class FakeLLM:
+        def __init__(self, **kwargs: object) -> None:
+            raise RuntimeError("Engine core initialization failed. the engine's processes wrote: An attempt has "
+                               "been made to start a new process before the current process has finished its "
+                               "bootstrapping phase.")
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM))
+    with el.engine_log(tmp_path / "engine.log"), pytest.raises(vllm_backend.BackendError) as err:
+        vllm_backend.launch_engine({"model": "m"}, local_model=True, on_gpu=False, kv_cache_gib=1, what="vLLM",
+                                   hint="Check that the model exists and fits in memory.")
+    assert 'if __name__ == "__main__":' in str(err.value) and "fits in memory" not in str(err.value)

@@ -235,11 +235,25 @@ def test_tool_vote_normalises_arguments_on_purpose():
 
 def test_finding_8_through_tts_solve():
     """Finding 8 as a user met it: ``tts.solve("What is 17 + 25?", n=16)`` showed vote keys such as
-    ``17+25=36`` and ``31**`` beside plain numbers. Every key is now a plain value."""
+    ``17+25=36`` and ``31**`` beside plain numbers. Every vote now shows the answer the sample
+    stated, as its first sample wrote it (issue 53: "32+27", not the key "59")."""
     import tts
 
     texts = (STATES_42 + ["17 + 25 = 36", "**31**", "The answer is 32+27.", "I am not sure.", "36", "42", "**36**"])[:16]
     sol = tts.solve("What is 17 + 25?", strategy="self_consistency", n=16, generator=FixedReplies(texts))
     assert sol.answer == "42"
-    assert set(sol.trace.votes) == {"42", "36", "31", "59"}
+    assert set(sol.trace.votes) == {"42", "36", "31", "32+27"}
     assert sol.trace.votes["42"] == len(STATES_42) + 1 and sol.trace.votes["36"] == 3
+
+
+def test_votes_show_answers_as_the_model_wrote_them():
+    """Issue 53: ``trace.votes`` showed equivalence keys a model never wrote (spaces stripped,
+    ``\\\\text`` dropped: "insideasquarebrackets,..."). A vote shows each answer as its first
+    sample stated it, equal answers as one entry; an empty box is no answer and has no vote."""
+    import tts
+
+    texts = ["The answer is \\boxed{x + 1}.", "So \\boxed{1+x}", "The answer is \\boxed{}.",
+             "The answer is inside a square bracket.", "The answer is inside a square bracket.", "so \\boxed{x+1}"]
+    sol = tts.solve("What is x plus one?", strategy="self_consistency", n=6, generator=FixedReplies(texts))
+    assert sol.answer == "x + 1"
+    assert sol.trace.votes == {"x + 1": 3.0, "inside a square bracket": 2.0}

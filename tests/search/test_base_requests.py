@@ -429,7 +429,9 @@ def test_when_most_samples_call_tools_only_the_calls_vote():
     malformed = Sample("", None, 3, tool_calls=({"id": "x"},))
     samples = [a, Sample("3", "3"), b, malformed]
     answer, share, votes, idx = vote(samples)
-    assert (answer, share, idx) == (a.answer, 0.5, 0) and votes == {call_key(a.answer): 2.0}
+    # The votes show the call as the first sample made it; the key matched b's reordered arguments.
+    assert (answer, share, idx) == (a.answer, 0.5, 0) and votes == {a.answer: 2.0}
+    assert call_key(a.answer) == call_key(b.answer)
 
 
 def test_when_few_samples_call_tools_the_replies_in_text_decide():
@@ -449,13 +451,12 @@ def test_the_vote_needs_one_weight_per_sample_and_no_weight_means_no_answer():
 
 
 def test_a_reply_that_writes_a_call_in_its_text_does_not_vote_with_the_calls():
-    from tts.answers.kinds import call_key
     from tts.search.base import vote
 
     a, b = _call("add", '{"a": 1, "b": 2}', "1"), _call("add", '{"a": 1, "b": 2}', "2")
     written = Sample(a.answer, a.answer)  # the same JSON, but in text: no call was made
     answer, share, votes, idx = vote([a, written, b])
-    assert (answer, idx) == (a.answer, 0) and votes == {call_key(a.answer): 2.0} and share == 2 / 3
+    assert (answer, idx) == (a.answer, 0) and votes == {a.answer: 2.0} and share == 2 / 3
 
 
 class _Caseless:
@@ -472,4 +473,4 @@ class _Caseless:
 def test_a_strategy_votes_under_its_extractions_own_answer_keys():
     samples = [Sample("Yes", "Yes"), Sample("no", "no"), Sample("YES", "YES")]
     sc = SelfConsistency(SelfConsistencyConfig(n=3), FunctionGenerator(lambda r: "x"), _prompt, extract=_Caseless())
-    assert sc.vote(samples) == ("Yes", 2 / 3, {"yes": 2.0, "no": 1.0}, 0)
+    assert sc.vote(samples) == ("Yes", 2 / 3, {"Yes": 2.0, "no": 1.0}, 0)

@@ -366,14 +366,30 @@ def extract_answer(text: str) -> str | None:
     """
     # 1. The last complete box (with the boxes just before it that complete it: "\\boxed{1} and
     # \\boxed{2}"), read by math-verify (or kept as written when it reads nothing).
+    # An empty box ("\\boxed{}", "\\boxed{ }", "\\boxed{\\text{}}") states nothing: it is read as no box.
     boxes = _last_boxes(text[-MAX_CHARS:]) if "\\boxed" in text or "\\fbox" in text else []
+    boxes = [b for b in boxes if not _blank(b)]
     if len(boxes) > 1 and sum(map(len, boxes)) <= _MAX_SPAN:
         return _read_boxes(tuple(boxes))
     boxed = _last_boxed(text)
-    if boxed:
+    if boxed and not _blank(boxed):
         return boxed if len(boxed) > _MAX_SPAN or _PLAIN_NUMBER.fullmatch(boxed) else _read_box(boxed)
     # Markdown bold is markup: "**42**" states 42 (Python's "2**3" is left alone).
-    return _extract_unboxed(_BOLD.sub(r"\1", text[-MAX_CHARS:]))
+    found = _extract_unboxed(_BOLD.sub(r"\1", text[-MAX_CHARS:]))
+    # 5. "The answer is \\boxed{}." states no answer (the phrase reader would keep the empty box).
+    return None if found is not None and _blank(found) else found
+
+
+def _blank(answer: str) -> bool:
+    """Whether an answer states nothing once its boxes, ``\\text{}`` wrappers and spaces are
+    taken off ("\\boxed{}", "\\boxed{\\text{ }}", " ")."""
+    inner = answer.strip()
+    while _BOX_COMMAND.match(inner) is not None:
+        found = _box_at(inner, 0)
+        if found is None or found[1] != len(inner):  # a box and more ("\\boxed{} + 1")
+            break
+        inner = found[0]
+    return normalize_answer(inner) == ""
 
 
 def normalize_answer(answer: str) -> str:

@@ -246,6 +246,11 @@ def launch_engine(kwargs: dict[str, Any], *, local_model: bool, on_gpu: bool, kv
         try:
             llm = LLM(**kwargs)
         except Exception as exc:
+            if "bootstrapping phase" in str(exc):  # multiprocessing's words in the re-imported script
+                raise BackendError(
+                    f"{what} could not start: its engine runs in a new process, which imports your script "
+                    "again and so tried to start a second engine. In a script, start tts (tts.solve, "
+                    "tts.evaluate, tts.Session) under `if __name__ == \"__main__\":`.") from exc
             raise BackendError(f"{what} could not start with model {kwargs.get('model')}: {exc}. {hint}") from exc
     logger.info("%s engine ready in %.1f s (%s)", what, time.perf_counter() - start, kwargs.get("dtype"))
     _LIVE_ENGINES.add(llm)

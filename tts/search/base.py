@@ -510,8 +510,9 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
     confidence is the share of *all* samples behind the winner).
 
     Returns:
-        (answer as first written, vote share in [0, 1], votes per normalised answer, index of the
-        first sample that carries the winning answer).
+        (answer as first written, vote share in [0, 1], votes per answer (each shown as its first
+        sample wrote it; equal answers are one entry), index of the first sample that carries the
+        winning answer).
     """
     weights = list(weights) if weights is not None else [1.0] * len(samples)
     calling = sum(1 for s in samples if s.tool_calls)
@@ -532,10 +533,21 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
         first.setdefault(key, i)
     denom = sum(weights)
     if not totals or denom <= 0:
-        return None, 0.0, totals, None
+        return None, 0.0, _as_written(samples, totals, first), None
     best = max(totals, key=lambda k: (totals[k], -first[k]))
     idx = first[best]
-    return samples[idx].answer, totals[best] / denom, totals, idx
+    return samples[idx].answer, totals[best] / denom, _as_written(samples, totals, first), idx
+
+
+def _as_written(samples: Sequence[Sample], totals: dict[str, float], first: dict[str, int]) -> dict[str, float]:
+    """The votes per answer as a person reads them: each equivalence key shown as the first sample
+    of it wrote the answer ("1/2", not the key "\\frac{1}{2}"; "so 32" with its spaces), in
+    the keys' order. The keys match answers; they are not for display."""
+    shown: dict[str, float] = {}
+    for key, total in totals.items():
+        written = samples[first[key]].answer or key
+        shown[written] = shown.get(written, 0.0) + total
+    return shown
 
 
 def select_text(samples: Sequence[Sample], weights: Sequence[float] | None = None,
