@@ -79,10 +79,13 @@ logger = logging.getLogger(__name__)
 
 
 
-def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple[ToolCall, ...] | None, str | None]:
+def _reply_calls(req: GenerationRequest, message: Any, text: str,
+                 finish_reason: str | None = None) -> tuple[tuple[ToolCall, ...] | None, str | None]:
     """The checked calls of one upstream choice to a request with tools: the server's parsed
     ``message.tool_calls`` (vLLM with ``--enable-auto-tool-choice``), else tts's lenient reader on the
-    content (a server started without a tool parser returns the call as text); (None, None) without tools."""
+    content (a server started without a tool parser returns the call as text); (None, None) without
+    tools. A choice that ``max_tokens`` cut (``finish_reason`` "length") holds no call, whatever the
+    server parsed from it (OpenAI's API returns the cut arguments as they are)."""
     if req.tools is None:
         return None, None
     parsed = []
@@ -90,7 +93,7 @@ def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple
         fn = getattr(call, "function", None)
         if fn is not None and isinstance(getattr(fn, "name", None), str):
             parsed.append(ToolCall(fn.name, getattr(fn, "arguments", None) or "{}", getattr(call, "id", None) or ""))
-    return reply_tool_calls(text, req.tools, parsed)
+    return reply_tool_calls(text, req.tools, parsed, finish_reason)
 
 
 def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
@@ -282,7 +285,7 @@ class OpenAIGenerator:
             thought = _thought(req, tokens) if tokens else None
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))
                                   for t in content) if req.top_logprobs and n_tok else None)
-            calls, call_error = _reply_calls(req, choice.message, text)
+            calls, call_error = _reply_calls(req, choice.message, text, choice.finish_reason)
             completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_logprobs=token_lps,
                                           first_token_top_logprobs=first_top,
                                           token_top_logprobs=top_per_token, tokens=tokens,
