@@ -2,10 +2,12 @@
 
 Uses the official ``openai`` client with its own retries off: tts retries 429, 5xx, timeouts,
 dropped connections and malformed answers itself, with exponential back-off and full jitter, and
-a circuit breaker shared by every request to the server (:mod:`tts.backends.resilience`). Each
-HTTP attempt is bounded by ``timeout``, so a call ends within about
-``(max_retries + 1) * timeout`` plus back-off, with results or a :class:`BackendError` that says
-what failed and what to change; never a hang. Refusals that a retry cannot fix (400, 401, 404)
+a circuit breaker shared by every request to the server (:mod:`tts.backends.resilience`), which
+counts failed calls, not attempts: one call whose request the server drops or fails on every retry
+counts once, so it cannot open the breaker for everyone else alone. Each HTTP attempt is bounded by
+``timeout``, so a call ends within about ``(max_retries + 1) * timeout`` plus back-off, with results
+or a :class:`BackendError` that says what failed and what to change (naming the server's URL,
+without credentials); never a hang. Refusals that a retry cannot fix (400, 401, 404, 413, 422)
 fail at once and do not count against the breaker.
 
 Requests run concurrently in a thread pool shared by every call (``concurrency`` requests in
@@ -71,6 +73,7 @@ from tts.backends.resilience import (
     abortable_http_client,
     attempt_scope,
     backoff_delay,
+    shown_url,
 )
 from tts.config import OpenAIBackendConfig
 
@@ -369,7 +372,9 @@ class OpenAIGenerator:
                 if not self._retryable(exc):
                     self.breaker.success()  # the server answered: it is up, the request is wrong
                     raise
-                self.breaker.failure(self._describe(exc))
+                # One call's failures count once (its retries, its other requests): a request that
+                # makes the server fail every time it is sent cannot open the breaker alone.
+                self.breaker.failure(self._describe(exc), source=call if call is not None else req)
                 attempt += 1
                 late = deadline is not None and time.monotonic() >= deadline
                 if attempt > self.config.max_retries or late:
@@ -417,7 +422,7 @@ class OpenAIGenerator:
 
     def _translate(self, exc: BaseException) -> BackendError:
         o = self._openai
-        url = self.config.base_url
+        url = shown_url(self.config.base_url)
         if isinstance(exc, CircuitOpenError):
             return BackendError(f"The server at {url} is failing, so tts stopped calling it for now: {exc}. Check "
                                 "that it is up and not overloaded (raise breaker_failures to tolerate more failures).")
