@@ -253,6 +253,24 @@ def test_a_refusal_of_the_request_as_malformed_is_not_retried_and_never_opens_th
     assert [r.completions[0].text for r in gen.generate(_requests(1))] == [ANSWER]
 
 
+def test_the_breaker_counts_each_caller_once_and_opens_on_different_callers_in_a_row():
+    from tts.backends.resilience import CircuitBreaker
+
+    breaker = CircuitBreaker(failures=3, cooldown=30)
+    poison = object()
+    for _ in range(10):  # one caller failing on every retry
+        breaker.failure("connection failed or dropped", source=poison)
+    assert breaker.state == "closed" and breaker.failed_callers == 1 and breaker.consecutive == 10
+    breaker.failure("HTTP 500", source=object())
+    breaker.success()  # a success between resets the run
+    assert breaker.failed_callers == 0
+    for _ in range(2):
+        breaker.failure("HTTP 500", source=object())
+    assert breaker.state == "closed"
+    breaker.failure("HTTP 500")  # no source: the attempt is its own caller
+    assert breaker.state == "open" and breaker.times_opened == 1
+
+
 def test_the_breakers_message_names_the_server_without_its_credentials():
     from tts.backends.resilience import shown_url
 
