@@ -289,7 +289,8 @@ class OpenAIBackendConfig(BackendConfigBase):
     backoff: float = Field(0.5, ge=0, le=60)
     """First retry waits up to this many seconds (full jitter), doubling per retry up to 30 s."""
     breaker_failures: int = Field(5, ge=1)
-    """Consecutive failed attempts that open the circuit breaker: later requests fail at once."""
+    """Different requests that failed in a row (each counts once, however often retried) that open the
+    circuit breaker: later requests fail at once."""
     breaker_cooldown: float = Field(30.0, gt=0)
     """Seconds the open breaker waits before letting one probe request through."""
     request_seeds: Literal["auto", "always", "never"] = "auto"

@@ -154,6 +154,12 @@ class Sample:
     finish_reason: str | None = None
     tool_calls: tuple[dict[str, Any], ...] = ()
 
+    @property
+    def truncated(self) -> bool:
+        """Whether ``max_tokens`` cut the completion (``finish_reason == "length"``): a reply built
+        from it says so (``finish_reason: "length"``), and it holds no tool call."""
+        return self.finish_reason == "length"
+
 
 @dataclass(frozen=True, slots=True)
 class Trace:

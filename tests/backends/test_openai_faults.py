@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ class FaultyUpstream:
 
     Args:
         plan: Request number (0-based) -> mode: "ok", "drop" (close without answering), "500",
-            "503", "429", "404", "garbage" (200 with a body that is not JSON), "truncate" (a body
+            "503", "429", "404", "400", "413", "422", "garbage" (200 with a body that is not JSON), "truncate" (a body
             shorter than its Content-Length), "slow" (answer after ``slow_seconds``), "single" (one
             choice whatever ``n`` asked for, as servers without n > 1 do).
     """
@@ -84,7 +85,7 @@ class FaultyUpstream:
                 await asyncio.sleep(self.slow_seconds)
                 self.in_flight -= 1
             status, payload = 200, json.dumps(self._completion(body, single=mode == "single")).encode()
-            if mode in ("500", "503", "429", "404"):
+            if mode in ("500", "503", "429", "404", "400", "413", "422"):
                 status, payload = int(mode), json.dumps({"error": {"message": f"injected {mode}"}}).encode()
             elif mode == "garbage":
                 payload = b"<html>upstream proxy error</html>"
@@ -202,19 +203,79 @@ def test_an_upstream_that_stays_down_fails_clearly_then_the_breaker_fails_fast_a
     upstream = upstream_factory(lambda i: "500" if state["down"] else "ok")
     gen = _gen(upstream.url, max_retries=2, breaker_failures=3, breaker_cooldown=0.5)
     start = time.monotonic()
-    with pytest.raises(BackendError, match=r"refused the request after 3 attempts: HTTP 500"):
-        gen.generate(_requests(1))
-    assert time.monotonic() - start < 2 and gen.breaker.state == "open"
+    for _ in range(2):  # two callers see it fail (one caller's requests and retries count once)
+        with pytest.raises(BackendError, match=r"refused the request after 3 attempts: HTTP 500"):
+            gen.generate(_requests(2))
+        assert gen.breaker.state == "closed"
+    failing = re.escape(f"The server at {upstream.url} is failing, so tts stopped calling it for now: ") + (
+        r"circuit open after 3 requests in a row failed \(last: HTTP 500\); the server is tried again in")
+    with pytest.raises(BackendError, match=failing):  # the third caller's first failure opens it
+        gen.generate(_requests(2))
+    assert time.monotonic() - start < 4 and gen.breaker.state == "open"
     calls = len(upstream.seen)
     start = time.monotonic()
-    with pytest.raises(BackendError, match=r"stopped calling it for now: circuit open after 3 consecutive failures "
-                                           r"\(last: HTTP 500\); the server is tried again in"):
+    with pytest.raises(BackendError, match=failing):
         gen.generate(_requests(4))
     assert time.monotonic() - start < 0.2 and len(upstream.seen) == calls  # nothing was sent
     state["down"] = False
     time.sleep(0.6)  # cool-down over: one probe goes through and closes the breaker
     assert [r.completions[0].text for r in gen.generate(_requests(3))] == [ANSWER] * 3
     assert gen.breaker.state == "closed"
+
+
+def test_one_request_the_server_drops_on_every_retry_does_not_open_the_breaker_for_others(upstream_factory):
+    """Issue 48, finding 14: an upstream that dropped the connection on one client's malformed
+    request, on every retry, opened the shared breaker, and the next well-formed request of another
+    client got "circuit open"."""
+    state = {"bad": True}
+    upstream = upstream_factory(lambda i: "drop" if state["bad"] else "ok")
+    gen = _gen(upstream.url, max_retries=6, breaker_failures=5)  # more retries than the breaker's threshold
+    cannot_reach = re.escape(f"Cannot reach an OpenAI-compatible server at {upstream.url} after 7 ")
+    with pytest.raises(BackendError, match=cannot_reach):
+        gen.generate(_requests(3))  # one caller: its requests and their retries count once
+    assert gen.breaker.state == "closed" and gen.breaker.failed_callers == 1
+    state["bad"] = False
+    assert [r.completions[0].text for r in gen.generate(_requests(1))] == [ANSWER]
+    assert gen.breaker.failed_callers == 0
+
+
+@pytest.mark.parametrize("status", ["400", "413", "422"])
+def test_a_refusal_of_the_request_as_malformed_is_not_retried_and_never_opens_the_breaker(upstream_factory, status):
+    state = {"bad": True}
+    upstream = upstream_factory(lambda i: status if state["bad"] else "ok")
+    gen = _gen(upstream.url, breaker_failures=1)
+    for _ in range(3):
+        refused = re.escape(f"The server at {upstream.url} refused the request: HTTP {status}")
+        with pytest.raises(BackendError, match=refused):
+            gen.generate(_requests(1))
+    assert upstream.seen == [status] * 3 and gen.breaker.state == "closed"
+    state["bad"] = False
+    assert [r.completions[0].text for r in gen.generate(_requests(1))] == [ANSWER]
+
+
+def test_the_breaker_counts_each_caller_once_and_opens_on_different_callers_in_a_row():
+    from tts.backends.resilience import CircuitBreaker
+
+    breaker = CircuitBreaker(failures=3, cooldown=30)
+    poison = object()
+    for _ in range(10):  # one caller failing on every retry
+        breaker.failure("connection failed or dropped", source=poison)
+    assert breaker.state == "closed" and breaker.failed_callers == 1 and breaker.consecutive == 10
+    breaker.failure("HTTP 500", source=object())
+    breaker.success()  # a success between resets the run
+    assert breaker.failed_callers == 0
+    for _ in range(2):
+        breaker.failure("HTTP 500", source=object())
+    assert breaker.state == "closed"
+    breaker.failure("HTTP 500")  # no source: the attempt is its own caller
+    assert breaker.state == "open" and breaker.times_opened == 1
+
+
+def test_the_breakers_message_names_the_server_without_its_credentials():
+    from tts.backends.resilience import shown_url
+
+    assert shown_url("https://user:secret@api.example.com:8443/v1?key=k") == "https://api.example.com:8443/v1"
+    assert shown_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
 
 
 def test_a_refusal_that_a_retry_cannot_fix_is_not_retried(upstream_factory):
@@ -246,13 +307,49 @@ def test_tts_serve_over_a_faulty_upstream_answers_or_says_why(upstream_factory):
             assert r.model_extra["tts"]["answer"] == "5" and r.choices[0].message.content == ANSWER
         state["mode"] = "down"
         start = time.monotonic()
-        with pytest.raises(openai.APIStatusError) as err:
-            client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
-        assert err.value.status_code == 502 and "HTTP 503" in err.value.message
-        with pytest.raises(openai.APIStatusError, match="circuit open") as err:
-            client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
+        for _ in range(3):  # requests in a row fail (each counts once, however often it was retried)
+            with pytest.raises(openai.APIStatusError) as err:
+                client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
+            assert err.value.status_code == 503 and "HTTP 503" in err.value.message
+        for _ in range(2):  # the fourth opens the breaker; the fifth is not sent upstream
+            # the message names the upstream (its URL was blank: "The server at  is failing")
+            with pytest.raises(openai.APIStatusError, match=re.escape(f"The server at {upstream.url} is failing, so "
+                                                                      "tts stopped calling it for now: circuit open")):
+                client.chat.completions.create(model="sc-4/m", messages=[{"role": "user", "content": "2+3?"}])
         assert time.monotonic() - start < 10
         assert client.get("/../health", cast_to=object)["status"] == "ok"  # still serving
+
+
+def test_through_tts_serve_a_clients_bad_request_is_its_own_error_and_not_the_next_clients(upstream_factory):
+    """Issue 48, finding 14, the whole chain: the upstream's 400 reaches the client as a 400 with the
+    upstream's message (it was a 502), and neither a 400 nor a request whose connection the upstream
+    drops on every retry opens the breaker for the next, well-formed request."""
+    import openai
+
+    from tts.serve import ServeConfig, create_app
+    from tts.serve.server import ServerThread
+    from tts.session import Session
+
+    state = {"mode": "ok"}
+    upstream = upstream_factory(lambda i: state["mode"])
+    gen = _gen(upstream.url, max_retries=6, breaker_failures=3, breaker_cooldown=30)
+    ask = [{"role": "user", "content": "2+3?"}]
+    with Session(generator=gen, price_as=None) as session, \
+            ServerThread(create_app(session, ServeConfig(prompt="math", model="m"))) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x", timeout=20, max_retries=0)
+        for bad in ("400", "422", "drop"):
+            state["mode"] = bad
+            with pytest.raises(openai.APIStatusError) as err:
+                client.chat.completions.create(model="sc-4/m", messages=ask)
+            if bad == "drop":  # the server's fault or the request's: tts cannot tell; a 502 naming the server
+                assert err.value.status_code == 502
+                assert f"server at {upstream.url} after 7 attempts" in err.value.message
+            else:
+                assert err.value.status_code == 400 and err.value.code == "invalid_request"
+                assert f"refused the request (HTTP {bad}): injected {bad}" in err.value.message
+            state["mode"] = "ok"
+            r = client.chat.completions.create(model="sc-4/m", messages=ask)  # the next client is served
+            assert r.model_extra["tts"]["answer"] == "5" and gen.breaker.state == "closed"
 
 
 def test_a_server_that_returns_one_choice_gets_n_one_sample_requests(upstream_factory, caplog):

@@ -21,6 +21,9 @@ from tts.types import RequestShape, Usage
 __all__ = ["Message", "ToolCall", "GenerationRequest", "Completion", "GenerationResult", "Generator"]
 
 
+LENGTH = "length"
+"""``Completion.finish_reason`` of a reply that ``max_tokens`` cut (every backend's word for it, OpenAI's too)."""
+
 MAX_TOP_LOGPROBS = 20
 """Most first-token alternatives a request may ask for (vLLM's default ``max_logprobs`` and the
 OpenAI API's ``top_logprobs`` limit)."""
@@ -165,6 +168,12 @@ class Completion:
     """Why a reply to a request with tools holds no call: ``"no_tool_call"`` or
     ``"malformed_tool_call"`` (a call that does not parse, names a tool not offered or misses a
     required argument); None when it holds calls or no tools were offered."""
+
+    @property
+    def truncated(self) -> bool:
+        """Whether ``max_tokens`` cut the reply (``finish_reason == "length"``, as vLLM, OpenAI's
+        API and the scripted backend all say it): its text stops mid-way, and a call in it is no call."""
+        return self.finish_reason == LENGTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,15 +119,17 @@ class VLLMToolReader:
                                  f"use one of: {names}, or none for tts's lenient reader") from None
         return self._cls
 
-    def read(self, text: str, tools_text: str | None) -> tuple[tuple[ToolCall, ...], str | None]:
-        """(the reply's checked calls, why it has none) as ``Completion.tool_calls`` and ``tool_call_error``."""
+    def read(self, text: str, tools_text: str | None,
+             finish_reason: str | None = None) -> tuple[tuple[ToolCall, ...], str | None]:
+        """(the reply's checked calls, why it has none) as ``Completion.tool_calls`` and
+        ``tool_call_error``; a reply cut at ``max_tokens`` (``finish_reason`` "length") holds none."""
         parsed: list[ToolCall] = []
         if self.parser_class() is not None:
             try:
                 parsed = self._parse(text, tools_text)
             except Exception:  # noqa: BLE001 - a parser failure leaves the lenient reader to read the text
                 logger.debug("vLLM tool parser %s failed on a reply", self.name, exc_info=True)
-        return reply_tool_calls(text, tools_text, parsed)
+        return reply_tool_calls(text, tools_text, parsed, finish_reason)
 
     def _parse(self, text: str, tools_text: str | None) -> list[ToolCall]:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

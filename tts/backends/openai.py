@@ -2,10 +2,12 @@
 
 Uses the official ``openai`` client with its own retries off: tts retries 429, 5xx, timeouts,
 dropped connections and malformed answers itself, with exponential back-off and full jitter, and
-a circuit breaker shared by every request to the server (:mod:`tts.backends.resilience`). Each
-HTTP attempt is bounded by ``timeout``, so a call ends within about
-``(max_retries + 1) * timeout`` plus back-off, with results or a :class:`BackendError` that says
-what failed and what to change; never a hang. Refusals that a retry cannot fix (400, 401, 404)
+a circuit breaker shared by every request to the server (:mod:`tts.backends.resilience`), which
+counts failed calls, not attempts: one call whose request the server drops or fails on every retry
+counts once, so it cannot open the breaker for everyone else alone. Each HTTP attempt is bounded by
+``timeout``, so a call ends within about ``(max_retries + 1) * timeout`` plus back-off, with results
+or a :class:`BackendError` that says what failed and what to change (naming the server's URL,
+without credentials); never a hang. Refusals that a retry cannot fix (400, 401, 404, 413, 422)
 fail at once and do not count against the breaker.
 
 Requests run concurrently in a thread pool shared by every call (``concurrency`` requests in
@@ -71,6 +73,7 @@ from tts.backends.resilience import (
     abortable_http_client,
     attempt_scope,
     backoff_delay,
+    shown_url,
 )
 from tts.config import OpenAIBackendConfig
 
@@ -79,10 +82,13 @@ logger = logging.getLogger(__name__)
 
 
 
-def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple[ToolCall, ...] | None, str | None]:
+def _reply_calls(req: GenerationRequest, message: Any, text: str,
+                 finish_reason: str | None = None) -> tuple[tuple[ToolCall, ...] | None, str | None]:
     """The checked calls of one upstream choice to a request with tools: the server's parsed
     ``message.tool_calls`` (vLLM with ``--enable-auto-tool-choice``), else tts's lenient reader on the
-    content (a server started without a tool parser returns the call as text); (None, None) without tools."""
+    content (a server started without a tool parser returns the call as text); (None, None) without
+    tools. A choice that ``max_tokens`` cut (``finish_reason`` "length") holds no call, whatever the
+    server parsed from it (OpenAI's API returns the cut arguments as they are)."""
     if req.tools is None:
         return None, None
     parsed = []
@@ -90,7 +96,7 @@ def _reply_calls(req: GenerationRequest, message: Any, text: str) -> tuple[tuple
         fn = getattr(call, "function", None)
         if fn is not None and isinstance(getattr(fn, "name", None), str):
             parsed.append(ToolCall(fn.name, getattr(fn, "arguments", None) or "{}", getattr(call, "id", None) or ""))
-    return reply_tool_calls(text, req.tools, parsed)
+    return reply_tool_calls(text, req.tools, parsed, finish_reason)
 
 
 def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
@@ -282,7 +288,7 @@ class OpenAIGenerator:
             thought = _thought(req, tokens) if tokens else None
             alternatives = (tuple(tuple((str(a.token), float(a.logprob)) for a in (t.top_logprobs or ()))
                                   for t in content) if req.top_logprobs and n_tok else None)
-            calls, call_error = _reply_calls(req, choice.message, text)
+            calls, call_error = _reply_calls(req, choice.message, text, choice.finish_reason)
             completions.append(Completion(text, n_tok, mean_lp, choice.finish_reason, token_logprobs=token_lps,
                                           first_token_top_logprobs=first_top,
                                           token_top_logprobs=top_per_token, tokens=tokens,
@@ -366,7 +372,9 @@ class OpenAIGenerator:
                 if not self._retryable(exc):
                     self.breaker.success()  # the server answered: it is up, the request is wrong
                     raise
-                self.breaker.failure(self._describe(exc))
+                # One call's failures count once (its retries, its other requests): a request that
+                # makes the server fail every time it is sent cannot open the breaker alone.
+                self.breaker.failure(self._describe(exc), source=call if call is not None else req)
                 attempt += 1
                 late = deadline is not None and time.monotonic() >= deadline
                 if attempt > self.config.max_retries or late:
@@ -414,7 +422,7 @@ class OpenAIGenerator:
 
     def _translate(self, exc: BaseException) -> BackendError:
         o = self._openai
-        url = self.config.base_url
+        url = shown_url(self.config.base_url)
         if isinstance(exc, CircuitOpenError):
             return BackendError(f"The server at {url} is failing, so tts stopped calling it for now: {exc}. Check "
                                 "that it is up and not overloaded (raise breaker_failures to tolerate more failures).")

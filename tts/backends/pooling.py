@@ -40,6 +40,7 @@ from tts.backends.resilience import (
     abortable_http_client,
     attempt_scope,
     backoff_delay,
+    shown_url,
 )
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class PoolingServerConfig(BaseModel):
     backoff: float = Field(0.5, ge=0, le=60)
     """First retry waits up to this many seconds (full jitter), doubling per retry up to 30 s."""
     breaker_failures: int = Field(5, ge=1)
-    """Consecutive failed attempts that open the circuit breaker: later requests fail at once."""
+    """Different requests that failed in a row (each counts once, however often retried) that open the
+    circuit breaker: later requests fail at once."""
     breaker_cooldown: float = Field(30.0, gt=0)
     """Seconds the open breaker waits before letting one probe request through."""
     max_batch_items: int = Field(256, ge=1)
@@ -305,7 +307,7 @@ class PoolingClient:
                 if not self._retryable(exc):
                     self.breaker.success()  # the server answered: it is up, the request is wrong
                     raise
-                self.breaker.failure(_describe(exc, c.timeout))
+                self.breaker.failure(_describe(exc, c.timeout), source=body)  # a request's retries count once
                 attempt += 1
                 late = deadline is not None and time.monotonic() >= deadline
                 if attempt > c.max_retries or late:
@@ -326,7 +328,7 @@ class PoolingClient:
     def _translate(self, exc: BaseException, task: str) -> BackendError:
         import httpx
 
-        url = self.url
+        url = shown_url(self.url)
         if isinstance(exc, CircuitOpenError):
             return BackendError(f"The pooling server at {url} is failing, so tts stopped calling it for now: {exc}. "
                                 "Check that it is up and not overloaded (raise breaker_failures to tolerate more).")

@@ -3,11 +3,20 @@
 Retries (``backoff_delay``) use exponential back-off with *full jitter* (a uniform draw between
 0 and the capped exponential), which spreads the retries of many clients that failed together
 ("Exponential Backoff And Jitter", AWS Architecture Blog, 2015). The breaker
-(:class:`CircuitBreaker`) counts consecutive failed attempts; past a threshold it opens and calls
-fail at once for a cool-down, then one probe is let through (half-open): success closes it,
-failure opens it again; calls that arrive while the probe is out wait for its outcome. A server
-that stays down thus costs each caller one fast, clear error
-instead of minutes of timeouts.
+(:class:`CircuitBreaker`) counts the callers that failed in a row, not the attempts: once
+``failures`` different callers (a caller: one ``generate`` call, all its requests and retries) saw
+the server fail with no success between, it opens and calls fail at once for a cool-down, then one
+probe is let through (half-open): success closes it, failure opens it again; calls that arrive
+while the probe is out wait for its outcome. A server that stays down thus costs each caller one
+fast, clear error instead of minutes of timeouts.
+
+Why callers and not attempts: a server may drop the connection (or answer 5xx) on one request's
+bad input, every time it is retried, while it serves everyone else. Counted by attempts, that one
+request's retries alone opened the breaker and every other client got "circuit open" for the
+cool-down. Counted by callers, one request cannot open it however often it is retried; a server
+that is really down fails many callers at once (each concurrent request is one) and opens it as
+soon as ``failures`` of them have failed. What the server refuses as the caller's fault (a 4xx
+other than 408/409/425/429) is never counted: the backends do not report it as a failure.
 
 An HTTP attempt (:class:`Attempt`) can be aborted from another thread and has a deadline:
 :func:`abortable_http_client` builds an ``httpx.Client`` whose sockets belong, while a read or
@@ -36,14 +45,33 @@ def backoff_delay(attempt: int, base: float, cap: float = 30.0, rng: random.Rand
     return (rng or random).uniform(0.0, min(cap, base * 2 ** (attempt - 1)))
 
 
+def shown_url(url: str | None) -> str:
+    """A server's URL as error messages show it (they may reach a client): scheme, host, port and
+    path, without user, password or query (where API keys sometimes ride)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if not url:
+        return "(no URL configured)"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address goes back in brackets
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return url.split("?", 1)[0].rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 class CircuitOpenError(RuntimeError):
     """The breaker is open: the server failed too often just now; the message says when it is tried again."""
 
 
 class CircuitBreaker:
-    """Closed -> open after ``failures`` consecutive failures -> half-open after ``cooldown`` s.
+    """Closed -> open after ``failures`` callers in a row failed -> half-open after ``cooldown`` s.
 
-    Thread-safe; one breaker is shared by every request to one server.
+    Thread-safe; one breaker is shared by every request to one server. A caller names itself in
+    :meth:`failure` (``source``): its failed attempts count once (module docstring).
     """
 
     def __init__(self, failures: int = 5, cooldown: float = 30.0, clock: object = time.monotonic) -> None:
@@ -52,6 +80,9 @@ class CircuitBreaker:
         self._clock = clock
         self._lock = threading.Condition()
         self.consecutive = 0
+        """Failed attempts since the last success (all callers')."""
+        self._failed: set[int] = set()  # ids of the sources that failed since the last success
+        self._sources: list[object] = []  # those sources, kept alive so that their ids stay theirs
         self.opened_at: float | None = None
         self._probing = False
         self.last_error = ""
@@ -89,21 +120,37 @@ class CircuitBreaker:
                 self._lock.wait(left)  # the probe is out: its outcome decides
             wait_s = max(0.0, self.cooldown - (self._clock() - self.opened_at))  # type: ignore[operator]
             raise CircuitOpenError(
-                f"circuit open after {self.consecutive} consecutive failures (last: {self.last_error}); "
+                f"circuit open after {self.failed_callers} requests in a row failed (last: {self.last_error}); "
                 f"the server is tried again in {wait_s:.1f} s")
+
+    @property
+    def failed_callers(self) -> int:
+        """Different callers that failed since the last success."""
+        return len(self._failed)
 
     def success(self) -> None:
         with self._lock:
             self.consecutive = 0
+            self._failed.clear()
+            self._sources.clear()
             self.opened_at = None
             self._probing = False
             self._lock.notify_all()
 
-    def failure(self, error: str) -> None:
+    def failure(self, error: str, source: object = None) -> None:
+        """An attempt failed for a reason that may be the server's (``error`` says it).
+
+        ``source``: the caller the attempt belongs to (any object, compared by identity); a
+        caller's failures count once. None: the attempt is its own caller.
+        """
         with self._lock:
             self.consecutive += 1
             self.last_error = error
-            if self._probing or self.consecutive >= self.threshold:
+            source = object() if source is None else source
+            if id(source) not in self._failed and len(self._failed) < self.threshold:  # enough to open it
+                self._failed.add(id(source))
+                self._sources.append(source)
+            if self._probing or len(self._failed) >= self.threshold:
                 if self.opened_at is None or self._probing:
                     self.times_opened += 1
                 self.opened_at = self._clock()  # type: ignore[operator]

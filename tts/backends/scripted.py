@@ -33,6 +33,10 @@ and a sample whose group confidence falls below the threshold ends there (``fini
 "confidence", no answer, the tokens up to and including the forced end counted); the samples it
 does not stop are exactly those drawn without it.
 
+Every reply obeys ``max_tokens`` as an engine does: one that would run longer is cut there and ends
+with ``finish_reason`` ``"length"`` (``Completion.truncated``), a reply with tool calls too (cut
+mid-JSON; a cut call is no call), so that truncation can be tested end to end here.
+
 Structured output (``json_schema``) is emulated: the sample's answer comes as ``{"answer": ...}``
 (null when it has none), whatever the schema. Samples with logprobs carry their text cut into as
 many pieces as tokens (``Completion.tokens``). Penalties and ``logit_bias`` change nothing here.
@@ -68,6 +72,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tts.backends.base import (
+    LENGTH,
     Completion,
     GenerationRequest,
     GenerationResult,
@@ -352,14 +357,16 @@ class ScriptedGenerator:
     def _tool_sample(self, req: GenerationRequest, dist: Mapping[str, float], rng: random.Random) -> Completion:
         """A reply to a request that offers tools (:mod:`tts.backends.scripted_tools`), its calls read back."""
         text = tool_reply(req, dist, self._draw, rng)
-        tokens = min(max(8, len(text) // 4), req.max_tokens)
-        calls, error = reply_tool_calls(text, req.tools)
+        tokens, finish = max(8, len(text) // 4), "stop"
+        if tokens > req.max_tokens:  # cut mid-reply (a call mid-JSON), as an engine cuts at max_tokens
+            text, tokens, finish = text[: req.max_tokens * 4], req.max_tokens, LENGTH
+        calls, error = reply_tool_calls(text, req.tools, finish_reason=finish)  # a cut call is no call
         mean_lp = -0.2 - rng.random() * 0.8
         logprobs = req.logprobs and self.returns_logprobs
         return Completion(text=text, completion_tokens=tokens, mean_logprob=mean_lp if logprobs else None,
-                          finish_reason="tool_calls" if calls else "stop",
+                          finish_reason="tool_calls" if calls else finish,
                           token_logprobs=_token_logprobs(mean_lp, tokens, rng) if logprobs else None,
-                          ended_by_eos=True, tool_calls=calls, tool_call_error=error)
+                          ended_by_eos=finish != LENGTH, tool_calls=calls, tool_call_error=error)
 
     def _program_sample(self, req: GenerationRequest, answer: str | None, dist: Mapping[str, float],
                         rng: random.Random, text: str | None = None) -> Completion:

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tts.backends.base import LENGTH
 from tts.backends.chat import ToolCall, function_spec
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
@@ -165,23 +166,42 @@ def check_calls(calls: Sequence[ToolCall], tools: Sequence[Mapping[str, Any]] | 
     return "ok"
 
 
+def uncut_calls(text: str, calls: tuple[ToolCall, ...], why: str | None,
+                finish_reason: str | None) -> tuple[tuple[ToolCall, ...], str | None]:
+    """The calls of a reply (``calls``, ``why``: what a reader found) as ``Completion.tool_calls`` and
+    ``tool_call_error``, once it is known whether ``max_tokens`` cut it (``finish_reason`` "length").
+
+    A cut-off call is not a call: its arguments may stop mid-way, later calls may be missing, and a
+    lenient reader may still find a complete-looking block before the cut. A cut reply that holds
+    or began a call (calls read, a malformed one, a ``<tool_call>`` tag, an object naming a tool)
+    is therefore malformed, never a call; cut prose stays prose (no call).
+    """
+    if finish_reason != LENGTH:
+        return calls, why
+    brace = text.find("{")
+    if calls or why == MALFORMED or "<tool_call>" in text or (brace >= 0 and '"name"' in text[brace:]):
+        return (), MALFORMED
+    return calls, why
+
+
 def tools_from_json(text: str | None) -> list[dict[str, Any]]:
     """The tools of a request's ``tools`` JSON text ([] for None)."""
     return json.loads(text) if text else []
 
 
-def reply_tool_calls(text: str, tools: str | None,
-                     parsed: Sequence[ToolCall] | None = None) -> tuple[tuple[ToolCall, ...], str | None]:
+def reply_tool_calls(text: str, tools: str | None, parsed: Sequence[ToolCall] | None = None,
+                     finish_reason: str | None = None) -> tuple[tuple[ToolCall, ...], str | None]:
     """The checked calls of one reply to a request that offered ``tools`` (JSON text), and why it
     has none (``Completion.tool_calls`` and ``tool_call_error``).
 
     ``parsed``: the calls the engine's own parser read (vLLM's tool parser, an upstream's
     ``message.tool_calls``); when it read none, tts's lenient reader (:func:`read_tool_calls`) reads
-    the text. Calls that fail :func:`check_calls` make the reply malformed (no calls).
+    the text. Calls that fail :func:`check_calls` make the reply malformed (no calls), and so does
+    a call in a reply that ``max_tokens`` cut (``finish_reason`` "length"; :func:`uncut_calls`).
     """
     calls, why = (tuple(parsed), "ok") if parsed else read_tool_calls(text)
     if not calls:
-        return (), why
+        return uncut_calls(text, (), why, finish_reason)
     if check_calls(calls, tools_from_json(tools)) != "ok":
         return (), MALFORMED
-    return calls, None
+    return uncut_calls(text, calls, None, finish_reason)

@@ -73,6 +73,7 @@ from tts.backends.base import (
 from tts.backends.chat_render import VLLMToolReader, forced_call_schema, forced_tool_choice, read_forced_calls, render_chat
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.backends.thinking import split_ids
+from tts.backends.tool_calls import uncut_calls
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
 
@@ -560,6 +561,45 @@ def _stopped_on_confidence(request: GenerationRequest, completion: Any, top: Any
     return at is not None and at == len(top) - 1
 
 
+def engine_completion(c: Any, req: GenerationRequest, prompt_token_ids: Sequence[int], tool_reader: Any,
+                      think: tuple[list[int], list[int]] | None) -> Completion:
+    """One vLLM ``CompletionOutput`` of ``req`` as a :class:`Completion`.
+
+    Its finish reason is vLLM's: ``"length"`` when ``max_tokens`` cut it (``Completion.truncated``,
+    which a reply passes on as ``finish_reason: "length"``; a call in it is no call), ``"stop"``
+    when the model ended it or a stop string did (vLLM's ``stop_reason`` tells them apart:
+    ``ended_by_eos``), or the confidence stop's own reason when that processor ended it.
+    """
+    n_tok = len(c.token_ids)
+    mean_lp = None
+    if req.logprobs and c.cumulative_logprob is not None and n_tok:
+        mean_lp = c.cumulative_logprob / n_tok
+    token_lps, first_top, all_top = _token_logprobs(c, req)
+    # vLLM: finish_reason "stop" with no stop_reason = end of sequence; a stop string or
+    # stop token id sets stop_reason.
+    eos = c.finish_reason == "stop" and getattr(c, "stop_reason", None) is None
+    finish = c.finish_reason
+    if _stopped_on_confidence(req, c, all_top):
+        finish, eos = CONFIDENCE_STOPPED, False
+    texts, alternatives = _token_texts(c, req)
+    thought = None
+    if think is not None:  # split at the engine's end-of-thinking delimiter
+        thought = split_ids(prompt_token_ids, list(c.token_ids), *think, req.thinking_budget)
+    if not req.tools:
+        calls, call_error = None, None
+    elif req.json_schema is None and forced_tool_choice(req.tool_choice):
+        calls, call_error = uncut_calls(c.text, *read_forced_calls(c.text, req.tools, req.tool_choice), finish)
+    else:
+        calls, call_error = tool_reader.read(c.text, req.tools, finish)
+    return Completion(c.text, n_tok, mean_lp, finish, token_logprobs=token_lps,
+                      first_token_top_logprobs=first_top, ended_by_eos=eos,
+                      token_top_logprobs=all_top if req.top_logprobs else None,
+                      tokens=texts, token_alternatives=alternatives,
+                      reasoning_tokens=thought.reasoning_tokens if thought else None,
+                      thinking_capped=thought.capped if thought else None,
+                      tool_calls=calls, tool_call_error=call_error)
+
+
 class VLLMGenerator:
     """Generator on an offline vLLM engine that it owns.
 
@@ -580,6 +620,8 @@ class VLLMGenerator:
     """Start-up is expensive (tens of seconds): callers that serve many requests should reuse it."""
     _think: tuple[list[int], list[int]] | None = None
     """(start, end) delimiter ids of the engine's reasoning config; None without one."""
+    _tool_reader: VLLMToolReader | None = None
+    """Reads the calls of replies to requests with tools (set at construction)."""
 
     def __init__(self, config: VLLMBackendConfig | None = None) -> None:
         self.config = config or VLLMBackendConfig()
@@ -722,36 +764,8 @@ class VLLMGenerator:
         walls = split_wall_time(wall, gen_tokens)
         results = []
         for out, req, w in zip(outputs, requests, walls, strict=True):
-            completions = []
-            for c in sorted(out.outputs, key=lambda c: c.index):
-                n_tok = len(c.token_ids)
-                mean_lp = None
-                if req.logprobs and c.cumulative_logprob is not None and n_tok:
-                    mean_lp = c.cumulative_logprob / n_tok
-                token_lps, first_top, all_top = _token_logprobs(c, req)
-                # vLLM: finish_reason "stop" with no stop_reason = end of sequence; a stop string or
-                # stop token id sets stop_reason.
-                eos = c.finish_reason == "stop" and getattr(c, "stop_reason", None) is None
-                finish = c.finish_reason
-                if _stopped_on_confidence(req, c, all_top):
-                    finish, eos = CONFIDENCE_STOPPED, False
-                texts, alternatives = _token_texts(c, req)
-                thought = None
-                if self._think is not None:  # split at the engine's end-of-thinking delimiter
-                    thought = split_ids(out.prompt_token_ids, list(c.token_ids), *self._think, req.thinking_budget)
-                if not req.tools:
-                    calls, call_error = None, None
-                elif req.json_schema is None and forced_tool_choice(req.tool_choice):
-                    calls, call_error = read_forced_calls(c.text, req.tools, req.tool_choice)
-                else:
-                    calls, call_error = self._tool_reader.read(c.text, req.tools)
-                completions.append(Completion(c.text, n_tok, mean_lp, finish, token_logprobs=token_lps,
-                                              first_token_top_logprobs=first_top, ended_by_eos=eos,
-                                              token_top_logprobs=all_top if req.top_logprobs else None,
-                                              tokens=texts, token_alternatives=alternatives,
-                                              reasoning_tokens=thought.reasoning_tokens if thought else None,
-                                              thinking_capped=thought.capped if thought else None,
-                                              tool_calls=calls, tool_call_error=call_error))
+            completions = [engine_completion(c, req, out.prompt_token_ids, self._tool_reader, self._think)
+                           for c in sorted(out.outputs, key=lambda c: c.index)]
             if greedy_repeats(req) and len(completions) == 1:
                 completions = completions * req.n
             drawn = completions[:1] if greedy_repeats(req) else completions  # the tokens generated

@@ -212,7 +212,7 @@ def with_tool_calls(requests: Sequence[GenerationRequest], results: list[Generat
         comps = []
         for c in result.completions:
             if c.tool_calls is None:
-                calls, why = reply_tool_calls(c.text, req.tools)
+                calls, why = reply_tool_calls(c.text, req.tools, finish_reason=c.finish_reason)
                 c = dataclasses.replace(c, tool_calls=calls, tool_call_error=why)
             comps.append(c)
         out.append(dataclasses.replace(result, completions=tuple(comps)))

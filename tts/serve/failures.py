@@ -1,8 +1,10 @@
 """What a failed solve answers: its HTTP status, a one-line message for the client, and a code.
 
 A prompt over the model's context is the client's to fix (400), however the backend said it; an
-upstream's 429 or 503 keeps its status and Retry-After; a strategy's refusal of its inputs is a
-400; a backend failure a 502. Internals (class names, tracebacks) stay in the server's log.
+upstream's 429 or 503 keeps its status and Retry-After; an upstream's refusal of the request as
+malformed (400, 413, 422) is the client's to fix too (400, or 413, with the upstream's message); a
+strategy's refusal of its inputs is a 400; a backend failure a 502, naming the server that failed.
+Internals (class names, tracebacks) stay in the server's log.
 """
 
 from __future__ import annotations
@@ -37,16 +39,25 @@ def solve_error(exc: BaseException) -> tuple[int, str, str]:
         after = f"; retry after {wait['Retry-After']} s" if wait else "; retry later"
         return (status, f"the model server behind tts is {'rate limiting' if status == 429 else 'overloaded'} "
                 f"(HTTP {status}){after}", "upstream_rate_limited" if status == 429 else "upstream_unavailable")
+    if status in CLIENT_FAULTS:  # the request was malformed (a bad tool, a bad value): the client's to fix
+        return (413 if status == 413 else 400, f"the model server behind tts refused the request (HTTP {status}): "
+                f"{one_line(upstream, _upstream_message(upstream))}", "invalid_request")
     if any(_vllm_client_error(e) for e in chain):
         return 400, one_line(next(e for e in chain if _vllm_client_error(e))), "invalid_request"
     if isinstance(exc, (StrategyInputError, ValueError)):
         return 400, one_line(exc), "invalid_strategy_input"
-    if isinstance(exc, BackendError):
-        return 502, f"the generation backend failed: {one_line(exc)}", "backend_error"
+    if isinstance(exc, BackendError):  # its message names the server (its URL, without credentials)
+        return 502, f"the generation backend failed: {one_line(exc, links=True)}", "backend_error"
     if isinstance(exc, RuntimeError) and "closed" in str(exc):
         return 503, "the server is shutting down; retry on another instance", "shutting_down"
     logger.error("solve failed", exc_info=exc)
     return 500, "internal error while solving (the server's log has the details); please report it", "internal_error"
+
+
+CLIENT_FAULTS = (400, 413, 422)
+"""An upstream's statuses that refuse a request as malformed: the client's fault, answered as such,
+never counted against the upstream's health (the breaker). 401, 403 and 404 refuse tts's own
+settings (its API key, its model name), which the client cannot change: a 502."""
 
 
 def solve_headers(exc: BaseException) -> dict[str, str] | None:
@@ -77,8 +88,11 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 
 def _upstream_message(e: BaseException) -> str:
-    """An upstream error's own message (the openai client's ``body``), else the exception's text."""
+    """An upstream error's own message (the openai client's ``body``: vLLM's ``{"message"}`` or
+    OpenAI's ``{"error": {"message"}}``), else the exception's text."""
     body = getattr(e, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return body["message"]
     return str(e)
@@ -105,9 +119,10 @@ def _vllm_client_error(e: BaseException) -> bool:
     return any(c.__name__ == "VLLMClientError" for c in type(e).__mro__)
 
 
-def one_line(exc: BaseException, text: str | None = None) -> str:
+def one_line(exc: BaseException, text: str | None = None, links: bool = False) -> str:
     """A message on one line for a client: pydantic's first error as 'field: problem', no
-    links, no pydantic type tags or model class names."""
+    links (``links``: keep them, for a message that names the server that failed), no pydantic
+    type tags or model class names."""
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError) and text is None:
@@ -120,5 +135,6 @@ def one_line(exc: BaseException, text: str | None = None) -> str:
     text = re.sub(r"\d+ validation errors? for \S+", "", text)
     text = re.sub(r"\s*For further information visit \S+", "", text)
     text = re.sub(r"\s*\[type=[^\]]*\]", "", text)
-    text = re.sub(r"https?://\S+", "", text)
+    if not links:
+        text = re.sub(r"https?://\S+", "", text)
     return " ".join(text.split()) or "the request failed"

@@ -3,8 +3,10 @@ stream chunks, and the parts read off a solution (its text, reasoning, tool call
 
 Each choice carries the ``tts`` extension (answer, confidence, cost, every sample's answer, notes);
 a chat choice whose chosen reply calls tools is a tool call (``finish_reason: "tool_calls"``), and a
-reasoning model's thinking goes to ``reasoning_content`` as vLLM's server returns it. The MCP tool
-reads a solution's text and calls with the same functions.
+reasoning model's thinking goes to ``reasoning_content`` as vLLM's server returns it. A choice whose
+text ``max_tokens`` cut says ``finish_reason: "length"``, as OpenAI's API does (:func:`finish_reason`);
+a cut reply is never a tool call. The MCP tool reads a solution's text and calls with the same
+functions.
 """
 
 from __future__ import annotations
@@ -72,11 +74,34 @@ def tts_block(solution: Any) -> dict[str, Any]:
     }
 
 
-def _chosen_text(solution: Any) -> str | None:
+def _chosen(solution: Any) -> Any:
+    """The sample the strategy chose (``trace.selected``), or None."""
     trace = solution.trace
     if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
-        return trace.samples[trace.selected].text
+        return trace.samples[trace.selected]
     return None
+
+
+def _chosen_text(solution: Any) -> str | None:
+    chosen = _chosen(solution)
+    return None if chosen is None else chosen.text
+
+
+def finish_reason(solution: Any, answer_only: bool, calls: bool = False) -> str:
+    """Why the choice's reply ended, in OpenAI's words: ``"tool_calls"`` for calls; ``"length"`` when
+    ``max_tokens`` cut the text sent (it is the chosen sample's, and that sample is ``truncated``),
+    or when no sample was chosen and every one was cut (the empty or "no answer" reply is what the
+    limit left: raise ``max_tokens``); ``"stop"`` otherwise (also for an answer sent alone, which is
+    whole even when read from a cut sample)."""
+    if calls:
+        return "tool_calls"
+    chosen = _chosen(solution)
+    samples = solution.trace.samples
+    if chosen is not None:
+        cut = not answer_only and chosen.truncated
+    else:
+        cut = solution.answer is None and bool(samples) and all(s.truncated for s in samples)
+    return "length" if cut else "stop"
 
 
 def message_text(solution: Any, answer_only: bool, without_reasoning: bool = False, plain: bool = False) -> str:
@@ -137,14 +162,15 @@ def logprobs_block(solution: Any, kind: str, answer_only: bool) -> dict[str, Any
 def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
     """``message.tool_calls`` of a solution whose answer is tool calls: the chosen sample's calls
     with their ids, or calls built from a canonical call answer (fresh ids); None when the answer is
-    not tool calls (text)."""
+    not tool calls (text) or the chosen sample was cut at ``max_tokens``."""
     from tts.backends.tool_calls import answer_calls, new_call_id
 
-    trace = solution.trace
     if solution.answer is None:
         return None
-    if trace.selected is not None and 0 <= trace.selected < len(trace.samples):
-        chosen = trace.samples[trace.selected]
+    chosen = _chosen(solution)
+    if chosen is not None:
+        if chosen.truncated:  # a cut-off call is not a call (the reply says "length")
+            return None
         if chosen.tool_calls and chosen.answer == solution.answer:
             return [{**c, "id": c.get("id") or new_call_id()} for c in chosen.tool_calls]
     calls = answer_calls(solution.answer)
@@ -169,8 +195,10 @@ def choice(p: Plan, job: Job, sol: Any) -> r.ChatChoice | r.CompletionChoice:
     ext = _extension(p, sol)
     logprobs = logprobs_block(sol, p.kind, p.answer_only)
     if p.kind == "completions":
+        finish = finish_reason(sol, p.answer_only)
         return r.CompletionChoice(index=job.index, text=message_text(sol, p.answer_only, plain=p.plain),
-                                  logprobs=logprobs, tts=r.ChoiceExtension(**ext))
+                                  finish_reason=finish, logprobs=logprobs,
+                                  tts=r.ChoiceExtension(**_cut_note(ext, finish)))
     calls = tool_calls(sol) if p.tool_calls else None
     if calls:
         message = r.AssistantMessage(content=None, tool_calls=calls)
@@ -180,8 +208,16 @@ def choice(p: Plan, job: Job, sol: Any) -> r.ChatChoice | r.CompletionChoice:
     if sol.answer is None and p.plain:
         why = ", ".join(f"{k}: {v}" for k, v in sorted(sol.trace.events.items())) or "none answered"
         ext["notes"] = [*ext.get("notes", []), f"no sample gave an answer ({why}); the reply is empty"]
-    return r.ChatChoice(index=job.index, message=message, finish_reason="tool_calls" if calls else "stop",
-                        logprobs=None if calls else logprobs, tts=r.ChoiceExtension(**ext))
+    finish = finish_reason(sol, p.answer_only, calls=bool(calls))
+    return r.ChatChoice(index=job.index, message=message, finish_reason=finish,
+                        logprobs=None if calls else logprobs, tts=r.ChoiceExtension(**_cut_note(ext, finish)))
+
+
+def _cut_note(ext: dict[str, Any], finish: str) -> dict[str, Any]:
+    """``ext`` with a note saying what to change when ``max_tokens`` cut the reply."""
+    if finish != "length":
+        return ext
+    return {**ext, "notes": [*ext.get("notes", []), "max_tokens cut the reply short; raise max_tokens for a whole one"]}
 
 
 def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:

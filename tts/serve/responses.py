@@ -176,7 +176,8 @@ class AssistantMessage(_Reply):
 class ChatChoice(_Reply):
     index: int
     message: AssistantMessage
-    finish_reason: Literal["stop", "tool_calls"]
+    finish_reason: Literal["stop", "tool_calls", "length"]
+    """``"length"``: ``max_tokens`` cut the reply (never a tool call then)."""
     logprobs: ChatLogprobs | None = None
     tts: ChoiceExtension
 
@@ -197,7 +198,8 @@ class ChatCompletion(_Reply):
 class CompletionChoice(_Reply):
     index: int
     text: str
-    finish_reason: Literal["stop"] = "stop"
+    finish_reason: Literal["stop", "length"] = "stop"
+    """``"length"``: ``max_tokens`` cut the text."""
     logprobs: CompletionLogprobs | None = None
     tts: ChoiceExtension
 
@@ -225,14 +227,14 @@ class Delta(_Reply):
 class ChatChunkChoice(_Reply):
     index: int
     delta: Delta
-    finish_reason: Literal["stop", "tool_calls"] | None = None
+    finish_reason: Literal["stop", "tool_calls", "length"] | None = None
     logprobs: None = None
 
 
 class CompletionChunkChoice(_Reply):
     index: int
     text: str
-    finish_reason: Literal["stop"] | None = None
+    finish_reason: Literal["stop", "length"] | None = None
     logprobs: None = None
 
 
