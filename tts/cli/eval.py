@@ -520,10 +520,10 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
     default directory is named after its mode and budget. ``told`` learns the run directory, the
     problem count and the progress, for the line a stopped run ends with.
     """
-    from tts.eval.runner import load_problems
+    from tts.eval.runner import check_sandbox, load_problems
 
     run_dir = out or cfg.out or default_out(cfg)
-    _, problems = load_problems(cfg)
+    bench, problems = load_problems(cfg)
     if auto:
         import yaml
 
@@ -533,6 +533,7 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
     alloc = cfg.allocation
     if alloc is not None and not (out or cfg.out):
         run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
+    check_sandbox(cfg.strategies if alloc is None else [], bench)  # before a progress bar or an engine
     told.out, told.total = run_dir, len(problems)
     told.saved = _saved_counter(run_dir, problems, None if alloc is not None else [s.label for s in cfg.strategies])
     if alloc is None:

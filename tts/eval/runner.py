@@ -52,11 +52,38 @@ def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None)
     ``problems`` already loaded by the caller are used as given, so data is read once.
     """
     bench: Benchmark = BENCHMARKS.load(config.data.benchmark)()
-    if problems is not None:
-        return bench, list(problems)
     d = config.data
+    if problems is not None:
+        bench.configure(d.options)  # the grading options (HumanEval's unsafe_no_sandbox) reach this object too
+        return bench, list(problems)
     bench.check_options(d.options)
     return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field, **d.options)
+
+
+def check_sandbox(strategies: Sequence[StrategyConfigBase], bench: Benchmark) -> None:
+    """Refuse, before any engine starts, a run that will execute model-written code where bubblewrap
+    is missing: the strategies that run programs (``runs_code``) and the benchmark's grader
+    (HumanEval), each unless the run opted out of the sandbox by name. Without this check the
+    refusal came only after all generation, with no rows written.
+
+    Raises:
+        tts.execution.sandbox.SandboxUnavailableError: one line naming what runs code, the
+            command that installs bubblewrap and the settings that opt out.
+    """
+    from tts.execution import sandbox
+
+    programs = [s for s in strategies if s.runs_code and not getattr(s, "unsafe_no_sandbox", False)]
+    users = [s.label for s in programs] + ([f"{bench.name}'s grading"] if bench.needs_sandbox else [])
+    if not users or sandbox.bwrap_path() is not None:
+        return
+    # Only the execution strategies take the opt-out (revision's execution feedback always runs sandboxed).
+    opt_outs = (["--set unsafe_no_sandbox=true (the strategies' programs)"]
+                if any("unsafe_no_sandbox" in type(s).model_fields for s in programs) else [])
+    opt_outs += ["--set data.unsafe_no_sandbox=true (grading)"] if bench.needs_sandbox else []
+    risk = f", or run without isolation at your own risk with {' and '.join(opt_outs)}" if opt_outs else ""
+    raise sandbox.SandboxUnavailableError(
+        f"{', '.join(users)} run{'s' if len(users) == 1 else ''} model-written code in the bubblewrap sandbox, "
+        f"which is not installed: `apt-get install bubblewrap` (Debian/Ubuntu; `make install` does it as root){risk}.")
 
 
 def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTemplate) -> list[Strategy]:
@@ -137,6 +164,7 @@ def run_eval(
     strategies: list[Strategy] = []
     try:
         if todo:
+            check_sandbox(config.strategies, bench)
             generator = generator or create_generator(config.backend, loaded)
             strategies = build_strategies(config, generator, prompt)
             with bench.grader(config.grading_timeout) as grader:
