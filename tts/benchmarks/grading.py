@@ -24,6 +24,7 @@ import signal
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from multiprocessing.connection import Connection, wait
 
@@ -52,6 +53,22 @@ class Outcome(str, Enum):
     WRONG = "wrong"
     NO_ANSWER = "no_answer"
     UNGRADED = "ungraded"
+
+
+@dataclass(frozen=True)
+class GradeNote:
+    """What a grader can say about one answer beyond its outcome: why it is not correct and how long
+    its check took. A grader that can say this has ``note(problem, answer) -> GradeNote | None``
+    (the eval runner writes it into the row; :class:`tts.benchmarks.humaneval_grading.CodeGrader`).
+
+    Args:
+        reason: One line: why the answer is not correct or has no verdict (``timeout: ran past 5 s``,
+            ``error: AssertionError``, ``sandbox_failed: ...``); None when it is correct.
+        seconds: Wall seconds of the answer's check (a check shared by several answers counts for each).
+    """
+
+    reason: str | None
+    seconds: float | None = None
 
 
 def _verify_in_worker(gold: str, answer: str, timeout: int) -> bool:

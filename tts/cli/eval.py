@@ -457,8 +457,13 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bo
                           + " (counts the strategy kept as it ran: fallbacks it took, stops, resamples; "
                           "`tts show RUN PROBLEM` shows where)")
     if any(s.ungraded for s in result.summaries):
-        console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
-                      "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")
+        console.print("ungraded: answers without a verdict (their check timed out or crashed the grader, or the "
+                      "sandbox could not run it); counted as not correct, never as wrong (see the warnings above, "
+                      "and raise grading_timeout if they are slow, not stuck).")
+    infra = sum(1 for r in result.rows if (r.grade_reason or "").startswith("sandbox_failed"))
+    if infra:
+        console.print(f"sandbox failures: {infra} answer(s) could not be run by the sandbox (the machine, not the "
+                      "program): recorded ungraded, never wrong, with the sandbox's reason (`tts show RUN PROBLEM`).")
     if result.skipped:
         console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
-from tts.benchmarks.grading import Grader, Outcome
+from tts.benchmarks.grading import GradeNote, Grader, Outcome
 from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
@@ -211,26 +211,33 @@ def grade_batch(problems: Sequence[Problem], sols: Sequence[Sequence[tuple[Strat
     checker) gets one request per batch."""
     answers = [[sol.answer for _, sol in ps] + [s.answer for _, sol in ps for s in sol.trace.samples] for ps in sols]
     graded = grader.grade_problems(list(zip(problems, answers, strict=True)))
+    # A grader that can say why an answer is not correct, and how long its check ran (the code grader).
+    note: Callable[[Problem, str | None], GradeNote | None] = getattr(grader, "note", lambda p, a: None)
     rows: list[ResultRow] = []
-    for problem, ps, outcomes in zip(problems, sols, graded, strict=True):
-        rows.extend(_rows(problem, ps, iter(outcomes), model, backend))
+    for problem, ps, outcomes, said in zip(problems, sols, graded, answers, strict=True):
+        graded_answers = zip(outcomes, (note(problem, a) for a in said), strict=True)
+        rows.extend(_rows(problem, ps, graded_answers, model, backend))
     return rows
 
 
-def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]], outcomes: Iterator[Outcome],
-          model: str, backend: str) -> list[ResultRow]:
-    """The result rows of one problem's solutions, given the outcomes of their answers, then of their samples."""
-    answer_outcomes = [next(outcomes) for _ in sols]
+def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]],
+          graded: Iterator[tuple[Outcome, GradeNote | None]], model: str, backend: str) -> list[ResultRow]:
+    """The result rows of one problem's solutions, given the outcomes (and the grader's notes) of their
+    answers, then of their samples."""
+    answer_grades = [next(graded) for _ in sols]
     rows = []
-    for (config, sol), outcome in zip(sols, answer_outcomes, strict=True):
-        sample_outcomes = [next(outcomes) for _ in sol.trace.samples]
+    for (config, sol), (outcome, note) in zip(sols, answer_grades, strict=True):
+        sample_grades = [next(graded) for _ in sol.trace.samples]
         trace = to_jsonable(sol.trace)
-        for s, o in zip(trace["samples"], sample_outcomes, strict=True):
+        for s, (o, n) in zip(trace["samples"], sample_grades, strict=True):
             s["outcome"] = o.value
+            if n is not None:  # only where the grader says: math rows keep their size
+                s["grade_reason"], s["grading_seconds"] = n.reason, n.seconds
         rows.append(ResultRow(
             problem_id=problem.id, config=config.label, strategy=config.model_dump(mode="json"), model=model,
             backend=backend, answer=sol.answer, gold=problem.answer, outcome=outcome.value,
-            correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o in sample_outcomes),
+            correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o, _ in sample_grades),
             confidence=min(max(sol.confidence, 0.0), 1.0), usage=sol.usage, trace=trace, metadata=short_metadata(problem),
+            grade_reason=note.reason if note else None, grading_seconds=note.seconds if note else None,
         ))
     return rows
