@@ -58,10 +58,12 @@ class ResultRow(BaseModel):
     """Why the grader did not count the answer correct, in one line, where it says (code answers:
     the sandbox's status and error, ``timeout: ran past 5 s``, ``error: AssertionError``;
     ``sandbox_failed: ...`` with outcome ``ungraded``: the machine could not run the check, no
-    verdict). None when correct, without an answer, or from a grader that gives no reason (math)."""
+    verdict; math: why a check gave no verdict). None when correct, without an answer, or where
+    the reason goes without saying (a math answer that is not equal to the gold)."""
     grading_seconds: float | None = Field(None, ge=0.0)
     """Wall seconds of the answer's check, where the grader times it (code: the check program in the
-    sandbox; a program shared by several rows, as a ladder's n share samples, counts for each)."""
+    sandbox; math: math-verify in its worker, 0 for a string match; a check shared by several rows,
+    as a ladder's n share samples, counts for each). None without an answer, and in older rows."""
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """The problem's short metadata (numbers, flags and strings up to 40 characters: chains' ``k``,
     MATH-500's ``level`` and ``subject``), so results break down by difficulty (``tts plot --by``)."""
