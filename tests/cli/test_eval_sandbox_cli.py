@@ -33,10 +33,10 @@ def no_bwrap(monkeypatch):
 
 
 @pytest.mark.parametrize(("benchmark", "strategy", "names"), [
-    ("humaneval", "self_consistency", ["humaneval's grading"]),
-    ("humaneval", "exec_vote", ["exec_vote@2", "humaneval's grading"]),
-    ("humaneval", "public_tests", ["public_tests@2", "humaneval's grading"]),
-    ("chains", "program_vote", ["program_vote@2"]),
+    ("humaneval", "self_consistency", ["humaneval's grading runs"]),
+    ("humaneval", "exec_vote", ["exec_vote, humaneval's grading run"]),
+    ("humaneval", "public_tests", ["public_tests, humaneval's grading run"]),
+    ("chains", "program_vote", ["program_vote runs"]),
 ])
 def test_without_bubblewrap_a_run_that_runs_code_stops_in_one_line_before_the_engine(
         no_bwrap, tmp_path, benchmark, strategy, names):
@@ -82,3 +82,26 @@ def test_the_strategies_opt_out_by_name_runs_their_programs(no_bwrap, tmp_path):
     assert r.exit_code == 0, (r.output, r.exception)
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(row["trace"]["notes"]["executions"] > 0 for row in rows)
+
+
+def test_checks_the_sandbox_could_not_run_are_ungraded_in_the_table_and_in_tts_show(monkeypatch, tmp_path):
+    """A sandbox that cannot start (status ``sandbox_failed``) is the machine's failure: the rows are
+    ungraded, never wrong, the table counts them apart and says so, and `tts show` gives the reason."""
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+
+    def no_sandbox_starts(programs, limits, workers=4, unsafe_no_sandbox=False):
+        return [sandbox.Execution("sandbox_failed", None, "", "", "bwrap: Can't fork", 0.01) for _ in programs]
+
+    monkeypatch.setattr("tts.benchmarks.humaneval_grading.run_many", no_sandbox_starts)
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["eval", "--benchmark", "humaneval", "--backend", "scripted", "--limit", "3",
+                            "-s", "self_consistency", "-n", "2", "--out", str(out)])
+    assert r.exit_code == 0, (r.output, r.exception)
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    coded = [row for row in rows if row["answer"] is not None]
+    assert coded and all(row["outcome"] == "ungraded" and not row["correct"] for row in coded)
+    assert all(row["grade_reason"] == "sandbox_failed: bwrap: Can't fork" for row in coded)
+    assert not any(s["outcome"] == "wrong" for row in rows for s in row["trace"]["samples"])
+    assert "ungraded" in r.output and f"sandbox failures: {len(coded)} answer(s)" in r.output
+    shown = runner.invoke(app, ["show", str(out), coded[0]["problem_id"]])
+    assert "why: sandbox_failed: bwrap: Can't fork" in shown.output and "not a wrong answer" in shown.output

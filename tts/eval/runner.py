@@ -73,7 +73,7 @@ def check_sandbox(strategies: Sequence[StrategyConfigBase], bench: Benchmark) ->
     from tts.execution import sandbox
 
     programs = [s for s in strategies if s.runs_code and not getattr(s, "unsafe_no_sandbox", False)]
-    users = [s.label for s in programs] + ([f"{bench.name}'s grading"] if bench.needs_sandbox else [])
+    users = list(dict.fromkeys(s.kind for s in programs)) + ([f"{bench.name}'s grading"] if bench.needs_sandbox else [])
     if not users or sandbox.bwrap_path() is not None:
         return
     # Only the execution strategies take the opt-out (revision's execution feedback always runs sandboxed).
