@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tts.benchmarks.grading import Grader, Outcome, _verify_in_worker
+from tts.benchmarks.grading import GradeNote, Grader, Outcome, _verify_in_worker
+from tts.types import Problem
 
 # Pairs that need math-verify (no string match), with their true verdicts.
 BEFORE = [("\\frac{1}{2}", "0.5"), ("3", "4")]
@@ -84,6 +85,17 @@ def test_verdicts_agree_with_math_verify_called_directly():
     assert out == [C if ok else W for ok in reference]
 
 
+def test_each_check_is_timed_and_a_verdict_needs_no_reason():
+    half = Problem("p", "Half of one?", "\\frac{1}{2}")
+    with Grader(timeout=5) as g:
+        [out] = g.grade_problems([(half, ["0.5", "3", "\\frac{1}{2}", None])])
+        assert out == [C, W, C, Outcome.NO_ANSWER]
+        checked, wrong, matched, missing = (g.note(half, a) for a in ("0.5", "3", "\\frac{1}{2}", None))
+    assert checked.reason is None and 0 < checked.seconds < 20  # math-verify in a worker
+    assert wrong.reason is None and wrong.seconds > 0  # "not equal" is its own reason
+    assert matched == GradeNote(None, 0.0) and missing is None  # a string match runs no check
+
+
 def test_unparseable_answer_is_wrong_not_an_error():
     with Grader(timeout=2) as g:
         assert g.grade("\\frac{{{", "3") is Outcome.WRONG
@@ -99,6 +111,9 @@ def test_a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded(
         assert out == [C, W, U, C, C, W]
         assert elapsed < 20  # spawn + deadline + respawn, not the old 3 * timeout + 30 s per hang
         assert not _alive(int((tmp_path / "pid").read_text())), "the hung worker must be killed"
+        # Why it has no verdict is the grader's note (the eval runner writes it into the row).
+        note = g.note(Problem("p", "?", GOLD), culprit[0])
+        assert note.reason == "the check did not finish within 2 s (its worker was killed)" and note.seconds >= 2
         # The same Grader still works; the culprit stays ungraded here without a second wait.
         start = time.monotonic()
         assert g.grade_many([culprit, ("1.5", "\\frac{3}{2}"), ("2", "3")]) == [U, C, W]
@@ -114,6 +129,7 @@ def test_b_check_that_kills_its_worker_is_retried_once_then_ungraded(tmp_path):
         assert len(set(pids)) == 2, "one retry, on a fresh worker"
         assert not any(_alive(p) for p in pids)
         assert g.grade_many([culprit, ("1.5", "\\frac{3}{2}"), ("2", "3")]) == [U, C, W]
+        assert g.note(Problem("p", "?", GOLD), culprit[0]).reason == "the check crashed its worker twice (exit code -9)"
 
 
 @pytest.mark.timeout(60)

@@ -49,6 +49,14 @@ def test_right_wrong_broken_looping_and_missing_programs_each_get_their_own_outc
     assert outcomes == [Outcome.CORRECT, Outcome.WRONG, Outcome.WRONG, Outcome.WRONG, Outcome.WRONG,
                         Outcome.NO_ANSWER, Outcome.CORRECT]
     assert 0 < grader.execution_seconds < 15
+    # Each wrong answer says why (issue 48: the reason went only to a DEBUG log), and every check is timed.
+    notes = [grader.note(p, a) for a in (right, wrong, looping, broken, missing, None)]
+    assert notes[0].reason is None and notes[5] is None
+    assert notes[1].reason == "error: AssertionError"
+    assert notes[2].reason == "timeout: ran past 2 s" and notes[2].seconds >= 2
+    assert notes[3].reason.startswith("error: SyntaxError")
+    assert notes[4].reason == "error: ModuleNotFoundError: No module named 'numpy_that_is_not_here'"
+    assert all(0 < n.seconds < 15 for n in notes[:5])
 
 
 def test_without_bubblewrap_grading_refuses_unless_the_run_opts_out_by_name(monkeypatch):

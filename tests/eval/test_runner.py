@@ -14,7 +14,8 @@ from tts.search.base import Strategy, to_sample
 from tts.types import Solution, Trace
 
 ROW_KEYS = {"problem_id", "config", "strategy", "model", "backend", "answer", "gold", "outcome", "correct",
-            "coverage", "confidence", "usage", "trace", "allocation", "budget_spent", "metadata"}
+            "coverage", "confidence", "usage", "trace", "allocation", "budget_spent", "metadata", "grade_reason",
+            "grading_seconds"}
 
 
 def _config(**kw):

@@ -90,3 +90,11 @@ def test_without_bubblewrap_it_refuses_with_the_fix(monkeypatch):
     pv, _ = _make([_fenced("print(42)")])
     with pytest.raises(SandboxUnavailableError, match="bubblewrap"):
         pv.solve([PROBLEM])
+
+
+def test_a_program_that_prints_a_dict_votes_for_nothing():
+    """Issue 48: a program ending with its environment's repr was read as -8 (from 'C.UTF-8')."""
+    pv, _ = _make([_fenced("import os\nprint(dict(os.environ, LANG='C.UTF-8'))"), _fenced("print(6 * 7)")])
+    [sol] = pv.solve([PROBLEM])
+    assert [s.answer for s in sol.trace.samples] == [None, "42"]
+    assert sol.answer == "42" and sol.trace.notes["failed"] == 1

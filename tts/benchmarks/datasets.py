@@ -77,6 +77,17 @@ class Benchmark:
             takes = f"it takes: {', '.join(self.option_names)}" if self.option_names else "it takes none"
             raise DatasetError(f"the {self.name} benchmark has no option {', '.join(unknown)}; {takes}.")
 
+    def configure(self, options: dict[str, Any]) -> None:
+        """Take the options that say how answers are graded (not which problems load), refusing
+        unknown ones. :meth:`load` calls it; so does the eval runner when the caller loaded the
+        problems already, so that the benchmark object that grades sees every option."""
+        self.check_options(options)
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """Whether grading runs model-written code in the sandbox (bubblewrap must be installed)."""
+        return False
+
     def grader(self, timeout: int) -> Any:
         """The grader of this benchmark's answers (a context manager with ``grade_problems``):
         math-verify OR a normalised string match against the gold answer, ``timeout`` seconds per check."""

@@ -11,7 +11,9 @@ check at a time and gives that check a deadline. A check past its deadline has i
 dies during a check (segfault, OOM kill) is replaced and the check retried once. Checks still
 waiting were never handed to the culprit's worker, so they simply go to the fresh one: only the
 culprit is affected. It is recorded as ``Outcome.UNGRADED`` (not wrong), logged with a warning and
-remembered for the rest of this Grader's life only, never cached as a verdict.
+remembered for the rest of this Grader's life only, never cached as a verdict. Why an answer has no
+verdict, and how long each math-verify check ran, are the grader's :meth:`Grader.note` (the eval
+runner writes them into the row).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import signal
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from multiprocessing.connection import Connection, wait
 
@@ -52,6 +55,22 @@ class Outcome(str, Enum):
     WRONG = "wrong"
     NO_ANSWER = "no_answer"
     UNGRADED = "ungraded"
+
+
+@dataclass(frozen=True)
+class GradeNote:
+    """What a grader can say about one answer beyond its outcome: why it is not correct and how long
+    its check took. A grader that can say this has ``note(problem, answer) -> GradeNote | None``
+    (the eval runner writes it into the row; :class:`tts.benchmarks.humaneval_grading.CodeGrader`).
+
+    Args:
+        reason: One line: why the answer is not correct or has no verdict (``timeout: ran past 5 s``,
+            ``error: AssertionError``, ``sandbox_failed: ...``); None when it is correct.
+        seconds: Wall seconds of the answer's check (a check shared by several answers counts for each).
+    """
+
+    reason: str | None
+    seconds: float | None = None
 
 
 def _verify_in_worker(gold: str, answer: str, timeout: int) -> bool:
@@ -112,6 +131,7 @@ class _Worker:
         child.close()  # the parent must not hold the child's end, or a dead worker never reads as EOF
         self.ready = False
         self.key: _Key | None = None
+        self.started = 0.0  # when the current check was sent
         self.deadline = time.monotonic() + _STARTUP_SECONDS
         self.exitcode: int | None = None  # set by stop()
 
@@ -119,7 +139,8 @@ class _Worker:
         """Send one check; raises OSError if the worker died while idle."""
         self.conn.send((key[1], key[0]))
         self.key = key
-        self.deadline = time.monotonic() + seconds
+        self.started = time.monotonic()
+        self.deadline = self.started + seconds
 
     def stop(self, kill: bool = False) -> None:
         """Stop the process: politely when idle, SIGKILL when hung, dead or ``kill``."""
@@ -175,6 +196,7 @@ class Grader:
         self._workers: list[_Worker] = []
         self._cache: dict[_Key, bool] = {}
         self._ungraded: set[_Key] = set()  # this Grader only: a later run may well grade them
+        self._notes: dict[_Key, GradeNote] = {}  # each check's seconds, and why it gave no verdict
         self._startup_failures = 0
 
     def __enter__(self) -> Grader:
@@ -213,6 +235,7 @@ class Grader:
                 out[i] = Outcome.UNGRADED
             elif normalize_answer(answer) == normalize_answer(gold):
                 self._cache[key] = True
+                self._notes[key] = GradeNote(None, 0.0)  # equal as strings: no worker check
                 out[i] = Outcome.CORRECT
             else:
                 pending.setdefault(key, []).append(i)
@@ -232,6 +255,13 @@ class Grader:
     def grade(self, answer: str | None, gold: str) -> Outcome:
         """Grade one answer."""
         return self.grade_many([(answer, gold)])[0]
+
+    def note(self, problem: Problem, answer: str | None) -> GradeNote | None:
+        """How long math-verify checked ``answer`` against the problem's gold (0 for a string match)
+        and, when the check gave no verdict, why; None for no answer or an answer not graded here."""
+        if answer is None or not answer.strip():
+            return None
+        return self._notes.get((answer, problem.answer or ""))
 
     def grade_problems(self, items: Iterable[tuple[Problem, Sequence[str | None]]]) -> list[list[Outcome]]:
         """Grade each problem's answers against its gold answer, all in one :meth:`grade_many` call.
@@ -295,8 +325,10 @@ class Grader:
             w.ready, w.deadline, self._startup_failures = True, float("inf"), 0
         elif kind in ("ok", "error"):
             w.key, w.deadline = None, float("inf")
+            seconds = round(time.monotonic() - w.started, 3)
             if kind == "error":
                 logger.warning("grading %r vs %r raised %s; recorded as ungraded", *key, value)
+            self._notes[key] = GradeNote(None if kind == "ok" else f"the check raised {value}", seconds)
             results[key] = value if kind == "ok" else None
         elif not w.ready:
             self._drop(w, "did not start" if kind == "late" else "died while starting")
@@ -310,9 +342,12 @@ class Grader:
         elif key is None:
             self._drop(w, "died while idle")
         elif kind == "late":
+            seconds = round(time.monotonic() - w.started, 3)
             self._drop(w, f"killed after {self.deadline:g}s on {key!r}")
             logger.warning("grading %r vs %r did not finish within %gs; its worker was killed and "
                            "the answer is recorded as ungraded", *key, self.deadline)
+            self._notes[key] = GradeNote(f"the check did not finish within {self.deadline:g} s (its worker was "
+                                         "killed)", seconds)
             results[key] = None
         else:
             self._drop(w, f"died on {key!r}")
@@ -320,6 +355,7 @@ class Grader:
             if crashes[key] >= 2:
                 logger.warning("grading %r vs %r crashed its worker twice (exit code %s); the "
                                "answer is recorded as ungraded", *key, w.exitcode)
+                self._notes[key] = GradeNote(f"the check crashed its worker twice (exit code {w.exitcode})")
                 results[key] = None
             else:
                 logger.warning("grading %r vs %r crashed its worker (exit code %s); retrying once",

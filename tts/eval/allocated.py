@@ -50,7 +50,7 @@ from tts.budgets.allocator import (
 from tts.config import AllocationConfig, EvalConfig
 from tts.cost.ledger import usage_from_json
 from tts.eval.report import summarize
-from tts.eval.runner import EvalResult, grade_rows, load_problems
+from tts.eval.runner import EvalResult, check_sandbox, grade_rows, load_problems
 from tts.eval.store import ResultsStore
 from tts.prompts import chat_prompt, extract_options
 from tts.search.base import to_sample
@@ -350,6 +350,7 @@ def run_allocated_eval(
     log = SamplesLog(out / SAMPLES_LOG, [p.id for p in loaded])
     owns = generator is None
     try:
+        check_sandbox([], bench)  # self-consistency runs no code; a benchmark's grader may (HumanEval)
         generator = generator or create_generator(config.backend, loaded)
         extra = extract_options(bench.prompt)  # as the runner's strategies
         sc = SelfConsistency(SelfConsistencyConfig(n=1), generator, chat_prompt(bench.prompt), config.sampling,

@@ -16,7 +16,9 @@ from tts.types import Usage
 
 SCHEMA_VERSION = 2
 """Version of the row format, recorded in ``run.json``. 1 = untyped rows (before this model);
-2 = this model (allocated rows keep their settings in ``allocation``, not in ``strategy``)."""
+2 = this model (allocated rows keep their settings in ``allocation``, not in ``strategy``). Fields
+added since are optional (``grade_reason``, ``grading_seconds``): rows without them read as None,
+so older runs of version 2 still read and resume."""
 
 OutcomeName = Literal["correct", "wrong", "no_answer", "ungraded"]
 
@@ -52,6 +54,16 @@ class ResultRow(BaseModel):
     """Allocated runs: mode, budget, unit, GPU and the allocator's settings."""
     budget_spent: float | None = None
     """Allocated runs: what this problem cost, in the budget's unit."""
+    grade_reason: str | None = None
+    """Why the grader did not count the answer correct, in one line, where it says (code answers:
+    the sandbox's status and error, ``timeout: ran past 5 s``, ``error: AssertionError``;
+    ``sandbox_failed: ...`` with outcome ``ungraded``: the machine could not run the check, no
+    verdict; math: why a check gave no verdict). None when correct, without an answer, or where
+    the reason goes without saying (a math answer that is not equal to the gold)."""
+    grading_seconds: float | None = Field(None, ge=0.0)
+    """Wall seconds of the answer's check, where the grader times it (code: the check program in the
+    sandbox; math: math-verify in its worker, 0 for a string match; a check shared by several rows,
+    as a ladder's n share samples, counts for each). None without an answer, and in older rows."""
     metadata: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """The problem's short metadata (numbers, flags and strings up to 40 characters: chains' ``k``,
     MATH-500's ``level`` and ``subject``), so results break down by difficulty (``tts plot --by``)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tts.backends.base import Generator
 from tts.benchmarks.datasets import Benchmark
-from tts.benchmarks.grading import Grader, Outcome
+from tts.benchmarks.grading import GradeNote, Grader, Outcome
 from tts.config import EvalConfig, StrategyConfigBase
 from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
@@ -52,11 +52,38 @@ def load_problems(config: EvalConfig, problems: Sequence[Problem] | None = None)
     ``problems`` already loaded by the caller are used as given, so data is read once.
     """
     bench: Benchmark = BENCHMARKS.load(config.data.benchmark)()
-    if problems is not None:
-        return bench, list(problems)
     d = config.data
+    if problems is not None:
+        bench.configure(d.options)  # the grading options (HumanEval's unsafe_no_sandbox) reach this object too
+        return bench, list(problems)
     bench.check_options(d.options)
     return bench, bench.load(d.path, d.limit, d.id_field, d.question_field, d.answer_field, **d.options)
+
+
+def check_sandbox(strategies: Sequence[StrategyConfigBase], bench: Benchmark) -> None:
+    """Refuse, before any engine starts, a run that will execute model-written code where bubblewrap
+    is missing: the strategies that run programs (``runs_code``) and the benchmark's grader
+    (HumanEval), each unless the run opted out of the sandbox by name. Without this check the
+    refusal came only after all generation, with no rows written.
+
+    Raises:
+        tts.execution.sandbox.SandboxUnavailableError: one line naming what runs code, the
+            command that installs bubblewrap and the settings that opt out.
+    """
+    from tts.execution import sandbox
+
+    programs = [s for s in strategies if s.runs_code and not getattr(s, "unsafe_no_sandbox", False)]
+    users = list(dict.fromkeys(s.kind for s in programs)) + ([f"{bench.name}'s grading"] if bench.needs_sandbox else [])
+    if not users or sandbox.bwrap_path() is not None:
+        return
+    # Only the execution strategies take the opt-out (revision's execution feedback always runs sandboxed).
+    opt_outs = (["--set unsafe_no_sandbox=true (the strategies' programs)"]
+                if any("unsafe_no_sandbox" in type(s).model_fields for s in programs) else [])
+    opt_outs += ["--set data.unsafe_no_sandbox=true (grading)"] if bench.needs_sandbox else []
+    risk = f", or run without isolation at your own risk with {' and '.join(opt_outs)}" if opt_outs else ""
+    raise sandbox.SandboxUnavailableError(
+        f"{', '.join(users)} run{'s' if len(users) == 1 else ''} model-written code in the bubblewrap sandbox, "
+        f"which is not installed: `apt-get install bubblewrap` (Debian/Ubuntu; `make install` does it as root){risk}.")
 
 
 def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTemplate) -> list[Strategy]:
@@ -137,6 +164,7 @@ def run_eval(
     strategies: list[Strategy] = []
     try:
         if todo:
+            check_sandbox(config.strategies, bench)
             generator = generator or create_generator(config.backend, loaded)
             strategies = build_strategies(config, generator, prompt)
             with bench.grader(config.grading_timeout) as grader:
@@ -183,26 +211,33 @@ def grade_batch(problems: Sequence[Problem], sols: Sequence[Sequence[tuple[Strat
     checker) gets one request per batch."""
     answers = [[sol.answer for _, sol in ps] + [s.answer for _, sol in ps for s in sol.trace.samples] for ps in sols]
     graded = grader.grade_problems(list(zip(problems, answers, strict=True)))
+    # A grader that can say why an answer is not correct, and how long its check ran (the code grader).
+    note: Callable[[Problem, str | None], GradeNote | None] = getattr(grader, "note", lambda p, a: None)
     rows: list[ResultRow] = []
-    for problem, ps, outcomes in zip(problems, sols, graded, strict=True):
-        rows.extend(_rows(problem, ps, iter(outcomes), model, backend))
+    for problem, ps, outcomes, said in zip(problems, sols, graded, answers, strict=True):
+        graded_answers = zip(outcomes, (note(problem, a) for a in said), strict=True)
+        rows.extend(_rows(problem, ps, graded_answers, model, backend))
     return rows
 
 
-def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]], outcomes: Iterator[Outcome],
-          model: str, backend: str) -> list[ResultRow]:
-    """The result rows of one problem's solutions, given the outcomes of their answers, then of their samples."""
-    answer_outcomes = [next(outcomes) for _ in sols]
+def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]],
+          graded: Iterator[tuple[Outcome, GradeNote | None]], model: str, backend: str) -> list[ResultRow]:
+    """The result rows of one problem's solutions, given the outcomes (and the grader's notes) of their
+    answers, then of their samples."""
+    answer_grades = [next(graded) for _ in sols]
     rows = []
-    for (config, sol), outcome in zip(sols, answer_outcomes, strict=True):
-        sample_outcomes = [next(outcomes) for _ in sol.trace.samples]
+    for (config, sol), (outcome, note) in zip(sols, answer_grades, strict=True):
+        sample_grades = [next(graded) for _ in sol.trace.samples]
         trace = to_jsonable(sol.trace)
-        for s, o in zip(trace["samples"], sample_outcomes, strict=True):
+        for s, (o, n) in zip(trace["samples"], sample_grades, strict=True):
             s["outcome"] = o.value
+            if n is not None:  # only where the grader says: math rows keep their size
+                s["grade_reason"], s["grading_seconds"] = n.reason, n.seconds
         rows.append(ResultRow(
             problem_id=problem.id, config=config.label, strategy=config.model_dump(mode="json"), model=model,
             backend=backend, answer=sol.answer, gold=problem.answer, outcome=outcome.value,
-            correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o in sample_outcomes),
+            correct=outcome is Outcome.CORRECT, coverage=any(o is Outcome.CORRECT for o, _ in sample_grades),
             confidence=min(max(sol.confidence, 0.0), 1.0), usage=sol.usage, trace=trace, metadata=short_metadata(problem),
+            grade_reason=note.reason if note else None, grading_seconds=note.seconds if note else None,
         ))
     return rows

@@ -14,9 +14,11 @@ Where tts decides what the papers leave open (docs/faithfulness.md):
 - the prompt is zero-shot (:data:`tts.prompts.PROGRAM_PROMPT`: write a program in a ``python``
   block that prints only the answer), not the papers' few-shot programs; PoT reports zero-shot
   PoT as well. The benchmark's own prompt (its few-shot prose) is not used: it asks for prose.
-- the answer is the last non-empty line the program prints, read by the math extraction (so
-  ``The answer is 42`` and ``42`` agree); PAL calls ``solution()`` and PoT reads the variable
-  ``ans``; printing is what a chat model writes unprompted.
+- the answer is the last non-empty line the program prints, read as one value: a number
+  (``1e-05`` as ``0.00001``), a fraction, a formula the math extraction reads as a whole
+  (``\\frac{1}{2}``, ``(1, 2)``), optionally after ``The answer is``; never a number found inside
+  other text (a dict, a log line: ``{'LANG': 'C.UTF-8'}`` is no answer, not ``-8``). PAL calls
+  ``solution()`` and PoT reads the variable ``ans``; printing is what a chat model writes unprompted.
 - a program that fails (an exception, a time-out, no output) votes for nothing, as a reply without
   an answer does in self-consistency; its error is counted in the trace's notes.
 
@@ -29,7 +31,9 @@ column of its own (they are not engine time, so not in ``Usage``).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -53,13 +57,49 @@ class ProgramVoteConfig(ExecutionStrategyConfig):
     """Wall-clock seconds one program may run (its CPU time is capped at the same)."""
 
 
+_ANSWER_IS = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*", re.IGNORECASE)
+_SCIENTIFIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # how Python prints 1e-05 and 1.5e+20
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")  # 42, -0.5, 1/2: kept as printed
+_SPACED_DIGITS = re.compile(r"\d\s+\d")  # print(3, 4): two values, not one
+_WORD = re.compile(r"[A-Za-z]{2,}")  # a word (LaTeX commands removed first): prose or a Python repr
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
+
+
+def _digits(text: str) -> str:
+    return re.sub(r"\D", "", text)
+
+
+def read_printed(line: str) -> str | None:
+    """One printed line read as a value, or None when it is not one.
+
+    The whole line must be the value: a number, a fraction, or a formula the math extraction reads
+    with every digit of the line in its reading (``0.5``, ``1/2``, ``\\frac{1}{2}``, ``(1, 2)``,
+    ``$42$``, ``\\boxed{42}``), optionally after "The answer is". A line with words or quotes (a
+    dict, a log line, ``42 apples``), two numbers (``3 4``) or a reading that drops digits is not a value:
+    a number found inside it would be a guess (``{'LANG': 'C.UTF-8'}`` is not ``-8``).
+    """
+    line = _ANSWER_IS.sub("", line.strip()).rstrip(".").strip()
+    if _NUMBER.fullmatch(line):
+        return line
+    if _SCIENTIFIC.fullmatch(line):  # math-verify would read "1e-05" as e - 5
+        value = Decimal(line)
+        return format(value, "f") if abs(value.adjusted()) <= 50 else None
+    if (not line or "'" in line or '"' in line or _SPACED_DIGITS.search(line)
+            or _WORD.search(_LATEX_COMMAND.sub(" ", line))):
+        return None
+    # Read as one formula (bare LaTeX "\\dfrac{1}{2}" is read as 2 otherwise), unless it says how.
+    formula = line if "$" in line or "\\boxed" in line or "\\(" in line else f"${line}$"
+    answer = extract_answer(formula)
+    return answer if answer is not None and _digits(answer) == _digits(line) else None
+
+
 def printed_answer(execution: Execution) -> str | None:
-    """The answer a program printed: its last non-empty stdout line, read as a math answer; None
-    when it failed or printed nothing readable."""
+    """The answer a program printed: its last non-empty stdout line read as a value
+    (:func:`read_printed`); None when it failed or its last line is not a value."""
     if execution.status != "ok":
         return None
     lines = [line.strip() for line in execution.stdout.splitlines() if line.strip()]
-    return extract_answer(lines[-1]) if lines else None
+    return read_printed(lines[-1]) if lines else None
 
 
 class ProgramVote(SamplingStrategy):
@@ -145,4 +185,4 @@ class ProgramVote(SamplingStrategy):
         return Solution(problem_id, answer, share, usage, Trace(self.name, tuple(samples), votes=votes, selected=idx))
 
 
-__all__ = ["ProgramVote", "ProgramVoteConfig", "printed_answer"]
+__all__ = ["ProgramVote", "ProgramVoteConfig", "printed_answer", "read_printed"]
