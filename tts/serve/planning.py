@@ -173,8 +173,8 @@ def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[s
         raise APIError("the conversation has no user message with text; put the question in one", param="messages")
     strategy_config = common["strategy"]
     offered = tool_plan(state, body, strategy_config)
-    extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice),
-             "strategy": strategy_config}
+    extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice) if offered else None,
+             "strategy": strategy_config}  # tool_choice none: no tools are shown, so no choice among them
     plan.jobs = [Job(question or parsed[-1].content, {**common, **extra}, i) for i in range(body.n)]
     plan.tool_calls = bool(offered)
 
