@@ -9,6 +9,7 @@ argument and a question that disagreed with the conversation were ignored).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -106,3 +107,59 @@ def test_a_tool_result_that_answers_its_call_is_served(served):
     assert r.status_code == 200, r.text
     assert "18C and sunny" in r.json()["choices"][0]["message"]["content"]
 
+
+# --- tts mcp: the same checks, and every refusal one line ------------------------------------------
+
+def _mcp_errors(calls: list[dict[str, Any]]) -> list[str]:
+    """The tool-error text of each ``solve`` call (in process, through the SDK's own client)."""
+    from mcp import Client
+
+    from tts.serve.mcp import create_mcp_server
+
+    gen = ScriptedGenerator(seed=0, model_name="scripted")
+    session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
+    server = create_mcp_server(session, ServeConfig(model="scripted", max_samples=16))
+
+    async def run() -> list[str]:
+        async with Client(server) as client:
+            results = [await client.call_tool("solve", args) for args in calls]
+        assert all(r.is_error for r in results), [r.structured_content for r in results if not r.is_error]
+        return [r.content[0].text for r in results]
+
+    try:
+        return asyncio.run(run())
+    finally:
+        session.close()
+
+
+def test_mcp_refuses_malformed_tools_and_unanswered_tool_results_naming_the_field():
+    calls = [{"messages": ASK, "tools": tools} for tools, _, _ in BAD_TOOLS]
+    calls += [{"messages": messages, "tools": [WEATHER]} for messages, _, _ in BAD_CONVERSATIONS]
+    expected = [(param, words) for _, param, words in BAD_TOOLS + BAD_CONVERSATIONS]
+    for text, (param, words) in zip(_mcp_errors(calls), expected, strict=True):
+        assert text.startswith(f"Error executing tool solve: {param}") and words in text, text
+        assert "\n" not in text
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ({"n": 0}, "n=0 is refused (input should be greater than or equal to 1); change n"),
+    ({"budget": -1}, "budget=-1 is refused (input should be greater than 0); change budget"),
+    ({"budget_unit": "joules"}, "budget_unit='joules' is refused (input should be 'tokens', 'eflops', "
+                                "'gpu_seconds' or 'dollars'); change budget_unit"),
+    ({"messages": "hello"}, "messages='hello' is refused (input should be a valid list); change messages"),
+    ({"n": 0, "budget": -1}, "n=0 is refused (input should be greater than or equal to 1); budget=-1 is refused "
+                             "(input should be greater than 0); change n, budget"),
+    ({"samples": 4, "temprature": 0.2}, "unknown argument(s) 'samples', 'temprature'; remove them (solve takes "
+                                        "question, strategy, n, budget, budget_unit, max_tokens, settings, messages, "
+                                        "tools, prompt)"),
+])
+def test_mcp_refuses_bad_and_unknown_arguments_in_one_line_that_names_them(args, expected):
+    (text,) = _mcp_errors([{"question": "What is 6*7?", **args}])
+    assert text == f"Error executing tool solve: {expected}"
+
+
+def test_mcp_refuses_a_question_that_is_not_the_conversations():
+    (text,) = _mcp_errors([{"question": "What is 2+2?", "messages": ASK}])
+    assert text == ("Error executing tool solve: question 'What is 2+2?' is not the conversation's last user message "
+                    "'What is the weather in Paris?'; pass the question in one of them (question may be empty "
+                    "with messages) or make them the same")
