@@ -119,6 +119,16 @@ def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: i
     return problem, spec, {"n": n, "budget": solve_budget}
 
 
+def _check_inputs(question: str | Problem, temperature: float, max_tokens: int, messages: Any, tools: Any) -> None:
+    """Refuse bad sampling settings, tools or messages before a backend opens (a vLLM engine takes
+    tens of seconds to start); the session checks them again, as it does for every caller."""
+    from tts.config import SamplingConfig
+    from tts.session import inputs
+
+    inputs.sampling(SamplingConfig(), temperature, None, max_tokens)
+    inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools)
+
+
 def solve(
     question: str | Problem,
     *,
@@ -159,8 +169,8 @@ def solve(
         calibration: ``strategy="auto"``: a sample pool, past ``tts eval`` run or ``tts sweep``
             directory of the same model; auto picks the strategy and n within ``budget``, and
             ``trace.notes`` says which and why.
-        messages, tools: An OpenAI-style chat whose last user message is the question, and tool
-            definitions (as :meth:`tts.Session.solve`).
+        messages, tools: An OpenAI-style chat whose last user message is the question (``question``
+            may then be ``""``), and tool definitions, checked as :meth:`tts.Session.solve` checks them.
 
     Returns:
         A :class:`~tts.session.SessionSolution`: answer, confidence (vote share), usage, trace,
@@ -170,6 +180,9 @@ def solve(
 
     Raises:
         SettingsError, BudgetError, StrategyInputError: A setting to change (one-line message).
+        ChatInputError: A malformed tool or message, a tool result that answers no earlier call, or a
+            question that is not the last user message of ``messages`` (one line naming the field;
+            with ``messages``, ``question`` may be ``""``).
 
     A vLLM backend's engine stays warm for the next call with the same config (see the module
     docstring); :func:`close_engines` shuts it down.
@@ -180,6 +193,7 @@ def solve(
         ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
     problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    _check_inputs(problem, temperature, max_tokens, messages, tools)
     session, owned = _session(backend, generator)
     try:
         return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
@@ -213,6 +227,7 @@ async def asolve(
     next step. With ``generator=`` or a cheap backend, each call has its own session.
     """
     problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    _check_inputs(problem, temperature, max_tokens, messages, tools)
     session, owned = await asyncio.to_thread(_session, backend, generator)
     try:
         return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,

@@ -22,6 +22,7 @@ inside :func:`create_mcp_server`, and the SDK reads them as live objects.
 """
 
 import contextlib
+import inspect
 import logging
 import os
 import sys
@@ -141,7 +142,6 @@ class _Solver:
         """
         from mcp.server.mcpserver.exceptions import ToolError
 
-        from tts.backends.chat import ChatInputError, messages_from_openai
         from tts.prompts import PLAIN_PROMPT
         from tts.registry import STRATEGIES
         from tts.session.budget import BudgetError, SolveBudget
@@ -176,11 +176,6 @@ class _Solver:
             usable = ", ".join(k for k in self.offered() if getattr(STRATEGIES.load(k), "takes_tools", False))
             raise ToolError(f"strategy {strategy_config.kind} cannot show the model tools; use one that can "
                             f"({usable}) or leave tools out")
-        if messages:
-            try:
-                messages_from_openai(messages)
-            except ChatInputError as exc:
-                raise ToolError(f"messages: {exc}") from None
         plain = (prompt or config.prompt) == "plain"
         return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens,
                 "messages": messages or None, "tools": tools or None, "prompt": PLAIN_PROMPT if plain else self.session.template}
@@ -190,13 +185,14 @@ class _Solver:
         from mcp.server.mcpserver.exceptions import ToolError
 
         from tts.backends.base import BackendError
+        from tts.backends.chat import ChatInputError
+        from tts.session.inputs import chat
 
+        try:  # the tools, the conversation, and the question that goes with them (tts.session.inputs)
+            question = chat(question, inputs.get("messages"), inputs.get("tools"))
+        except ChatInputError as exc:
+            raise ToolError(str(exc)) from None
         kwargs = self.plan(**inputs)
-        if not question.strip() and kwargs["messages"]:
-            from tts.backends.chat import messages_from_openai
-
-            asked = [m.content for m in messages_from_openai(kwargs["messages"]) if m.role == "user"]
-            question = asked[-1] if asked else ""
         if not question.strip():
             raise ToolError("question is empty and messages hold no user text; put the question in one of them")
         if not self.gate.try_enter():
@@ -245,7 +241,6 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
         ValueError: An allowed strategy or verifier that cannot run with these settings, or a
             default strategy the server does not offer.
     """
-    from mcp.server.mcpserver import MCPServer
     from mcp.types import ToolAnnotations
 
     config = config or ServeConfig(model=session.model_name or "tts")
@@ -281,8 +276,9 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                     "(e.g. {\"beam_width\": 2}); a verifier by name (" + verifiers + ")"
                     + (f"; auto's calibration by name ({calibrations})" if calibrations else "")
                     + ". Text, paths and models are the server's.")]
-    Question = Annotated[str, Field(description="The question, with any context it needs (may be empty when "
-                                                "messages carry the conversation).")]
+    Question = Annotated[str, Field(description="The question, with any context it needs. With messages, leave it "
+                                                "empty (the last user message is the question) or send that same "
+                                                "text.")]
     Prompt = Annotated[Literal["plain", "math"] | None, Field(  # noqa: N806
         description=f"plain: the conversation as sent, free-text answers; math: step by step with the answer "
                     f"in \\boxed{{}}. Default: {config.prompt}.")]
@@ -295,14 +291,42 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                                   max_tokens=max_tokens, settings=settings, messages=messages, tools=tools,
                                   prompt=prompt)
 
-    server = MCPServer(name, instructions="Call solve to answer a question with a test-time compute strategy "
-                                          "(sampling and voting, verifier-guided search) and get its confidence "
-                                          "and cost.", log_level="WARNING")
+    server_class = _server_class(tuple(inspect.signature(solve).parameters))
+    server = server_class(name, instructions="Call solve to answer a question with a test-time compute strategy "
+                                             "(sampling and voting, verifier-guided search) and get its confidence "
+                                             "and cost.", log_level="WARNING")
     server.add_tool(solve, name=TOOL_NAME, title="Solve with test-time compute",
                     description=_tool_description(session.model_name, offered),
                     annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
                     structured_output=True)
     return server
+
+
+def _server_class(accepted: tuple[str, ...]) -> type:
+    """``MCPServer`` whose ``solve`` refuses arguments other than ``accepted`` (the SDK drops them
+    without a word) and reports arguments that fail the SDK's check against the tool's signature in
+    one line that names them (the SDK's own message is pydantic's multi-line dump with a link)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+    from pydantic import ValidationError
+
+    from tts.session.errors import settings_line
+
+    class SolveServer(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            unknown = [k for k in arguments if k not in accepted] if name == TOOL_NAME else []
+            if unknown:
+                raise ToolError(f"Error executing tool {name}: unknown argument(s) {', '.join(map(repr, unknown))}; "
+                                f"remove them ({name} takes {', '.join(accepted)})")
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                cause = exc.__cause__
+                if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
+                    raise
+                raise ToolError(f"Error executing tool {name}: {settings_line(cause)}") from cause
+
+    return SolveServer
 
 
 def http_app(server: Any, *, host: str = "127.0.0.1", path: str = "/mcp", api_key: str | None = None,

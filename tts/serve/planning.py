@@ -160,21 +160,24 @@ def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, str
 
 def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[str, Any]) -> None:
     """A chat request's jobs (one per choice; the conversation kept whole, its last user message the
-    question) and the tools the model is shown."""
-    from tts.backends.chat import ChatInputError, messages_from_openai
+    question) and the tools the model is shown. The messages and the tools are checked first
+    (:mod:`tts.backends.chat`: OpenAI's tool schema, every tool result answering an earlier call)."""
+    from tts.backends.chat import ChatInputError, check_tools, messages_from_openai
 
     messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    try:
+    try:  # refused here, naming the field, not met by a strategy or an upstream halfway through
         parsed = messages_from_openai(messages)
+        if body.tools is not None:
+            check_tools(body.tools)
     except ChatInputError as exc:
-        raise APIError(str(exc), param="messages") from None
+        raise APIError(str(exc), param=exc.param or "messages") from None
     question = next((m.content for m in reversed(parsed) if m.role == "user" and m.content.strip()), "")
     if not question.strip() and parsed[-1].role not in ("tool", "assistant"):
         raise APIError("the conversation has no user message with text; put the question in one", param="messages")
     strategy_config = common["strategy"]
     offered = tool_plan(state, body, strategy_config)
-    extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice),
-             "strategy": strategy_config}
+    extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice) if offered else None,
+             "strategy": strategy_config}  # tool_choice none: no tools are shown, so no choice among them
     plan.jobs = [Job(question or parsed[-1].content, {**common, **extra}, i) for i in range(body.n)]
     plan.tool_calls = bool(offered)
 

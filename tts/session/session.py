@@ -27,6 +27,7 @@ from tts.backends.thinking import split_reasoning
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
 from tts.prompts import chat_prompt, extract_options
 from tts.session.budget import Pricer, SolveBudget
+from tts.session import inputs
 from tts.session.errors import SettingsError, settings_line
 from tts.types import Budget, Problem, Sample, Solution
 
@@ -248,6 +249,7 @@ class Session:
         from tts.config import SamplingConfig
         from tts.prompts import MATH_PROMPT
 
+        sampling = inputs.sampling(SamplingConfig(), temperature, top_p, max_tokens)  # refused before a backend opens
         self._owned: Generator | None = None
         self._fake: tuple[Any, float] | None = None  # (scripted generator, accuracy): see scripted_distribution
         self._fake_users: dict[str, int] = {}
@@ -262,7 +264,7 @@ class Session:
         self.default_n = n
         self.default_budget = SolveBudget.parse(budget)
         self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
-        self.sampling = SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self.sampling = sampling
         self.template = prompt or MATH_PROMPT
         self._template_given = prompt is not None
         self.seed = seed
@@ -392,10 +394,13 @@ class Session:
             temperature, top_p, max_tokens: Sampling settings for this solve.
             messages: An OpenAI-style chat whose last user message is the question (kept in
                 ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
-            tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``): the model sees
-                them in its chat template, and a reply that calls tools answers with its calls
-                (voted by every sampling strategy and ``tool_vote``).
-            tool_choice: OpenAI's ``tool_choice`` (forwarded to upstreams that take it).
+                ``question`` may then be ``""``; a question that is not that message is refused.
+                Every ``tool`` message must answer a call of an earlier assistant message.
+            tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``), checked against
+                OpenAI's tool schema: the model sees them in its chat template, and a reply that
+                calls tools answers with its calls (voted by every sampling strategy and ``tool_vote``).
+            tool_choice: OpenAI's ``tool_choice`` (forwarded to upstreams that take it); it needs
+                ``tools``, and a named function must be one of them.
             prompt: A PromptTemplate for this solve; one that adds nothing to the question
                 (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
                 free text (chosen by similarity, :mod:`tts.answers.kinds`) unless they are tool calls.
@@ -412,12 +417,17 @@ class Session:
         Raises:
             SolveCancelled: ``context`` was cancelled.
             StrategyInputError, BudgetError, SettingsError: Settings to change (one line says which).
+            ChatInputError: Messages, tools or ``tool_choice`` to change (one line; ``param`` names
+                the field, :mod:`tts.session.inputs`).
             BackendError: The engine or server failed.
         """
         if _expected:  # submitted by asolve: it is running now, no longer about to start
             self.batcher.expect(-1)
         if self.closed:
             raise RuntimeError("this session is closed; open a new one")
+        asked = inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools,
+                            tool_choice)  # an empty question is the conversation's
+        question = dataclasses.replace(question, question=asked) if isinstance(question, Problem) else asked
         solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
         config = self.strategy_config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
@@ -483,15 +493,12 @@ class Session:
 
     def _solve_sampling(self, temperature: float | None, top_p: float | None,
                         max_tokens: int | None) -> Any:
-        """The session's sampling settings with this solve's overrides (those given) applied."""
-        from tts.config import SamplingConfig
+        """The session's sampling settings with this solve's overrides (those given) applied.
 
-        sampling = self.sampling
-        update = {k: v for k, v in (("temperature", temperature), ("top_p", top_p), ("max_tokens", max_tokens))
-                  if v is not None}
-        if update:
-            sampling = SamplingConfig(**{**sampling.model_dump(), **update})
-        return sampling
+        Raises:
+            SettingsError: An override out of range (one line naming it).
+        """
+        return inputs.sampling(self.sampling, temperature, top_p, max_tokens)
 
     def _token_allowance(self, config: Any, solve_budget: SolveBudget | None, render: Any, problem: Problem,
                          sampling: Any) -> tuple[Budget | None, int | None]:
