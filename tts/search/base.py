@@ -37,6 +37,7 @@ from tts.backends.base import (
 from tts.backends.chat import tools_json
 from tts.backends.tool_calls import MALFORMED, calls_answer, reply_tool_calls
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
+from tts.search.repeats import answered_calls, choose_past_repeats
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
     Verifier,
@@ -402,7 +403,8 @@ class SamplingStrategy(VerifierStrategy):
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         scored = self.score_samples(problems, results)
-        return [self.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, results, scored, strict=True)]
+        return [self.aggregate_result(p.id, r, scored=sc, problem=p)
+                for p, r, sc in zip(problems, results, scored, strict=True)]
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
@@ -430,24 +432,27 @@ class SamplingStrategy(VerifierStrategy):
             key = repr(getattr(s.config, "verifier", None))
             if key not in scored:
                 scored[key] = s.score_samples(problems, results)
-        return [[s.aggregate_result(p.id, r, s.config.n, sc)
+        return [[s.aggregate_result(p.id, r, s.config.n, sc, problem=p)
                  for p, r, sc in zip(problems, results, scored[repr(getattr(s.config, "verifier", None))], strict=True)]
                 for s in sampling]
 
     def aggregate_result(self, problem_id: str, result: GenerationResult, n: int | None = None,
-                         scored: ScoredDraw | None = None) -> Solution:
+                         scored: ScoredDraw | None = None, problem: Any = None) -> Solution:
         """Aggregate the first ``n`` completions of a result (all when ``n`` is None).
 
         ``scored`` holds verifier scores of the whole draw; the first ``n`` are used, and their
-        scoring usage is added to the solution's.
+        scoring usage is added to the solution's. ``problem`` (its conversation) lets replies that
+        only repeat an answered tool call be set aside (:func:`tts.search.repeats.choose_past_repeats`).
         """
         n = n or len(result.completions)
         samples = [to_sample(c, self.extract) for c in result.completions[:n]]
         usage = prefix_usage(result.usage, samples, len(result.completions))
+        answered = answered_calls(problem) if problem is not None and any(s.tool_calls for s in samples) else set()
         if scored is None:
-            return self.aggregate(problem_id, samples, usage)
+            return choose_past_repeats(samples, answered, lambda ss: self.aggregate(problem_id, ss, usage))
         usage = usage + Usage.total(scored.usages[:n])
-        sol = self.aggregate(problem_id, samples, usage, scored.scores[:n])
+        scores = scored.scores[:n]
+        sol = choose_past_repeats(samples, answered, lambda ss: self.aggregate(problem_id, ss, usage, scores))
         if scored.events:
             merged = dict(sol.trace.events)
             for kind, count in scored.events.items():
