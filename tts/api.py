@@ -100,14 +100,20 @@ def _session(backend: str | Mapping[str, Any], generator: Any) -> tuple[Any, boo
 
 
 def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: int | None,
-                budget: Any, budget_unit: str, calibration: str | Path | None) -> tuple[Problem, Any, dict[str, Any]]:
-    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs checked."""
+                budget: Any, budget_unit: str, calibration: str | Path | None,
+                tools: Any = None) -> tuple[Problem, Any, dict[str, Any]]:
+    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs and a
+    strategy that cannot take ``tools`` checked before any engine starts."""
     from tts.registry import STRATEGIES
+    from tts.search.base import StrategyInputError, tools_refusal
     from tts.session.budget import SolveBudget
 
     problem = question if isinstance(question, Problem) else Problem("q0", question)
     solve_budget = SolveBudget.parse(budget, budget_unit)
     kind = STRATEGIES.check(strategy if isinstance(strategy, str) else str(dict(strategy).get("kind", "")))
+    refusal = tools_refusal(kind) if tools or problem.metadata.get("tools") else None
+    if refusal is not None:
+        raise StrategyInputError(refusal)
     spec: Any = strategy
     if kind == "auto":
         if solve_budget is None or calibration is None:
@@ -160,7 +166,8 @@ def solve(
             directory of the same model; auto picks the strategy and n within ``budget``, and
             ``trace.notes`` says which and why.
         messages, tools: An OpenAI-style chat whose last user message is the question, and tool
-            definitions (as :meth:`tts.Session.solve`).
+            definitions (as :meth:`tts.Session.solve`). Tools need a strategy that shows them to
+            the model (``tool_vote`` and the sampling strategies); any other is refused.
 
     Returns:
         A :class:`~tts.session.SessionSolution`: answer, confidence (vote share), usage, trace,
@@ -179,7 +186,7 @@ def solve(
         >>> sol.answer, sol.strategy, sol.trace.notes["budget"]     # doctest: +SKIP
         ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
     session, owned = _session(backend, generator)
     try:
         return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
@@ -212,7 +219,7 @@ async def asolve(
     worker thread, not on the event loop. Cancelling the awaiting task cancels the solve at its
     next step. With ``generator=`` or a cheap backend, each call has its own session.
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
     session, owned = await asyncio.to_thread(_session, backend, generator)
     try:
         return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,

@@ -92,7 +92,8 @@ class Strategy(ABC):
     pool_rule: ClassVar[str | None] = None
     takes_tools: ClassVar[bool] = False
     """Whether it shows the model a problem's tools (``metadata["tools"]``) and answers with the
-    calls the samples make; a strategy that does not is refused tools rather than dropping them."""
+    calls the samples make; a strategy that does not is refused tools rather than dropping them
+    (:func:`tools_refusal`, the one rule of ``tts.solve``, a Session, ``tts serve`` and ``tts mcp``)."""
 
     def __init__(
         self,
@@ -232,6 +233,33 @@ def problem_tool_choice(problem: Any) -> str | None:
     meta = getattr(problem, "metadata", None) or {}
     choice = meta.get("tool_choice") if isinstance(meta, dict) and meta.get("tools") else None
     return None if choice is None else json.dumps(choice)
+
+
+def takes_tools(kind: str) -> bool:
+    """Whether the registered strategy ``kind`` shows the model tools and answers with their calls
+    (its class says ``takes_tools``: ``tool_vote`` and the sampling strategies)."""
+    from tts.registry import STRATEGIES
+
+    return bool(getattr(STRATEGIES.load(kind), "takes_tools", False))
+
+
+def tool_strategies(allowed: Callable[[str], bool] | None = None) -> list[str]:
+    """The registered strategies that take tools (:func:`takes_tools`), those ``allowed`` only when given."""
+    from tts.registry import STRATEGIES
+
+    return [k for k in STRATEGIES.names() if (allowed is None or allowed(k)) and takes_tools(k)]
+
+
+def tools_refusal(kind: str, allowed: Callable[[str], bool] | None = None) -> str | None:
+    """Why a solve that offers tools cannot run strategy ``kind``: one line naming it and the
+    strategies that take tools (those ``allowed``); None when ``kind`` takes them. Every entry
+    point (``tts.solve``, a Session, ``tts serve``, ``tts mcp``) refuses with it rather than run a
+    strategy that would never show the model the tools (a step-wise search, revision, a graph)."""
+    if takes_tools(kind):
+        return None
+    usable = ", ".join(tool_strategies(allowed)) or "none is offered here"
+    return (f"strategy {kind} cannot show the model tools, so it would answer without them; use one that "
+            f"can ({usable}) or leave the tools out")
 
 
 def split_steps(text: str, separator: str = STEP_SEPARATOR) -> tuple[str, ...]:

@@ -394,7 +394,10 @@ class Session:
                 ``Problem.metadata["messages"]``; the conversation before it is in the prompt).
             tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``): the model sees
                 them in its chat template, and a reply that calls tools answers with its calls
-                (voted by every sampling strategy and ``tool_vote``).
+                (voted by every sampling strategy and ``tool_vote``; a reply that only repeats a
+                call the conversation already answered is set aside, :mod:`tts.search.repeats`).
+                A strategy that cannot show the model tools (a step-wise search, revision, ``usc``,
+                a graph) is refused with ``StrategyInputError``, never run without them.
             tool_choice: OpenAI's ``tool_choice`` (forwarded to upstreams that take it).
             prompt: A PromptTemplate for this solve; one that adds nothing to the question
                 (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
@@ -422,6 +425,12 @@ class Session:
         config = self.strategy_config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
+        if problem.metadata.get("tools"):
+            from tts.search.base import StrategyInputError, tools_refusal
+
+            refusal = tools_refusal(config.kind)
+            if refusal is not None:
+                raise StrategyInputError(refusal)
         render = chat_prompt(prompt or self._default_template(messages, tools))
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
         runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
