@@ -125,6 +125,13 @@ def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: i
     return problem, spec, {"n": n, "budget": solve_budget}
 
 
+def _prompt(prompt: Any) -> Any:
+    """A prompt given by name resolved as the command line resolves it, before any engine starts."""
+    from tts.prompts import named_prompt
+
+    return None if prompt is None else named_prompt(prompt)
+
+
 def solve(
     question: str | Problem,
     *,
@@ -155,7 +162,10 @@ def solve(
             scripted backend is a fake model (:func:`tts.session.session.scripted_distribution`).
         generator: A ready Generator (overrides ``backend``); the caller keeps it and closes it.
         temperature, max_tokens: Sampling settings.
-        prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
+        prompt: A PromptTemplate, or a name as the command line takes one: "plain" (the question
+            or conversation as written; free-text answers) or "math" (step by step, answer in
+            \\boxed{}). Default: "math" for a question, "plain" for ``messages`` or ``tools``, as
+            ``tts serve`` answers a chat.
         budget: Compute the solve may spend, for any strategy: a number (in ``budget_unit``), or
             ``{"tokens": ...}``, ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``.
             A token budget counts generated tokens at their worst case (``max_tokens`` a sample).
@@ -187,6 +197,7 @@ def solve(
         ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
     problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
+    prompt = _prompt(prompt)
     session, owned = _session(backend, generator)
     try:
         return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
@@ -220,6 +231,7 @@ async def asolve(
     next step. With ``generator=`` or a cheap backend, each call has its own session.
     """
     problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
+    prompt = _prompt(prompt)
     session, owned = await asyncio.to_thread(_session, backend, generator)
     try:
         return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,

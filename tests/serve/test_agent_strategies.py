@@ -113,3 +113,29 @@ def test_when_every_sample_repeats_the_agent_gets_the_call_never_empty_content(s
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
     ext = choice.model_extra["tts"]
     assert ext["confidence"] == 1.0 and ext["events"]["only_repeated_tool_calls"] == 1
+
+
+# --- 12. a conversation sent to the library -----------------------------------------------------
+
+PLANS = ["Plan B is safer: it has 3 backups and was tested in 2019.",
+         "Plan A is safer because it is simpler.",
+         "Plan B is safer, since it keeps backups.",
+         "Plan B is the safer one: it keeps backups."]
+QUESTION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Which plan is safer and why?"}]
+
+
+@pytest.mark.parametrize(("model", "strategy"), [("sc-4", "self_consistency"), ("bon-4", "best_of_n"),
+                                                 ("usc-4", "usc")])
+def test_a_conversation_gets_from_tts_solve_what_the_server_gives_it(serve, model, strategy):
+    """On main tts.solve(messages=...) appended the math instruction and answered None (usc: a
+    boxed number out of the conversation)."""
+    served_gen = RecordingGenerator(_fixed(PLANS))
+    client = serve(served_gen)
+    served = client.chat.completions.create(model=f"{model}/fixed", messages=QUESTION)
+    library_gen = RecordingGenerator(_fixed(PLANS))
+    sol = tts.solve("Which plan is safer and why?", strategy=strategy, n=4, messages=QUESTION,
+                    generator=library_gen)
+    assert sol.answer == served.choices[0].message.content and sol.answer.startswith("Plan B")
+    assert sol.confidence == pytest.approx(served.choices[0].model_extra["tts"]["confidence"])
+    assert library_gen.requests[0].messages == served_gen.requests[0].messages
+    assert [m.content for m in library_gen.requests[0].messages] == ["Be brief.", "Which plan is safer and why?"]
