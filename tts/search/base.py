@@ -531,6 +531,8 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
       their calls with normalised arguments (:func:`tts.answers.kinds.call_key`); replies in text
       abstain. When fewer do, the replies in text decide and the calls abstain (its_hub's rule: a
       question that needs no tool is not answered by the minority that called one).
+    - Replies that only repeat a call the conversation already answered are set aside before this
+      vote by the caller (:meth:`SamplingStrategy.aggregate_result`, :mod:`tts.search.repeats`).
     - Free text (``free_text``: the strategy extracts :data:`tts.answers.kinds.TEXT`) is not
       counted but selected by minimum Bayes risk (:func:`select_text`).
     - Otherwise answers that math-verify finds equal vote together, keyed by
