@@ -156,10 +156,39 @@ def test_a_bad_n_is_one_line_that_says_what_to_change():
     assert "pydantic" not in message and "http" not in message
 
 
-def test_solve_passes_messages_and_tools_through():
+def test_solve_sends_a_conversation_as_written_and_answers_in_free_text_unless_asked_for_math():
+    """Issue 48, finding 12: messages got the math instruction (and answer None on prose), where
+    tts serve sends a chat as written; the math prompt is there when asked for, by name."""
+    from tts.backends.function import RecordingGenerator
+
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
-    sol = tts.solve("What is 2+3?", n=2, messages=chat, generator=_long_samples())
-    assert sol.answer in ("5", "6", None) and len(sol.trace.samples) == 2
+    gen = RecordingGenerator(ScriptedGenerator({"q0": {"5": 0.9}}, seed=1))
+    sol = tts.solve("What is 2+3?", n=2, messages=chat, generator=gen)
+    assert [(m.role, m.content) for m in gen.requests[-1].messages] == [("system", "Be brief."),
+                                                                         ("user", "What is 2+3?")]
+    chosen = sol.trace.samples[sol.trace.selected].text
+    assert sol.answer == chosen.strip() and len(sol.trace.samples) == 2  # the reply's text, not a number in it
+    math = tts.solve("What is 2+3?", n=2, messages=chat, generator=gen, prompt="math")
+    assert "\\boxed{}" in gen.requests[-1].messages[-1].content and math.answer == "5"
+
+
+def test_a_prompt_is_named_as_on_the_command_line():
+    """Issue 48, finding 12: prompt="plain" raised AttributeError: 'str' object has no attribute 'render'."""
+    from tts.backends.function import RecordingGenerator
+    from tts.prompts import PLAIN_PROMPT
+
+    gen = RecordingGenerator(_long_samples())
+    by_name = tts.solve("What is 2+3?", n=2, prompt="plain", generator=gen)
+    assert gen.requests[-1].messages[-1].content == "What is 2+3?"
+    assert by_name.answer == tts.solve("What is 2+3?", n=2, prompt=PLAIN_PROMPT, generator=gen).answer
+    assert by_name.answer == by_name.trace.samples[by_name.trace.selected].text.strip()  # free text
+    with tts.Session(generator=gen, price_as=None, prompt="plain") as session:
+        session.solve("What is 2+3?", n=1)
+    assert gen.requests[-1].messages[-1].content == "What is 2+3?"
+    with pytest.raises(ValueError) as err:
+        tts.solve("What is 2+3?", prompt="plane", generator=gen)
+    assert str(err.value) == ("prompt 'plane' is not a prompt name ('plain', 'math') or a PromptTemplate; "
+                              "give one of them")
 
 
 def test_asolve_shares_the_warm_engine_and_its_session_with_solve(monkeypatch):

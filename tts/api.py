@@ -100,14 +100,20 @@ def _session(backend: str | Mapping[str, Any], generator: Any) -> tuple[Any, boo
 
 
 def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: int | None,
-                budget: Any, budget_unit: str, calibration: str | Path | None) -> tuple[Problem, Any, dict[str, Any]]:
-    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs checked."""
+                budget: Any, budget_unit: str, calibration: str | Path | None,
+                tools: Any = None) -> tuple[Problem, Any, dict[str, Any]]:
+    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs and a
+    strategy that cannot take ``tools`` checked before any engine starts."""
     from tts.registry import STRATEGIES
+    from tts.search.base import StrategyInputError, tools_refusal
     from tts.session.budget import SolveBudget
 
     problem = question if isinstance(question, Problem) else Problem("q0", question)
     solve_budget = SolveBudget.parse(budget, budget_unit)
     kind = STRATEGIES.check(strategy if isinstance(strategy, str) else str(dict(strategy).get("kind", "")))
+    refusal = tools_refusal(kind) if tools or problem.metadata.get("tools") else None
+    if refusal is not None:
+        raise StrategyInputError(refusal)
     spec: Any = strategy
     if kind == "auto":
         if solve_budget is None or calibration is None:
@@ -127,6 +133,13 @@ def _check_inputs(question: str | Problem, temperature: float, max_tokens: int, 
 
     inputs.sampling(SamplingConfig(), temperature, None, max_tokens)
     inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools)
+
+
+def _prompt(prompt: Any) -> Any:
+    """A prompt given by name resolved as the command line resolves it, before any engine starts."""
+    from tts.prompts import named_prompt
+
+    return None if prompt is None else named_prompt(prompt)
 
 
 def solve(
@@ -159,7 +172,10 @@ def solve(
             scripted backend is a fake model (:func:`tts.session.session.scripted_distribution`).
         generator: A ready Generator (overrides ``backend``); the caller keeps it and closes it.
         temperature, max_tokens: Sampling settings.
-        prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
+        prompt: A PromptTemplate, or a name as the command line takes one: "plain" (the question
+            or conversation as written; free-text answers) or "math" (step by step, answer in
+            \\boxed{}). Default: "math" for a question, "plain" for ``messages`` or ``tools``, as
+            ``tts serve`` answers a chat.
         budget: Compute the solve may spend, for any strategy: a number (in ``budget_unit``), or
             ``{"tokens": ...}``, ``{"eflops": ...}``, ``{"gpu_seconds": ...}``, ``{"dollars": ...}``.
             A token budget counts generated tokens at their worst case (``max_tokens`` a sample).
@@ -171,6 +187,8 @@ def solve(
             ``trace.notes`` says which and why.
         messages, tools: An OpenAI-style chat whose last user message is the question (``question``
             may then be ``""``), and tool definitions, checked as :meth:`tts.Session.solve` checks them.
+            Tools need a strategy that shows them to the model (``tool_vote`` and the sampling
+            strategies); any other is refused.
 
     Returns:
         A :class:`~tts.session.SessionSolution`: answer, confidence (vote share), usage, trace,
@@ -192,8 +210,9 @@ def solve(
         >>> sol.answer, sol.strategy, sol.trace.notes["budget"]     # doctest: +SKIP
         ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
     _check_inputs(problem, temperature, max_tokens, messages, tools)
+    prompt = _prompt(prompt)
     session, owned = _session(backend, generator)
     try:
         return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
@@ -226,8 +245,9 @@ async def asolve(
     worker thread, not on the event loop. Cancelling the awaiting task cancels the solve at its
     next step. With ``generator=`` or a cheap backend, each call has its own session.
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration)
+    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
     _check_inputs(problem, temperature, max_tokens, messages, tools)
+    prompt = _prompt(prompt)
     session, owned = await asyncio.to_thread(_session, backend, generator)
     try:
         return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,

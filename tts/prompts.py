@@ -82,6 +82,28 @@ PLAIN_PROMPT = PromptTemplate()
 """The question as written: no instruction added (a conversation as an agent sent it)."""
 
 
+PROMPT_NAMES = {"plain": PLAIN_PROMPT, "math": MATH_PROMPT}
+"""The prompts a name picks, as ``tts serve --prompt`` and ``tts mcp --prompt`` name them: "plain"
+sends the question or conversation as written (answers in free text, tool calls or JSON), "math"
+asks it step by step with the answer in \\boxed{}."""
+
+
+def named_prompt(prompt: str | PromptTemplate) -> PromptTemplate:
+    """A prompt template given as itself or by name (:data:`PROMPT_NAMES`), as the command line
+    names them.
+
+    Raises:
+        ValueError: An unknown name, or something that is neither a name nor a template (one line).
+    """
+    if isinstance(prompt, PromptTemplate):
+        return prompt
+    if isinstance(prompt, str) and prompt in PROMPT_NAMES:
+        return PROMPT_NAMES[prompt]
+    names = ", ".join(repr(k) for k in PROMPT_NAMES)
+    shown = repr(prompt) if isinstance(prompt, str) else f"a {type(prompt).__name__}"
+    raise ValueError(f"prompt {shown} is not a prompt name ({names}) or a PromptTemplate; give one of them")
+
+
 def answers_in_text(template: object) -> bool:
     """Whether a template adds nothing to the question (no system message, examples or instruction):
     the conversation goes as sent, and its answers are free text rather than a boxed value."""

@@ -37,6 +37,7 @@ from tts.backends.base import (
 from tts.backends.chat import tools_json
 from tts.backends.tool_calls import MALFORMED, calls_answer, reply_tool_calls
 from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
+from tts.search.repeats import answered_calls, choose_past_repeats
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
     Verifier,
@@ -91,7 +92,8 @@ class Strategy(ABC):
     pool_rule: ClassVar[str | None] = None
     takes_tools: ClassVar[bool] = False
     """Whether it shows the model a problem's tools (``metadata["tools"]``) and answers with the
-    calls the samples make; a strategy that does not is refused tools rather than dropping them."""
+    calls the samples make; a strategy that does not is refused tools rather than dropping them
+    (:func:`tools_refusal`, the one rule of ``tts.solve``, a Session, ``tts serve`` and ``tts mcp``)."""
 
     def __init__(
         self,
@@ -231,6 +233,33 @@ def problem_tool_choice(problem: Any) -> str | None:
     meta = getattr(problem, "metadata", None) or {}
     choice = meta.get("tool_choice") if isinstance(meta, dict) and meta.get("tools") else None
     return None if choice is None else json.dumps(choice)
+
+
+def takes_tools(kind: str) -> bool:
+    """Whether the registered strategy ``kind`` shows the model tools and answers with their calls
+    (its class says ``takes_tools``: ``tool_vote`` and the sampling strategies)."""
+    from tts.registry import STRATEGIES
+
+    return bool(getattr(STRATEGIES.load(kind), "takes_tools", False))
+
+
+def tool_strategies(allowed: Callable[[str], bool] | None = None) -> list[str]:
+    """The registered strategies that take tools (:func:`takes_tools`), those ``allowed`` only when given."""
+    from tts.registry import STRATEGIES
+
+    return [k for k in STRATEGIES.names() if (allowed is None or allowed(k)) and takes_tools(k)]
+
+
+def tools_refusal(kind: str, allowed: Callable[[str], bool] | None = None) -> str | None:
+    """Why a solve that offers tools cannot run strategy ``kind``: one line naming it and the
+    strategies that take tools (those ``allowed``); None when ``kind`` takes them. Every entry
+    point (``tts.solve``, a Session, ``tts serve``, ``tts mcp``) refuses with it rather than run a
+    strategy that would never show the model the tools (a step-wise search, revision, a graph)."""
+    if takes_tools(kind):
+        return None
+    usable = ", ".join(tool_strategies(allowed)) or "none is offered here"
+    return (f"strategy {kind} cannot show the model tools, so it would answer without them; use one that "
+            f"can ({usable}) or leave the tools out")
 
 
 def split_steps(text: str, separator: str = STEP_SEPARATOR) -> tuple[str, ...]:
@@ -402,7 +431,8 @@ class SamplingStrategy(VerifierStrategy):
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         scored = self.score_samples(problems, results)
-        return [self.aggregate_result(p.id, r, scored=sc) for p, r, sc in zip(problems, results, scored, strict=True)]
+        return [self.aggregate_result(p.id, r, scored=sc, problem=p)
+                for p, r, sc in zip(problems, results, scored, strict=True)]
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
@@ -430,24 +460,27 @@ class SamplingStrategy(VerifierStrategy):
             key = repr(getattr(s.config, "verifier", None))
             if key not in scored:
                 scored[key] = s.score_samples(problems, results)
-        return [[s.aggregate_result(p.id, r, s.config.n, sc)
+        return [[s.aggregate_result(p.id, r, s.config.n, sc, problem=p)
                  for p, r, sc in zip(problems, results, scored[repr(getattr(s.config, "verifier", None))], strict=True)]
                 for s in sampling]
 
     def aggregate_result(self, problem_id: str, result: GenerationResult, n: int | None = None,
-                         scored: ScoredDraw | None = None) -> Solution:
+                         scored: ScoredDraw | None = None, problem: Any = None) -> Solution:
         """Aggregate the first ``n`` completions of a result (all when ``n`` is None).
 
         ``scored`` holds verifier scores of the whole draw; the first ``n`` are used, and their
-        scoring usage is added to the solution's.
+        scoring usage is added to the solution's. ``problem`` (its conversation) lets replies that
+        only repeat an answered tool call be set aside (:func:`tts.search.repeats.choose_past_repeats`).
         """
         n = n or len(result.completions)
         samples = [to_sample(c, self.extract) for c in result.completions[:n]]
         usage = prefix_usage(result.usage, samples, len(result.completions))
+        answered = answered_calls(problem) if problem is not None and any(s.tool_calls for s in samples) else set()
         if scored is None:
-            return self.aggregate(problem_id, samples, usage)
+            return choose_past_repeats(samples, answered, lambda ss: self.aggregate(problem_id, ss, usage))
         usage = usage + Usage.total(scored.usages[:n])
-        sol = self.aggregate(problem_id, samples, usage, scored.scores[:n])
+        scores = scored.scores[:n]
+        sol = choose_past_repeats(samples, answered, lambda ss: self.aggregate(problem_id, ss, usage, scores))
         if scored.events:
             merged = dict(sol.trace.events)
             for kind, count in scored.events.items():
@@ -498,6 +531,8 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
       their calls with normalised arguments (:func:`tts.answers.kinds.call_key`); replies in text
       abstain. When fewer do, the replies in text decide and the calls abstain (its_hub's rule: a
       question that needs no tool is not answered by the minority that called one).
+    - Replies that only repeat a call the conversation already answered are set aside before this
+      vote by the caller (:meth:`SamplingStrategy.aggregate_result`, :mod:`tts.search.repeats`).
     - Free text (``free_text``: the strategy extracts :data:`tts.answers.kinds.TEXT`) is not
       counted but selected by minimum Bayes risk (:func:`select_text`).
     - Otherwise answers that math-verify finds equal vote together, keyed by

@@ -143,7 +143,7 @@ class _Solver:
         from mcp.server.mcpserver.exceptions import ToolError
 
         from tts.prompts import PLAIN_PROMPT
-        from tts.registry import STRATEGIES
+        from tts.search.base import tools_refusal
         from tts.session.budget import BudgetError, SolveBudget
 
         config = self.config
@@ -172,10 +172,9 @@ class _Solver:
             raise ToolError(f"budget: {_one_line(exc)}") from None
         except PolicyError as exc:  # its words are tts serve's: name this tool's inputs and command instead
             raise ToolError(_tool_words(exc)) from None
-        if tools and not getattr(STRATEGIES.load(strategy_config.kind), "takes_tools", False):
-            usable = ", ".join(k for k in self.offered() if getattr(STRATEGIES.load(k), "takes_tools", False))
-            raise ToolError(f"strategy {strategy_config.kind} cannot show the model tools; use one that can "
-                            f"({usable}) or leave tools out")
+        refusal = tools_refusal(strategy_config.kind, policy.allows) if tools else None
+        if refusal is not None:  # the rule of tts.solve and tts serve
+            raise ToolError(refusal)
         plain = (prompt or config.prompt) == "plain"
         return {"strategy": strategy_config, "budget": solve_budget, "max_tokens": max_tokens,
                 "messages": messages or None, "tools": tools or None, "prompt": PLAIN_PROMPT if plain else self.session.template}

@@ -200,17 +200,10 @@ def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[s
 
 def returns_tool_calls(strategy_config: Any) -> bool:
     """Whether a strategy answers with a tool call when the samples make one (it shows the model the
-    tools: ``tool_vote`` and the sampling strategies, or one that says ``takes_tools``)."""
-    from tts.registry import STRATEGIES
+    tools: :func:`tts.search.base.takes_tools`, the rule every entry point shares)."""
+    from tts.search.base import takes_tools
 
-    return bool(getattr(STRATEGIES.load(strategy_config.kind), "takes_tools", False))
-
-
-def tool_strategies() -> list[str]:
-    """The registered strategies that show the model tools and answer with their calls."""
-    from tts.registry import STRATEGIES
-
-    return [k for k in STRATEGIES.names() if getattr(STRATEGIES.load(k), "takes_tools", False)]
+    return takes_tools(strategy_config.kind)
 
 
 def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any) -> list[dict[str, Any]] | None:
@@ -223,11 +216,11 @@ def tool_plan(state: ServerState, body: ChatRequest, strategy_config: Any) -> li
         raise APIError("tool_choice needs tools; send the tools or leave tool_choice out", param="tool_choice")
     if not offered or wanted == "none":
         return None
-    if not returns_tool_calls(strategy_config):
-        usable = ", ".join(k for k in tool_strategies() if state.policy.allows(k))
-        raise APIError(f"strategy {strategy_config.kind} cannot show the model tools, so it cannot answer this "
-                       f"request; use one that can ({usable}), e.g. model tool_vote-8/{state.config.model}, "
-                       "or leave the tools out", param="tools")
+    from tts.search.base import tools_refusal
+
+    refusal = tools_refusal(strategy_config.kind, state.policy.allows)  # tts.solve's and tts mcp's rule too
+    if refusal is not None:
+        raise APIError(f"{refusal} (e.g. model tool_vote-8/{state.config.model})", param="tools")
     if isinstance(wanted, protocol.NamedToolChoice):
         name = wanted.function.name
         offered = [t for t in offered if (t.get("function") or {}).get("name") == name]

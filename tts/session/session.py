@@ -25,7 +25,7 @@ from typing import Any, Self
 from tts.backends.base import GenerationRequest, Generator, Message, count_prompt_tokens
 from tts.backends.thinking import split_reasoning
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
-from tts.prompts import chat_prompt, extract_options
+from tts.prompts import chat_prompt, extract_options, named_prompt
 from tts.session.budget import Pricer, SolveBudget
 from tts.session import inputs
 from tts.session.errors import SettingsError, settings_line
@@ -221,7 +221,9 @@ class Session:
         n: The default samples/candidates (the strategy config's ``n``); None keeps the config's.
         budget: The default budget (see :meth:`solve`).
         temperature, top_p, max_tokens: Default sampling settings.
-        prompt: A PromptTemplate (default: step by step, answer in \\boxed{}).
+        prompt: A PromptTemplate, or a name as ``tts serve --prompt`` takes one ("plain", "math";
+            :func:`tts.prompts.named_prompt`). Default: step by step, answer in \\boxed{}, except
+            for conversations and tools (see :meth:`solve`).
         seed: The run seed that request seeds derive from.
         batch_window: Seconds a batch waits for concurrent calls to join (0: no waiting).
         max_batch_requests: Most requests in one engine call.
@@ -265,7 +267,7 @@ class Session:
         self.default_budget = SolveBudget.parse(budget)
         self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
         self.sampling = sampling
-        self.template = prompt or MATH_PROMPT
+        self.template = named_prompt(prompt) if prompt is not None else MATH_PROMPT
         self._template_given = prompt is not None
         self.seed = seed
         self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
@@ -398,14 +400,19 @@ class Session:
                 Every ``tool`` message must answer a call of an earlier assistant message.
             tools: OpenAI-style tool definitions (``Problem.metadata["tools"]``), checked against
                 OpenAI's tool schema: the model sees them in its chat template, and a reply that
-                calls tools answers with its calls (voted by every sampling strategy and ``tool_vote``).
+                calls tools answers with its calls (voted by every sampling strategy and ``tool_vote``;
+                a reply that only repeats a call the conversation already answered is set aside,
+                :mod:`tts.search.repeats`). A strategy that cannot show the model tools (a step-wise
+                search, revision, ``usc``, a graph) is refused with ``StrategyInputError``, never
+                run without them.
             tool_choice: OpenAI's ``tool_choice`` (forwarded to upstreams that take it); it needs
                 ``tools``, and a named function must be one of them.
-            prompt: A PromptTemplate for this solve; one that adds nothing to the question
-                (:data:`tts.prompts.PLAIN_PROMPT`) sends the conversation as it is, and its answers are
-                free text (chosen by similarity, :mod:`tts.answers.kinds`) unless they are tool calls.
-                Default: the session's prompt, except that a solve with ``tools`` on a session
-                built without a prompt sends the conversation as it is.
+            prompt: A PromptTemplate for this solve, or its name ("plain", "math"); one that adds
+                nothing to the question ("plain", :data:`tts.prompts.PLAIN_PROMPT`) sends the
+                conversation as it is, and its answers are free text (chosen by similarity,
+                :mod:`tts.answers.kinds`) unless they are tool calls. Default: the session's prompt,
+                except that a solve with ``messages`` or ``tools`` on a session built without a
+                prompt sends the conversation as it is (as ``tts serve`` does by default).
             seed: The seed request seeds derive from (default: the session's).
             context: A CallContext to cancel the solve or follow its progress.
             options: Sampling settings for every sample the strategy draws (stop strings,
@@ -432,7 +439,13 @@ class Session:
         config = self.strategy_config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
-        render = chat_prompt(prompt or self._default_template(messages, tools))
+        if problem.metadata.get("tools"):
+            from tts.search.base import StrategyInputError, tools_refusal
+
+            refusal = tools_refusal(config.kind)
+            if refusal is not None:
+                raise StrategyInputError(refusal)
+        render = chat_prompt(named_prompt(prompt) if prompt is not None else self._default_template(messages, tools))
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
         runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
         try:
@@ -485,11 +498,13 @@ class Session:
         return {**solve_budget.as_dict(), "as_tokens": allowance, "n_asked": asked, "n_drawn": drawn}
 
     def _default_template(self, messages: Any, tools: Any) -> Any:
-        """The template of a solve that names none: the session's; but a solve that offers tools on
-        a session left at the math default goes as sent (an agent's turn is not a math problem)."""
+        """The template of a solve that names none: the session's; but a conversation (``messages``)
+        or a solve that offers tools, on a session left at the math default, goes as sent, as
+        ``tts serve`` sends a chat by default: an agent's turn is not a math problem, and its answer
+        is free text chosen by similarity (or tool calls), not a number read out of prose."""
         from tts.prompts import PLAIN_PROMPT
 
-        return self.template if self._template_given or not tools else PLAIN_PROMPT
+        return self.template if self._template_given or not (tools or messages) else PLAIN_PROMPT
 
     def _solve_sampling(self, temperature: float | None, top_p: float | None,
                         max_tokens: int | None) -> Any:

@@ -43,8 +43,11 @@ Departures from its_hub, on purpose (each has the setting that gives its_hub's r
   tool again after its result instead of answering, which loops an agent until its turn limit.
   On Qwen2.5-Coder-1.5B, after a ``get_time`` result, 2 of 4 samples repeated the call and 2
   answered in text ("The time in Tokyo right now is 14:05."); its_hub's rule (half of the replies
-  call, so the calls vote) returns the repeat, this one the answer. its_hub counts them:
-  ``repeated_calls="vote"``.
+  call, so the calls vote) returns the repeat, this one the answer. The rule is the one every
+  strategy that takes tools follows (:mod:`tts.search.repeats`): a text answer or a new call wins
+  over a repeat, and only when no other reply answers is the repeat the replies agree on returned
+  (event ``only_repeated_tool_calls``), never an empty reply. its_hub counts repeats like any
+  call: ``repeated_calls="vote"``.
 
 A reply without a usable call votes for nothing: no call, JSON that does not parse, arguments that
 are not an object, a tool that is not offered, or a required argument missing. Such replies are
@@ -70,7 +73,6 @@ from pydantic import Field
 
 from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
-from tts.backends.chat import Message, messages_from_openai
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.config import StrategyConfigBase
 from tts.search.base import (
@@ -81,7 +83,10 @@ from tts.search.base import (
     problem_tools,
     with_tool_calls,
 )
+from tts.search.repeats import REPEATED, answered_calls, choose_past_repeats
 from tts.types import Budget, RequestShape, Sample, Solution, Trace
+
+__all__ = ["REPEATED", "ToolVote", "ToolVoteConfig", "answered_calls"]
 
 
 class ToolVoteConfig(StrategyConfigBase):
@@ -109,25 +114,9 @@ class ToolVoteConfig(StrategyConfigBase):
     repeated_calls: Literal["abstain", "vote"] = "abstain"
     """A reply whose calls all repeat calls the conversation already holds results for (same tool,
     same normalised arguments): ``abstain`` (it votes for nothing, as a reply without a call, so
-    the replies that answer from the result decide), or ``vote`` (counted like any call, as its_hub
-    does; for tools whose result changes between calls, such as polling a job)."""
-
-
-REPEATED = "repeated_tool_call"
-"""Event: a reply that only repeated calls whose results the conversation already holds."""
-
-
-def answered_calls(problem: Any, normalise: bool = True) -> set[str]:
-    """The keys (:func:`tts.answers.kinds.call_key`) of the calls in the problem's conversation
-    (``metadata["messages"]``) that a ``tool`` turn answered."""
-    meta = getattr(problem, "metadata", None) or {}
-    raw = meta.get("messages") if isinstance(meta, dict) else None
-    if not raw:
-        return set()
-    messages = raw if all(isinstance(m, Message) for m in raw) else messages_from_openai(raw)
-    results = {m.tool_call_id for m in messages if m.role == "tool" and m.tool_call_id}
-    return {call_key(calls_answer([c]), normalise) for m in messages if m.role == "assistant"
-            for c in m.tool_calls or () if c.id in results}
+    the replies that answer from the result or make a new call decide; when no other reply
+    answers, the repeat is returned: :mod:`tts.search.repeats`), or ``vote`` (counted like any
+    call, as its_hub does; for tools whose result changes between calls, such as polling a job)."""
 
 
 def _most_common(indices: list[int], keys: Sequence[str | None]) -> list[int]:
@@ -179,41 +168,46 @@ class ToolVote(Strategy):
         return [[s._vote(p, r, s.config.n) for p, r in zip(problems, results, strict=True)] for s in voters]
 
     def _vote(self, problem: Any, result: Any, n: int | None = None) -> Solution:
-        """The vote over the first ``n`` replies of ``result`` (all when None), priced as if drawn alone."""
+        """The vote over the first ``n`` replies of ``result`` (all when None), priced as if drawn alone;
+        replies that only repeat an answered call are set aside by the rule every strategy that
+        takes tools shares (:func:`tts.search.repeats.choose_past_repeats`), unless ``repeated_calls``
+        is ``vote``."""
         n = n or len(result.completions)
         if n < len(result.completions):
             prefix = result.completions[:n]
             usage = prefix_usage(result.usage, [Sample(c.text, None, c.completion_tokens) for c in prefix],
                                  len(result.completions))
             result = dataclasses.replace(result, completions=prefix, usage=usage)
-        samples, calls, events = [], [], {}
+        samples, events = [], {}
         for comp in result.completions:
             found, why = comp.tool_calls or (), comp.tool_call_error
             if not found:
                 events[why or NO_CALL] = events.get(why or NO_CALL, 0) + 1
-            calls.append(found)
             answer = calls_answer(found) if found else None if why == MALFORMED else self.extract(comp.text)
             samples.append(Sample(comp.text, answer,
                                   comp.completion_tokens, comp.mean_logprob, comp.finish_reason,
                                   tuple(c.to_openai() for c in found)))
         normalise = self.config.normalize_arguments
-        if self.config.repeated_calls == "abstain":
-            answered = answered_calls(problem, normalise)
-            for i, found in enumerate(calls):
-                if found and all(call_key(calls_answer([c]), normalise) in answered for c in found):
-                    calls[i] = ()
-                    events[REPEATED] = events.get(REPEATED, 0) + 1
+        answered = answered_calls(problem, normalise) if self.config.repeated_calls == "abstain" else set()
+        return choose_past_repeats(samples, answered, lambda ss: self._choose(problem, ss, result, dict(events)),
+                                   normalise)
+
+    def _choose(self, problem: Any, samples: list[Sample], result: Any, events: dict[str, int]) -> Solution:
+        """The vote over the replies' calls (a reply's ``answer``: the canonical list of its calls); a
+        reply with ``tool_calls`` but no answer counts as calling and votes for nothing."""
+        normalise = self.config.normalize_arguments
+        calls = [json.loads(s.answer) if s.tool_calls and s.answer is not None else [] for s in samples]
         voting = [c if self.config.votes_on == "all_calls" else c[:1] for c in calls]
-        names = [json.dumps([c.name for c in v]) if v else None for v in voting]
-        args = [call_key(calls_answer(v), normalise) if v else None for v in voting]
+        names = [json.dumps([c["name"] for c in v]) if v else None for v in voting]
+        args = [call_key(json.dumps(v), normalise) if v else None for v in voting]
         keys = [None if n is None else f"{n}|{a}" for n, a in zip(names, args, strict=True)]
         votes: dict[str, float] = {}
         for v, k in zip(voting, keys, strict=True):
             if k is not None:
-                shown = call_key(calls_answer(v), normalise) or k
+                shown = call_key(json.dumps(v), normalise) or k
                 votes[shown] = votes.get(shown, 0.0) + 1.0
-        callers = sum(1 for c in calls if c)
-        if not votes or 2 * callers < len(calls):  # its_hub: under half calling, the replies in text decide
+        callers = sum(1 for s in samples if s.tool_calls)
+        if not votes or 2 * callers < len(samples):  # its_hub: under half calling, the replies in text decide
             return self._without_calls(problem, samples, result, events)
         left = [i for i, c in enumerate(calls) if c]
         if self.config.match == "name_and_arguments":
