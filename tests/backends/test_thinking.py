@@ -249,8 +249,10 @@ def _summary(config, problems):
 def test_the_eval_table_gets_a_reasoning_column_only_when_a_model_thought(capsys):
     from tts.cli.eval import print_summary
 
-    rows = [SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=150)),
-            SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=50))]
+    rows = [SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=150),
+                            grade_reason=None),
+            SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=50),
+                            grade_reason=None)]
     result = SimpleNamespace(rows=rows, summaries=[_summary("budget_forcing@1", 2)], problems=2, out="runs/x",
                              skipped=0, wall_seconds=1.0)
     print_summary(result)
