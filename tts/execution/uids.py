@@ -1,0 +1,86 @@
+"""One user id per sandbox running at once, where tts runs as root.
+
+Linux counts the process limit (``RLIMIT_NPROC``) per user. Were every sandbox to run as the same
+user (``nobody``), all the sandboxes on the machine would share one count: a fork bomb in one would
+leave its neighbours unable to start a process. Root may switch to any user id, so each sandbox
+takes a user id of its own from a range no account uses, and its limit counts only its own
+processes, on every kernel.
+
+A user id is held with an exclusive ``flock`` on a file named after it, for as long as its sandbox
+has a process: so the tts processes on one machine (two evaluations, test workers) never hand out
+the same one, and a crashed holder's lock ends with it. Ids are handed out round-robin, so one
+just released is the last to be reused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+FIRST_UID = 0x70000000
+"""The first sandbox user id (1879048192): above the ranges Linux distributions give accounts,
+system users, ``nobody`` and systemd's containers (524288-1879048191), below systemd's reserved
+ranges at 0x7FFE0000."""
+
+COUNT = 4096
+"""User ids in the range: more than the sandboxes any one machine runs at once."""
+
+LOCK_FOLDERS = ("/run/tts-sandbox-uids", "/var/lock/tts-sandbox-uids")
+"""Where the lock files live: folders only root may write to (a user who could create files there
+could hold every id)."""
+
+
+class NoFreeUidError(OSError):
+    """Every sandbox user id is in use (or no lock folder could be made)."""
+
+
+def _lock_folder() -> str:
+    """The first lock folder that is (or can be made) a real directory owned by root, not writable
+    by others."""
+    for folder in LOCK_FOLDERS:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return folder
+    raise NoFreeUidError(f"no folder for the sandbox uid locks: none of {', '.join(LOCK_FOLDERS)} "
+                         "is a root-owned directory that others cannot write to")
+
+
+_turn = threading.Lock()
+_next = int.from_bytes(os.urandom(2), "little") % COUNT  # processes start at different places
+
+
+@contextmanager
+def sandbox_uid() -> Iterator[int]:
+    """Hold a user id no other sandbox on this machine is using, until the block ends.
+
+    Raises:
+        NoFreeUidError: all ``COUNT`` ids are held, or there is no lock folder.
+    """
+    global _next
+    folder = _lock_folder()
+    with _turn:
+        for k in range(COUNT):
+            slot = (_next + k) % COUNT
+            fd = os.open(os.path.join(folder, str(FIRST_UID + slot)),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # per open file: threads exclude each other too
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            _next = (slot + 1) % COUNT
+            break
+        else:
+            raise NoFreeUidError(f"all {COUNT} sandbox user ids are in use")
+    try:
+        yield FIRST_UID + slot
+    finally:
+        os.close(fd)  # releases the lock
