@@ -62,6 +62,25 @@ def test_256_programs_at_64_workers_all_run():
         sorted({r.error for r in runs if r.status != "ok"})
 
 
+def test_64_sandboxes_at_once_each_with_children_all_run():
+    """64 sandboxes at once, each with bubblewrap's processes, the program and 4 children (over 400
+    processes in all, well within each one's own budget): none is refused a process."""
+    source = textwrap.dedent("""\
+        import os, time
+        for _ in range(4):
+            if os.fork() == 0:
+                time.sleep(2)
+                os._exit(0)
+        time.sleep(2)
+        for _ in range(4):
+            os.wait()
+        print('slept')
+        """)
+    runs = run_many([source] * 64, dataclasses.replace(LIMITS, wall_seconds=60), workers=64)
+    assert [(r.status, r.stdout) for r in runs] == [("ok", "slept\n")] * 64, \
+        sorted({r.error for r in runs if r.status != "ok"})
+
+
 @pytest.mark.parametrize("path", ["/x", "/etc/x", "/sandbox-sibling/x"])
 def test_only_the_capped_folders_are_writable(path):
     source = textwrap.dedent(f"""\
@@ -225,3 +244,23 @@ def test_a_program_that_prints_what_bubblewrap_would_is_still_judged_as_a_progra
     pass its own failure off as the sandbox's."""
     r = run_program("import sys\nsys.stderr.write(\"bwrap: Can't fork\\n\")\nsys.exit(1)", LIMITS)
     assert (r.status, r.exit_code, r.error) == ("error", 1, "bwrap: Can't fork")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandbox user ids are root's: otherwise each sandbox is its own user namespace")
+def test_sandbox_user_ids_are_never_shared_between_threads_or_processes():
+    from tts.execution.uids import sandbox_uid
+    other = "from tts.execution.uids import sandbox_uid\nwith sandbox_uid() as uid:\n    print(uid)"
+    with sandbox_uid() as first, sandbox_uid() as second:
+        out = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert len({first, second, int(out.stdout)}) == 3 and min(first, second, int(out.stdout)) >= 0x70000000
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandbox user ids are root's")
+def test_with_every_sandbox_user_id_held_a_run_is_sandbox_failed(monkeypatch):
+    from tts.execution import uids
+    monkeypatch.setattr(uids, "COUNT", 1)
+    with uids.sandbox_uid():
+        r = run_program("print(1)", LIMITS)
+    assert (r.status, r.error) == ("sandbox_failed", "could not prepare the sandbox: all 1 sandbox user ids are in use")
+    assert run_program("print(1)", LIMITS).stdout == "1\n"

@@ -145,7 +145,8 @@ _BWRAP_PROCESSES = 2
 """bubblewrap's own processes in a sandbox: the launcher and the PID namespace's first process."""
 
 _NPROC_INSIDE = ("import os, resource, sys\n"
-                 "n = int(sys.argv[1])\n"
+                 "n, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NPROC)[1]\n"
+                 "n = n if hard == resource.RLIM_INFINITY else min(n, hard)\n"
                  "resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
                  "os.execv(sys.executable, [sys.executable, '-I', '-S', '-B', 'main.py'])\n")
 """Run first inside the sandbox where tts is not root: sets the process limit once bubblewrap has

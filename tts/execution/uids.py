@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import logging
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,18 +31,19 @@ ranges at 0x7FFE0000."""
 COUNT = 4096
 """User ids in the range: more than the sandboxes any one machine runs at once."""
 
-LOCK_FOLDERS = ("/run/tts-sandbox-uids", "/var/lock/tts-sandbox-uids")
-"""Where the lock files live: folders only root may write to (a user who could create files there
-could hold every id)."""
+LOCK_FOLDERS = ("/run/tts-sandbox-uids", "/var/lock/tts-sandbox-uids", os.path.join(tempfile.gettempdir(), "tts-sandbox-uids"))
+"""Where the lock files live, the first that is (or can be made) a directory owned by root that
+no one else may write to (a user who could create files there could hold every id). With none,
+ids are held within this process only, and a warning says so."""
+
+logger = logging.getLogger(__name__)
 
 
 class NoFreeUidError(OSError):
-    """Every sandbox user id is in use (or no lock folder could be made)."""
+    """Every sandbox user id is in use."""
 
 
-def _lock_folder() -> str:
-    """The first lock folder that is (or can be made) a real directory owned by root, not writable
-    by others."""
+def _lock_folder() -> str | None:
     for folder in LOCK_FOLDERS:
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -49,12 +52,28 @@ def _lock_folder() -> str:
             continue
         if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return folder
-    raise NoFreeUidError(f"no folder for the sandbox uid locks: none of {', '.join(LOCK_FOLDERS)} "
-                         "is a root-owned directory that others cannot write to")
+    return None
 
 
 _turn = threading.Lock()
 _next = int.from_bytes(os.urandom(2), "little") % COUNT  # processes start at different places
+_held_here: set[int] = set()  # ids this process holds (all it can know of without a lock folder)
+_warned = False
+
+
+def _try(folder: str | None, slot: int) -> int | None:
+    """Take ``slot``: the open lock file (-1 without a folder), or None if it is held."""
+    if slot in _held_here:
+        return None
+    if folder is None:
+        return -1
+    fd = os.open(os.path.join(folder, str(FIRST_UID + slot)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @contextmanager
@@ -62,25 +81,27 @@ def sandbox_uid() -> Iterator[int]:
     """Hold a user id no other sandbox on this machine is using, until the block ends.
 
     Raises:
-        NoFreeUidError: all ``COUNT`` ids are held, or there is no lock folder.
+        NoFreeUidError: all ``COUNT`` ids are held.
     """
-    global _next
+    global _next, _warned
     folder = _lock_folder()
+    if folder is None and not _warned:
+        _warned = True
+        logger.warning("no folder for the sandbox uid locks (%s): sandbox user ids are kept apart within this "
+                       "process only, not from other tts processes on this machine", ", ".join(LOCK_FOLDERS))
     with _turn:
         for k in range(COUNT):
             slot = (_next + k) % COUNT
-            fd = os.open(os.path.join(folder, str(FIRST_UID + slot)),
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # per open file: threads exclude each other too
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            _next = (slot + 1) % COUNT
-            break
+            if (fd := _try(folder, slot)) is not None:
+                _held_here.add(slot)
+                _next = (slot + 1) % COUNT
+                break
         else:
             raise NoFreeUidError(f"all {COUNT} sandbox user ids are in use")
     try:
         yield FIRST_UID + slot
     finally:
-        os.close(fd)  # releases the lock
+        with _turn:
+            _held_here.discard(slot)
+        if fd >= 0:
+            os.close(fd)  # releases the lock
