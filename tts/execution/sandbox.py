@@ -15,11 +15,12 @@ own (:mod:`tts.execution.uids`); otherwise the limit is set inside the sandbox's
 namespace, where the kernel (5.14 and later) counts that namespace's processes apart.
 
 A run that ends on its own is waited for; one stopped at its wall clock or output cap has its
-sandbox's first process killed, which ends the whole PID namespace, and bubblewrap reaps it: no
-process outlives its run and none is left for the host's PID 1 to reap. bubblewrap reports on a
-status pipe (``--json-status-fd``) whether it started the program; one it could not start (a fork
-that failed on a loaded machine, say) is tried again, then reported as ``sandbox_failed``, never
-as the program's verdict.
+sandbox's first process killed, which ends every process of its PID namespace, and bubblewrap
+reaps it. Either way the run returns once the namespace is gone (no process outlives its run),
+and where tts itself adopts what bubblewrap leaves behind (tts as a container's PID 1), tts reaps
+it. bubblewrap reports on a status pipe (``--json-status-fd``) whether it started the program;
+one it could not start (a fork that failed on a loaded machine, say) is tried again, then
+reported as ``sandbox_failed``, never as the program's verdict.
 
 Where bubblewrap is missing, :func:`run_program` refuses with the command that installs it; a
 caller opts out of the sandbox only by name, ``unsafe_no_sandbox=True`` (same limits, no isolation).
