@@ -174,8 +174,10 @@ def test_the_process_limit_counts_the_programs_own_processes_only():
 
 NON_ROOT = """
 import json, sys
-from tts.execution import Limits, run_many
-bomb, children, processes = json.loads(sys.argv[1])
+from tts.execution import Limits, run_many, sandbox
+bomb, children, processes, prlimit = json.loads(sys.argv[1])
+if not prlimit:
+    sandbox.PRLIMIT = None
 runs = run_many([children] * 2, Limits(wall_seconds=20, processes=processes), workers=2)
 if [(r.status, r.stdout) for r in runs] != [("ok", f"{processes - 1}\\n")] * 2:  # no limit: never start the bomb
     sys.exit(f"the process limit does not hold: {[(r.status, r.stdout, r.error) for r in runs]}")
@@ -187,11 +189,15 @@ print(json.dumps([(r.status, r.stdout) for r in runs]))
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
                     reason="needs root to become an unprivileged user (a non-root run of the suite tests that path itself)")
-def test_where_tts_is_not_root_a_fork_bomb_leaves_its_neighbours_alone_too():
+@pytest.mark.parametrize("prlimit", [
+    pytest.param(True, marks=pytest.mark.skipif(sandbox.PRLIMIT is None, reason="no prlimit here")), False],
+    ids=["prlimit", "python_sets_it"])
+def test_where_tts_is_not_root_a_fork_bomb_leaves_its_neighbours_alone_too(prlimit):
     """Not root: no user id of its own per sandbox, so the limit is set inside each sandbox's user
-    namespace. tts runs here as ``nobody`` (with the system's Python, which that user can read)."""
+    namespace (by ``prlimit``, or by Python where there is none). tts runs here as ``nobody`` (with
+    the system's Python, which that user can read)."""
     root = str(Path(sandbox.__file__).parents[2])  # this checkout: its files are readable by all
-    out = subprocess.run(["/usr/bin/python3", "-c", NON_ROOT, json.dumps([FORK_BOMB, _children_until_refused(20), 20])],
+    out = subprocess.run(["/usr/bin/python3", "-c", NON_ROOT, json.dumps([FORK_BOMB, _children_until_refused(20), 20, prlimit])],
                          capture_output=True, text=True, timeout=180, user=65534, group=65534, extra_groups=[],
                          cwd="/", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": root})
     assert out.returncode == 0, out.stderr

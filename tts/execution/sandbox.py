@@ -145,14 +145,27 @@ def _python() -> tuple[str, str]:
 _BWRAP_PROCESSES = 2
 """bubblewrap's own processes in a sandbox: the launcher and the PID namespace's first process."""
 
+PRLIMIT = shutil.which("prlimit", path="/usr/bin:/bin")
+"""util-linux's ``prlimit``, seen in the sandbox (``/usr`` and ``/bin`` are), or None."""
+
 _NPROC_INSIDE = ("import os, resource, sys\n"
-                 "n, hard = int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_NPROC)[1]\n"
-                 "n = n if hard == resource.RLIM_INFINITY else min(n, hard)\n"
+                 "n = int(sys.argv[1])\n"
                  "resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
                  "os.execv(sys.executable, [sys.executable, '-I', '-S', '-B', 'main.py'])\n")
-"""Run first inside the sandbox where tts is not root: sets the process limit once bubblewrap has
-made the sandbox's user namespace (set before, it would count all of the caller's processes on
-the machine), then becomes the program."""
+"""What sets the limit inside where there is no ``prlimit`` (a second interpreter start: 20-50 ms
+a run, where ``prlimit`` takes about 2)."""
+
+
+def _started_inside(python: str, limits: Limits) -> list[str]:
+    """The program's command where tts is not root: the process limit is set inside the sandbox,
+    once bubblewrap has made its user namespace (set before, it would count all of the caller's
+    processes on the machine), then the program starts. ``processes`` + 1: the namespace's first
+    process (bubblewrap's) counts too; never above the hard limit tts itself has."""
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    n = limits.processes + 1 if hard == resource.RLIM_INFINITY else min(limits.processes + 1, hard)
+    if PRLIMIT is not None:
+        return [PRLIMIT, f"--nproc={n}", "--", python, "-I", "-S", "-B", "main.py"]
+    return [python, "-I", "-S", "-B", "-c", _NPROC_INSIDE, str(n)]
 
 
 def _bwrap_command(bwrap: str, workdir: str, names: Sequence[str], limits: Limits, status_fd: int,
@@ -160,8 +173,8 @@ def _bwrap_command(bwrap: str, workdir: str, names: Sequence[str], limits: Limit
     """bubblewrap's command line: the program's files are bound read-only into a size-capped tmpfs
     (its working folder and home); ``/tmp`` and ``/dev/shm`` are size-capped tmpfs too, and ``/dev``
     and the sandbox's own ``/`` (bubblewrap's uncapped tmpfs) are remounted read-only once every
-    mount is in place. ``status_fd`` receives bubblewrap's JSON status; ``limit_inside`` starts the
-    program through :data:`_NPROC_INSIDE`."""
+    mount is in place. ``status_fd`` receives bubblewrap's JSON status; ``limit_inside`` sets the
+    process limit inside (:func:`_started_inside`)."""
     python, prefix = _python()
     size = str(limits.disk_bytes)
     cmd = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--json-status-fd", str(status_fd),
@@ -178,9 +191,7 @@ def _bwrap_command(bwrap: str, workdir: str, names: Sequence[str], limits: Limit
     cmd += ["--remount-ro", "/",  # last: bubblewrap makes mount points in / until here
             "--chdir", "/sandbox", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox", "--setenv", "PYTHONHASHSEED", "0"]
-    if limit_inside:  # + 1: the namespace's first process (bubblewrap's) counts too
-        return [*cmd, python, "-I", "-S", "-B", "-c", _NPROC_INSIDE, str(limits.processes + 1)]
-    return [*cmd, python, "-I", "-S", "-B", "main.py"]
+    return [*cmd, *(_started_inside(python, limits) if limit_inside else [python, "-I", "-S", "-B", "main.py"])]
 
 
 def _limit(limits: Limits, uid: int | None, nproc: int):
