@@ -274,3 +274,22 @@ def test_with_every_sandbox_user_id_held_a_run_is_sandbox_failed(monkeypatch):
         r = run_program("print(1)", LIMITS)
     assert (r.status, r.error) == ("sandbox_failed", "could not prepare the sandbox: all 1 sandbox user ids are in use")
     assert run_program("print(1)", LIMITS).stdout == "1\n"
+
+
+@pytest.mark.parametrize(("uid_map", "mapped"), [("0 0 4294967295\n", True), ("0 100000 65536\n", False),
+                                                 ("0 1000 1\n1 100000 65536\n", False), ("", False)])
+def test_sandbox_user_ids_are_taken_only_where_the_user_namespace_maps_them(tmp_path, uid_map, mapped):
+    from tts.execution import uids
+    (tmp_path / "uid_map").write_text(uid_map)
+    assert uids._mapped(str(tmp_path / "uid_map")) is mapped
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's fallback")
+def test_root_that_may_not_take_sandbox_user_ids_runs_as_nobody_with_the_limit_inside(monkeypatch):
+    """A rootless container maps too few ids: programs then run as ``nobody``, each sandbox still
+    with a budget of its own (set inside its user namespace)."""
+    from tts.execution import uids
+    monkeypatch.setattr(uids, "available", lambda: False)
+    programs = [_children_until_refused(20)] * 2 + ["import os\nprint(os.getuid())"]
+    runs = run_many(programs, dataclasses.replace(LIMITS, processes=20), workers=3)
+    assert [(r.status, r.stdout) for r in runs] == [("ok", "19\n")] * 2 + [("ok", "65534\n")], [r.error for r in runs]

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tts.execution.uids import sandbox_uid
+from tts.execution import uids
 
 logger = logging.getLogger(__name__)
 
@@ -194,10 +194,15 @@ def _bwrap_command(bwrap: str, workdir: str, names: Sequence[str], limits: Limit
     return [*cmd, *(_started_inside(python, limits) if limit_inside else [python, "-I", "-S", "-B", "main.py"])]
 
 
-def _limit(limits: Limits, uid: int | None, nproc: int):
+NOBODY = 65534
+"""Who programs run as where tts is root but may not take sandbox user ids (a rootless container):
+the process limit is then set inside each sandbox, as for an ordinary user."""
+
+
+def _limit(limits: Limits, uid: int | None, nproc: int | None):
     """The child's set-up before bubblewrap starts: its own session, the limits, and where tts is
-    root, the sandbox's own user id with a process limit (``nproc``) that counts only that user's
-    processes."""
+    root, the user to run as, with the process limit ``nproc`` where that user is the sandbox's
+    own (a limit for ``nobody`` here would count all the sandboxes running as ``nobody``)."""
     def apply() -> None:
         os.setsid()
         # CPU: SIGXCPU at the soft limit (the program can be told apart from a crash), SIGKILL 1 s later.
@@ -205,8 +210,9 @@ def _limit(limits: Limits, uid: int | None, nproc: int):
         for which, value in ((resource.RLIMIT_AS, limits.memory_bytes), (resource.RLIMIT_FSIZE, limits.file_bytes),
                              (resource.RLIMIT_NOFILE, limits.open_files), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(which, (value, value))
-        if uid is not None:
+        if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if uid is not None:
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
@@ -422,8 +428,10 @@ class _NotStarted(Exception):
     """The sandbox could not start the program; the message says why in one line."""
 
 
-def _run_once(program: Program, limits: Limits, bwrap: str | None, uid: int | None) -> Execution:
-    """One try at running the program (``uid``: the sandbox's own user, where tts is root).
+def _run_once(program: Program, limits: Limits, bwrap: str | None, uid: int | None, own_uid: bool) -> Execution:
+    """One try at running the program (``uid``: the user to run as where tts is root; ``own_uid``:
+    that user is this sandbox's alone, so the process limit is set on it before bubblewrap starts,
+    else inside the sandbox).
 
     Raises:
         _NotStarted: bubblewrap or the fork before it failed before the program started.
@@ -438,16 +446,16 @@ def _run_once(program: Program, limits: Limits, bwrap: str | None, uid: int | No
             if uid is not None:
                 os.chmod(workdir, 0o777)  # the program's user may read its files (and, unsandboxed, write beside them)
             if status is not None:
-                cmd, env, cwd = _bwrap_command(bwrap, workdir, names, limits, status.write_fd, uid is None), {}, None
+                cmd, env, cwd = _bwrap_command(bwrap, workdir, names, limits, status.write_fd, not own_uid), {}, None
             else:
                 cmd, env, cwd = [_python()[0], "-I", "-S", "-B", "main.py"], {"PATH": "/usr/bin:/bin"}, workdir
-            nproc = limits.processes + (_BWRAP_PROCESSES if status is not None else 0)
+            nproc = limits.processes + (_BWRAP_PROCESSES if status is not None else 0) if own_uid else None
             start = time.monotonic()
             try:
                 proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env=env, cwd=cwd, preexec_fn=_limit(limits, uid, nproc), close_fds=True,  # noqa: PLW1509 - limits must be set in the child
                                         pass_fds=() if status is None else (status.write_fd,))
-            except OSError as e:  # the fork or exec failed (BlockingIOError on a full process table)
+            except (OSError, subprocess.SubprocessError) as e:  # the fork, the set-up or exec failed
                 raise _NotStarted(f"could not start {'bubblewrap' if bwrap else 'python'}: {e}") from None
             if status is not None:
                 os.close(status.write_fd)  # bubblewrap holds the only write end now
@@ -515,9 +523,11 @@ def run_program(program: Program | str, limits: Limits | None = None, *, unsafe_
             time.sleep(delay)
         try:
             if os.geteuid() != 0:
-                return _run_once(program, limits, bwrap, None)
-            with sandbox_uid() as uid:  # held until every process of the run is reaped
-                return _run_once(program, limits, bwrap, uid)
+                return _run_once(program, limits, bwrap, None, own_uid=False)
+            if not uids.available():
+                return _run_once(program, limits, bwrap, NOBODY, own_uid=False)
+            with uids.sandbox_uid() as uid:  # held until every process of the run is reaped
+                return _run_once(program, limits, bwrap, uid, own_uid=True)
         except _NotStarted as e:
             why = str(e)
         except OSError as e:  # no free sandbox user, no room for the program's files

@@ -15,8 +15,9 @@ just released is the last to be reused.
 from __future__ import annotations
 
 import fcntl
-import os
+import functools
 import logging
+import os
 import stat
 import tempfile
 import threading
@@ -37,6 +38,24 @@ no one else may write to (a user who could create files there could hold every i
 ids are held within this process only, and a warning says so."""
 
 logger = logging.getLogger(__name__)
+
+
+def _mapped(path: str) -> bool:
+    """Whether this process's user namespace maps the whole range (``/proc/self/uid_map`` lines:
+    first id inside, first id outside, count)."""
+    try:
+        with open(path) as f:
+            extents = [tuple(map(int, line.split())) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(inside <= FIRST_UID and FIRST_UID + COUNT <= inside + count for inside, _, count in extents)
+
+
+@functools.cache
+def available() -> bool:
+    """Whether this process may take the sandbox user ids: it is root and its user namespace maps
+    them (a rootless container maps perhaps 65536 ids, and switching to an unmapped one fails)."""
+    return os.geteuid() == 0 and _mapped("/proc/self/uid_map") and _mapped("/proc/self/gid_map")
 
 
 class NoFreeUidError(OSError):
