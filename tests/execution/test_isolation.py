@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tts.execution import Execution, Limits, Program, bwrap_path, run_many, run_program
+from tts.execution import Execution, Limits, bwrap_path, run_many, run_program
 from tts.execution import sandbox
 from tts.execution.sandbox import START_ATTEMPTS
 
