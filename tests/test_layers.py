@@ -40,7 +40,7 @@ def _imports(path: Path) -> list[tuple[str, int]]:
 def test_every_subpackage_and_top_level_module_has_a_layer():
     names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     names |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert names - set(LAYERS) == set(), "add the new part of tts to LAYERS (and to DESIGN.md's list)"
+    assert names - set(LAYERS) == set(), "add the new part of tts to LAYERS (and to docs/architecture.md's table)"
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

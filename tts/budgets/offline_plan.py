@@ -174,7 +174,7 @@ def plan_from_pilot(
     _check_live_inputs(ids, pilot_answers, pilot_tokens, orderings)
     k = _pilot_size(pilot_answers, pilot)
     shared = set(ids) & set(calibration.problem_ids)
-    if shared:  # the curves would have seen these problems' grades (DESIGN.md, "Honest simulation")
+    if shared:  # the curves would have seen these problems' grades (docs/architecture.md, "Honest simulation")
         logger.warning("%d of %d problems are also in the calibration pool; their plans use their own "
                        "grades, so do not report the result as achievable", len(shared), len(ids))
     # 1. Calibration difficulty from each problem's first k samples of random orderings.

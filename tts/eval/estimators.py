@@ -21,7 +21,8 @@ Conventions, shared by the vectorised code and the plain-Python reference :func:
 * Samples without an answer abstain from votes and are picked by ``best_score`` only when no drawn
   sample has an answer (then the outcome is wrong). An answer's grade is the mean ``correct`` of
   the samples carrying it (0 or 1 in any consistently graded pool).
-* ``correct`` only grades the chosen answer; no decision reads it (DESIGN.md, "Honest simulation").
+* ``correct`` only grades the chosen answer; no decision reads it (docs/architecture.md,
+  "Honest simulation").
   It does let the code skip the draws of problems whose every possible choice grades the same.
 
 The bootstrap's per-draw outcomes are computed in :mod:`tts.benchmarks.pool_draws` (vectorised over
