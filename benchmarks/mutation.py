@@ -141,7 +141,7 @@ MODULES: dict[str, list[str]] = {
                                "tests/parity/test_prm_and_aggregation.py"],
     "verifiers/rm": ["tests/verifiers/test_prm_remote.py"],
     "verifiers/self_certainty": ["tests/verifiers/test_self_certainty.py", "tests/parity/test_verifiers_misc.py"],
-    "budgets/allocator": ["tests/budgets/test_allocator.py"],
+    "budgets/allocator": ["tests/budgets/test_allocator_steps.py", "tests/budgets/test_allocator.py"],
     "budgets/auto_strategy": ["tests/budgets/test_auto_strategy.py", "tests/budgets/test_prompt_length.py"],
     "budgets/cross_allocator": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_pricing.py"],
     "budgets/difficulty": ["tests/budgets/test_difficulty.py"],
@@ -168,7 +168,7 @@ MODULES: dict[str, list[str]] = {
     "eval/sweep": ["tests/eval/test_sweep.py"],
     # The server's planning, rate limit and replies through its HTTP tests (seconds a run).
     "serve/planning": ["tests/serve/test_budgets_and_models.py", "tests/serve/test_openai_params.py"],
-    "serve/ratelimit": [f"tests/serve/test_budgets_and_models.py::test_{name}" for name in (
+    "serve/ratelimit": ["tests/serve/test_ratelimit.py"] + [f"tests/serve/test_budgets_and_models.py::test_{name}" for name in (
         "a_token_rate_limit_answers_429_with_retry_after_from_the_bucket",
         "a_request_of_n_choices_reserves_every_choices_worst_case",
         "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
@@ -289,6 +289,14 @@ def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.
     return subprocess.CompletedProcess(cmd, code, out_path.read_text(), err_path.read_text())
 
 
+def _diffs(work: Path, files: list[str]) -> dict[str, str]:
+    """Every mutant's diff, read from mutmut's mutated copies of ``files`` (benchmarks/mutation_diff.py)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mutation_diff import all_mutant_diffs
+
+    return all_mutant_diffs(work, list(files))
+
+
 def _diff(work: Path, mutant: str) -> str:
     """The mutant's diff (``mutmut show``), without its header."""
     out = _mutmut(work, "show", mutant).stdout
@@ -301,13 +309,13 @@ def _changed_lines(diff: str) -> list[str]:
 
 def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict[str, str]]) -> Result:
     """Run mutmut on one module and classify its mutants."""
-    return run_mutants(_workdir(module, tests), Result(module), timeout, known)
+    return run_mutants(_workdir(module, tests), Result(module), timeout, known, files=[f"tts/{module}.py"])
 
 
 def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dict[str, str]],
-                only: dict[str, str] | None = None) -> Result:
-    """Run mutmut in a scratch copy made by :func:`_workdir` and classify the mutants: all of them,
-    or the ones ``only`` names (name -> its diff, already known: no ``mutmut show`` per survivor)."""
+                only: dict[str, str] | None = None, files: list[str] = ()) -> Result:
+    """Run mutmut in a scratch copy made by :func:`_workdir` and classify the mutants: all of them
+    (of ``files``), or the ones ``only`` names (name -> its diff)."""
     start = time.monotonic()
     try:
         run = _mutmut(work, "run", "--max-children", "1", *(only or ()), timeout=timeout)
@@ -317,6 +325,7 @@ def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dic
     except subprocess.TimeoutExpired:
         result.error = f"stopped after {timeout:.0f}s; the counts cover the mutants run by then"
     result.seconds = time.monotonic() - start
+    diffs = only if only is not None else _diffs(work, files)
     listing = _mutmut(work, "results", "--all", "true").stdout
     for name, status in re.findall(r"^\s+(\S+): (.+)$", listing, re.MULTILINE):
         if only is not None and name not in only:
@@ -328,7 +337,7 @@ def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dic
             entry = known.get(name)
             # An entry counts only while the mutant is still the one it describes (mutmut numbers
             # mutants per function, so an edit to the function can renumber them).
-            diff = only[name] if only is not None else _diff(work, name)
+            diff = diffs[name] if name in diffs else _diff(work, name)
             if entry is not None and entry["change"].strip() in _changed_lines(diff):
                 result.equivalent.append(name)
             else:
@@ -453,8 +462,10 @@ def main() -> None:
             (WORK / "results.json").write_text(json.dumps({k: asdict(v) for k, v in saved.items()}, indent=1))
             print(table([result]).splitlines()[-1] + (f"  ({result.error})" if result.error else ""),
                   file=sys.stderr, flush=True)
+            diffs = _diffs(WORK / module.replace("/", "."), [f"tts/{module}.py"])
             for name in result.survived[:args.diffs]:
-                print(f"\n# {name} survived\n{_diff(WORK / module.replace('/', '.'), name)}", file=sys.stderr)
+                print(f"\n# {name} survived\n{diffs.get(name) or _diff(WORK / module.replace('/', '.'), name)}",
+                      file=sys.stderr)
             for name in result.survived[args.diffs:]:
                 print(f"# {name} survived", file=sys.stderr)
     chosen = [saved[m] for m in (args.modules or MODULES) if m in saved]

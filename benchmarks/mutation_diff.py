@@ -213,3 +213,21 @@ def select_mutants(touched_files: list[Touched], changed: dict[str, set[int]], w
                 if whole or f.line + mutant_offset(orig, lines) in changed[entry.path]:
                     chosen[f"{f.module}.{name}"] = mutant_diff(orig, lines, entry.path)
     return chosen
+
+
+def all_mutant_diffs(work: Path, paths: list[str]) -> dict[str, str]:
+    """Mutant name -> its diff, for every mutant mutmut wrote of the files ``paths`` (``tts/x/y.py``),
+    read from its mutated copies: one file read instead of one ``mutmut show`` (seconds) per mutant."""
+    out = {}
+    for path in paths:
+        mutated = work / "mutants" / path
+        if not mutated.exists():
+            continue
+        module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        variants = mutant_functions(mutated.read_text())
+        for name, lines in variants.items():
+            stem, _, number = name.rpartition("__mutmut_")
+            orig = variants.get(f"{stem}__mutmut_orig")
+            if number.isdigit() and orig is not None:
+                out[f"{module}.{name}"] = mutant_diff(orig, lines, path)
+    return out
