@@ -185,9 +185,13 @@ def mutant_diff(orig: list[str], mutant: list[str], path: str) -> str:
     """The mutant's change as a unified diff (the lines as ``mutmut show`` prints them)."""
     import difflib
 
-    name = orig[0].split("(", 1)[0]
-    renamed = [name + "(" + mutant[0].split("(", 1)[-1], *mutant[1:]]
-    return "\n".join(difflib.unified_diff(orig, renamed, path, path, n=3, lineterm=""))
+    head = orig[0].split("(", 1)[0]
+    mangled = head.split()[-1]
+    plain = mangled.removesuffix("__mutmut_orig")
+    plain = plain[2:] if plain.startswith("x_") else plain.rsplit("ǁ", 1)[-1]
+    named = [head.replace(mangled, plain) + "(" + orig[0].split("(", 1)[-1], *orig[1:]]
+    renamed = [head.replace(mangled, plain) + "(" + mutant[0].split("(", 1)[-1], *mutant[1:]]
+    return "\n".join(difflib.unified_diff(named, renamed, path, path, n=3, lineterm=""))
 
 
 def select_mutants(touched_files: list[Touched], changed: dict[str, set[int]], work: Path,

@@ -155,3 +155,23 @@ def test_allocate_names_each_plans_problem_and_accuracy_and_logs_the_spend(caplo
     with pytest.raises(ValueError) as err:
         allocate(["a"], [0], 500.0, [], lambda *a: 1.0, curves)
     assert str(err.value) == "give at least one candidate configuration, e.g. candidate_ladder()"
+
+
+def test_the_start_decides_the_first_segments_gain():
+    # Problem 0 starts at option 1 (0.5, not 0.2, at cost 1): its segment gains 0.1 a unit, less than
+    # problem 1's 0.25, so the one upgrade the budget allows is problem 1's.
+    costs = np.array([[1.0, 1.0, 2.0], [1.0, 2.0, 2.0]])
+    accs = np.array([[0.2, 0.5, 0.6], [0.0, 0.25, 0.0]])
+    assert greedy_allocate(costs, accs, 3.0).tolist() == [1, 1]
+
+
+def test_an_upgrade_off_the_hull_past_the_budget_by_round_off_is_undone():
+    costs = np.array([[1.0, 2.0, 3.0], [1.0 + 1.5e-12] * 3])
+    accs = np.array([[0.0, 0.1, 0.3], [0.0, 0.0, 0.0]])
+    assert greedy_allocate(costs, accs, 3.0).tolist() == [0, 0]
+
+
+def test_greedy_path_keeps_problems_with_equal_gains_in_their_order():
+    slopes = np.where(np.arange(100) % 2 == 0, 0.5, 0.25)
+    _, problem, _, _ = greedy_path(np.tile([1.0, 2.0], (100, 1)), np.stack([np.zeros(100), slopes], axis=1))
+    assert problem.tolist() == list(range(0, 100, 2)) + list(range(1, 100, 2))
