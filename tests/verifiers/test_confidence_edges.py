@@ -39,7 +39,7 @@ def test_windows_and_tails_of_one_token_and_their_messages():
 def test_the_default_window_and_tail_are_2048_tokens():
     weak_start = [-3.0] * 1 + [0.0] * 2048  # the first token is in one 2048-window only
     assert tail_confidence(weak_start) == 1.0  # the last 2048 tokens are all certain
-    assert lowest_group_confidence(weak_start) == pytest.approx(math.exp(-3.0 / 2048))
+    assert lowest_group_confidence(weak_start) == math.exp(-3.0 / 2048)  # not one window of all 2049
 
 
 def test_the_first_window_counts_once():
@@ -63,3 +63,8 @@ def test_steps_without_logprobs_score_zero_each_and_are_counted_once_each():
 def test_an_outcome_item_without_steps_scores_its_logprobs_and_has_no_step_scores():
     score = LogprobVerifier(LogprobConfig(aggregation="min")).score([VerifyItem(P, (), logprobs=(-1.0, -2.0))])[0]
     assert score.step_scores == () and score.score == pytest.approx(math.exp(-2.0)) and score.invalid == 0
+
+
+def test_logprobs_beyond_the_steps_are_not_read():
+    score = LogprobVerifier(LogprobConfig(aggregation="min")).score([VerifyItem(P, ("a",), logprobs=(-1.0, -5.0))])[0]
+    assert score.step_scores == (pytest.approx(math.exp(-1.0)),) and score.score == pytest.approx(math.exp(-1.0))
