@@ -48,7 +48,7 @@ from tts.graphs.search_space import (
 )
 from tts.registry import Registry
 
-__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchSpace", "SearchResult", "canonical_key",
+__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchSpace", "GraphSearchResult", "canonical_key",
            "expected_requests", "graph_yaml", "load_search_space", "search_graphs"]
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class GraphSearchConfig(_Frozen):
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class GraphSearchResult:
     """The outcome of one search.
 
     Args:
@@ -279,7 +279,7 @@ SEARCH_METHODS = Registry("graph search method", {"reinforce": _reinforce, "rand
 """Search methods: ``fn(ledger, rng)`` spending the ledger's budget."""
 
 
-def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_dev: Evaluator) -> SearchResult:
+def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_dev: Evaluator) -> GraphSearchResult:
     """Search ``space`` for the graph with the best dev reward within the config's budget.
 
     Args:
@@ -299,5 +299,5 @@ def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_d
         raise GraphError(f"graph search evaluated no graph ({ledger.stopped or 'no graph proposed'}); "
                          "raise --budget or the token budget")
     best, ev, reward = ledger.cache[ledger.best_key]
-    return SearchResult(config.method, best, ev, reward, len(ledger.cache), ledger.tokens, ledger.found_at,
+    return GraphSearchResult(config.method, best, ev, reward, len(ledger.cache), ledger.tokens, ledger.found_at,
                         tuple(ledger.curve), ledger.stopped or "no new graphs proposed (converged)")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tts.serve import responses as r
 
 if TYPE_CHECKING:
-    from tts.serve.planning import Job, Plan
+    from tts.serve.planning import ChoiceJob, RequestPlan
 
 
 _ids = random.Random()  # seeded from the OS once; ids need to be unique, not secret
@@ -54,8 +54,8 @@ def usage_block(solutions: list[Any]) -> dict[str, Any]:
     return block
 
 
-def usage(solutions: list[Any]) -> r.Usage:
-    return r.Usage.model_validate(usage_block(solutions))
+def usage(solutions: list[Any]) -> r.CompletionUsage:
+    return r.CompletionUsage.model_validate(usage_block(solutions))
 
 
 def tts_block(solution: Any) -> dict[str, Any]:
@@ -183,14 +183,14 @@ def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
 
 # --- the reply of a plan -------------------------------------------------------------------------
 
-def _extension(p: Plan, sol: Any) -> dict[str, Any]:
+def _extension(p: RequestPlan, sol: Any) -> dict[str, Any]:
     ext = tts_block(sol)
     if p.notes:
         ext["notes"] = list(p.notes)
     return ext
 
 
-def choice(p: Plan, job: Job, sol: Any) -> r.ChatChoice | r.CompletionChoice:
+def choice(p: RequestPlan, job: ChoiceJob, sol: Any) -> r.ChatChoice | r.CompletionChoice:
     """One choice of the response: the text (or tool call), finish reason, logprobs and ``tts``."""
     ext = _extension(p, sol)
     logprobs = logprobs_block(sol, p.kind, p.answer_only)
@@ -220,7 +220,7 @@ def _cut_note(ext: dict[str, Any], finish: str) -> dict[str, Any]:
     return {**ext, "notes": [*ext.get("notes", []), "max_tokens cut the reply short; raise max_tokens for a whole one"]}
 
 
-def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:
+def unmet_tool_choice(p: RequestPlan, sols: list[Any]) -> str | None:
     """Why the reply cannot be sent when ``tool_choice`` demands a call (``required`` or a named
     function) and a choice holds none; None when every choice holds one or none was demanded."""
     from tts.serve.planning import must_call
@@ -243,15 +243,15 @@ def summary(sols: list[Any], notes: list[str] | None = None) -> r.ReplyExtension
                             budget=first.budget, notes=notes or None)
 
 
-def response(p: Plan, sols: list[Any]) -> r.ChatCompletion | r.Completion:
+def response(p: RequestPlan, sols: list[Any]) -> r.ChatCompletion | r.TextCompletion:
     """The whole (not streamed) response."""
-    reply = r.ChatCompletion if p.kind == "chat" else r.Completion
+    reply = r.ChatCompletion if p.kind == "chat" else r.TextCompletion
     return reply(id=response_id(p), created=now(), model=p.model,
                  choices=[choice(p, j, s) for j, s in zip(p.jobs, sols, strict=True)],
                  usage=usage(sols), tts=summary(sols, p.notes))
 
 
-def response_id(p: Plan) -> str:
+def response_id(p: RequestPlan) -> str:
     return new_id("chatcmpl" if p.kind == "chat" else "cmpl")
 
 
@@ -275,14 +275,14 @@ def sse(reply: r._Reply) -> bytes:
 class Chunks:
     """The server-sent events of one streamed response (all share its id and creation time)."""
 
-    def __init__(self, p: Plan) -> None:
+    def __init__(self, p: RequestPlan) -> None:
         self.plan = p
         self.id = response_id(p)
         self.created = now()
         self.object = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
 
     def event(self, index: int, delta: dict[str, Any] | None, finish_reason: str | None = None,
-              usage: r.Usage | None = None, tts: dict[str, Any] | None = None) -> bytes:
+              usage: r.CompletionUsage | None = None, tts: dict[str, Any] | None = None) -> bytes:
         """One ``data:`` event: a choice's delta (none: a chunk with no choices, e.g. the usage)."""
         choices: list[Any]
         if delta is None:

@@ -74,7 +74,7 @@ class CompletionTokensDetails(_Reply):
     """Completion tokens spent in reasoning sections (``<think>...</think>``)."""
 
 
-class Usage(_Reply):
+class CompletionUsage(_Reply):
     """Every token spent inside the request: all samples, steps and verifier calls."""
 
     prompt_tokens: int
@@ -131,7 +131,7 @@ class FunctionCall(_Reply):
     """The arguments as JSON text."""
 
 
-class ToolCall(_Reply):
+class MessageToolCall(_Reply):
     model_config = ConfigDict(extra="allow")
 
     id: str
@@ -169,7 +169,7 @@ class AssistantMessage(_Reply):
     role: Literal["assistant"] = "assistant"
     content: str | None
     """The chosen sample's text (its reasoning section apart); None when it calls tools."""
-    tool_calls: list[ToolCall] | None = _omitted("The chosen reply's calls, when it calls tools.")
+    tool_calls: list[MessageToolCall] | None = _omitted("The chosen reply's calls, when it calls tools.")
     reasoning_content: str | None = _omitted("A reasoning model's thinking (vLLM's field).")
 
 
@@ -190,7 +190,7 @@ class ChatCompletion(_Reply):
     created: int
     model: str
     choices: list[ChatChoice]
-    usage: Usage
+    usage: CompletionUsage
     """Every token spent inside the request, not only the chosen reply's."""
     tts: ReplyExtension
 
@@ -204,7 +204,7 @@ class CompletionChoice(_Reply):
     tts: ChoiceExtension
 
 
-class Completion(_Reply):
+class TextCompletion(_Reply):
     """The answer of POST /v1/completions (not streamed)."""
 
     id: str
@@ -212,7 +212,7 @@ class Completion(_Reply):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage
+    usage: CompletionUsage
     tts: ReplyExtension
 
 
@@ -247,7 +247,7 @@ class StreamChunk(_Reply):
     created: int
     model: str
     choices: list[ChatChunkChoice] | list[CompletionChunkChoice]
-    usage: Usage | None = _omitted("The last chunk, with stream_options.include_usage.")
+    usage: CompletionUsage | None = _omitted("The last chunk, with stream_options.include_usage.")
     tts: dict[str, Any] | None = _omitted("The event: progress (step, samples, tokens) or answer.")
 
 
