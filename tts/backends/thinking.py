@@ -6,7 +6,9 @@ model's: vLLM's reasoning parsers and ``ReasoningConfig`` name them). Backends u
 count a completion's reasoning tokens apart from its answer tokens and to say whether the engine's
 thinking budget (``GenerationRequest.thinking_budget``) wrote the end of the thought. They work on
 token ids (the vLLM engine) or on token texts (an OpenAI-compatible server's logprobs); the
-delimiter tokens themselves are not reasoning tokens, as vLLM's parsers count them.
+delimiter tokens themselves are not reasoning tokens, as vLLM's parsers count them. The rule for
+where a thought ends (the first end delimiter) is :mod:`tts.answers.reasoning`'s, which also splits
+text (``split_reasoning``, re-exported here for the backends' callers).
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-"""The delimiters of a thinking section as most open reasoning models write them (Qwen3, DeepSeek-R1,
-and vLLM's default reasoning parsers); text-level readers use these, token-level ones the ids."""
+from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, split_reasoning
+
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ThoughtSplit", "open_thought", "split_ids", "split_reasoning",
+           "split_token_texts", "text_tokens"]
 
 
 def _find(seq: Sequence[int], sub: Sequence[int], start: int = 0) -> int:
@@ -118,25 +121,3 @@ def split_token_texts(tokens: Sequence[str], prompt_open: bool, start: str, end:
     if closed is None:
         return ThoughtSplit(len(tokens) - begin, False, False)
     return ThoughtSplit(closed - begin, True, False)
-
-
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning section, the rest) of a reasoning model's reply, as vLLM's reasoning parsers
-    split it: the text before ``</think>`` (an opening ``<think>`` dropped; templates that open it
-    in the prompt leave only the closing tag) and the text after it. A reply that opens a section
-    and never closes it (cut by max_tokens) is all reasoning. None and the whole text when there is
-    no section.
-
-    Example:
-        >>> split_reasoning("<think>\\n6*7=42\\n</think>\\n\\nIt is 42.")
-        ('6*7=42', 'It is 42.')
-    """
-    head, sep, tail = text.partition(THINK_CLOSE)
-    if sep:
-        stripped = head.lstrip()
-        if stripped.startswith(THINK_OPEN):
-            stripped = stripped[len(THINK_OPEN):]
-        return stripped.strip(), tail.strip()
-    if text.lstrip().startswith(THINK_OPEN):
-        return text.lstrip()[len(THINK_OPEN):].strip(), ""
-    return None, text

@@ -111,7 +111,7 @@ def message_text(solution: Any, answer_only: bool, without_reasoning: bool = Fal
     replies return apart as ``reasoning_content`` (:func:`reasoning_text`). ``plain``: the prompt was
     the conversation as sent; no answer is then an empty text (the ``tts`` extension says why), where
     the math prompt's reply says "No answer was found."."""
-    from tts.backends.thinking import split_reasoning
+    from tts.answers.reasoning import split_reasoning
 
     chosen = _chosen_text(solution)
     if not answer_only and chosen is not None:
@@ -123,7 +123,7 @@ def message_text(solution: Any, answer_only: bool, without_reasoning: bool = Fal
 
 def reasoning_text(solution: Any, answer_only: bool) -> str | None:
     """The chosen sample's reasoning section (vLLM's ``reasoning_content``); None without one."""
-    from tts.backends.thinking import split_reasoning
+    from tts.answers.reasoning import split_reasoning
 
     chosen = _chosen_text(solution)
     return None if answer_only or chosen is None else split_reasoning(chosen)[0]
