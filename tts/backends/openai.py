@@ -66,7 +66,7 @@ from tts.backends.base import (
 )
 from tts.backends.chat import ToolCall
 from tts.backends.tool_calls import reply_tool_calls
-from tts.backends.thinking import ThoughtSplit, split_token_texts, text_tokens
+from tts.backends.thinking import ThoughtSplit, count_reasoning_tokens, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
     CircuitBreaker,
@@ -309,7 +309,7 @@ class OpenAIGenerator:
         drawn = [c.completion_tokens for c in completions]
         # The server's own count (its reasoning parser) where it sends one, else the choices' counts.
         served = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None) if usage else None
-        reasoning = int(served) if served else sum(c.reasoning_tokens or 0 for c in completions)
+        reasoning = int(served) if served else count_reasoning_tokens(completions)
         if repeat:
             completions = completions * greedy_n
         return GenerationResult(tuple(completions),

@@ -14,13 +14,17 @@ text (``split_reasoning``, re-exported here for the backends' callers).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, split_reasoning
 
-__all__ = ["THINK_CLOSE", "THINK_OPEN", "ThoughtSplit", "open_thought", "split_ids", "split_reasoning",
-           "split_token_texts", "text_tokens"]
+if TYPE_CHECKING:
+    from tts.backends.base import Completion
+
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ThoughtSplit", "count_reasoning_tokens", "open_thought", "split_ids",
+           "split_reasoning", "split_token_texts", "text_tokens"]
 
 
 def _find(seq: Sequence[int], sub: Sequence[int], start: int = 0) -> int:
@@ -121,3 +125,30 @@ def split_token_texts(tokens: Sequence[str], prompt_open: bool, start: str, end:
     if closed is None:
         return ThoughtSplit(len(tokens) - begin, False, False)
     return ThoughtSplit(closed - begin, True, False)
+
+
+def count_reasoning_tokens(completions: Iterable[Completion]) -> int:
+    """The reasoning tokens of a request's completions: the one count behind ``Usage.reasoning_tokens``
+    (the ledger, the eval table and the server's ``completion_tokens_details`` all read that).
+
+    Each completion's own count where its backend made one (token ids or logprob tokens split at
+    the end delimiter); else, for a backend that sees no tokens of the thought (a function, a
+    server without logprobs, an engine without the model's delimiters), its thinking section's
+    share of its tokens by characters (:func:`split_reasoning`).
+
+    Example:
+        >>> from tts.backends.base import Completion
+        >>> count_reasoning_tokens([Completion("<think>abcd</think>efgh", 10, reasoning_tokens=3),
+        ...                         Completion("<think>" + "a" * 15 + "</think>" + "b" * 10, 8),  # 15 of 40 chars
+        ...                         Completion("no thought", 3)])
+        6
+    """
+    total = 0
+    for c in completions:
+        if c.reasoning_tokens is not None:
+            total += c.reasoning_tokens
+            continue
+        thought, _ = split_reasoning(c.text)
+        if thought:
+            total += min(c.completion_tokens, round(c.completion_tokens * len(thought) / max(len(c.text), 1)))
+    return total

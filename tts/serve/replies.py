@@ -45,10 +45,9 @@ def usage_block(solutions: list[Any]) -> dict[str, Any]:
     cached = sum(s.usage.cached_prompt_tokens for s in solutions)
     block = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
              "prompt_tokens_details": {"cached_tokens": cached}}
-    # The engine's count (Usage.reasoning_tokens: every thought generated inside, from the backend's
-    # reasoning parser or delimiter) where the backend gives one; else the session's count of the
-    # thinking sections of the trace's samples.
-    reasoning = sum(s.usage.reasoning_tokens or getattr(s, "reasoning_tokens", 0) for s in solutions)
+    # Usage.reasoning_tokens: every thought generated inside, as the backend counted it
+    # (tts.backends.thinking.count_reasoning_tokens).
+    reasoning = sum(s.usage.reasoning_tokens for s in solutions)
     if reasoning:  # vLLM's and OpenAI's field: the completion tokens spent in reasoning sections
         block["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return block
