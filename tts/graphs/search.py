@@ -35,8 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from tts.config import FrozenConfig
 from tts.graphs.graph import GraphError, GraphSpec
 from tts.graphs.search_space import (
     Choice,
@@ -75,15 +76,11 @@ class Evaluation:
         return round(self.tokens_per_problem * self.problems)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 Evaluator = Callable[[Sequence[GraphSpec]], list[Evaluation]]
 """Graphs -> their evaluations on one split, in order (batch-first)."""
 
 
-class GraphSearchConfig(_Frozen):
+class GraphSearchConfig(FrozenConfig):
     """How to search a :class:`GraphSearchSpace`, and with what budget."""
 
     method: str = "reinforce"
