@@ -69,11 +69,6 @@ def parse_rules(value: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def rule_of_strategy(strategy: str) -> str:
-    """The rule a registered strategy name replays as (``self_consistency`` -> ``vote``)."""
-    return parse_rules([strategy])[0]
-
-
 def check_pool_supports(pool: ModelPool, rules: Sequence[str], source: str = "the calibration source") -> None:
     """Raise unless ``pool`` has what every rule needs (scores, token counts), naming what is missing.
 
