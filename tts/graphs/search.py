@@ -49,7 +49,7 @@ from tts.graphs.search_space import (
 )
 from tts.registry import Registry
 
-__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchSpace", "GraphSearchResult", "canonical_key",
+__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchResult", "GraphSearchSpace", "canonical_key",
            "expected_requests", "graph_yaml", "load_search_space", "search_graphs"]
 
 logger = logging.getLogger(__name__)
