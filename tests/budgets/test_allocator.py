@@ -12,7 +12,7 @@ from tts.budgets.allocator import (
     AccuracyCurve,
     BudgetError,
     BudgetTooSmallError,
-    Candidate,
+    StrategyCandidate,
     allocate,
     candidate_ladder,
     greedy_allocate,
@@ -135,15 +135,15 @@ def test_allocate_returns_plans_within_budget():
     with pytest.raises(ValueError, match="no accuracy curves for difficulty bin 2"):
         allocate(ids[:1], [2], 1e6, cands, cost, curves)
     with pytest.raises(ValueError, match="n >= 1"):
-        Candidate("best_of_n", 0)
+        StrategyCandidate("best_of_n", 0)
 
 
 def test_candidates_take_any_registered_strategy_name():
     from tts.registry import STRATEGIES, UnknownNameError
 
-    assert Candidate("weighted_vote", 4).strategy == "weighted_vote"
+    assert StrategyCandidate("weighted_vote", 4).strategy == "weighted_vote"
     with pytest.raises(UnknownNameError, match="Unknown strategy 'majority'"):
-        Candidate("majority", 4)
+        StrategyCandidate("majority", 4)
     STRATEGIES.register("my_vote", "tts.search.sampling.self_consistency:SelfConsistency")
     try:
         assert [c.strategy for c in candidate_ladder(["my_vote"], ladder=(1, 2))] == ["my_vote"] * 2

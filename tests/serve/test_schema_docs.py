@@ -49,7 +49,7 @@ def session():
 def test_every_field_of_the_openapi_schema_is_described(session) -> None:
     schema = create_app(session, ServeConfig(model="scripted", prompt="math")).openapi()
     components = schema["components"]["schemas"]
-    assert {"ChatRequest", "TTSOptions", "ChatCompletion", "ChoiceExtension", "Usage", "StreamChunk"} <= set(components)
+    assert {"ChatRequest", "TTSOptions", "ChatCompletion", "ChoiceExtension", "CompletionUsage", "StreamChunk"} <= set(components)
     assert undescribed(schema, "openapi") == []
     # the docstring is the description, word for word (not a second copy that could drift)
     assert components["TTSOptions"]["properties"]["answer_only"]["description"] == (

@@ -83,7 +83,7 @@ class CompletionTokensDetails(_Reply):
     """Completion tokens spent in reasoning sections (``<think>...</think>``)."""
 
 
-class Usage(_Reply):
+class CompletionUsage(_Reply):
     """Every token spent inside the request: all samples, steps and verifier calls."""
 
     prompt_tokens: int
@@ -153,7 +153,7 @@ class FunctionCall(_Reply):
     """The arguments as JSON text."""
 
 
-class ToolCall(_Reply):
+class MessageToolCall(_Reply):
     """One call of a tool the reply makes; the client runs it and sends the result back in a ``tool``
     message with this ``id``."""
 
@@ -221,7 +221,7 @@ class AssistantMessage(_Reply):
     """Always ``assistant``."""
     content: str | None
     """The chosen sample's text (its reasoning section apart); None when it calls tools."""
-    tool_calls: list[ToolCall] | None = _omitted("The chosen reply's calls, when it calls tools.")
+    tool_calls: list[MessageToolCall] | None = _omitted("The chosen reply's calls, when it calls tools.")
     reasoning_content: str | None = _omitted("A reasoning model's thinking (vLLM's field).")
 
 
@@ -253,7 +253,7 @@ class ChatCompletion(_Reply):
     """The model id the request named."""
     choices: list[ChatChoice]
     """One per the request's ``n``."""
-    usage: Usage
+    usage: CompletionUsage
     """Every token spent inside the request, not only the chosen reply's."""
     tts: ReplyExtension
     """The first choice's answer and every choice's cost."""
@@ -274,7 +274,7 @@ class CompletionChoice(_Reply):
     """How the choice's answer was reached and what it cost."""
 
 
-class Completion(_Reply):
+class TextCompletion(_Reply):
     """The answer of POST /v1/completions (not streamed)."""
 
     id: str
@@ -287,7 +287,7 @@ class Completion(_Reply):
     """The model id the request named."""
     choices: list[CompletionChoice]
     """One per prompt, times the request's ``n``."""
-    usage: Usage
+    usage: CompletionUsage
     """Every token spent inside the request, not only the chosen replies'."""
     tts: ReplyExtension
     """The first choice's answer and every choice's cost."""
@@ -343,7 +343,7 @@ class StreamChunk(_Reply):
     """The model id the request named."""
     choices: list[ChatChunkChoice] | list[CompletionChunkChoice]
     """The choice this chunk is about (a progress event's delta is empty); empty in the usage chunk."""
-    usage: Usage | None = _omitted("The last chunk, with stream_options.include_usage.")
+    usage: CompletionUsage | None = _omitted("The last chunk, with stream_options.include_usage.")
     tts: dict[str, Any] | None = _omitted("The event: progress (step, samples, tokens) or answer.")
 
 
