@@ -142,15 +142,12 @@ def test_closing_shuts_the_engine_down_once_and_a_closed_generator_refuses_work(
 
 
 class _FakeGenerator:
+    """A pooled engine as the pool sees it: a config, a model name and ``close`` (the pool never generates)."""
+
     def __init__(self, config: object) -> None:
         self.config = config
         self.model_name = getattr(config, "model", "fake")
         self.closed = False
-
-    def generate(self, requests):
-        if self.closed:
-            raise BackendError("closed")
-        return []
 
     def close(self) -> None:
         self.closed = True

@@ -1,0 +1,138 @@
+"""Fakes the tests share where :class:`~tts.backends.function.FunctionGenerator`,
+:class:`~tts.backends.function.RecordingGenerator` and
+:class:`~tts.verifiers.function.FunctionVerifier` do not reach: a model that rewrites some of
+another's requests or replies while its calls stay whole, a scripted engine that a session or
+server test watches, holds, slows or makes refuse, and a stand-in for ``vllm.LLM``.
+
+Each used to be written again in the test file that needed it (a counting scripted generator in
+five of them, a rewriting wrapper in five, a ``vllm.LLM`` stand-in in two).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from tts.backends.base import BackendError, GenerationRequest, GenerationResult
+from tts.backends.function import RecordingGenerator
+from tts.backends.scripted import ScriptedGenerator
+
+
+class Rewriting(RecordingGenerator):
+    """Any generator, with the requests it is sent or the results it gives rewritten by functions:
+    a model that also decomposes, rates or judges, or that routes some prompts to other answers.
+    Every call still goes to ``inner`` whole (its batching, usage and state as without the
+    rewrite); each call is recorded as the caller made it (:class:`RecordingGenerator`).
+
+    Args:
+        inner: The generator that answers.
+        before: ``request -> request``: what ``inner`` is sent instead of each request.
+        after: ``(request, result) -> result or None``: the result to give instead of inner's.
+    """
+
+    def __init__(self, inner: Any, before: Callable[[GenerationRequest], GenerationRequest] | None = None,
+                 after: Callable[[GenerationRequest, GenerationResult], GenerationResult | None] | None = None) -> None:
+        super().__init__(inner)
+        self.before, self.after = before, after
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        self.calls.append(list(requests))
+        results = self.inner.generate([self.before(r) for r in requests] if self.before else requests)
+        if self.after is not None:
+            results = [self.after(r, res) or res for r, res in zip(requests, results, strict=True)]
+        self.results.append(list(results))
+        return results
+
+
+class WatchedScripted(ScriptedGenerator):
+    """The scripted generator (same arguments), its engine calls watched and, when a test asks,
+    held, slowed or refused: for tests of sessions, batching and servers that watch the engine.
+
+    It stays a ScriptedGenerator (the graphs and AB-MCTS treat the scripted policy specially), and
+    is safe to call from several threads.
+
+    Args:
+        delay: Seconds every call takes (settable during the test).
+        gate: An event every call waits on (up to 10 s) before it runs (settable during the test).
+        refuse: A call holding a request whose key starts with this fails, as a server refuses
+            a request with HTTP 400.
+
+    Attributes:
+        calls: The number of requests of every call, in order.
+        requests: Every request of every call.
+        generated: The completion tokens generated so far.
+        in_flight, most: Calls running now, and the most that ever ran at once.
+    """
+
+    def __init__(self, *args: Any, delay: float = 0.0, gate: threading.Event | None = None,
+                 refuse: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.delay, self.gate, self.refuse = delay, gate, refuse
+        self.calls: list[int] = []
+        self.requests: list[GenerationRequest] = []
+        self.cancels: list[threading.Event | None] = []
+        self.generated = self.in_flight = self.most = 0
+        self._lock = threading.Lock()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        return self._watched(requests, None)
+
+    def _watched(self, requests: Sequence[GenerationRequest], cancel: threading.Event | None) -> list[GenerationResult]:
+        with self._lock:
+            self.calls.append(len(requests))
+            self.requests.extend(requests)
+            self.cancels.append(cancel)
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        try:
+            if self.gate is not None:
+                self.gate.wait(10)
+            if cancel is not None and self.delay:
+                if cancel.wait(self.delay):
+                    raise BackendError("aborted")
+            elif self.delay:
+                time.sleep(self.delay)
+            refused = [r.key for r in requests if self.refuse is not None and r.key.startswith(self.refuse)]
+            if refused:
+                raise BackendError(f"the server refused the request {refused[0]}: HTTP 400")
+            out = super().generate(requests)
+            with self._lock:
+                self.generated += sum(r.usage.completion_tokens for r in out)
+            return out
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+class ConcurrentScripted(WatchedScripted):
+    """A :class:`WatchedScripted` that takes concurrent calls, as an HTTP upstream does
+    (``concurrent_calls``): each solve calls it directly, with its cancel flag, which aborts the
+    call during its ``delay``."""
+
+    concurrent_calls = True
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 cancel: threading.Event | None = None) -> list[GenerationResult]:
+        return self._watched(requests, cancel)
+
+
+class FakeLLM:
+    """Stands in for ``vllm.LLM``: records the SamplingParams of every prompt (:attr:`params`) and
+    answers each sample with ``text`` (``{i}`` in it: the sample's index) made of ``token_ids``.
+    Prompts are dicts with ``prompt_token_ids``, as VLLMGenerator sends them."""
+
+    def __init__(self, token_ids: Sequence[int] = (1, 2, 3), text: str = "t",
+                 cumulative_logprob: float | None = None) -> None:
+        self.token_ids, self.text, self.cumulative_logprob = list(token_ids), text, cumulative_logprob
+        self.params: list[Any] = []
+
+    def generate(self, prompts: Sequence[dict], params: Sequence[Any], use_tqdm: bool = False) -> list[Any]:
+        self.params.extend(params)
+        return [SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], num_cached_tokens=0, outputs=[
+            SimpleNamespace(index=i, text=self.text.format(i=i), token_ids=list(self.token_ids),
+                            cumulative_logprob=self.cumulative_logprob, logprobs=None, finish_reason="stop",
+                            stop_reason=None) for i in range(p.n)])
+            for prompt, p in zip(prompts, params, strict=True)]
