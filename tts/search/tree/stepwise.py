@@ -23,11 +23,10 @@ and the node's path in the tree, so no two expansions resend a seed.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from tts.answers import extract_answer
 from tts.backends.base import (
@@ -113,41 +112,6 @@ def _close_braces(text: str) -> str:
     return text + "}" * max(text.count("{") - text.count("}"), 0)
 
 
-def slots_builder(cls: type, template: Any, varying: Sequence[str]) -> Callable[..., Any]:
-    """A function ``build(*values)``: an instance of the frozen, slotted dataclass ``cls`` with the
-    ``varying`` fields set to ``values`` (in that order) and the others as in ``template``.
-
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a global
-    lookup, an attribute lookup and a call per field: about 3 us for the 17 fields of a
-    GenerationRequest). A search builds one request per expanded node, thousands per step, so the
-    space sets the slots directly, through each slot's setter. ``template`` is built by the real
-    constructor, so the fields that do not vary were validated by its ``__post_init__``; the
-    caller validates the varying ones (or calls the constructor where they could be invalid).
-    """
-    names = [f.name for f in dataclasses.fields(cls)]
-    missing = sorted(set(varying) - set(names))
-    if missing:
-        raise ValueError(f"{cls.__name__} has no fields {missing}")
-    # Straight-line code, one setter call per field (a loop over a zip of setters and values took
-    # 21k instructions a GenerationRequest, this 15k): the fixed fields' values and every setter are
-    # the function's own names.
-    # Only field names (Python identifiers, from dataclasses.fields) go into the source.
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    lines = []
-    for name in names:
-        namespace[f"_set_{name}"] = getattr(cls, name).__set__
-        if name in varying:
-            value = f"v{list(varying).index(name)}"  # the values in ``varying``'s order: v0, v1, ...
-        else:
-            value = f"_fixed_{name}"
-            namespace[value] = getattr(template, name)
-        lines.append(f"    _set_{name}(obj, {value})")
-    params = ", ".join(f"v{i}" for i in range(len(varying)))
-    source = f"def build({params}):\n    obj = _new(_cls)\n" + "\n".join(lines) + "\n    return obj\n"
-    exec(source, namespace)  # noqa: S102 -- source made of field names only, as dataclasses does
-    return namespace["build"]
-
-
 class StepwiseSpace:
     """Partial solutions of a batch of problems, grown one step per expansion.
 
@@ -215,12 +179,6 @@ class StepwiseSpace:
         self.answer_tokens = answer_tokens
         self.force_answer = force_answer
         self._stop = (separator,)
-        # The step requests differ only in these fields; the rest are set from one template.
-        self._build_request = slots_builder(
-            GenerationRequest,
-            GenerationRequest(messages=(), temperature=sampling.temperature, top_p=sampling.top_p,
-                              stop=self._stop, logprobs=True),
-            ("messages", "n", "temperature", "max_tokens", "seed", "continuation", "key"))
         # extract() of every step that states an answer, by its text: siblings often end alike
         # ("The answer is \\boxed{12}."), and extraction (math-verify) costs microseconds each.
         self._answers: dict[str, str | None] = {}
@@ -324,8 +282,9 @@ class StepwiseSpace:
         compute is inlined here, with what the requests share read once (about 4 us a request
         instead of 6).
         """
-        sampling, build, messages, separator = self.sampling, self._build_request, self.messages, self.separator
+        sampling, messages, separator, stop = self.sampling, self.messages, self.separator, self._stop
         temperature = sampling.temperature if temperature is None else temperature
+        top_p = sampling.top_p
         cap, step_tokens = sampling.max_tokens, self.step_tokens
         healed = separator[: len(separator) - self._held_back]  # continuation(): the separator, healed
         # _seed(state) is derive_seed(run seed, "problem|seed key|path", depth): its text up to the
@@ -333,19 +292,18 @@ class StepwiseSpace:
         seed_prefix = [f"{self.seed}|{p.id}|{self.seed_key}|" for p in self.problems]
         out = []
         for state, k in zip(states, counts, strict=True):
-            if k < 1:
-                raise ValueError(f"GenerationRequest.n must be >= 1, got {k}")
             root, steps = state.root, state.steps
-            # GenerationRequest(messages, n, temperature, max_tokens, seed, continuation, key; top_p,
-            # stop and logprobs=True from the template), built without its frozen constructor.
-            out.append(build(
-                messages[root],
-                k,
-                temperature,
-                max(1, min(step_tokens, cap - state.tokens)),
-                seed_of(f"{seed_prefix[root]}{state.path}|{state.depth}"),  # _seed(state)
-                separator.join(steps) + healed if steps else "",  # continuation(state)
-                state.problem.id,
+            out.append(GenerationRequest(
+                messages=messages[root],
+                n=k,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max(1, min(step_tokens, cap - state.tokens)),
+                stop=stop,
+                seed=seed_of(f"{seed_prefix[root]}{state.path}|{state.depth}"),  # _seed(state)
+                logprobs=True,
+                continuation=separator.join(steps) + healed if steps else "",  # continuation(state)
+                key=state.problem.id,
             ))
         return out
 
