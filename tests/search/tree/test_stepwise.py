@@ -25,7 +25,7 @@ from tts.prompts import MATH_PROMPT
 from tts.registry import VERIFIERS
 from tts.search.tree.beam import BeamConfig, BeamSearch
 from tts.search.tree.dvts import DVTS, DVTSConfig
-from tts.search.tree.stepwise import ANSWER_NUDGE, StepScorer, StepState, StepwiseSpace
+from tts.search.tree.stepwise import ANSWER_NUDGE, StepScorer, StepState, StepwiseSpace, slots_builder
 from tts.search.tree.tree_search import PENALTY
 from tts.types import Budget, Problem, Usage, to_jsonable
 from tts.verifiers.base import VerifierScore, VerifyItem
@@ -422,3 +422,13 @@ def test_healing_holds_back_the_separators_last_character_and_can_be_turned_off(
     # The next step is read the same either way: the held-back newline is edge whitespace.
     kids = healed.expand([state], [2])[0]
     assert all(k.step == k.step.strip() and k.step for k in kids)
+
+
+def test_a_slots_builder_makes_what_the_constructor_makes_and_refuses_wrong_input():
+    template = GenerationRequest(messages=(), temperature=0.7, top_p=0.9, stop=("\n\n",), logprobs=True)
+    build = slots_builder(GenerationRequest, template, ("n", "max_tokens", "key"))
+    assert build(4, 128, "p1") == dataclasses.replace(template, n=4, max_tokens=128, key="p1")
+    with pytest.raises(TypeError, match="takes 3 values \\(n, max_tokens, key\\), got 2"):
+        build(4, 128)
+    with pytest.raises(ValueError, match="no fields \\['colour'\\]"):
+        slots_builder(GenerationRequest, template, ("n", "colour"))

@@ -32,12 +32,18 @@ from pydantic import Field, model_validator
 
 from tts.config import StrategyConfigBase, VerifierConfig, changed_settings, setting_text
 from tts.search.base import StrategyInputError, VerifierStrategy
-from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
+from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace, slots_builder
 from tts.search.tree.tree_search import SearchResult, TreeNode
 from tts.types import Budget, LazyRecords, Problem, RequestShape, Sample, Solution, Trace
 
 ANSWER_TOKENS = 32
 """Most tokens of a forced answer."""
+
+_new_sample = slots_builder(Sample, Sample(""), ("text", "answer", "completion_tokens", "mean_logprob",
+                                                 "finish_reason"))
+"""``Sample(text, answer, completion_tokens, mean_logprob, finish_reason)`` (no tool calls) in half
+the time of its frozen constructor: a search builds one per candidate (1024 for 64 problems at
+n = 16). Its fields need no check (see :func:`~tts.search.tree.stepwise.slots_builder`)."""
 
 
 def default_beam_width(n: int) -> int:
@@ -203,7 +209,7 @@ class TreeSearchStrategy(VerifierStrategy):
 
     def _sample(self, state: StepState) -> Sample:
         logprobs = state.logprobs  # the mean of the steps' means, where every step has one
-        return Sample(
+        return _new_sample(
             self.config.step_separator.join(state.steps),  # text (StepState.text, inlined)
             state.answer,  # answer
             state.tokens,  # completion_tokens
