@@ -2,14 +2,18 @@
 :class:`~tts.backends.function.RecordingGenerator` and
 :class:`~tts.verifiers.function.FunctionVerifier` do not reach: a model that rewrites some of
 another's requests or replies while its calls stay whole, a scripted engine that a session or
-server test watches, holds, slows or makes refuse, and a stand-in for ``vllm.LLM``.
+server test watches, holds, slows or makes refuse, a stand-in for ``vllm.LLM``, and the loop of a
+fake OpenAI-compatible upstream on 127.0.0.1.
 
 Each used to be written again in the test file that needed it (a counting scripted generator in
-five of them, a rewriting wrapper in five, a ``vllm.LLM`` stand-in in two).
+five of them, a rewriting wrapper in five, a ``vllm.LLM`` stand-in in two, the upstream's server
+loop and its request reading in two).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -136,3 +140,62 @@ class FakeLLM:
                             cumulative_logprob=self.cumulative_logprob, logprobs=None, finish_reason="stop",
                             stop_reason=None) for i in range(p.n)])
             for prompt, p in zip(prompts, params, strict=True)]
+
+
+class LocalUpstream:
+    """A server on 127.0.0.1 (a free port), run by an event loop in a thread of its own, whose
+    connections :meth:`_handle` answers: the base of the tests' fake OpenAI-compatible upstreams.
+    A subclass sets its own attributes before calling ``super().__init__()`` (the server starts
+    there) and closes the server its own way."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(5):
+            raise RuntimeError("the fake upstream did not start within 5 s")
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL of the server."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._ready.set()
+            async with self._server:
+                await self._server.serve_forever()
+
+        try:
+            self._loop.run_until_complete(main())
+        except (asyncio.CancelledError, RuntimeError):
+            pass
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+async def read_json_request(reader: asyncio.StreamReader) -> dict:
+    """The JSON body of the next HTTP request on a connection (``{}`` without one); raises
+    ``asyncio.IncompleteReadError`` or ``ConnectionError`` when the client went away."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.decode("latin-1").split("\r\n"):
+        if line.lower().startswith("content-length:"):
+            length = int(line.split(":", 1)[1])
+    return json.loads(await reader.readexactly(length)) if length else {}
+
+
+def chat_completion(body: dict, content: str, tokens: Sequence[dict], prompt_tokens: int, n: int) -> dict:
+    """An OpenAI chat completion answering ``body``: ``n`` choices of ``content``, each with the
+    token logprobs ``tokens`` (its completion tokens), and the usage that makes."""
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
+            "choices": [{"index": i, "message": {"role": "assistant", "content": content},
+                         "logprobs": {"content": list(tokens)}, "finish_reason": "stop"} for i in range(n)],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens) * n,
+                      "total_tokens": prompt_tokens + len(tokens) * n}}

@@ -27,13 +27,7 @@ import numpy as np
 import pytest
 
 from tts.search.tree.ets import ETS, ETSConfig, ets_search, rebase_shares, select_nodes
-from tts.search.tree.rebase import (
-    Rebase,
-    RebaseConfig,
-    balanced_widths,
-    ceil_widths,
-    rebase_search,
-)
+from tts.search.tree.rebase import RebaseConfig, balanced_widths, ceil_widths, rebase_search
 from tts.search.tree.step_clusters import StepClusterer
 from tts.search.tree.stepwise import StepState
 from tts.search.tree.toy import DigitSpace
@@ -241,21 +235,6 @@ def test_rebase_search_with_ceil_rounding_takes_the_reference_decisions_on_the_t
         widths, finished = tts_decisions(mine)
         assert widths == ref[0]
         assert sorted(finished) == sorted(ref[1])
-
-
-def test_rebase_strategy_passes_its_rounding_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, temperature, rounding="largest_remainder"):
-        seen.update(n=n, temperature=temperature, rounding=rounding)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.rebase.rebase_search", spy)
-    strategy = object.__new__(Rebase)
-    strategy.config = RebaseConfig(n=4, balance_temperature=0.3, rounding="ceil")
-    strategy.search(None, None)
-    assert seen == {"n": 4, "temperature": 0.3, "rounding": "ceil"}
-    assert "rounding=ceil" in RebaseConfig(rounding="ceil").label
 
 
 # --- ETS ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ candidates are returned and with what score.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 from collections import Counter
 
 import pytest
@@ -30,6 +32,7 @@ from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search
 from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.tree.lookahead import Lookahead, LookaheadConfig, lookahead_search
 from tts.search.tree.mcts import MCTS, MCTSConfig, mcts_search
+from tts.search.tree.rebase import Rebase, RebaseConfig
 from tts.search.tree.toy import Digits, DigitSpace
 from tts.types import Sample
 from tts.verifiers.function import FunctionVerifier
@@ -174,21 +177,6 @@ def _all_finished(space, n, m):
         beams = [next(drawn[b.digits]) for b in copies]
 
 
-def test_beam_strategy_passes_its_fill_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, fill="within_n"):
-        seen.update(n=n, width=width, fill=fill)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.beam.beam_search", spy)
-    strategy = object.__new__(BeamSearch)
-    strategy.config = BeamConfig(n=8, beam_width=2, fill="every_step")
-    strategy.search(None, None)
-    assert seen == {"n": 8, "width": 2, "fill": "every_step"}
-    assert "fill=every_step" in strategy.config.label
-
-
 # --- DVTS ---------------------------------------------------------------------------------------------------
 
 
@@ -255,21 +243,6 @@ def test_dvts_drops_unfinished_siblings_the_documented_departure_and_siblings_al
         assert all(node.score == table_score(node.state.digits) for node in every.leaf_nodes)
     assert dropped > 0
     assert DVTSConfig().siblings == "finished"
-
-
-def test_dvts_strategy_passes_its_siblings_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, siblings="finished"):
-        seen.update(siblings=siblings)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.dvts.dvts_search", spy)
-    strategy = object.__new__(DVTS)
-    strategy.config = DVTSConfig(n=8, siblings="all")
-    strategy.search(None, None)
-    assert seen == {"siblings": "all"}
-    assert "siblings=all" in strategy.config.label
 
 
 # --- the final pick (beam search and DVTS share it) ------------------------------------------------
@@ -368,21 +341,6 @@ def test_lookahead_scores_each_step_by_its_greedy_rollout_as_the_reference(k):
         children, completed = ref_lookahead(GreedyEarly([target], base=10, seed=6), n, m, k)
         assert kept_and_children(mine)[0] == children
         assert [(node.state.digits, node.score) for node in mine.leaf_nodes] == completed
-
-
-def test_lookahead_strategy_passes_its_fill_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, lookahead, fill="within_n"):
-        seen.update(lookahead=lookahead, fill=fill)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.lookahead.lookahead_search", spy)
-    strategy = object.__new__(Lookahead)
-    strategy.config = LookaheadConfig(n=8, lookahead=2, fill="every_step")
-    strategy.search(None, None)
-    assert seen == {"lookahead": 2, "fill": "every_step"}
-    assert LookaheadConfig().fill == "within_n"
 
 
 # --- MCTS -------------------------------------------------------------------------------------------------
@@ -488,16 +446,36 @@ def test_mcts_search_dives_only_until_the_first_finish_and_never_with_greedy_div
     assert calls and not any(dive for _, dive in calls)
 
 
-def test_mcts_strategy_passes_its_dive_setting(monkeypatch):
+# --- every strategy hands its settings to its search function -------------------------------------
+
+SETTINGS = [
+    ("tts.search.tree.beam.beam_search", BeamSearch, BeamConfig(n=8, beam_width=2, fill="every_step"),
+     {"n": 8, "beam_width": 2, "fill": "every_step"}, "fill=every_step"),
+    ("tts.search.tree.dvts.dvts_search", DVTS, DVTSConfig(n=8, siblings="all"), {"siblings": "all"}, "siblings=all"),
+    ("tts.search.tree.lookahead.lookahead_search", Lookahead, LookaheadConfig(n=8, lookahead=2, fill="every_step"),
+     {"lookahead": 2, "fill": "every_step"}, None),
+    ("tts.search.tree.mcts.mcts_search", MCTS, MCTSConfig(n=8, greedy_dive=False), {"greedy_dive": False},
+     "greedy_dive=False"),
+    ("tts.search.tree.rebase.rebase_search", Rebase, RebaseConfig(n=4, balance_temperature=0.3, rounding="ceil"),
+     {"n": 4, "temperature": 0.3, "rounding": "ceil"}, "rounding=ceil"),
+]
+
+
+@pytest.mark.parametrize(("target", "cls", "config", "expected", "label"), SETTINGS,
+                         ids=[row[1].__name__ for row in SETTINGS])
+def test_each_strategy_passes_its_settings_to_its_search_function(monkeypatch, target, cls, config, expected, label):
+    module, name = target.rsplit(".", 1)
+    real = getattr(importlib.import_module(module), name)
     seen = {}
 
-    def spy(space, scorer, n, width, max_nodes=None, exploration=0.05, greedy_dive=True):
-        seen.update(greedy_dive=greedy_dive)
+    def spy(*args, **kwargs):
+        seen.update(inspect.signature(real).bind(*args, **kwargs).arguments)  # named as the real one takes them
         return []
 
-    monkeypatch.setattr("tts.search.tree.mcts.mcts_search", spy)
-    strategy = object.__new__(MCTS)
-    strategy.config = MCTSConfig(n=8, greedy_dive=False)
+    monkeypatch.setattr(target, spy)
+    strategy = object.__new__(cls)
+    strategy.config = config
     strategy.search(None, None)
-    assert seen == {"greedy_dive": False}
-    assert "greedy_dive=False" in strategy.config.label
+    assert {key: seen.get(key) for key in expected} == expected
+    assert label is None or label in config.label
+    assert LookaheadConfig().fill == "within_n"
