@@ -62,8 +62,8 @@ about 5 ms), tree nodes (about 3 ms) and the search's own ranking and bookkeepin
 (``tts.types.LazyRecords``), which ``tts eval`` does when it writes the row and a server reply
 never does. Earlier versions took 40-56 ms in the same runs: the verifier was handed a
 ``VerifyItem`` built per child (the scorer's share fell from 6.3 to 1.4 ms once the states
-themselves became the items, see ``tts.verifiers.base.ItemView``), each request cost 5.8 us (a
-loop over 17 slot setters, now generated straight-line code), and the trace tree was built in
+themselves became the items, see ``tts.verifiers.base.ItemView``), each request cost 5.8 us (built by
+its frozen constructor; now by a loop over its slot setters), and the trace tree was built in
 every search. What is left is a few Python operations per child; halving it would take fewer
 objects per child (no tree node apart from the state) or a compiled core.
 
@@ -91,6 +91,9 @@ slot builder): -2.6%. 256M and 253M at the start of the next stop (the ``force_a
 and its events since), 242M and 238M after it (-5.5%, -6%): the slot builders became straight-line
 code (a request 21k instructions -> 15k: each slot's setter is a method-wrapper call of ~850
 instructions, where a plain attribute store costs ~40, so a frozen request stays costly to build).
+That code was generated (``exec``) and is gone again (issue 49): a loop over the setters, 254M beam
+(+5% on 242M; the frozen constructors instead would take 281M, +16%), measured with
+``valgrind --tool=cachegrind`` on searches replayed as ``--profile`` replays them.
 On this 2-core machine, quiet, three interleaved
 runs of old and new each: 5.9-6.7% (``batched+cli``) and 6.0-6.3% (``batched``) for both, the
 difference lost in the noise; the 5% goal is not met here. A tree node costs 2.2k instructions

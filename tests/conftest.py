@@ -1,4 +1,5 @@
-"""Shared fixtures: paths to the read-only shared data, and one real vLLM engine per session."""
+"""Shared fixtures: paths to the read-only shared data, closing what a test made, and one real vLLM
+engine per session."""
 
 from __future__ import annotations
 
@@ -43,6 +44,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} not found (the shared data folder must sit beside the checkout)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def closing():
+    """``closing(thing) -> thing``: ``thing.close()`` runs after the test (in the order they were
+    given), for the fake servers and engines a test makes as it goes."""
+    made: list = []
+
+    def close_later(thing):
+        made.append(thing)
+        return thing
+
+    yield close_later
+    for thing in made:
+        thing.close()
 
 
 @pytest.fixture(scope="session")

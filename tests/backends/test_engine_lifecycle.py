@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import pytest
 
+from tests.fakes import save_tiny_llama
 from tts.backends import vllm as vllm_backend
 from tts.backends.base import BackendError, GenerationRequest, Message
 from tts.backends.engine_pool import EnginePool, config_key
@@ -142,15 +143,12 @@ def test_closing_shuts_the_engine_down_once_and_a_closed_generator_refuses_work(
 
 
 class _FakeGenerator:
+    """A pooled engine as the pool sees it: a config, a model name and ``close`` (the pool never generates)."""
+
     def __init__(self, config: object) -> None:
         self.config = config
         self.model_name = getattr(config, "model", "fake")
         self.closed = False
-
-    def generate(self, requests):
-        if self.closed:
-            raise BackendError("closed")
-        return []
 
     def close(self) -> None:
         self.closed = True
@@ -250,22 +248,12 @@ def tiny_model(tmp_path_factory) -> Path:
     """A 2-layer Llama with random weights and the small model's tokenizer (head_dim 64, as the CPU
     attention kernels need); built with transformers, nothing downloaded."""
     pytest.importorskip("vllm")
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from tts.models import prepare_model
 
-    small = prepare_model("smollm2-135m").path
-    tokenizer = AutoTokenizer.from_pretrained(small)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return out
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model("smollm2-135m").path)
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer, 256, 512, 2048)
 
 
 def _generate(gen) -> None:

@@ -14,16 +14,10 @@ from tts.backends.tool_calls import MALFORMED
 pytest.importorskip("vllm")
 jsonschema = pytest.importorskip("jsonschema")
 
+from tests.tool_chat import TIME_TOOL, WEATHER_TOOL  # noqa: E402
 from tts.backends.chat_render import forced_call_schema, forced_tool_choice, read_forced_calls  # noqa: E402
 
-TOOLS = json.dumps([
-    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city now",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-    {"type": "function", "function": {"name": "get_time", "description": "The local time in a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
-])
+TOOLS = json.dumps([WEATHER_TOOL, TIME_TOOL])
 NAMED = json.dumps({"type": "function", "function": {"name": "get_time"}})
 
 

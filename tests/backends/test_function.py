@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tts.backends.base import Completion, GenerationRequest, Message
+from tts.backends.base import (
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    request_usage,
+)
 from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 
@@ -21,6 +27,14 @@ def test_a_function_model_cycles_its_replies_over_n_and_counts_usage_like_a_back
     assert first.usage.completion_tokens == 4 + 7 + 4 and first.usage.prompt_tokens == 5 and first.usage.calls == 1
     assert [c.text for c in second.completions] == ["no idea"]
     assert len(gen.calls) == 1 and len(gen.requests) == 2
+
+
+def test_a_reply_that_is_a_whole_result_is_the_requests_result_as_it_is():
+    own = GenerationResult((Completion("only one", 2),), request_usage(30, 0, [2], 0.5))
+    gen = FunctionGenerator(lambda r: own if r.n == 3 else "other")
+    first, second = gen.generate([_request("q", n=3), _request("q")])
+    assert first is own and first.usage.prompt_tokens == 30 and len(first.completions) == 1
+    assert [c.text for c in second.completions] == ["other"] and gen.results == [[own, second]]
 
 
 def test_a_reply_function_that_returns_nothing_is_an_error():

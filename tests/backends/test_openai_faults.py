@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.fakes import LocalUpstream, chat_completion, read_json_request
 from tts.backends.base import BackendError, GenerationRequest, Message
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 ANSWER = "Two and three make five.\n\nThe answer is \\boxed{5}."
 
 
-class FaultyUpstream:
+class FaultyUpstream(LocalUpstream):
     """A minimal OpenAI chat-completions server that misbehaves on a schedule.
 
     Args:
@@ -39,39 +40,11 @@ class FaultyUpstream:
         self.bodies: list[dict] = []
         self.in_flight = self.most_in_flight = 0  # requests read and not yet answered
         self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(5)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def main() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
-            self._ready.set()
-            async with self._server:
-                await self._server.serve_forever()
-
-        try:
-            self._loop.run_until_complete(main())
-        except (asyncio.CancelledError, RuntimeError):
-            pass
+        super().__init__()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.decode("latin-1").split("\r\n"):
-                if line.lower().startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            body = json.loads(await reader.readexactly(length)) if length else {}
+            body = await read_json_request(reader)
             with self._lock:
                 mode = self.plan(len(self.seen))
                 self.seen.append(mode)
@@ -102,14 +75,10 @@ class FaultyUpstream:
 
     @staticmethod
     def _completion(body: dict, single: bool = False) -> dict:
-        n = 1 if single else int(body.get("n") or 1)
         top = [{"token": "x", "logprob": -3.0, "bytes": None}, {"token": "y", "logprob": -0.2, "bytes": None}]
         top = top[: int(body.get("top_logprobs") or 0)]
         tokens = [{"token": t, "logprob": -0.2, "bytes": None, "top_logprobs": top} for t in ("The", " answer", " 5")]
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
-                "choices": [{"index": i, "message": {"role": "assistant", "content": ANSWER},
-                             "logprobs": {"content": tokens}, "finish_reason": "stop"} for i in range(n)],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 3 * n, "total_tokens": 11 + 3 * n}}
+        return chat_completion(body, ANSWER, tokens, 11, 1 if single else int(body.get("n") or 1))
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._server.close)
@@ -118,16 +87,9 @@ class FaultyUpstream:
 
 
 @pytest.fixture
-def upstream_factory():
-    made: list[FaultyUpstream] = []
-
-    def make(plan: Callable[[int], str], slow_seconds: float = 5.0) -> FaultyUpstream:
-        made.append(FaultyUpstream(plan, slow_seconds))
-        return made[-1]
-
-    yield make
-    for u in made:
-        u.close()
+def upstream_factory(closing):
+    """``upstream_factory(plan, slow_seconds=5.0)``: a :class:`FaultyUpstream`, closed after the test."""
+    return lambda plan, slow_seconds=5.0: closing(FaultyUpstream(plan, slow_seconds))
 
 
 def _gen(url: str, **kw):

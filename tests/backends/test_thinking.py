@@ -12,11 +12,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.fakes import FakeLLM
 from tts.backends.base import BackendError, Completion, GenerationRequest, Message, request_usage
 from tts.backends.scripted import ScriptedGenerator
-from tts.backends.thinking import ThoughtSplit, open_thought, split_ids, split_token_texts, text_tokens
-from tts.cost.ledger import cost_model_for, price_usages, usage_from_json
+from tts.backends.thinking import (
+    ThoughtSplit,
+    open_thought,
+    split_ids,
+    split_token_texts,
+    text_tokens,
+)
 from tts.config import OpenAIBackendConfig, VLLMBackendConfig
+from tts.cost.ledger import cost_model_for, price_usages, usage_from_json
 from tts.types import Usage, to_jsonable
 
 ASK = (Message("user", "What is 6 * 7?"),)
@@ -153,20 +160,6 @@ def test_vllm_gets_a_reasoning_config_only_when_the_backend_config_names_delimit
     assert (cfg.reasoning_start_str, cfg.reasoning_end_str) == ("<think>", "Done.\n</think>")
 
 
-class _FakeLLM:
-    """``vllm.LLM`` stand-in: records the SamplingParams; every sample is the given token ids."""
-
-    def __init__(self, token_ids):
-        self.token_ids, self.params = token_ids, []
-
-    def generate(self, prompts, params, use_tqdm=False):
-        self.params.extend(params)
-        return [SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], num_cached_tokens=0, outputs=[
-            SimpleNamespace(index=i, text="t", token_ids=list(self.token_ids), cumulative_logprob=None, logprobs=None,
-                            finish_reason="stop", stop_reason=None) for i in range(sp.n)])
-            for p, sp in zip(prompts, params, strict=True)]
-
-
 class _FakeTokenizer:
     eos_token_id = 0
 
@@ -188,7 +181,7 @@ def _offline_vllm(token_ids, think=((1,), (2,))):
     gen = object.__new__(VLLMGenerator)
     gen.config = VLLMBackendConfig()
     gen.model_name, gen.on_gpu = gen.config.model, False
-    gen._llm, gen._tokenizer = _FakeLLM(token_ids), _FakeTokenizer()
+    gen._llm, gen._tokenizer = FakeLLM(token_ids), _FakeTokenizer()
     gen._think = (list(think[0]), list(think[1])) if think else None
     return gen
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fakes import save_tiny_llama
 from tts.backends.base import GenerationRequest, Message
 from tts.config import SamplingConfig, VLLMBackendConfig
 
@@ -24,22 +25,14 @@ ASK = (Message("user", "What is 6 * 7?"),)
 def thinking_engine(tmp_path_factory):
     """A VLLMGenerator on a 2-layer random Llama whose tokenizer (SmolLM2's) has think tokens."""
     pytest.importorskip("vllm")
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from tts.backends.vllm import VLLMGenerator
     from tts.models import prepare_model
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_model("smollm2-135m").path)
     tokenizer.add_tokens(["<think>", "</think>"], special_tokens=False)  # kept in decoded text, as in Qwen3
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny-thinker")
-    LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    out = save_tiny_llama(tmp_path_factory.mktemp("tiny-thinker"), tokenizer, 128, 256, 1024)
     gen = VLLMGenerator(VLLMBackendConfig(model=str(out), max_model_len=512, kv_cache_gib=1, dtype="float32",
                                           reasoning_start="<think>", reasoning_end="</think>"))
     yield gen, tokenizer

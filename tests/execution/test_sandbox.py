@@ -4,7 +4,6 @@ clear status, leaves no process behind and changes nothing outside its sandbox (
 from __future__ import annotations
 
 import dataclasses
-
 import glob
 import os
 import socket
@@ -15,14 +14,7 @@ import time
 import psutil
 import pytest
 
-from tts.execution import (
-    Limits,
-    Program,
-    SandboxUnavailableError,
-    bwrap_path,
-    run_many,
-    run_program,
-)
+from tts.execution import Limits, Program, SandboxUnavailableError, bwrap_path, run_many, run_program
 
 pytestmark = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
 

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from tests.fakes import Rewriting
 from tts.backends.base import Completion
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT
@@ -21,32 +22,22 @@ EXAMPLE = "examples/graphs/scale.yaml"
 PROBLEM = Problem("p", "What is 3 + 8 + 5?", "16")
 
 
-class Router:
+def Router(parts: str, easy: dict[int, float], dists: dict[str, dict[str, float]]) -> Rewriting:  # noqa: N802
     """A scripted model that also decomposes and rates steps: the decomposer gets ``parts``, the
     assessor P(Yes) = ``easy[part]``; answers are drawn per request key (``p#1``, ``p#2``, ``p``)."""
 
-    def __init__(self, parts: str, easy: dict[int, float], dists: dict[str, dict[str, float]]):
-        self.inner = ScriptedGenerator(dists, seed=1)
-        self.model_name, self.parts, self.easy, self.calls = "scripted", parts, easy, []
+    def decompose_and_rate(req, res):
+        text = req.messages[-1].content
+        if "Break it into" in text:
+            return dataclasses.replace(res, completions=(Completion(parts, 20),))
+        if "Is this step easy" in text:
+            p = easy[int(req.key.split("#")[1]) if "#" in req.key else 0]
+            top = {"Yes": math.log(p), "No": math.log(1 - p)}
+            return dataclasses.replace(res, completions=(Completion("Yes" if p > 0.5 else "No", 1,
+                                                                    first_token_top_logprobs=top),))
+        return None
 
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for req, res in zip(requests, self.inner.generate(requests), strict=True):
-            text = req.messages[-1].content
-            if "Break it into" in text:
-                res = dataclasses.replace(res, completions=(Completion(self.parts, 20),))
-            elif "Is this step easy" in text:
-                part = int(req.key.split("#")[1]) if "#" in req.key else 0
-                p = self.easy[part]
-                top = {"Yes": math.log(p), "No": math.log(1 - p)}
-                res = dataclasses.replace(res, completions=(Completion("Yes" if p > 0.5 else "No", 1,
-                                                                       first_token_top_logprobs=top),))
-            out.append(res)
-        return out
-
-    def close(self):
-        pass
+    return Rewriting(ScriptedGenerator(dists, seed=1), after=decompose_and_rate)
 
 
 def _run(easy, parts="1. What is 3 + 8?\n2. What is 11 + 5?"):

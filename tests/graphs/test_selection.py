@@ -5,48 +5,47 @@ from __future__ import annotations
 import math
 import re
 
+from tests.fakes import Rewriting
 from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT, generate_problems
 from tts.config import SamplingConfig
-from tts.graphs.selection import Aggregate, AggregateConfig, GenSelect, GenSelectConfig, genselect_graph
+from tts.graphs.selection import (
+    Aggregate,
+    AggregateConfig,
+    GenSelect,
+    GenSelectConfig,
+    genselect_graph,
+)
 
 PROBLEMS = generate_problems(12)
 GOLD = {p.question: p.answer for p in PROBLEMS}
 SAMPLING = SamplingConfig(max_tokens=128)
 
 
-class Judge(ScriptedGenerator):
-    """The scripted model, plus a selector that knows the gold answer: for a selection prompt its
-    first token is the number of the first shown solution whose boxed answer is right (else 1)."""
-
-    def generate(self, requests):
-        self.selections = getattr(self, "selections", [])
-        out = []
-        for req in requests:
-            text = req.messages[-1].content
-            if "Which solution is correct?" not in text:
-                out += super().generate([req])
-                continue
-            self.selections.append(req)
-            question = text.split("Problem:\n", 1)[1].split("\n\n", 1)[0]
-            shown = re.findall(r"Solution (\d+):\n(.*?)(?=\n\nSolution \d+:|\n\nCompare)", text, re.DOTALL)
-            pick = next((int(i) for i, body in shown if f"boxed{{{GOLD[question]}}}" in body), 1)
-            comps = tuple(Completion(str(pick), 1, -0.1, "stop", first_token_top_logprobs={str(pick): -0.1})
-                          for _ in range(req.n))
-            out.append(GenerationResult(comps, request_usage(40, 0, [1] * req.n, 0.0)))
-        return out
+def _select(req, result) -> GenerationResult | None:
+    """A selector that knows the gold answer: for a selection prompt its first token is the number
+    of the first shown solution whose boxed answer is right (else 1)."""
+    text = req.messages[-1].content
+    if "Which solution is correct?" not in text:
+        return None
+    question = text.split("Problem:\n", 1)[1].split("\n\n", 1)[0]
+    shown = re.findall(r"Solution (\d+):\n(.*?)(?=\n\nSolution \d+:|\n\nCompare)", text, re.DOTALL)
+    pick = next((int(i) for i, body in shown if f"boxed{{{GOLD[question]}}}" in body), 1)
+    comps = tuple(Completion(str(pick), 1, -0.1, "stop", first_token_top_logprobs={str(pick): -0.1})
+                  for _ in range(req.n))
+    return GenerationResult(comps, request_usage(40, 0, [1] * req.n, 0.0))
 
 
 def test_the_tournament_has_log_group_levels_and_a_right_candidate_wins_when_there_is_one():
     assert len(genselect_graph(GenSelectConfig(n=4, group=4)).nodes) == 2  # one selection call
     assert len(genselect_graph(GenSelectConfig(n=16, group=4)).nodes) == 3  # 16 -> 4 -> 1
     assert len(genselect_graph(GenSelectConfig(n=17, group=4)).nodes) == 4  # 17 -> 5 -> 2 -> 1
-    gen = Judge.for_problems(PROBLEMS, accuracy=0.3, seed=2)
+    gen = Rewriting(ScriptedGenerator.for_problems(PROBLEMS, accuracy=0.3, seed=2), after=_select)
     sols = GenSelect(GenSelectConfig(n=16, group=4), gen, DEMO_PROMPT.render, SAMPLING).solve(PROBLEMS)
     # per problem: 4 first-level groups + 1 final = 5 selection requests
-    assert len(gen.selections) == 5 * len(PROBLEMS)
+    assert sum("Which solution is correct?" in r.messages[-1].content for r in gen.requests) == 5 * len(PROBLEMS)
     for sol, p in zip(sols, PROBLEMS, strict=True):
         assert sol.trace.strategy == "genselect" and len(sol.trace.samples) == 16
         has_right = any(s.answer == p.answer for s in sol.trace.samples)

@@ -11,6 +11,7 @@ import dataclasses
 
 import pytest
 
+from tests.fakes import Rewriting
 from tts.backends.base import Completion
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import DEMO_PROMPT
@@ -44,46 +45,32 @@ def _dist(template, gold):
     return {gold if k == "ok" else f"{gold}{k}": p for k, p in template.items()}
 
 
-class StageA:
+def StageA(problems, first, mean_tokens=60) -> Rewriting:  # noqa: N802 -- reads as the model it builds
     """Decomposes into one fixed sub-question; answers it from ``first`` (key ``<id>#1``)."""
+    inner = ScriptedGenerator({f"{p.id}#1": _dist(first, p.metadata["g1"]) for p in problems}, seed=2,
+                              mean_tokens=mean_tokens, model_name="a")
 
-    def __init__(self, problems, first, mean_tokens=60):
-        self.inner = ScriptedGenerator({f"{p.id}#1": _dist(first, p.metadata["g1"]) for p in problems}, seed=2,
-                                       mean_tokens=mean_tokens)
-        self.model_name = "a"
+    def decompose(req, res):
+        if "Break it into" in req.messages[-1].content:
+            return dataclasses.replace(res, completions=(Completion("1. What is the first number?", 8),))
+        return None
 
-    def generate(self, requests):
-        out = []
-        for req, res in zip(requests, self.inner.generate(requests), strict=True):
-            if "Break it into" in req.messages[-1].content:
-                res = dataclasses.replace(res, completions=(Completion("1. What is the first number?", 8),))
-            out.append(res)
-        return out
-
-    def close(self):
-        pass
+    return Rewriting(inner, after=decompose)
 
 
-class StageB:
+def StageB(problems, final, mean_tokens=60) -> Rewriting:  # noqa: N802 -- reads as the model it builds
     """Answers the problem from ``final`` when its prompt carries the right first answer, else
     never right."""
+    dists = {}
+    for p in problems:
+        dists[p.id] = _dist(final, p.answer)
+        dists[f"{p.id}!bad"] = {f"{p.answer}x": 0.5}
+    gold1 = {p.id: p.metadata["g1"] for p in problems}
 
-    def __init__(self, problems, final, mean_tokens=60):
-        dists = {}
-        for p in problems:
-            dists[p.id] = _dist(final, p.answer)
-            dists[f"{p.id}!bad"] = {f"{p.answer}x": 0.5}
-        self.inner = ScriptedGenerator(dists, seed=3, mean_tokens=mean_tokens, model_name="b")
-        self.gold1 = {p.id: p.metadata["g1"] for p in problems}
-        self.model_name = "b"
+    def route(r):
+        return r if f"Answer: {gold1[r.key]}." in r.messages[-1].content else dataclasses.replace(r, key=f"{r.key}!bad")
 
-    def generate(self, requests):
-        routed = [r if f"Answer: {self.gold1[r.key]}." in r.messages[-1].content
-                  else dataclasses.replace(r, key=f"{r.key}!bad") for r in requests]
-        return self.inner.generate(routed)
-
-    def close(self):
-        pass
+    return Rewriting(ScriptedGenerator(dists, seed=3, mean_tokens=mean_tokens, model_name="b"), before=route)
 
 
 def _evaluator(problems, first, final, b_tokens=60):
@@ -123,9 +110,9 @@ def test_the_planned_split_is_a_graph_file_whose_stages_run_at_their_share():
     assert planned.stage_samples() == {"step_1": 1, "answer": 5}
     resolved = planned.resolved()
     assert resolved.nodes["answer"].n == 5 and resolved.nodes["step_1"].n == 1 and resolved.budget is None
-    from tts.graphs.search_space import graph_yaml
-
     import yaml
+
+    from tts.graphs.search_space import graph_yaml
     again = parse_graph(yaml.safe_load(graph_yaml(planned)))
     assert again.stage_samples() == {"step_1": 1, "answer": 5}
 

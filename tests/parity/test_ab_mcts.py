@@ -189,14 +189,14 @@ def test_whole_searches_grow_the_same_trees_on_fixed_seeds():
     """ab_mcts_search against a search loop built from the transcription (SakanaAI/treequest@e6865b7:
     src/treequest/algos/ab_mcts_a/algo.py ``step`` = ask, generate, tell): same parents, same models."""
 
-    def score(parent, depth, k):  # deterministic, hand-made: refinements of answer 0's line score high
+    def reward(parent, depth, k):  # deterministic, hand-made: refinements of answer 0's line score high
         return [0.3, 0.8, 0.5, 0.95, 0.1][(parent + 2 * depth + k) % 5]
 
     for seed in range(20):
         models = ("m1", "m2")
 
         def expand(jobs):
-            return [(None, score(-1 if j.parent is None else j.parent.id, 0 if j.parent is None else j.parent.depth,
+            return [(None, reward(-1 if j.parent is None else j.parent.id, 0 if j.parent is None else j.parent.depth,
                                  i)) for i, j in enumerate(jobs)]
 
         (tree,) = ab_mcts_search(1, expand, n=12, models=models, rngs=[random.Random(seed)])
@@ -204,7 +204,7 @@ def test_whole_searches_grow_the_same_trees_on_fixed_seeds():
         depth = {ROOT: 0}
         for _ in range(12):
             x, m = ref.select(rng, models=models)
-            new = ref.add(x, score(x, depth[x], 0), m)
+            new = ref.add(x, reward(x, depth[x], 0), m)
             depth[new] = depth[x] + 1
         assert [ROOT if n.parent is None else n.parent for n in tree.nodes] == ref.parent, seed
         assert [n.model for n in tree.nodes] == ref.model, seed

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tts.backends.base import Completion
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
@@ -41,7 +43,7 @@ from tts.search.tree.particle_filtering import (
     particle_weights,
 )
 from tts.types import Problem, Sample
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 PINNED = {"strategy:particle_filtering", "strategy:particle_gibbs"}
 
@@ -126,7 +128,7 @@ def ref_particle_gibbs(world: World, budget: int, iterations: int, rng: random.R
                 p.steps = world.child(p.steps, copies[p.steps])
                 copies[p.steps[:-1]] += 1
                 p.stopped = world.terminal(p.steps)
-                p.scores.append(world.score(p.steps))
+                p.scores.append(world.value(p.steps))
             t += 1
             logw = []
             for slot, p in enumerate(particles):
@@ -178,16 +180,17 @@ class World:
     def terminal(self, steps: tuple[str, ...]) -> bool:
         return len(steps) >= 2 + int(steps[0].rsplit("c", 1)[1]) % 3
 
-    def score(self, steps: tuple[str, ...]) -> float:
+    def value(self, steps: tuple[str, ...]) -> float:
         u = random.Random(f"{self.seed}|{'/'.join(steps)}").random()
         return 0.0 if u < 0.05 else 1.0 if u > 0.95 else u
 
 
 class Space:
-    """The world as a tts search space (one root) and scorer."""
+    """The world as a tts search space (one root); :attr:`scorer` scores its paths."""
 
     def __init__(self, world: World) -> None:
         self.world = world
+        self.scorer = FunctionVerifier.of_items(lambda path: world.value(path.steps))
 
     def initial_states(self) -> list[Path]:
         return [Path(0, ())]
@@ -198,9 +201,6 @@ class Space:
 
     def is_terminal(self, state: Path) -> bool:
         return bool(state.steps) and self.world.terminal(state.steps)
-
-    def score(self, states):
-        return [VerifierScore((), self.world.score(s.steps)) for s in states]
 
 
 class Recording(random.Random):
@@ -219,7 +219,7 @@ def run_tts(seed: int, budget: int, iterations: int, **settings):
     world = World(seed)
     space = Space(world)
     rng = Recording(seed)
-    [result] = particle_gibbs(space, space, budget // iterations, iterations, rngs=[rng],
+    [result] = particle_gibbs(space, space.scorer, budget // iterations, iterations, rngs=[rng],
                               before_iteration=lambda it: setattr(world, "iteration", it), **settings)
     per = budget // iterations
     leaves = [result.nodes[i] for i in result.leaves]
@@ -339,7 +339,7 @@ def test_particle_gibbs_iterations_one_is_particle_filtering():
     world = World(3)
     space = Space(world)
     rng = Recording(3)
-    [b] = particle_filter(space, space, 6, rngs=[rng])
+    [b] = particle_filter(space, space.scorer, 6, rngs=[rng])
     assert rng.weights == a[1] and [n.state.steps for n in b.leaf_nodes] == a[2][0]
 
 
@@ -364,38 +364,23 @@ def ref_response(steps: Sequence[str], separator: str) -> str:
     return separator.join(steps)
 
 
-class ParityModel:
+def parity_model(answers: float) -> FunctionGenerator:
     """A chat model for the stop rule: each sample (fixed by the request's seed, continuation and
     index) is an arithmetic step, or with probability ``answers`` a step stating "The answer is N.";
     it never ends its message. Records its requests."""
 
-    model_name = "parity-model"
+    def sample(req, i: int) -> Completion:
+        rng = random.Random(f"{req.seed}|{req.continuation}|{i}")
+        a, b = rng.randrange(1, 20), rng.randrange(1, 20)
+        text = f"{STOP_TOKEN} {a + b}." if rng.random() < answers else f"{a} + {b} = {a + b}"
+        return Completion(text, 6, -0.5, "stop", ended_by_eos=False)
 
-    def __init__(self, answers: float) -> None:
-        self.answers = answers
-        self.calls: list[list] = []
-
-    def generate(self, requests):
-        from tts.backends.base import Completion, GenerationResult, request_usage
-
-        self.calls.append(list(requests))
-        out = []
-        for req in requests:
-            comps = []
-            for i in range(req.n):
-                rng = random.Random(f"{req.seed}|{req.continuation}|{i}")
-                a, b = rng.randrange(1, 20), rng.randrange(1, 20)
-                text = f"{STOP_TOKEN} {a + b}." if rng.random() < self.answers else f"{a} + {b} = {a + b}"
-                comps.append(Completion(text, 6, -0.5, "stop", ended_by_eos=False))
-            out.append(GenerationResult(tuple(comps), request_usage(20, 0, [6] * req.n, 0.001)))
-        return out
+    return FunctionGenerator(lambda req: [sample(req, i) for i in range(req.n)], model_name="parity-model")
 
 
-class TextScore:
+def text_score() -> FunctionVerifier:
     """A verifier whose score of a partial solution is a fixed pseudo-random number of its text."""
-
-    def score(self, items):
-        return [VerifierScore((), random.Random("/".join(item.steps)).random()) for item in items]
+    return FunctionVerifier.of_items(lambda item: random.Random("/".join(item.steps)).random())
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -417,11 +402,11 @@ def test_without_forcing_a_particle_stops_where_its_hubs_stops_and_says_what_its
     problems = [Problem(f"p{i}", f"What is {i} + {seed}?", str(i + seed)) for i in range(3)]
 
     def run(force_answer: bool):
-        model = ParityModel(answers)
+        model = parity_model(answers)
         config = ParticleFilteringConfig(n=n, max_depth=max_steps + 1, verifier="arithmetic", heal_separator=False,
                                          force_answer=force_answer)
         strategy = ParticleFiltering(config, model, MATH_PROMPT.render, SamplingConfig(max_tokens=1000), seed=seed,
-                                     verifier=TextScore())
+                                     verifier=text_score())
         return model, strategy.solve(problems)
 
     model, sols = run(False)

@@ -31,10 +31,11 @@ from tts.config import VerifierConfigBase
 from tts.prompts import MATH_PROMPT
 from tts.search.base import STEP_SEPARATOR, scores_steps, solution_item, split_steps
 from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
-from tts.search.tree.stepwise import StepwiseSpace
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.search.tree.stepwise import StepwiseSpace
 from tts.types import Problem, Usage
-from tts.verifiers.base import VerifierScore, aggregate
+from tts.verifiers.base import aggregate
+from tts.verifiers.function import FunctionVerifier
 from tts.verifiers.prm import PRMVerifier, PRMVerifierConfig
 from tts.verifiers.prm_adapters import ADAPTERS
 
@@ -98,26 +99,16 @@ def sal_math_shepherd_text(system: str, question: str, completion: str) -> str:
 # --- a PRM stand-in: per-step scores from a table, aggregated as PRMVerifier.score does ----------
 
 
-class TablePRM:
-    """Scores each step from a table; aggregates with the config's rule as PRMVerifier does and
-    declares itself a step verifier exactly when PRMVerifier does."""
+def table_prm(table: dict[str, float], aggregation: str, seen: list | None = None) -> FunctionVerifier:
+    """Scores each step from a table (``seen`` keeps the steps of every item); aggregates with the
+    config's rule as PRMVerifier does and declares itself a step verifier exactly when PRMVerifier does."""
 
-    name = "prm"
-    step_verifier = PRMVerifier.step_verifier
+    def reward(problem, steps):
+        if seen is not None:
+            seen.append(steps)
+        return [table.get(s, 0.5) for s in steps]
 
-    def __init__(self, table: dict[str, float], aggregation: str) -> None:
-        self.table, self.aggregation, self.seen = table, aggregation, []
-
-    def score(self, items):
-        out = []
-        for item in items:
-            self.seen.append(item.steps)
-            steps = tuple(self.table.get(s, 0.5) for s in item.steps)
-            out.append(VerifierScore(steps, aggregate(steps, self.aggregation), Usage()))
-        return out
-
-    def close(self) -> None:
-        pass
+    return FunctionVerifier(reward, per_step=PRMVerifier.step_verifier, aggregation=aggregation, name="prm")
 
 
 # Three answered solutions of three steps each; per-step PRM scores chosen so that "last", "min" and
@@ -138,11 +129,11 @@ def _result(texts: list[str], logprobs: list[float] | None = None) -> Generation
 def _run(strategy_cls, config_cls, how: str, texts: list[str], logprobs: list[float] | None = None):
     strategy = strategy_cls(config_cls(n=len(texts), verifier={"kind": "prm", "aggregation": how}),
                             ScriptedGenerator({}), MATH_PROMPT.render)
-    prm = TablePRM(TABLE, strategy.config.verifier.aggregation)
-    strategy._verifier = prm
+    seen: list[tuple[str, ...]] = []
+    strategy._verifier = table_prm(TABLE, strategy.config.verifier.aggregation, seen)
     result = _result(texts, logprobs)
     (scored,) = strategy.score_samples([PROBLEM], [result])
-    return strategy.aggregate_result(PROBLEM.id, result, scored=scored), prm
+    return strategy.aggregate_result(PROBLEM.id, result, scored=scored), seen
 
 
 # --- finding 4: the default aggregation --------------------------------------------------------
@@ -190,8 +181,8 @@ def test_a_prm_scores_every_step_of_a_whole_solution_and_best_of_n_picks_like_se
     step_scores = [s for _, s in SOLUTIONS]
     picks = {}
     for how in ("last", "min", "prod"):
-        sol, prm = _run(BestOfN, BestOfNConfig, how, texts)
-        assert prm.seen == [tuple(t.split("\n\n")) for t in texts]  # three steps each, not one
+        sol, seen = _run(BestOfN, BestOfNConfig, how, texts)
+        assert seen == [tuple(t.split("\n\n")) for t in texts]  # three steps each, not one
         assert list(sol.trace.scores) == pytest.approx([sal_aggregate(s, how) for s in step_scores])
         assert sol.trace.selected == sal_best_of_n(step_scores, how)
         picks[how] = sol.trace.selected
@@ -222,8 +213,8 @@ def test_weighted_vote_sums_each_answers_aggregated_step_scores_like_search_and_
     step_scores = [SOLUTIONS[0][1], SOLUTIONS[1][1], SOLUTIONS[2][1], SOLUTIONS[0][1]]
     winners = set()
     for how in ("last", "min", "prod"):
-        sol, prm = _run(WeightedVote, WeightedVoteConfig, how, texts)
-        assert all(len(steps) == 3 for steps in prm.seen)
+        sol, seen = _run(WeightedVote, WeightedVoteConfig, how, texts)
+        assert all(len(steps) == 3 for steps in seen)
         want, sums = sal_weighted_answer(answers, step_scores, how)
         assert sol.answer == want
         assert sol.trace.votes == pytest.approx(sums)
@@ -250,7 +241,7 @@ def test_whole_answer_verifiers_still_get_the_whole_text_as_one_step():
     assert scores_steps(LLMJudge(JudgeConfig(per_step=True), gen))
     item = solution_item(PROBLEM, text, object(), mean_logprob=-0.3)
     assert item.steps == (text,) and item.logprobs == (-0.3,) and item.finished
-    item = solution_item(PROBLEM, text, TablePRM({}, "last"), mean_logprob=-0.3)
+    item = solution_item(PROBLEM, text, table_prm({}, "last"), mean_logprob=-0.3)
     assert item.steps == split_steps(text) and item.logprobs == () and item.finished
 
 

@@ -27,12 +27,12 @@ import numpy as np
 import pytest
 
 from tts.search.tree.ets import ETS, ETSConfig, ets_search, rebase_shares, select_nodes
-from tts.search.tree.rebase import Rebase, RebaseConfig, balanced_widths, ceil_widths, rebase_search
+from tts.search.tree.rebase import RebaseConfig, balanced_widths, ceil_widths, rebase_search
 from tts.search.tree.step_clusters import StepClusterer
 from tts.search.tree.stepwise import StepState
 from tts.search.tree.toy import DigitSpace
 from tts.types import Problem
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 PINNED = {"strategy:rebase", "strategy:ets"}
 
@@ -44,9 +44,9 @@ def table_score(digits: str) -> float:
     return int(hashlib.sha256(f"parity|{digits}".encode()).hexdigest()[:8], 16) / 2**32
 
 
-class TableScorer:
-    def score(self, states):
-        return [VerifierScore((), table_score(s.digits)) for s in states]
+def table_scorer() -> FunctionVerifier:
+    """A verifier of toy states that scores each its :func:`table_score`."""
+    return FunctionVerifier.of_items(lambda state: table_score(state.digits))
 
 
 class EarlyEnd(DigitSpace):
@@ -229,27 +229,12 @@ def test_rebase_search_with_ceil_rounding_takes_the_reference_decisions_on_the_t
     on the toy space with a fixed score table (and on one where paths end early, so that the
     finished nodes lower the width)."""
     for target in ("3102", "2213", "0031"):
-        mine = rebase_search(space_class([target], seed=3), TableScorer(), n=8, temperature=0.2, rounding="ceil")[0]
+        mine = rebase_search(space_class([target], seed=3), table_scorer(), n=8, temperature=0.2, rounding="ceil")[0]
         ref = ref_search(space_class([target], seed=3), 8,
                          lambda nodes, w: ref_softmax_widths([table_score(s.digits) for s in nodes], w, 0.2))
         widths, finished = tts_decisions(mine)
         assert widths == ref[0]
         assert sorted(finished) == sorted(ref[1])
-
-
-def test_rebase_strategy_passes_its_rounding_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, temperature, rounding="largest_remainder"):
-        seen.update(n=n, temperature=temperature, rounding=rounding)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.rebase.rebase_search", spy)
-    strategy = object.__new__(Rebase)
-    strategy.config = RebaseConfig(n=4, balance_temperature=0.3, rounding="ceil")
-    strategy.search(None, None)
-    assert seen == {"n": 4, "temperature": 0.3, "rounding": "ceil"}
-    assert "rounding=ceil" in RebaseConfig(rounding="ceil").label
 
 
 # --- ETS ---------------------------------------------------------------------------------------------------
@@ -325,7 +310,7 @@ def test_ets_search_with_ceil_rounding_takes_the_reference_decisions_on_the_toy_
         return ref_ets_widths(scores, paths, labels, width, 0.2, 1.0, 1.5, as_tts)[1]
 
     for target in ("3102", "2213", "0031"):
-        mine = ets_search(space_class([target], seed=5), TableScorer(), n=8, temperature=0.2, kv_weight=1.0,
+        mine = ets_search(space_class([target], seed=5), table_scorer(), n=8, temperature=0.2, kv_weight=1.0,
                           coverage_weight=1.5, cluster=labels_of, rounding="ceil")[0]
         ref = ref_search(space_class([target], seed=5), 8, ref_select)
         widths, finished = tts_decisions(mine)

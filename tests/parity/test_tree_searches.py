@@ -21,6 +21,8 @@ candidates are returned and with what score.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import inspect
 from collections import Counter
 
 import pytest
@@ -30,9 +32,10 @@ from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search
 from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.tree.lookahead import Lookahead, LookaheadConfig, lookahead_search
 from tts.search.tree.mcts import MCTS, MCTSConfig, mcts_search
-from tts.search.tree.toy import DigitSpace, Digits
+from tts.search.tree.rebase import Rebase, RebaseConfig
+from tts.search.tree.toy import Digits, DigitSpace
 from tts.types import Sample
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 PINNED = {"strategy:beam", "strategy:dvts", "strategy:lookahead", "strategy:mcts"}
 
@@ -44,9 +47,9 @@ def table_score(digits: str) -> float:
     return int(hashlib.sha256(f"parity|{digits}".encode()).hexdigest()[:8], 16) / 2**32
 
 
-class TableScorer:
-    def score(self, states):
-        return [VerifierScore((), table_score(s.digits)) for s in states]
+def table_scorer() -> FunctionVerifier:
+    """A verifier of toy states that scores each its :func:`table_score`."""
+    return FunctionVerifier.of_items(lambda state: table_score(state.digits))
 
 
 class EarlyEnd(DigitSpace):
@@ -115,7 +118,7 @@ def test_beam_search_keeps_the_reference_beams_on_the_toy_space(n, m):
     ``src/sal/search/beam_search.py`` ``_beam_search`` (see ``ref_beam``): without early finishes, tts's default
     keeps the same N/M beams at every step, expands each M ways, and returns the same N candidates."""
     for target in TARGETS:
-        mine = beam_search(DigitSpace([target], base=10, seed=2), TableScorer(), n, m)[0]
+        mine = beam_search(DigitSpace([target], base=10, seed=2), table_scorer(), n, m)[0]
         ref = ref_beam(DigitSpace([target], base=10, seed=2), n, m)
         assert kept_and_children(mine)[0] == ref[0]
         assert sorted(kept_and_children(mine)[1]) == sorted(ref[1])
@@ -129,10 +132,10 @@ def test_beam_search_fill_every_step_is_the_reference_when_beams_finish_early(n,
     turn, and returns the first N to finish, in the reference's order."""
     differs = 0
     for target in TARGETS:
-        mine = beam_search(EarlyEnd([target], base=10, seed=2), TableScorer(), n, m, fill="every_step")[0]
+        mine = beam_search(EarlyEnd([target], base=10, seed=2), table_scorer(), n, m, fill="every_step")[0]
         ref = ref_beam(EarlyEnd([target], base=10, seed=2), n, m)
         assert kept_and_children(mine) == ref
-        default = beam_search(EarlyEnd([target], base=10, seed=2), TableScorer(), n, m)[0]
+        default = beam_search(EarlyEnd([target], base=10, seed=2), table_scorer(), n, m)[0]
         differs += kept_and_children(default) != ref
     assert differs  # the documented departure shows on these inputs
 
@@ -146,7 +149,7 @@ def test_beam_search_default_fill_is_the_documented_within_n_departure():
     n, m = 8, 2
     for target in TARGETS:
         space = EarlyEnd([target], base=10, seed=2)
-        result = beam_search(space, TableScorer(), n, m)[0]
+        result = beam_search(space, table_scorer(), n, m)[0]
         assert len(result.leaves) <= n
         for depth in range(1, 6):
             finished_before = sum(1 for node in result.nodes if node.terminal and node.depth < depth)
@@ -172,21 +175,6 @@ def _all_finished(space, n, m):
         copies = [survivors[i % len(survivors)] for i in range(n)]
         drawn = {b.digits: iter(space.expand([b], [copies.count(b)])[0]) for b in survivors}
         beams = [next(drawn[b.digits]) for b in copies]
-
-
-def test_beam_strategy_passes_its_fill_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, fill="within_n"):
-        seen.update(n=n, width=width, fill=fill)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.beam.beam_search", spy)
-    strategy = object.__new__(BeamSearch)
-    strategy.config = BeamConfig(n=8, beam_width=2, fill="every_step")
-    strategy.search(None, None)
-    assert seen == {"n": 8, "width": 2, "fill": "every_step"}
-    assert "fill=every_step" in strategy.config.label
 
 
 # --- DVTS ---------------------------------------------------------------------------------------------------
@@ -225,7 +213,7 @@ def test_dvts_takes_the_reference_steps_and_returns_its_candidates(n, m):
     where every path has the same length, the same N candidates (the M children of each
     subtree's last expansion) with the same scores, so the same verifier pick."""
     for target in TARGETS:
-        mine = dvts_search(DigitSpace([target], base=10, seed=4), TableScorer(), n, m)[0]
+        mine = dvts_search(DigitSpace([target], base=10, seed=4), table_scorer(), n, m)[0]
         path, outputs = ref_dvts(DigitSpace([target], base=10, seed=4), n, m)
         kept = sorted(node.state.digits for node in mine.nodes if node.kept and not node.terminal)
         assert kept == sorted(d for chosen in path for d in chosen[:-1])
@@ -242,7 +230,7 @@ def test_dvts_drops_unfinished_siblings_the_documented_departure_and_siblings_al
     ``siblings="all"`` returns the reference's outputs with their scores."""
     n, m, dropped = 8, 4, 0
     for target in TARGETS:
-        mine = dvts_search(EarlyEnd([target], base=10, seed=4), TableScorer(), n, m)[0]
+        mine = dvts_search(EarlyEnd([target], base=10, seed=4), table_scorer(), n, m)[0]
         path, outputs = ref_dvts(EarlyEnd([target], base=10, seed=4), n, m)
         space = EarlyEnd([target], base=10)
         kept = sorted(node.state.digits for node in mine.nodes if node.kept and not node.terminal)
@@ -250,26 +238,11 @@ def test_dvts_drops_unfinished_siblings_the_documented_departure_and_siblings_al
         assert sorted(node.state.digits for node in mine.leaf_nodes) == sorted(
             d for d in outputs if space.is_terminal(Digits(0, d)))
         dropped += len(outputs) - len(mine.leaves)
-        every = dvts_search(EarlyEnd([target], base=10, seed=4), TableScorer(), n, m, siblings="all")[0]
+        every = dvts_search(EarlyEnd([target], base=10, seed=4), table_scorer(), n, m, siblings="all")[0]
         assert sorted(node.state.digits for node in every.leaf_nodes) == sorted(outputs)
         assert all(node.score == table_score(node.state.digits) for node in every.leaf_nodes)
     assert dropped > 0
     assert DVTSConfig().siblings == "finished"
-
-
-def test_dvts_strategy_passes_its_siblings_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, siblings="finished"):
-        seen.update(siblings=siblings)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.dvts.dvts_search", spy)
-    strategy = object.__new__(DVTS)
-    strategy.config = DVTSConfig(n=8, siblings="all")
-    strategy.search(None, None)
-    assert seen == {"siblings": "all"}
-    assert "siblings=all" in strategy.config.label
 
 
 # --- the final pick (beam search and DVTS share it) ------------------------------------------------
@@ -360,29 +333,14 @@ def test_lookahead_scores_each_step_by_its_greedy_rollout_as_the_reference(k):
     path ends early, and with ``fill="every_step"`` where paths do."""
     n, m = 8, 2
     for target in TARGETS:
-        mine = lookahead_search(Greedy([target], base=10, seed=6), TableScorer(), n, m, k)[0]
+        mine = lookahead_search(Greedy([target], base=10, seed=6), table_scorer(), n, m, k)[0]
         children, completed = ref_lookahead(Greedy([target], base=10, seed=6), n, m, k)
         assert kept_and_children(mine)[0] == children
         assert sorted((node.state.digits, node.score) for node in mine.leaf_nodes) == sorted(completed)
-        mine = lookahead_search(GreedyEarly([target], base=10, seed=6), TableScorer(), n, m, k, fill="every_step")[0]
+        mine = lookahead_search(GreedyEarly([target], base=10, seed=6), table_scorer(), n, m, k, fill="every_step")[0]
         children, completed = ref_lookahead(GreedyEarly([target], base=10, seed=6), n, m, k)
         assert kept_and_children(mine)[0] == children
         assert [(node.state.digits, node.score) for node in mine.leaf_nodes] == completed
-
-
-def test_lookahead_strategy_passes_its_fill_setting(monkeypatch):
-    seen = {}
-
-    def spy(space, scorer, n, width, lookahead, fill="within_n"):
-        seen.update(lookahead=lookahead, fill=fill)
-        return []
-
-    monkeypatch.setattr("tts.search.tree.lookahead.lookahead_search", spy)
-    strategy = object.__new__(Lookahead)
-    strategy.config = LookaheadConfig(n=8, lookahead=2, fill="every_step")
-    strategy.search(None, None)
-    assert seen == {"lookahead": 2, "fill": "every_step"}
-    assert LookaheadConfig().fill == "within_n"
 
 
 # --- MCTS -------------------------------------------------------------------------------------------------
@@ -481,23 +439,43 @@ def test_mcts_search_dives_only_until_the_first_finish_and_never_with_greedy_div
         return select(self, count, exploration, dive)
 
     monkeypatch.setattr(mcts_module._Tree, "select", spy)
-    mcts_search(EarlyEnd(["31022"], base=10, seed=1), TableScorer(), n=8, beam_width=2, max_nodes=40)
+    mcts_search(EarlyEnd(["31022"], base=10, seed=1), table_scorer(), n=8, beam_width=2, max_nodes=40)
     assert calls and all(dive == (not finished) for finished, dive in calls)
     calls.clear()
-    mcts_search(EarlyEnd(["31022"], base=10, seed=1), TableScorer(), n=8, beam_width=2, max_nodes=40, greedy_dive=False)
+    mcts_search(EarlyEnd(["31022"], base=10, seed=1), table_scorer(), n=8, beam_width=2, max_nodes=40, greedy_dive=False)
     assert calls and not any(dive for _, dive in calls)
 
 
-def test_mcts_strategy_passes_its_dive_setting(monkeypatch):
+# --- every strategy hands its settings to its search function -------------------------------------
+
+SETTINGS = [
+    ("tts.search.tree.beam.beam_search", BeamSearch, BeamConfig(n=8, beam_width=2, fill="every_step"),
+     {"n": 8, "beam_width": 2, "fill": "every_step"}, "fill=every_step"),
+    ("tts.search.tree.dvts.dvts_search", DVTS, DVTSConfig(n=8, siblings="all"), {"siblings": "all"}, "siblings=all"),
+    ("tts.search.tree.lookahead.lookahead_search", Lookahead, LookaheadConfig(n=8, lookahead=2, fill="every_step"),
+     {"lookahead": 2, "fill": "every_step"}, None),
+    ("tts.search.tree.mcts.mcts_search", MCTS, MCTSConfig(n=8, greedy_dive=False), {"greedy_dive": False},
+     "greedy_dive=False"),
+    ("tts.search.tree.rebase.rebase_search", Rebase, RebaseConfig(n=4, balance_temperature=0.3, rounding="ceil"),
+     {"n": 4, "temperature": 0.3, "rounding": "ceil"}, "rounding=ceil"),
+]
+
+
+@pytest.mark.parametrize(("target", "cls", "config", "expected", "label"), SETTINGS,
+                         ids=[row[1].__name__ for row in SETTINGS])
+def test_each_strategy_passes_its_settings_to_its_search_function(monkeypatch, target, cls, config, expected, label):
+    module, name = target.rsplit(".", 1)
+    real = getattr(importlib.import_module(module), name)
     seen = {}
 
-    def spy(space, scorer, n, width, max_nodes=None, exploration=0.05, greedy_dive=True):
-        seen.update(greedy_dive=greedy_dive)
+    def spy(*args, **kwargs):
+        seen.update(inspect.signature(real).bind(*args, **kwargs).arguments)  # named as the real one takes them
         return []
 
-    monkeypatch.setattr("tts.search.tree.mcts.mcts_search", spy)
-    strategy = object.__new__(MCTS)
-    strategy.config = MCTSConfig(n=8, greedy_dive=False)
+    monkeypatch.setattr(target, spy)
+    strategy = object.__new__(cls)
+    strategy.config = config
     strategy.search(None, None)
-    assert seen == {"greedy_dive": False}
-    assert "greedy_dive=False" in strategy.config.label
+    assert {key: seen.get(key) for key in expected} == expected
+    assert label is None or label in config.label
+    assert LookaheadConfig().fill == "within_n"

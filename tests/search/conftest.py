@@ -9,6 +9,7 @@ file: each helper is a fixture that returns the function or class.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import random
 import re
@@ -20,6 +21,7 @@ from tts.search.tree.stepwise import ANSWER_NUDGE
 from tts.search.tree.toy import DigitSpace
 from tts.types import Problem, Usage
 from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4
 """The toy space the search tests use: strings of LENGTH digits in base BASE."""
@@ -28,6 +30,10 @@ SEP = "\n\n"
 
 
 # --- the toy digit space --------------------------------------------------------------------------
+
+
+ADDITION = re.compile(r"(\d+) \+ (\d+) = (-?\d+)")
+"""An addition a step states: its two terms and its sum."""
 
 
 def _targets(count: int, seed: int = 0, length: int = LENGTH, base: int = BASE) -> list[str]:
@@ -65,24 +71,43 @@ def endless():
     return Endless
 
 
-class Flaky:
+def _flaky(fail_on_call: int = 1, nan_on_call: int | None = None) -> FunctionVerifier:
     """A verifier that raises on call ``fail_on_call``, scores NaN on call ``nan_on_call`` and 0.5 otherwise."""
 
-    def __init__(self, fail_on_call: int = 1, nan_on_call: int | None = None) -> None:
-        self.calls = 0
-        self.fail_on_call, self.nan_on_call = fail_on_call, nan_on_call
-
-    def score(self, states):
-        self.calls += 1
-        if self.calls == self.fail_on_call:
+    def reward(state):
+        call = len(verifier.calls)  # this call included
+        if call == fail_on_call:
             raise TimeoutError("verifier timed out")
-        return [VerifierScore((), math.nan if self.calls == self.nan_on_call else 0.5) for _ in states]
+        return VerifierScore((), math.nan if call == nan_on_call else 0.5)
+
+    verifier = FunctionVerifier.of_items(reward)
+    return verifier
 
 
 @pytest.fixture
 def flaky():
-    """``flaky(fail_on_call=1, nan_on_call=None)``: a :class:`Flaky` verifier."""
-    return Flaky
+    """``flaky(fail_on_call=1, nan_on_call=None)``: a verifier that fails on one call (:func:`_flaky`)."""
+    return _flaky
+
+
+def _addition_checker(nan_every: int = 0) -> FunctionVerifier:
+    """1 when every addition ("a + b = c") an item states holds, else 0, at one prompt token per
+    step and one call per item; with ``nan_every``, NaN for every such item (an invalid score)."""
+    seen = itertools.count(1)
+
+    def reward(item) -> VerifierScore:
+        count = next(seen)
+        ok = all(int(a) + int(b) == int(c) for s in item.steps for a, b, c in ADDITION.findall(s))
+        value = math.nan if nan_every and count % nan_every == 0 else float(ok)
+        return VerifierScore((), value, Usage(prompt_tokens=len(item.steps), calls=1))
+
+    return FunctionVerifier.of_items(reward, name="addition_checker")
+
+
+@pytest.fixture
+def addition_checker():
+    """``addition_checker(nan_every=0)``: a verifier of the step model's additions (:func:`_addition_checker`)."""
+    return _addition_checker
 
 
 @pytest.fixture
@@ -99,7 +124,7 @@ def toy_verifier():
     registered = []
 
     def register(kind: str) -> None:
-        class Toy:
+        class Toy(FunctionVerifier):
             """A verifier kind for configs only: the tests hand the search its verifier object."""
 
             config_class = create_model("ToyConfig", __base__=VerifierConfigBase, kind=(Literal[kind], kind))
@@ -107,9 +132,6 @@ def toy_verifier():
             @classmethod
             def from_config(cls, config, generator=None):
                 raise AssertionError("a toy verifier is passed to the search, never built from its config")
-
-            def score(self, items):
-                raise AssertionError("a toy verifier kind has no scorer")
 
         VERIFIERS.register(kind, Toy)
         registered.append(kind)

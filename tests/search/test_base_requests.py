@@ -30,6 +30,7 @@ from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistenc
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Budget, Problem, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import VerifierScore, VerifyItem
+from tts.verifiers.function import FunctionVerifier
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
 
@@ -191,26 +192,20 @@ def test_configs_that_do_not_share_a_draw_are_solved_apart():
     assert not a.shares_draw_with(SelfConsistency(SelfConsistencyConfig(n=2), gen, _prompt, extract=str, seed=1))
 
 
-class _Scorer:
-    """A ready verifier: a whole-solution score from a table of answers; counts its calls."""
+def _Scorer(table, fail=False, seen=None) -> FunctionVerifier:  # noqa: N802 -- reads as the verifier it builds
+    """A ready verifier: a whole-solution score from a table of answers; counts its calls; ``seen``
+    keeps the problem and top logprobs of every item."""
 
-    step_verifier = False
-    name = "table"
-
-    def __init__(self, table, fail=False):
-        self.table, self.fail, self.calls = table, fail, []
-
-    def score(self, items):
-        items = list(items)
-        self.calls.append(len(items))
-        if self.fail:
+    def reward(item):
+        if seen is not None:
+            seen.append((item.problem.id, item.token_top_logprobs))
+        if fail:
             raise RuntimeError("scorer down")
         # a table value None: the verifier could not score it (reported as 0 and one invalid score)
-        return [VerifierScore((), self.table[item.steps[0]] or 0.0, usage=Usage(prompt_tokens=10),
-                              invalid=int(self.table[item.steps[0]] is None)) for item in items]
+        value = table[item.steps[0]]
+        return VerifierScore((), value or 0.0, usage=Usage(prompt_tokens=10), invalid=int(value is None))
 
-    def close(self):
-        pass
+    return FunctionVerifier.of_items(reward, name="table")
 
 
 def test_a_ready_verifier_scores_the_shared_draw_once_and_each_config_takes_its_prefix():
@@ -385,13 +380,8 @@ def test_the_verifier_reads_each_samples_problem_and_top_logprobs_and_a_failure_
     top = ((-0.1, -2.5),)
     gen = FunctionGenerator(lambda r: [Completion("\\boxed{4}", 1, token_top_logprobs=top), "\\boxed{5}"])
     seen = []
-
-    class Recording(_Scorer):
-        def score(self, items):
-            seen.extend((i.problem.id, i.token_top_logprobs) for i in items)
-            return super().score(items)
-
-    wv = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=Recording({"\\boxed{4}": 0.3, "\\boxed{5}": 0.6}))
+    recording = _Scorer({"\\boxed{4}": 0.3, "\\boxed{5}": 0.6}, seen=seen)
+    wv = WeightedVote(WeightedVoteConfig(n=2), gen, _prompt, verifier=recording)
     sols = wv.solve([Problem("a", "q"), Problem("b", "q")])
     assert seen == [("a", top), ("a", None), ("b", top), ("b", None)]
     assert [s.problem_id for s in sols] == ["a", "b"] and [s.answer for s in sols] == ["5", "5"]

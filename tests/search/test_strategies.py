@@ -14,6 +14,7 @@ from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Budget, Problem, Sample, Usage
+from tts.verifiers.function import FunctionVerifier
 
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(30)]
 
@@ -154,23 +155,12 @@ def test_equal_answers_written_differently_vote_together():
     assert answer == "0.5" and idx == 1 and share == 3 / 5 and votes == {"7": 2.0, "0.5": 3.0}
 
 
-class _CountingVerifier:
-    """Scores a sample 1.0 when its answer is the given one; counts its calls."""
+def _CountingVerifier(good) -> FunctionVerifier:  # noqa: N802 -- reads as the verifier it builds
+    """Scores a sample 1.0 when its text holds ``good``; counts its calls; costs 10 prompt tokens."""
+    from tts.verifiers.base import VerifierScore
 
-    name = "counting"
-
-    def __init__(self, good):
-        self.good, self.calls = good, 0
-
-    def score(self, items):
-        from tts.verifiers.base import VerifierScore
-
-        self.calls += 1
-        return [VerifierScore((), 1.0 if self.good in it.steps[0] else 0.0, Usage(prompt_tokens=10, calls=1))
-                for it in items]
-
-    def close(self):
-        pass
+    return FunctionVerifier(lambda problem, text: VerifierScore((), 1.0 if good in text else 0.0,
+                                                                Usage(prompt_tokens=10, calls=1)), name="counting")
 
 
 def test_verifier_scored_strategies_score_every_sample_of_every_problem_in_one_call():
@@ -182,20 +172,19 @@ def test_verifier_scored_strategies_score_every_sample_of_every_problem_in_one_c
     fake = _CountingVerifier("\\boxed{")  # any answered sample scores 1
     bon._verifier = wv._verifier = fake
     sols_bon, sols_wv = solve_all([bon, wv], PROBLEMS[:5])
-    assert fake.calls == 1  # both configs share one verifier config: one call for the shared draw
+    assert len(fake.calls) == 1  # both configs share one verifier config: one call for the shared draw
     for sol in sols_bon:
         assert sol.usage.prompt_tokens >= 8 * 10  # the verifier's usage is counted in the solution
         assert all(sc == (1.0 if s.answer is not None else 0.0) for s, sc in zip(sol.trace.samples, sol.trace.scores))
 
 
 def test_a_verifier_that_raises_scores_samples_lowest_and_the_event_is_counted():
-    class Broken(_CountingVerifier):
-        def score(self, items):
-            raise RuntimeError("verifier down")
+    def down(problem, text):
+        raise RuntimeError("verifier down")
 
     gen = ScriptedGenerator.for_problems(PROBLEMS[:2], accuracy=0.5, seed=3)
     bon = BestOfN(BestOfNConfig(n=4, verifier="arithmetic"), gen, MATH_PROMPT.render)
-    bon._verifier = Broken("x")
+    bon._verifier = FunctionVerifier(down, name="counting")
     sols = bon.solve(PROBLEMS[:2])
     assert all(s.trace.events == {"verifier_error": 1} and set(s.trace.scores) == {0.0} for s in sols)
 

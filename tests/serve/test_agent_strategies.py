@@ -7,26 +7,20 @@ conversation sent to ``tts.solve`` is answered as the server answers it."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from functools import partial
 
 import openai
 import pytest
 
 import tts
+from tests.tool_chat import ASK, KEY, WEATHER
 from tts.backends.base import Completion
 from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.search.base import StrategyInputError
-from tts.serve import ServeConfig, create_app
-from tts.serve.server import ServerThread
 from tts.session import Session
 
 pytestmark = pytest.mark.timeout(60)
-KEY = "agent-key"
-WEATHER = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city now",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 AFTER_RESULT = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
     {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"}]
@@ -41,20 +35,9 @@ def _fixed(texts: list[str]) -> FunctionGenerator:
 
 
 @pytest.fixture
-def serve():
-    """A server over a generator with the operator's default settings (the conversation as sent)."""
-    running: list[Any] = []
-
-    def start(gen: Any, **config: Any) -> openai.OpenAI:
-        session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
-        server = ServerThread(create_app(session, ServeConfig(model=gen.model_name, api_key=KEY, **config))).start()
-        running.append((session, server))
-        return openai.OpenAI(base_url=server.url, api_key=KEY, timeout=30, max_retries=0)
-
-    yield start
-    for session, server in running:
-        server.stop()
-        session.close()
+def serve(serve):
+    """The server of tests/serve/conftest.py, with this module's API key."""
+    return partial(serve, api_key=KEY)
 
 
 # --- 8. tools and strategies that cannot show them -----------------------------------------------

@@ -6,24 +6,18 @@ answers are chosen, not lost. Each test is one of the findings of issue 33 that 
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import openai
 import pytest
 
+from tests.tool_chat import ASK, KEY, WEATHER
 from tts.backends.base import Completion
 from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
-from tts.serve import ServeConfig, create_app
-from tts.serve.server import ServerThread
-from tts.session import Session
 
 pytestmark = pytest.mark.timeout(60)
-KEY = "agent-key"
-WEATHER = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city now",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def _recording(**kwargs: Any) -> RecordingGenerator:
@@ -37,20 +31,9 @@ def _fixed(texts: list[str]) -> FunctionGenerator:
 
 
 @pytest.fixture
-def serve():
-    """A server over a generator with the operator's default settings (the conversation as sent)."""
-    running: list[Any] = []
-
-    def start(gen: Any, **config: Any) -> openai.OpenAI:
-        session = Session(generator=gen, price_as=None, max_tokens=128, batch_window=0.0)
-        server = ServerThread(create_app(session, ServeConfig(model=gen.model_name, api_key=KEY, **config))).start()
-        running.append((session, server))
-        return openai.OpenAI(base_url=server.url, api_key=KEY, timeout=30, max_retries=0)
-
-    yield start
-    for session, server in running:
-        server.stop()
-        session.close()
+def serve(serve):
+    """The server of tests/serve/conftest.py, with this module's API key."""
+    return partial(serve, api_key=KEY)
 
 
 def _loop(client: openai.OpenAI, model: str, stream: bool = False) -> tuple[Any, Any]:

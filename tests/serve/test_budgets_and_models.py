@@ -6,15 +6,14 @@ over the model's context is a 400; an upstream 429/503 passes its Retry-After on
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from tests.fakes import ConcurrentScripted, WatchedScripted
 from tts.backends.function import FunctionGenerator
-from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
 from tts.session import Session
@@ -24,20 +23,10 @@ KEY = "budget-key"
 QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
 
 
-class Metered(ScriptedGenerator):
+def Metered(kind: type[WatchedScripted] = WatchedScripted) -> WatchedScripted:  # noqa: N802 -- a model
     """A scripted model whose samples run to ``max_tokens`` (the worst case a budget must cover),
-    counting every token it generates, verifier and judge calls included."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(default={"42": 0.7, "41": 0.2}, seed=0, mean_tokens=100_000, model_name="scripted", **kwargs)
-        self.generated = 0
-        self._lock = threading.Lock()
-
-    def generate(self, requests):
-        out = super().generate(requests)
-        with self._lock:
-            self.generated += sum(r.usage.completion_tokens for r in out)
-        return out
+    counting every token it generates (``generated``), verifier and judge calls included."""
+    return kind(default={"42": 0.7, "41": 0.2}, seed=0, mean_tokens=100_000, model_name="scripted")
 
 
 class _Served:
@@ -228,17 +217,8 @@ def test_every_listed_model_answers_and_retrieve_works():
         served.close()
 
 
-class _Concurrent(Metered):
-    """A generator called directly from each solve, as the OpenAI backend is (``concurrent_calls``)."""
-
-    concurrent_calls = True
-
-    def generate(self, requests, cancel=None):
-        return super().generate(requests)
-
-
 def test_models_are_listed_over_a_generator_that_takes_concurrent_calls():
-    served = _Served(generator=_Concurrent(), max_budget_tokens=100_000)
+    served = _Served(generator=Metered(ConcurrentScripted), max_budget_tokens=100_000)
     try:
         listed = [m.id for m in served.client.models.list()]
         assert "sc-8/scripted" in listed and "beam-4x8/scripted" in listed

@@ -6,17 +6,14 @@ scripted backend, which cuts its replies at ``max_tokens`` as an engine does."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
-import openai
 import pytest
 
 from tts.backends.base import Completion
 from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
-from tts.serve import ServeConfig, create_app
-from tts.serve.server import ServerThread
-from tts.session import Session
 
 pytestmark = pytest.mark.timeout(60)
 WEATHER = [{"type": "function", "function": {
@@ -28,19 +25,9 @@ MATH = [{"role": "user", "content": "What is 6 * 7?"}]
 
 
 @pytest.fixture
-def serve():
-    running: list[Any] = []
-
-    def start(gen: Any, **config: Any) -> openai.OpenAI:
-        session = Session(generator=gen, price_as=None, max_tokens=512, batch_window=0.0)
-        server = ServerThread(create_app(session, ServeConfig(model=gen.model_name, **config))).start()
-        running.append((session, server))
-        return openai.OpenAI(base_url=server.url, api_key="x", timeout=30, max_retries=0)
-
-    yield start
-    for session, server in running:
-        server.stop()
-        session.close()
+def serve(serve):
+    """The server of tests/serve/conftest.py, whose session allows 512 tokens a sample."""
+    return partial(serve, max_tokens=512)
 
 
 def _scripted(**kw: Any) -> ScriptedGenerator:

@@ -22,6 +22,7 @@ pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
+from tests.fakes import WatchedScripted  # noqa: E402
 from tts.backends.scripted import ScriptedGenerator  # noqa: E402
 from tts.serve import ServeConfig  # noqa: E402
 from tts.serve.mcp import create_mcp_server, http_app  # noqa: E402
@@ -131,25 +132,8 @@ def test_stdout_to_stderr_keeps_the_protocol_channel_clean() -> None:
 
 # --- in process: the policy, the shared session, the limits ----------------------------------------
 
-class _Slow(ScriptedGenerator):
-    """Scripted generator whose engine calls wait on ``gate`` (when set) and ``delay``, and are counted."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.gate: threading.Event | None = None
-        self.delay = 0.0
-        self.calls = 0
-
-    def generate(self, requests):
-        self.calls += 1
-        if self.gate is not None:
-            self.gate.wait(10)
-        time.sleep(self.delay)
-        return super().generate(requests)
-
-
-def _server(**config: Any) -> tuple[Session, Any, _Slow]:
-    gen = _Slow(default={"42": 0.8, "41": 0.1}, seed=0, model_name="scripted")
+def _server(**config: Any) -> tuple[Session, Any, WatchedScripted]:
+    gen = WatchedScripted(default={"42": 0.8, "41": 0.1}, seed=0, model_name="scripted")
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=256, batch_window=0.05)
     settings = {"model": "scripted", "max_samples": 16, **config}
     return session, create_mcp_server(session, ServeConfig(**{"prompt": "math", **settings})), gen
@@ -206,7 +190,7 @@ def test_calls_share_one_warm_session_and_its_batched_engine_calls() -> None:
         session.close()
     assert all(not r.is_error for r in results)
     assert session.stats["solves"] == 8
-    assert gen.calls < 8  # concurrent calls joined engine calls instead of one engine call each
+    assert len(gen.calls) < 8  # concurrent calls joined engine calls instead of one engine call each
 
 
 def test_calls_past_max_concurrent_are_refused_not_queued() -> None:

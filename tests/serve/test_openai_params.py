@@ -8,13 +8,13 @@ engine, and on the real engine in the slow tests at the end."""
 from __future__ import annotations
 
 import json
-import threading
 from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
 
+from tests.fakes import FakeLLM, WatchedScripted
 from tts.backends.base import Completion, GenerationRequest, Message
 from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
@@ -26,20 +26,10 @@ pytestmark = pytest.mark.timeout(60)
 KEY = "k"
 
 
-class Recording(ScriptedGenerator):
+class Recording(WatchedScripted):
     """A scripted generator that keeps every request it was sent (its vocabulary: 1,000 token ids)."""
 
     vocab_size = 1000
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.requests: list[GenerationRequest] = []
-        self._lock = threading.Lock()
-
-    def generate(self, requests):
-        with self._lock:
-            self.requests.extend(requests)
-        return super().generate(requests)
 
 
 def _server(gen: Any, **config: Any):
@@ -70,23 +60,6 @@ def _ask(client, model="sc-4/scripted", content="What is 6 * 7?", **kw):
 # --- 6. greedy sampling with n > 1 -------------------------------------------------------------
 
 
-class _FakeLLM:
-    """Stands in for ``vllm.LLM``: records the SamplingParams and answers one text per sample."""
-
-    def __init__(self) -> None:
-        self.params: list[Any] = []
-
-    def generate(self, prompts, params, use_tqdm=False):
-        self.params.extend(params)
-        outs = []
-        for prompt, p in zip(prompts, params, strict=True):
-            outputs = [SimpleNamespace(index=i, text=f"greedy {i}", token_ids=[1, 2, 3], cumulative_logprob=-0.3,
-                                       logprobs=None, finish_reason="stop", stop_reason=None) for i in range(p.n)]
-            outs.append(SimpleNamespace(outputs=outputs, prompt_token_ids=prompt["prompt_token_ids"],
-                                        num_cached_tokens=0))
-        return outs
-
-
 class _FakeTokenizer:
     eos_token_id = 0
 
@@ -106,7 +79,7 @@ def _offline_vllm(deterministic: bool = False):
     gen = object.__new__(VLLMGenerator)
     gen.config = VLLMBackendConfig(deterministic=deterministic)
     gen.model_name, gen.on_gpu = gen.config.model, False
-    gen._llm, gen._tokenizer = _FakeLLM(), _FakeTokenizer()
+    gen._llm, gen._tokenizer = FakeLLM([1, 2, 3], "greedy {i}", cumulative_logprob=-0.3), _FakeTokenizer()
     return gen
 
 
@@ -475,7 +448,6 @@ def test_chosen_sample_tokens_past_the_reply_are_left_out():
     engine): it is not in the reply, so the returned tokens must spell the reply exactly."""
     from tts.backends.base import Completion
     from tts.session.session import SampleOptions, _OptionsGenerator
-
     from tts.types import Sample
 
     text = '{"answer": 36}'

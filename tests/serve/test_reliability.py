@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes import LocalUpstream, chat_completion, read_json_request
 from tts.backends.base import BackendError, GenerationRequest, Message
 from tts.backends.openai import OpenAIGenerator
 from tts.config import OpenAIBackendConfig
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSWER = "Six times seven is \\boxed{42}."
 
 
-class Upstream:
+class Upstream(LocalUpstream):
     """A minimal OpenAI chat-completions server on 127.0.0.1 that answers after ``delay`` seconds,
     never answers a prompt containing "hang" (it waits for the client to close), and records how
     many requests were in flight at once and how many its clients aborted."""
@@ -45,43 +46,15 @@ class Upstream:
         self.most = 0
         self.requests = 0
         self.aborted = 0
-        self._ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(5)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def main() -> None:
-            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = self._server.sockets[0].getsockname()[1]
-            self._ready.set()
-            async with self._server:
-                await self._server.serve_forever()
-
-        try:
-            self._loop.run_until_complete(main())
-        except (asyncio.CancelledError, RuntimeError):
-            pass
+        super().__init__()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:  # keep-alive: one request after another on this connection
             try:
-                head = await reader.readuntil(b"\r\n\r\n")
+                body = await read_json_request(reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 writer.close()
                 return
-            length = 0
-            for line in head.decode("latin-1").split("\r\n"):
-                if line.lower().startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            body = json.loads(await reader.readexactly(length)) if length else {}
             self.requests += 1
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
@@ -98,13 +71,8 @@ class Upstream:
                     await asyncio.sleep(0.01)
             finally:
                 self.in_flight -= 1
-            n = int(body.get("n") or 1)
             tokens = [{"token": t, "logprob": -0.1, "bytes": None, "top_logprobs": []} for t in ("Six", " 42")]
-            payload = json.dumps({
-                "id": "x", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
-                "choices": [{"index": i, "message": {"role": "assistant", "content": ANSWER},
-                             "logprobs": {"content": tokens}, "finish_reason": "stop"} for i in range(n)],
-                "usage": {"prompt_tokens": 9, "completion_tokens": 2 * n, "total_tokens": 9 + 2 * n}}).encode()
+            payload = json.dumps(chat_completion(body, ANSWER, tokens, 9, int(body.get("n") or 1))).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
             await writer.drain()
@@ -126,16 +94,9 @@ class Upstream:
 
 
 @pytest.fixture
-def upstream():
-    made: list[Upstream] = []
-
-    def make(delay: float = 0.0, gather: int = 0) -> Upstream:
-        made.append(Upstream(delay, gather))
-        return made[-1]
-
-    yield make
-    for u in made:
-        u.close()
+def upstream(closing):
+    """``upstream(delay=0.0, gather=0)``: an :class:`Upstream`, closed after the test."""
+    return lambda delay=0.0, gather=0: closing(Upstream(delay, gather))
 
 
 def _served(up: Upstream, **backend):

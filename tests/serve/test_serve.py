@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tts.backends.scripted import ScriptedGenerator
+from tests.fakes import WatchedScripted
 from tts.search.base import Strategy
 from tts.serve import ServeConfig, create_app
 from tts.serve.server import ServerThread
@@ -27,23 +27,8 @@ pytestmark = pytest.mark.timeout(60)
 KEY = "test-key-123"
 
 
-class SlowScripted(ScriptedGenerator):
-    """Scripted generator whose engine calls take ``delay`` seconds and are recorded."""
-
-    def __init__(self, *args: Any, delay: float = 0.0, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.delay = delay
-        self.calls: list[int] = []
-
-    def generate(self, requests):
-        self.calls.append(len(requests))
-        if self.delay:
-            time.sleep(self.delay)
-        return super().generate(requests)
-
-
 def _serve(delay: float = 0.0, **config: Any):
-    gen = SlowScripted(default={"42": 0.7, "41": 0.2}, seed=0, delay=delay, model_name="scripted")
+    gen = WatchedScripted(default={"42": 0.7, "41": 0.2}, seed=0, delay=delay, model_name="scripted")
     session = Session(generator=gen, price_as="smollm2-135m", max_tokens=256, batch_window=0.02)
     settings = {"model": "scripted", "api_key": KEY, "max_budget_tokens": 100_000, **config}
     server = ServerThread(create_app(session, ServeConfig(**{"prompt": "math", **settings}))).start()

@@ -9,27 +9,21 @@ import time
 
 import pytest
 
+from tests.fakes import ConcurrentScripted, WatchedScripted
 from tts.backends.base import BackendError, GenerationRequest, Message
-from tts.backends.scripted import ScriptedGenerator
-from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
+from tts.session.batching import (
+    BatchingGenerator,
+    CallContext,
+    SolveCancelled,
+    set_context,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class Poisoned(ScriptedGenerator):
+def Poisoned() -> WatchedScripted:  # noqa: N802 -- reads as the model it builds
     """Fails any engine call that holds a request whose key starts with "poison"."""
-
-    def __init__(self) -> None:
-        super().__init__(default={"42": 1.0}, seed=0)
-        self.calls: list[int] = []
-
-    def generate(self, requests):
-        self.calls.append(len(requests))
-        time.sleep(0.01)
-        bad = [r.key for r in requests if r.key.startswith("poison")]
-        if bad:
-            raise BackendError(f"the server refused the request {bad[0]}: HTTP 400")
-        return super().generate(requests)
+    return WatchedScripted(default={"42": 1.0}, seed=0, delay=0.01, refuse="poison")
 
 
 def _request(key: str) -> GenerationRequest:
@@ -87,32 +81,9 @@ def test_two_poisoned_callers_each_get_their_own_error():
     assert all(not isinstance(out[k], BaseException) for k in ("ok1", "ok2", "ok3", "ok4", "ok5"))
 
 
-class Concurrent(ScriptedGenerator):
+def Concurrent() -> ConcurrentScripted:  # noqa: N802 -- reads as the model it builds
     """A generator that takes concurrent calls (as an HTTP upstream does); each call takes 0.3 s."""
-
-    concurrent_calls = True
-
-    def __init__(self) -> None:
-        super().__init__(default={"42": 1.0}, seed=0)
-        self.in_flight = 0
-        self.most = 0
-        self.cancels: list[threading.Event | None] = []
-        self._lock = threading.Lock()
-
-    def generate(self, requests, cancel=None):
-        with self._lock:
-            self.in_flight += 1
-            self.most = max(self.most, self.in_flight)
-            self.cancels.append(cancel)
-        try:
-            if cancel is not None and cancel.wait(0.3):
-                raise BackendError("aborted")
-            if cancel is None:
-                time.sleep(0.3)
-            return super().generate(requests)
-        finally:
-            with self._lock:
-                self.in_flight -= 1
+    return ConcurrentScripted(default={"42": 1.0}, seed=0, delay=0.3)
 
 
 def test_a_generator_that_takes_concurrent_calls_is_not_serialised():

@@ -9,6 +9,7 @@ import time
 import pytest
 
 import tts
+from tests.fakes import WatchedScripted
 from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.session import BudgetError, Session, SolveCancelled
@@ -16,23 +17,8 @@ from tts.session import BudgetError, Session, SolveCancelled
 pytestmark = pytest.mark.timeout(60)
 
 
-class CountingScripted(ScriptedGenerator):
-    """Scripted generator that records each engine call's size and can be slowed down."""
-
-    def __init__(self, *args, delay: float = 0.0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls: list[int] = []
-        self.delay = delay
-
-    def generate(self, requests):
-        self.calls.append(len(requests))
-        if self.delay:
-            time.sleep(self.delay)
-        return super().generate(requests)
-
-
 def test_solve_returns_answer_confidence_usage_cost_and_trace():
-    gen = CountingScripted(default={"5": 0.7, "6": 0.2}, seed=1)
+    gen = WatchedScripted(default={"5": 0.7, "6": 0.2}, seed=1)
     with tts.Session(generator=gen, price_as="smollm2-135m") as s:
         sol = s.solve("What is 2+3?", n=8)
     assert sol.answer == "5" and 0.4 < sol.confidence <= 1 and len(sol.trace.samples) == 8
@@ -44,7 +30,7 @@ def test_solve_returns_answer_confidence_usage_cost_and_trace():
 
 def test_concurrent_async_solves_share_engine_calls_and_each_gets_its_own_answer():
     problems = [tts.Problem(f"p{i}", f"What is {i} + 0?") for i in range(64)]
-    gen = CountingScripted({p.id: {str(i): 0.9} for i, p in enumerate(problems)}, seed=0, delay=0.02)
+    gen = WatchedScripted({p.id: {str(i): 0.9} for i, p in enumerate(problems)}, seed=0, delay=0.02)
     with Session(generator=gen, batch_window=0.05) as s:
         async def run():
             return await asyncio.gather(*[s.asolve(p, n=4) for p in problems])
@@ -58,7 +44,7 @@ def test_concurrent_async_solves_share_engine_calls_and_each_gets_its_own_answer
 
 
 def test_multi_step_strategies_batch_their_steps_across_callers():
-    gen = CountingScripted(default={"5": 0.7}, seed=0, delay=0.01)
+    gen = WatchedScripted(default={"5": 0.7}, seed=0, delay=0.01)
     with Session(generator=gen, batch_window=0.05) as s:
         async def run():
             return await asyncio.gather(*[s.asolve("What is 2+3?", strategy="beam", n=4) for _ in range(16)])
@@ -108,7 +94,7 @@ def test_bad_strategy_settings_are_refused_with_the_fix():
 
 
 def test_cancelling_an_async_solve_stops_it_at_its_next_step():
-    gen = CountingScripted(default={"5": 0.7}, seed=0, delay=0.2)
+    gen = WatchedScripted(default={"5": 0.7}, seed=0, delay=0.2)
     with Session(generator=gen, batch_window=0.0) as s:
         async def run():
             task = asyncio.ensure_future(s.asolve("What is 2+3?", strategy="beam", n=4))
@@ -127,13 +113,7 @@ def test_cancelling_an_async_solve_stops_it_at_its_next_step():
 
 def test_a_cancelled_solve_that_is_still_queued_never_reaches_the_engine():
     release = threading.Event()
-
-    class Gated(CountingScripted):
-        def generate(self, requests):
-            release.wait(5)
-            return super().generate(requests)
-
-    gen = Gated(default={"5": 0.7}, seed=0)
+    gen = WatchedScripted(default={"5": 0.7}, seed=0, gate=release)
     with Session(generator=gen, batch_window=0.0) as s:
         ctx_a, ctx_b = tts.session.CallContext(), tts.session.CallContext()
         a = threading.Thread(target=lambda: s.solve("a", n=2, context=ctx_a))

@@ -5,7 +5,9 @@ choose, without an engine.
 ``FunctionGenerator(reply)`` calls ``reply(request)`` once per request and turns what it returns
 (texts, or :class:`~tts.backends.base.Completion` values) into the request's ``n`` completions,
 with usage counted as a backend counts it (the prompt once per request, completion tokens per
-sample; a word counts as a token). ``RecordingGenerator(inner)`` passes every call to another generator and keeps the
+sample; a word counts as a token); a reply that is a whole
+:class:`~tts.backends.base.GenerationResult` is the request's result as it is (a test that asserts
+a usage of its own, or fewer completions than ``n``). ``RecordingGenerator(inner)`` passes every call to another generator and keeps the
 requests and results of each call, so a test can assert what a strategy asked for (one engine call
 per step, the prompts it built, the settings it passed) and what it was given back.
 """
@@ -66,11 +68,13 @@ class FunctionGenerator(RecordingGenerator):
 
     Args:
         reply: ``request -> replies``: one text or :class:`Completion`, or a sequence of them; the
-            request's ``n`` samples cycle through the sequence (a single reply is repeated).
+            request's ``n`` samples cycle through the sequence (a single reply is repeated). Or a
+            whole :class:`GenerationResult`, returned as it is.
         model_name: The name usage and traces report.
     """
 
-    def __init__(self, reply: Callable[[GenerationRequest], Reply | Sequence[Reply]], model_name: str = "function") -> None:
+    def __init__(self, reply: Callable[[GenerationRequest], Reply | Sequence[Reply] | GenerationResult],
+                 model_name: str = "function") -> None:
         super().__init__(inner=None)
         self.reply = reply
         self.model_name = model_name
@@ -80,6 +84,9 @@ class FunctionGenerator(RecordingGenerator):
         results = []
         for request in requests:
             out = self.reply(request)
+            if isinstance(out, GenerationResult):
+                results.append(out)
+                continue
             replies = [out] if isinstance(out, str | Completion) else list(out)
             if not replies:
                 raise ValueError("a FunctionGenerator's reply function returned no reply")

@@ -223,6 +223,25 @@ class Benchmark:
         return problems
 
 
+class GeneratedBenchmark(Benchmark):
+    """A built-in benchmark whose problems :meth:`generate` makes (deterministic, offline):
+    ``size`` of them, or the first ``limit``; ``path`` (a JSONL file in the same format) is loaded
+    instead when given."""
+
+    size: ClassVar[int]
+
+    def generate(self, count: int) -> list[Problem]:
+        """The first ``count`` problems."""
+        raise NotImplementedError
+
+    def load(self, path: Path | None = None, limit: int | None = None, *fields: Any, **named: Any) -> list[Problem]:
+        if path is not None:
+            return super().load(path, limit, *fields, **named)
+        if limit is not None and limit < 1:
+            raise DatasetError(f"--limit must be at least 1, got {limit}")
+        return self.generate(limit or self.size)
+
+
 class FileBenchmark(Benchmark):
     """Any JSONL / Parquet / saved HF dataset given with ``--data``."""
 

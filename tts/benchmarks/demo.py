@@ -17,10 +17,9 @@ grading is the standard grader, unchanged.
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tts.benchmarks.datasets import Benchmark, DatasetError
+from tts.benchmarks.datasets import GeneratedBenchmark
 from tts.prompts import PromptTemplate
 from tts.types import Problem
 
@@ -56,17 +55,10 @@ def generate_problems(count: int, seed: int = 0) -> list[Problem]:
     return problems
 
 
-class DemoBenchmark(Benchmark):
+class DemoBenchmark(GeneratedBenchmark):
     """Built-in, deterministic, offline: 100 problems by default (``--limit`` takes fewer)."""
 
     name = "demo"
     size: ClassVar[int] = 100
     prompt = DEMO_PROMPT
-
-    def load(self, path: Path | None = None, limit: int | None = None, *fields: Any, **named: Any) -> list[Problem]:
-        """The demo problems; ``path`` (a JSONL file in the same format) overrides them."""
-        if path is not None:
-            return super().load(path, limit, *fields, **named)
-        if limit is not None and limit < 1:
-            raise DatasetError(f"--limit must be at least 1, got {limit}")
-        return generate_problems(limit or self.size)
+    generate = staticmethod(generate_problems)

@@ -15,10 +15,9 @@ set is identical on every machine; grading is the standard grader.
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tts.benchmarks.datasets import Benchmark, DatasetError
+from tts.benchmarks.datasets import GeneratedBenchmark
 from tts.benchmarks.demo import NAMES, THINGS
 from tts.prompts import PromptTemplate
 from tts.types import Problem
@@ -72,17 +71,10 @@ def generate_problems(count: int, seed: int = 0) -> list[Problem]:
     return problems
 
 
-class StoriesBenchmark(Benchmark):
+class StoriesBenchmark(GeneratedBenchmark):
     """Built-in, deterministic, offline: 20 stories x 5 questions (``--limit`` takes the first N)."""
 
     name = "stories"
     size: ClassVar[int] = 20 * QUERIES_PER_STORY
     prompt = STORIES_PROMPT
-
-    def load(self, path: Path | None = None, limit: int | None = None, *fields: Any, **named: Any) -> list[Problem]:
-        """The story questions; ``path`` (a JSONL file in the same format) overrides them."""
-        if path is not None:
-            return super().load(path, limit, *fields, **named)
-        if limit is not None and limit < 1:
-            raise DatasetError(f"--limit must be at least 1, got {limit}")
-        return generate_problems(limit or self.size)
+    generate = staticmethod(generate_problems)

@@ -6,6 +6,7 @@ import pytest
 
 from tts.answers.free_text import mbr_select
 from tts.backends.base import Completion, GenerationResult, request_usage
+from tts.backends.function import FunctionGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig, parse_strategy_config
 from tts.eval.runner import share_groups
@@ -20,27 +21,17 @@ RAIN = Problem("rain", "Write one sentence about rain.")
 CLOUD = Problem("cloud", "Write one sentence about clouds.")
 
 
-class FreeTextModel:
+def FreeTextModel(replies, selection) -> FunctionGenerator:  # noqa: N802 -- reads as the model it builds
     """Replies per problem (by the request's key), in order; a selection request (the USC prompt)
-    gets ``selection[key]``. Records every call."""
+    gets ``selection[key]``; 30 prompt tokens a request. Records every call."""
 
-    model_name = "free-text"
+    def reply(r):
+        asks = bool(r.messages) and "most consistent response" in r.messages[-1].content
+        texts = [selection[r.key]] if asks else replies[r.key][: r.n]
+        comps = tuple(Completion(t, len(t.split()), finish_reason="stop") for t in texts)
+        return GenerationResult(comps, request_usage(30, 0, [c.completion_tokens for c in comps], 0.0))
 
-    def __init__(self, replies, selection):
-        self.replies, self.selection, self.calls = replies, selection, []
-
-    def generate(self, requests):
-        self.calls.append(list(requests))
-        out = []
-        for r in requests:
-            asks = bool(r.messages) and "most consistent response" in r.messages[-1].content
-            texts = [self.selection[r.key]] if asks else self.replies[r.key][: r.n]
-            comps = tuple(Completion(t, len(t.split()), finish_reason="stop") for t in texts)
-            out.append(GenerationResult(comps, request_usage(30, 0, [c.completion_tokens for c in comps], 0.0)))
-        return out
-
-    def close(self):
-        pass
+    return FunctionGenerator(reply, model_name="free-text")
 
 
 REPLIES = {

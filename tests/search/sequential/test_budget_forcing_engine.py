@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from tts.backends.function import RecordingGenerator
+from tests.fakes import Rewriting
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
@@ -20,21 +20,10 @@ from tts.types import Budget, Problem
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
 
 
-class _Recording(RecordingGenerator):
+def _Recording(inner, drop_budget: bool = False) -> Rewriting:  # noqa: N802 -- reads as the model it builds
     """Records every call (its requests and results); with ``drop_budget`` it claims an engine
     thinking cap but sends the requests without their budget (a backend that ignores it)."""
-
-    def __init__(self, inner, drop_budget: bool = False):
-        super().__init__(inner)
-        self.drop_budget = drop_budget
-
-    def generate(self, requests):
-        if not self.drop_budget:
-            return super().generate(requests)
-        self.calls.append(list(requests))
-        results = self.inner.generate([dataclasses.replace(r, thinking_budget=None) for r in requests])
-        self.results.append(list(results))
-        return results
+    return Rewriting(inner, before=(lambda r: dataclasses.replace(r, thinking_budget=None)) if drop_budget else None)
 
 
 def _thinker(mean_tokens=60, **kw):

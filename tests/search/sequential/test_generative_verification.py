@@ -10,6 +10,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from tests.fakes import Rewriting
 from tts.backends.base import Completion, GenerationResult, request_usage
 from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
@@ -35,33 +36,27 @@ def _is_verification(request) -> bool:
     return bool(_VERDICT.search(request.messages[-1].content))
 
 
-class BelievesAnswer:
+def BelievesAnswer(inner, believed: str) -> Rewriting:  # noqa: N802 -- reads as the model it builds
     """Solves with a scripted model; as a verifier, says Yes exactly to solutions answering ``believed``."""
 
-    def __init__(self, inner, believed: str):
-        self.inner, self.believed = inner, believed
+    def verdicts(r, result):
+        if not _is_verification(r):
+            return None
+        verdict = "Yes" if f"\\boxed{{{believed}}}" in r.messages[-1].content else "No"
+        texts = [f"I checked it. {verdict}."] * r.n
+        return GenerationResult(tuple(Completion(t, 5) for t in texts), request_usage(50, 0, [5] * r.n, 0.0))
 
-    def generate(self, requests):
-        if not all(_is_verification(r) for r in requests):
-            return self.inner.generate(requests)
-        out = []
-        for r in requests:
-            verdict = "Yes" if f"\\boxed{{{self.believed}}}" in r.messages[-1].content else "No"
-            texts = [f"I checked it. {verdict}."] * r.n
-            out.append(GenerationResult(tuple(Completion(t, 5) for t in texts), request_usage(50, 0, [5] * r.n, 0.0)))
-        return out
-
-    def close(self):
-        pass
+    return Rewriting(inner, after=verdicts)
 
 
-class BrokenJudge(BelievesAnswer):
+def BrokenJudge(inner, believed: str) -> Rewriting:  # noqa: N802 -- reads as the model it builds
     """A verifier whose calls raise (an engine that died, a server that went away)."""
 
-    def generate(self, requests):
-        if any(_is_verification(r) for r in requests):
+    def died(r, result):
+        if _is_verification(r):
             raise RuntimeError("judge engine died")
-        return self.inner.generate(requests)
+
+    return Rewriting(inner, after=died)
 
 
 def _strategy(gen, **knobs) -> GenerativeVerification:
@@ -125,7 +120,7 @@ def test_one_solve_call_and_one_verify_call_per_batch_through_the_runner(tmp_pat
 def test_selection_follows_the_verdicts_not_the_majority():
     # The model answers 4 most often (0.6) and 5 less (0.3); the verifier believes only 5.
     solver = ScriptedGenerator({"p2": {"4": 0.6, "5": 0.3}}, seed=1)
-    gen = RecordingGenerator(BelievesAnswer(solver, believed="5"))
+    gen = BelievesAnswer(solver, believed="5")
     sol = _strategy(gen, n=8, verifications=2).solve([PROBLEMS[2]])[0]
     answers = [s.answer for s in sol.trace.samples]
     assert answers.count("4") > answers.count("5") > 0  # self-consistency would answer 4

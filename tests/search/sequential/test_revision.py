@@ -13,6 +13,7 @@ from tts.search.base import StrategyInputError
 from tts.search.sequential.revision import Revision, RevisionConfig, plan_attempts
 from tts.types import Budget, Problem, Usage
 from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 PROBLEMS = [Problem(f"p{i}", f"What is {i} + {i}?", str(2 * i)) for i in range(4)]
 
@@ -25,25 +26,14 @@ def _recording(*args, **kwargs) -> RecordingGenerator:
     return RecordingGenerator(ScriptedGenerator(*args, **kwargs))
 
 
-class _AnswerVerifier:
+def _AnswerVerifier(score_of, default=0.25) -> FunctionVerifier:  # noqa: N802 -- reads as the verifier it builds
     """Scores an attempt ``score_of[answer]`` (by its boxed answer); counts calls; costs 10 prompt tokens."""
 
-    name = "answer"
+    def reward(problem, text):
+        score = next((s for a, s in score_of.items() if f"\\boxed{{{a}}}" in text), default)
+        return VerifierScore((), score, Usage(prompt_tokens=10, calls=1))
 
-    def __init__(self, score_of, default=0.25):
-        self.score_of, self.default, self.calls = score_of, default, 0
-
-    def score(self, items):
-        self.calls += 1
-        out = []
-        for it in items:
-            text = it.steps[0]
-            score = next((s for a, s in self.score_of.items() if f"\\boxed{{{a}}}" in text), self.default)
-            out.append(VerifierScore((), score, Usage(prompt_tokens=10, calls=1)))
-        return out
-
-    def close(self):
-        pass
+    return FunctionVerifier(reward, name="answer")
 
 
 def _revision(gen, ready=None, sampling=None, **cfg):
@@ -78,7 +68,7 @@ def test_the_revision_prompt_holds_the_problem_the_previous_attempt_and_the_crit
     assert revise[-1].role == "user"
     assert revise[-1].content.startswith("A checker gave your solution a score of 0.25")
     assert "corrected solution" in revise[-1].content
-    assert verifier.calls == 2  # one verifier call per round
+    assert len(verifier.calls) == 2  # one verifier call per round
     # Without critique the same verifier scores the attempts but says nothing in the prompt.
     gen2 = _recording(PROBLEMS[:1], accuracy=0.5, seed=2)
     _revision(gen2, _AnswerVerifier({}), n=2, rounds=1, verifier="arithmetic").solve(PROBLEMS[:1])
@@ -137,12 +127,11 @@ def test_budgets_keep_the_rounds_and_cut_chains_then_rounds():
 
 
 def test_a_broken_verifier_scores_attempts_zero_and_the_run_goes_on():
-    class Broken(_AnswerVerifier):
-        def score(self, items):
-            raise RuntimeError("judge down")
+    def down(problem, text):
+        raise RuntimeError("judge down")
 
     gen = ScriptedGenerator.for_problems(PROBLEMS[:2], accuracy=0.5, seed=6)
-    sols = _revision(gen, Broken({}), n=4, rounds=1, verifier="arithmetic", critique=True).solve(PROBLEMS[:2])
+    sols = _revision(gen, FunctionVerifier(down, name="answer"), n=4, rounds=1, verifier="arithmetic", critique=True).solve(PROBLEMS[:2])
     assert all(s.trace.events == {"verifier_error": 2} and set(s.trace.scores) == {0.0} for s in sols)
 
 

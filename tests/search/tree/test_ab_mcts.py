@@ -16,10 +16,10 @@ from tts.cli.app import app
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
-from tts.search.tree.ab_mcts import ABMCTS, ABMCTSConfig, ab_mcts_search
 from tts.search.base import StrategyInputError
+from tts.search.tree.ab_mcts import ABMCTS, ABMCTSConfig, ab_mcts_search
 from tts.types import Budget, Problem
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 
 def _toy(widen_mean: float, deepen_mean: float, seed: int = 0):
@@ -75,22 +75,11 @@ def test_bad_arguments_are_refused():
 # --- the strategy on the scripted backend --------------------------------------------------------------
 
 
-class Oracle:
+def Oracle() -> FunctionVerifier:  # noqa: N802 -- reads as the verifier it builds
     """A test verifier that knows the gold answer (never a real one): 1 right, 0 wrong."""
+    from tts.answers import extract_answer
 
-    name = "oracle"
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def score(self, items):
-        self.calls.append(len(items))
-        from tts.answers import extract_answer
-
-        return [VerifierScore((), 1.0 if extract_answer(i.steps[-1]) == i.problem.answer else 0.0) for i in items]
-
-    def close(self):
-        pass
+    return FunctionVerifier.of_items(lambda i: float(extract_answer(i.steps[-1]) == i.problem.answer), name="oracle")
 
 
 def _problems(count):
@@ -188,12 +177,12 @@ def test_config_and_budgets_say_what_to_change():
 
 
 def test_a_verifier_that_raises_does_not_end_the_run():
-    class Broken(Oracle):
-        def score(self, items):
-            raise ConnectionError("verifier unreachable")
+    def unreachable(item):
+        raise ConnectionError("verifier unreachable")
 
     problems = _problems(3)
-    sols = _strategy(ScriptedGenerator.for_problems(problems, accuracy=0.6), Broken(), n=4).solve(problems)
+    broken = FunctionVerifier.of_items(unreachable, name="oracle")
+    sols = _strategy(ScriptedGenerator.for_problems(problems, accuracy=0.6), broken, n=4).solve(problems)
     for sol in sols:
         assert sol.trace.events["verifier_error"] == 4 and len(sol.trace.samples) == 4
         assert sol.trace.events["unweighted_vote"] == 1  # every score 0: a plain vote decides

@@ -14,6 +14,7 @@ from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree.tree_search import PENALTY
 from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
@@ -67,12 +68,10 @@ def test_one_expand_and_one_score_call_per_step_for_all_roots(targets):
     assert space.expand_calls == LENGTH and scorer.calls == LENGTH  # steps, not steps x roots
 
 
-class _Garbage:
+def _garbage(state) -> VerifierScore:
     """NaN for digit 0, inf for 1, out of range for 2, a non-number for 3, None (rank last) nowhere."""
-
-    def score(self, states):
-        bad = {"0": math.nan, "1": math.inf, "2": 7.0, "3": "high"}
-        return [VerifierScore((), bad[s.digits[-1]], invalid=1 if s.digits[-1] == "0" else 0) for s in states]
+    bad = {"0": math.nan, "1": math.inf, "2": 7.0, "3": "high"}
+    return VerifierScore((), bad[state.digits[-1]], invalid=1 if state.digits[-1] == "0" else 0)
 
 
 def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
@@ -86,7 +85,7 @@ def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
 
 def test_nan_inf_and_out_of_range_scores_rank_last_and_are_counted():
     space = DigitSpace(["01"], base=BASE)
-    [r] = beam_search(space, _Garbage(), n=4, beam_width=4)
+    [r] = beam_search(space, FunctionVerifier.of_items(_garbage), n=4, beam_width=4)
     assert all(n.score == PENALTY for n in r.nodes) and len(r.leaves) == 4
     assert r.events["invalid_score"] == len(r.nodes) + sum(n.state.digits[-1] == "0" for n in r.nodes)
 

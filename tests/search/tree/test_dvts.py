@@ -8,7 +8,7 @@ from tts.registry import STRATEGIES
 from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree.tree_search import PENALTY
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
@@ -76,12 +76,10 @@ def test_a_subtree_ends_when_its_best_child_is_finished():
         def is_terminal(self, state):  # strings ending in 3 are finished answers
             return state.digits.endswith("3") or super().is_terminal(state)
 
-    class LikesThree:
-        def score(self, states):
-            return [VerifierScore((), 1.0 if s.digits.endswith("3") else 0.5) for s in states]
+    likes_three = FunctionVerifier.of_items(lambda s: 1.0 if s.digits.endswith("3") else 0.5)
 
     space = Early(["000000"], base=BASE)
-    [r] = dvts_search(space, LikesThree(), n=8, beam_width=4)  # M = base: every expansion holds a 3
+    [r] = dvts_search(space, likes_three, n=8, beam_width=4)  # M = base: every expansion holds a 3
     assert all(n.depth == 1 for n in r.nodes) and [n.state.digits for n in r.leaf_nodes] == ["3", "3"]
 
 

@@ -14,7 +14,7 @@ from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
 from tts.types import LazyRecords, Trace, to_jsonable
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 
 def _records(calls: list[int]) -> tuple[dict, ...]:
@@ -47,15 +47,10 @@ def test_a_builder_that_returns_another_count_is_an_error_not_a_silent_mismatch(
         LazyRecords(lambda: _records([]), 3)[0]
 
 
-class _Ones:
-    def score(self, items):
-        return [VerifierScore(1.0) for _ in items]
-
-
 def test_a_search_leaves_its_tree_unbuilt_until_it_is_read(step_model, addition_problems):
     cls = STRATEGIES.load("beam")
     strategy = cls(cls.config_class(n=4), step_model(), MATH_PROMPT.render, SamplingConfig(max_tokens=60),
-                   verifier=_Ones())
+                   verifier=FunctionVerifier(lambda problem, text: 1.0))
     sol = strategy.solve(addition_problems(2))[0]
     tree = sol.trace.tree
     assert isinstance(tree, LazyRecords) and tree._records is None

@@ -24,6 +24,7 @@ from tts.search.tree.tree_search import PENALTY
 from tts.types import Budget, Problem
 from tts.verifiers.arithmetic import ArithmeticVerifier
 from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
@@ -183,12 +184,9 @@ def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
 
 
 def test_nan_and_out_of_range_scores_count_as_lowest_and_do_not_end_the_search():
-    class Garbage:
-        def score(self, states):
-            bad = {"0": math.nan, "1": math.inf, "2": 7.0, "3": 0.5}
-            return [VerifierScore((), bad[s.digits[-1]]) for s in states]
-
-    [r] = mcts_search(DigitSpace(["0123"], base=BASE), Garbage(), n=8, beam_width=4, max_nodes=300)
+    bad = {"0": math.nan, "1": math.inf, "2": 7.0, "3": 0.5}
+    garbage = FunctionVerifier.of_items(lambda s: VerifierScore((), bad[s.digits[-1]]))
+    [r] = mcts_search(DigitSpace(["0123"], base=BASE), garbage, n=8, beam_width=4, max_nodes=300)
     assert len(r.leaves) == 8
     invalid = [n for n in r.nodes if n.state.digits[-1] != "3"]
     assert all(n.score == PENALTY for n in invalid) and r.events == {"invalid_score": len(invalid)}
@@ -244,20 +242,10 @@ def test_cost_hook_prices_the_default_node_budget():
 # --- the strategy end to end --------------------------------------------------------------------
 
 
-class _Counting:
-    """The arithmetic verifier, counting its calls."""
-
-    name = "counting"
-
-    def __init__(self) -> None:
-        self.inner, self.calls = ArithmeticVerifier(), []
-
-    def score(self, items):
-        self.calls.append(len(items))
-        return self.inner.score(items)
-
-    def close(self):
-        pass
+def _counting() -> FunctionVerifier:
+    """The arithmetic verifier, counting its calls (``calls``: the items of each)."""
+    arithmetic = ArithmeticVerifier()
+    return FunctionVerifier.of_items(lambda item: arithmetic.score([item])[0], name="counting")
 
 
 def _mcts(model, n=8, verifier=None, **cfg) -> MCTS:
@@ -268,7 +256,7 @@ def _mcts(model, n=8, verifier=None, **cfg) -> MCTS:
 def test_mcts_repairs_slips_that_single_paths_keep_with_one_generate_and_score_call_per_round(
         step_model, addition_problems):
     problems = addition_problems(40, seed=4)
-    model, verifier = step_model(slip=0.4, seed=5), _Counting()
+    model, verifier = step_model(slip=0.4, seed=5), _counting()
     sols = _mcts(model, n=8, verifier=verifier).solve(problems)
     single = _mcts(step_model(slip=0.4, seed=5), n=1, beam_width=1).solve(problems)
 
@@ -317,18 +305,12 @@ def test_mcts_runs_on_the_scripted_backend():
 
 
 def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_run(step_model, addition_problems):
-    class Broken(_Counting):
-        def __init__(self, value=None):
-            super().__init__()
-            self.value = value
-
-        def score(self, items):
-            if self.value is None:
-                raise ConnectionError("verifier unreachable")
-            return [VerifierScore((), self.value) for _ in items]
+    def unreachable(item):
+        raise ConnectionError("verifier unreachable")
 
     problems = addition_problems(3)
-    for verifier, event in ((Broken(), "verifier_error"), (Broken(math.nan), "invalid_score")):
+    for verifier, event in ((FunctionVerifier.of_items(unreachable), "verifier_error"),
+                            (FunctionVerifier.of_items(lambda item: VerifierScore((), math.nan)), "invalid_score")):
         for s in _mcts(step_model(), n=4, verifier=verifier).solve(problems):
             assert s.answer is not None and 1 <= len(s.trace.samples) <= 4
             assert s.trace.events[event] > 0 and set(s.trace.scores) == {PENALTY}

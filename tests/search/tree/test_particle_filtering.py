@@ -25,19 +25,14 @@ from tts.search.tree.particle_filtering import (
 )
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.types import Problem
-from tts.verifiers.base import VerifierScore
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
 
-class Constant:
+def Constant() -> FunctionVerifier:  # noqa: N802 -- reads as the verifier it builds
     """An uninformative verifier: every state scores the same."""
-
-    calls = 0
-
-    def score(self, states):
-        self.calls += 1
-        return [VerifierScore((), 0.5) for _ in states]
+    return FunctionVerifier.of_items(lambda state: 0.5)
 
 
 class Recording(DigitSpace):
@@ -148,14 +143,11 @@ def test_copies_of_a_particle_are_one_request_and_each_step_is_one_call_for_all_
 def test_the_reference_particle_survives_every_resampling_in_particle_gibbs(targets):
     # A verifier that prefers wrong digits: the reference drawn after iteration 1 scores low, yet it
     # is in the final particle set of iteration 2 (conditional SMC keeps it in its slot).
-    class Contrary(PerfectScorer):
-        def score(self, states):
-            return [VerifierScore((), 1.0 - s.score) for s in super().score(states)]
-
     n = 6
     space = DigitSpace(targets(40, seed=7), base=BASE, seed=8)
+    contrary = FunctionVerifier.of_items(lambda s: 1.0 - space.best_value(s) / len(space.targets[s.root]))
     iterations: list[int] = []
-    results = particle_gibbs(space, Contrary(space), n=n, iterations=2, temperature=0.05, rngs=_rngs(40),
+    results = particle_gibbs(space, contrary, n=n, iterations=2, temperature=0.05, rngs=_rngs(40),
                              before_iteration=iterations.append)
     assert iterations == [0, 1]
     for r in results:

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from tts.answers import extract_answer
@@ -19,35 +17,11 @@ from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
 from tts.search.tree.stepwise import ANSWER_NUDGE
-from tts.types import Usage
-from tts.verifiers.base import VerifierScore
 
 SEARCHES = ["beam", "dvts", "ets", "lookahead", "mcts", "particle_filtering", "particle_gibbs", "rebase"]
 """Every registered search over the step-wise space (ab_mcts searches whole answers: test_ab_mcts.py)."""
 
-_ADDITION = re.compile(r"(\d+) \+ (\d+) = (-?\d+)")
-
-
-class Checker:
-    """1 when every addition of a state holds, else 0; with ``nan_every``, NaN for every such item."""
-
-    def __init__(self, nan_every: int = 0) -> None:
-        self.items, self.nan_every = 0, nan_every
-
-    def score(self, items):
-        out = []
-        for item in items:
-            self.items += 1
-            ok = all(int(a) + int(b) == int(c) for s in item.steps for a, b, c in _ADDITION.findall(s))
-            value = float("nan") if self.nan_every and self.items % self.nan_every == 0 else float(ok)
-            out.append(VerifierScore((), value, Usage(prompt_tokens=len(item.steps), calls=1)))
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-def _search(kind: str, model, checker: Checker, seed: int, **extra):
+def _search(kind: str, model, checker, seed: int, **extra):
     cls = STRATEGIES.load(kind)
     settings = {"n": 8, "verifier": "logprob", **extra}
     if kind in ("beam", "dvts", "mcts", "lookahead"):
@@ -82,14 +56,15 @@ def _requests(calls, key: str | None = None) -> list[list[tuple]]:
 
 @pytest.mark.parametrize("force_answer", [True, False])
 @pytest.mark.parametrize("kind", SEARCHES)
-def test_one_engine_call_per_step_for_all_problems_together(kind, force_answer, step_model, addition_problems):
+def test_one_engine_call_per_step_for_all_problems_together(kind, force_answer, step_model, addition_problems,
+                                                             addition_checker):
     problems = addition_problems(5, seed=2)
     together = step_model(slip=0.3, seed=7, empty=0.1, ends=0.05)
-    sols = _search(kind, together, Checker(), seed=1, force_answer=force_answer).solve(problems)
+    sols = _search(kind, together, addition_checker(), seed=1, force_answer=force_answer).solve(problems)
     alone_calls, alone_sols = [], []
     for p in problems:
         model = step_model(slip=0.3, seed=7, empty=0.1, ends=0.05)
-        alone_sols += _search(kind, model, Checker(), seed=1, force_answer=force_answer).solve([p])
+        alone_sols += _search(kind, model, addition_checker(), seed=1, force_answer=force_answer).solve([p])
         alone_calls.append(model.calls)
     # Each problem sends, step by step, exactly the requests it sends alone, and gets the same solution.
     for p, calls, sol, alone in zip(problems, alone_calls, sols, alone_sols, strict=True):
@@ -110,7 +85,7 @@ def test_one_engine_call_per_step_for_all_problems_together(kind, force_answer, 
 
 @pytest.mark.parametrize("kind", SEARCHES)
 def test_without_forcing_a_capped_path_ends_where_it_stopped_and_its_answer_is_what_it_says(
-        kind, step_model, addition_problems):
+        kind, step_model, addition_problems, addition_checker):
     # A model that never states an answer: every path reaches the depth cap. Forced (the default),
     # each step that reaches the cap costs one more call; with force_answer=False none is made, and
     # every candidate is the text as it stopped, with the answer the extractor reads off it.
@@ -118,7 +93,7 @@ def test_without_forcing_a_capped_path_ends_where_it_stopped_and_its_answer_is_w
     runs = {}
     for force in (True, False):
         model = step_model(slip=0.3, seed=4, never_answers=True)
-        sols = _search(kind, model, Checker(), seed=1, force_answer=force, max_depth=3).solve(problems)
+        sols = _search(kind, model, addition_checker(), seed=1, force_answer=force, max_depth=3).solve(problems)
         runs[force] = (model, sols)
     (forced_model, forced), (stopped_model, stopped) = runs[True], runs[False]
     forcing = [call for call in forced_model.calls if _is_forcing(call)]
@@ -137,10 +112,10 @@ def test_without_forcing_a_capped_path_ends_where_it_stopped_and_its_answer_is_w
     assert sum(s.usage.completion_tokens for s in stopped) < sum(s.usage.completion_tokens for s in forced)
 
 
-def _summary(kind: str, seed: int, step_model, addition_problems) -> list[tuple]:
+def _summary(kind: str, seed: int, step_model, addition_problems, addition_checker) -> list[tuple]:
     """Per problem: (answer, tree nodes, candidates, kept nodes, prompt, completion tokens, calls)."""
     model = step_model(slip=0.3, seed=seed, empty=0.1, ends=0.05)
-    sols = _search(kind, model, Checker(nan_every=7), seed=seed).solve(addition_problems(3, seed=seed))
+    sols = _search(kind, model, addition_checker(nan_every=7), seed=seed).solve(addition_problems(3, seed=seed))
     return [(s.answer, len(s.trace.tree), len(s.trace.samples), sum(node["kept"] for node in s.trace.tree),
              s.usage.prompt_tokens, s.usage.completion_tokens, s.usage.calls) for s in sols]
 
@@ -176,5 +151,5 @@ RECORDED = {
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("kind", SEARCHES)
-def test_outputs_on_fixed_seeds_are_as_recorded(kind, seed, step_model, addition_problems):
-    assert _summary(kind, seed, step_model, addition_problems) == RECORDED[kind, seed]
+def test_outputs_on_fixed_seeds_are_as_recorded(kind, seed, step_model, addition_problems, addition_checker):
+    assert _summary(kind, seed, step_model, addition_problems, addition_checker) == RECORDED[kind, seed]

@@ -7,22 +7,21 @@ says why.
 
 The model adds numbers step by step and slips, writes empty steps and ends its message at times
 (the ``step_model`` fixture, tests/search/conftest.py), so forced answers and unscored empty steps
-are in every run; the verifier checks the additions, and scores a few items NaN (invalid scores).
+are in every run; the verifier checks the additions (the ``addition_checker`` fixture), and scores
+every 7th item NaN (invalid scores).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import pytest
 
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
-from tts.types import Usage, to_jsonable
-from tts.verifiers.base import VerifierScore
+from tts.types import to_jsonable
 
 EXPECTED = {
     "beam": "bb997a02417d2cee6549c0b39089e48210d64f38fda11204a609d06c39e89be9",
@@ -45,26 +44,6 @@ RUNS = {
 }
 
 
-class Checker:
-    """1 when every addition of a solution holds, else 0; NaN for every 7th item (an invalid score)."""
-
-    def __init__(self) -> None:
-        self.items = 0
-
-    def score(self, items):
-        out = []
-        for item in items:
-            self.items += 1
-            ok = all(int(a) + int(b) == int(c) for s in item.steps
-                     for a, b, c in re.findall(r"(\d+) \+ (\d+) = (-?\d+)", s))
-            value = float("nan") if self.items % 7 == 0 else float(ok)
-            out.append(VerifierScore((), value, Usage(prompt_tokens=len(item.steps), calls=1)))
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 def _without_empty_tool_calls(value):
     """The JSON of solutions as it was before samples could carry tool calls (an empty field
     added later must not change the fingerprint of searches that make none)."""
@@ -75,7 +54,7 @@ def _without_empty_tool_calls(value):
     return value
 
 
-def _fingerprint(label: str, step_model, addition_problems) -> tuple[str, list]:
+def _fingerprint(label: str, step_model, addition_problems, addition_checker) -> tuple[str, list]:
     kind = label.split(",")[0]
     cls = STRATEGIES.load(kind)
     settings = {"n": 8, "verifier": "logprob", **RUNS[label]}
@@ -85,7 +64,7 @@ def _fingerprint(label: str, step_model, addition_problems) -> tuple[str, list]:
         settings["cluster_threshold"] = 0.3
     model = step_model(slip=0.3, seed=4, empty=0.1, ends=0.05)
     strategy = cls(cls.config_class(**settings), model, MATH_PROMPT.render, SamplingConfig(max_tokens=60), seed=3,
-                   verifier=Checker())
+                   verifier=addition_checker(nan_every=7))
     sols = strategy.solve(addition_problems(3, seed=1))
     requests = [[(r.key, r.n, r.seed, r.temperature, r.max_tokens, r.continuation) for r in call]
                 for call in model.calls]
@@ -94,7 +73,8 @@ def _fingerprint(label: str, step_model, addition_problems) -> tuple[str, list]:
 
 
 @pytest.mark.parametrize("label", sorted(RUNS))
-def test_search_output_is_unchanged_by_how_trees_store_their_nodes(label, step_model, addition_problems):
-    digest, sols = _fingerprint(label, step_model, addition_problems)
+def test_search_output_is_unchanged_by_how_trees_store_their_nodes(label, step_model, addition_problems,
+                                                                   addition_checker):
+    digest, sols = _fingerprint(label, step_model, addition_problems, addition_checker)
     assert all(s.trace.tree for s in sols)
     assert digest == EXPECTED[label]

@@ -28,19 +28,8 @@ from typing import ClassVar, Literal
 
 from tts.config import StrategyConfigBase
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    grow,
-    grow_level,
-    keep_best,
-    never_ends,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, grow, keep_best, level_search, never_ends)
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 
@@ -129,19 +118,15 @@ def beam_search(space: SearchSpace, scorer: StateScorer, n: int, beam_width: int
     if fill == "every_step":
         return _every_step(space, scorer, n, beam_width, max_steps)
     keep = n // beam_width
-    trees = [SearchTree(root) for root in space.initial_states()]
-    frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
-    for _ in range(max_steps):
-        if not frontier:
-            return [t.result() for t in trees]
-        # 1. Expand every kept node of every root and score all children (one call each);
-        # 2. finished children become candidates.
-        live_by_tree = grow_level(space, scorer, trees, frontier)
-        frontier = []
-        for tree, live in zip(trees, live_by_tree, strict=True):
-            # 3. Keep the N/M best unfinished ones, each expanded M ways, within N candidates in all.
-            frontier += keep_best(tree, live, n, keep, beam_width)
-    raise never_ends(max_steps)
+
+    def choose(trees: list[SearchTree], live_by_tree: list[list[TreeNode]]) -> list[Expansion]:
+        # Every level expands every kept node of every root and scores all children (one call
+        # each); finished children are candidates. Keep the N/M best unfinished ones, each
+        # expanded M ways, within N candidates in all.
+        return [e for tree, live in zip(trees, live_by_tree, strict=True)
+                for e in keep_best(tree, live, n, keep, beam_width)]
+
+    return level_search(space, scorer, n, max_steps, choose)
 
 
 class BeamConfig(WidthSearchConfig):

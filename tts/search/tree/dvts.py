@@ -29,18 +29,8 @@ from typing import ClassVar, Literal
 
 from tts.config import StrategyConfigBase
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    best,
-    grow,
-    never_ends,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, best, grow, never_ends)
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 

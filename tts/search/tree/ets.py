@@ -88,17 +88,8 @@ from tts.search.base import ExtractFn, PromptFn
 from tts.search.tree.rebase import BALANCE_TEMPERATURE, BalanceTemperature, Rounding, balanced_widths, ceil_widths
 from tts.search.tree.step_clusters import CLUSTER_THRESHOLD, StepClusterer
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    grow_level,
-    never_ends,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, level_search, widened)
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 from tts.verifiers.base import Verifier
 
@@ -345,16 +336,13 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
     """ETS from every root of ``space`` in lockstep.
 
     Args:
-        space: The search space (one root per problem).
-        scorer: Scores states (higher is better).
-        n: Budget N: the root is expanded n ways, every depth expands at most n minus the
-            finished count, and at most n finished candidates are returned.
+        space, scorer, n, max_steps: As :func:`~tts.search.tree.rebase.rebase_search` (n is the
+            budget N, shared among nodes depth by depth).
         temperature: Balance temperature T_b of REBASE's softmax (the shares O_i and the widths).
         kv_weight: lambda_b, the weight of the KV-cache cost of the retained nodes.
         coverage_weight: lambda_s, the weight of the fraction of step clusters kept.
         cluster: States -> cluster labels, called once per depth with the candidates of every
             tree (labels are compared within a tree); None drops the coverage term.
-        max_steps: Safety cap on depths.
         rounding: ``largest_remainder``: O_i are the unrounded shares, at most the width is
             retained, and the width is split by largest remainder; ``ceil``: the authors' code
             (O_i their rounded widths, normalised; no cap; their sequential ceilings).
@@ -371,13 +359,9 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
     reference = rounding == "ceil"
     if not (kv_weight >= 0 and coverage_weight >= 0):
         raise ValueError(f"kv_weight and coverage_weight must be >= 0, got {kv_weight} and {coverage_weight}")
-    trees = [SearchTree(root) for root in space.initial_states()]
-    frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
-    for _ in range(max_steps):
-        if not frontier:
-            return [t.result() for t in trees]
-        live_by_tree = grow_level(space, scorer, trees, frontier)
-        frontier = []
+
+    def choose(trees: list[SearchTree], live_by_tree: list[list[TreeNode]]) -> list[Expansion]:
+        frontier: list[Expansion] = []
         # 1. Finished children are candidates; the rest compete for the width. Nodes without a
         #    valid score would get no width from REBASE while a sibling has one: never retained.
         pools: dict[int, list[TreeNode]] = {}
@@ -411,11 +395,10 @@ def ets_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: flo
                 keep = [True] * len(pool)
             chosen = [node for node, k in zip(pool, keep, strict=True) if k]
             widths = (ceil_widths if reference else balanced_widths)([node.score for node in chosen], room, temperature)
-            for node, width in zip(chosen, widths, strict=True):
-                if width > 0:
-                    node.kept = True
-                    frontier.append(Expansion(tree, node, width))
-    raise never_ends(max_steps)
+            frontier += widened(tree, chosen, widths)
+        return frontier
+
+    return level_search(space, scorer, n, max_steps, choose)
 
 
 def kv_nodes(result: SearchResult) -> int:

@@ -38,18 +38,8 @@ from pydantic import Field
 from tts.config import StrategyConfigBase
 from tts.search.tree.beam import every_step_frontier, first_n
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    keep_best,
-    never_ends,
-    score_nodes,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, keep_best, never_ends, score_nodes)
 from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 from tts.types import RequestShape
 

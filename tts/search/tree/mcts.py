@@ -61,22 +61,9 @@ from pydantic import Field, model_validator
 from tts.config import StrategyConfigBase
 from tts.search.base import StrategyInputError
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    grow,
-    never_ends,
-)
-from tts.search.tree.tree_strategy import (
-    ANSWER_TOKENS,
-    TreeSearchStrategy,
-    WidthSearchConfig,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, grow, never_ends)
+from tts.search.tree.tree_strategy import (ANSWER_TOKENS, TreeSearchStrategy, WidthSearchConfig)
 from tts.types import Budget
 
 EXPLORATION = 0.05

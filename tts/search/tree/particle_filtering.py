@@ -79,17 +79,8 @@ from pydantic import Field, model_validator
 from tts.backends.base import derive_seed
 from tts.config import StrategyConfigBase
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    TreeNode,
-    grow,
-    never_ends,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, grow, never_ends)
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 from tts.types import Sample
 

@@ -42,16 +42,8 @@ from pydantic import Field
 
 from tts.config import StrategyConfigBase
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace
-from tts.search.tree.tree_search import (
-    MAX_STEPS,
-    Expansion,
-    SearchResult,
-    SearchSpace,
-    SearchTree,
-    StateScorer,
-    grow_level,
-    never_ends,
-)
+from tts.search.tree.tree_search import (MAX_STEPS, Expansion, SearchResult, SearchSpace, SearchTree, StateScorer,
+                                         TreeNode, level_search, widened)
 from tts.search.tree.tree_strategy import TreeSearchConfig, TreeSearchStrategy
 
 BALANCE_TEMPERATURE = 0.2
@@ -188,20 +180,13 @@ def rebase_search(space: SearchSpace, scorer: StateScorer, n: int, temperature: 
         raise ValueError(f"n must be >= 1, got {n}")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    trees = [SearchTree(root) for root in space.initial_states()]
-    frontier: list[Expansion] = [Expansion(t, None, n) for t in trees]
-    for _ in range(max_steps):
-        if not frontier:
-            return [t.result() for t in trees]
-        live_by_tree = grow_level(space, scorer, trees, frontier)
-        frontier = []
-        for tree, live in zip(trees, live_by_tree, strict=True):
-            room = n - len(tree.leaves)
-            for node, width in zip(live, split([k.score for k in live], room, temperature), strict=True):
-                if width > 0:
-                    node.kept = True
-                    frontier.append(Expansion(tree, node, width))
-    raise never_ends(max_steps)
+
+    def choose(trees: list[SearchTree], live_by_tree: list[list[TreeNode]]) -> list[Expansion]:
+        # The remaining budget of each tree, shared among its unfinished children by their scores.
+        return [e for tree, live in zip(trees, live_by_tree, strict=True)
+                for e in widened(tree, live, split([k.score for k in live], n - len(tree.leaves), temperature))]
+
+    return level_search(space, scorer, n, max_steps, choose)
 
 
 class RebaseConfig(TreeSearchConfig):

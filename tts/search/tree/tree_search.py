@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -209,6 +209,36 @@ def grow_level(space: SearchSpace[S], scorer: StateScorer[S], trees: Sequence[Se
                 unfinished.append(node)
         live.append(unfinished)
     return live
+
+
+def level_search(space: SearchSpace[S], scorer: StateScorer[S], n: int, max_steps: int,
+                 choose: Callable[[list[SearchTree[S]], list[list[TreeNode[S]]]], list[Expansion[S]]],
+                 ) -> list[SearchResult[S]]:
+    """A level-by-level search (beam, REBASE, ETS) from every root of ``space`` in lockstep.
+
+    Each root is expanded ``n`` ways; then every level, :func:`grow_level` grows and scores all
+    expansions of every tree at once (its finished children become candidates), and
+    ``choose(trees, live_by_tree)`` returns the next level's expansions from each tree's unfinished
+    children, until none is left. ``max_steps`` bounds the levels (:func:`never_ends`).
+    """
+    trees = [SearchTree(root) for root in space.initial_states()]
+    frontier: list[Expansion[S]] = [Expansion(t, None, n) for t in trees]
+    for _ in range(max_steps):
+        if not frontier:
+            return [t.result() for t in trees]
+        frontier = choose(trees, grow_level(space, scorer, trees, frontier))
+    raise never_ends(max_steps)
+
+
+def widened(tree: SearchTree[S], nodes: Sequence[TreeNode[S]], widths: Sequence[int]) -> list[Expansion[S]]:
+    """The expansions of ``nodes`` (of ``tree``), ``widths[i]`` children for node i; a node given
+    a width is marked kept, one given none is not expanded."""
+    out = []
+    for node, width in zip(nodes, widths, strict=True):
+        if width > 0:
+            node.kept = True
+            out.append(Expansion(tree, node, width))
+    return out
 
 
 def score_nodes(scorer: StateScorer[S], entries: Sequence[tuple[SearchTree[S], TreeNode[S]]]) -> None:
