@@ -11,7 +11,7 @@ from tts.budgets.allocator import (
     AccuracyCurve,
     BudgetError,
     BudgetTooSmallError,
-    Candidate,
+    StrategyCandidate,
     allocate,
     check_budget,
     greedy_allocate,
@@ -132,7 +132,7 @@ def test_check_budget_messages_and_edges():
 
 def test_option_matrices_price_each_strategy_and_say_what_is_missing():
     curves = {0: [AccuracyCurve("self_consistency", (1, 4), (0.2, 0.6)), AccuracyCurve("best_of_n", (1, 4), (0.2, 0.4))]}
-    cands = [Candidate("self_consistency", 4), Candidate("best_of_n", 4)]
+    cands = [StrategyCandidate("self_consistency", 4), StrategyCandidate("best_of_n", 4)]
     price = {"self_consistency": 10.0, "best_of_n": 30.0}
     costs, accs = option_matrices(["a"], [0], cands, lambda pid, s, n: price[s] * n, curves)
     assert costs.tolist() == [[40.0, 120.0]] and accs.tolist() == [[0.6, 0.4]]
@@ -140,14 +140,14 @@ def test_option_matrices_price_each_strategy_and_say_what_is_missing():
         option_matrices(["a", "b"], [0], cands, lambda *a: 1.0, curves)
     assert str(err.value) == "2 problems but 1 difficulty bins; give one bin each"
     with pytest.raises(ValueError) as err:
-        option_matrices(["a"], [0], [Candidate("weighted_vote", 4)], lambda *a: 1.0, curves)
+        option_matrices(["a"], [0], [StrategyCandidate("weighted_vote", 4)], lambda *a: 1.0, curves)
     assert str(err.value) == ("bin 0 has no curve for strategy 'weighted_vote'; fit one or drop that strategy "
                               "from the candidates")
 
 
 def test_allocate_names_each_plans_problem_and_accuracy_and_logs_the_spend(caplog):
     curves = {0: [AccuracyCurve("self_consistency", (1, 4), (0.2, 0.6))]}
-    cands = [Candidate("self_consistency", 1), Candidate("self_consistency", 4)]
+    cands = [StrategyCandidate("self_consistency", 1), StrategyCandidate("self_consistency", 4)]
     with caplog.at_level(logging.DEBUG, logger="tts.budgets.allocator"):
         plans = allocate(["a", "b"], [0, 0], 500.0, cands, lambda pid, s, n: 100.0 * n, curves)
     assert [(p.problem_id, p.n, p.expected_accuracy) for p in plans] == [("a", 4, 0.6), ("b", 1, 0.2)]
