@@ -76,7 +76,7 @@ from pydantic import Field, model_validator
 from tts.answers import answer_keys
 from tts.backends.base import Completion, GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError
+from tts.search.base import BudgetUse, Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,7 @@ class BudgetForcing(Strategy):
 
     name = "budget_forcing"
     config_class: ClassVar[type[StrategyConfigBase]] = BudgetForcingConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES
     pool_rule = None
 
     @property
