@@ -44,7 +44,8 @@ FORMS = ("a number of tokens, {'dollars': 0.01}, {'eflops': 1e15}, {'gpu_seconds
 
 
 class BudgetError(ValueError):
-    """A budget that cannot be used; the message says what to change."""
+    """A budget that cannot be used; the message says what to change. The one budget error of tts:
+    the session, the server, ``auto`` and the allocators (:mod:`tts.budgets.allocator`) raise it."""
 
 
 @dataclass(frozen=True, slots=True)
