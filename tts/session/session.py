@@ -269,9 +269,9 @@ class Session:
         self.cancelled = 0
         self.closed = False
         if isinstance(strategy, str):  # refuse an unknown default now, not at the first solve
-            from tts.registry import STRATEGIES
+            from tts.config import strategy_kind
 
-            STRATEGIES.check(strategy)
+            strategy_kind(strategy)
 
     @staticmethod
     def _open(backend: str | Mapping[str, Any] | Any) -> tuple[Generator, Any]:
@@ -334,9 +334,13 @@ class Session:
             SettingsError: Settings the strategy refuses, or ``n`` for a strategy without one (a
                 ValueError whose one-line message names the setting and what to change).
         """
+        return self._config(strategy, n, ComputeBudget.parse(budget))
+
+    def _config(self, strategy: Any, n: int | None, budget: ComputeBudget | None) -> Any:
+        """:meth:`strategy_config` for a budget already read (where it entered: :meth:`solve`)."""
         from pydantic import BaseModel, ValidationError
 
-        from tts.config import parse_strategy_config
+        from tts.config import parse_strategy_config, strategy_kind
         from tts.registry import STRATEGIES
         from tts.search.base import BudgetUse, budget_use
 
@@ -350,19 +354,15 @@ class Session:
             spec = strategy.model_dump(exclude_unset=True) | {"kind": strategy.kind}  # type: ignore[attr-defined]
         else:
             return parse_strategy_config(strategy)  # refused with the accepted forms
-        if "kind" not in spec:
-            return parse_strategy_config(spec)
-        kind = STRATEGIES.check(str(spec["kind"]))
-        cls = STRATEGIES.load(kind)
-        fields = cls.config_class.model_fields
+        kind = strategy_kind(spec)
+        fields = STRATEGIES.load(kind).config_class.model_fields
         spec = {**self.strategy_settings.get(kind, {}), **spec}
         if n is not None:
             if "n" not in fields:
                 raise SettingsError(f"strategy {kind!r} has no n setting; leave n out")
             spec["n"] = n  # rebuilt from the caller's settings, so that what derives from n follows it
-        solve_budget = ComputeBudget.parse(budget)
-        if solve_budget is not None and budget_use(kind) is BudgetUse.PRICES_ITSELF and "budget" not in spec:
-            spec.update(budget=solve_budget.amount, budget_unit=solve_budget.unit)
+        if budget is not None and budget_use(kind) is BudgetUse.PRICES_ITSELF and "budget" not in spec:
+            spec.update(budget=budget.amount, budget_unit=budget.unit)
         try:
             return parse_strategy_config(spec)
         except ValidationError as exc:  # a pydantic dump with a URL: one line that names the setting
@@ -428,8 +428,8 @@ class Session:
         asked = inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools,
                             tool_choice)  # an empty question is the conversation's
         question = dataclasses.replace(question, question=asked) if isinstance(question, Problem) else asked
-        solve_budget = ComputeBudget.parse(budget) if budget is not None else self.default_budget
-        config = self.strategy_config(strategy, n, solve_budget)
+        solve_budget = ComputeBudget.parse(budget) if budget is not None else self.default_budget  # read once, here
+        config = self._config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
         if problem.metadata.get("tools"):
