@@ -22,6 +22,14 @@ Slow (minutes to an hour per module), so never in CI. Run one module at a time, 
     python benchmarks/mutation.py answers/equivalence  # some of them (names as in MODULES)
     python benchmarks/mutation.py --list               # the modules and their tests
     python benchmarks/mutation.py --table              # the table of the last runs, no new run
+    python benchmarks/mutation.py --diff [BASE]        # review a change: only what it touched
+
+``--diff`` (for every change, before it is merged) mutates only the functions the change since
+BASE touched (BASE's merge base with HEAD to the working tree; BASE defaults to origin/main, else
+main), and of those only the mutants on changed lines (``--whole``: all of the functions'), runs
+the tests MODULES lists for their modules (else the tests that import them) and prints the
+survivors with their diffs; it exits 1 while one is left. The diff-to-functions mapping is in
+``benchmarks/mutation_diff.py``.
 
 Prints one row per module (mutants, killed, survived, equivalent, survival %) and the diff of
 every unexplained survivor; ``.mutation/results.json`` keeps the last result of each module.
@@ -86,6 +94,106 @@ MODULES: dict[str, list[str]] = {
     # The policy called directly; test_security.py (the same rules through the HTTP server, 18 s a
     # run) made each mutant too slow for the module to finish (194 not run in 20 minutes).
     "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_policy_rules.py"],
+    # Issue 48: every other module that computes something a user reads (docs/mutation.md says
+    # which have been run). The strategies: their own tests, then the parity tests against the papers.
+    "search/sampling/certainty_probe": ["tests/search/sampling/test_certainty_probe.py", "tests/parity/test_sequential.py"],
+    "search/sampling/codet": ["tests/search/test_codet.py", "tests/parity/test_codet.py"],
+    "search/sampling/deepconf": ["tests/search/sampling/test_deepconf.py", "tests/parity/test_deepconf.py"],
+    "search/sampling/execution_vote": ["tests/search/test_execution_vote.py", "tests/parity/test_execution_votes.py"],
+    "search/sampling/program_vote": ["tests/search/test_program_vote.py", "tests/parity/test_program_of_thoughts.py"],
+    "search/sampling/tool_vote": ["tests/search/sampling/test_tool_vote.py", "tests/parity/test_voting_and_answers.py"],
+    "search/sampling/usc": ["tests/search/sampling/test_usc.py", "tests/parity/test_free_text.py"],
+    "search/sequential/budget_forcing": ["tests/search/sequential/test_budget_forcing.py", "tests/parity/test_sequential.py"],
+    "search/sequential/execution_feedback": ["tests/search/sequential/test_self_debugging.py",
+                                             "tests/parity/test_self_debugging.py"],
+    "search/sequential/generative_verification": ["tests/search/sequential/test_generative_verification.py",
+                                                  "tests/parity/test_judge_and_genrm.py"],
+    "search/sequential/revision": ["tests/search/sequential/test_revision.py", "tests/search/sequential/test_self_debugging.py",
+                                   "tests/parity/test_sequential.py", "tests/parity/test_self_debugging.py"],
+    "search/sequential/tool_integrated": ["tests/search/sequential/test_tool_integrated.py",
+                                          "tests/parity/test_tool_integrated_reasoning.py"],
+    "search/tree/ab_mcts": ["tests/search/tree/test_ab_mcts.py", "tests/parity/test_ab_mcts.py"],
+    "search/tree/beam": ["tests/search/tree/test_beam.py", "tests/parity/test_tree_searches.py"],
+    "search/tree/dvts": ["tests/search/tree/test_dvts.py", "tests/parity/test_tree_searches.py"],
+    "search/tree/ets": ["tests/search/tree/test_ets.py", "tests/parity/test_rebase_ets.py"],
+    "search/tree/lookahead": ["tests/search/tree/test_lookahead.py", "tests/parity/test_tree_searches.py"],
+    "search/tree/mcts": ["tests/search/tree/test_mcts.py", "tests/parity/test_tree_searches.py"],
+    "search/tree/particle_filtering": ["tests/search/tree/test_particle_filtering.py",
+                                       "tests/parity/test_particle_filtering.py"],
+    "search/tree/rebase": ["tests/search/tree/test_rebase.py", "tests/search/tree/test_rebase_properties.py",
+                           "tests/parity/test_rebase_ets.py"],
+    "search/tree/step_clusters": ["tests/search/tree/test_ets.py", "tests/parity/test_rebase_ets.py"],
+    "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_search_steps.py",
+                             "tests/search/tree/test_ets.py", "tests/parity/test_particle_filtering.py",
+                             "tests/parity/test_rebase_ets.py"],
+    "search/tree/tree_search": ["tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",
+                                "tests/search/tree/test_mcts.py", "tests/search/tree/test_rebase.py",
+                                "tests/search/tree/test_tree_storage.py", "tests/search/tree/test_lazy_tree.py"],
+    "search/tree/tree_strategy": ["tests/search/tree/test_beam.py", "tests/search/tree/test_stepwise.py",
+                                  "tests/search/tree/test_lazy_tree.py", "tests/search/tree/test_tree_storage.py"],
+    "verifiers/arithmetic": ["tests/verifiers/test_arithmetic.py", "tests/parity/test_verifiers_misc.py"],
+    "verifiers/chain_check": ["tests/verifiers/test_chain_check.py"],
+    "verifiers/confidence": ["tests/verifiers/test_confidence.py", "tests/verifiers/test_confidence_edges.py",
+                             "tests/parity/test_verifiers_misc.py"],
+    "verifiers/judge": ["tests/verifiers/test_judge.py", "tests/parity/test_judge_and_genrm.py"],
+    "verifiers/prm": ["tests/verifiers/test_prm.py", "tests/verifiers/test_prm_remote.py",
+                      "tests/parity/test_prm_and_aggregation.py"],
+    "verifiers/prm_adapters": ["tests/verifiers/test_prm.py", "tests/verifiers/test_prm_remote.py",
+                               "tests/parity/test_prm_and_aggregation.py"],
+    "verifiers/rm": ["tests/verifiers/test_prm_remote.py"],
+    "verifiers/self_certainty": ["tests/verifiers/test_self_certainty.py", "tests/parity/test_verifiers_misc.py"],
+    "budgets/allocator": ["tests/budgets/test_allocator_steps.py", "tests/budgets/test_allocator.py"],
+    "budgets/auto_strategy": ["tests/budgets/test_auto_strategy.py", "tests/budgets/test_prompt_length.py"],
+    "budgets/cross_allocator": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_pricing.py"],
+    "budgets/difficulty": ["tests/budgets/test_difficulty.py", "tests/budgets/test_prompt_length.py",
+                           "tests/budgets/test_escalation.py"],
+    "budgets/ensemble": ["tests/budgets/test_ensemble.py"],
+    "budgets/escalation": ["tests/budgets/test_escalation.py"],
+    "budgets/offline_plan": ["tests/budgets/test_offline_plan.py"],
+    "budgets/pricing": ["tests/budgets/test_pricing.py", "tests/serve/test_policy_rules.py"],
+    "budgets/strategy_curves": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_escalation.py"],
+    "budgets/rate_models/contested": ["tests/stopping_rules/test_contested.py"],
+    "budgets/rate_models/vote_value": ["tests/stopping_rules/test_gain.py"],
+    "budgets/replay/cross_strategy": ["tests/budgets/test_cross_strategy.py"],
+    "budgets/replay/matched": ["tests/budgets/test_escalation.py"],
+    "budgets/replay/online": ["tests/budgets/test_online.py", "tests/budgets/test_window_and_length_rules.py",
+                              "tests/budgets/test_dirichlet_rule.py"],
+    "budgets/replay/oracle": ["tests/budgets/test_horizon_rule.py"],
+    "budgets/replay/prefix": ["tests/budgets/replay/test_simulate.py", "tests/eval/test_estimators.py"],
+    "budgets/replay/simulate": ["tests/budgets/replay/test_simulate.py", "tests/budgets/test_window_and_length_rules.py"],
+    "eval/allocated": ["tests/eval/test_allocated.py"],
+    "eval/breakdown": ["tests/eval/test_breakdown.py"],
+    "eval/frontier": ["tests/eval/test_frontier.py"],
+    "eval/labels": ["tests/eval/test_breakdown.py"],
+    "eval/runner": ["tests/eval/test_runner.py"],
+    "eval/store": ["tests/eval/test_store.py"],
+    "eval/sweep": ["tests/eval/test_sweep.py"],
+    # The server's planning, rate limit and replies through its HTTP tests (seconds a run).
+    "serve/planning": ["tests/serve/test_budgets_and_models.py", "tests/serve/test_openai_params.py"],
+    "serve/ratelimit": ["tests/serve/test_ratelimit.py"] + [f"tests/serve/test_budgets_and_models.py::test_{name}" for name in (
+        "a_token_rate_limit_answers_429_with_retry_after_from_the_bucket",
+        "a_request_of_n_choices_reserves_every_choices_worst_case",
+        "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
+    "serve/replies": ["tests/serve/test_openai_params.py", "tests/backends/test_thinking.py"],
+    "serve/routing": ["tests/serve/test_budgets_and_models.py"],
+    "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
+    "execution/programs": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
+    "execution/sandbox": ["tests/execution/test_sandbox.py", "tests/execution/test_programs.py"],
+    "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
+    "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl.py"],
+    "benchmarks/chains": ["tests/benchmarks/test_chains.py", "tests/verifiers/test_chain_check.py"],
+    "graphs/executor": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py"],
+    "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_executor.py"],
+    "graphs/notes": ["tests/graphs/test_sleep_time.py"],
+    "graphs/roles": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py", "tests/graphs/test_sleep_time.py",
+                     "tests/graphs/test_scale.py"],
+    "graphs/search": ["tests/graphs/test_graph_search.py"],
+    "graphs/search_eval": ["tests/graphs/test_graph_search.py"],
+    "graphs/search_space": ["tests/graphs/test_stages.py", "tests/graphs/test_graph_search.py"],
+    "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
+    "graphs/stages": ["tests/graphs/test_stages.py"],
+    "graphs/strategy": ["tests/graphs/test_examples.py", "tests/graphs/test_graph_search.py"],
+    "graphs/subproblems": ["tests/graphs/test_scale.py"],
 }
 
 # mutmut's statuses. A mutant that times out or crashes the tests was noticed: killed. One that no
@@ -122,8 +230,9 @@ def equivalents() -> dict[str, dict[str, str]]:
     return {e["mutant"]: e for e in entries}
 
 
-def _workdir(module: str, tests: list[str]) -> Path:
-    """A scratch copy of the package and tests, with mutmut told to mutate only ``module``."""
+def _workdir(module: str, tests: list[str], mutate: list[str] | None = None) -> Path:
+    """A scratch copy of the package and tests, with mutmut told to mutate only ``module`` (or the
+    modules ``mutate`` lists: a change's, see ``--diff``)."""
     work = WORK / module.replace("/", ".")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -141,7 +250,7 @@ def _workdir(module: str, tests: list[str]) -> Path:
     (work / "mutants" / "benchmarks").symlink_to(ROOT / "benchmarks")
     config = {
         "source_paths": ["tts"],
-        "only_mutate": [f"tts/{module}.py"],
+        "only_mutate": [f"tts/{m}.py" for m in mutate or [module]],
         "pytest_add_cli_args_test_selection": tests,
         # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out.
         # A wall-clock limit per test (pytest-timeout): mutmut's own limit counts CPU time, so a mutant
@@ -182,6 +291,14 @@ def _mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.
     return subprocess.CompletedProcess(cmd, code, out_path.read_text(), err_path.read_text())
 
 
+def _diffs(work: Path, files: list[str]) -> dict[str, str]:
+    """Every mutant's diff, read from mutmut's mutated copies of ``files`` (benchmarks/mutation_diff.py)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mutation_diff import all_mutant_diffs
+
+    return all_mutant_diffs(work, list(files))
+
+
 def _diff(work: Path, mutant: str) -> str:
     """The mutant's diff (``mutmut show``), without its header."""
     out = _mutmut(work, "show", mutant).stdout
@@ -194,19 +311,27 @@ def _changed_lines(diff: str) -> list[str]:
 
 def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict[str, str]]) -> Result:
     """Run mutmut on one module and classify its mutants."""
-    result = Result(module)
-    work = _workdir(module, tests)
+    return run_mutants(_workdir(module, tests), Result(module), timeout, known, files=[f"tts/{module}.py"])
+
+
+def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dict[str, str]],
+                only: dict[str, str] | None = None, files: list[str] = ()) -> Result:
+    """Run mutmut in a scratch copy made by :func:`_workdir` and classify the mutants: all of them
+    (of ``files``), or the ones ``only`` names (name -> its diff)."""
     start = time.monotonic()
     try:
-        run = _mutmut(work, "run", "--max-children", "1", timeout=timeout)
+        run = _mutmut(work, "run", "--max-children", "1", *(only or ()), timeout=timeout)
         (work / "mutmut-run.log").write_text(run.stdout + run.stderr)
         if run.returncode != 0:
             result.error = f"mutmut run exited {run.returncode}; see {work / 'mutmut-run.log'}"
     except subprocess.TimeoutExpired:
         result.error = f"stopped after {timeout:.0f}s; the counts cover the mutants run by then"
     result.seconds = time.monotonic() - start
+    diffs = only if only is not None else _diffs(work, files)
     listing = _mutmut(work, "results", "--all", "true").stdout
     for name, status in re.findall(r"^\s+(\S+): (.+)$", listing, re.MULTILINE):
+        if only is not None and name not in only:
+            continue
         result.mutants += 1
         if status in KILLED:
             result.killed += 1
@@ -214,7 +339,8 @@ def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict
             entry = known.get(name)
             # An entry counts only while the mutant is still the one it describes (mutmut numbers
             # mutants per function, so an edit to the function can renumber them).
-            if entry is not None and entry["change"].strip() in _changed_lines(_diff(work, name)):
+            diff = diffs[name] if name in diffs else _diff(work, name)
+            if entry is not None and entry["change"].strip() in _changed_lines(diff):
                 result.equivalent.append(name)
             else:
                 result.survived.append(name)
@@ -240,6 +366,64 @@ def _load() -> dict[str, Result]:
     return {k: Result(**v) for k, v in json.loads(path.read_text()).items()}
 
 
+def review(base: str | None, timeout: float, shown: int, whole: bool = False) -> int:
+    """``--diff``: mutate only what the change since ``base`` touched and run the tests that cover it.
+
+    The mutants are those of the functions the change touched whose mutation falls on a changed
+    line (``whole``: every mutant of those functions). Prints what was mutated (and what mutmut
+    cannot mutate: lines outside functions, decorated functions), one table row for the change,
+    and every unexplained survivor's diff. Returns 1 when a survivor is left (a missing test, or
+    an equivalent mutant to list in mutation_equivalent.toml), else 0."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from mutation_diff import changed_lines, default_base, git_diff, select_mutants, tests_importing, touched
+
+    base = base or default_base(ROOT)
+    diff = git_diff(base, ROOT)
+    files = touched(diff, ROOT)
+    mutate, tests, kept = [], [], []
+    for entry in files:
+        module = entry.path.removeprefix("tts/").removesuffix(".py")
+        if entry.outside:
+            print(f"{entry.path}: lines {', '.join(map(str, entry.outside))} are outside any function "
+                  "(not mutated)", file=sys.stderr)
+        for f in entry.functions:
+            if f.decorated:
+                print(f"{f.label}: decorated, which mutmut does not mutate", file=sys.stderr)
+        chosen = [f for f in entry.functions if not f.decorated]
+        if not chosen:
+            continue
+        covering = [t for t in MODULES.get(module) or tests_importing(entry.path.removesuffix(".py").replace("/", "."),
+                                                                       ROOT) if (ROOT / t).exists()]
+        if not covering:
+            print(f"{entry.path}: no test imports it, so its mutants cannot be killed; add it to MODULES with "
+                  "its tests", file=sys.stderr)
+            continue
+        print(f"{entry.path}: {', '.join(f.label for f in chosen)}\n  tests: {' '.join(covering)}", file=sys.stderr)
+        mutate.append(module)
+        tests += [t for t in covering if t not in tests]
+        kept.append(entry)
+    if not kept:
+        print(f"nothing to mutate: the change since {base} touches no function under tts/ that mutmut mutates")
+        return 0
+    start = time.monotonic()
+    work = _workdir("diff", tests, mutate)
+    # mutmut writes every mutant of the files first; a name that matches none stops it right after.
+    _mutmut(work, "run", "--max-children", "1", "no-such-mutant", timeout=timeout)
+    only = select_mutants(kept, changed_lines(diff), work, whole)
+    if not only:
+        print("nothing to mutate: mutmut makes no mutant on the changed lines (try --whole for every mutant "
+              "of the changed functions)")
+        return 0
+    result = run_mutants(work, Result("diff"), timeout, equivalents(), only)
+    result.seconds = time.monotonic() - start
+    print(table([result]) + (f"\n({result.error})" if result.error else ""))
+    for name in result.survived[:shown]:
+        print(f"\n# {name} survived\n{only[name]}")
+    for name in result.survived[shown:]:
+        print(f"# {name} survived")
+    return 1 if result.survived or result.error else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules to measure (default: all of MODULES)")
@@ -248,7 +432,18 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="print the last results without running")
     parser.add_argument("--diffs", type=int, default=20, help="print the diffs of this many unexplained survivors "
                         "per module (the rest by name; `mutmut show NAME` in .mutation/MODULE/ shows one)")
+    parser.add_argument("--diff", nargs="?", const="", metavar="BASE",
+                        help="mutate only the functions changed since BASE (its merge base with HEAD; default "
+                             "origin/main, else main), working-tree edits included, and run their tests")
+    parser.add_argument("--whole", action="store_true", help="with --diff: every mutant of the changed functions, "
+                        "not only those on changed lines")
     args = parser.parse_args()
+    if args.diff is not None:
+        if args.modules:
+            parser.error("--diff chooses the modules itself; give no module names with it")
+        if importlib.util.find_spec("mutmut") is None:
+            sys.exit("needs mutmut in this Python (pip install mutmut)")
+        sys.exit(review(args.diff or None, min(args.timeout, 1800), args.diffs, args.whole))
     if args.list:
         for module, tests in MODULES.items():
             print(f"{module}: {' '.join(tests)}")
@@ -269,8 +464,10 @@ def main() -> None:
             (WORK / "results.json").write_text(json.dumps({k: asdict(v) for k, v in saved.items()}, indent=1))
             print(table([result]).splitlines()[-1] + (f"  ({result.error})" if result.error else ""),
                   file=sys.stderr, flush=True)
+            diffs = _diffs(WORK / module.replace("/", "."), [f"tts/{module}.py"])
             for name in result.survived[:args.diffs]:
-                print(f"\n# {name} survived\n{_diff(WORK / module.replace('/', '.'), name)}", file=sys.stderr)
+                print(f"\n# {name} survived\n{diffs.get(name) or _diff(WORK / module.replace('/', '.'), name)}",
+                      file=sys.stderr)
             for name in result.survived[args.diffs:]:
                 print(f"# {name} survived", file=sys.stderr)
     chosen = [saved[m] for m in (args.modules or MODULES) if m in saved]

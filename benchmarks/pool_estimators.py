@@ -36,7 +36,7 @@ from tts.benchmarks import pool_draws
 
 DEFAULT_POOL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pools" / \
     "math500_reasoning_models.jsonl.gz"
-RULES = ("vote", "best_score", "weighted_vote")
+RULES = ("vote", "best_of_n", "weighted_vote")
 
 
 class _Clock:
@@ -61,7 +61,7 @@ def _length_scores(mp) -> np.ndarray:
 def _vectorised(mp, rule: str, ns: np.ndarray, order: np.ndarray, scores: np.ndarray) -> est.Curve:
     if rule == "vote":
         return est.majority_vote(mp, ns, order=order)
-    if rule == "best_score":
+    if rule == "best_of_n":
         return est.best_of_n(mp, ns, scores=scores, method="bootstrap", order=order)
     return est.weighted_vote(mp, ns, scores=scores, weighting="exp", order=order)
 
@@ -69,7 +69,7 @@ def _vectorised(mp, rule: str, ns: np.ndarray, order: np.ndarray, scores: np.nda
 def _loop_args(mp, rule: str, scores: np.ndarray) -> np.ndarray | None:
     if rule == "vote":
         return None
-    return scores if rule == "best_score" else est.vote_weights(mp, "exp", scores)
+    return scores if rule == "best_of_n" else est.vote_weights(mp, "exp", scores)
 
 
 def main() -> None:
@@ -134,7 +134,7 @@ def main() -> None:
             extra = _loop_args(sub, rule, scores[m][rows])
             with loop(rule):
                 ref = pool_draws.loop_outcomes(sub, sub_order, rule, extra)
-            if rule == "best_score":
+            if rule == "best_of_n":
                 vec = pool_draws.best_score_outcomes(sub, sub_order, scores[m][rows])
             else:
                 vec = pool_draws.vote_outcomes(sub, sub_order, extra)

@@ -40,7 +40,7 @@ def _imports(path: Path) -> list[tuple[str, int]]:
 def test_every_subpackage_and_top_level_module_has_a_layer():
     names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     names |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert names - set(LAYERS) == set(), "add the new part of tts to LAYERS (and to DESIGN.md's list)"
+    assert names - set(LAYERS) == set(), "add the new part of tts to LAYERS (and to docs/architecture.md's table)"
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
@@ -62,3 +62,23 @@ def test_the_architecture_page_lists_the_layers_in_this_order():
     table = page.split("## The layers", 1)[1].split("\n## ", 1)[0]
     listed = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
     assert listed == LAYERS
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_two_modules_import_each_other():
+    """A circle (a imports b, b imports a, at module level or inside a function) means the part both
+    need is in the wrong place: move it into a module below both. A package and its own
+    ``__init__`` are one unit and not counted."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges = set()
+    for name, path in modules.items():
+        for module, _ in _imports(path):
+            if module in modules and module != name:
+                edges.add((name, module))
+    circles = sorted({tuple(sorted((a, b))) for a, b in edges if (b, a) in edges
+                      and not (a.startswith(b + ".") or b.startswith(a + "."))})
+    assert circles == []

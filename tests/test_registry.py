@@ -69,3 +69,47 @@ def test_a_plugin_with_a_new_name_is_listed_and_loads_lazily(monkeypatch):
     monkeypatch.setattr("tts.registry.entry_points", lambda group: [plugin] if group == "tts.strategy" else [])
     registry = Registry("strategy", {}, base="tts.search.base:Strategy")
     assert registry.names() == ["my_vote"] and registry.load("my_vote") is SelfConsistency
+
+
+def test_threads_that_ask_while_the_plugins_load_all_see_them(monkeypatch):
+    # The server solves requests on a thread pool: threads that reach a registry while another is
+    # still reading the entry points (slow: it scans every installed package) must wait for the
+    # plugins, not find a registry that says they are loaded and lacks them.
+    import threading
+    import time
+
+    plugin = EntryPoint("my_vote", "tts.search.sampling.self_consistency:SelfConsistency", "tts.strategy")
+    calls = []
+
+    def slow_entry_points(group):
+        calls.append(group)
+        time.sleep(0.2)
+        return [plugin] if group == "tts.strategy" else []
+
+    monkeypatch.setattr("tts.registry.entry_points", slow_entry_points)
+    registry = Registry("strategy", {}, base="tts.search.base:Strategy")
+    start, errors, loaded = threading.Barrier(8), [], []
+
+    def ask():
+        start.wait()
+        try:
+            loaded.append(registry.load("my_vote"))
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever a thread met
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and loaded == [SelfConsistency] * 8
+    assert calls == ["tts.strategy"]  # the entry points were read once
+
+
+def test_a_plugin_collision_is_raised_every_time_not_only_the_first(monkeypatch):
+    plugin = EntryPoint("self_consistency", "my_pkg.vote:MyVote", "tts.strategy")
+    monkeypatch.setattr("tts.registry.entry_points", lambda group: [plugin] if group == "tts.strategy" else [])
+    registry = Registry("strategy", {"self_consistency": "tts.search.sampling.self_consistency:SelfConsistency"})
+    for _ in range(2):  # the registry is not "loaded" after a failed load
+        with pytest.raises(RegistryError, match="Rename the plugin's entry point"):
+            registry.names()

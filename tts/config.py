@@ -26,11 +26,15 @@ from pydantic import (
 from tts.models import DEFAULT_MODEL
 
 
-class _Frozen(BaseModel):
+class FrozenConfig(BaseModel):
+    """The base of tts's config and spec models (here and in graph files): frozen, unknown fields
+    refused (a misspelt key is an error, not a silent default), and each field's docstring its
+    description in the JSON schema."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
-class SamplingConfig(_Frozen):
+class SamplingConfig(FrozenConfig):
     """How each sample is drawn."""
 
     temperature: float = Field(0.7, ge=0.0, le=5.0)
@@ -59,7 +63,7 @@ def setting_text(value: Any) -> str:
     return str(value) if str(value).isprintable() else repr(value)
 
 
-class StrategyConfigBase(_Frozen):
+class StrategyConfigBase(FrozenConfig):
     """What every strategy config has: its registry name. Each strategy module defines its own
     subclass (``kind: Literal[name]`` plus its knobs); :func:`parse_strategy_config` finds it
     through the strategy registry, so a new strategy needs no change here."""
@@ -173,7 +177,7 @@ class ExecutionStrategyConfig(SamplingStrategyConfig):
         return True
 
 
-class VerifierConfigBase(_Frozen):
+class VerifierConfigBase(FrozenConfig):
     """What every verifier config has: its registry name. Each verifier module defines its own
     subclass (``kind: Literal[name]`` plus its knobs), found through the verifier registry."""
 
@@ -199,7 +203,7 @@ VerifierConfig = Annotated[SerializeAsAny[VerifierConfigBase], BeforeValidator(p
 """A field type that accepts any registered verifier's config (dispatched on ``kind``)."""
 
 
-class BackendConfigBase(_Frozen):
+class BackendConfigBase(FrozenConfig):
     """What every backend config has: its registry name and the model it serves. The built-in
     backends' configs are below; a plugin backend (entry-point group ``tts.backend``) declares its
     own subclass as its class's ``config_class``, found through the backend registry."""
@@ -415,7 +419,7 @@ BackendConfig = Annotated[SerializeAsAny[BackendConfigBase], BeforeValidator(par
 built-in ones and plugins'."""
 
 
-class DataConfig(_Frozen):
+class DataConfig(FrozenConfig):
     """Where problems come from and which fields hold what."""
 
     benchmark: str = "demo"
@@ -446,7 +450,7 @@ _ONLINE_ONLY = ("chunk",) + ONLINE_RULE_SETTINGS
 _OFFLINE_ONLY = ("calibration", "pilot")
 
 
-class AllocationConfig(_Frozen):
+class AllocationConfig(FrozenConfig):
     """``tts eval --allocate``: self-consistency under one total budget, spent where it buys accuracy.
 
     ``online`` samples in rounds and stops a problem once its vote is decided; ``offline`` plans
@@ -532,7 +536,7 @@ class AllocationConfig(_Frozen):
         return self
 
 
-class EvalConfig(_Frozen):
+class EvalConfig(FrozenConfig):
     """Everything ``tts eval`` needs; also loadable from YAML with ``--config``."""
 
     data: DataConfig = DataConfig()

@@ -6,12 +6,17 @@ the entry-point group ``tts.<kind>``, one group per registry: ``tts.strategy``, 
 ``[project.entry-points."tts.strategy"] my_vote = "my_pkg.vote:MyVote"``), so a plugin needs no
 change here. A name is taken once: registering it again, or a plugin named like a built-in, is an
 error that says which to rename, never a silent overwrite.
+
+A registry is shared by every thread of a process (the server solves requests on a thread pool): a
+lock guards its entries, and the plugins count as loaded only once their entries are in, so a
+thread never sees a registry that has "loaded" its plugins but does not yet hold them.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
 
@@ -51,6 +56,7 @@ class Registry(Generic[T]):
         self.requires = requires
         self._entries: dict[str, Any] = dict(entries)
         self._plugins_loaded = False
+        self._lock = threading.RLock()  # guards _entries and _plugins_loaded
 
     @property
     def group(self) -> str:
@@ -58,30 +64,38 @@ class Registry(Generic[T]):
         return f"tts.{self.kind}"
 
     def _load_plugins(self) -> None:
-        if self._plugins_loaded:
+        """Add the plugins' entries once; every caller returns only after they are in."""
+        if self._plugins_loaded:  # set last, under the lock: when it reads True, the entries are in
             return
-        self._plugins_loaded = True
-        for ep in entry_points(group=self.group):
-            taken = self._entries.get(ep.name)
-            if taken is not None and taken != ep.value:
-                source = f" (package {ep.dist.name})" if getattr(ep, "dist", None) else ""
-                raise RegistryError(
-                    f"The plugin {self.kind} {ep.name!r} = {ep.value!r}{source} is named like the "
-                    f"{self.kind} already registered as {taken if isinstance(taken, str) else repr(taken)}. "
-                    f"Rename the plugin's entry point in group {self.group!r}.")
-            self._entries[ep.name] = ep.value
+        with self._lock:
+            if self._plugins_loaded:
+                return
+            found: dict[str, str] = {}
+            for ep in entry_points(group=self.group):
+                taken = found.get(ep.name, self._entries.get(ep.name))  # a built-in, or another plugin
+                if taken is not None and taken != ep.value:
+                    source = f" (package {ep.dist.name})" if getattr(ep, "dist", None) else ""
+                    raise RegistryError(
+                        f"The plugin {self.kind} {ep.name!r} = {ep.value!r}{source} is named like the "
+                        f"{self.kind} already registered as {taken if isinstance(taken, str) else repr(taken)}. "
+                        f"Rename the plugin's entry point in group {self.group!r}.")
+                found[ep.name] = ep.value
+            self._entries.update(found)
+            self._plugins_loaded = True
 
     def names(self) -> list[str]:
         """All registered names, sorted."""
         self._load_plugins()
-        return sorted(self._entries)
+        with self._lock:
+            return sorted(self._entries)
 
     def check(self, name: str) -> str:
         """Return ``name`` if registered, else raise with the valid names and a close match."""
         self._load_plugins()
-        if name in self._entries:
-            return name
-        close = difflib.get_close_matches(name, self._entries, n=1)
+        with self._lock:
+            if name in self._entries:
+                return name
+            close = difflib.get_close_matches(name, list(self._entries), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise UnknownNameError(
             f"Unknown {self.kind} {name!r}.{hint} Choose one of: {', '.join(self.names())}."
@@ -98,26 +112,31 @@ class Registry(Generic[T]):
                 the object is not of this registry's kind.
         """
         self._load_plugins()
-        if name in self._entries and not replace:
-            raise RegistryError(
-                f"The {self.kind} name {name!r} is taken (by {self._entries[name]!r}): choose another "
-                f"name, or pass replace=True to replace it.")
         if not isinstance(target, str):
             self._check_kind(name, target)
-        self._entries[name] = target
+        with self._lock:
+            if name in self._entries and not replace:
+                raise RegistryError(
+                    f"The {self.kind} name {name!r} is taken (by {self._entries[name]!r}): choose another "
+                    f"name, or pass replace=True to replace it.")
+            self._entries[name] = target
 
     def unregister(self, name: str) -> None:
         """Remove an entry added with :meth:`register` (no error if absent)."""
-        self._entries.pop(name, None)
+        with self._lock:
+            self._entries.pop(name, None)
 
     def load(self, name: str) -> T:
         """Import and return the implementation registered as ``name``."""
-        target = self._entries[self.check(name)]
+        with self._lock:
+            target = self._entries[self.check(name)]
         if not isinstance(target, str):
             return target
-        obj = _import(target)
+        obj = _import(target)  # outside the lock: an import may itself read a registry
         self._check_kind(name, obj)
-        self._entries[name] = obj  # checked once; later loads skip the import machinery
+        with self._lock:
+            if self._entries.get(name) == target:  # not replaced meanwhile
+                self._entries[name] = obj  # checked once; later loads skip the import machinery
         return obj
 
     def _check_kind(self, name: str, obj: Any) -> None:
@@ -189,14 +208,14 @@ ROLES: Registry[type] = Registry(
         "critic": "tts.graphs.roles:Critic",
         "decomposer": "tts.graphs.subproblems:Decomposer",
         "fuser": "tts.graphs.roles:Fuser",
-        "generator": "tts.graphs.roles:Generator",
+        "generator": "tts.graphs.roles:GeneratorRole",
         "note_reader": "tts.graphs.notes:NoteReader",
         "note_taker": "tts.graphs.notes:NoteTaker",
         "ranker": "tts.graphs.roles:Ranker",
         "reviser": "tts.graphs.roles:Reviser",
         "selector": "tts.graphs.roles:Selector",
         "subsolver": "tts.graphs.subproblems:SubSolver",
-        "verifier": "tts.graphs.roles:Verifier",
+        "verifier": "tts.graphs.roles:VerifierRole",
         "voter": "tts.graphs.roles:Voter",
     },
     base="tts.graphs.roles:Role",

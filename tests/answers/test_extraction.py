@@ -293,6 +293,8 @@ def test_boxes_up_to_1000_characters_are_read_by_math_verify_and_longer_ones_as_
     "so \\boxed{\\text{}}",
     "So the answer is $\\boxed{\\boxed{ }}$",
     "Final: \\fbox{}",
+    "The answer is \\boxed{}\\boxed{ }.",
+    "so \\fbox{\\text{ }}",
 ])
 def test_an_empty_box_is_no_answer(text):
     # Seen on SmolLM2: "The answer is \boxed{}." was read as the answer "\boxed{}" and voted on.
@@ -303,3 +305,5 @@ def test_an_empty_box_does_not_hide_a_stated_answer():
     assert extract_answer("\\boxed{} so the total is 5") == "5"
     assert extract_answer("\\boxed{3} and \\boxed{}") == "3"
     assert extract_answer("The answer is \\boxed{7}.") == "7"
+    # An empty box beside something else is not an empty answer.
+    assert extract_answer("The answer is \\boxed{} + 1.") == "\\boxed{} + 1"

@@ -11,7 +11,7 @@ from tts.answers.free_text import MBRChoice, chrf_similarity, mbr_select, text_a
     ("  Rain taps on the roof.\n", "Rain taps on the roof."),
     ("<think>\nwater from clouds\n</think>\n\nRain taps on the roof.", "Rain taps on the roof."),
     ("reasoning left open by the template</think> Rain.", "Rain."),           # only the closing tag
-    ("<think>a</think> draft </think> Final.", "Final."),                       # the LAST </think>
+    ("<think>a</think> Close with </think>.", "Close with </think>."),         # the FIRST </think> ends it
     ("<think>\nstill thinking when max_tokens cut it", None),                   # unclosed: all thought
     ("\n  <think>\nstill thinking after a blank line", None),                   # ... after leading space too
     ("<think>done</think>   \n", None),                                         # nothing after the thought

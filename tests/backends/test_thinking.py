@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tts.backends.base import BackendError, GenerationRequest, Message, request_usage
+from tts.backends.base import BackendError, Completion, GenerationRequest, Message, request_usage
 from tts.backends.scripted import ScriptedGenerator
 from tts.backends.thinking import ThoughtSplit, open_thought, split_ids, split_token_texts, text_tokens
 from tts.cost.ledger import cost_model_for, price_usages, usage_from_json
@@ -225,16 +225,12 @@ def test_reasoning_tokens_survive_results_json_and_the_ledger_shows_them_apart()
     assert ledger["bf"].reasoning_tokens == 70 and ledger["bf"].answer_tokens == 110 - 70
 
 
-def test_the_servers_usage_details_take_the_engines_count():
+def test_the_servers_usage_details_take_the_usage_count():
     from tts.serve.replies import usage_block
 
-    counted = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50, reasoning_tokens=30),
-                              reasoning_tokens=12)
+    counted = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50, reasoning_tokens=30))
     assert usage_block([counted])["completion_tokens_details"] == {"reasoning_tokens": 30}
-    # a backend that cannot count: the session's count of the trace's thinking sections
-    guessed = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50), reasoning_tokens=12)
-    assert usage_block([guessed])["completion_tokens_details"] == {"reasoning_tokens": 12}
-    plain = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50), reasoning_tokens=0)
+    plain = SimpleNamespace(usage=Usage(prompt_tokens=5, completion_tokens=50))
     assert "completion_tokens_details" not in usage_block([plain])
 
 
@@ -249,8 +245,10 @@ def _summary(config, problems):
 def test_the_eval_table_gets_a_reasoning_column_only_when_a_model_thought(capsys):
     from tts.cli.eval import print_summary
 
-    rows = [SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=150)),
-            SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=50))]
+    rows = [SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=150),
+                            grade_reason=None),
+            SimpleNamespace(config="budget_forcing@1", usage=Usage(completion_tokens=200, reasoning_tokens=50),
+                            grade_reason=None)]
     result = SimpleNamespace(rows=rows, summaries=[_summary("budget_forcing@1", 2)], problems=2, out="runs/x",
                              skipped=0, wall_seconds=1.0)
     print_summary(result)
@@ -263,3 +261,34 @@ def test_the_eval_table_gets_a_reasoning_column_only_when_a_model_thought(capsys
         row.usage = Usage(completion_tokens=200)
     print_summary(result)
     assert "think" not in capsys.readouterr().out
+
+
+# --- one count of reasoning tokens ------------------------------------------------------------------
+
+
+THOUGHT_REPLY = "<think>\nSix sevens: 42.\n</think>\n\nThe answer is \\boxed{42}."
+
+
+def test_a_backend_that_sees_no_tokens_still_counts_the_thought_in_usage():
+    from tts.backends.function import FunctionGenerator
+
+    gen = FunctionGenerator(lambda r: Completion(THOUGHT_REPLY, 20))
+    [result] = gen.generate([GenerationRequest(ASK, n=2)])
+    # the thinking section's share of the 20 tokens by characters, for each of the 2 samples
+    per_sample = round(20 * len("Six sevens: 42.") / len(THOUGHT_REPLY))
+    assert per_sample > 0 and result.usage.reasoning_tokens == 2 * per_sample
+
+
+def test_the_server_reports_the_solutions_own_usage_count_and_nothing_else():
+    import dataclasses
+
+    from tts.backends.function import FunctionGenerator
+    from tts.serve.replies import usage_block
+    from tts.session import Session
+
+    with Session(generator=FunctionGenerator(lambda r: Completion(THOUGHT_REPLY, 20)),
+                 strategy="self_consistency", n=3) as session:
+        sol = session.solve("What is 6 * 7?")
+    assert sol.usage.reasoning_tokens > 0
+    assert usage_block([sol])["completion_tokens_details"] == {"reasoning_tokens": sol.usage.reasoning_tokens}
+    assert "reasoning_tokens" not in {f.name for f in dataclasses.fields(sol)}  # no second counter

@@ -12,7 +12,7 @@ from tts.budgets.allocator import (
     AccuracyCurve,
     BudgetError,
     BudgetTooSmallError,
-    Candidate,
+    StrategyCandidate,
     allocate,
     candidate_ladder,
     greedy_allocate,
@@ -106,6 +106,16 @@ def test_impossible_budgets_say_what_to_change(budget):
         assert err.value.minimum == 4.0
 
 
+def test_an_accuracy_curve_interpolates_in_log2_n_and_holds_its_ends():
+    curve = AccuracyCurve("self_consistency", (1, 16, 64), (0.2, 0.6, 0.7))
+    assert [curve.at(n) for n in (1, 16, 64)] == pytest.approx([0.2, 0.6, 0.7])  # the measured points
+    assert curve.at(2) == pytest.approx(0.3)  # a quarter of the way from log2 1 to log2 16 (linear in n: 0.227)
+    assert curve.at(4) == pytest.approx(0.4)  # halfway (linear in n: 0.28)
+    assert curve.at(32) == pytest.approx(0.65)  # halfway from 16 to 64 in log2 n (linear in n: 0.627)
+    assert curve.at(128) == pytest.approx(0.7) and curve.at(1024) == pytest.approx(0.7)  # held beyond the last n
+    assert AccuracyCurve("best_of_n", (4, 8), (0.5, 0.6)).at(1) == pytest.approx(0.5)  # and before the first
+
+
 def test_allocate_returns_plans_within_budget():
     curves = {
         0: [AccuracyCurve("self_consistency", (1, 64), (0.95, 0.97))],
@@ -125,15 +135,15 @@ def test_allocate_returns_plans_within_budget():
     with pytest.raises(ValueError, match="no accuracy curves for difficulty bin 2"):
         allocate(ids[:1], [2], 1e6, cands, cost, curves)
     with pytest.raises(ValueError, match="n >= 1"):
-        Candidate("best_of_n", 0)
+        StrategyCandidate("best_of_n", 0)
 
 
 def test_candidates_take_any_registered_strategy_name():
     from tts.registry import STRATEGIES, UnknownNameError
 
-    assert Candidate("weighted_vote", 4).strategy == "weighted_vote"
+    assert StrategyCandidate("weighted_vote", 4).strategy == "weighted_vote"
     with pytest.raises(UnknownNameError, match="Unknown strategy 'majority'"):
-        Candidate("majority", 4)
+        StrategyCandidate("majority", 4)
     STRATEGIES.register("my_vote", "tts.search.sampling.self_consistency:SelfConsistency")
     try:
         assert [c.strategy for c in candidate_ladder(["my_vote"], ladder=(1, 2))] == ["my_vote"] * 2

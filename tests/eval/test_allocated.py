@@ -87,6 +87,21 @@ def test_resume_replays_paid_samples(tmp_path):
     assert log_lines[-1] == '{"event": "finished"}'
 
 
+def test_a_resumed_run_with_a_smaller_limit_summarises_only_its_problems(tmp_path):
+    """A finished run of 20 problems opened again with --limit 8: the rows and the summary are those
+    of the 8 problems, not of every row the directory holds."""
+    cfg = _cfg(budget=20 * 60 * 6, n_max=16)
+    full = run_allocated_eval(cfg, tmp_path, generator=_generator(), problems=PROBLEMS)
+    first8 = [r for r in full.rows if r.problem_id in {p.id for p in PROBLEMS[:8]}]
+    smaller = cfg.model_copy(update={"data": cfg.data.model_copy(update={"limit": 8})})
+    part = run_allocated_eval(smaller, tmp_path, generator=RecordingGenerator(ScriptedGenerator()),
+                              problems=PROBLEMS[:8])
+    assert sorted(r.problem_id for r in part.rows) == sorted(p.id for p in PROBLEMS[:8])
+    (summary,) = part.summaries
+    assert summary.problems == 8
+    assert summary.accuracy == pytest.approx(np.mean([r.correct for r in first8]))
+
+
 def test_killed_run_continues_with_the_same_decisions(tmp_path):
     cfg = _cfg(budget=20 * 60 * 6, n_max=16)
     whole = tmp_path / "whole"

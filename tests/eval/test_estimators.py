@@ -62,10 +62,10 @@ def math500(shared_data):
 
 def test_qwen_rm_example_gives_the_published_figures(qwen):
     # Qwen2.5-Math's own example: mean 0.91, maj@8 0.93, RM@8 0.94, pass@8 0.96.
-    curves = est.pool_curves(qwen, ("pass", "vote", "best_score"))
+    curves = est.pool_curves(qwen, ("pass", "vote", "best_of_n"))
     assert curves["pass"].at(1)[0] == pytest.approx(0.91, abs=1e-12)
     assert curves["pass"].at(8)[0] == pytest.approx(0.96, abs=1e-12)
-    assert curves["best_score"].at(8)[0] == pytest.approx(0.94, abs=1e-12)
+    assert curves["best_of_n"].at(8)[0] == pytest.approx(0.94, abs=1e-12)
     maj8 = curves["vote"].at(8)[0]
     # Three problems split 4-4 (or 2-2) between a right and a wrong answer: ties share here
     # (0.925), Qwen's Counter.most_common takes the first sample's answer (0.93). Within rounding.
@@ -118,7 +118,7 @@ def test_vectorised_outcomes_equal_the_loop_for_the_same_draws(tmp_path, seed):
     w = est.vote_weights(mp, "sigmoid")  # non-dyadic floats: ties only where sums really tie
     cases = [("vote", None, pool_draws.vote_outcomes(mp, order)),
              ("weighted_vote", w, pool_draws.vote_outcomes(mp, order, w)),
-             ("best_score", None, pool_draws.best_score_outcomes(mp, order))]
+             ("best_of_n", None, pool_draws.best_score_outcomes(mp, order))]
     for rule, extra, vec in cases:
         ref = pool_draws.loop_outcomes(mp, order, rule, extra)
         assert np.array_equal(ref, vec), rule
@@ -182,7 +182,7 @@ def test_exact_best_of_n_equals_enumeration_and_bootstrap_converges(tmp_path):
     ns = [1, 3, 6]
     exact = est.best_of_n(mp, ns)
     for j, n in enumerate(ns):
-        np.testing.assert_allclose(exact.per_problem[:, j], _enumerate(mp, n, "best_score"), atol=1e-12)
+        np.testing.assert_allclose(exact.per_problem[:, j], _enumerate(mp, n, "best_of_n"), atol=1e-12)
     boot = est.best_of_n(mp, ns, method="bootstrap", draws=4000, seed=1)
     np.testing.assert_allclose(boot.mean, exact.mean, atol=0.02)
     maj = est.majority_vote(mp, [3], draws=4000, seed=2)
@@ -280,7 +280,7 @@ def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
     curves = est.pool_curves(mp, ns=ns, draws=300, seed=3)
     assert list(curves) == list(est.RULES)
     expected = {"pass": est.pass_at_k(mp, ns, seed=3), "vote": est.majority_vote(mp, ns, draws=300, seed=3),
-                "best_score": est.best_of_n(mp, ns, seed=3),
+                "best_of_n": est.best_of_n(mp, ns, seed=3),
                 "weighted_vote": est.weighted_vote(mp, ns, draws=300, seed=3)}
     for rule, curve in curves.items():
         want = expected[rule]
@@ -290,14 +290,14 @@ def test_pool_curves_are_each_rules_own_estimator_on_shared_draws(tmp_path):
         np.testing.assert_array_equal(curve.lo, want.lo)
         np.testing.assert_array_equal(curve.hi, want.hi)
     assert [(c.rule, c.method, c.draws) for c in curves.values()] == [
-        ("pass", "exact", 0), ("vote", "bootstrap", 300), ("best_score", "exact", 0),
+        ("pass", "exact", 0), ("vote", "bootstrap", 300), ("best_of_n", "exact", 0),
         ("weighted_vote", "bootstrap", 300)]
     votes_only = est.pool_curves(mp, rules=("vote",), ns=ns, draws=300, seed=3)
     np.testing.assert_array_equal(votes_only["vote"].per_problem, curves["vote"].per_problem)
     rank = est.pool_curves(mp, rules=("weighted_vote",), ns=ns, draws=300, seed=3, weighting="exp")
     np.testing.assert_array_equal(rank["weighted_vote"].per_problem,
                                   est.weighted_vote(mp, ns, weighting="exp", draws=300, seed=3).per_problem)
-    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, vote, best_score, weighted_vote$"):
+    with pytest.raises(ValueError, match=r"^unknown rule 'best'; use one of pass, vote, best_of_n, weighted_vote$"):
         est.pool_curves(mp, rules=("best",), ns=ns)
 
 
@@ -308,7 +308,7 @@ def test_pool_curves_skip_score_rules_without_scores_unless_given(tmp_path):
     scores = np.tile(np.array([0.9, 0.1, 0.8, 0.2]), (4, 1))
     given = est.pool_curves(mp, ns=[1, 3], draws=50, scores=scores)
     assert list(given) == list(est.RULES)
-    assert given["best_score"].mean[-1] == 1.0  # the top score, 0.9, is on a correct sample
+    assert given["best_of_n"].mean[-1] == 1.0  # the top score, 0.9, is on a correct sample
 
 
 def test_the_interval_is_the_95_percent_percentile_bootstrap_over_problems_per_column():
@@ -341,7 +341,7 @@ def test_curves_are_reproducible_labelled_and_use_the_default_draws(tmp_path):
         np.testing.assert_array_equal(a.hi, b.hi)
         assert a.draws in (0, 1000)
     boot = est.best_of_n(mp, ns, method="bootstrap", draws=200)
-    assert (boot.rule, boot.method, boot.draws, boot.ns.tolist()) == ("best_score", "bootstrap", 200, ns)
+    assert (boot.rule, boot.method, boot.draws, boot.ns.tolist()) == ("best_of_n", "bootstrap", 200, ns)
     assert est.pool_curves(mp, rules=("vote",), ns=ns)["vote"].draws == 1000
     for rule, curve in est.pool_curves(mp, ns=ns, draws=50).items():  # seed 0 there too
         np.testing.assert_array_equal(curve.lo, est.pool_curves(mp, ns=ns, draws=50, seed=0)[rule].lo)

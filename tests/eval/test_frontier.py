@@ -88,6 +88,26 @@ def test_a_problem_never_influences_the_choices_of_its_own_fold():
     assert any(after.fold_edges[f] != before.fold_edges[f] for f in others)  # the test can see a change
 
 
+def test_a_folds_own_problems_never_decide_its_choice():
+    """One fold (10 of 50 problems) is solved only by B; the other 40 favour A (0.6 vs 0.45 each).
+    Fitted on the other folds, that fold gets A and scores 0 on its own problems; a fit that also saw
+    them would choose B there (A 24 vs B 28 over all 50) and score 1."""
+    ids = [f"p{i:02d}" for i in range(50)]
+    folds = fold_assignment(ids, 5)
+    target = 2
+    mine = folds == target
+    a = {p: 0.0 if m else 0.6 for p, m in zip(ids, mine, strict=True)}
+    b = {p: 1.0 if m else 0.45 for p, m in zip(ids, mine, strict=True)}
+    difficulty = {"m": {p: (i % 7) / 7 for i, p in enumerate(ids)}}
+    cells = [_cell("self_consistency", 4, a), _cell("best_of_n", 4, b)]
+    (row,) = compute_optimal(cells, difficulty, bins=1, boot=10).rows
+    assert row.fold_single[target] == "self_consistency@4" and row.fold_choices[target] == {0: "self_consistency@4"}
+    # every other fold trains on 30 problems of its peers and the 10 of the target fold: B (13.5 + 10 > 18)
+    assert [row.fold_single[f] for f in range(5) if f != target] == ["best_of_n@4"] * 4
+    assert row.compute_optimal == pytest.approx((40 * 0.45 + 10 * 0.0) / 50)
+    assert row.single == pytest.approx(row.compute_optimal) and row.gain == 0
+
+
 def test_cost_axis_levels_let_every_config_within_the_budget_compete():
     cells, difficulty = _easy_a_hard_b(problems=100)
     ids = list(difficulty["m"])

@@ -68,6 +68,22 @@ def test_rerun_resumes_and_each_problem_appears_once(tmp_path):
     assert len(keys) == len(set(keys)) == 12 * 6
 
 
+def test_a_resumed_run_with_a_smaller_limit_summarises_only_its_problems(tmp_path):
+    """Rows of 12 problems stored, the run opened again with --limit 5: nothing is generated, and the
+    rows and summaries are those of the first 5 problems alone."""
+    full = run_eval(_config(), tmp_path)
+    first5 = {f"demo-{i:03d}" for i in range(5)}
+    gen = RecordingGenerator(ScriptedGenerator())
+    part = run_eval(_config(data={"benchmark": "demo", "limit": 5}), tmp_path, generator=gen)
+    assert gen.requests == [] and part.skipped == 5 == part.problems
+    assert {r.problem_id for r in part.rows} == first5 and len(part.rows) == 5 * 6
+    for summary in part.summaries:
+        mine = [r for r in full.rows if r.config == summary.config and r.problem_id in first5]
+        assert summary.problems == 5
+        assert summary.accuracy == sum(r.correct for r in mine) / 5
+        assert summary.coverage == sum(r.coverage for r in mine) / 5
+
+
 class TwoStepConfig(SamplingStrategyConfig):
     kind: Literal["two_step"] = "two_step"
 

@@ -6,7 +6,7 @@ import pytest
 
 from tts.execution.behaviour import Probe, probe_many
 from tts.execution.programs import Example, check_program, doctest_examples
-from tts.execution.sandbox import bwrap_path, run_many
+from tts.execution.sandbox import Execution, bwrap_path, run_many
 
 PROMPT = 'def add(a, b):\n    """Add two numbers.\n    >>> add(1, 2)\n    3\n    >>> add(-1, 1)\n    0\n    """\n'
 TEST = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\n"
@@ -41,3 +41,10 @@ def test_a_probe_records_values_exceptions_and_the_stated_values_it_matches():
     assert right.outputs == ("3", "!TypeError") and right.passed == (True, None) and right.passes_public
     assert noisy.outputs == ("-1", "!TypeError") and not noisy.passes_public  # its print is not an output
     assert broken.outputs is None and broken.key is None and "SyntaxError" in broken.error
+
+
+def test_a_probe_whose_sandbox_failed_says_so_and_has_no_behaviour(monkeypatch):
+    failed = Execution("sandbox_failed", None, "", "", "bwrap: Can't fork")
+    monkeypatch.setattr("tts.execution.behaviour.run_many", lambda programs, *a, **k: [failed] * len(programs))
+    (b,) = probe_many([Probe(PROMPT, "add", "def add(a, b):\n    return a + b", (Example("add(1, 2)", "3"),))])
+    assert (b.outputs, b.key, b.error) == (None, None, "sandbox_failed: bwrap: Can't fork")

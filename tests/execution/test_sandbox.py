@@ -57,15 +57,6 @@ def _leftovers(marker: str) -> list[int]:
     return found
 
 
-def _no_process_left(source_marker: str) -> bool:
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        if not _leftovers(source_marker):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_normal_program_prints_and_exits_zero():
     r = run_program("print(6 * 7)", SMALL)
     assert (r.status, r.exit_code, r.stdout, r.error, r.sandboxed) == ("ok", 0, "42\n", "", True)
@@ -93,8 +84,11 @@ def test_a_fork_bomb_is_contained_and_leaves_no_process():
     bomb = "import os  # fork-bomb-marker\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     start = time.monotonic()
     r = run_program(Program(bomb, files={"fork-bomb-marker.txt": ""}), SMALL)
-    assert r.status in ("timeout", "killed") and time.monotonic() - start < SMALL.wall_seconds + 2
-    assert _no_process_left("main.py")
+    # The run returns once the kernel has ended all of the bomb's processes (seconds on a busy machine).
+    assert r.status in ("timeout", "killed") and r.wall_seconds < SMALL.wall_seconds + 1
+    assert time.monotonic() - start < SMALL.wall_seconds + 5
+    # bubblewrap's processes carry the marker (a bound file's name); the namespace's first one ends last.
+    assert not _leftovers("fork-bomb-marker")
 
 
 def test_allocating_50_gb_is_a_memory_error():

@@ -474,3 +474,13 @@ def test_a_strategy_votes_under_its_extractions_own_answer_keys():
     samples = [Sample("Yes", "Yes"), Sample("no", "no"), Sample("YES", "YES")]
     sc = SelfConsistency(SelfConsistencyConfig(n=3), FunctionGenerator(lambda r: "x"), _prompt, extract=_Caseless())
     assert sc.vote(samples) == ("Yes", 2 / 3, {"Yes": 2.0, "no": 1.0}, 0)
+
+
+def test_votes_of_one_written_answer_under_two_keys_are_summed_in_what_is_shown():
+    """A strategy's own keys may split one written answer (a program that prints differently from
+    run to run, in exec_vote): the vote shown for that answer is the sum of its keys' votes."""
+    from tts.search.base import vote
+
+    samples = [Sample("x", "x"), Sample("x", "x"), Sample("y", "y"), Sample("x", "x")]
+    answer, share, votes, idx = vote(samples, keys=lambda answers: ["k1", "k2", "k3", "k1"])
+    assert (answer, share, idx) == ("x", 0.5, 0) and votes == {"x": 3.0, "y": 1.0}

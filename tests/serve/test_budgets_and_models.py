@@ -171,6 +171,25 @@ def test_a_token_rate_limit_answers_429_with_retry_after_from_the_bucket():
         served.close()
 
 
+def test_a_request_of_n_choices_reserves_every_choices_worst_case():
+    """n=2 with a budget of 1,450 tokens each may generate 2,900: after a request that left 2,600 of
+    3,000 in the bucket it must wait (429), though one choice's 1,450 would fit; n=1 fits."""
+    served = _Served(max_budget_tokens=100_000, rate_limit_tokens=3000)
+    try:
+        ask = {"model": "sc-4/scripted", "messages": QUESTION, "max_tokens": 100}
+        r = served.client.chat.completions.create(**ask, extra_body={"tts": {"budget": 2000}})
+        assert r.usage.completion_tokens == 400  # 2,600 left (plus 50 a second)
+        before = served.gen.generated
+        with pytest.raises(openai.RateLimitError) as err:
+            served.client.chat.completions.create(**ask, n=2, extra_body={"tts": {"budget": 1450}})
+        assert "may generate 2900 tokens" in err.value.message and served.gen.generated == before
+        assert 1 <= int(err.value.response.headers["retry-after"]) <= 7  # 300 short at 50 a second
+        r = served.client.chat.completions.create(**ask, extra_body={"tts": {"budget": 1450}})
+        assert r.usage.completion_tokens == 400
+    finally:
+        served.close()
+
+
 def test_the_rate_limit_is_per_server_without_a_key_and_refills_with_time():
     served = _Served(max_budget_tokens=100_000, rate_limit_tokens=600, api_key=None)  # 10 tokens a second
     try:

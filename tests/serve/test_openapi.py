@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from tts.backends.scripted import ScriptedGenerator
 from tts.serve import ServeConfig, create_app
-from tts.serve.responses import ChatCompletion, Completion, ErrorResponse, Health, ModelList, StreamChunk
+from tts.serve.responses import ChatCompletion, ErrorResponse, Health, ModelList, StreamChunk, TextCompletion
 from tts.session import Session
 
 pytestmark = pytest.mark.timeout(60)
@@ -48,11 +48,11 @@ def test_the_schema_describes_each_reply_and_refusal(session):
         assert _ref(chat[status]["content"]["application/json"]) == "ErrorResponse", status
     assert "422" in chat and "Validation" not in json.dumps(chat)  # FastAPI's own 422 shape is never sent
     text = schema["paths"]["/v1/completions"]["post"]["responses"]
-    assert _ref(text["200"]["content"]["application/json"]) == "Completion"
+    assert _ref(text["200"]["content"]["application/json"]) == "TextCompletion"
     models = schema["paths"]["/v1/models"]["get"]["responses"]
     assert _ref(models["200"]["content"]["application/json"]) == "ModelList"
     components = schema["components"]["schemas"]
-    assert {"ChatCompletion", "ChoiceExtension", "Usage", "ErrorDetail", "StreamChunk", "Health"} <= set(components)
+    assert {"ChatCompletion", "ChoiceExtension", "CompletionUsage", "ErrorDetail", "StreamChunk", "Health"} <= set(components)
     assert "/docs" not in schema["paths"] and "/openapi.json" not in schema["paths"]
 
 
@@ -63,7 +63,7 @@ def test_what_the_server_sends_is_what_it_declares(session):
     assert reply.choices[0].tts.answer in ("42", "41", None) and reply.usage.total_tokens > 0
     assert "completion_tokens_details" not in r.json()["usage"]  # left out when None, as OpenAI does
     r = client.post("/v1/completions", json={"model": "sc-2/scripted", "prompt": ["1+1?", "2+2?"]})
-    assert len(Completion.model_validate_json(r.content).choices) == 2
+    assert len(TextCompletion.model_validate_json(r.content).choices) == 2
     r = client.post("/v1/chat/completions", json={**ASK, "stream": True, "stream_options": {"include_usage": True}})
     events = [line.removeprefix("data: ") for line in r.text.split("\n\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"

@@ -380,15 +380,16 @@ def extract_answer(text: str) -> str | None:
     return None if found is not None and _blank(found) else found
 
 
+_EMPTY_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{\s*(?:\\text\{\s*\}\s*)?\}")
+"""A box with nothing in it: ``\\boxed{}``, ``\\boxed{ }``, ``\\fbox{\\text{ }}``."""
+
+
 def _blank(answer: str) -> bool:
-    """Whether an answer states nothing once its boxes, ``\\text{}`` wrappers and spaces are
-    taken off ("\\boxed{}", "\\boxed{\\text{ }}", " ")."""
-    inner = answer.strip()
-    while _BOX_COMMAND.match(inner) is not None:
-        found = _box_at(inner, 0)
-        if found is None or found[1] != len(inner):  # a box and more ("\\boxed{} + 1")
-            break
-        inner = found[0]
+    """Whether an answer states nothing once its empty boxes (nested ones too: "\\boxed{\\boxed{}}"),
+    ``\\text{}`` wrappers and spaces are taken off ("\\boxed{}\\boxed{ }" is blank, "\\boxed{} + 1" is not)."""
+    inner, previous = answer, None
+    while inner != previous:
+        previous, inner = inner, _EMPTY_BOX.sub("", inner)
     return normalize_answer(inner) == ""
 
 

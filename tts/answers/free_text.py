@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-THINK_CLOSE = "</think>"
-"""What ends a reasoning model's thinking section; everything up to it is thought, not answer."""
-THINK_OPEN = "<think>"
+from tts.answers.reasoning import split_reasoning
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +52,12 @@ class MBRChoice:
 
 
 def text_answer(text: str) -> str | None:
-    """The answer of a free-text reply: its text after the last ``</think>``, stripped.
+    """The answer of a free-text reply: its text after the thinking section, stripped.
 
-    A reasoning model's thinking section is not its answer, so everything up to and including the
-    last ``</think>`` is dropped; a reply that opens ``<think>`` and never closes it (cut by
-    ``max_tokens``) is all thought and has no answer. None when nothing is left.
+    A reasoning model's thinking section is not its answer, so it is dropped by the one rule of
+    :func:`tts.answers.reasoning.split_reasoning` (the thought ends at the first ``</think>``); a
+    reply that opens ``<think>`` and never closes it (cut by ``max_tokens``) is all thought and has
+    no answer. None when nothing is left.
 
     Example:
         >>> text_answer("<think>\\nrain is water\\n</think>\\n\\nRain taps on the roof. ")
@@ -66,12 +65,7 @@ def text_answer(text: str) -> str | None:
         >>> text_answer("   ") is None
         True
     """
-    _, sep, tail = text.rpartition(THINK_CLOSE)
-    rest = tail if sep else text
-    if not sep and rest.lstrip().startswith(THINK_OPEN):
-        return None  # an unclosed thinking section: no answer was written
-    rest = rest.strip()
-    return rest or None
+    return split_reasoning(text)[1].strip() or None
 
 
 def _chrf() -> Any:

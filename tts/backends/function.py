@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, request_usage
+from tts.backends.thinking import count_reasoning_tokens
 
 Reply = str | Completion
 """One sample of a reply function: its text (token count: its words) or a whole completion."""
@@ -84,7 +85,8 @@ class FunctionGenerator(RecordingGenerator):
                 raise ValueError("a FunctionGenerator's reply function returned no reply")
             completions = tuple(_completion(replies[i % len(replies)]) for i in range(request.n))
             prompt = sum(len(str(m.content or "").split()) for m in request.messages)  # words, as tokens
-            usage = request_usage(prompt, 0, [c.completion_tokens for c in completions], 0.0)
+            usage = request_usage(prompt, 0, [c.completion_tokens for c in completions], 0.0,
+                                  reasoning_tokens=count_reasoning_tokens(completions))
             results.append(GenerationResult(completions, usage))
         self.results.append(list(results))
         return results

@@ -53,6 +53,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, thought_left_open
 from tts.backends.base import (
     BackendError,
     Completion,
@@ -65,7 +66,7 @@ from tts.backends.base import (
 )
 from tts.backends.chat import ToolCall
 from tts.backends.tool_calls import reply_tool_calls
-from tts.backends.thinking import THINK_CLOSE, THINK_OPEN, ThoughtSplit, split_token_texts, text_tokens
+from tts.backends.thinking import ThoughtSplit, count_reasoning_tokens, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
     CircuitBreaker,
@@ -102,12 +103,12 @@ def _reply_calls(req: GenerationRequest, message: Any, text: str,
 def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
     """A choice's thinking section from its logprob tokens (see the module docstring)."""
     reply = req.continuation
-    opened = reply.rfind(THINK_OPEN)
-    prompt_open = opened >= 0 and reply.rfind(THINK_CLOSE) < opened
+    left_open = thought_left_open(reply)
+    prompt_open = left_open is not None
     split = split_token_texts(tokens, prompt_open, THINK_OPEN, THINK_CLOSE)
     if req.thinking_budget is None or not split.closed:
         return split
-    in_prompt = text_tokens(reply[opened + len(THINK_OPEN):]) if prompt_open else 0
+    in_prompt = text_tokens(left_open) if left_open is not None else 0
     return ThoughtSplit(split.reasoning_tokens, True, in_prompt + split.reasoning_tokens >= req.thinking_budget)
 
 
@@ -308,7 +309,7 @@ class OpenAIGenerator:
         drawn = [c.completion_tokens for c in completions]
         # The server's own count (its reasoning parser) where it sends one, else the choices' counts.
         served = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None) if usage else None
-        reasoning = int(served) if served else sum(c.reasoning_tokens or 0 for c in completions)
+        reasoning = int(served) if served else count_reasoning_tokens(completions)
         if repeat:
             completions = completions * greedy_n
         return GenerationResult(tuple(completions),

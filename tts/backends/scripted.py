@@ -99,6 +99,7 @@ from tts.backends.scripted_sampling import token_logprobs as _token_logprobs
 from tts.backends.scripted_sampling import top_logprobs as _top_logprobs
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
+from tts.backends.thinking import count_reasoning_tokens
 from tts.backends.tool_calls import reply_tool_calls
 from tts.types import Problem
 
@@ -480,7 +481,7 @@ class ScriptedGenerator:
                 [c.completion_tokens for c in completions],
                 time.perf_counter() - start,
                 batch_sequences=sum(r.n for r in requests),
-                reasoning_tokens=sum(c.reasoning_tokens or 0 for c in completions),
+                reasoning_tokens=count_reasoning_tokens(completions),
             )
             results.append(GenerationResult(completions, usage))
         return results

@@ -25,11 +25,10 @@ import random
 from collections.abc import Sequence
 
 from tts.backends.base import Completion, GenerationRequest
+from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, thought_left_open
 from tts.backends.thinking import text_tokens
 
-THINK_START = "<think>"
-THINK_END = "</think>"
-_END_PIECE = "\n" + THINK_END
+_END_PIECE = "\n" + THINK_CLOSE
 
 
 
@@ -65,23 +64,24 @@ def thinking_sample(req: GenerationRequest, answer: str | None, rng: random.Rand
         add logprobs to.
     """
     reply = req.continuation
-    opened, closed = reply.rfind(THINK_START), reply.rfind(THINK_END)
+    left_open = thought_left_open(reply)
     pieces: list[str] = []
     thought = 0  # pieces [first, first + thought) are reasoning tokens
     first = 0
     capped = False
-    if closed > opened or (closed >= 0 and opened < 0):
+    if left_open is None and THINK_CLOSE in reply:
         pieces = _answer_pieces(answer)  # the thought is over: answer
     else:
-        in_prompt = text_tokens(reply[opened + len(THINK_START):]) if opened >= 0 else 0
-        if opened < 0:
-            pieces.append(THINK_START)
+        in_prompt = text_tokens(left_open) if left_open is not None else 0
+        opened = left_open is not None
+        if not opened:
+            pieces.append(THINK_OPEN)
             first = 1
         drawn = max(4, int(rng.lognormvariate(math.log(mean_tokens), 0.35)))
         thought = max(drawn - in_prompt, 1)
         if req.thinking_budget is not None and in_prompt + thought > req.thinking_budget:
             thought, capped = max(req.thinking_budget - in_prompt, 0), True
-        pieces += [("\n" if i == 0 and opened < 0 else " " if i else "") + rng.choice(filler) for i in range(thought)]
+        pieces += [("\n" if i == 0 and not opened else " " if i else "") + rng.choice(filler) for i in range(thought)]
         pieces.append(_END_PIECE)
         pieces += _answer_pieces(answer)
     text, finish, eos, count = emit(pieces, req.stop, req.max_tokens)

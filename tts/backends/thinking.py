@@ -6,18 +6,25 @@ model's: vLLM's reasoning parsers and ``ReasoningConfig`` name them). Backends u
 count a completion's reasoning tokens apart from its answer tokens and to say whether the engine's
 thinking budget (``GenerationRequest.thinking_budget``) wrote the end of the thought. They work on
 token ids (the vLLM engine) or on token texts (an OpenAI-compatible server's logprobs); the
-delimiter tokens themselves are not reasoning tokens, as vLLM's parsers count them.
+delimiter tokens themselves are not reasoning tokens, as vLLM's parsers count them. The rule for
+where a thought ends (the first end delimiter) is :mod:`tts.answers.reasoning`'s, which also splits
+text (``split_reasoning``, re-exported here for the backends' callers).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-"""The delimiters of a thinking section as most open reasoning models write them (Qwen3, DeepSeek-R1,
-and vLLM's default reasoning parsers); text-level readers use these, token-level ones the ids."""
+from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, split_reasoning
+
+if TYPE_CHECKING:
+    from tts.backends.base import Completion
+
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ThoughtSplit", "count_reasoning_tokens", "open_thought", "split_ids",
+           "split_reasoning", "split_token_texts", "text_tokens"]
 
 
 def _find(seq: Sequence[int], sub: Sequence[int], start: int = 0) -> int:
@@ -120,23 +127,28 @@ def split_token_texts(tokens: Sequence[str], prompt_open: bool, start: str, end:
     return ThoughtSplit(closed - begin, True, False)
 
 
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """(reasoning section, the rest) of a reasoning model's reply, as vLLM's reasoning parsers
-    split it: the text before ``</think>`` (an opening ``<think>`` dropped; templates that open it
-    in the prompt leave only the closing tag) and the text after it. A reply that opens a section
-    and never closes it (cut by max_tokens) is all reasoning. None and the whole text when there is
-    no section.
+def count_reasoning_tokens(completions: Iterable[Completion]) -> int:
+    """The reasoning tokens of a request's completions: the one count behind ``Usage.reasoning_tokens``
+    (the ledger, the eval table and the server's ``completion_tokens_details`` all read that).
+
+    Each completion's own count where its backend made one (token ids or logprob tokens split at
+    the end delimiter); else, for a backend that sees no tokens of the thought (a function, a
+    server without logprobs, an engine without the model's delimiters), its thinking section's
+    share of its tokens by characters (:func:`split_reasoning`).
 
     Example:
-        >>> split_reasoning("<think>\\n6*7=42\\n</think>\\n\\nIt is 42.")
-        ('6*7=42', 'It is 42.')
+        >>> from tts.backends.base import Completion
+        >>> count_reasoning_tokens([Completion("<think>abcd</think>efgh", 10, reasoning_tokens=3),
+        ...                         Completion(f"<think>{'a' * 15}</think>{'b' * 10}", 8),  # 15 of 40 chars
+        ...                         Completion("no thought", 3)])
+        6
     """
-    head, sep, tail = text.partition(THINK_CLOSE)
-    if sep:
-        stripped = head.lstrip()
-        if stripped.startswith(THINK_OPEN):
-            stripped = stripped[len(THINK_OPEN):]
-        return stripped.strip(), tail.strip()
-    if text.lstrip().startswith(THINK_OPEN):
-        return text.lstrip()[len(THINK_OPEN):].strip(), ""
-    return None, text
+    total = 0
+    for c in completions:
+        if c.reasoning_tokens is not None:
+            total += c.reasoning_tokens
+            continue
+        thought, _ = split_reasoning(c.text)
+        if thought:
+            total += min(c.completion_tokens, round(c.completion_tokens * len(thought) / max(len(c.text), 1)))
+    return total

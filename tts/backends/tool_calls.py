@@ -3,8 +3,8 @@ canonical form in which calls are compared (the answer of a reply that calls too
 
 Backends read calls first with the engine's own parser (vLLM's tool parsers, an upstream's
 ``message.tool_calls``). Small models often write a call the parser does not read (Qwen2.5-Coder-1.5B
-writes a fenced JSON block, not the ``<tool_call>`` tags of its own template; see
-``../shared/notes/tool-calls-on-the-1.5b.md``), so :func:`read_tool_calls` is tts's lenient reader,
+writes a fenced JSON block, not the ``<tool_call>`` tags of its own template), so
+:func:`read_tool_calls` is tts's lenient reader,
 the documented fallback: ``<tool_call>`` blocks, else fenced JSON blocks, else the first ``{...}``
 of the reply; each block an object ``{"name", "arguments"}`` (or ``parameters``, or OpenAI's
 ``{"function": {...}}``) or a list of them, also with doubled outer braces (``{{...}}``, copied from

@@ -72,7 +72,7 @@ from tts.backends.base import (
 )
 from tts.backends.chat_render import VLLMToolReader, forced_call_schema, forced_tool_choice, read_forced_calls, render_chat
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
-from tts.backends.thinking import split_ids
+from tts.backends.thinking import count_reasoning_tokens, split_ids
 from tts.backends.tool_calls import uncut_calls
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
@@ -772,7 +772,7 @@ class VLLMGenerator:
             usage = request_usage(
                 len(out.prompt_token_ids), out.num_cached_tokens or 0, [c.completion_tokens for c in drawn], w,
                 batch_sequences=sum(1 if greedy_repeats(r) else r.n for r in requests),
-                reasoning_tokens=sum(c.reasoning_tokens or 0 for c in drawn),
+                reasoning_tokens=count_reasoning_tokens(drawn),
             )
             results.append(GenerationResult(tuple(completions), usage))
         return results

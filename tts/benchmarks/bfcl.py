@@ -45,17 +45,16 @@ reads them stay in the metadata (``bfcl_ground_truth``, ``bfcl_functions``) for 
 from __future__ import annotations
 
 import copy
-import functools
 import json
-import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tts.backends.chat import ToolCall
 from tts.backends.tool_calls import calls_answer
+# bfcl_python stays importable from here, where it was first.
+from tts.benchmarks.bfcl_setup import BFCLSetupError, bfcl_python, data_dir, is_irrelevance  # noqa: F401
 from tts.benchmarks.datasets import Benchmark, DatasetError, read_jsonl
 from tts.prompts import PLAIN_PROMPT
 from tts.types import Problem
@@ -75,11 +74,6 @@ ALIASES = {"simple": "simple_python"}
 NO_CALL_ANSWER = "(no tool call)"
 """The answer of an irrelevance problem: the right reply calls no tool (not a call list)."""
 
-ENV_PYTHON = "TTS_BFCL_PYTHON"
-"""The environment variable naming the Python of the environment where bfcl-eval is installed."""
-VENV_DIR = ".venv-bfcl"
-"""The environment ``make bfcl-env`` builds."""
-
 # bfcl_eval.constants.type_mappings.GORILLA_TO_OPENAPI (bfcl-eval 2026.3.23), copied: tts does not
 # import bfcl_eval; a test compares the conversion with bfcl-eval's own.
 GORILLA_TO_OPENAPI = {
@@ -90,10 +84,6 @@ GORILLA_TO_OPENAPI = {
     "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
     "Bigint": "integer",
 }
-
-
-class BFCLSetupError(DatasetError):
-    """bfcl-eval's environment cannot be found or used; the message says how to make it."""
 
 
 def canonical_category(name: str) -> str:
@@ -112,64 +102,7 @@ def language(category: str) -> str:
     return "java" if "java" in category else "python"
 
 
-def is_irrelevance(category: str) -> bool:
-    """Whether the right reply calls no tool (BFCL's ``irrelevance`` and ``live_irrelevance``)."""
-    return "irrelevance" in category
-
-
-# 1. Locating bfcl-eval's environment and its data.
-
-def _default_pythons() -> list[Path]:
-    source_root = Path(__file__).resolve().parents[2]
-    return [source_root / VENV_DIR / "bin" / "python", Path.cwd() / VENV_DIR / "bin" / "python"]
-
-
-def bfcl_python() -> Path:
-    """The Python of bfcl-eval's environment: ``$TTS_BFCL_PYTHON``, else ``.venv-bfcl/bin/python``
-    beside tts's source tree, else in the current directory.
-
-    Raises:
-        BFCLSetupError: None of them exists.
-    """
-    env = os.environ.get(ENV_PYTHON)
-    if env:
-        path = Path(env).expanduser()
-        if not path.exists():
-            raise BFCLSetupError(f"${ENV_PYTHON}={env} does not exist; point it at the python of an environment "
-                                 "where bfcl-eval is installed, or unset it and run `make bfcl-env`.")
-        return path
-    for path in _default_pythons():
-        if path.exists():
-            return path
-    raise BFCLSetupError(
-        "the BFCL benchmark needs bfcl-eval in an environment of its own: run `make bfcl-env` in tts's "
-        f"source tree (it builds {VENV_DIR}), or set ${ENV_PYTHON} to the python of an environment where "
-        "bfcl-eval is installed.")
-
-
-@functools.lru_cache(maxsize=8)
-def _package_dir(python: str) -> Path:
-    # find_spec locates the package without importing it (its import pulls every model handler).
-    code = ("import importlib.util as u; s = u.find_spec('bfcl_eval'); "
-            "print(s.submodule_search_locations[0] if s else '')")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise BFCLSetupError(f"{python} could not be run to find bfcl-eval ({exc}); rebuild the environment "
-                             "with `make bfcl-env` or fix $TTS_BFCL_PYTHON.") from exc
-    found = out.stdout.strip()
-    if not found:
-        raise BFCLSetupError(f"bfcl-eval is not installed for {python}; run `make bfcl-env` (or "
-                             "`pip install --no-deps bfcl-eval` there with envs/bfcl-requirements.txt).")
-    return Path(found)
-
-
-def data_dir(python: Path | None = None) -> Path:
-    """bfcl-eval's data folder (``bfcl_eval/data``) in its environment."""
-    return _package_dir(str(python or bfcl_python())) / "data"
-
-
-# 2. What the model is shown: bfcl-eval's FC preparation of the functions, mirrored.
+# 1. What the model is shown: bfcl-eval's FC preparation of the functions, mirrored.
 
 def _language_hint(category: str) -> str:
     # bfcl_eval.utils._get_language_specific_hint

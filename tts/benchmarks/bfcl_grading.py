@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tts.backends.tool_calls import answer_calls
-from tts.benchmarks.bfcl import BFCLSetupError, bfcl_python, is_irrelevance
+from tts.benchmarks.bfcl_setup import BFCLSetupError, bfcl_python, is_irrelevance
 from tts.benchmarks.grading import Outcome
 from tts.types import Problem
 
@@ -124,7 +124,7 @@ class BFCLGrader:
             grader takes the run's ``grading_timeout`` like the default grader.
         deadline: Seconds one request (a batch of answers) may take before the worker is killed
             and its answers recorded as ungraded.
-        python: bfcl-eval's Python (default: :func:`tts.benchmarks.bfcl.bfcl_python`).
+        python: bfcl-eval's Python (default: :func:`tts.benchmarks.bfcl_setup.bfcl_python`).
     """
 
     def __init__(self, timeout: int = 5, deadline: float = 300.0, python: Path | None = None) -> None:

@@ -12,6 +12,7 @@ over draws or problems; problems whose every possible choice grades the same nee
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -19,6 +20,35 @@ import numpy as np
 from tts.benchmarks.pool import ModelPool
 
 Weighting = Literal["score", "exp", "sigmoid"]
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """A selection rule: the live strategy that runs it (None: pool only) and what it needs."""
+
+    strategy: str | None
+    needs_scores: bool
+    needs_tokens: bool = False
+
+
+RULES: dict[str, RuleInfo] = {
+    "vote": RuleInfo("self_consistency", False),
+    "best_of_n": RuleInfo("best_of_n", True),
+    "weighted_vote": RuleInfo("weighted_vote", True),
+    "shortest": RuleInfo(None, False, True),
+}
+"""The selection rules a sample pool replays, by their one name: the ``pool_rule`` a strategy
+class declares, the rules of :mod:`tts.eval.estimators`, ``tts sweep --pool`` and the
+cross-strategy allocators (:mod:`tts.budgets.strategy_curves`)."""
+
+RULE_ALIASES = {"self_consistency": "vote", "majority": "vote", "best_score": "best_of_n"}
+"""Other names a rule is accepted by: the strategy that runs it, and ``best_score``, what pool
+replays called ``best_of_n`` before there was one table (kept so configs and plugins that say it work)."""
+
+
+def rule_name(name: str) -> str:
+    """The rule's one name for ``name`` (an alias resolved; anything else returned as it is)."""
+    return RULE_ALIASES.get(name, name)
 _DENSE_COLUMNS = 8
 """Problems with up to this many repeated answers keep one vote array per answer."""
 _CHUNK_SLICE = 1 << 16
@@ -345,15 +375,15 @@ def best_score_outcomes(pool: ModelPool, order: np.ndarray, scores: np.ndarray |
 # --- reference loop -------------------------------------------------------------------------------
 
 
-def loop_outcomes(pool: ModelPool, order: np.ndarray, rule: Literal["vote", "best_score", "weighted_vote"],
+def loop_outcomes(pool: ModelPool, order: np.ndarray, rule: Literal["vote", "best_of_n", "weighted_vote"],
                   weights: np.ndarray | None = None) -> np.ndarray:
     """The same outcomes as :func:`vote_outcomes` / :func:`best_score_outcomes`, by a plain Python
     loop over draws, problems and prefixes (the baseline of ``benchmarks/pool_estimators.py`` and
     the tests' reference). ``weights`` are vote weights for "weighted_vote", scores for
-    "best_score"; slow by design."""
+    "best_of_n"; slow by design."""
     answers, correct, order_l = pool.answers.tolist(), pool.correct.tolist(), order.transpose(1, 2, 0).tolist()
     w = None if weights is None else np.asarray(weights, dtype=np.float64).tolist()
-    if rule == "best_score" and w is None:
+    if rule == "best_of_n" and w is None:
         w = sample_scores(pool).tolist()
     grades = []
     for p in range(pool.n_problems):  # an answer's grade: the mean correct of its samples
@@ -369,7 +399,7 @@ def loop_outcomes(pool: ModelPool, order: np.ndarray, rule: Literal["vote", "bes
             best, ties, good = -np.inf, 0, 0
             for t, s in enumerate(slots):
                 a = answers[p][s]
-                if rule == "best_score":
+                if rule == "best_of_n":
                     if a >= 0 and w[p][s] > best:
                         best, ties, good = w[p][s], 1, int(correct[p][s])
                     elif a >= 0 and w[p][s] == best:

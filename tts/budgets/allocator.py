@@ -59,7 +59,7 @@ class CalibrationError(AllocationError):
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
+class StrategyCandidate:
     """One strategy configuration the allocator may choose for a problem.
 
     Args:
@@ -85,9 +85,9 @@ def candidate_ladder(
     strategies: Sequence[str] = ("self_consistency",),
     ladder: Sequence[int] = DEFAULT_LADDER,
     max_tokens: int | None = None,
-) -> list[Candidate]:
+) -> list[StrategyCandidate]:
     """Every (strategy, n) pair of a ladder, e.g. self_consistency with n = 1, 2, 4, ..., 64."""
-    return [Candidate(s, int(n), max_tokens) for s in strategies for n in ladder]
+    return [StrategyCandidate(s, int(n), max_tokens) for s in strategies for n in ladder]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +265,7 @@ def check_budget(budget: float, cheapest: np.ndarray, unit: str = "") -> None:
 def option_matrices(
     problem_ids: Sequence[str],
     bins: Sequence[int],
-    candidates: Sequence[Candidate],
+    candidates: Sequence[StrategyCandidate],
     cost: CostFn,
     curves: Mapping[int, Sequence[AccuracyCurve]],
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -293,7 +293,7 @@ def allocate(
     problem_ids: Sequence[str],
     bins: Sequence[int],
     total_budget: float,
-    candidates: Sequence[Candidate],
+    candidates: Sequence[StrategyCandidate],
     cost: CostFn,
     curves: Mapping[int, Sequence[AccuracyCurve]],
     unit: Unit = "tokens",

@@ -214,7 +214,7 @@ class Choice:
 
     Args:
         problem_id: The problem.
-        rule: Selection rule chosen (:data:`~tts.budgets.strategy_curves.RULES`).
+        rule: Selection rule chosen (:data:`~tts.benchmarks.pool_draws.RULES`).
         strategy: The registered strategy that runs it (None for pool-only rules).
         n: Total samples (pilot included).
         bin: Difficulty bin (0 = easiest).

@@ -12,7 +12,8 @@ Two estimators, both from information a run has before it decides how much to sp
 
 Binning: quantile edges fitted on one set of problems (:func:`quantile_edges`; Snell et al. use 5
 bins) and applied to others (:func:`assign_bins`). Difficulty from ground truth is not offered:
-an allocator reported as achievable must never see it (DESIGN.md, "Honest simulation").
+an allocator reported as achievable must never see it (docs/architecture.md,
+"Honest simulation").
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from tts.budgets.allocator import (
     AccuracyCurve,
     BudgetTooSmallError,
     CalibrationError,
-    Candidate,
     Plan,
+    StrategyCandidate,
     allocate,
     check_budget,
 )
@@ -174,7 +174,7 @@ def plan_from_pilot(
     _check_live_inputs(ids, pilot_answers, pilot_tokens, orderings)
     k = _pilot_size(pilot_answers, pilot)
     shared = set(ids) & set(calibration.problem_ids)
-    if shared:  # the curves would have seen these problems' grades (DESIGN.md, "Honest simulation")
+    if shared:  # the curves would have seen these problems' grades (docs/architecture.md, "Honest simulation")
         logger.warning("%d of %d problems are also in the calibration pool; their plans use their own "
                        "grades, so do not report the result as achievable", len(shared), len(ids))
     # 1. Calibration difficulty from each problem's first k samples of random orderings.
@@ -190,7 +190,7 @@ def plan_from_pilot(
     _check_first_step(budget, per_sample, ns, k)
     by_bin = {b: [_nearest(curves, b)] for b in np.unique(live_bins).tolist()}
     plans = allocate(ids, live_bins.tolist(), float(budget),
-                     [Candidate("self_consistency", n, max_tokens) for n in ns],
+                     [StrategyCandidate("self_consistency", n, max_tokens) for n in ns],
                      lambda pid, _s, n: (n - k) * per_sample[index[pid]], by_bin, unit="tokens")
     difficulty = [DifficultyEstimate(pid, float(s), int(b), "pilot")
                   for pid, s, b in zip(ids, live_scores, live_bins)]

@@ -32,38 +32,18 @@ tie-break). ``correct`` only grades the chosen answer; it decides nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
 from tts.budgets.allocator import AccuracyCurve, CalibrationError
-from tts.benchmarks.pool_draws import best_score_outcomes, vote_outcomes, vote_weights
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    """A selection rule: the live strategy that runs it (None: pool only) and what it needs."""
-
-    strategy: str | None
-    needs_scores: bool
-    needs_tokens: bool = False
-
+from tts.benchmarks.pool_draws import RULES, best_score_outcomes, rule_name, vote_outcomes, vote_weights
 
 SWITCH_Z = 3.0
 """Default noise guard, in standard errors: a rule is tested against the reference in about 30
 (bin, n) cells (5 bins x 6 ns), and Bonferroni's bound for a 5% chance of any false switch among
 them is the normal quantile of 1 - 0.05 / 30, about 2.9. Measured on the reasoning pools
 (vote vs shortest): z = 1 still followed noise on 3 of 6 GPQA models, z = 2 on one, z = 3 on none."""
-
-RULES: dict[str, RuleInfo] = {
-    "vote": RuleInfo("self_consistency", False),
-    "best_of_n": RuleInfo("best_of_n", True),
-    "weighted_vote": RuleInfo("weighted_vote", True),
-    "shortest": RuleInfo(None, False, True),
-}
-ALIASES = {"self_consistency": "vote", "majority": "vote", "best_score": "best_of_n"}
-
 
 class UnknownRuleError(ValueError):
     """A name in ``--strategies`` that is no selection rule; the message lists the valid ones."""
@@ -80,18 +60,13 @@ def parse_rules(value: str | Iterable[str]) -> tuple[str, ...]:
         raise UnknownRuleError(f"give at least one selection rule; valid: {', '.join(RULES)}")
     out: list[str] = []
     for name in names:
-        rule = ALIASES.get(name, name)
+        rule = rule_name(name)
         if rule not in RULES:
             raise UnknownRuleError(f"unknown strategy {name!r} in --strategies; valid: {', '.join(RULES)} "
                                    f"(self_consistency is another name for vote)")
         if rule not in out:
             out.append(rule)
     return tuple(out)
-
-
-def rule_of_strategy(strategy: str) -> str:
-    """The rule a registered strategy name replays as (``self_consistency`` -> ``vote``)."""
-    return parse_rules([strategy])[0]
 
 
 def check_pool_supports(pool: ModelPool, rules: Sequence[str], source: str = "the calibration source") -> None:

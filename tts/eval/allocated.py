@@ -377,7 +377,8 @@ def run_allocated_eval(
                 rows.append(row.model_copy(update={"config": label, "allocation": settings,
                                                    "budget_spent": sum(price(u) for _, u in got)}))
             store.write(rows)
-        rows = [r for r in store.rows if r.config == label]
+        ids = {p.id for p in loaded}  # a resumed run with a smaller limit reports its own problems only
+        rows = [r for r in store.rows if r.config == label and r.problem_id in ids]
         return EvalResult(out, summarize(rows), rows, len(loaded), 0, time.perf_counter() - start)
     finally:
         log.close()

@@ -6,7 +6,7 @@ them?" for every n in 1..N. Four rules, all on one model's :class:`~tts.benchmar
 
 * ``pass``: some sample of the n is correct. Exact, unbiased (Chen et al., 2021, "Evaluating Large
   Language Models Trained on Code", eq. 1): ``1 - C(N-c, n) / C(N, n)``.
-* ``best_score``: the highest-scored answered sample of the n. Exact: the top score among n drawn
+* ``best_of_n``: the highest-scored answered sample of the n. Exact: the top score among n drawn
   is level v with probability ``[C(#<=v, n) - C(#<v, n)] / C(N, n)``; or bootstrap.
 * ``vote``: plurality vote over the answers of the n. Bootstrap (no closed form used).
 * ``weighted_vote``: each sample votes with a positive weight from its score. Bootstrap.
@@ -18,10 +18,11 @@ Conventions, shared by the vectorised code and the plain-Python reference :func:
   shared by all rules and models, see :func:`draw_orders`).
 * Ties (equal votes, equal scores) count the share of correct answers among the tied ones, which is
   the expectation of a uniformly random tie-break; so maj@N and best@N on the full pool are exact.
-* Samples without an answer abstain from votes and are picked by ``best_score`` only when no drawn
+* Samples without an answer abstain from votes and are picked by ``best_of_n`` only when no drawn
   sample has an answer (then the outcome is wrong). An answer's grade is the mean ``correct`` of
   the samples carrying it (0 or 1 in any consistently graded pool).
-* ``correct`` only grades the chosen answer; no decision reads it (DESIGN.md, "Honest simulation").
+* ``correct`` only grades the chosen answer; no decision reads it (docs/architecture.md,
+  "Honest simulation").
   It does let the code skip the draws of problems whose every possible choice grades the same.
 
 The bootstrap's per-draw outcomes are computed in :mod:`tts.benchmarks.pool_draws` (vectorised over
@@ -47,18 +48,22 @@ from typing import Literal
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
+from tts.benchmarks.pool_draws import RULES as SELECTION_RULES
 from tts.benchmarks.pool_draws import (
     Weighting,
     best_score_outcomes,
     draw_orders,
+    rule_name,
     sample_scores,
     score_levels,
     vote_outcomes,
     vote_weights,
 )
 
-Rule = Literal["pass", "vote", "best_score", "weighted_vote"]
-RULES: tuple[Rule, ...] = ("pass", "vote", "best_score", "weighted_vote")
+Rule = str
+RULES: tuple[Rule, ...] = ("pass", *(r for r, info in SELECTION_RULES.items() if not info.needs_tokens))
+"""``pass`` (an oracle, not a selection) and the selection rules of the one table
+(:data:`tts.benchmarks.pool_draws.RULES`) that need no token counts: vote, best_of_n, weighted_vote."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,7 +71,7 @@ class Curve:
     """Accuracy of one rule at each n, with a 95% interval over problems.
 
     Args:
-        rule: The rule ("pass", "vote", "best_score", "weighted_vote").
+        rule: The rule ("pass", "vote", "best_of_n", "weighted_vote").
         method: "exact" (combinatorial expectation) or "bootstrap" (mean over ``draws`` subsets).
         ns: The sample counts, ascending.
         mean, lo, hi: Accuracy and its 95% percentile-bootstrap interval over problems, per n.
@@ -222,12 +227,12 @@ def best_of_n(pool: ModelPool, ns: Sequence[int] | None = None, *, scores: np.nd
     """Best-of-n by score for every n: exact by default, or bootstrapped like the votes."""
     ns = check_ns(pool, ns)
     if method == "exact":
-        return _curve("best_score", "exact", ns, best_score_per_problem(pool, ns, scores), 0, seed)
+        return _curve("best_of_n", "exact", ns, best_score_per_problem(pool, ns, scores), 0, seed)
     if method != "bootstrap":
         raise ValueError(f"unknown method {method!r}; use 'exact' or 'bootstrap'")
     s = sample_scores(pool, scores)
     per, d = _bootstrap(pool, ns, order, draws, seed, lambda o, k: best_score_outcomes(pool, o, s, k, per_draw=False))
-    return _curve("best_score", "bootstrap", ns, per, d, seed)
+    return _curve("best_of_n", "bootstrap", ns, per, d, seed)
 
 
 def pool_curves(pool: ModelPool, rules: Sequence[Rule] = RULES, ns: Sequence[int] | None = None, *,
@@ -240,15 +245,15 @@ def pool_curves(pool: ModelPool, rules: Sequence[Rule] = RULES, ns: Sequence[int
     ns = check_ns(pool, ns)
     scored = scores is not None or pool.has_scores
     order = None
-    if any(r in ("vote", "weighted_vote") and (r == "vote" or scored) for r in rules):
+    if any(r in ("vote", "weighted_vote") and (r == "vote" or scored) for r in map(rule_name, rules)):
         order = draw_orders(pool.counts, int(ns[-1]), draws, seed)
     out: dict[str, Curve] = {}
-    for rule in rules:
+    for rule in map(rule_name, rules):
         if rule == "pass":
             out[rule] = pass_at_k(pool, ns, seed=seed)
         elif rule == "vote":
             out[rule] = majority_vote(pool, ns, seed=seed, order=order)
-        elif rule == "best_score" and scored:
+        elif rule == "best_of_n" and scored:
             out[rule] = best_of_n(pool, ns, scores=scores, seed=seed)
         elif rule == "weighted_vote" and scored:
             out[rule] = weighted_vote(pool, ns, weighting=weighting, scores=scores, seed=seed, order=order)

@@ -11,8 +11,8 @@ Here, for every (model, budget level) of a sweep:
    higher = easier). A pool sweep takes the samples of the pool named in ``OUT/sweep.json``; a live
    sweep those of its runs (``OUT/live/*/results.jsonl``: each problem's largest sampling config,
    whose samples every smaller config shares; averaged over seeds). Only answers are read, never
-   ``correct`` (DESIGN.md, "Honest simulation"); the samples' cost is not charged to the budget
-   (nor is it in Snell et al.).
+   ``correct`` (docs/architecture.md, "Honest simulation"); the samples' cost is not charged to
+   the budget (nor is it in Snell et al.).
 2. **Budget levels**: ``axis="n"`` (default): the configs of the sweep with the same n compete.
    A cost axis (``"tokens"``, ``"eflops"``, ...): every distinct cost of a config is a level and
    the configs costing at most that much compete (so a cheaper n of one strategy can win a bin).

@@ -41,6 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tts.benchmarks.append_log import read_append_log
+from tts.benchmarks.pool_draws import RULES, rule_name
 from tts.config import StrategyConfigBase, parse_strategy_config
 from tts.eval.labels import config_line
 
@@ -49,8 +50,9 @@ logger = logging.getLogger(__name__)
 CELLS = "cells.jsonl"
 MANIFEST = "sweep.json"
 SCHEMA_VERSION = 1
-_POOL_RULES = ("vote", "best_score", "weighted_vote")
-"""The ``pool_rule``s of strategy classes that :mod:`tts.eval.estimators` replays (its rules of the same name)."""
+_POOL_RULES = tuple(r for r, info in RULES.items() if info.strategy is not None)
+"""The ``pool_rule``s of strategy classes that :mod:`tts.eval.estimators` replays: the rules of the
+one table that a live strategy runs (vote, best_of_n, weighted_vote)."""
 
 
 class SweepError(ValueError):
@@ -442,9 +444,10 @@ def pool_rule_of(config: StrategyConfigBase) -> str:
     """The estimator that replays ``config`` from a pool, or a :class:`SweepError` naming those that can."""
     from tts.registry import STRATEGIES
 
-    rule = getattr(STRATEGIES.load(config.kind), "pool_rule", None)
+    rule = rule_name(getattr(STRATEGIES.load(config.kind), "pool_rule", None) or "")
     if rule not in _POOL_RULES:
-        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _POOL_RULES]
+        able = [n for n in STRATEGIES.names()
+                if rule_name(getattr(STRATEGIES.load(n), "pool_rule", None) or "") in _POOL_RULES]
         raise SweepError(f"{config.kind} cannot be replayed from a sample pool (it does more than aggregate "
                          f"independent samples); sweep it live (drop --pool), or choose from: {', '.join(able)}")
     if rule != "vote" and getattr(config, "verifier", None) is not None:

@@ -78,7 +78,8 @@ def probe_many(probes: Sequence[Probe], limits: Limits = PROBE_LIMITS, workers: 
     for probe, run in zip(probes, runs, strict=True):
         rows = read_probe(run.stdout) if run.status == "ok" else None
         if rows is None or len(rows) != len(probe.examples):
-            out.append(Behaviour(None, (), run.wall_seconds, run.error or f"{run.status}: the probe printed nothing"))
+            why = f"sandbox_failed: {run.error}" if run.status == "sandbox_failed" else run.error  # not the program's doing
+            out.append(Behaviour(None, (), run.wall_seconds, why or f"{run.status}: the probe printed nothing"))
             continue
         out.append(Behaviour(tuple(o for o, _ in rows), tuple(ok for _, ok in rows), run.wall_seconds))
     return out

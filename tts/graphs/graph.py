@@ -21,15 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from tts.config import FrozenConfig
 from tts.search.base import StrategyInputError
 
 POLICY = "policy"
@@ -40,11 +34,7 @@ class GraphError(StrategyInputError):
     """A collaboration graph that cannot run; the message names the node (or model) and what to change."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class NodeSpec(_Frozen):
+class NodeSpec(FrozenConfig):
     """One node of a graph file: a role played by a model on the outputs of its inputs."""
 
     role: str = Field(min_length=1)
@@ -81,7 +71,7 @@ class NodeSpec(_Frozen):
     is the context it shares with other questions (notes are written about it once)."""
 
 
-class StageSpec(_Frozen):
+class StageSpec(FrozenConfig):
     """A stage of a multi-stage task: some nodes (usually on one model) and their share of the budget."""
 
     nodes: tuple[str, ...] = Field(min_length=1)
@@ -91,7 +81,7 @@ class StageSpec(_Frozen):
     ``max(1, round(share * budget / len(nodes)))`` samples per request."""
 
 
-class GraphSpec(_Frozen):
+class GraphSpec(FrozenConfig):
     """A collaboration graph as its file writes it; validation builds and checks the DiGraph."""
 
     name: str = Field("graph", pattern=r"^[A-Za-z0-9_.-]+$")

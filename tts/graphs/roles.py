@@ -206,7 +206,7 @@ class Role(ABC):
         """The node's outputs from the results of :meth:`plan`'s requests (same order)."""
 
 
-class Generator(Role):
+class GeneratorRole(Role):
     """Solve the problem from the benchmark's prompt: ``n`` independent solutions."""
 
     name = "generator"
@@ -299,7 +299,7 @@ class Fuser(Role):
         return RoleOutput(tuple(ctx.solution(i, c.text, c) for i, c in enumerate(results[0].completions)))
 
 
-class Verifier(Role):
+class VerifierRole(Role):
     """Score every input solution by an LLM's verdict: P(Yes) from the first token (n = 1), or
     the share of n sampled verdicts that end in Yes; passes the solutions on with their scores."""
 

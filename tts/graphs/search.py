@@ -35,8 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from tts.config import FrozenConfig
 from tts.graphs.graph import GraphError, GraphSpec
 from tts.graphs.search_space import (
     Choice,
@@ -48,7 +49,7 @@ from tts.graphs.search_space import (
 )
 from tts.registry import Registry
 
-__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchSpace", "SearchResult", "canonical_key",
+__all__ = ["Evaluation", "Evaluator", "GraphSearchConfig", "GraphSearchResult", "GraphSearchSpace", "canonical_key",
            "expected_requests", "graph_yaml", "load_search_space", "search_graphs"]
 
 logger = logging.getLogger(__name__)
@@ -75,15 +76,11 @@ class Evaluation:
         return round(self.tokens_per_problem * self.problems)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
 Evaluator = Callable[[Sequence[GraphSpec]], list[Evaluation]]
 """Graphs -> their evaluations on one split, in order (batch-first)."""
 
 
-class GraphSearchConfig(_Frozen):
+class GraphSearchConfig(FrozenConfig):
     """How to search a :class:`GraphSearchSpace`, and with what budget."""
 
     method: str = "reinforce"
@@ -111,7 +108,7 @@ class GraphSearchConfig(_Frozen):
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class GraphSearchResult:
     """The outcome of one search.
 
     Args:
@@ -279,7 +276,7 @@ SEARCH_METHODS = Registry("graph search method", {"reinforce": _reinforce, "rand
 """Search methods: ``fn(ledger, rng)`` spending the ledger's budget."""
 
 
-def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_dev: Evaluator) -> SearchResult:
+def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_dev: Evaluator) -> GraphSearchResult:
     """Search ``space`` for the graph with the best dev reward within the config's budget.
 
     Args:
@@ -299,5 +296,5 @@ def search_graphs(space: GraphSearchSpace, config: GraphSearchConfig, evaluate_d
         raise GraphError(f"graph search evaluated no graph ({ledger.stopped or 'no graph proposed'}); "
                          "raise --budget or the token budget")
     best, ev, reward = ledger.cache[ledger.best_key]
-    return SearchResult(config.method, best, ev, reward, len(ledger.cache), ledger.tokens, ledger.found_at,
+    return GraphSearchResult(config.method, best, ev, reward, len(ledger.cache), ledger.tokens, ledger.found_at,
                         tuple(ledger.curve), ledger.stopped or "no new graphs proposed (converged)")

@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from tts.config import FrozenConfig
 from tts.graphs.graph import POLICY, GraphError, GraphSpec, parse_graph
 from tts.registry import ROLES
 
@@ -23,11 +24,7 @@ Choice = dict[str, Any]
 """One value per decision of a space (decision name -> chosen value)."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class GraphSearchSpace(_Frozen):
+class GraphSearchSpace(FrozenConfig):
     """The graphs a search may pick: layered graphs whose shape, roles and models are decisions."""
 
     name: str = Field("searched", pattern=r"^[A-Za-z0-9_.-]+$")

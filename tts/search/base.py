@@ -107,7 +107,7 @@ class Strategy(ABC):
         name: Its registry name.
         config_class: Its pydantic config (``kind: Literal[name]`` plus knobs).
         pool_rule: How a sample-pool replay evaluates it without an engine: ``"vote"``
-            (majority over the prefix), ``"best_score"`` (highest pool score),
+            (majority over the prefix), ``"best_of_n"`` (highest pool score),
             ``"weighted_vote"`` (a vote weighted by pool scores), or None (not replayable
             from a pool: it does more than aggregate independent samples).
     """

@@ -2,7 +2,7 @@
 
 :func:`plan_request` reads the strategy from the model name (or ``tts.strategy``), lets the policy
 resolve it (only what the operator allowed), checks ``n``, ``max_tokens``, the compute budget and
-the strategy's sample count against the server's caps, and builds one :class:`Job` per choice (and
+the strategy's sample count against the server's caps, and builds one :class:`ChoiceJob` per choice (and
 prompt). Anything refused raises :class:`~tts.serve.errors.APIError` with the field to change,
 before any compute is spent. A request without a budget runs under a share of the server's cap
 (``reasoning_effort``), so no request can spend more than the operator allows.
@@ -22,7 +22,7 @@ from tts.serve.state import ServerState
 
 
 @dataclass
-class Job:
+class ChoiceJob:
     """One choice to solve: the question and the solve's keyword arguments."""
 
     question: str
@@ -31,12 +31,12 @@ class Job:
 
 
 @dataclass
-class Plan:
+class RequestPlan:
     """What a request will run: its jobs, and what its answer must say and return."""
 
     kind: str  # "chat" or "completions"
     body: ChatRequest | CompletionRequest
-    jobs: list[Job]
+    jobs: list[ChoiceJob]
     tool_calls: bool
     """Whether the reply is a tool call (tools offered to a strategy that answers with one)."""
     reserve_tokens: int
@@ -57,7 +57,7 @@ class Plan:
         return self.body.tts.answer_only
 
 
-def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRequest) -> Plan:
+def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRequest) -> RequestPlan:
     """The plan of a request, every setting checked against the server's policy and caps.
 
     Raises:
@@ -85,7 +85,7 @@ def plan_request(state: ServerState, kind: str, body: ChatRequest | CompletionRe
         raise APIError(str(exc), param=exc.param, code=exc.code if exc.code != "invalid_budget" else None) from None
     notes: list[str] = []
     common = _solve_kwargs(state, body, strategy_config, budget, max_tokens, notes)
-    plan = Plan(kind, body, [], False, tokens * solves, notes, plain=common["prompt"] is state.plain)
+    plan = RequestPlan(kind, body, [], False, tokens * solves, notes, plain=common["prompt"] is state.plain)
     if isinstance(body, ChatRequest):
         _chat_jobs(state, plan, body, common)
     else:
@@ -158,7 +158,7 @@ def _solve_kwargs(state: ServerState, body: ChatRequest | CompletionRequest, str
             "options": options}
 
 
-def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[str, Any]) -> None:
+def _chat_jobs(state: ServerState, plan: RequestPlan, body: ChatRequest, common: dict[str, Any]) -> None:
     """A chat request's jobs (one per choice; the conversation kept whole, its last user message the
     question) and the tools the model is shown. The messages and the tools are checked first
     (:mod:`tts.backends.chat`: OpenAI's tool schema, every tool result answering an earlier call)."""
@@ -178,7 +178,7 @@ def _chat_jobs(state: ServerState, plan: Plan, body: ChatRequest, common: dict[s
     offered = tool_plan(state, body, strategy_config)
     extra = {"messages": messages, "tools": offered, "tool_choice": _choice_json(body.tool_choice) if offered else None,
              "strategy": strategy_config}  # tool_choice none: no tools are shown, so no choice among them
-    plan.jobs = [Job(question or parsed[-1].content, {**common, **extra}, i) for i in range(body.n)]
+    plan.jobs = [ChoiceJob(question or parsed[-1].content, {**common, **extra}, i) for i in range(body.n)]
     plan.tool_calls = bool(offered)
 
 
@@ -187,7 +187,7 @@ def _choice_json(choice: Any) -> Any:
     return choice.model_dump() if hasattr(choice, "model_dump") else choice
 
 
-def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[str, Any]) -> list[Job]:
+def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[str, Any]) -> list[ChoiceJob]:
     """A completions request's jobs: one per prompt and choice."""
     limit = state.config.max_prompts
     prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
@@ -195,7 +195,7 @@ def _completion_jobs(state: ServerState, body: CompletionRequest, common: dict[s
         raise APIError(f"give 1 to {limit} prompts, got {len(prompts)}", param="prompt")
     if any(not p.strip() for p in prompts):
         raise APIError("a prompt is empty; put the question in it", param="prompt")
-    return [Job(p, dict(common), i * body.n + j) for i, p in enumerate(prompts) for j in range(body.n)]
+    return [ChoiceJob(p, dict(common), i * body.n + j) for i, p in enumerate(prompts) for j in range(body.n)]
 
 
 def returns_tool_calls(strategy_config: Any) -> bool:

@@ -7,6 +7,10 @@ are the chosen sample's, ``tool_choice`` and ``reasoning_effort`` are honoured a
 says, and only metadata that cannot change an answer is accepted and ignored (``user``,
 ``metadata``, ``store``, ``service_tier``, ``parallel_tool_calls``). tts settings ride in a
 ``tts`` object (``extra_body={"tts": {...}}`` in the openai client).
+
+Every shape on the wire (these bodies, the replies of :mod:`tts.serve.responses`, the MCP tool's
+result) derives from :class:`WireModel`, so each field's docstring is its description in
+/openapi.json and in the tool's schema.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_core import PydanticCustomError
 
 
-class TTSOptions(BaseModel):
+class WireModel(BaseModel):
+    """The base of every shape tts accepts or sends over a wire: a field's docstring becomes its
+    pydantic description (``use_attribute_docstrings``), which the OpenAPI and MCP schemas show to
+    clients. A field without a docstring has no description, and tests/serve/test_schema_docs.py
+    fails."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class TTSOptions(WireModel):
     """The ``tts`` object of a request body."""
 
     model_config = ConfigDict(extra="forbid")
@@ -38,14 +51,18 @@ class TTSOptions(BaseModel):
     """Reply with the answer alone instead of the chosen sample's full text."""
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(WireModel):
     """One OpenAI chat message (content as text or text parts), with an assistant turn's
     ``tool_calls``, a tool turn's ``tool_call_id`` and a participant's ``name``, all kept."""
 
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
+    """Who speaks: ``system`` and ``developer`` set the rules, ``user`` asks, ``assistant`` answered
+    (or called tools), ``tool`` returns a call's result."""
     content: str | list[dict[str, Any]] | None = None
+    """The text, or a list of parts whose ``text`` entries are joined (other parts are ignored);
+    None for an assistant turn that only calls tools."""
     tool_calls: list[dict[str, Any]] | None = None
     """An assistant turn's tool calls (``{"id", "type": "function", "function": {"name", "arguments"}}``)."""
     tool_call_id: str | None = None
@@ -59,7 +76,7 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class JSONSchemaFormat(BaseModel):
+class JSONSchemaFormat(WireModel):
     """``response_format.json_schema``: the schema every sample must match."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -91,7 +108,7 @@ def _outside_refs(schema: Any) -> list[str]:
     return found
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(WireModel):
     """``response_format``: free text, any JSON object, or JSON that matches a schema."""
 
     model_config = ConfigDict(extra="forbid")
@@ -133,14 +150,16 @@ class ResponseFormat(BaseModel):
         return json.dumps(self.json_schema.schema_)
 
 
-class NamedFunction(BaseModel):
+class NamedFunction(WireModel):
+    """The function ``tool_choice`` names."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     """The function's name, one of ``tools``."""
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(WireModel):
     """``tool_choice`` naming one function: the reply must call it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -156,7 +175,7 @@ REASONING_EFFORT_SHARE: dict[str, float] = {"minimal": 0.125, "low": 0.25, "medi
 ``reasoning_effort`` gives a request that sets no ``tts.budget``."""
 
 
-class _Common(BaseModel):
+class _Common(WireModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tts.serve import responses as r
 
 if TYPE_CHECKING:
-    from tts.serve.planning import Job, Plan
+    from tts.serve.planning import ChoiceJob, RequestPlan
 
 
 _ids = random.Random()  # seeded from the OS once; ids need to be unique, not secret
@@ -45,17 +45,16 @@ def usage_block(solutions: list[Any]) -> dict[str, Any]:
     cached = sum(s.usage.cached_prompt_tokens for s in solutions)
     block = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
              "prompt_tokens_details": {"cached_tokens": cached}}
-    # The engine's count (Usage.reasoning_tokens: every thought generated inside, from the backend's
-    # reasoning parser or delimiter) where the backend gives one; else the session's count of the
-    # thinking sections of the trace's samples.
-    reasoning = sum(s.usage.reasoning_tokens or getattr(s, "reasoning_tokens", 0) for s in solutions)
+    # Usage.reasoning_tokens: every thought generated inside, as the backend counted it
+    # (tts.backends.thinking.count_reasoning_tokens).
+    reasoning = sum(s.usage.reasoning_tokens for s in solutions)
     if reasoning:  # vLLM's and OpenAI's field: the completion tokens spent in reasoning sections
         block["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return block
 
 
-def usage(solutions: list[Any]) -> r.Usage:
-    return r.Usage.model_validate(usage_block(solutions))
+def usage(solutions: list[Any]) -> r.CompletionUsage:
+    return r.CompletionUsage.model_validate(usage_block(solutions))
 
 
 def tts_block(solution: Any) -> dict[str, Any]:
@@ -111,7 +110,7 @@ def message_text(solution: Any, answer_only: bool, without_reasoning: bool = Fal
     replies return apart as ``reasoning_content`` (:func:`reasoning_text`). ``plain``: the prompt was
     the conversation as sent; no answer is then an empty text (the ``tts`` extension says why), where
     the math prompt's reply says "No answer was found."."""
-    from tts.backends.thinking import split_reasoning
+    from tts.answers.reasoning import split_reasoning
 
     chosen = _chosen_text(solution)
     if not answer_only and chosen is not None:
@@ -123,7 +122,7 @@ def message_text(solution: Any, answer_only: bool, without_reasoning: bool = Fal
 
 def reasoning_text(solution: Any, answer_only: bool) -> str | None:
     """The chosen sample's reasoning section (vLLM's ``reasoning_content``); None without one."""
-    from tts.backends.thinking import split_reasoning
+    from tts.answers.reasoning import split_reasoning
 
     chosen = _chosen_text(solution)
     return None if answer_only or chosen is None else split_reasoning(chosen)[0]
@@ -183,14 +182,14 @@ def tool_calls(solution: Any) -> list[dict[str, Any]] | None:
 
 # --- the reply of a plan -------------------------------------------------------------------------
 
-def _extension(p: Plan, sol: Any) -> dict[str, Any]:
+def _extension(p: RequestPlan, sol: Any) -> dict[str, Any]:
     ext = tts_block(sol)
     if p.notes:
         ext["notes"] = list(p.notes)
     return ext
 
 
-def choice(p: Plan, job: Job, sol: Any) -> r.ChatChoice | r.CompletionChoice:
+def choice(p: RequestPlan, job: ChoiceJob, sol: Any) -> r.ChatChoice | r.CompletionChoice:
     """One choice of the response: the text (or tool call), finish reason, logprobs and ``tts``."""
     ext = _extension(p, sol)
     logprobs = logprobs_block(sol, p.kind, p.answer_only)
@@ -220,7 +219,7 @@ def _cut_note(ext: dict[str, Any], finish: str) -> dict[str, Any]:
     return {**ext, "notes": [*ext.get("notes", []), "max_tokens cut the reply short; raise max_tokens for a whole one"]}
 
 
-def unmet_tool_choice(p: Plan, sols: list[Any]) -> str | None:
+def unmet_tool_choice(p: RequestPlan, sols: list[Any]) -> str | None:
     """Why the reply cannot be sent when ``tool_choice`` demands a call (``required`` or a named
     function) and a choice holds none; None when every choice holds one or none was demanded."""
     from tts.serve.planning import must_call
@@ -243,15 +242,15 @@ def summary(sols: list[Any], notes: list[str] | None = None) -> r.ReplyExtension
                             budget=first.budget, notes=notes or None)
 
 
-def response(p: Plan, sols: list[Any]) -> r.ChatCompletion | r.Completion:
+def response(p: RequestPlan, sols: list[Any]) -> r.ChatCompletion | r.TextCompletion:
     """The whole (not streamed) response."""
-    reply = r.ChatCompletion if p.kind == "chat" else r.Completion
+    reply = r.ChatCompletion if p.kind == "chat" else r.TextCompletion
     return reply(id=response_id(p), created=now(), model=p.model,
                  choices=[choice(p, j, s) for j, s in zip(p.jobs, sols, strict=True)],
                  usage=usage(sols), tts=summary(sols, p.notes))
 
 
-def response_id(p: Plan) -> str:
+def response_id(p: RequestPlan) -> str:
     return new_id("chatcmpl" if p.kind == "chat" else "cmpl")
 
 
@@ -275,14 +274,14 @@ def sse(reply: r._Reply) -> bytes:
 class Chunks:
     """The server-sent events of one streamed response (all share its id and creation time)."""
 
-    def __init__(self, p: Plan) -> None:
+    def __init__(self, p: RequestPlan) -> None:
         self.plan = p
         self.id = response_id(p)
         self.created = now()
         self.object = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
 
     def event(self, index: int, delta: dict[str, Any] | None, finish_reason: str | None = None,
-              usage: r.Usage | None = None, tts: dict[str, Any] | None = None) -> bytes:
+              usage: r.CompletionUsage | None = None, tts: dict[str, Any] | None = None) -> bytes:
         """One ``data:`` event: a choice's delta (none: a chunk with no choices, e.g. the usage)."""
         choices: list[Any]
         if delta is None:

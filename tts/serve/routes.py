@@ -29,7 +29,7 @@ from tts.serve.errors import APIError
 from tts.serve.metrics import CONTENT_TYPE
 from tts.serve.planning import plan_request
 from tts.serve.protocol import ChatRequest, CompletionRequest
-from tts.serve.responses import ChatCompletion, Completion, ErrorResponse, Health, ModelCard, ModelList, json_bytes
+from tts.serve.responses import ChatCompletion, ErrorResponse, Health, ModelCard, ModelList, TextCompletion, json_bytes
 
 # A body without a Content-Type is read as JSON, as the server always did (FastAPI refuses it by
 # default since it added the option).
@@ -77,7 +77,7 @@ async def chat_completions(body: ChatRequest, request: Request, state: State, wh
     return await _solve(state, request, "chat", body, who)
 
 
-@completions.post("/completions", response_model=Completion, responses=_SOLVE_ERRORS)
+@completions.post("/completions", response_model=TextCompletion, responses=_SOLVE_ERRORS)
 async def text_completions(body: CompletionRequest, request: Request, state: State, who: Caller) -> Response:
     """One prompt (or a list of them), each a question. With ``stream: true`` the reply is server-sent
     events (``StreamChunk``), then ``data: [DONE]``."""

@@ -20,7 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 from tts.serve import replies
 from tts.serve.errors import APIError
 from tts.serve.failures import solve_error, solve_headers
-from tts.serve.planning import Plan
+from tts.serve.planning import RequestPlan
 from tts.serve.responses import error_reply, json_bytes
 from tts.serve.state import ServerState
 
@@ -39,7 +39,7 @@ async def disconnected(request: Request) -> None:
         pass
 
 
-def admit(state: ServerState, p: Plan, caller: str) -> None:
+def admit(state: ServerState, p: RequestPlan, caller: str) -> None:
     """Reserve the request's worst case from its caller's token bucket, then enter the gate.
 
     Raises:
@@ -70,7 +70,7 @@ def leave(state: ServerState, request: Request, status: int) -> None:
     state.metrics.observe(request.state.endpoint, status, time.perf_counter() - request.state.t0)
 
 
-def refund(state: ServerState, p: Plan, sols: list[Any] | None = None) -> None:
+def refund(state: ServerState, p: RequestPlan, sols: list[Any] | None = None) -> None:
     """Give back what a request reserved and did not spend: all of it when it never ran, the
     rest of it when it finished (a failed or cancelled request keeps its reservation spent)."""
     if state.limiter is None or p.rate_key is None:
@@ -80,7 +80,7 @@ def refund(state: ServerState, p: Plan, sols: list[Any] | None = None) -> None:
     p.rate_key = None
 
 
-def solved(state: ServerState, p: Plan, tasks: list[asyncio.Task]) -> list[Any]:
+def solved(state: ServerState, p: RequestPlan, tasks: list[asyncio.Task]) -> list[Any]:
     """The solutions of finished solves, counted in the metrics and the rate limit."""
     sols = [t.result() for t in tasks]
     for s in sols:
@@ -89,7 +89,7 @@ def solved(state: ServerState, p: Plan, tasks: list[asyncio.Task]) -> list[Any]:
     return sols
 
 
-def start(state: ServerState, p: Plan, on_progress: Callable[[int, Any], None] | None = None) -> list[asyncio.Task]:
+def start(state: ServerState, p: RequestPlan, on_progress: Callable[[int, Any], None] | None = None) -> list[asyncio.Task]:
     """One task per job; ``on_progress(index, event)`` hears the strategy's progress."""
     from tts.session.batching import CallContext
 
@@ -117,7 +117,7 @@ def failure(exc: BaseException) -> Response:
     return APIError(message, status, code=code, headers=solve_headers(exc), reason=None).response()
 
 
-async def answer(state: ServerState, request: Request, p: Plan) -> Response:
+async def answer(state: ServerState, request: Request, p: RequestPlan) -> Response:
     """Solve an admitted request and answer it whole."""
     status = 500
     tasks = start(state, p)
@@ -151,7 +151,7 @@ async def answer(state: ServerState, request: Request, p: Plan) -> Response:
         leave(state, request, status)
 
 
-async def stream(state: ServerState, request: Request, p: Plan) -> Response:
+async def stream(state: ServerState, request: Request, p: RequestPlan) -> Response:
     """``stream: true``: progress events while sampling, then the answer, usage and [DONE]."""
     run = _Stream(state, request, p)
     refused = await run.begin()
@@ -162,7 +162,7 @@ async def stream(state: ServerState, request: Request, p: Plan) -> Response:
 class _Stream:
     """One streamed request: its solves, their progress queue, and its accounting (once)."""
 
-    def __init__(self, state: ServerState, request: Request, p: Plan) -> None:
+    def __init__(self, state: ServerState, request: Request, p: RequestPlan) -> None:
         loop = asyncio.get_running_loop()
         self.state, self.request, self.plan = state, request, p
         self.queue: asyncio.Queue = asyncio.Queue()

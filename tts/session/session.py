@@ -187,7 +187,8 @@ class SessionSolution(Solution):
         budget: What the budget did, as ``trace.notes["budget"]``: ``amount`` and ``unit``, the
             generated-token allowance it became (``as_tokens``), ``n_asked`` and ``n_drawn``
             (None where the strategy plans its own spending); None without a budget.
-        logprobs, reasoning_tokens: See the fields.
+        logprobs: See the field. Reasoning tokens are ``usage.reasoning_tokens`` (every thought
+            generated inside, as the backend counted it).
     """
 
     cost: dict[str, Any] = field(default_factory=dict)
@@ -196,8 +197,6 @@ class SessionSolution(Solution):
     logprobs: tuple[tuple[str, float, tuple[tuple[str, float], ...]], ...] | None = None
     """When :class:`SampleOptions` asked for them: (token, logprob, top alternatives) of each
     token of the chosen sample; None otherwise or when no single engine sample wrote it."""
-    reasoning_tokens: int = 0
-    """Tokens of the reasoning sections (``<think>...</think>``) of the samples in the trace."""
 
 
 class Session:
@@ -460,7 +459,7 @@ class Session:
                 and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
             logprobs = generator.token_logprobs(trace.samples[trace.selected], options.logprobs)
         return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
-                               logprobs=logprobs, reasoning_tokens=self._reasoning_tokens(trace.samples))
+                               logprobs=logprobs)
 
     def _budget_record(self, runner: Any, config: Any, solve_budget: ComputeBudget | None, limit: Budget | None,
                        allowance: int | None) -> dict[str, Any] | None:
@@ -557,25 +556,6 @@ class Session:
         with self._lock:
             self.solves += 1
         return solution
-
-    def _reasoning_tokens(self, samples: Sequence[Any]) -> int:
-        """Tokens of the samples' reasoning sections: counted by the engine's tokenizer where the
-        backend has one, else the sample's tokens shared by characters."""
-        try:
-            tokenizer = getattr(self.generator, "tokenizer", None)
-        except Exception:  # a closed engine
-            tokenizer = None
-        total = 0
-        for s in samples:
-            reasoning, _ = split_reasoning(s.text)
-            if not reasoning:
-                continue
-            if callable(tokenizer):
-                with contextlib.suppress(Exception):
-                    total += min(s.completion_tokens, len(tokenizer(reasoning, add_special_tokens=False)["input_ids"]))
-                    continue
-            total += round(s.completion_tokens * len(reasoning) / max(len(s.text), 1))
-        return total
 
     async def asolve(self, question: str | Problem, **kwargs: Any) -> SessionSolution:
         """:meth:`solve` for asyncio: runs in the session's worker pool; concurrent calls share

@@ -85,7 +85,7 @@ def test_strategies_replay_by_their_pool_rule_not_their_name():
     pool = _pool(scores=True)
     rep = replay_prefixes(pool, np.tile(np.arange(pool.n_samples), (pool.n_problems, 1)))
     n = np.full(pool.n_problems, 8)
-    assert pool_rule("self_consistency") == "vote" and pool_rule("best_of_n") == "best_score"
+    assert pool_rule("self_consistency") == "vote" and pool_rule("best_of_n") == "best_of_n"
     np.testing.assert_array_equal(rep.correct_at(n, "best_of_n"), rep.best_correct[:, 7])
     # A strategy that is more than an aggregate of i.i.d. samples cannot be replayed from a pool.
     assert STRATEGIES.load("beam").pool_rule is None

@@ -151,6 +151,22 @@ def test_a_parallel_reply_is_returned_whole_and_all_calls_can_vote():
     assert whole.confidence == pytest.approx(2 / 3)
 
 
+def test_a_parallel_reply_votes_with_its_first_call_not_its_last():
+    """4 replies call search first (then get_weather), 3 call get_weather alone: every reply's LAST
+    call is get_weather(Paris), but the first calls decide (its_hub), so search wins 4 to 3 and its
+    reply comes back whole."""
+    pair = call("search", q="weather Paris") + "\n" + call("get_weather", city="Paris")
+    alone = call("get_weather", city="Paris")
+    texts = [alone] * 3 + [pair] * 4  # in this order: a tie or a unanimous last-call vote would pick reply 0
+    model = FunctionGenerator(lambda r: [Completion(t, len(t.split()), -0.2, "stop") for t in texts[: r.n]])
+    sol = ToolVote(ToolVoteConfig(n=7), model, CHAT).solve([_problem()])[0]
+    assert [c["name"] for c in json.loads(sol.answer)] == ["search", "get_weather"]
+    assert sol.trace.selected == 3 and sol.confidence == pytest.approx(4 / 7)
+    assert sorted(sol.trace.votes.values()) == [3.0, 4.0]
+    flat = ToolVote(ToolVoteConfig(n=7, match="name_and_arguments"), model, CHAT).solve([_problem()])[0]
+    assert flat.answer == sol.answer and flat.confidence == pytest.approx(4 / 7)
+
+
 def test_calls_the_backend_read_are_used_and_the_loop_finishes_on_the_scripted_backend():
     """Turn 1: the scripted model calls get_weather; turn 2 (the tool's result in the chat): it
     answers in prose, and tool_vote returns that text instead of "no answer"."""

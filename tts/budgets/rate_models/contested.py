@@ -2,7 +2,7 @@
 
 An experiment that lost: as the online allocator's stopping rule (``OnlinePolicy(rule="rate",
 rate_model=ContestedRule(...))``) it lost to the Beta criterion on the worst model of every set
-(see README.md beside this file). It lives here, outside the library, with its measurements.
+(docs/stopping_rules_that_lost.md has the measurements). It stays as an opt-in rate model.
 
 The Beta criterion of Aggarwal et al. (:mod:`tts.budgets.online`) stops a vote once its leader is
 ahead with confidence; a vote that stays flat (20 against 19 after 40 samples) never gets there
@@ -25,7 +25,7 @@ problems:
   (:func:`tts.budgets.online.decided`) stops a problem whose rate falls below the bar, or whose
   leader is Beta-confident, and serves the highest rates first.
 
-Honesty (DESIGN.md, "Honest simulation"): a problem's rate comes from a model fitted on *other*
+Honesty (docs/architecture.md, "Honest simulation"): a problem's rate comes from a model fitted on *other*
 problems (:func:`cross_fitted_rates` fits one model per fold on the other folds); the ``correct``
 field of a problem never reaches its own decisions. A live run fits the model once on a
 calibration pool (:func:`fit_pool`) and passes it to :class:`tts.budgets.online.OnlineAllocator`.

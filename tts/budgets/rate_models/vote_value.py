@@ -2,7 +2,7 @@
 
 An experiment that lost: as the online allocator's stopping rule (``OnlinePolicy(rule="rate",
 rate_model=VoteValue(kappa))``) it never beat the Beta criterion on the hard end of the pools
-(see README.md beside this file). It lives here, outside the library, with its measurements.
+(docs/stopping_rules_that_lost.md has the measurements). It stays as an opt-in rate model.
 
 A stopping rule that only asks "is the leader ahead with confidence c?" (Aggarwal et al.'s Beta
 criterion) keeps feeding a vote that is flat after many samples: 20 against 19 never reaches 95%,
@@ -24,7 +24,8 @@ restricted to the two leading answers):
    the knowledge gradient of picking the larger share); a finite ``kappa`` says that a small
    difference in shares says little about which answer is right, so a flat vote is worth little
    more sampling. ``kappa`` is a calibration constant: :func:`fit_kappa` fits it on graded
-   problems (other problems than the ones it decides, DESIGN.md's "Honest simulation").
+   problems (other problems than the ones it decides: docs/architecture.md, "Honest
+   simulation").
 3. The vote returns the answer with the larger posterior accuracy, so the expected accuracy now
    is ``max(E[g], 1 - E[g])`` and after ``h`` more samples (of which the two leaders get their
    current share, the rest go to other answers or none) ``E_X max(E[g | X], 1 - E[g | X])``.

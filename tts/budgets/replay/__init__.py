@@ -9,6 +9,6 @@
 * :mod:`~tts.budgets.replay.cross_strategy`: the cross-strategy allocator against the best single
   strategy at matched cost (``tts budget simulate --strategies ...``).
 
-Honesty (DESIGN.md, "Honest simulation"): a problem's decisions use only what a live run would
+Honesty (docs/architecture.md, "Honest simulation"): a problem's decisions use only what a live run would
 know; its ``correct`` field only grades the outcome and fits the curves of *other* folds.
 """

@@ -37,7 +37,7 @@ from tts.budgets.cross_allocator import (
 )
 from tts.budgets.replay.prefix import random_orders
 from tts.budgets.replay.matched import Interval, ModeResult, compare_at_matched, interval
-from tts.budgets.strategy_curves import RULES, SWITCH_Z, rule_outcomes
+from tts.budgets.strategy_curves import SWITCH_Z, rule_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class CrossConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rules: tuple[str, ...] = ("vote", "shortest")
-    """Selection rules to choose from (:data:`~tts.budgets.strategy_curves.RULES`)."""
+    """Selection rules to choose from (:data:`~tts.benchmarks.pool_draws.RULES`)."""
     target_n: int = Field(64, ge=1)
     """Uniform baseline's n; the best single rule at this n sets the accuracy and cost to match."""
     orderings: int = Field(10, ge=2)
@@ -325,10 +325,3 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     logger.info("%s: best single %s; cross ratio %s", pool.model, best, allocators["cross"].token_ratio)
     return CrossResult(pool.model, pricer.unit, rules, cfg.target_n, best, uniform, allocators, frontier, chosen,
                        plans, tuple(options))
-
-
-def rules_supported(pool: ModelPool) -> list[str]:
-    """The rules this pool can replay (score rules need scores, ``shortest`` token counts)."""
-    answered = pool.mask & (pool.answers >= 0)
-    scored = bool(np.all(np.isfinite(pool.scores[answered])))
-    return [r for r, info in RULES.items() if (scored or not info.needs_scores) and (pool.has_tokens or not info.needs_tokens)]

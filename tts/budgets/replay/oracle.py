@@ -4,8 +4,8 @@ The oracle stops each problem at the first n after which the running majority of
 never changes again up to ``target_n``, so it returns exactly uniform self-consistency@target_n's
 answer (same accuracy) with the fewest samples any rule that returns that answer could draw. It
 reads the future samples of the ordering, so it is an analysis tool, labelled "oracle" wherever
-it appears, never an allocator (DESIGN.md, "Honest simulation"). Its token ratio to uniform
-bounds what a stopping rule can save while returning uniform's answers; a rule can only beat it
+it appears, never an allocator (docs/architecture.md, "Honest simulation"). Its token ratio to
+uniform bounds what a stopping rule can save while returning uniform's answers; a rule can only beat it
 by returning other answers (stopping early on problems uniform gets wrong, or luck on near-ties).
 """
 

@@ -14,28 +14,35 @@ from dataclasses import dataclass
 import numpy as np
 
 from tts.benchmarks.pool import ModelPool
+from tts.benchmarks.pool_draws import rule_name
 from tts.budgets.allocator import AccuracyCurve
 from tts.registry import STRATEGIES
 
-_RULE_TABLES = {"vote": "vote_correct", "best_score": "best_correct"}
+_RULE_TABLES = {"vote": "vote_correct", "best_of_n": "best_correct"}
 """A strategy's ``pool_rule`` -> the :class:`PrefixReplay` table that grades it."""
 
 
+def _declared_rule(strategy: str) -> str | None:
+    """The rule a strategy class declares as ``pool_rule``, by its one name (None: not replayable)."""
+    declared = getattr(STRATEGIES.load(strategy), "pool_rule", None)
+    return None if declared is None else rule_name(declared)
+
+
 def pool_rule(strategy: str) -> str:
-    """How a pool replays ``strategy`` (its class's ``pool_rule``: "vote" or "best_score").
+    """How a pool replays ``strategy`` (its class's ``pool_rule``: "vote" or "best_of_n").
 
     Raises:
         UnknownNameError: The strategy is not registered.
         ValueError: The strategy cannot be replayed from a pool (it does more than aggregate
             independent samples); the message names those that can.
     """
-    rule = getattr(STRATEGIES.load(STRATEGIES.check(strategy)), "pool_rule", None)
+    rule = _declared_rule(STRATEGIES.check(strategy))
     if rule is not None and rule not in _RULE_TABLES:
-        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _RULE_TABLES]
+        able = [n for n in STRATEGIES.names() if _declared_rule(n) in _RULE_TABLES]
         raise ValueError(f"strategy {strategy!r} (pool_rule {rule!r}) has no budget replay yet; "
                          f"`tts sweep --pool` replays it at fixed n. Budget replays: {', '.join(able)}")
     if rule not in _RULE_TABLES:
-        able = [n for n in STRATEGIES.names() if getattr(STRATEGIES.load(n), "pool_rule", None) in _RULE_TABLES]
+        able = [n for n in STRATEGIES.names() if _declared_rule(n) in _RULE_TABLES]
         raise ValueError(f"strategy {strategy!r} cannot be replayed from a sample pool (pool_rule {rule!r}); "
                          f"use one of: {', '.join(able)}")
     return rule

@@ -1,6 +1,6 @@
 """Replay the allocator on a sample pool and compare it with uniform sampling at matched accuracy.
 
-Honesty (see DESIGN.md, "Honest simulation"): every decision uses only what a real run would know.
+Honesty (docs/architecture.md, "Honest simulation"): every decision uses only what a real run would know.
 
 * Offline: each problem first draws ``pilot`` samples. Its difficulty bin comes from those
   samples (answers, agreement, token counts, scores) through an estimator, bin edges, accuracy

@@ -42,7 +42,7 @@ class BestOfN(SamplingStrategy):
     name = "best_of_n"
     config_class: ClassVar[type] = BestOfNConfig
     needs_logprobs = True
-    pool_rule = "best_score"
+    pool_rule = "best_of_n"
 
     def aggregate(self, problem_id: str, samples: Sequence[Sample], usage: Usage,
                   scores: Sequence[float] | None = None) -> Solution:

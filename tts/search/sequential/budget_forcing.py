@@ -74,6 +74,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from tts.answers import answer_keys
+from tts.answers.reasoning import THINK_CLOSE
 from tts.backends.base import Completion, GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
 from tts.search.base import BudgetUse, Strategy, StrategyInputError
@@ -100,7 +101,7 @@ class BudgetForcingConfig(StrategyConfigBase):
     """k, the most times one thought is extended."""
     think_start: str = "<think>\n"
     """Opens the thought at the start of the reply; empty when the chat template opens it."""
-    think_end: str = Field("</think>", min_length=1)
+    think_end: str = Field(THINK_CLOSE, min_length=1)
     """The end-of-thinking delimiter (a stop string of every thinking request)."""
     wait: str = Field("Wait", min_length=1)
     """Appended in place of a suppressed end of thinking."""
