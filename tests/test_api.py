@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -234,3 +235,47 @@ def test_the_scripted_backend_answers_any_question_as_a_fake_model():
     assert len(others) > 1  # a stand-in per question, not one answer ("0" on main) to everything
     gold = tts.solve(tts.Problem("p", "What is 2+3?", "5"), n=16, backend={"kind": "scripted", "accuracy": 0.9})
     assert gold.answer == "5"
+
+
+def test_solve_and_asolve_share_one_signature_and_return_the_session_solution():
+    """asolve takes solve's parameters (written once) and both name their result's type (on main:
+    ``Any``, and two copies of a 15-line signature)."""
+    import inspect
+    import typing
+
+    from tts import api
+    from tts.config import EvalConfig
+    from tts.eval.runner import EvalResult
+    from tts.session.session import SessionSolution
+
+    names = {**vars(api), "SessionSolution": SessionSolution, "EvalResult": EvalResult, "EvalConfig": EvalConfig}
+    assert inspect.signature(tts.asolve).parameters == inspect.signature(tts.solve).parameters
+    assert typing.get_type_hints(tts.solve, globalns=names)["return"] is SessionSolution
+    assert typing.get_type_hints(api.asolve, globalns=names)["return"] is SessionSolution
+    assert typing.get_type_hints(api.evaluate, globalns=names)["return"] is EvalResult
+    assert inspect.iscoroutinefunction(tts.asolve)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
+        asyncio.run(tts.asolve("What is 2+3?", temprature=0.5, backend="scripted"))
+
+
+def test_a_strategy_reference_is_checked_in_one_place():
+    """tts.solve, asolve, a Session and a config refuse an unknown name, or a mapping without a kind,
+    with the same line: tts.config.strategy_kind's. Neither api.py nor session.py checks names itself."""
+    import inspect
+
+    from tts import api
+    from tts.config import parse_strategy_config
+    from tts.session import Session, session
+
+    for bad, error in (("majority", UnknownNameError), ({"n": 4}, ValueError)):
+        with pytest.raises(error) as expected:
+            parse_strategy_config(bad)
+        with pytest.raises(error) as by_solve:
+            tts.solve("x", strategy=bad, backend="scripted")
+        with pytest.raises(error) as by_asolve:
+            asyncio.run(tts.asolve("x", strategy=bad, backend="scripted"))
+        with Session("scripted") as s, pytest.raises(error) as by_session:
+            s.solve("x", strategy=bad)
+        assert str(by_solve.value) == str(by_asolve.value) == str(by_session.value) == str(expected.value)
+    for module in (api, session):
+        assert "STRATEGIES.check(" not in inspect.getsource(module)

@@ -27,12 +27,19 @@ with enough grace to release their shared memory (see :mod:`tts.backends.engine_
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from tts.types import Problem
+
+if TYPE_CHECKING:  # the result types, for readers and type checkers; importing tts stays light
+    from tts.config import EvalConfig
+    from tts.eval.runner import EvalResult
+    from tts.session.session import SessionSolution
 
 _POOL: Any = None  # the EnginePool of solve(), created on first use
 _SESSION: Any = None  # the Session on the pool's engine, replaced when the engine is
@@ -99,47 +106,71 @@ def _session(backend: str | Mapping[str, Any], generator: Any) -> tuple[Any, boo
     return Session(config), True  # opened, and closed with the session
 
 
-def _solve_args(question: str | Problem, strategy: str | Mapping[str, Any], n: int | None,
-                budget: Any, budget_unit: str, calibration: str | Path | None,
-                tools: Any = None) -> tuple[Problem, Any, dict[str, Any]]:
-    """(the problem, the strategy spec, the budget) of a :func:`solve` call, ``auto``'s needs and a
-    strategy that cannot take ``tools`` checked before any engine starts."""
-    from tts.registry import STRATEGIES
-    from tts.search.base import StrategyInputError, tools_refusal
-    from tts.session.budget import SolveBudget
+@dataclass(frozen=True, slots=True)
+class _SolveCall:
+    """One :func:`solve` or :func:`asolve` call, read and checked before any backend opens (a vLLM
+    engine takes tens of seconds to start): the problem, the backend to open, and the keyword
+    arguments of :meth:`Session.solve <tts.session.Session.solve>`, its budget read once, here."""
 
-    problem = question if isinstance(question, Problem) else Problem("q0", question)
-    solve_budget = SolveBudget.parse(budget, budget_unit)
-    kind = STRATEGIES.check(strategy if isinstance(strategy, str) else str(dict(strategy).get("kind", "")))
-    refusal = tools_refusal(kind) if tools or problem.metadata.get("tools") else None
-    if refusal is not None:
-        raise StrategyInputError(refusal)
-    spec: Any = strategy
-    if kind == "auto":
-        if solve_budget is None or calibration is None:
-            raise ValueError('strategy="auto" needs budget= (in budget_unit) and calibration= (a sample pool, a past '
-                             "tts eval run or a tts sweep directory of this model on other problems)")
-        spec = {**({"kind": "auto"} if isinstance(strategy, str) else dict(strategy)),
-                "calibration": str(calibration)}
-        n = None  # auto chooses n
-    return problem, spec, {"n": n, "budget": solve_budget}
+    problem: Problem
+    backend: str | Mapping[str, Any]
+    generator: Any
+    solve_kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any]) -> _SolveCall:
+        """The call of :func:`solve`'s arguments by name (all of them, defaults applied).
+
+        Raises:
+            UnknownNameError, BudgetError, SettingsError, StrategyInputError, ChatInputError,
+            ValueError: An argument to change (one line says which).
+        """
+        from tts.budgets.pricing import ComputeBudget
+        from tts.config import SamplingConfig, strategy_kind
+        from tts.prompts import named_prompt
+        from tts.search.base import StrategyInputError, tools_refusal
+        from tts.session import inputs
+
+        question, strategy, n, tools = args["question"], args["strategy"], args["n"], args["tools"]
+        problem = question if isinstance(question, Problem) else Problem("q0", question)
+        budget = ComputeBudget.parse(args["budget"], args["budget_unit"])
+        kind = strategy_kind(strategy)
+        refusal = tools_refusal(kind) if tools or problem.metadata.get("tools") else None
+        if refusal is not None:
+            raise StrategyInputError(refusal)
+        spec: Any = strategy
+        if kind == "auto":  # what auto needs of this function's arguments (a Session takes it from its settings)
+            if budget is None or args["calibration"] is None:
+                raise ValueError('strategy="auto" needs budget= (in budget_unit) and calibration= (a sample pool, a '
+                                 "past tts eval run or a tts sweep directory of this model on other problems)")
+            spec = {**({"kind": "auto"} if isinstance(strategy, str) else dict(strategy)),
+                    "calibration": str(args["calibration"])}
+            n = None  # auto chooses n
+        # the session checks these again, as it does for every caller
+        inputs.sampling(SamplingConfig(), args["temperature"], None, args["max_tokens"])
+        inputs.chat(problem.question, args["messages"], tools)
+        prompt = None if args["prompt"] is None else named_prompt(args["prompt"])
+        return cls(problem, args["backend"], args["generator"],
+                   {"strategy": spec, "n": n, "budget": budget, "temperature": args["temperature"],
+                    "max_tokens": args["max_tokens"], "prompt": prompt, "messages": args["messages"], "tools": tools})
 
 
-def _check_inputs(question: str | Problem, temperature: float, max_tokens: int, messages: Any, tools: Any) -> None:
-    """Refuse bad sampling settings, tools or messages before a backend opens (a vLLM engine takes
-    tens of seconds to start); the session checks them again, as it does for every caller."""
-    from tts.config import SamplingConfig
-    from tts.session import inputs
-
-    inputs.sampling(SamplingConfig(), temperature, None, max_tokens)
-    inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _prompt(prompt: Any) -> Any:
-    """A prompt given by name resolved as the command line resolves it, before any engine starts."""
-    from tts.prompts import named_prompt
+def _async_twin(sync: Callable[P, R]) -> Callable[[Callable[..., Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Give an ``async def f(*args, **kwargs)`` the signature of ``sync``: type checkers and IDEs
+    (through the ParamSpec) and ``help()``/``inspect`` (through ``__signature__``) show ``sync``'s
+    parameters, which are written once."""
+    signature = inspect.signature(sync)
 
-    return None if prompt is None else named_prompt(prompt)
+    def wrap(impl: Callable[..., Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        impl.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=f"Awaitable[{signature.return_annotation}]")
+        return impl
+
+    return wrap
 
 
 def solve(
@@ -157,7 +188,7 @@ def solve(
     calibration: str | Path | None = None,
     messages: Sequence[Mapping[str, Any]] | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
-) -> Any:
+) -> SessionSolution:
     """Answer one question with a test-time strategy.
 
     Args:
@@ -210,34 +241,17 @@ def solve(
         >>> sol.answer, sol.strategy, sol.trace.notes["budget"]     # doctest: +SKIP
         ('14', 'self_consistency@4 of 16: budget', {..., 'n_asked': 16, 'n_drawn': 4})
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
-    _check_inputs(problem, temperature, max_tokens, messages, tools)
-    prompt = _prompt(prompt)
-    session, owned = _session(backend, generator)
+    call = _SolveCall.of(locals())  # every argument, by name: the one signature above
+    session, owned = _session(call.backend, call.generator)
     try:
-        return session.solve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens, prompt=prompt,
-                             messages=messages, tools=tools, **limits)
+        return session.solve(call.problem, **call.solve_kwargs)
     finally:
         if owned:
             session.close()
 
 
-async def asolve(
-    question: str | Problem,
-    *,
-    strategy: str | Mapping[str, Any] = "self_consistency",
-    n: int | None = 8,
-    backend: str | dict[str, Any] = "vllm",
-    generator: Any = None,
-    temperature: float = 0.7,
-    max_tokens: int = 512,
-    prompt: Any = None,
-    budget: Any = None,
-    budget_unit: str = "tokens",
-    calibration: str | Path | None = None,
-    messages: Sequence[Mapping[str, Any]] | None = None,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-) -> Any:
+@_async_twin(solve)
+async def asolve(*args: Any, **kwargs: Any) -> SessionSolution:
     """:func:`solve` for asyncio, with the same arguments and result.
 
     On a vLLM backend it runs on :func:`solve`'s warm engine and session, so concurrent
@@ -245,19 +259,18 @@ async def asolve(
     worker thread, not on the event loop. Cancelling the awaiting task cancels the solve at its
     next step. With ``generator=`` or a cheap backend, each call has its own session.
     """
-    problem, spec, limits = _solve_args(question, strategy, n, budget, budget_unit, calibration, tools)
-    _check_inputs(problem, temperature, max_tokens, messages, tools)
-    prompt = _prompt(prompt)
-    session, owned = await asyncio.to_thread(_session, backend, generator)
+    bound = inspect.signature(solve).bind(*args, **kwargs)
+    bound.apply_defaults()
+    call = _SolveCall.of(bound.arguments)
+    session, owned = await asyncio.to_thread(_session, call.backend, call.generator)
     try:
-        return await session.asolve(problem, strategy=spec, temperature=temperature, max_tokens=max_tokens,
-                                    prompt=prompt, messages=messages, tools=tools, **limits)
+        return await session.asolve(call.problem, **call.solve_kwargs)
     finally:
         if owned:
             session.close()
 
 
-def evaluate(config: Any, out: str | Path, **kwargs: Any) -> Any:
+def evaluate(config: EvalConfig | Mapping[str, Any], out: str | Path, **kwargs: Any) -> EvalResult:
     """Run ``tts eval`` from Python: ``config`` is an EvalConfig or a dict of its fields.
 
     A config with an ``allocation`` section runs budget-allocated self-consistency, as

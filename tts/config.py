@@ -119,13 +119,41 @@ def _parse_registered(value: Any, base: type[BaseModel], registry_name: str, wha
     return cls.model_validate(dict(value))
 
 
+def strategy_kind(value: Any) -> str:
+    """The registered strategy a reference names: a bare name, a mapping with ``kind`` (YAML,
+    JSON, a request) or a config. The one place a strategy's name is checked: ``tts.solve``, a
+    Session and :func:`parse_strategy_config` all ask here, so they refuse alike.
+
+    Raises:
+        UnknownNameError: An unregistered name (the message lists the names and a close match).
+        ValueError: Not a name, a mapping with ``kind``, or a config (the message lists the names).
+    """
+    import tts.registry
+
+    if isinstance(value, StrategyConfigBase):
+        value = value.kind
+    elif isinstance(value, Mapping) and "kind" in value:
+        value = value["kind"]
+    if not isinstance(value, str):
+        raise ValueError(f"a strategy config is a name or a mapping with a 'kind' (one of: "
+                         f"{', '.join(tts.registry.STRATEGIES.names())}), got {value!r}")
+    return tts.registry.STRATEGIES.check(value)
+
+
 def parse_strategy_config(value: Any) -> StrategyConfigBase:
     """A strategy config from a dict (YAML, JSON, results rows), a bare name, or an existing config.
 
     Raises:
-        ValueError: No ``kind``, an unknown one, or fields that the strategy's config refuses.
+        ValueError: No ``kind``, an unknown one (:func:`strategy_kind`), or fields that the
+            strategy's config refuses.
     """
-    return _parse_registered(value, StrategyConfigBase, "STRATEGIES", "strategy")
+    if isinstance(value, StrategyConfigBase):
+        return value
+    kind = strategy_kind(value)
+    import tts.registry
+
+    cls = tts.registry.STRATEGIES.load(kind).config_class
+    return cls.model_validate(dict(value) if isinstance(value, Mapping) else {"kind": kind})
 
 
 StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(parse_strategy_config)]

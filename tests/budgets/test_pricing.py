@@ -8,11 +8,15 @@ from tts.budgets.pricing import BudgetError, ComputeBudget, Pricer, make_pricer
 
 
 def test_every_caller_shares_the_one_budget_type_and_the_one_pricer():
+    import tts
+    import tts.session
     from tts.budgets import cross_allocator
-    from tts.session import budget as session_budget
+    from tts.session import session
 
-    assert cross_allocator.Pricer is session_budget.Pricer is Pricer
-    assert session_budget.SolveBudget is ComputeBudget
+    assert cross_allocator.Pricer is session.Pricer is Pricer
+    assert tts.session.ComputeBudget is tts.ComputeBudget is ComputeBudget
+    with pytest.warns(DeprecationWarning, match="import tts.budgets.pricing.ComputeBudget"):
+        assert tts.session.SolveBudget is ComputeBudget  # the old name, for one release
 
 
 @pytest.mark.parametrize(("given", "expected"), [

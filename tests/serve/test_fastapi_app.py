@@ -100,10 +100,10 @@ def test_the_http_server_and_the_mcp_tool_share_the_cap_checks(session):
     policy = ServePolicy.build(config, session)
     with pytest.raises(PolicyError, match="max_tokens=513 is over this server's limit of 512 tokens per sample"):
         policy.check_max_tokens(513)
-    from tts.session.budget import SolveBudget
+    from tts.budgets.pricing import ComputeBudget
 
     with pytest.raises(PolicyError, match="allows 2000 generated tokens, over this server's limit of 1000 per call"):
-        policy.solve_budget(session.pricer, SolveBudget(2000, "tokens"), 256, per="call")
+        policy.solve_budget(session.pricer, ComputeBudget(2000, "tokens"), 256, per="call")
     budget, tokens = policy.solve_budget(session.pricer, None, 200, solves=2, share=0.5)
     assert tokens == 250 and budget.amount == 250
     with pytest.raises(PolicyError, match="n=32 is over this server's limit of 16"):

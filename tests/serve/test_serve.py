@@ -223,6 +223,7 @@ class _ToolPicker(Strategy):
 
     name = "test_tool_pick"
     takes_tools: ClassVar[bool] = True
+    budget_use: ClassVar[str] = "spends_itself"  # two samples of 16 tokens: within any budget the server gives
 
     def solve(self, problems, budgets=None):
         from tts.backends.base import GenerationRequest

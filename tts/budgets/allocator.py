@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from tts.budgets.pricing import BudgetError  # the one budget error, raised here for budgets an allocation cannot use
 from tts.registry import STRATEGIES
 
 logger = logging.getLogger(__name__)
@@ -40,11 +41,7 @@ class AllocationError(ValueError):
     """An allocation that cannot run as asked; the message says what to change."""
 
 
-class BudgetError(AllocationError):
-    """A budget that is not a positive number, or cannot pay what the allocation needs."""
-
-
-class BudgetTooSmallError(BudgetError):
+class BudgetTooSmallError(BudgetError, AllocationError):
     """A positive budget below the least the allocation needs.
 
     Args:

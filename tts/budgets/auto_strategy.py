@@ -62,7 +62,7 @@ from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
 from tts.config import SamplingStrategyConfig, StrategyConfigBase, VerifierConfig
 from tts.registry import STRATEGIES
-from tts.search.base import Strategy, StrategyInputError, to_sample
+from tts.search.base import BudgetUse, Strategy, StrategyInputError, to_sample
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.types import Budget, Solution
 
@@ -195,6 +195,7 @@ class AutoStrategy(Strategy):
 
     name = "auto"
     config_class: ClassVar[type] = AutoConfig
+    budget_use = BudgetUse.PRICES_ITSELF  # plans in the budget's own unit with the Pricer
 
     def __init__(self, config: AutoConfig, generator: Any, prompt: Any, sampling: Any = None,
                  extract: Any = None, seed: int = 0) -> None:

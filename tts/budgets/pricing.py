@@ -14,12 +14,22 @@ the server's ``tts.budget`` and the ``auto`` strategy's budget all read it with
   :meth:`Pricer.usage`, :meth:`Pricer.verify` and :meth:`Pricer.option` price work in the
   pricer's plan ``unit`` (which may also be ``samples``, for pools without token counts).
 
-Token counts. A budget in tokens held by a solve counts *generated* tokens (``max_tokens`` per
-sample, worst case): that is what a server's cap and rate limit reserve, and the prompt's tokens
-are fixed by the question. A plan in tokens (the allocators) counts generated plus *uncached*
-prompt tokens of every request, because its problems' prompts differ and the engine's prefix
-cache decides what a second request costs. Both counts are this class's; the other units price
-prompt reads in both.
+Tokens. A token of a budget is a token the engine is paid to process, and two quantities of them
+are counted, each under its own name (docs/budgets.md, "What a token of a budget is"):
+
+* **generated tokens**: what a solve's budget in ``tokens`` holds (``tts.solve``, a Session,
+  ``tts serve``'s ``tts.budget`` and ``--max-budget-tokens``, ``tts mcp``), counted at their
+  worst case, ``max_tokens`` a sample, before the solve runs (:meth:`Pricer.allowance`, the
+  record's ``as_tokens``, :attr:`tts.types.Budget.tokens`). A solve's prompt is fixed by its
+  question and read once, so the budget leaves it out, and the server can reserve the worst case.
+* **processed tokens**: what an allocator's plan in ``tokens`` counts (``auto``, ``tts eval
+  --allocate``, the replays): generated plus *uncached* prompt tokens of every request
+  (:meth:`Pricer.request`, :meth:`Pricer.usage`), because its problems' prompts differ and the
+  prefix cache decides what a second request costs. Processed tokens are never fewer than the
+  generated ones, so ``auto`` run by a solve with a budget in tokens stays within that many
+  generated tokens too.
+
+The other units (eFLOPs, GPU-seconds, dollars) price prompt reads in both.
 """
 
 from __future__ import annotations
@@ -44,7 +54,8 @@ FORMS = ("a number of tokens, {'dollars': 0.01}, {'eflops': 1e15}, {'gpu_seconds
 
 
 class BudgetError(ValueError):
-    """A budget that cannot be used; the message says what to change."""
+    """A budget that cannot be used; the message says what to change. The one budget error of tts:
+    the session, the server, ``auto`` and the allocators (:mod:`tts.budgets.allocator`) raise it."""
 
 
 @dataclass(frozen=True, slots=True)

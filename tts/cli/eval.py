@@ -474,7 +474,7 @@ def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any], told: RunProgress) 
     (``told`` hears the progress too, for the line a stopped run ends with)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from tts.budgets.allocator import AllocationError
+    from tts.budgets.allocator import AllocationError, BudgetError
     from tts.eval.runner import run_eval
 
     with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
@@ -487,7 +487,7 @@ def _run_fixed(cfg: Any, run_dir: Path, problems: list[Any], told: RunProgress) 
 
         try:
             return run_eval(cfg, run_dir, problems=problems, progress=progress)
-        except AllocationError as exc:  # --strategy auto: budget or calibration it cannot use
+        except (AllocationError, BudgetError) as exc:  # --strategy auto: budget or calibration it cannot use
             raise fail(str(exc)) from None
 
 
@@ -495,7 +495,7 @@ def _run_allocated(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
     """Run self-consistency under the allocation's total budget, with a budget-spent progress bar."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tts.eval.allocated import AllocationError, run_allocated_eval
+    from tts.eval.allocated import AllocationError, BudgetError, run_allocated_eval
 
     with _engine_log(cfg, run_dir), Progress(TextColumn("[bold]budget spent"), BarColumn(),
                                              TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn()) as bar:
@@ -503,7 +503,7 @@ def _run_allocated(cfg: Any, run_dir: Path, problems: list[Any]) -> Any:
         try:
             return run_allocated_eval(cfg, run_dir, problems=problems,
                                       progress=lambda spent, total: bar.update(task, completed=spent))
-        except AllocationError as exc:
+        except (AllocationError, BudgetError) as exc:
             raise fail(str(exc)) from None
 
 

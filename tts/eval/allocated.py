@@ -73,17 +73,20 @@ Price = Callable[[Usage], float]
 
 
 def _pricer(alloc: AllocationConfig, model: str) -> Price:
-    if alloc.unit == "tokens":
-        return lambda u: float(u.completion_tokens + u.prompt_tokens - u.cached_prompt_tokens)
-    from tts.cost.ledger import cost_model_for
+    """What a recorded usage cost in the allocation's unit: :meth:`Pricer.usage
+    <tts.budgets.pricing.Pricer.usage>` of the one pricer, so that ``tts eval --allocate``, ``auto`` and
+    the replays count a budget alike.
+
+    Raises:
+        AllocationError: A GPU-priced unit for a model whose architecture (or GPU) is unknown.
+    """
+    from tts.budgets.pricing import make_pricer
 
     try:
-        cm = cost_model_for(model, alloc.gpu)
+        return make_pricer(alloc.unit, model, alloc.gpu).usage
     except ValueError as exc:  # unknown architecture or GPU
         raise AllocationError(f"--budget-unit {alloc.unit} needs the model's architecture and a known GPU: "
                               f"{exc}") from None
-    attr = "eflops" if alloc.unit == "eflops" else "seconds"
-    return lambda u: float(getattr(cm.cost_usage(u), attr))
 
 
 class SamplesLog:

@@ -18,9 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tts.budgets.pricing import Pricer
 from tts.eval.labels import config_line, natural_key
 from tts.eval.report import wilson_interval
 from tts.eval.rows import ResultRow
+
+TOKENS = Pricer("tokens")
+"""Prices a usage in processed tokens (generated plus uncached prompt), the ``total`` column."""
 
 
 class BreakdownError(ValueError):
@@ -71,7 +75,7 @@ def level_points(rows: Iterable[ResultRow], by: str) -> list[LevelPoint]:
             line=config_line(config), config=config, n=float(members[0].strategy.get("n") or 0), level=level,
             problems=len(members), correct=correct, accuracy=correct / len(members), low=low, high=high,
             generated=sum(u.completion_tokens for u in usage) / len(members),
-            total=sum(u.completion_tokens + u.prompt_tokens - u.cached_prompt_tokens for u in usage) / len(members)))
+            total=sum(map(TOKENS.usage, usage)) / len(members)))
     return sorted(points, key=lambda p: (natural_key(p.level), natural_key(p.line), p.n))
 
 

@@ -39,7 +39,7 @@ from tts.backends.base import Generator
 from tts.config import SamplingConfig, StrategyConfigBase
 from tts.graphs.executor import GraphExecutor
 from tts.graphs.graph import POLICY, GraphSpec
-from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError
+from tts.search.base import BudgetUse, ExtractFn, PromptFn, Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Solution
 
 
@@ -102,6 +102,7 @@ class _FixedGraph(Strategy):
     """A strategy that runs one graph built from its config on the run's generator."""
 
     build: ClassVar[Any]
+    budget_use = BudgetUse.REFUSES
 
     def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
                  extract: ExtractFn = extract_answer, seed: int = 0) -> None:

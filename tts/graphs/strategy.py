@@ -21,7 +21,7 @@ from tts.backends.engine_pool import EnginePool
 from tts.config import BackendConfig, SamplingConfig, StrategyConfigBase
 from tts.graphs.executor import GraphExecutor
 from tts.graphs.graph import POLICY, GraphError, GraphSpec
-from tts.search.base import ExtractFn, PromptFn, Strategy, StrategyInputError
+from tts.search.base import BudgetUse, ExtractFn, PromptFn, Strategy, StrategyInputError
 from tts.types import Budget, Problem, Solution
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class GraphStrategy(Strategy):
 
     name = "graph"
     config_class: ClassVar[type[StrategyConfigBase]] = GraphStrategyConfig
+    budget_use = BudgetUse.REFUSES  # its nodes' n are fixed (a GraphSpec.budget splits over stages, not per solve)
 
     def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
                  extract: ExtractFn = extract_answer, seed: int = 0, models: GraphModels | None = None) -> None:

@@ -22,6 +22,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from tts.answers import answer_keys, extract_answer
@@ -67,6 +68,30 @@ class MissingLogprobsError(StrategyInputError):
     """A strategy that selects or weights by token log-probabilities got samples without them."""
 
 
+class BudgetUse(StrEnum):
+    """How a strategy takes the budget of a solve (``tts.solve``, a Session, ``tts serve``, ``tts mcp``).
+
+    Every strategy class declares one as ``budget_use``; the session reads it and never the
+    strategy's name (:func:`budget_refusal`). A budget reaches a strategy in one of two forms: a
+    per-problem :class:`~tts.types.Budget` of generated tokens (the first two), or the
+    :class:`~tts.budgets.pricing.ComputeBudget` itself (``PRICES_ITSELF``).
+    """
+
+    WHOLE_SAMPLES = "whole_samples"
+    """It draws ``config.n`` whole samples: it gets the budget's token allowance per problem and
+    draws :meth:`Strategy.samples_within` of it (:meth:`Strategy.samples_for`), so the n a budget
+    lets it draw is known before it runs and the label says so (``self_consistency@4 of 16: budget``)."""
+    SPENDS_ITSELF = "spends_itself"
+    """It plans its own spending within the per-problem token allowance (a search, revision), or
+    refuses an allowance below its worst case before generating; :meth:`Strategy.n_within` says
+    the n it runs, when it knows it beforehand."""
+    PRICES_ITSELF = "prices_itself"
+    """It prices its own plan in the budget's unit (``auto``): its config's ``budget`` and
+    ``budget_unit`` get the budget, unless the caller set them, and no token allowance is made."""
+    REFUSES = "refuses"
+    """It runs a fixed amount of work (a collaboration graph): a solve with a budget is refused."""
+
+
 class Strategy(ABC):
     """Turns problems into Solutions using a generator. Never grades, never writes files.
 
@@ -94,6 +119,9 @@ class Strategy(ABC):
     """Whether it shows the model a problem's tools (``metadata["tools"]``) and answers with the
     calls the samples make; a strategy that does not is refused tools rather than dropping them
     (:func:`tools_refusal`, the one rule of ``tts.solve``, a Session, ``tts serve`` and ``tts mcp``)."""
+    budget_use: ClassVar[BudgetUse | None] = None
+    """How it takes a solve's budget (:class:`BudgetUse`). None, a plugin that declares nothing:
+    any budget is refused with a line naming this attribute (:func:`budget_refusal`)."""
 
     def __init__(
         self,
@@ -164,6 +192,16 @@ class Strategy(ABC):
                 f"{self.name}: a budget of {budget} does not cover one sample of up to "
                 f"{worst} tokens; raise the budget or lower max_tokens.")
         return n
+
+    def n_within(self, budget: Budget) -> int | None:
+        """The n this strategy runs under ``budget``, as a solve's budget record reports it
+        (``n_drawn``): :meth:`samples_within` for one that draws whole samples; None for one that
+        decides its spending as it goes (a search that runs as configured says its n).
+
+        Raises:
+            StrategyInputError: The budget does not cover one sample.
+        """
+        return self.samples_within(budget) if self.budget_use == BudgetUse.WHOLE_SAMPLES else None
 
     def samples_for(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None) -> list[int]:
         """The n of each problem under its budget (:meth:`samples_within`; the config's n without budgets).
@@ -260,6 +298,52 @@ def tools_refusal(kind: str, allowed: Callable[[str], bool] | None = None) -> st
     usable = ", ".join(tool_strategies(allowed)) or "none is offered here"
     return (f"strategy {kind} cannot show the model tools, so it would answer without them; use one that "
             f"can ({usable}) or leave the tools out")
+
+
+def budget_use(kind: str) -> BudgetUse | None:
+    """How the registered strategy ``kind`` takes a budget (its class's ``budget_use``; a plugin
+    may declare the value as text, ``"whole_samples"``); None when it declares nothing.
+
+    Raises:
+        StrategyInputError: It declares a value that is not a :class:`BudgetUse`.
+    """
+    from tts.registry import STRATEGIES
+
+    declared = getattr(STRATEGIES.load(kind), "budget_use", None)
+    try:
+        return None if declared is None else BudgetUse(declared)
+    except ValueError:
+        raise StrategyInputError(f"strategy {kind} declares budget_use={declared!r}; declare one of "
+                                 f"{', '.join(u.value for u in BudgetUse)} (tts.search.base.BudgetUse)") from None
+
+
+def budgeted_strategies() -> list[str]:
+    """The registered strategies that take a budget (those whose class can be imported here)."""
+    from tts.registry import STRATEGIES
+
+    out = []
+    for kind in STRATEGIES.names():
+        try:
+            use = budget_use(kind)
+        except Exception:  # noqa: BLE001 - a plugin that cannot be imported here takes nothing
+            continue
+        if use is not None and use is not BudgetUse.REFUSES:
+            out.append(kind)
+    return out
+
+
+def budget_refusal(kind: str, budget: object) -> str | None:
+    """Why a solve with ``budget`` cannot run strategy ``kind``: one line saying what to change;
+    None when its class takes a budget (:class:`BudgetUse`). The session asks before anything runs."""
+    use = budget_use(kind)
+    if use is None:
+        return (f"strategy {kind} declares no budget_use, so a budget of {budget} cannot hold it; declare how it "
+                "takes one on its class (budget_use = BudgetUse.WHOLE_SAMPLES, SPENDS_ITSELF or REFUSES, "
+                "tts.search.base) or leave the budget out")
+    if use is BudgetUse.REFUSES:
+        return (f"{kind} runs a fixed amount of work and cannot be capped by a budget of {budget}; leave the budget "
+                f"out (lower n instead), or use a strategy that takes one: {', '.join(budgeted_strategies())}")
+    return None
 
 
 def split_steps(text: str, separator: str = STEP_SEPARATOR) -> tuple[str, ...]:
@@ -365,6 +449,7 @@ class SamplingStrategy(VerifierStrategy):
     needs_logprobs: ClassVar[bool] = False
     takes_tools: ClassVar[bool] = True
     """Its requests show the model a problem's tools, and a reply's calls are its answer (voted)."""
+    budget_use: ClassVar[BudgetUse | None] = BudgetUse.WHOLE_SAMPLES
     draw_group: ClassVar[str] = "sampling"
     """Strategies share a draw only within one group: those whose aggregation needs more than a
     problem's id (execution votes run the problem's examples) draw in a ``solve_together`` of their own."""

@@ -150,7 +150,7 @@ class _Solver:
 
         from tts.prompts import PLAIN_PROMPT
         from tts.search.base import tools_refusal
-        from tts.session.budget import BudgetError, SolveBudget
+        from tts.budgets.pricing import BudgetError, ComputeBudget
 
         config = self.config
         offered = ", ".join(self.offered())
@@ -168,7 +168,7 @@ class _Solver:
         try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
             spec = policy.resolve(spec)
             policy.check_max_tokens(max_tokens)  # the caps: tts serve's checks, per call
-            asked = None if budget is None else SolveBudget(budget, budget_unit)
+            asked = ComputeBudget.parse(budget, budget_unit)  # read once, where it enters
             solve_budget, _ = policy.solve_budget(self.session.pricer, asked,
                                                   max_tokens or self.session.sampling.max_tokens, per="call",
                                                   param="budget")

@@ -26,7 +26,7 @@ from tts.backends.base import GenerationRequest, Generator, Message, count_promp
 from tts.backends.thinking import split_reasoning
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
 from tts.prompts import chat_prompt, extract_options, named_prompt
-from tts.session.budget import Pricer, SolveBudget
+from tts.budgets.pricing import ComputeBudget, Pricer
 from tts.session import inputs
 from tts.session.errors import SettingsError, settings_line
 from tts.types import Budget, Problem, Sample, Solution
@@ -35,16 +35,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Session", "SessionSolution", "SampleOptions", "SolveCancelled", "CallContext", "chat_prompt",
            "scripted_distribution"]
-
-
-UNBUDGETED_STRATEGIES = frozenset({"aggregate", "genselect", "graph"})
-"""Strategies that run a fixed collaboration graph (:mod:`tts.graphs`) and refuse any budget: a
-solve with a budget refuses them up front, naming the strategies that take one."""
-
-WHOLE_SAMPLE_STRATEGIES = frozenset({"budget_forcing", "certainty_probe", "deepconf", "tool_vote"})
-"""Strategies besides the sampling family that draw ``n`` whole samples and lower n to fit a
-budget (:meth:`~tts.search.base.Strategy.samples_within`), so the n a budget lets them draw is known
-before they run. DeepConf may stop sooner on confidence; the record says what the budget allowed."""
 
 
 def json_answer(text: str) -> str | None:
@@ -263,7 +253,7 @@ class Session:
         self.model_name = getattr(generator, "model_name", "")
         self.default_strategy = strategy
         self.default_n = n
-        self.default_budget = SolveBudget.parse(budget)
+        self.default_budget = ComputeBudget.parse(budget)
         self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
         self.sampling = sampling
         self.template = named_prompt(prompt) if prompt is not None else MATH_PROMPT
@@ -278,9 +268,9 @@ class Session:
         self.cancelled = 0
         self.closed = False
         if isinstance(strategy, str):  # refuse an unknown default now, not at the first solve
-            from tts.registry import STRATEGIES
+            from tts.config import strategy_kind
 
-            STRATEGIES.check(strategy)
+            strategy_kind(strategy)
 
     @staticmethod
     def _open(backend: str | Mapping[str, Any] | Any) -> tuple[Generator, Any]:
@@ -334,18 +324,24 @@ class Session:
         """The strategy config a solve would run: ``strategy`` (default: the session's) with ``n``.
 
         The session's ``strategy_settings`` for that kind fill settings the caller left out. A
-        strategy whose config takes the budget itself (``budget`` and ``budget_unit`` fields, as
-        ``auto`` does) gets ``budget`` there unless the caller set one.
+        strategy that prices its own plan (``budget_use`` :attr:`~tts.search.base.BudgetUse.PRICES_ITSELF`,
+        as ``auto`` does) gets the budget in its config's ``budget`` and ``budget_unit`` unless the
+        caller set one.
 
         Raises:
             UnknownNameError: No such strategy (the message lists them).
             SettingsError: Settings the strategy refuses, or ``n`` for a strategy without one (a
                 ValueError whose one-line message names the setting and what to change).
         """
+        return self._config(strategy, n, ComputeBudget.parse(budget))
+
+    def _config(self, strategy: Any, n: int | None, budget: ComputeBudget | None) -> Any:
+        """:meth:`strategy_config` for a budget already read (where it entered: :meth:`solve`)."""
         from pydantic import BaseModel, ValidationError
 
-        from tts.config import parse_strategy_config
+        from tts.config import parse_strategy_config, strategy_kind
         from tts.registry import STRATEGIES
+        from tts.search.base import BudgetUse, budget_use
 
         if strategy is None:
             strategy, n = self.default_strategy, self.default_n if n is None else n
@@ -357,18 +353,15 @@ class Session:
             spec = strategy.model_dump(exclude_unset=True) | {"kind": strategy.kind}  # type: ignore[attr-defined]
         else:
             return parse_strategy_config(strategy)  # refused with the accepted forms
-        if "kind" not in spec:
-            return parse_strategy_config(spec)
-        kind = STRATEGIES.check(str(spec["kind"]))
+        kind = strategy_kind(spec)
         fields = STRATEGIES.load(kind).config_class.model_fields
         spec = {**self.strategy_settings.get(kind, {}), **spec}
         if n is not None:
             if "n" not in fields:
                 raise SettingsError(f"strategy {kind!r} has no n setting; leave n out")
             spec["n"] = n  # rebuilt from the caller's settings, so that what derives from n follows it
-        solve_budget = SolveBudget.parse(budget)
-        if solve_budget is not None and {"budget", "budget_unit"} <= set(fields) and "budget" not in spec:
-            spec.update(budget=solve_budget.amount, budget_unit=solve_budget.unit)
+        if budget is not None and budget_use(kind) is BudgetUse.PRICES_ITSELF and "budget" not in spec:
+            spec.update(budget=budget.amount, budget_unit=budget.unit)
         try:
             return parse_strategy_config(spec)
         except ValidationError as exc:  # a pydantic dump with a URL: one line that names the setting
@@ -434,8 +427,8 @@ class Session:
         asked = inputs.chat(question.question if isinstance(question, Problem) else str(question), messages, tools,
                             tool_choice)  # an empty question is the conversation's
         question = dataclasses.replace(question, question=asked) if isinstance(question, Problem) else asked
-        solve_budget = SolveBudget.parse(budget) if budget is not None else self.default_budget
-        config = self.strategy_config(strategy, n, solve_budget)
+        solve_budget = ComputeBudget.parse(budget) if budget is not None else self.default_budget  # read once, here
+        config = self._config(strategy, n, solve_budget)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
         if problem.metadata.get("tools"):
@@ -468,15 +461,15 @@ class Session:
         return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
                                logprobs=logprobs)
 
-    def _budget_record(self, runner: Any, config: Any, solve_budget: SolveBudget | None, limit: Budget | None,
+    def _budget_record(self, runner: Any, config: Any, solve_budget: ComputeBudget | None, limit: Budget | None,
                        allowance: int | None) -> dict[str, Any] | None:
         """What the budget did to this solve, for ``trace.notes["budget"]``, the solution's
         ``budget`` and the server's ``tts`` extension: the budget (``amount``, ``unit``), its
-        generated-token allowance (``as_tokens``), the n asked for and the n the strategy may draw
-        within it (None where the strategy plans its spending itself: ``auto``, revision,
-        generative verification). Strategies that draw ``n`` whole samples lower n to fit; step-wise
-        searches run n as configured or refuse a budget below their worst case (when they start,
-        before generating). None without a budget.
+        generated-token allowance (``as_tokens``), the n asked for and the n the strategy runs
+        within it (:meth:`~tts.search.base.Strategy.n_within`: strategies that draw whole samples
+        lower n to fit; a search runs n as configured or refuses a budget below its worst case when
+        it starts; None where the strategy plans its spending as it goes: ``auto``, revision,
+        generative verification). None without a budget.
 
         Raises:
             StrategyInputError: The budget does not cover one sample.
@@ -484,16 +477,7 @@ class Session:
         if solve_budget is None:
             return None
         asked = getattr(config, "n", None)
-        drawn: int | None = None
-        if limit is not None and asked is not None:
-            from tts.search.base import SamplingStrategy
-            from tts.search.tree.ab_mcts import ABMCTS
-            from tts.search.tree.tree_strategy import TreeSearchStrategy
-
-            if isinstance(runner, SamplingStrategy) or config.kind in WHOLE_SAMPLE_STRATEGIES:
-                drawn = runner.samples_within(limit)
-            elif isinstance(runner, (TreeSearchStrategy, ABMCTS)):
-                drawn = asked  # a search runs as configured, or refuses the budget before generating
+        drawn = runner.n_within(limit) if limit is not None and asked is not None else None
         return {**solve_budget.as_dict(), "as_tokens": allowance, "n_asked": asked, "n_drawn": drawn}
 
     def _default_template(self, messages: Any, tools: Any) -> Any:
@@ -514,21 +498,25 @@ class Session:
         """
         return inputs.sampling(self.sampling, temperature, top_p, max_tokens)
 
-    def _token_allowance(self, config: Any, solve_budget: SolveBudget | None, render: Any, problem: Problem,
+    def _token_allowance(self, config: Any, solve_budget: ComputeBudget | None, render: Any, problem: Problem,
                          sampling: Any) -> tuple[Budget | None, int | None]:
         """The solve's budget as a token limit for the strategy, and that allowance in tokens
-        (None, None without a budget, or for a strategy whose config carries the budget: auto
-        spends it itself). The allowance is priced from the prompt's tokens and ``max_tokens``."""
-        if solve_budget is None or {"budget", "budget_unit"} <= set(type(config).model_fields):
-            return None, None
-        if config.kind in UNBUDGETED_STRATEGIES:
-            from tts.registry import STRATEGIES
-            from tts.search.base import StrategyInputError
+        (None, None without a budget, or for a strategy that prices its own plan: auto spends it
+        itself). The allowance is priced from the prompt's tokens and ``max_tokens``.
 
-            takes = [k for k in STRATEGIES.names() if k not in UNBUDGETED_STRATEGIES]
-            raise StrategyInputError(f"{config.kind} runs a fixed graph and cannot be capped by a budget of "
-                                     f"{solve_budget}; leave the budget out (lower n instead), or use a strategy "
-                                     f"that takes one: {', '.join(takes)}")
+        Raises:
+            StrategyInputError: The strategy refuses a budget, or declares no ``budget_use``
+                (:func:`~tts.search.base.budget_refusal`).
+        """
+        if solve_budget is None:
+            return None, None
+        from tts.search.base import BudgetUse, StrategyInputError, budget_refusal, budget_use
+
+        refusal = budget_refusal(config.kind, solve_budget)
+        if refusal is not None:
+            raise StrategyInputError(refusal)
+        if budget_use(config.kind) is BudgetUse.PRICES_ITSELF:
+            return None, None
         prompt_tokens = self._prompt_tokens(render(problem), problem.question)
         allowance = self.pricer.allowance(solve_budget, prompt_tokens, sampling.max_tokens)
         return Budget(tokens=allowance), allowance

@@ -51,7 +51,7 @@ from pydantic import Field
 from tts.answers import answer_keys
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError
+from tts.search.base import BudgetUse, Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 
@@ -126,6 +126,7 @@ class CertaintyProbe(Strategy):
 
     name = "certainty_probe"
     config_class: ClassVar[type[StrategyConfigBase]] = CertaintyProbeConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES  # its probes ride on each sample's worst case
     pool_rule = None
 
     def _request(self, problem: Any, continuation: str, n: int, max_tokens: int, key: str,

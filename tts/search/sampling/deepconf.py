@@ -81,7 +81,7 @@ from pydantic import Field, model_validator
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.backends.confidence import CONFIDENCE_STOPPED, ConfidenceStop, first_stop, group_confidences, token_confidences
 from tts.config import StrategyConfigBase
-from tts.search.base import MissingLogprobsError, Strategy, StrategyInputError, to_sample, vote
+from tts.search.base import BudgetUse, MissingLogprobsError, Strategy, StrategyInputError, to_sample, vote
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ class DeepConf(Strategy):
 
     name = "deepconf"
     config_class: ClassVar[type[StrategyConfigBase]] = DeepConfConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES  # it may stop sooner on confidence
     pool_rule = None
 
     def _request(self, problem: Any, n: int, drawn: int, stop: ConfidenceStop | None) -> GenerationRequest:

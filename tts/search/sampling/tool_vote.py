@@ -76,6 +76,7 @@ from tts.backends.base import GenerationRequest, derive_seed
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.config import StrategyConfigBase
 from tts.search.base import (
+    BudgetUse,
     Strategy,
     StrategyInputError,
     prefix_usage,
@@ -133,6 +134,7 @@ class ToolVote(Strategy):
 
     name = "tool_vote"
     config_class: ClassVar[type[StrategyConfigBase]] = ToolVoteConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES
     pool_rule = None
     takes_tools: ClassVar[bool] = True
 

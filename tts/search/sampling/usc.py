@@ -55,7 +55,7 @@ from pydantic import Field
 from tts.answers.free_text import mbr_select, text_answer
 from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
 from tts.config import SamplingStrategyConfig, StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError, to_sample
+from tts.search.base import BudgetUse, Strategy, StrategyInputError, to_sample
 from tts.types import Budget, RequestShape, Solution, Trace, Usage
 
 USC_TEMPLATE = (
@@ -107,6 +107,7 @@ class UniversalSelfConsistency(Strategy):
 
     name = "usc"
     config_class: ClassVar[type[StrategyConfigBase]] = UscConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES  # replies; samples_within keeps room for the selection
     pool_rule = None  # the selection is a model call: not replayable from a pool of samples
 
     def samples_within(self, budget: Budget | None) -> int:

@@ -77,7 +77,7 @@ from tts.answers import answer_keys
 from tts.answers.reasoning import THINK_CLOSE
 from tts.backends.base import Completion, GenerationRequest, derive_seed
 from tts.config import StrategyConfigBase
-from tts.search.base import Strategy, StrategyInputError
+from tts.search.base import BudgetUse, Strategy, StrategyInputError
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 
 logger = logging.getLogger(__name__)
@@ -175,6 +175,7 @@ class BudgetForcing(Strategy):
 
     name = "budget_forcing"
     config_class: ClassVar[type[StrategyConfigBase]] = BudgetForcingConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES
     pool_rule = None
 
     @property

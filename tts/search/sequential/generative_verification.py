@@ -45,7 +45,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.config import SamplingStrategyConfig, changed_settings, setting_text
-from tts.search.base import Strategy, StrategyInputError, solution_item, to_sample
+from tts.search.base import BudgetUse, Strategy, StrategyInputError, solution_item, to_sample
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import Verifier, VerifierScore, build_verifier, score_or_fallback
 from tts.verifiers.judge import JudgeConfig
@@ -190,6 +190,7 @@ class GenerativeVerification(Strategy):
 
     name = "generative_verification"
     config_class: ClassVar[type] = GenerativeVerificationConfig
+    budget_use = BudgetUse.SPENDS_ITSELF  # solutions and their verifications (solutions_within)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

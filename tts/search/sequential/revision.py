@@ -47,7 +47,7 @@ from pydantic import Field, model_validator
 from tts.answers import answer_keys
 from tts.backends.base import Completion, GenerationRequest, Message, derive_seed
 from tts.config import StrategyConfigBase, VerifierConfig
-from tts.search.base import StrategyInputError, VerifierStrategy, solution_item, to_sample
+from tts.search.base import BudgetUse, StrategyInputError, VerifierStrategy, solution_item, to_sample
 from tts.types import Budget, RequestShape, Sample, Solution, Trace, Usage
 from tts.verifiers.base import (
     VerifierScore,
@@ -159,6 +159,7 @@ class Revision(VerifierStrategy):
 
     name = "revision"
     config_class: ClassVar[type[StrategyConfigBase]] = RevisionConfig
+    budget_use = BudgetUse.SPENDS_ITSELF  # chains x rounds within the allowance (plan)
     pool_rule = None  # later attempts depend on earlier ones: not replayable from i.i.d. samples
 
     # --- budgets --------------------------------------------------------------------------------

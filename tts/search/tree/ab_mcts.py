@@ -66,7 +66,7 @@ from tts.config import (
     changed_settings,
     setting_text,
 )
-from tts.search.base import ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample
+from tts.search.base import BudgetUse, ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample
 from tts.types import Budget, Problem, Sample, Solution, Trace, Usage
 from tts.verifiers.base import Verifier, VerifierScore, clean_score, score_or_fallback
 
@@ -322,6 +322,7 @@ class ABMCTS(VerifierStrategy):
 
     name = "ab_mcts"
     config_class: ClassVar[type[StrategyConfigBase]] = ABMCTSConfig
+    budget_use = BudgetUse.SPENDS_ITSELF  # runs as configured, or refuses a budget below its worst case
     pool_rule = None  # refinements depend on earlier answers: not replayable from i.i.d. samples
 
     def __init__(self, config: Any, generator: Generator, prompt: PromptFn, sampling: SamplingConfig | None = None,
@@ -354,6 +355,10 @@ class ABMCTS(VerifierStrategy):
             gen = self._pool.get(cfg, problems)
             out[name] = (gen, gen.model_name)
         return out
+
+    def n_within(self, budget: Budget) -> int | None:
+        """``config.n``: the search runs as configured (:meth:`solve` refuses a budget below its worst case)."""
+        return self.config.n
 
     def _check(self, budgets: Sequence[Budget | None] | None, count: int) -> None:
         if budgets is None:

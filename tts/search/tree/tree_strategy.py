@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from tts.config import StrategyConfigBase, VerifierConfig, changed_settings, setting_text
-from tts.search.base import StrategyInputError, VerifierStrategy
+from tts.search.base import BudgetUse, StrategyInputError, VerifierStrategy
 from tts.search.tree.stepwise import StepScorer, StepState, StepwiseSpace, slots_builder
 from tts.search.tree.tree_search import SearchResult, TreeNode
 from tts.types import Budget, LazyRecords, Problem, RequestShape, Sample, Solution, Trace
@@ -150,6 +150,8 @@ class TreeSearchStrategy(VerifierStrategy):
     """
 
     config_class: ClassVar[type[StrategyConfigBase]] = TreeSearchConfig
+    budget_use = BudgetUse.SPENDS_ITSELF
+    """A search runs as configured, or refuses a budget below its worst case before generating."""
     pool_rule = None
 
     @abstractmethod
@@ -174,6 +176,10 @@ class TreeSearchStrategy(VerifierStrategy):
         scorer = StepScorer(self.verifier, len(problems))
         results = self.search(space, scorer)
         return [self._solution(i, p, r, space, scorer) for i, (p, r) in enumerate(zip(problems, results, strict=True))]
+
+    def n_within(self, budget: Budget) -> int | None:
+        """``config.n``: a search runs as configured (:meth:`solve` refuses a budget below its worst case)."""
+        return self.config.n
 
     def _check_budget(self, budget: Budget | None) -> None:
         """A search runs as configured; a budget below its worst case is refused, not overspent."""

@@ -1,0 +1,138 @@
+"""A strategy declares how it takes a budget (``budget_use``), and the session reads that, never names.
+
+A plugin strategy registered at run time joins the budget pipeline by its declaration alone: one that
+draws whole samples gets n fitted to the budget through ``tts.solve``; one that declares nothing is
+refused with one line naming the declaration to add.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Literal
+
+import pytest
+
+import tts
+from tts.backends.base import GenerationRequest
+from tts.config import SamplingStrategyConfig
+from tts.registry import STRATEGIES
+from tts.search.base import BudgetUse, Strategy, StrategyInputError, budget_use, to_sample
+from tts.types import Budget, Solution, Trace
+
+
+class PluginVoteConfig(SamplingStrategyConfig):
+    kind: Literal["plugin_vote"] = "plugin_vote"
+
+
+class PluginVote(Strategy):
+    """A third-party majority vote: a plain Strategy that draws ``samples_for`` whole samples."""
+
+    name = "plugin_vote"
+    config_class: ClassVar[type] = PluginVoteConfig
+    budget_use = BudgetUse.WHOLE_SAMPLES
+
+    def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
+        ns = self.samples_for(problems, budgets)
+        requests = [GenerationRequest(self.prompt(p), n=n, max_tokens=self.sampling.max_tokens, key=p.id)
+                    for p, n in zip(problems, ns, strict=True)]
+        out = []
+        for p, result in zip(problems, self.generator.generate(requests), strict=True):
+            samples = tuple(to_sample(c, self.extract) for c in result.completions)
+            answer, confidence, _, selected = self.vote(samples)
+            out.append(Solution(p.id, answer, confidence, result.usage,
+                                Trace(self.name, samples, selected=selected)))
+        return out
+
+
+class UndeclaredVoteConfig(SamplingStrategyConfig):
+    kind: Literal["undeclared_vote"] = "undeclared_vote"
+
+
+class UndeclaredVote(PluginVote):
+    """The same strategy from a plugin that says nothing about budgets."""
+
+    name = "undeclared_vote"
+    config_class: ClassVar[type] = UndeclaredVoteConfig
+    budget_use = None
+
+
+class TextDeclaredConfig(SamplingStrategyConfig):
+    kind: Literal["text_declared"] = "text_declared"
+
+
+class TextDeclared(PluginVote):
+    name = "text_declared"
+    config_class: ClassVar[type] = TextDeclaredConfig
+    budget_use = "whole_samples"  # type: ignore[assignment]  # a plugin may declare the value as text
+
+
+@pytest.fixture
+def plugins() -> Iterator[None]:
+    for cls in (PluginVote, UndeclaredVote, TextDeclared):
+        STRATEGIES.register(cls.name, cls)
+    try:
+        yield
+    finally:
+        for cls in (PluginVote, UndeclaredVote, TextDeclared):
+            STRATEGIES.unregister(cls.name)
+
+
+def test_a_plugin_that_draws_whole_samples_gets_n_fitted_to_the_budget(plugins):
+    sol = tts.solve("What is 2 + 3?", strategy="plugin_vote", n=16, backend="scripted", budget=300, max_tokens=100)
+    assert len(sol.trace.samples) == 3  # 300 tokens hold 3 samples of up to 100
+    assert sol.strategy == "plugin_vote@3 of 16: budget"
+    assert sol.budget == {"amount": 300, "unit": "tokens", "as_tokens": 300, "n_asked": 16, "n_drawn": 3}
+    text = tts.solve("What is 2 + 3?", strategy="text_declared", n=16, backend="scripted", budget=200, max_tokens=100)
+    assert len(text.trace.samples) == 2 and text.budget["n_drawn"] == 2
+
+
+def test_a_plugin_that_declares_nothing_is_refused_a_budget_in_one_line_and_runs_without_one(plugins):
+    with pytest.raises(StrategyInputError) as err:
+        tts.solve("What is 2 + 3?", strategy="undeclared_vote", n=16, backend="scripted", budget=300, max_tokens=100)
+    message = str(err.value)
+    assert "\n" not in message and "declares no budget_use" in message and "BudgetUse.WHOLE_SAMPLES" in message
+    sol = tts.solve("What is 2 + 3?", strategy="undeclared_vote", n=4, backend="scripted", max_tokens=100)
+    assert len(sol.trace.samples) == 4 and sol.budget is None
+
+
+def test_a_declaration_that_is_not_a_budget_use_is_refused(plugins, monkeypatch):
+    monkeypatch.setattr(TextDeclared, "budget_use", "some_samples")
+    with pytest.raises(StrategyInputError, match="budget_use='some_samples'; declare one of whole_samples, "):
+        tts.solve("What is 2 + 3?", strategy="text_declared", backend="scripted", budget=300, max_tokens=100)
+
+
+def test_every_built_in_strategy_declares_how_it_takes_a_budget():
+    assert {kind: budget_use(kind) for kind in STRATEGIES.names()} == {
+        **{k: BudgetUse.WHOLE_SAMPLES for k in (
+            "best_of_n", "budget_forcing", "certainty_probe", "codet", "deepconf", "exec_vote", "program_vote",
+            "public_tests", "self_consistency", "tir", "tool_vote", "usc", "weighted_vote")},
+        **{k: BudgetUse.SPENDS_ITSELF for k in (
+            "ab_mcts", "beam", "dvts", "ets", "generative_verification", "lookahead", "mcts", "particle_filtering",
+            "particle_gibbs", "rebase", "revision")},
+        "auto": BudgetUse.PRICES_ITSELF,
+        **{k: BudgetUse.REFUSES for k in ("aggregate", "genselect", "graph")},
+    }
+
+
+def test_the_session_names_no_strategy():
+    """session.py reads ``budget_use``: no strategy name in its code (its default strategy aside), no
+    strategy class imported, no isinstance check on one."""
+    from tts.session import session
+
+    tree = ast.parse(inspect.getsource(session))
+    names = set(STRATEGIES.names())
+    init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__"
+                and "strategy" in [a.arg for a in n.args.kwonlyargs])
+    default = {id(d) for d in init.args.kw_defaults if d is not None}
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    named = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names
+             and id(n) not in default | docstrings]
+    assert named == []
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                and n.module.startswith(("tts.search.sampling", "tts.search.tree", "tts.search.sequential",
+                                         "tts.graphs", "tts.budgets.auto"))]
+    assert imported == []
