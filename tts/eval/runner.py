@@ -231,8 +231,9 @@ def _rows(problem: Problem, sols: Sequence[tuple[StrategyConfigBase, Solution]],
         trace = to_jsonable(sol.trace)
         for s, (o, n) in zip(trace["samples"], sample_grades, strict=True):
             s["outcome"] = o.value
-            if n is not None:  # only where the grader says: math rows keep their size
-                s["grade_reason"], s["grading_seconds"] = n.reason, n.seconds
+            # Every sample has both keys (None where the grader has no note: no answer, a grader without
+            # notes), so that rows of every backend and benchmark have one shape.
+            s["grade_reason"], s["grading_seconds"] = (n.reason, n.seconds) if n is not None else (None, None)
         rows.append(ResultRow(
             problem_id=problem.id, config=config.label, strategy=config.model_dump(mode="json"), model=model,
             backend=backend, answer=sol.answer, gold=problem.answer, outcome=outcome.value,
