@@ -133,12 +133,14 @@ class GenSelect(_FixedGraph):
     @classmethod
     def planned_requests(cls, n: int, prompt_tokens: int, gen_tokens: int, cached_tokens: int = 0) -> list[RequestShape]:
         """Cost hook (``tts cost``): n candidates, then one selection prompt per group per level
-        (shown candidates in the prompt, a few tokens out)."""
+        (shown candidates in the prompt, a few tokens out); a group of one candidate goes on
+        without a request, as the selector runs it."""
         group = cls.config_class.model_fields["group"].default
         shapes, field = [RequestShape(prompt_tokens, cached_tokens, (gen_tokens,) * n)], n
         while field > 1:
             groups = math.ceil(field / group)
-            shapes += [RequestShape(prompt_tokens + group * gen_tokens, 0, (4,)) for _ in range(groups)]
+            asked = groups - (field % group == 1)
+            shapes += [RequestShape(prompt_tokens + group * gen_tokens, 0, (4,)) for _ in range(asked)]
             field = groups
         return shapes
 
