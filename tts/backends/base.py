@@ -182,6 +182,10 @@ class GenerationResult:
 
     completions: tuple[Completion, ...]
     usage: Usage
+    cancelled: tuple[int, ...] = ()
+    """The tokens each cancelled sample had generated before it was aborted (a per-request stop,
+    :mod:`tts.backends.streaming`); they are counted in ``usage``, and the samples are not among
+    ``completions``. () when nothing was cancelled."""
 
 
 @runtime_checkable

@@ -99,6 +99,7 @@ from tts.backends.scripted_sampling import token_logprobs as _token_logprobs
 from tts.backends.scripted_sampling import top_logprobs as _top_logprobs
 from tts.backends.scripted_thinking import emit, thinking_sample
 from tts.backends.scripted_tools import tool_reply
+from tts.backends.streaming import SimulatedStream
 from tts.backends.thinking import count_reasoning_tokens
 from tts.backends.tool_calls import reply_tool_calls
 from tts.types import Problem
@@ -485,6 +486,11 @@ class ScriptedGenerator:
             )
             results.append(GenerationResult(completions, usage))
         return results
+
+    def stream_samples(self, requests: Sequence[GenerationRequest]) -> SimulatedStream:
+        """The samples of ``generate(requests)`` as an engine decoding them together would stream
+        them, shortest first, with cancellation (:class:`~tts.backends.streaming.SimulatedStream`)."""
+        return SimulatedStream(self, requests)
 
     def close(self) -> None:
         """Nothing to release."""
