@@ -9,6 +9,7 @@ editors show it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -99,6 +100,62 @@ class SamplingStrategyConfig(StrategyConfigBase):
     """Samples per problem."""
 
 
+VOTE_STOP_RULES = ("horizon", "beta", "dirichlet", "exact", "window")
+"""The stopping rules a voting strategy's ``stop`` may name: those of :mod:`tts.search.stopping`
+that read only the vote (the allocator's "rate" rule needs a fitted model and stays there)."""
+
+
+class StopConfig(FrozenConfig):
+    """Stop drawing a request's samples once its vote is settled (per-request adaptive sampling).
+
+    Samples are drawn in waves of ``wave``; the rule decides after each wave and, on a backend that
+    streams (the in-process engine, an OpenAI-compatible server, the scripted backend), as each
+    sample finishes, and then cancels the samples still being generated. The rules are those the
+    online allocator runs (:mod:`tts.search.stopping`), asked about one request, with the
+    strategy's ``n`` as the horizon.
+    """
+
+    rule: Literal["horizon", "beta", "dirichlet", "exact", "window", "score"] = "horizon"
+    """"horizon": stop once the leader stays the leader up to ``n`` samples with probability >=
+    ``confidence`` (the answer fixed n would give); "beta" and "dirichlet": Adaptive-Consistency's
+    criteria (Aggarwal et al. 2023); "exact": only once the remaining samples cannot change the
+    leader; "window": ESC's rule, the last ``window`` answers agree (Li et al. 2024); "score"
+    (best_of_n): stop at the first sample whose selection score reaches ``threshold``."""
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """"horizon", "beta", "dirichlet": the posterior probability that stops."""
+    wave: int = Field(8, ge=1, le=4096)
+    """Samples drawn at once; the next wave starts when the rule has not stopped. ``wave`` equal to
+    ``n``: all at once, stopped as they finish (on a streaming backend)."""
+    prior: float = Field(1.0, gt=0.0)
+    """"horizon", "dirichlet": pseudo-votes per answer of the prior (1 = uniform, the paper's)."""
+    window: int = Field(8, ge=1, le=4096)
+    """"window": the run of equal answers that stops."""
+    top_k: int = Field(5, ge=2, le=64)
+    """"dirichlet": the most voted answers that enter the posterior (5, the authors' code)."""
+    threshold: float | None = None
+    """"score": the selection score (a verifier's, else the mean token log-probability) at which
+    best_of_n stops (DSPy BestOfN's rule); required there, refused elsewhere."""
+
+    @model_validator(mode="after")
+    def _threshold_with_score(self) -> StopConfig:
+        if self.rule == "score" and self.threshold is None:
+            raise ValueError("stop rule 'score' needs a threshold (the score at which best_of_n stops), e.g. "
+                             "stop: {rule: score, threshold: 0.9}")
+        if self.rule != "score" and self.threshold is not None:
+            raise ValueError(f"threshold is the bar of stop rule 'score'; rule {self.rule!r} does not read it "
+                             "(leave it out, or use rule: score with best_of_n)")
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError(f"stop threshold must be a finite number, got {self.threshold}")
+        return self
+
+
+class StoppingConfig(SamplingStrategyConfig):
+    """Configs of sampling strategies that can stop a request early (``stop``)."""
+
+    stop: StopConfig | None = None
+    """Stop sampling a request once its vote is settled (:class:`StopConfig`); None draws all ``n``."""
+
+
 def _parse_registered(value: Any, base: type[BaseModel], registry_name: str, what: str) -> Any:
     """A config of ``base``'s family from a dict (or a bare name), dispatched on ``kind`` through a registry.
 
@@ -153,7 +210,30 @@ def parse_strategy_config(value: Any) -> StrategyConfigBase:
     import tts.registry
 
     cls = tts.registry.STRATEGIES.load(kind).config_class
+    if isinstance(value, Mapping) and value.get("stop") is not None and "stop" not in cls.model_fields:
+        raise ValueError(stop_refusal(kind))
     return cls.model_validate(dict(value) if isinstance(value, Mapping) else {"kind": kind})
+
+
+def stopping_strategies() -> list[str]:
+    """The registered strategies whose config takes a per-request ``stop`` (:class:`StopConfig`)."""
+    import tts.registry
+
+    out = []
+    for kind in tts.registry.STRATEGIES.names():
+        try:
+            fields = tts.registry.STRATEGIES.load(kind).config_class.model_fields
+        except Exception:  # noqa: BLE001 - a plugin that cannot be imported here takes nothing
+            continue
+        if "stop" in fields:
+            out.append(kind)
+    return out
+
+
+def stop_refusal(kind: str) -> str:
+    """The one line that refuses a ``stop`` for strategy ``kind``, naming the strategies that take one."""
+    return (f"strategy {kind} cannot stop a request early (it does more than vote over independent samples); "
+            f"leave the stop out, or use one that can: {', '.join(stopping_strategies())}")
 
 
 StrategyConfig = Annotated[SerializeAsAny[StrategyConfigBase], BeforeValidator(parse_strategy_config)]

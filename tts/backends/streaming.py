@@ -46,6 +46,10 @@ class SampleStream(ABC):
     Lifecycle: iterate (possibly calling :meth:`cancel` in between), then read :meth:`results`.
     """
 
+    live: bool = True
+    """Whether samples come as each finishes and a cancel aborts work in flight (False: the whole
+    draw comes at once, so a caller should judge it whole: every sample is already paid for)."""
+
     def __init__(self, requests: Sequence[GenerationRequest]) -> None:
         self.requests = tuple(requests)
 
@@ -75,6 +79,8 @@ class BatchStream(SampleStream):
     """The stream of a generator that cannot stream: one ``generate`` call when first read, then
     every sample in request order; :meth:`cancel` only drops the samples not yet yielded (they were
     generated and are paid for: they stay in the usage, and count as finished in the results)."""
+
+    live = False
 
     def __init__(self, generator: Generator, requests: Sequence[GenerationRequest]) -> None:
         super().__init__(requests)
@@ -106,11 +112,6 @@ def stream_samples(generator: Generator, requests: Sequence[GenerationRequest]) 
     :class:`BatchStream` over its ``generate``."""
     own = getattr(generator, "stream_samples", None)
     return own(requests) if callable(own) else BatchStream(generator, requests)
-
-
-def streams_samples(generator: Generator) -> bool:
-    """Whether the backend yields samples as they finish and can cancel the rest (``stream_samples``)."""
-    return callable(getattr(generator, "stream_samples", None))
 
 
 def cancelled_usage(result: GenerationResult, finished: Sequence[Completion], partial: Sequence[int]) -> GenerationResult:

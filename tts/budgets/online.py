@@ -92,11 +92,20 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from scipy.special import betainc, expit, gammainc, gammaln
-from scipy.stats import betabinom
+from scipy.special import expit
+
+from tts.search.stopping import (  # the rule of one vote; this module runs it over many
+    POSTERIOR_RULES,
+    STOP_RULES,
+    StopRule,
+    decided,
+    dirichlet_confidence,
+    overturn_risk,
+    vote_confidence,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,96 +113,9 @@ if TYPE_CHECKING:
     from tts.benchmarks.pool import ModelPool
     from tts.budgets.replay.prefix import PrefixReplay
 
-StopRule = Literal["beta", "horizon", "dirichlet", "exact", "rate", "window"]
-STOP_RULES = ("beta", "horizon", "dirichlet", "exact", "rate", "window")
 WorstCase = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """``worst(problem_index, k) -> cost``: the most one request of ``k`` samples of a problem can
 cost (elementwise over broadcast arrays; non-decreasing in ``k``)."""
-
-
-def vote_confidence(top1: np.ndarray, top2: np.ndarray) -> np.ndarray:
-    """P(the leader's true share exceeds the runner-up's) = P(Beta(v1+1, v2+1) > 1/2).
-
-    Args:
-        top1: Votes of the leading answer.
-        top2: Votes of the second answer (0 when there is none).
-    """
-    a = np.asarray(top1, dtype=float) + 1.0
-    b = np.asarray(top2, dtype=float) + 1.0
-    # P(X > 1/2) = 1 - I_{1/2}(a, b) = I_{1/2}(b, a)
-    return betainc(b, a, 0.5)
-
-
-# 64 nodes over the leader's Gamma mass +- 8 standard deviations: absolute error below 1e-10 for
-# votes up to 300 against adaptive quadrature (48 nodes over +- 12 sd erred by up to 5e-5 there).
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(64)
-
-
-def dirichlet_confidence(votes: np.ndarray, prior: float = 1.0, top_k: int = 5) -> np.ndarray:
-    """P(the leading answer has the largest share) under a Dirichlet posterior: the "dirichlet" rule.
-
-    Adaptive-Consistency's criterion for more than two answers (Aggarwal et al. 2023): the
-    answers' true shares p have the posterior Dirichlet(votes + ``prior``) (1 = their uniform
-    prior), and the rule asks P(p_1 > max_{i > 1} p_i) for the leader 1. Only the ``top_k`` most
-    voted answers enter (as in the authors' code, which keeps five); a vote with one answer races a
-    second one with no votes, so with at most two answers this is :func:`vote_confidence`.
-
-    Computed exactly, not by the paper's Monte Carlo: Dirichlet shares are independent
-    Gamma(a_i, 1) variables G_i divided by their sum, so the leader's share is largest iff its G
-    is, and P = integral over x of f_{a_1}(x) * prod_{i > 1} F_{a_i}(x) (Gamma density and CDFs), a
-    smooth one-dimensional integral taken by 64-point Gauss-Legendre on the leader's Gamma mass
-    (mean +- 8 standard deviations; absolute error below 1e-10 for votes up to 300, checked against
-    scipy's adaptive quadrature).
-    A tie for the lead gives at most 1/2 (1/m for an m-way tie).
-
-    Args:
-        votes: ``(..., K)`` votes per answer, in any order, zero-padded (K >= 1; a zero is no
-            answer, except that the runner-up is always there).
-        prior: Pseudo-votes of the symmetric Dirichlet prior (> 0).
-        top_k: How many of the most voted answers enter the posterior (>= 2).
-    """
-    v = np.sort(np.asarray(votes, dtype=float), axis=-1)[..., ::-1]
-    if v.shape[-1] < 2:
-        v = np.concatenate([v, np.zeros((*v.shape[:-1], 2 - v.shape[-1]))], axis=-1)
-    a = v[..., :top_k] + prior
-    a1 = a[..., :1]
-    lo = np.maximum(a1 - 8.0 * np.sqrt(a1) - 2.0, 0.0)
-    hi = a1 + 8.0 * np.sqrt(a1) + 30.0
-    x = lo + (hi - lo) * (_GL_NODES + 1.0) / 2.0  # (..., nodes)
-    density = np.exp((a1 - 1.0) * np.log(x) - x - gammaln(a1))
-    cdf = gammainc(a[..., 1:, None], x[..., None, :])
-    cdf[..., 1:, :] = np.where(v[..., 2:top_k, None] > 0, cdf[..., 1:, :], 1.0)  # padding is no answer
-    others = np.prod(cdf, axis=-2)
-    p = np.sum(_GL_WEIGHTS * density * others, axis=-1) * (hi - lo)[..., 0] / 2.0
-    return np.clip(p, 0.0, 1.0)
-
-
-def overturn_risk(top1: np.ndarray, top2: np.ndarray, n: np.ndarray, n_max: int | np.ndarray,
-                  prior: float = 1.0) -> np.ndarray:
-    """P(the current leader is not the leader once ``n_max`` samples are drawn): the "horizon" rule.
-
-    The two leading answers race for the ``n_max - n`` samples still allowed. The leader's share of
-    the race has the posterior Beta(v1 + prior, v2 + prior) (Aggarwal et al.'s Beta model, with a
-    symmetric prior of ``prior`` pseudo-votes each; 1 = their uniform prior), so the leader's
-    further votes X out of m are Beta-binomial, and the runner-up overtakes when
-    v2 + (m - X) >= v1 + X (a final tie counts as overturned). Every remaining sample is counted as
-    going to the race (no third answer, no sample without an answer), which can only raise the
-    risk, and a third answer overtaking is not modelled.
-
-    Args:
-        top1, top2: Votes of the two leading answers.
-        n: Samples drawn so far.
-        n_max: Most samples the problem may get (the horizon: the answer a run with n_max samples
-            would return is what the risk is about).
-        prior: Pseudo-votes of the symmetric Beta prior (> 0).
-    """
-    v1, v2, n, cap = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (top1, top2, n, n_max)))
-    m = np.maximum(cap - n, 0.0)
-    d = v1 - v2
-    # Overturned iff the leader's further votes X <= (m - d) / 2.
-    k = np.floor((m - d) / 2.0)
-    risk = betabinom.cdf(np.maximum(k, 0.0), m, v1 + prior, v2 + prior)
-    return np.where((k < 0) | (m <= 0), 0.0, risk)
 
 
 def race_votes(count1: np.ndarray, length1: np.ndarray, count2: np.ndarray, length2: np.ndarray,
@@ -234,91 +156,6 @@ def race_log_weight(count: np.ndarray, length: np.ndarray, alpha: float) -> np.n
     return np.where(c > 0, np.log(safe_c) - alpha * np.log(np.maximum(s, 1.0) / safe_c), -np.inf)
 
 
-def decided(
-    top1: np.ndarray,
-    top2: np.ndarray,
-    n: np.ndarray,
-    n_max: int | np.ndarray,
-    *,
-    rule: StopRule = "beta",
-    confidence: float = 0.95,
-    rate: np.ndarray | None = None,
-    beta_confidence: float | None = None,
-    prior: float = 1.0,
-    race: tuple[np.ndarray, np.ndarray] | None = None,
-    streak: np.ndarray | None = None,
-    confirm: int = 0,
-    votes: np.ndarray | None = None,
-    top_k: int = 5,
-) -> np.ndarray:
-    """True where sampling should stop: the vote is settled or ``n_max`` samples are drawn.
-
-    Args:
-        top1, top2: Votes of the two leading answers (no-answer samples never vote).
-        n: Samples drawn so far (no-answer samples included).
-        n_max: Most samples a problem may get.
-        rule: "beta" (Aggarwal et al.'s Beta criterion at ``confidence``), "horizon" (the leader
-            stays the leader up to ``n_max`` samples with probability >= ``confidence``, see
-            :func:`overturn_risk`), "dirichlet" (Aggarwal et al.'s Dirichlet criterion at
-            ``confidence``, :func:`dirichlet_confidence`), "exact" (the leader cannot be overtaken
-            within ``n_max``) or
-            "rate" (``rate`` below ``confidence``, which is then the least expected accuracy gain
-            per sample worth paying for).
-        rate: For "rate": per problem, the predicted accuracy gained per sample
-            (:meth:`RateModel.live_rate`).
-        beta_confidence: For "rate": a leader this Beta-confident stops too (None: no such stop).
-        prior: For "horizon" and "dirichlet": pseudo-votes per answer of the prior
-            (:func:`overturn_risk`, :func:`dirichlet_confidence`).
-        race: For "horizon" and "beta": the votes the Beta model judges, when not the plain
-            ``(top1, top2)`` (:func:`race_votes`); the exact lead test always reads plain votes.
-        streak: For "window" (required there): per problem, how many of the latest samples in a
-            row gave the same answer (0 after a sample without one); ``confidence`` is then the
-            window length.
-        confirm: For "horizon", "beta" and "dirichlet": a posterior stop also needs
-            ``streak >= confirm`` (0 = no such condition; the cap and the exact lead test stop
-            regardless).
-        votes: For "dirichlet" (required there): ``(n_problems, K)`` votes of each problem's
-            answers (any order, zero-padded; :meth:`OnlineAllocator.vote_matrix`), of which the
-            ``top_k`` most voted enter the posterior (:func:`dirichlet_confidence`, with
-            ``prior`` pseudo-votes per answer).
-    """
-    top1, top2, n = (np.asarray(x) for x in (top1, top2, n))
-    r1, r2 = (top1, top2) if race is None else race
-    if confirm and streak is None and rule in POSTERIOR_RULES:
-        raise ValueError("confirm= needs each problem's run of equal answers (streak=)")
-    agree = True if not confirm or rule not in POSTERIOR_RULES else np.asarray(streak) >= confirm
-    done = n >= n_max
-    lead_safe = (top1 - top2) > (n_max - n)
-    if rule == "exact":
-        return done | lead_safe
-    if rule == "beta":
-        return done | lead_safe | ((top1 > 0) & agree & (vote_confidence(r1, r2) >= confidence))
-    if rule == "horizon":
-        return done | lead_safe | ((top1 > 0) & agree & (overturn_risk(r1, r2, n, n_max, prior) <= 1.0 - confidence))
-    if rule == "dirichlet":
-        if votes is None:
-            raise ValueError("the 'dirichlet' rule needs each problem's votes per answer (votes=)")
-        stop = done | lead_safe
-        ask = ~stop & (top1 > 0) & agree  # the integral only where it can decide
-        if ask.any():
-            stop = stop.copy()
-            stop[ask] = dirichlet_confidence(np.asarray(votes)[ask], prior, top_k) >= confidence
-        return stop
-    if rule == "window":
-        if streak is None:
-            raise ValueError("the 'window' rule needs each problem's run of equal answers (streak=)")
-        return done | lead_safe | (np.asarray(streak) >= confidence)
-    if rule == "rate":
-        if rate is None:
-            raise ValueError("the 'rate' rule needs each problem's predicted gain per sample (RateModel.live_rate)")
-        sure = False if beta_confidence is None else (top1 > 0) & (vote_confidence(top1, top2) >= beta_confidence)
-        return done | lead_safe | sure | ((n > 0) & (np.asarray(rate) < confidence))
-    raise ValueError(f"rule must be one of {', '.join(STOP_RULES)}, got {rule!r}")
-
-
-POSTERIOR_RULES = ("beta", "horizon", "dirichlet")
-"""The rules that stop on a posterior probability reaching ``confidence``: they rise through a
-ladder of confidences and take ``confirm_window``."""
 
 LADDER = (0.99, 0.999)
 """The confidences "beta" rises through once every vote is decided (then "exact")."""

@@ -37,8 +37,9 @@ from tts.backends.base import (
 )
 from tts.backends.chat import tools_json
 from tts.backends.tool_calls import MALFORMED, calls_answer, reply_tool_calls
-from tts.config import SamplingConfig, SamplingStrategyConfig, StrategyConfigBase
+from tts.config import SamplingConfig, SamplingStrategyConfig, StopConfig, StrategyConfigBase
 from tts.search.repeats import answered_calls, choose_past_repeats
+from tts.search.stopping import Judge, StopRecord, VoteStop, draw_until_settled
 from tts.types import Budget, RequestShape, Sample, Solution, Usage
 from tts.verifiers.base import (
     Verifier,
@@ -249,14 +250,17 @@ def with_tool_calls(requests: Sequence[GenerationRequest], results: list[Generat
         if req.tools is None or all(c.tool_calls is not None for c in result.completions):
             out.append(result)
             continue
-        comps = []
-        for c in result.completions:
-            if c.tool_calls is None:
-                calls, why = reply_tool_calls(c.text, req.tools, finish_reason=c.finish_reason)
-                c = dataclasses.replace(c, tool_calls=calls, tool_call_error=why)
-            comps.append(c)
-        out.append(dataclasses.replace(result, completions=tuple(comps)))
+        out.append(dataclasses.replace(result, completions=tuple(completion_calls(req, c) for c in result.completions)))
     return out
+
+
+def completion_calls(request: GenerationRequest, c: Completion) -> Completion:
+    """One completion as :func:`with_tool_calls` makes it: its calls read by tts's lenient reader
+    when the request offered tools and the generator did not read them."""
+    if request.tools is None or c.tool_calls is not None:
+        return c
+    calls, why = reply_tool_calls(c.text, request.tools, finish_reason=c.finish_reason)
+    return dataclasses.replace(c, tool_calls=calls, tool_call_error=why)
 
 
 def problem_tools(problem: Any) -> str | None:
@@ -513,14 +517,48 @@ class SamplingStrategy(VerifierStrategy):
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         ns = self.samples_for(problems, budgets)
+        if stop_of(self) is not None:
+            return self.solve_until_settled(problems, ns)
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         scored = self.score_samples(problems, results)
         return [self.aggregate_result(p.id, r, scored=sc, problem=p)
                 for p, r, sc in zip(problems, results, scored, strict=True)]
 
+    def stop_judge(self, problems: Sequence[Any], ns: Sequence[int]) -> Judge:
+        """Whether a request's vote is settled: its rule (:class:`~tts.search.stopping.VoteStop`)
+        over the samples' vote keys (:func:`vote_keys`, the keys this strategy's vote counts)."""
+        rules = [VoteStop(stop_of(self), n) for n in ns]
+        extract = getattr(self, "extract", None)
+        free, keys = is_free_text(extract), getattr(extract, "answer_keys", None)
+
+        def judge(i: int, completions: Sequence[Completion]) -> str | None:
+            return rules[i].check(vote_keys([to_sample(c, self.extract) for c in completions], free, keys))
+
+        return judge
+
+    def solve_until_settled(self, problems: Sequence[Any], ns: Sequence[int]) -> list[Solution]:
+        """Each problem's samples drawn in waves until its vote is settled (``config.stop``,
+        :func:`~tts.search.stopping.draw_until_settled`), then aggregated as a whole draw would be;
+        the trace's ``notes["stop"]`` says what was drawn, cancelled and why it stopped."""
+        draws = draw_until_settled(self.generator, ns, stop_of(self),
+                                   lambda i, k, drawn: self.request(problems[i], n=k, drawn=drawn),
+                                   self.stop_judge(problems, ns), prepare=completion_calls)
+        results = [d.result for d in draws]
+        scored = self.settled_scores(problems, results)
+        return [with_stop_record(self.aggregate_result(p.id, d.result, scored=sc, problem=p), d.record)
+                for p, d, sc in zip(problems, draws, scored, strict=True)]
+
+    def settled_scores(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[ScoredDraw | None]:
+        """The verifier scores of the samples a stop kept (:meth:`score_samples`; a strategy whose
+        stop already scored them returns those, so no sample is scored, or paid for, twice)."""
+        return self.score_samples(problems, results)
+
     def shares_draw_with(self, other: Strategy) -> bool:
-        """Same backend, prompt, sampling, extraction and seed: the samples would be the same."""
+        """Same backend, prompt, sampling, extraction and seed, and neither stops early: the samples
+        would be the same."""
+        if stop_of(self) is not None or stop_of(other) is not None:
+            return False
         return (isinstance(other, SamplingStrategy) and other.draw_group == self.draw_group
                 and other.generator is self.generator
                 and other.prompt == self.prompt and other.sampling == self.sampling
@@ -579,6 +617,17 @@ class SamplingStrategy(VerifierStrategy):
         """Choose the answer from the samples (``scores``: verifier scores, when configured)."""
 
 
+def stop_of(strategy: Strategy) -> StopConfig | None:
+    """The strategy's per-request stop (its config's ``stop``), None when it draws all of ``n``."""
+    return getattr(strategy.config, "stop", None)
+
+
+def with_stop_record(solution: Solution, record: StopRecord) -> Solution:
+    """``solution`` whose trace notes say what its stop did (``notes["stop"]``)."""
+    notes = {**solution.trace.notes, "stop": record.as_note()}
+    return dataclasses.replace(solution, trace=dataclasses.replace(solution.trace, notes=notes))
+
+
 @dataclass(frozen=True, slots=True)
 class ScoredDraw:
     """Verifier scores of one problem's draw: a score, a scoring Usage per sample, and events."""
@@ -635,15 +684,10 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
         winning answer).
     """
     weights = list(weights) if weights is not None else [1.0] * len(samples)
-    calling = sum(1 for s in samples if s.tool_calls)
-    if calling and 2 * calling >= len(samples):
-        keys = [call_key(s.answer) if s.tool_calls and s.answer is not None else None for s in samples]
-    else:
-        if calling:  # a minority calls: the replies in text decide (its_hub's rule), the calls abstain
-            samples = [s if not s.tool_calls else dataclasses.replace(s, answer=None) for s in samples]
-        if free_text:
-            return select_text(samples, weights)
-        keys = (keys or answer_keys)([s.answer for s in samples])
+    samples, counted = _voters(samples)
+    if counted is None and free_text:
+        return select_text(samples, weights)
+    keys = counted if counted is not None else (keys or answer_keys)([s.answer for s in samples])
     totals: dict[str, float] = {}
     first: dict[str, int] = {}
     for i, (key, w) in enumerate(zip(keys, weights, strict=True)):
@@ -657,6 +701,34 @@ def vote(samples: Sequence[Sample], weights: Sequence[float] | None = None, free
     best = max(totals, key=lambda k: (totals[k], -first[k]))
     idx = first[best]
     return samples[idx].answer, totals[best] / denom, _as_written(samples, totals, first), idx
+
+
+def _voters(samples: Sequence[Sample]) -> tuple[Sequence[Sample], list[str | None] | None]:
+    """The samples as :func:`vote` counts them, and their keys when tool calls decide: when at least
+    half of the samples call tools, the calls' keys (replies in text abstain); else the samples
+    with the minority's calls set to abstain (its_hub's rule) and None (the answers' keys decide)."""
+    calling = sum(1 for s in samples if s.tool_calls)
+    if calling and 2 * calling >= len(samples):
+        return samples, [call_key(s.answer) if s.tool_calls and s.answer is not None else None for s in samples]
+    if calling:  # a minority calls: the replies in text decide (its_hub's rule), the calls abstain
+        samples = [s if not s.tool_calls else dataclasses.replace(s, answer=None) for s in samples]
+    return samples, None
+
+
+def vote_keys(samples: Sequence[Sample], free_text: bool = False,
+              keys: Callable[[Sequence[str | None]], list[str | None]] | None = None) -> list[str | None]:
+    """Each sample's key in :func:`vote` (None: it abstains): what a per-request stop counts.
+
+    Raises:
+        StrategyInputError: Free-text answers, which are chosen by minimum Bayes risk, not counted.
+    """
+    samples, counted = _voters(samples)
+    if counted is not None:
+        return counted
+    if free_text:
+        raise StrategyInputError("a stop rule counts votes, but these answers are free text, chosen by minimum "
+                                 "Bayes risk rather than counted; leave the stop out for free-text answers")
+    return (keys or answer_keys)([s.answer for s in samples])
 
 
 def _as_written(samples: Sequence[Sample], totals: dict[str, float], first: dict[str, int]) -> dict[str, float]:

@@ -37,11 +37,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tts.backends.base import GenerationRequest, GenerationResult, Generator
+from tts.backends.streaming import BatchStream, FinishedSample, SampleStream
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,23 @@ class BatchingGenerator:
             self._progress(context, pending)
         assert pending.results is not None
         return pending.results
+
+    def stream_samples(self, requests: Sequence[GenerationRequest]) -> SampleStream:
+        """The samples of ``requests`` as they finish (a per-request stop reads them so).
+
+        A generator that takes concurrent calls (an HTTP upstream) streams them itself, from the
+        solve's thread; cancelling the solve cancels the stream (its upstream requests are
+        aborted) and the next read raises :class:`SolveCancelled`. An in-process engine is driven by
+        the dispatcher alone, so its samples come through one batched ``generate`` call, whole (a
+        stop then decides between waves).
+        """
+        own = getattr(self.inner, "stream_samples", None)
+        if not (self.direct and callable(own)):
+            return BatchStream(self, requests)
+        context: CallContext | None = getattr(_LOCAL, "context", None)
+        if context is not None and context.cancelled.is_set():
+            raise SolveCancelled()
+        return _CancellableStream(own(requests), context)
 
     def expect(self, count: int = 1) -> None:
         """Solves were submitted to workers and will begin soon (-1: one of them never will)."""
@@ -340,6 +358,47 @@ class BatchingGenerator:
             p.results = list(results[at:at + len(p.requests)])
             at += len(p.requests)
             p.done.set()
+
+
+class _CancellableStream(SampleStream):
+    """A generator's own stream, cancelled when its solve is: a watcher thread cancels it once the
+    solve's context is cancelled (a read blocked on the next sample then ends), and the read
+    raises :class:`SolveCancelled`."""
+
+    def __init__(self, inner: SampleStream, context: CallContext | None) -> None:
+        super().__init__(inner.requests)
+        self.inner = inner
+        self.live = inner.live
+        self.context = context
+        self._ended = threading.Event()
+        if context is not None:
+            threading.Thread(target=self._watch, name="tts-stream-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        assert self.context is not None
+        while not self._ended.is_set():
+            if self.context.cancelled.wait(0.05):
+                self.inner.cancel()
+                return
+
+    def __iter__(self) -> Iterator[FinishedSample]:
+        try:
+            for item in self.inner:
+                if self.context is not None and self.context.cancelled.is_set():
+                    raise SolveCancelled()
+                yield item
+            if self.context is not None and self.context.cancelled.is_set():
+                raise SolveCancelled()
+        finally:
+            self._ended.set()
+
+    def cancel(self, requests: Iterable[int] | None = None) -> None:
+        self.inner.cancel(requests)
+        if requests is None:
+            self._ended.set()
+
+    def results(self) -> list[GenerationResult]:
+        return self.inner.results()
 
 
 def set_context(context: CallContext | None) -> None:

@@ -22,12 +22,23 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from tts.config import SamplingStrategyConfig, VerifierConfig
-from tts.search.base import SamplingStrategy, require_logprobs
+from tts.backends.base import Completion, GenerationResult
+from tts.config import StoppingConfig, VerifierConfig
+from tts.search.base import (
+    SamplingStrategy,
+    ScoredDraw,
+    StrategyInputError,
+    require_logprobs,
+    solution_item,
+    stop_of,
+    to_sample,
+)
+from tts.search.stopping import Judge, ScoreStop
 from tts.types import Sample, Solution, Trace, Usage
+from tts.verifiers.base import VerifierScore, clean_score, score_or_fallback
 
 
-class BestOfNConfig(SamplingStrategyConfig):
+class BestOfNConfig(StoppingConfig):
     """Sample n, keep the one with the best selection score."""
 
     kind: Literal["best_of_n"] = "best_of_n"
@@ -61,3 +72,52 @@ class BestOfN(SamplingStrategy):
         confidence = math.exp(scores[best]) / sum(mass)
         trace = Trace(self.name, tuple(samples), scores=tuple(scores), selected=best)
         return Solution(problem_id, samples[best].answer, confidence, usage, trace)
+
+    def stop_judge(self, problems: Sequence[Any], ns: Sequence[int]) -> Judge:
+        """Stop a problem at its first answered sample whose selection score reaches the stop's
+        ``threshold`` (DSPy BestOfN's rule: ``stop: {rule: score, threshold: ...}``): each sample is
+        scored as it finishes, by the verifier (one call per judgement, for the new samples only)
+        or by its mean token log-probability; the scores are kept for the selection."""
+        stop = stop_of(self)
+        if stop is None or stop.rule != "score":
+            raise StrategyInputError(f"best_of_n stops on a score: stop: {{rule: score, threshold: ...}} (the selection "
+                                     f"score at which to stop), got rule {getattr(stop, 'rule', None)!r}")
+        rules = [ScoreStop(stop, n) for n in ns]
+        self._stop_scores: dict[int, list[tuple[float | None, Usage, dict[str, int]]]] = {i: [] for i in range(len(ns))}
+
+        def judge(i: int, completions: Sequence[Completion]) -> str | None:
+            kept = self._stop_scores[i]
+            new = list(completions[len(kept):])
+            verifier = self.verifier
+            if verifier is None:
+                scored = [(c.mean_logprob, Usage(), {}) for c in new]
+                if any(c.mean_logprob is None for c in new):
+                    require_logprobs(self.name, problems[i].id, [to_sample(c, self.extract) for c in new])
+            else:
+                items = [solution_item(problems[i], c.text, verifier, mean_logprob=c.mean_logprob,
+                                       token_top_logprobs=c.token_top_logprobs) for c in new]
+                values, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "samples")
+                events = {"verifier_error": 1} if failed else {}
+                scored = [(clean_score(v.score)[0], v.usage, {**events, **({"invalid_score": 1} if v.invalid else {})})
+                          for v in values]
+            kept.extend(scored)
+            answered = [score if to_sample(c, self.extract).answer is not None else None
+                        for c, (score, _, _) in zip(completions, kept, strict=True)]
+            return rules[i].check(answered)
+
+        return judge
+
+    def settled_scores(self, problems: Sequence[Any], results: Sequence[GenerationResult]) -> list[ScoredDraw | None]:
+        """The scores the stop gave as the samples finished (no sample is scored twice); None
+        without a verifier (the mean logprobs are read again)."""
+        if self.verifier is None:
+            return [None] * len(problems)
+        out: list[ScoredDraw | None] = []
+        for i, result in enumerate(results):
+            kept = self._stop_scores[i][:len(result.completions)]
+            events: dict[str, int] = {}
+            for _, _, ev in kept:
+                for k, v in ev.items():
+                    events[k] = events.get(k, 0) + v
+            out.append(ScoredDraw(tuple(float(sc or 0.0) for sc, _, _ in kept), tuple(u for _, u, _ in kept), events))
+        return out

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from tts.config import SamplingStrategyConfig
+from tts.config import StoppingConfig
 from tts.search.base import SamplingStrategy
 from tts.types import Sample, Solution, Trace, Usage
 
 
-class SelfConsistencyConfig(SamplingStrategyConfig):
+class SelfConsistencyConfig(StoppingConfig):
     """Sample n, return the most frequent extracted answer (Wang et al., 2023)."""
 
     kind: Literal["self_consistency"] = "self_consistency"

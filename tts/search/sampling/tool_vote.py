@@ -74,16 +74,22 @@ from pydantic import Field
 from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
-from tts.config import StrategyConfigBase
+from tts.answers.kinds import is_free_text
+from tts.config import StopConfig, StrategyConfigBase
 from tts.search.base import (
     BudgetUse,
     Strategy,
     StrategyInputError,
+    completion_calls,
     prefix_usage,
     problem_tool_choice,
     problem_tools,
+    stop_of,
+    vote_keys,
+    with_stop_record,
     with_tool_calls,
 )
+from tts.search.stopping import VoteStop, draw_until_settled
 from tts.search.repeats import REPEATED, answered_calls, choose_past_repeats
 from tts.types import Budget, RequestShape, Sample, Solution, Trace
 
@@ -118,6 +124,9 @@ class ToolVoteConfig(StrategyConfigBase):
     the replies that answer from the result or make a new call decide; when no other reply
     answers, the repeat is returned: :mod:`tts.search.repeats`), or ``vote`` (counted like any
     call, as its_hub does; for tools whose result changes between calls, such as polling a job)."""
+    stop: StopConfig | None = None
+    """Stop sampling replies once the vote over their calls is settled (:class:`tts.config.StopConfig`;
+    the rule counts the keys this vote counts); None samples all ``n``."""
 
 
 def _most_common(indices: list[int], keys: Sequence[str | None]) -> list[int]:
@@ -140,19 +149,65 @@ class ToolVote(Strategy):
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         ns = self.samples_for(problems, budgets)
+        if stop_of(self) is not None:
+            return self._solve_until_settled(problems, ns)
         requests = [self._request(p, n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         return [self._vote(p, r) for p, r in zip(problems, results, strict=True)]
 
-    def _request(self, problem: Any, n: int) -> GenerationRequest:
+    def _request(self, problem: Any, n: int, drawn: int = 0) -> GenerationRequest:
         return GenerationRequest(messages=self.prompt(problem), n=n, temperature=self.sampling.temperature,
                                  top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
-                                 seed=derive_seed(self.seed, problem.id, 0), key=problem.id,
+                                 seed=derive_seed(self.seed, problem.id, drawn), key=problem.id,
                                  tools=problem_tools(problem), tool_choice=problem_tool_choice(problem))
+
+    def _solve_until_settled(self, problems: Sequence[Any], ns: Sequence[int]) -> list[Solution]:
+        """Replies drawn in waves until the vote over their calls is settled (``config.stop``,
+        :func:`tts.search.stopping.draw_until_settled`); the trace's ``notes["stop"]`` says how."""
+        rules = [VoteStop(self.config.stop, n) for n in ns]
+
+        def judge(i: int, completions: Sequence[Any]) -> str | None:
+            samples, _ = self._samples(completions)
+            return rules[i].check(self._stop_keys(samples))
+
+        draws = draw_until_settled(self.generator, ns, self.config.stop,
+                                   lambda i, k, drawn: self._request(problems[i], k, drawn), judge,
+                                   prepare=completion_calls)
+        return [with_stop_record(self._vote(p, d.result), d.record) for p, d in zip(problems, draws, strict=True)]
+
+    def _stop_keys(self, samples: Sequence[Sample]) -> list[str | None]:
+        """What a stop counts: the keys of the calls this vote counts when at least half of the
+        replies call, else the keys of the answers in text (free text, chosen by minimum Bayes risk
+        and never counted, keeps the vote open: all ``n`` are drawn)."""
+        keys = self._call_keys(samples)
+        if 2 * sum(1 for s in samples if s.tool_calls) >= len(samples):
+            return keys
+        texts = [dataclasses.replace(s, answer=None, tool_calls=()) if s.tool_calls else s for s in samples]
+        try:
+            return vote_keys(texts, is_free_text(self.extract), getattr(self.extract, "answer_keys", None))
+        except StrategyInputError:
+            return [None] * len(samples)
+
+    def _call_keys(self, samples: Sequence[Sample]) -> list[str | None]:
+        """Each reply's vote key (name and arguments of the calls it votes with; None: no valid call)."""
+        return self._call_parts(samples)[4]
+
+    def _call_parts(self, samples: Sequence[Sample]) -> tuple[list[Any], ...]:
+        """Per reply: its calls, those that vote (``votes_on``), their names, their normalised
+        arguments and the vote key joining both (None where a reply has no valid call)."""
+        normalise = self.config.normalize_arguments
+        calls = [json.loads(s.answer) if s.tool_calls and s.answer is not None else [] for s in samples]
+        voting = [c if self.config.votes_on == "all_calls" else c[:1] for c in calls]
+        names = [json.dumps([c["name"] for c in v]) if v else None for v in voting]
+        args = [call_key(json.dumps(v), normalise) if v else None for v in voting]
+        keys = [None if n is None else f"{n}|{a}" for n, a in zip(names, args, strict=True)]
+        return calls, voting, names, args, keys
 
     def shares_draw_with(self, other: Strategy) -> bool:
         """Another ``tool_vote`` on the same backend, prompt, sampling, extraction and seed: its
         replies would be the same (the vote settings may differ: they only read the replies)."""
+        if stop_of(self) is not None or stop_of(other) is not None:
+            return False
         return (isinstance(other, ToolVote) and other.generator is self.generator and other.prompt == self.prompt
                 and other.sampling == self.sampling and other.extract is self.extract and other.seed == self.seed)
 
@@ -180,8 +235,17 @@ class ToolVote(Strategy):
             usage = prefix_usage(result.usage, [Sample(c.text, None, c.completion_tokens) for c in prefix],
                                  len(result.completions))
             result = dataclasses.replace(result, completions=prefix, usage=usage)
+        samples, events = self._samples(result.completions)
+        normalise = self.config.normalize_arguments
+        answered = answered_calls(problem, normalise) if self.config.repeated_calls == "abstain" else set()
+        return choose_past_repeats(samples, answered, lambda ss: self._choose(problem, ss, result, dict(events)),
+                                   normalise)
+
+    def _samples(self, completions: Sequence[Any]) -> tuple[list[Sample], dict[str, int]]:
+        """The replies as samples (a reply's answer: its calls' canonical list, else its text's
+        answer; a malformed call: no answer), and the count of replies without a usable call."""
         samples, events = [], {}
-        for comp in result.completions:
+        for comp in completions:
             found, why = comp.tool_calls or (), comp.tool_call_error
             if not found:
                 events[why or NO_CALL] = events.get(why or NO_CALL, 0) + 1
@@ -189,20 +253,13 @@ class ToolVote(Strategy):
             samples.append(Sample(comp.text, answer,
                                   comp.completion_tokens, comp.mean_logprob, comp.finish_reason,
                                   tuple(c.to_openai() for c in found)))
-        normalise = self.config.normalize_arguments
-        answered = answered_calls(problem, normalise) if self.config.repeated_calls == "abstain" else set()
-        return choose_past_repeats(samples, answered, lambda ss: self._choose(problem, ss, result, dict(events)),
-                                   normalise)
+        return samples, events
 
     def _choose(self, problem: Any, samples: list[Sample], result: Any, events: dict[str, int]) -> Solution:
         """The vote over the replies' calls (a reply's ``answer``: the canonical list of its calls); a
         reply with ``tool_calls`` but no answer counts as calling and votes for nothing."""
         normalise = self.config.normalize_arguments
-        calls = [json.loads(s.answer) if s.tool_calls and s.answer is not None else [] for s in samples]
-        voting = [c if self.config.votes_on == "all_calls" else c[:1] for c in calls]
-        names = [json.dumps([c["name"] for c in v]) if v else None for v in voting]
-        args = [call_key(json.dumps(v), normalise) if v else None for v in voting]
-        keys = [None if n is None else f"{n}|{a}" for n, a in zip(names, args, strict=True)]
+        calls, voting, names, args, keys = self._call_parts(samples)
         votes: dict[str, float] = {}
         for v, k in zip(voting, keys, strict=True):
             if k is not None:

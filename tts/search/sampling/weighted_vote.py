@@ -22,13 +22,13 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from tts.config import SamplingStrategyConfig, VerifierConfig
+from tts.config import StoppingConfig, VerifierConfig
 from tts.search.base import SamplingStrategy, require_logprobs
 from tts.types import Sample, Solution, Trace, Usage
 from tts.verifiers.self_certainty import borda_weights
 
 
-class WeightedVoteConfig(SamplingStrategyConfig):
+class WeightedVoteConfig(StoppingConfig):
     """Sample n, vote with weights exp(mean token logprob) per sample."""
 
     kind: Literal["weighted_vote"] = "weighted_vote"

@@ -1,0 +1,232 @@
+"""Per-request stops (``stop:`` on a voting strategy): where each rule stops, by hand-computed votes.
+
+The samples come from a model whose replies the test writes, one after another in draw order, so
+the vote after every sample is known. The stopping points below are worked out by hand from the
+rules' formulas (n = 8, confidence 0.95):
+
+* "horizon": after k unanimous samples the leader is overturned within 8 only if it gets at most
+  floor((8 - 2k) / 2) of the 8 - k samples left, X ~ BetaBinomial(8 - k, k + 1, 1). k = 2:
+  P(X <= 2 | 6, 3, 1) = 0.0119 + 0.0357 + 0.0714 = 0.119 > 0.05; k = 3: P(X <= 1 | 5, 4, 1) =
+  0.0079 + 0.0317 = 0.040 <= 0.05: stops at 3.
+* "beta" (and "dirichlet", which is "beta" with two answers or fewer): P(Beta(k + 1, 1) > 1/2) =
+  1 - 2^-(k+1): 0.9375 at k = 3, 0.969 at k = 4: stops at 4.
+* "exact": the lead k cannot be overtaken by the 8 - k left once k > 8 - k: stops at 5.
+* "window" (window 3): three equal answers in a row: stops at 3.
+
+Alternating answers (4, 5, 4, 5, ...) never settle: every rule draws all 8.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+import pytest
+
+from tts.backends.base import Completion, GenerationRequest, GenerationResult, Message, request_usage
+from tts.backends.streaming import SimulatedStream
+from tts.config import StopConfig, parse_strategy_config
+from tts.search.base import StrategyInputError
+from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
+from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
+from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.types import Problem
+from tts.verifiers.function import FunctionVerifier
+
+UNANIMOUS = ["4"] * 8
+ALTERNATING = ["4", "5"] * 4
+
+
+class Scripted:
+    """A model whose k-th sample of a problem (in draw order, over every request) is ``answers[k]``,
+    ``tokens[k]`` tokens long with mean logprob ``logprobs[k]``; with ``stream`` it streams them
+    shortest first, as an engine decoding them together would, and can cancel."""
+
+    model_name = "scripted-sequence"
+
+    def __init__(self, answers: Sequence[str], tokens: Sequence[int] | None = None,
+                 logprobs: Sequence[float] | None = None, stream: bool = False, calls: bool = False) -> None:
+        self.answers = list(answers)
+        self.tokens = list(tokens or [10 + i for i in range(len(answers))])
+        self.logprobs = list(logprobs or [-0.1] * len(answers))
+        self.calls = calls
+        self.drawn: dict[str, int] = defaultdict(int)
+        self.requests: list[GenerationRequest] = []
+        if stream:
+            self.stream_samples = lambda requests: SimulatedStream(self, requests)
+
+    def _text(self, answer: str) -> str:
+        if self.calls:
+            return f'{{"name": "lookup", "arguments": {{"city": "{answer}"}}}}'
+        return f"so the answer is \\boxed{{{answer}}}"
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        out = []
+        for req in requests:
+            self.requests.append(req)
+            start = self.drawn[req.key]
+            self.drawn[req.key] += req.n
+            comps = tuple(Completion(self._text(self.answers[k]), self.tokens[k], self.logprobs[k], "stop")
+                          for k in range(start, start + req.n))
+            out.append(GenerationResult(comps, request_usage(20, 0, [c.completion_tokens for c in comps], 0.0)))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def prompt(problem):
+    return (Message("user", problem.question),)
+
+
+PROBLEM = Problem("p", "What is 2 + 2?", "4")
+
+
+def solve(strategy_class, config, generator, **kwargs):
+    return strategy_class(config, generator, prompt, seed=0, **kwargs).solve([PROBLEM])[0]
+
+
+@pytest.mark.parametrize("rule, settings, stops_at", [
+    ("horizon", {}, 3), ("beta", {}, 4), ("dirichlet", {}, 4), ("exact", {}, 5), ("window", {"window": 3}, 3),
+])
+def test_self_consistency_stops_where_the_hand_computed_vote_is_settled(rule, settings, stops_at):
+    gen = Scripted(UNANIMOUS)
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(rule=rule, wave=1, **settings)), gen)
+    stop = sol.trace.notes["stop"]
+    assert (sol.answer, len(sol.trace.samples), stop["drawn"], stop["not_drawn"]) == ("4", stops_at, stops_at, 8 - stops_at)
+    assert sum(r.n for r in gen.requests) == stops_at  # nothing more was asked of the model
+    assert sol.usage.completion_tokens == sum(10 + i for i in range(stops_at))
+
+
+@pytest.mark.parametrize("rule", ["horizon", "beta", "dirichlet", "exact", "window"])
+def test_a_contested_vote_draws_all_n(rule):
+    gen = Scripted(ALTERNATING)
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(rule=rule, wave=1, window=3)), gen)
+    assert (len(sol.trace.samples), sol.trace.notes["stop"]["reason"]) == (8, "n reached")
+    assert sol.answer == "4"  # 4 votes each: the earliest answer wins the tie, as without a stop
+    fixed = solve(SelfConsistency, SelfConsistencyConfig(n=8), Scripted(ALTERNATING))
+    assert (fixed.answer, fixed.usage.completion_tokens) == (sol.answer, sol.usage.completion_tokens)
+
+
+def test_waves_are_judged_whole_on_a_backend_that_cannot_stream():
+    """Waves of 2 without streaming: unsettled after 2, settled after 4 (horizon stops at 3 or
+    more unanimous); the 4th sample was generated with the 3rd, so it is kept and votes."""
+    gen = Scripted(UNANIMOUS)
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(wave=2)), gen)
+    stop = sol.trace.notes["stop"]
+    assert [r.n for r in gen.requests] == [2, 2]
+    assert (stop["drawn"], stop["waves"], stop["cancelled"], stop["streamed"]) == (4, 2, 0, False)
+    assert len({r.seed for r in gen.requests}) == 2  # a later wave never repeats an earlier one's seed
+
+
+def test_a_streamed_wave_is_cancelled_once_settled_and_its_partial_tokens_are_paid():
+    """All 8 at once, streamed shortest first (10, 11, 12, ... tokens): settled when the 3rd
+    finishes (12 tokens); the other 5 are cancelled, each having generated 12 tokens."""
+    gen = Scripted(UNANIMOUS, stream=True)
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(wave=8)), gen)
+    stop = sol.trace.notes["stop"]
+    assert (stop["drawn"], stop["cancelled"], stop["cancelled_tokens"], stop["not_drawn"]) == (3, 5, 60, 0)
+    assert stop["streamed"] is True
+    assert sol.usage.completion_tokens == 10 + 11 + 12 + 60  # the finished samples and the partial ones
+    assert sol.usage.shapes[0].completion_tokens == (10, 11, 12, 12, 12, 12, 12, 12)
+
+
+def test_a_streamed_stop_reads_samples_in_the_order_they_finish():
+    """The longest samples say 5; the three shortest say 4 and finish first, so the vote settles on 4."""
+    answers = ["5", "5", "5", "5", "5", "4", "4", "4"]
+    tokens = [90, 80, 70, 60, 50, 10, 11, 12]
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(wave=8)), Scripted(answers, tokens, stream=True))
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("4", 3)
+
+
+def test_weighted_vote_stops_on_the_plain_votes_and_answers_by_weight():
+    gen = Scripted(UNANIMOUS)
+    sol = solve(WeightedVote, WeightedVoteConfig(n=8, stop=StopConfig(wave=1)), gen)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("4", 3)
+    assert sol.trace.scores == pytest.approx((0.9048,) * 3, abs=1e-4)  # exp(-0.1): the logprob weights
+
+
+def test_best_of_n_stops_at_the_first_sample_whose_score_reaches_the_threshold():
+    """DSPy BestOfN's rule with a plain Python function as the verifier: scores 0.1, 0.5, 0.95, ...;
+    threshold 0.9: the third sample stops it, and it is the one chosen."""
+    scores = {"so the answer is \\boxed{1}": 0.1, "so the answer is \\boxed{2}": 0.5, "so the answer is \\boxed{3}": 0.95}
+    verifier = FunctionVerifier(lambda problem, text: scores.get(text, 0.0))
+    gen = Scripted(["1", "2", "3", "4", "5", "6", "7", "8"])
+    config = BestOfNConfig(n=8, stop=StopConfig(rule="score", threshold=0.9, wave=1))
+    sol = solve(BestOfN, config, gen, verifier=verifier)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"], sol.trace.scores) == ("3", 3, (0.1, 0.5, 0.95))
+
+
+def test_best_of_n_without_a_verifier_stops_on_the_mean_logprob():
+    gen = Scripted(["1", "2", "3", "4"], logprobs=[-2.0, -1.0, -0.2, -0.1])
+    config = BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=-0.5, wave=1))
+    sol = solve(BestOfN, config, gen)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("3", 3)
+
+
+def test_best_of_n_below_the_threshold_draws_all_n():
+    gen = Scripted(["1", "2", "3", "4"], logprobs=[-2.0, -1.0, -0.9, -0.8])
+    sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=-0.5, wave=2)), gen)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"], sol.trace.notes["stop"]["reason"]) == ("4", 4, "n reached")
+
+
+def test_tool_vote_stops_once_the_calls_agree():
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": tools})
+    gen = Scripted(["Paris"] * 8, calls=True)
+    sol = ToolVote(ToolVoteConfig(n=8, stop=StopConfig(wave=1)), gen, prompt, seed=0).solve([problem])[0]
+    assert sol.trace.notes["stop"]["drawn"] == 3
+    assert json.loads(sol.answer) == [{"name": "lookup", "arguments": {"city": "Paris"}}]
+    contested = Scripted(["Paris", "Rome"] * 4, calls=True)
+    sol = ToolVote(ToolVoteConfig(n=8, stop=StopConfig(wave=1)), contested, prompt, seed=0).solve([problem])[0]
+    assert sol.trace.notes["stop"]["drawn"] == 8
+
+
+def test_a_budget_lowers_the_horizon():
+    """A budget of 4 samples makes 4 the horizon: after 2 unanimous samples the leader is overturned
+    within 4 only if both remaining go to another answer and tie it: P(X = 0 | 2, 3, 1) = 0.1 > 0.05;
+    after 3 the lead of 3 cannot be overtaken by the 1 left."""
+    from tts.types import Budget
+
+    gen = Scripted(UNANIMOUS)
+    strategy = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(wave=1)), gen, prompt)
+    sol = strategy.solve([PROBLEM], [Budget(samples=4)])[0]
+    assert sol.trace.notes["stop"]["n"] == 4
+    assert sol.trace.notes["stop"]["drawn"] == 3
+    assert sol.trace.notes["stop"]["reason"].startswith("lead of 3 cannot be overtaken")
+
+
+def test_a_stop_on_a_strategy_that_cannot_stop_is_refused_naming_those_that_can():
+    with pytest.raises(ValueError) as err:
+        parse_strategy_config({"kind": "beam", "stop": {"rule": "horizon"}})
+    message = str(err.value)
+    assert "beam cannot stop a request early" in message
+    for kind in ("self_consistency", "weighted_vote", "best_of_n", "tool_vote"):
+        assert kind in message
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"confidence": 1.2}, "confidence"), ({"wave": 0}, "wave"), ({"rule": "rate"}, "rule"),
+    ({"rule": "score"}, "needs a threshold"), ({"threshold": 0.5}, "does not read it"),
+])
+def test_a_stop_setting_out_of_range_is_one_line(settings, says):
+    with pytest.raises(ValueError) as err:
+        parse_strategy_config({"kind": "self_consistency", "stop": settings})
+    assert says in str(err.value)
+
+
+def test_a_vote_refuses_the_score_rule_and_best_of_n_refuses_a_vote_rule():
+    with pytest.raises(ValueError, match="only best_of_n"):
+        solve(SelfConsistency, SelfConsistencyConfig(n=4, stop=StopConfig(rule="score", threshold=0.5)), Scripted(UNANIMOUS))
+    with pytest.raises(StrategyInputError, match="best_of_n stops on a score"):
+        solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="horizon")), Scripted(UNANIMOUS))
+
+
+def test_strategies_with_a_stop_never_share_a_draw():
+    gen = Scripted(UNANIMOUS)
+    a = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig()), gen, prompt)
+    b = SelfConsistency(SelfConsistencyConfig(n=4), gen, prompt)
+    assert not a.shares_draw_with(b) and not b.shares_draw_with(a)
