@@ -138,6 +138,8 @@ class _SolveCall:
         refusal = tools_refusal(kind) if tools or problem.metadata.get("tools") else None
         if refusal is not None:
             raise StrategyInputError(refusal)
+        if args["stop"] is not None:  # checked before a backend opens, as the session checks it again
+            inputs.stop(kind, args["stop"])
         spec: Any = strategy
         if kind == "auto":  # what auto needs of this function's arguments (a Session takes it from its settings)
             if budget is None or args["calibration"] is None:
@@ -152,7 +154,8 @@ class _SolveCall:
         prompt = None if args["prompt"] is None else named_prompt(args["prompt"])
         return cls(problem, args["backend"], args["generator"],
                    {"strategy": spec, "n": n, "budget": budget, "temperature": args["temperature"],
-                    "max_tokens": args["max_tokens"], "prompt": prompt, "messages": args["messages"], "tools": tools})
+                    "max_tokens": args["max_tokens"], "prompt": prompt, "messages": args["messages"], "tools": tools,
+                    "stop": args["stop"]})
 
 
 P = ParamSpec("P")
@@ -188,6 +191,7 @@ def solve(
     calibration: str | Path | None = None,
     messages: Sequence[Mapping[str, Any]] | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    stop: str | Mapping[str, Any] | None = None,
 ) -> SessionSolution:
     """Answer one question with a test-time strategy.
 
@@ -220,6 +224,13 @@ def solve(
             may then be ``""``), and tool definitions, checked as :meth:`tts.Session.solve` checks them.
             Tools need a strategy that shows them to the model (``tool_vote`` and the sampling
             strategies); any other is refused.
+        stop: Stop drawing samples once the vote is settled, per request: a rule name
+            (``"horizon"``, ``"beta"``, ``"dirichlet"``, ``"exact"``, ``"window"``) or a dict such as
+            ``{"rule": "horizon", "confidence": 0.95, "wave": 8}`` (:class:`tts.config.StopConfig`;
+            ``best_of_n`` takes ``{"rule": "score", "threshold": ...}``). Samples are drawn ``wave``
+            at a time and, on a backend that streams, judged as each finishes, the rest cancelled.
+            ``trace.notes["stop"]`` says what was drawn, cancelled and why it stopped. Strategies
+            that cannot stop early are refused.
 
     Returns:
         A :class:`~tts.session.SessionSolution`: answer, confidence (vote share), usage, trace,

@@ -56,8 +56,9 @@ def setting_text(value: Any) -> str:
     """A setting as a label shows it: a nested config as ``kind(changed=...)``, text printable, and a
     long text (a prompt) as a short digest that still tells two prompts apart (``#3fa2c1``)."""
     if isinstance(value, BaseModel):
-        inner = ",".join(f"{k}={setting_text(v)}" for k, v in changed_settings(value, skip=("kind",)).items())
-        head = str(getattr(value, "kind", type(value).__name__))
+        named = "rule" if isinstance(value, StopConfig) else "kind"  # a stop is named by its rule
+        inner = ",".join(f"{k}={setting_text(v)}" for k, v in changed_settings(value, skip=(named,)).items())
+        head = str(getattr(value, named, type(value).__name__))
         return f"{head}({inner})" if inner else head
     if isinstance(value, str) and len(value) > 24:
         return "#" + hashlib.sha256(value.encode()).hexdigest()[:6]

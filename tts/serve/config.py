@@ -20,6 +20,10 @@ class ServeConfig(BaseModel):
     """The model name clients write after the strategy (``sc-16/<model>``)."""
     default_strategy: str = "sc-8"
     """Strategy of a request whose model name has none (``<model>`` alone), in model-name form."""
+    stop: dict[str, Any] | None = None
+    """The per-request stop of requests that name none, for the strategies that take one
+    (:class:`tts.config.StopConfig` settings, e.g. ``{"rule": "horizon", "wave": 8}``): a request
+    sends ``tts.stop: false`` to draw all n. None: every sample is drawn."""
     prompt: Literal["plain", "math"] = "plain"
     """The prompt of a request that sets no ``tts.prompt``: "plain" sends the conversation as the
     client sent it (an agent's chat, its tools and tool results; answers in free text, tool calls or

@@ -106,6 +106,21 @@ def _resolve_strategy(state: ServerState, body: ChatRequest | CompletionRequest)
         param = "tts.strategy" if chosen is not None and exc.status == 404 and "strategy" in str(exc) else exc.param
         raise APIError(str(exc), exc.status if param == "model" else 400, param,
                        "model_not_found" if exc.status == 404 and param == "model" else None) from None
+    stop = body.tts.stop
+    if stop is None and config.stop is not None and "stop" not in spec:  # the operator's default, where it applies
+        from tts.config import stopping_strategies
+
+        if spec.get("kind") in stopping_strategies():
+            spec = {**spec, "stop": dict(config.stop)}
+    if stop is not None and stop is not True:
+        from tts.config import stop_refusal, stopping_strategies
+
+        if stop is not False and spec.get("kind") not in stopping_strategies():
+            raise APIError(stop_refusal(str(spec.get("kind"))), param="tts.stop")
+        spec = {**spec, "stop": None if stop is False else {"rule": stop} if isinstance(stop, str) else stop}
+    elif stop is True:
+        raise APIError("tts.stop: give a rule (\"horizon\") or its settings, or false to turn the server's default "
+                       "stop off", param="tts.stop")
     try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
         return state.policy.resolve(spec)
     except PolicyError as exc:

@@ -384,6 +384,14 @@ class ServePolicy:
                 out[key] = self._verifier(value, param, depth)
             elif key == "calibration":
                 out[key] = self._calibration(value, param, configured.get(key))
+            elif key == "stop" and value is not None:  # a request's stop: its numbers and choices only
+                from tts.config import StopConfig
+
+                stop = {"rule": value} if isinstance(value, str) else value
+                if not isinstance(stop, Mapping):
+                    raise PolicyError(f"{param}: give a rule name (horizon, beta, dirichlet, exact, window) or "
+                                      "{\"rule\": ..., numbers}", param)
+                out[key] = self._check(dict(stop), StopConfig, {}, param, depth + 1)
             elif key == "strategies" and isinstance(value, list | tuple | str):
                 names = value.split(",") if isinstance(value, str) else list(value)
                 for name in names:

@@ -42,6 +42,11 @@ class TTSOptions(WireModel):
     """Samples / candidates of the strategy (its config's ``n``)."""
     budget: float | str | dict[str, Any] | None = None
     """Compute budget: tokens, or ``{"dollars": 0.01}``, ``{"eflops": 1e15}``, ``{"gpu_seconds": 2}``."""
+    stop: str | dict[str, Any] | bool | None = None
+    """Stop sampling once the vote is settled: a rule (``"horizon"``, ``"beta"``, ``"dirichlet"``,
+    ``"exact"``, ``"window"``) or its settings (``{"rule": "horizon", "confidence": 0.95, "wave": 8}``;
+    best_of_n: ``{"rule": "score", "threshold": 0.9}``); ``false`` turns the server's default stop
+    off. The reply's ``tts.stop`` says what was drawn, cancelled and why it stopped."""
     prompt: Literal["math", "plain"] | None = None
     """"plain": the conversation as sent, answered in free text (chosen among the samples by
     similarity), tool calls or JSON; "math": the last question asked step by step with the answer in

@@ -66,6 +66,7 @@ def tts_block(solution: Any) -> dict[str, Any]:
         "confidence": solution.confidence,
         "cost": solution.cost,
         "budget": solution.budget,
+        "stop": trace.notes.get("stop"),
         "answers": [s.answer for s in trace.samples],
         "votes": dict(trace.votes),
         "events": dict(trace.events),
@@ -239,7 +240,7 @@ def summary(sols: list[Any], notes: list[str] | None = None) -> r.ReplyExtension
     first = sols[0]
     return r.ReplyExtension(strategy=first.strategy, answer=first.answer, confidence=first.confidence,
                             cost=sum_costs([s.cost for s in sols]), answers=[s.answer for s in first.trace.samples],
-                            budget=first.budget, notes=notes or None)
+                            budget=first.budget, stop=first.trace.notes.get("stop"), notes=notes or None)
 
 
 def response(p: RequestPlan, sols: list[Any]) -> r.ChatCompletion | r.TextCompletion:

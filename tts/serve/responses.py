@@ -111,6 +111,9 @@ class ChoiceExtension(_Reply):
     ``eflops``, ``gpu_seconds``, ``dollars``, ``gpu``, ``priced_as``."""
     budget: dict[str, Any] | None
     """What the budget did (``amount``, ``unit``, ``as_tokens``, ``n_asked``, ``n_drawn``); None without one."""
+    stop: dict[str, Any] | None = None
+    """What the per-request stop did (``rule``, ``n``, ``wave``, ``drawn``, ``cancelled``,
+    ``cancelled_tokens``, ``not_drawn``, ``waves``, ``reason``, ``streamed``); None without one."""
     answers: list[Any]
     """Every sample's answer, in generation order."""
     votes: dict[str, Any]
@@ -137,6 +140,8 @@ class ReplyExtension(_Reply):
     """The first choice's samples' answers, in generation order."""
     budget: dict[str, Any] | None
     """What the budget did for the first choice (as a choice's ``tts.budget``); None without one."""
+    stop: dict[str, Any] | None = None
+    """What the per-request stop did for the first choice (as a choice's ``tts.stop``); None without one."""
     notes: list[str] | None = _omitted("What the server says about how the request was served.")
 
 

@@ -2,7 +2,9 @@
 
 The part before the slash is ``<strategy>[-<n>]`` or ``<strategy>-<width>x<n>`` (beam width M
 times candidates N, as in "beam search with M = 4, N = 8"); the strategy is a registered name or a
-short alias (``sc``, ``bon``, ``wv``, ``bf``, ``gv``). The part after it must be the served model.
+short alias (``sc``, ``bon``, ``wv``, ``bf``, ``gv``). A voting strategy may add ``+<rule>`` to stop
+each request once its vote is settled (``sc-64+horizon``: :class:`tts.config.StopConfig`). The part
+after the slash must be the served model.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ALIASES = {
 }
 """Short names clients may use in a model name."""
 
-_SPEC = re.compile(r"^(?P<kind>[a-z][a-z0-9_]*?)(?:-(?P<a>\d+)(?:x(?P<b>\d+))?)?$")
+_SPEC = re.compile(r"^(?P<kind>[a-z][a-z0-9_]*?)(?:-(?P<a>\d+)(?:x(?P<b>\d+))?)?(?:\+(?P<stop>[a-z]+))?$")
 
 
 class RoutingError(ValueError):
@@ -32,7 +34,7 @@ class RoutingError(ValueError):
 
 
 def strategy_spec(text: str) -> dict[str, Any]:
-    """A strategy config dict from ``sc-16``, ``beam-4x8``, ``self_consistency`` or ``auto``.
+    """A strategy config dict from ``sc-16``, ``beam-4x8``, ``sc-64+horizon``, ``self_consistency`` or ``auto``.
 
     Raises:
         RoutingError: Not of that form, or no such strategy (404, listing the registered ones).
@@ -52,6 +54,15 @@ def strategy_spec(text: str) -> dict[str, Any]:
         spec.update(beam_width=int(m["a"]), n=int(m["b"]))
     elif m["a"] is not None:
         spec["n"] = int(m["a"])
+    if m["stop"] is not None:
+        from tts.config import VOTE_STOP_RULES, stop_refusal, stopping_strategies
+
+        if kind not in stopping_strategies():
+            raise RoutingError(f"{text!r}: {stop_refusal(kind)}", 404)
+        if m["stop"] not in VOTE_STOP_RULES:
+            raise RoutingError(f"{text!r}: unknown stop rule {m['stop']!r}; use one of {', '.join(VOTE_STOP_RULES)} "
+                               "(e.g. sc-64+horizon)", 404)
+        spec["stop"] = {"rule": m["stop"]}
     return spec
 
 

@@ -98,3 +98,33 @@ def _check_tool_choice(choice: Any, tools: Sequence[Mapping[str, Any]] | None) -
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "...'"
+
+
+def stop(kind: str, value: Any) -> dict[str, Any]:
+    """A solve's per-request ``stop`` for strategy ``kind``, as its config takes it: a rule name
+    (``"horizon"``) becomes ``{"rule": name}``, a :class:`~tts.config.StopConfig` its settings.
+
+    Raises:
+        StrategyInputError: ``kind`` cannot stop early (the line names the strategies that can).
+        SettingsError: A stop setting to change (one line).
+    """
+    from pydantic import BaseModel, ValidationError
+
+    from tts.config import StopConfig, stop_refusal
+    from tts.registry import STRATEGIES
+    from tts.search.base import StrategyInputError
+
+    if "stop" not in STRATEGIES.load(kind).config_class.model_fields:
+        raise StrategyInputError(stop_refusal(kind))
+    if isinstance(value, str):
+        value = {"rule": value}
+    elif isinstance(value, BaseModel):
+        value = value.model_dump(exclude_unset=True)
+    elif not isinstance(value, Mapping):
+        raise SettingsError(f"stop must be a rule name (horizon, beta, dirichlet, exact, window) or a mapping such as "
+                            f'{{"rule": "horizon", "wave": 8}}, got {_short(value)}')
+    try:
+        StopConfig.model_validate(dict(value))
+    except ValidationError as exc:
+        raise SettingsError(settings_line(exc, "stop")) from None
+    return dict(value)

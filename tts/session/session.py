@@ -169,6 +169,11 @@ class _OptionsGenerator:
                 out.pop()
         return tuple(out)
 
+    def stream_samples(self, requests: Sequence[GenerationRequest]) -> Any:
+        """The batcher's stream of the requests, each carrying the solve's options (a per-request
+        stop draws through it)."""
+        return self.inner.stream_samples([self._request(r) for r in requests])
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
@@ -236,7 +241,7 @@ class Session:
                  prompt: Any = None, seed: int = 0, batch_window: float = 0.01, max_batch_requests: int = 4096,
                  max_workers: int = 256, gpu: str = "h100", price_as: str | None | bool = True,
                  prices: Mapping[str, float] | None = None,
-                 strategy_settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 strategy_settings: Mapping[str, Mapping[str, Any]] | None = None, stop: Any = None) -> None:
         from tts.config import SamplingConfig
         from tts.prompts import MATH_PROMPT
 
@@ -253,6 +258,9 @@ class Session:
         self.model_name = getattr(generator, "model_name", "")
         self.default_strategy = strategy
         self.default_n = n
+        self.default_stop = stop
+        """The per-request stop of solves that name none, for strategies that take one (others
+        run without it): a :class:`~tts.config.StopConfig`, its dict or a rule name; None: none."""
         self.default_budget = ComputeBudget.parse(budget)
         self.strategy_settings = {k: dict(v) for k, v in (strategy_settings or {}).items()}
         self.sampling = sampling
@@ -335,8 +343,9 @@ class Session:
         """
         return self._config(strategy, n, ComputeBudget.parse(budget))
 
-    def _config(self, strategy: Any, n: int | None, budget: ComputeBudget | None) -> Any:
-        """:meth:`strategy_config` for a budget already read (where it entered: :meth:`solve`)."""
+    def _config(self, strategy: Any, n: int | None, budget: ComputeBudget | None, stop: Any = None) -> Any:
+        """:meth:`strategy_config` for a budget already read (where it entered: :meth:`solve`), with
+        the solve's ``stop`` (else the session's default, where the strategy takes one)."""
         from pydantic import BaseModel, ValidationError
 
         from tts.config import parse_strategy_config, strategy_kind
@@ -362,6 +371,10 @@ class Session:
             spec["n"] = n  # rebuilt from the caller's settings, so that what derives from n follows it
         if budget is not None and budget_use(kind) is BudgetUse.PRICES_ITSELF and "budget" not in spec:
             spec.update(budget=budget.amount, budget_unit=budget.unit)
+        if stop is not None:
+            spec["stop"] = inputs.stop(kind, stop)
+        elif self.default_stop is not None and "stop" in fields and "stop" not in spec:
+            spec["stop"] = inputs.stop(kind, self.default_stop)
         try:
             return parse_strategy_config(spec)
         except ValidationError as exc:  # a pydantic dump with a URL: one line that names the setting
@@ -373,7 +386,7 @@ class Session:
               temperature: float | None = None, top_p: float | None = None, max_tokens: int | None = None,
               messages: Sequence[Mapping[str, Any]] | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
               tool_choice: Any = None, prompt: Any = None, seed: int | None = None, context: CallContext | None = None,
-              options: SampleOptions | None = None, _expected: bool = False) -> SessionSolution:
+              options: SampleOptions | None = None, stop: Any = None, _expected: bool = False) -> SessionSolution:
         """Answer one question with a test-time strategy on the session's warm engine.
 
         Args:
@@ -409,6 +422,11 @@ class Session:
             context: A CallContext to cancel the solve or follow its progress.
             options: Sampling settings for every sample the strategy draws (stop strings,
                 penalties, logit bias, a JSON schema, the chosen sample's logprobs).
+            stop: Stop drawing samples once the vote is settled: a rule name (``"horizon"``), a
+                dict or a :class:`~tts.config.StopConfig` (``{"rule": "horizon", "wave": 8}``);
+                default the session's. Only the voting strategies take one (``self_consistency``,
+                ``weighted_vote``, ``best_of_n`` with ``rule: score``, ``tool_vote``); any other is
+                refused. ``trace.notes["stop"]`` says what was drawn, cancelled and why it stopped.
 
         Returns:
             A :class:`SessionSolution`: answer, confidence, usage, trace and cost.
@@ -428,7 +446,7 @@ class Session:
                             tool_choice)  # an empty question is the conversation's
         question = dataclasses.replace(question, question=asked) if isinstance(question, Problem) else asked
         solve_budget = ComputeBudget.parse(budget) if budget is not None else self.default_budget  # read once, here
-        config = self._config(strategy, n, solve_budget)
+        config = self._config(strategy, n, solve_budget, stop)
         sampling = self._solve_sampling(temperature, top_p, max_tokens)
         problem = self._problem(question, messages, tools, seeded=seed is not None, tool_choice=tool_choice)
         if problem.metadata.get("tools"):

@@ -1,0 +1,60 @@
+"""tts serve with per-request stops: the model-name form (``sc-64+horizon``), the ``tts.stop``
+extension, the operator's default (``ServeConfig.stop``) and the refusals, on the scripted backend."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.fakes import WatchedScripted
+
+pytestmark = pytest.mark.timeout(120)
+QUESTION = [{"role": "user", "content": "What is 6 * 7?"}]
+
+
+def settled() -> WatchedScripted:
+    """A model that answers 42 every time: any vote settles early."""
+    return WatchedScripted(default={"42": 1.0}, seed=0, mean_tokens=40, model_name="scripted")
+
+
+def _tts(reply) -> dict:
+    data = reply.model_dump()
+    return data.get("tts") or data["choices"][0].get("tts")
+
+
+def test_a_model_name_with_a_rule_stops_a_settled_vote_early(serve):
+    client = serve(settled(), prompt="math")
+    reply = client.chat.completions.create(model="sc-64+horizon/scripted", messages=QUESTION)
+    stop = _tts(reply)["stop"]
+    assert stop["rule"] == "horizon" and stop["n"] == 64
+    assert stop["drawn"] < 16 and stop["reason"] != "n reached"
+    assert reply.choices[0].message.content and "42" in reply.choices[0].message.content
+    fixed = client.chat.completions.create(model="sc-64/scripted", messages=QUESTION)
+    assert _tts(fixed)["stop"] is None
+    assert reply.usage.completion_tokens < fixed.usage.completion_tokens / 4
+
+
+def test_the_tts_stop_extension_and_the_operators_default(serve):
+    client = serve(settled(), prompt="math", stop={"rule": "beta", "wave": 4})
+    by_default = _tts(client.chat.completions.create(model="sc-32/scripted", messages=QUESTION))["stop"]
+    assert (by_default["rule"], by_default["wave"], by_default["drawn"]) == ("beta", 4, 4)  # beta: 4 of 4 agree settles it, P = 0.969
+    chosen = _tts(client.chat.completions.create(model="sc-32/scripted", messages=QUESTION,
+                                                 extra_body={"tts": {"stop": {"rule": "exact", "wave": 1}}}))["stop"]
+    assert (chosen["rule"], chosen["drawn"]) == ("exact", 17)  # a lead of 17 of 32 cannot be overtaken
+    off = client.chat.completions.create(model="sc-32/scripted", messages=QUESTION, extra_body={"tts": {"stop": False}})
+    assert _tts(off)["stop"] is None and len(_tts(off)["answers"]) == 32
+
+
+@pytest.mark.parametrize("model, body, says", [
+    ("beam+horizon/scripted", None, "cannot stop a request early"),
+    ("sc-8+rate/scripted", None, "unknown stop rule"),
+    ("beam/scripted", {"stop": "horizon"}, "cannot stop a request early"),
+    ("sc-8/scripted", {"stop": {"rule": "horizon", "confidence": 3}}, "confidence"),
+    ("sc-8/scripted", {"stop": {"rule": "horizon", "mystery": 1}}, "mystery"),
+])
+def test_a_stop_the_server_cannot_run_is_refused_in_one_line(serve, model, body, says):
+    client = serve(settled(), prompt="math")
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model=model, messages=QUESTION, extra_body={"tts": body} if body else None)
+    assert err.value.status_code in (400, 404)
+    assert says in str(err.value)
