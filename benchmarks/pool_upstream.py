@@ -48,11 +48,13 @@ finished. ``stream_options.include_usage`` adds the final usage chunk. Each choi
 (and a non-streaming reply) carries ``pool_upstream``: the problem id, sample_idx and the virtual
 seconds it took.
 
-**Counting.** ``GET /stats`` (also ``/v1/stats``) returns, in total and per model: requests,
-choices, tokens_sent, tokens_unsent (what streams that the client closed early would still have
-sent, counted from the client's disconnect), cancelled_streams, cancelled_choices; and open_streams,
-peak_open_streams, in_flight_choices, peak_in_flight_choices, virtual_time. ``POST /stats/reset``
-zeroes the counters (peaks restart from what is open now).
+**Counting.** ``GET /stats`` (also ``/v1/stats``) returns, in ``total`` and per model under
+``models``: requests, choices, tokens_sent (handed to the client), tokens_unsent (what requests the
+client closed early, streaming or not, would still have sent: counted at the disconnect),
+cancelled_requests, cancelled_choices (those of them not complete); and open_streams,
+peak_open_streams, in_flight_choices, peak_in_flight_choices, tokens_per_second_each (the rate each
+choice in flight gets now), virtual_time and the settings. ``POST /stats/reset`` (also
+``/v1/stats/reset``) zeroes the counters; peaks restart from what is open now.
 """
 
 from __future__ import annotations
@@ -314,7 +316,7 @@ class Counters:
     choices: int = 0
     tokens_sent: int = 0
     tokens_unsent: int = 0
-    cancelled_streams: int = 0
+    cancelled_requests: int = 0
     cancelled_choices: int = 0
 
 
@@ -442,7 +444,7 @@ class Upstream:
                 unsent += c.target - c.sent
         if cancelled:
             left = sum(c.sent < c.target for c in job.choices)
-            self._bump(job.model, tokens_unsent=unsent, cancelled_streams=1, cancelled_choices=left)
+            self._bump(job.model, tokens_unsent=unsent, cancelled_requests=1, cancelled_choices=left)
 
     # counters
     def _bump(self, model: str, **counts: int) -> None:
@@ -718,13 +720,15 @@ async def _whole(upstream: Upstream, render: Renderer, request: Request) -> str:
     """A non-streaming reply, after its last choice would have finished (a client that leaves is counted)."""
     job, complete = render.job, False
     try:
+        check = time.monotonic()
         while not all(c.finished for c in job.choices):
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(job.ready.wait(), timeout=0.05)
-                job.ready.clear()
-            except TimeoutError:
+            job.ready.clear()
+            if time.monotonic() >= check:  # the clock wakes us every tick: look for the client every 50 ms
                 if await request.is_disconnected():
                     return ""
+                check = time.monotonic() + 0.05
         for c in job.choices:
             upstream.sent(job.model, c.target - c.sent)
             c.sent = c.target

@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import importlib.util
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -193,10 +194,8 @@ def test_successive_requests_continue_a_seeded_order_and_seeded_requests_repeat(
     assert sorted(flat[:8]) == list(range(8))  # no repeat until the problem's 8 samples are used up
     assert flat[8] == flat[0]  # then the order wraps
     assert seeded[0] == seeded[1] and len(set(seeded[0])) == 4
-    with pu.pool_upstream(pool, time_scale=0, seed=3) as url:
-        again = _ask(_client(url), "p-easy", n=8).model_extra["pool_upstream"]["sample_idx"]
-    with pu.pool_upstream(pool, time_scale=0, seed=4) as url:
-        other_seed = _ask(_client(url), "p-easy", n=8).model_extra["pool_upstream"]["sample_idx"]
+    again = [s.sample_idx for s in pu.PoolReplay(pool, seed=3).draw("m1", "p-easy", 8)]
+    other_seed = [s.sample_idx for s in pu.PoolReplay(pool, seed=4).draw("m1", "p-easy", 8)]
     assert again == flat[:8]  # same server seed, same order
     assert other_seed != flat[:8] and sorted(other_model) == list(range(8))
 
@@ -267,7 +266,7 @@ def test_eight_concurrent_streams_each_go_slower_than_one_alone(tmp_path):
     assert alone["in_flight_choices"] == 1 and alone["tokens_per_second_each"] == 1000
     assert together["in_flight_choices"] == 8 and together["tokens_per_second_each"] == 125
     assert after["peak_open_streams"] == 8 and after["open_streams"] == after["in_flight_choices"] == 0
-    assert after["total"]["cancelled_streams"] == 9  # each left after its first content
+    assert after["total"]["cancelled_requests"] == 9  # each left after its first content
 
 
 def test_a_stream_the_client_closes_is_counted_and_leaves_nothing_open(tmp_path):
@@ -285,7 +284,7 @@ def test_a_stream_the_client_closes_is_counted_and_leaves_nothing_open(tmp_path)
     assert during["open_streams"] == 1 and during["in_flight_choices"] == 2
     assert after["open_streams"] == 0 and after["in_flight_choices"] == 0
     model = after["models"]["m2"]
-    assert model["cancelled_streams"] == 1 and model["cancelled_choices"] == 2
+    assert model["cancelled_requests"] == 1 and model["cancelled_choices"] == 2
     assert 0 < model["tokens_sent"] < 8000
     assert model["tokens_sent"] + model["tokens_unsent"] == 8000 and after["total"] == model
 
@@ -333,3 +332,46 @@ def test_a_real_pool_problem_through_its_text(shared_data, tmp_path):
     assert extra["problem_id"] == pid
     assert reply.usage.completion_tokens == sum(stored[i]["num_tokens"] for i in extra["sample_idx"])
     assert [extract_answer(c.message.content) for c in reply.choices] == [stored[i]["answer"] for i in extra["sample_idx"]]
+
+
+def test_a_non_streaming_request_the_client_abandons_is_counted(tmp_path):
+    with pu.pool_upstream(_write_pool(tmp_path), tokens_per_second=1000, time_scale=0.1) as url:
+        body = {"model": "m1", "messages": [{"role": "user", "content": "p-long"}], "n": 2}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url + "/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.1))
+        deadline = time.monotonic() + 1.5
+        while (after := _stats(url))["in_flight_choices"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert after["in_flight_choices"] == 0 and after["open_streams"] == 0
+    assert after["total"] == {"requests": 1, "choices": 2, "tokens_sent": 0, "tokens_unsent": 8000,
+                              "cancelled_requests": 1, "cancelled_choices": 2}
+
+
+def test_the_command_serves_a_pool_it_has_never_seen(tmp_path):
+    pool = _write_pool(tmp_path)
+    script = Path(pu.__file__)
+    proc = subprocess.Popen([sys.executable, str(script), "--pool", str(pool), "--port", "0", "--time-scale", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        url = line.split()[3]
+        assert line.startswith("pool upstream at http://127.0.0.1:") and "serving m1, m2 of" in line
+        assert _ask(_client(url), "p-gpqa", model="m2", n=4).usage.completion_tokens == 40 + 41 + 42 + 43
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_bad_command_input_is_one_line(tmp_path):
+    with pytest.raises(SystemExit, match=r"pool_upstream: .*nope.jsonl: no such pool file"):
+        pu.main(["--pool", str(tmp_path / "nope.jsonl")])
+    with pytest.raises(SystemExit, match="time_scale must be 0 .no delays. or positive, got -1"):
+        pu.main(["--pool", str(_write_pool(tmp_path)), "--time-scale", "-1"])
+    with pytest.raises(SystemExit, match="none of its problem ids is in the pool"):
+        pu.main(["--pool", str(_write_pool(tmp_path)), "--problems", str(_write_other_problems(tmp_path))])
+
+
+def _write_other_problems(tmp_path: Path) -> Path:
+    path = tmp_path / "other.jsonl"
+    path.write_text(json.dumps({"id": "elsewhere", "problem": "?", "answer": "1"}) + "\n")
+    return path
