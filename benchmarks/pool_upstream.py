@@ -25,7 +25,8 @@ the question. An unknown question or model is a 404 with an OpenAI error body.
 **Which samples.** Each choice is one stored sample of that (model, problem), in the order of a
 permutation seeded by (server seed, model, problem id): successive requests without a ``seed``
 continue through it (no sample repeats until the pool's samples of that problem are used up, then
-it wraps); a request with a ``seed`` takes the start of its own permutation (seeded by the request
+it wraps; ``POST /orders/reset`` starts every order again, with ``{"seed": S}`` under a new server
+seed, so two configurations can be compared on the same samples); a request with a ``seed`` takes the start of its own permutation (seeded by the request
 seed as well), so it is reproducible and leaves the shared cursor alone. The ``correct`` field is
 never read. A reply is filler tokens (``" think"``) followed by ``\\n\\n\\boxed{ANSWER}`` with the
 stored answer (no box when the stored answer is null), exactly as many tokens as the sample's
@@ -273,6 +274,13 @@ class PoolReplay:
                                   self.missing_tokens if math.isnan(tok) else int(tok)))
             self._samples[key] = out
         return self._samples[key]
+
+    def restart(self, seed: int | None = None) -> None:
+        """Every shared order starts again from its beginning (under a new server seed when given)."""
+        with self._lock:
+            self._cursor.clear()
+            if seed is not None:
+                self.seed = int(seed)
 
     def _order(self, model: str, pid: str, count: int, seed: int | None) -> np.ndarray:
         entropy = [self.seed & 0xFFFFFFFF, zlib.crc32(model.encode()), zlib.crc32(pid.encode())]
@@ -656,6 +664,16 @@ def create_app(upstream: Upstream) -> FastAPI:
     async def reset() -> dict[str, Any]:
         upstream.reset_stats()
         return upstream.stats()
+
+    @app.post("/orders/reset")
+    @app.post("/v1/orders/reset")
+    async def restart(request: Request) -> dict[str, Any]:
+        body = await request.json() if await request.body() else {}
+        seed = body.get("seed") if isinstance(body, dict) else None
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise UpstreamError(400, f"seed must be an integer, got {seed!r}")
+        upstream.replay.restart(seed)
+        return {"seed": upstream.replay.seed}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:

@@ -190,6 +190,10 @@ def test_successive_requests_continue_a_seeded_order_and_seeded_requests_repeat(
         drawn = [_ask(client, "p-easy", n=3).model_extra["pool_upstream"]["sample_idx"] for _ in range(3)]
         seeded = [_ask(client, "p-easy", n=4, seed=11).model_extra["pool_upstream"]["sample_idx"] for _ in range(2)]
         other_model = _ask(client, "p-easy", model="m2", n=8).model_extra["pool_upstream"]["sample_idx"]
+        httpx.post(url.removesuffix("/v1") + "/orders/reset")
+        restarted = _ask(client, "p-easy", n=8).model_extra["pool_upstream"]["sample_idx"]
+        assert httpx.post(url + "/orders/reset", json={"seed": 4}).json() == {"seed": 4}
+        reseeded = _ask(client, "p-easy", n=8).model_extra["pool_upstream"]["sample_idx"]
     flat = [i for d in drawn for i in d]
     assert sorted(flat[:8]) == list(range(8))  # no repeat until the problem's 8 samples are used up
     assert flat[8] == flat[0]  # then the order wraps
@@ -198,6 +202,7 @@ def test_successive_requests_continue_a_seeded_order_and_seeded_requests_repeat(
     other_seed = [s.sample_idx for s in pu.PoolReplay(pool, seed=4).draw("m1", "p-easy", 8)]
     assert again == flat[:8]  # same server seed, same order
     assert other_seed != flat[:8] and sorted(other_model) == list(range(8))
+    assert restarted == flat[:8] and reseeded == other_seed  # a restart replays the order, a new seed another
 
 
 # --- finding the problem -------------------------------------------------------------------------
