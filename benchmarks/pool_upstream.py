@@ -26,11 +26,13 @@ such as ``shared/data/benchmarks/math500.jsonl``, read by tts's own dataset load
 the question. An unknown question or model is a 404 with an OpenAI error body.
 
 **Which samples.** Each choice is one stored sample of that (model, problem), in the order of a
-permutation seeded by (server seed, model, problem id): successive requests without a ``seed``
-continue through it (no sample repeats until the pool's samples of that problem are used up, then
-it wraps; ``POST /orders/reset`` starts every order again, with ``{"seed": S}`` under a new server
-seed, so two configurations can be compared on the same samples); a request with a ``seed`` takes the start of its own permutation (seeded by the request
-seed as well), so it is reproducible and leaves the shared cursor alone. The ``correct`` field is
+permutation seeded by (server seed, model, problem id). Requests without a ``seed`` (tts's OpenAI
+backend sends none to a local server unless ``request_seeds="always"``) continue through it: no
+sample repeats until that problem's samples are used up, then it wraps. ``POST /orders/reset``
+starts every order again (with ``{"seed": S}`` under a new server seed), so two configurations can
+be compared on the same samples. A request with a ``seed`` takes the start of its own permutation
+(seeded by the request seed too): reproducible, and the shared order is left alone, but requests
+with different seeds draw independently and may get the same samples. The ``correct`` field is
 never read. A reply is filler tokens (``" think"``) followed by ``\\n\\n\\boxed{ANSWER}`` with the
 stored answer (no box when the stored answer is null), exactly as many tokens as the sample's
 stored ``num_tokens``: ``usage.completion_tokens`` is the stored count and ``logprobs.content`` has
@@ -51,6 +53,11 @@ event). Streams (``stream: true``) send OpenAI chunks as tokens become due, at m
 finished. ``stream_options.include_usage`` adds the final usage chunk. Each choice's last chunk
 (and a non-streaming reply) carries ``pool_upstream``: the problem id, sample_idx and the virtual
 seconds it took.
+
+**Speed.** The server renders about 0.6M tokens a second with logprobs (58 MB of JSON for 64
+AIME samples in about 1 s); the official client's parse of that takes about 30 us a token (some
+20 s for those 64 samples), so a measurement through tts, whose OpenAI backend always asks for
+logprobs, is bound by the client.
 
 **Counting.** ``GET /stats`` (also ``/v1/stats``) returns, in ``total`` and per model under
 ``models``: requests, choices, tokens_sent (handed to the client), tokens_unsent (what requests the
@@ -355,15 +362,15 @@ def _usage(ask: Ask, job: Job) -> dict[str, int]:
 class Renderer:
     """Turns choices' token ranges into OpenAI JSON (content and, when asked, logprobs)."""
 
-    def __init__(self, upstream: Upstream, ask: Ask, pid: str, job: Job, lp: LogprobText) -> None:
+    def __init__(self, ask: Ask, pid: str, job: Job, lp: LogprobText) -> None:
         self.ask, self.pid, self.job, self.lp = ask, pid, job, lp
         self.id, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        self.tokens = {id(c): reply_tokens(c.sample)[: c.target] for c in job.choices}
+        self.tokens = [reply_tokens(c.sample)[: c.target] for c in job.choices]  # by choice index
 
     def _logprobs(self, c: Choice, a: int, b: int) -> str:
         if not self.ask.logprobs:
             return "null"
-        toks = self.tokens[id(c)]
+        toks = self.tokens[c.index]
         return '{"content":[' + ",".join(self.lp.entry(toks[j], j, self.ask.top_logprobs) for j in range(a, b)) + "]}"
 
     def finish_reason(self, c: Choice) -> str:
@@ -377,7 +384,7 @@ class Renderer:
                 f'"model":{json.dumps(self.ask.model)},"choices":[{choice}]{extra}}}\n\n')
 
     def delta(self, c: Choice, a: int, b: int, first: bool) -> str:
-        delta = {"content": "".join(self.tokens[id(c)][a:b])}
+        delta = {"content": "".join(self.tokens[c.index][a:b])}
         if first:
             delta = {"role": "assistant", **delta}
         return self._chunk(f'{{"index":{c.index},"delta":{json.dumps(delta)},"logprobs":{self._logprobs(c, a, b)},'
@@ -394,7 +401,7 @@ class Renderer:
     def whole(self) -> str:
         parts = []
         for c in self.job.choices:
-            message = json.dumps({"role": "assistant", "content": "".join(self.tokens[id(c)])})
+            message = json.dumps({"role": "assistant", "content": "".join(self.tokens[c.index])})
             parts.append(f'{{"index":{c.index},"message":{message},"logprobs":{self._logprobs(c, 0, c.target)},'
                          f'"finish_reason":"{self.finish_reason(c)}"}}')
         extra = {"problem_id": self.pid, "sample_idx": [c.sample.sample_idx for c in self.job.choices],
@@ -462,7 +469,7 @@ def create_app(upstream: Upstream) -> FastAPI:
         pid = upstream.replay.find_problem(ask.message, ask.problem_id)
         samples = upstream.replay.draw(ask.model, pid, ask.n, ask.seed)
         job = upstream.start(ask.model, samples, ask.max_tokens)
-        render = Renderer(upstream, ask, pid, job, lp)
+        render = Renderer(ask, pid, job, lp)
         if ask.stream:
             return StreamingResponse(_stream(upstream, render), media_type="text/event-stream")
         return Response(await _whole(upstream, render, request), media_type="application/json")

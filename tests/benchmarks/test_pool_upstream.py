@@ -336,7 +336,8 @@ def test_a_real_pool_problem_through_its_text(shared_data, tmp_path):
     stored = {r["sample_idx"]: r for r in rows if r["model"] == "Qwen3-4B"}
     assert extra["problem_id"] == pid
     assert reply.usage.completion_tokens == sum(stored[i]["num_tokens"] for i in extra["sample_idx"])
-    assert [extract_answer(c.message.content) for c in reply.choices] == [stored[i]["answer"] for i in extra["sample_idx"]]
+    answers = [extract_answer(c.message.content) for c in reply.choices]
+    assert answers == [stored[i]["answer"] for i in extra["sample_idx"]]
 
 
 def test_a_non_streaming_request_the_client_abandons_is_counted(tmp_path):
