@@ -150,10 +150,18 @@ class StopConfig(FrozenConfig):
         return self
 
 
+def _stop_from_name(value: Any) -> Any:
+    return {"rule": value} if isinstance(value, str) else value
+
+
+StopSetting = Annotated[StopConfig | None, BeforeValidator(_stop_from_name)]
+"""A strategy's ``stop``: a :class:`StopConfig`, its mapping, or a rule name alone (``horizon``)."""
+
+
 class StoppingConfig(SamplingStrategyConfig):
     """Configs of sampling strategies that can stop a request early (``stop``)."""
 
-    stop: StopConfig | None = None
+    stop: StopSetting = None
     """Stop sampling a request once its vote is settled (:class:`StopConfig`); None draws all ``n``."""
 
 

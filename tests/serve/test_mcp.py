@@ -344,3 +344,31 @@ def test_solve_takes_messages_and_tools_and_returns_the_calls_then_the_text() ->
         asyncio.run(run())
     finally:
         session.close()
+
+
+def test_a_stop_settles_a_call_early_and_refuses_a_strategy_that_cannot_stop() -> None:
+    """``stop`` on the tool: the scripted model answers 42 nine times in ten, so a horizon stop
+    settles long before 64 samples; the operator's default stop applies unless a call says false;
+    beam cannot stop and is refused naming those that can."""
+    session, server, _ = _server(stop={"rule": "beta", "wave": 4}, max_samples=64)
+
+    async def run() -> None:
+        async with Client(server) as client:
+            schema = (await client.list_tools()).tools[0].input_schema
+            assert "settled" in schema["properties"]["stop"]["description"]
+            early = await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "sc-64",
+                                                     "stop": "horizon"})
+            stop = early.structured_content["stop"]
+            assert (stop["rule"], stop["n"]) == ("horizon", 64) and stop["drawn"] < 32
+            assert early.structured_content["samples"] == stop["drawn"]
+            default = (await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "sc-16"})).structured_content
+            assert (default["stop"]["rule"], default["stop"]["wave"]) == ("beta", 4)
+            off = (await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "sc-16", "stop": False}))
+            assert off.structured_content["stop"] is None and off.structured_content["samples"] == 16
+            refused = await client.call_tool("solve", {"question": "q", "strategy": "beam", "stop": "horizon"})
+            assert "cannot stop a request early" in _error(refused) and "self_consistency" in _error(refused)
+
+    try:
+        asyncio.run(run())
+    finally:
+        session.close()

@@ -129,9 +129,10 @@ def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
         key, sep, raw = item.partition("=")
         path = key.strip().split(".")
         if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] not in ("verifier", "data",
-                                                                                               "allocation")):
+                                                                                               "allocation", "stop")):
             raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1), "
                        "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last), "
+                       "stop=RULE or stop.KEY=VALUE for a per-request stop (--set stop=horizon --set stop.wave=8), "
                        "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains) or "
                        "allocation.KEY=VALUE for a setting of --allocate's online rule (--set allocation.rule=dirichlet).")
         try:
@@ -175,7 +176,12 @@ def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]
                        f"given ({', '.join(sorted({s['kind'] for s in out}))}) has that setting.")
         for s in takers:
             if len(path) == 1:
-                s[field] = value
+                s[field] = {**s[field], "rule": value} if field == "stop" and isinstance(s.get(field), dict) else value
+                continue
+            if field == "stop":  # stop.KEY=VALUE: one setting of the per-request stop (default rule: horizon)
+                current_stop = s.get("stop")
+                s["stop"] = {**({"rule": current_stop} if isinstance(current_stop, str) else current_stop or {}),
+                             path[1]: value}
                 continue
             current = s.get("verifier", fields(s["kind"])["verifier"].default)
             if current is None:

@@ -170,6 +170,10 @@ Prompt = Annotated[Literal["plain", "math"], typer.Option(
                                      help="Prompt of requests that set no tts.prompt: plain sends the conversation "
                                           "as the client sent it (agents: free text, tool calls, JSON); math asks "
                                           "the last question step by step with the answer in \\boxed{}.")]
+DefaultStop = Annotated[str | None, typer.Option(
+    "--stop", help="Per-request stop of requests that name none, for the voting strategies: a rule (horizon, beta, "
+                   "dirichlet, exact, window) or its settings as JSON/YAML ('{rule: horizon, wave: 8}'); requests "
+                   "turn it off with tts.stop false. Default: none (every sample drawn).")]
 AllowStrategy = Annotated[list[str] | None, typer.Option(help="A strategy requests may run (repeatable). Default: "
                                                          "every registered one that works with these settings.")]
 Accuracy = Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chance a sample answers 42.")]
@@ -183,6 +187,30 @@ Port = Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on ove
 def api_key_or_env(api_key: str | None) -> str | None:
     """``--api-key``, else ``$TTS_API_KEY`` when set."""
     return api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+
+
+def stop_flag(value: str | None) -> dict[str, Any] | None:
+    """``--stop`` as a stop's settings, checked before an engine starts (one line when refused)."""
+    if value is None:
+        return None
+    import yaml
+    from pydantic import ValidationError
+
+    from tts.config import StopConfig
+    from tts.session.errors import settings_line
+
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    settings = {"rule": parsed} if isinstance(parsed, str) else parsed
+    if not isinstance(settings, dict):
+        raise fail(f"--stop {value!r}: give a rule (horizon) or its settings ('{{rule: horizon, wave: 8}}').")
+    try:
+        StopConfig.model_validate(settings)
+    except ValidationError as exc:
+        raise fail(f"--stop: {settings_line(exc, 'stop')}") from None
+    return settings
 
 
 def checked_resources(strategy: str, verifier: list[str] | None, calibration: list[str] | None,
@@ -303,6 +331,7 @@ def serve_command(
     allow_strategy: AllowStrategy = None,
     allow_code_execution: AllowCodeExecution = False,
     prompt: Prompt = "plain",
+    stop: DefaultStop = None,
     body_timeout: BodyTimeout = 30.0,
     keep_alive_timeout: KeepAliveTimeout = 5,
     max_connections: Annotated[int | None, typer.Option(min=1, help="Most open connections and requests at once; "
@@ -323,6 +352,7 @@ def serve_command(
     key = api_key_or_env(api_key)
     with user_errors():
         verifiers, calibrations = checked_resources(strategy, verifier, calibration, allow_strategy)
+        stop_settings = stop_flag(stop)  # refused before an engine starts
         check_listen(host, port)
         signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         generator, session, name = open_session(
@@ -332,7 +362,8 @@ def serve_command(
             {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
              "max_workers": max(max_concurrent, 8) * max_choices}, calibrations)
         name = served_name or name
-        config = ServeConfig(model=name, default_strategy=strategy, api_key=key, max_body_bytes=max_body_bytes,
+        config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
+                             max_body_bytes=max_body_bytes,
                              max_choices=max_choices, max_samples=max_samples, max_tokens=max_tokens,
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,

@@ -23,6 +23,7 @@ inside :func:`create_mcp_server`, and the SDK reads them as live objects.
 
 import contextlib
 import inspect
+import json
 import logging
 import os
 import sys
@@ -91,6 +92,9 @@ class SolveResult(WireModel):
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     """When the chosen reply calls tools: its calls (``{"id", "type": "function", "function": {"name",
     "arguments"}}``), for the client to run and send back as a ``tool`` message."""
+    stop: dict[str, Any] | None = None
+    """What the per-request stop did (``rule``, ``n``, ``drawn``, ``cancelled``, ``cancelled_tokens``,
+    ``not_drawn``, ``reason``); null when every sample was drawn without one."""
 
 
 Messages = Annotated[list[dict[str, Any]] | None, Field(
@@ -140,7 +144,8 @@ class _Solver:
 
     def plan(self, strategy: str | None, n: int | None, budget: float | None, budget_unit: str,
              max_tokens: int | None, settings: Mapping[str, Any] | None, messages: list[dict[str, Any]] | None = None,
-             tools: list[dict[str, Any]] | None = None, prompt: str | None = None) -> dict[str, Any]:
+             tools: list[dict[str, Any]] | None = None, prompt: str | None = None,
+             stop: str | dict[str, Any] | bool | None = None) -> dict[str, Any]:
         """The keyword arguments of the session's ``solve`` for one call, every input checked.
 
         Raises:
@@ -164,6 +169,19 @@ class _Solver:
             if "kind" in settings:
                 raise ToolError("settings.kind: name the strategy in 'strategy', not in settings")
             spec = {**spec, **settings}
+        if stop is False:  # the operator's default stop off: every sample drawn
+            spec = {**spec, "stop": None}
+        elif stop is not None and stop is not True:
+            from tts.config import stop_refusal, stopping_strategies
+
+            if spec.get("kind") not in stopping_strategies():
+                raise ToolError(stop_refusal(str(spec.get("kind"))))
+            spec = {**spec, "stop": stop}
+        elif config.stop is not None and "stop" not in spec:
+            from tts.config import stopping_strategies
+
+            if spec.get("kind") in stopping_strategies():
+                spec = {**spec, "stop": dict(config.stop)}
         policy = self.policy
         try:  # only what the operator allowed: strategies, verifiers and calibrations by name, knobs in range
             spec = policy.resolve(spec)
@@ -224,7 +242,7 @@ class _Solver:
                            strategy=sol.strategy, samples=len(sol.trace.samples),
                            votes={str(k): float(v) for k, v in sol.trace.votes.items()},
                            text=None if calls or not chosen else message_text(sol, False, without_reasoning=True),
-                           tool_calls=calls or [])
+                           tool_calls=calls or [], stop=sol.trace.notes.get("stop"))
 
 
 def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str = "tts") -> Any:
@@ -247,6 +265,8 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
             default strategy the server does not offer.
     """
     from mcp.types import ToolAnnotations
+
+    from tts.config import stopping_strategies
 
     config = config or ServeConfig(model=session.model_name or "tts")
     policy = ServePolicy.build(config, session)
@@ -288,13 +308,20 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
         description=f"plain: the conversation as sent, free-text answers; math: step by step with the answer "
                     f"in \\boxed{{}}. Default: {config.prompt}.")]
 
+    Stop = Annotated[str | dict[str, Any] | bool | None, Field(  # noqa: N806
+        description="Stop sampling once the vote is settled (voting strategies: " + ", ".join(
+            k for k in offered if k in stopping_strategies()) + "): a rule (horizon, beta, dirichlet, exact, window) or "
+        "its settings ({\"rule\": \"horizon\", \"confidence\": 0.95, \"wave\": 8}; best_of_n: {\"rule\": \"score\", "
+        "\"threshold\": 0.9}); false: draw every sample. Default: "
+        + (json.dumps(config.stop) if config.stop is not None else "none") + ".")]
+
     async def solve(question: Question = "", strategy: Strategy = None, n: Samples = None, budget: Budget = None,
                     budget_unit: Unit = "tokens", max_tokens: MaxTokens = None,
                     settings: Settings = None, messages: Messages = None, tools: Tools = None,
-                    prompt: Prompt = None) -> SolveResult:
+                    prompt: Prompt = None, stop: Stop = None) -> SolveResult:
         return await solver.solve(question, strategy=strategy, n=n, budget=budget, budget_unit=budget_unit,
                                   max_tokens=max_tokens, settings=settings, messages=messages, tools=tools,
-                                  prompt=prompt)
+                                  prompt=prompt, stop=stop)
 
     server_class = _server_class(tuple(inspect.signature(solve).parameters))
     server = server_class(name, instructions="Call solve to answer a question with a test-time compute strategy "

@@ -75,7 +75,7 @@ from tts.answers.kinds import call_key
 from tts.backends.base import GenerationRequest, derive_seed
 from tts.backends.tool_calls import MALFORMED, NO_CALL, calls_answer
 from tts.answers.kinds import is_free_text
-from tts.config import StopConfig, StrategyConfigBase
+from tts.config import StopSetting, StrategyConfigBase
 from tts.search.base import (
     BudgetUse,
     Strategy,
@@ -124,7 +124,7 @@ class ToolVoteConfig(StrategyConfigBase):
     the replies that answer from the result or make a new call decide; when no other reply
     answers, the repeat is returned: :mod:`tts.search.repeats`), or ``vote`` (counted like any
     call, as its_hub does; for tools whose result changes between calls, such as polling a job)."""
-    stop: StopConfig | None = None
+    stop: StopSetting = None
     """Stop sampling replies once the vote over their calls is settled (:class:`tts.config.StopConfig`;
     the rule counts the keys this vote counts); None samples all ``n``."""
 
