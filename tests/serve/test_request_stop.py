@@ -58,3 +58,18 @@ def test_a_stop_the_server_cannot_run_is_refused_in_one_line(serve, model, body,
         client.chat.completions.create(model=model, messages=QUESTION, extra_body={"tts": body} if body else None)
     assert err.value.status_code in (400, 404)
     assert says in str(err.value)
+
+
+def test_the_rate_limit_reserves_all_n_and_gives_back_what_a_stopped_request_did_not_generate(serve):
+    """3,000 tokens a minute; max_tokens 100. sc-16+exact with waves of 1 on a model that always
+    answers 42 stops at 9 samples (a lead of 9 cannot be overtaken by the 7 left): it reserved
+    16 x 100 = 1,600 and gets back all it did not generate, so a request reserving 2,000 fits at
+    once (without the refund at most 1,400 plus a few seconds' refill would be left: a 429)."""
+    model = WatchedScripted(default={"42": 1.0}, seed=0, mean_tokens=40, model_name="scripted")
+    client = serve(model, prompt="math", rate_limit_tokens=3000, max_budget_tokens=100_000, api_key="k")
+    ask = {"messages": QUESTION, "max_tokens": 100}
+    first = client.chat.completions.create(model="sc-16/scripted", **ask,
+                                           extra_body={"tts": {"budget": 1600, "stop": {"rule": "exact", "wave": 1}}})
+    assert _tts(first)["stop"]["drawn"] == 9 and first.usage.completion_tokens <= 900
+    second = client.chat.completions.create(model="sc-16/scripted", **ask, extra_body={"tts": {"budget": 2000}})
+    assert len(_tts(second)["answers"]) == 16
