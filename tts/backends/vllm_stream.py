@@ -164,7 +164,7 @@ class EngineStream(SampleStream):
         if not todo:
             return
         self._guard.acquire()
-        start = time.perf_counter()
+        start, steps = time.perf_counter(), 0
         try:
             with self._mutex:
                 for i in todo:
@@ -179,6 +179,7 @@ class EngineStream(SampleStream):
                                            "unfinished (were they aborted elsewhere?)")
                     self._in_step = True
                 try:
+                    steps += 1
                     outputs = self._engine.step()
                 finally:
                     with self._mutex:
@@ -192,6 +193,8 @@ class EngineStream(SampleStream):
                     yield from self._take(out)
         finally:
             self._wall += time.perf_counter() - start
+            logger.debug("sample stream of %d requests read in %.3f s over %d engine steps", len(todo),
+                         self._wall, steps)
             try:
                 self.cancel()  # whatever is still running: the caller stopped reading, or a step failed
             finally:
@@ -256,7 +259,9 @@ class EngineStream(SampleStream):
         """Send the aborts asked for (under the mutex, never while the reader is inside a step)."""
         ids, self._abort_later = self._abort_later, []
         if ids:
+            start = time.perf_counter()
             self._engine.abort_request(ids)
+            logger.debug("aborted %d requests in the engine in %.4f s", len(ids), time.perf_counter() - start)
 
     # --- results ---------------------------------------------------------------------------------
 
