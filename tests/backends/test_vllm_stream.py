@@ -192,7 +192,7 @@ def test_the_engine_serves_one_caller_at_a_time():
     other.join(0.2)
     assert other.is_alive()  # waits for the stream
     assert len(list(it)) == 3
-    other.join(5)
+    other.join(30)
     assert not other.is_alive()
 
 
