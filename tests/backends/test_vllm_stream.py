@@ -204,11 +204,13 @@ def test_greedy_samples_are_one_engine_sample_yielded_n_times_and_counted_once()
         [r] = stream.results()
     assert texts == ["00"] * 3 and engine.params[0].n == 1
     assert len(r.completions) == 3 and r.usage.completion_tokens == 3
-    with _generator(FakeEngine([[3]])).stream_samples([_ask("six times seven", 3, temperature=0.0)]) as stream:
+    engine = FakeEngine([[3]])
+    with _generator(engine).stream_samples([_ask("six times seven", 3, temperature=0.0)]) as stream:
         for _ in stream:
             stream.cancel()  # a stop after the first copy gets no more copies
         [r] = stream.results()
     assert len(r.completions) == 1 and r.cancelled == () and r.usage.completion_tokens == 3
+    assert engine.aborted == []  # the engine had finished it: nothing to abort
 
 
 def test_a_stream_cancelled_before_it_is_read_sends_nothing():

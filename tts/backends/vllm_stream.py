@@ -246,8 +246,8 @@ class EngineStream(SampleStream):
             for i in chosen:
                 if self._state[i] in (_FINISHED, _CANCELLED):
                     continue
-                if self._state[i] == _RUNNING:
-                    ids.append(self._ids[i])
+                if self._state[i] == _RUNNING and len(self._done_children[i]) < self._drawn[i]:
+                    ids.append(self._ids[i])  # (its last sample being read: nothing left to abort)
                 self._partial[i] = tuple(self._seen[i].get(j, 0) for j in range(self._drawn[i])
                                          if j not in self._done_children[i])
                 self._state[i] = _CANCELLED
