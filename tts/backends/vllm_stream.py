@@ -197,6 +197,8 @@ class EngineStream(SampleStream):
                          self._wall, steps)
             try:
                 self.cancel()  # whatever is still running: the caller stopped reading, or a step failed
+            except Exception:  # a dead engine cannot abort; the caller's own error (if any) is the one to see
+                logger.warning("aborting the unfinished samples of a stream failed", exc_info=True)
             finally:
                 self._guard.release()
 
