@@ -9,6 +9,8 @@ to reuse warm engines across calls, keep the generator, or use the explicit
 
 Every ``generate`` call sends all its requests to the engine at once, with prefix caching on so
 that the n samples of a prompt (and the steps of a search that continue the same prefix) share KV.
+``stream_samples`` yields the samples as each finishes and aborts the rest in the engine on cancel
+(a per-request stop; :mod:`tts.backends.vllm_stream`); one caller at a time uses the engine.
 On CPU the KV-cache size is passed per engine (``kv_cache_gib``, else the user's
 ``VLLM_CPU_KVCACHE_SPACE``, else 2 GiB) and graphs are not compiled (``enforce_eager``), which is
 what makes start-up ~25-40 s here. The environment variables the engine needs are set only while it
@@ -74,6 +76,7 @@ from tts.backends.chat_render import VLLMToolReader, forced_call_schema, forced_
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.backends.thinking import count_reasoning_tokens, split_ids
 from tts.backends.tool_calls import uncut_calls
+from tts.backends.vllm_stream import EngineGuard, EngineStream
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
 
@@ -88,6 +91,8 @@ _GIB = 1 << 30
 # Engine construction changes os.environ for a moment; two threads starting engines at once would
 # see each other's settings.
 _START_LOCK = threading.Lock()
+# Makes each generator's EngineGuard once, for generators built without __init__ as well.
+_GUARD_LOCK = threading.Lock()
 # Grace, in seconds, that an engine-core process gets to stop after SIGTERM before it is killed.
 # vLLM's own default (5 s) equals the time the engine core itself waits for its worker process
 # (VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS, 5 s, then SIGTERM and 4 s more): on a busy machine the core
@@ -738,11 +743,14 @@ class VLLMGenerator:
         (module docstring); otherwise only the engine-level seed applies."""
         return bool(self.on_gpu or self.config.deterministic)
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """All requests in one ``LLM.generate`` call; results in request order."""
-        self._check_open()
-        if not requests:
-            return []
+    def _engine_prompts(self, requests: Sequence[GenerationRequest]) -> list[Any]:
+        """Each request's prompt for the engine, after the checks both ``generate`` and
+        ``stream_samples`` make before anything reaches it.
+
+        Raises:
+            BackendError: A thinking budget without a reasoning config, or a prompt at or above
+                ``max_model_len``.
+        """
         from vllm.inputs import TokensPrompt
 
         if self._think is None and any(r.thinking_budget is not None for r in requests):
@@ -757,9 +765,42 @@ class VLLMGenerator:
                 f"Prompt of request {requests[i].key or i} has {len(prompts[i]['prompt_token_ids'])} "
                 f"tokens, at or above max_model_len={self.config.max_model_len}. Raise max_model_len."
             )
-        start = time.perf_counter()
-        outputs = self._llm.generate(prompts, [self._params(r) for r in requests], use_tqdm=False)
-        wall = time.perf_counter() - start
+        return prompts
+
+    def _engine_guard(self) -> EngineGuard:
+        """The engine's one-caller-at-a-time guard (made on first use)."""
+        guard = self.__dict__.get("_guard")
+        if guard is None:
+            with _GUARD_LOCK:
+                guard = self.__dict__.setdefault("_guard", EngineGuard())
+        return guard
+
+    def stream_samples(self, requests: Sequence[GenerationRequest]) -> EngineStream:
+        """The samples of ``requests`` as each finishes, with the rest abortable in the engine
+        (:mod:`tts.backends.streaming`; how: :mod:`tts.backends.vllm_stream`). Each sample is the
+        :class:`Completion` ``generate`` would make of it; the engine is held from the first read
+        until the stream ends or is cancelled."""
+        self._check_open()
+        prompts = self._engine_prompts(requests) if requests else []
+        llm = self._llm
+
+        def complete(i: int, output: Any, prompt_token_ids: Sequence[int]) -> Completion:
+            return engine_completion(output, requests[i], prompt_token_ids, self._tool_reader, self._think)
+
+        return EngineStream(llm.llm_engine, requests, prompts, [self._params(r) for r in requests], complete,
+                            self._engine_guard())
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """All requests in one ``LLM.generate`` call; results in request order."""
+        self._check_open()
+        if not requests:
+            return []
+        prompts = self._engine_prompts(requests)
+        params = [self._params(r) for r in requests]
+        with self._engine_guard().held():  # not while a stream has requests in the engine
+            start = time.perf_counter()
+            outputs = self._llm.generate(prompts, params, use_tqdm=False)
+            wall = time.perf_counter() - start
         gen_tokens = [sum(len(c.token_ids) for c in o.outputs) for o in outputs]
         walls = split_wall_time(wall, gen_tokens)
         results = []
