@@ -146,7 +146,7 @@ def bootstrap(diff: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float,
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pool", required=True, type=Path)
+    ap.add_argument("--pool", type=Path, help="a sample pool file (shared/data/pools format)")
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--rule", default="horizon")
     ap.add_argument("--confidence", type=float, default=0.95)
@@ -158,7 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--models", default="", help="comma-separated subset (default: all)")
     ap.add_argument("--problems", type=int, default=0, help="first N problems only (0: all)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--replot", type=Path, default=None, help="plot a saved run's JSON (written next to it) and exit")
     args = ap.parse_args(argv)
+    if args.replot is not None:
+        replot(args.replot, args.replot.with_suffix(".png"))
+        return 0
+    if args.pool is None:
+        ap.error("--pool is required (or --replot FILE.json)")
     pool = load_pool(args.pool)
     waves = [int(w) for w in args.waves.split(",")]
     models = [m for m in pool.models if not args.models or m in args.models.split(",")]
@@ -230,38 +236,61 @@ def report(rows: list[dict], models: list[str], waves: list[int], args: argparse
 
 
 def plot(rows: list[dict], models: list[str], waves: list[int], path: Path, title: str, args: argparse.Namespace) -> None:
+    """Tokens and p50 latency of each wave size relative to fixed self-consistency@n (the point
+    (1, 1)), one faint point per model and the median over models joined in wave order."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     by = _table(rows)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    configs = ["fixed"] + [f"wave{w}" for w in waves]
-    markers = dict(zip(configs, "o^sDvP*X", strict=False))
-    colors = plt.cm.tab10(np.linspace(0, 1, 10))
-    for j, m in enumerate(models):
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    colors = plt.cm.viridis(np.linspace(0, 0.9, len(waves)))
+    medians = []
+    for w, color in zip(waves, colors, strict=True):
         xs, ys = [], []
-        for c in configs:
-            got = list(by[(m, c)].values())
-            x, y = np.mean([r["tokens"] for r in got]), np.median([r["seconds"] for r in got])
-            xs.append(x)
-            ys.append(y)
-            ax.scatter(x, y, marker=markers[c], color=colors[j % 10], s=40,
-                       label=(c if j == 0 else None))
-        ax.plot(xs, ys, color=colors[j % 10], lw=0.8, alpha=0.6)
-        ax.annotate(m, (xs[0], ys[0]), fontsize=7, color=colors[j % 10], xytext=(3, 3), textcoords="offset points")
+        for m in models:
+            fixed, got = list(by[(m, "fixed")].values()), list(by[(m, f"wave{w}")].values())
+            xs.append(np.mean([r["tokens"] for r in got]) / np.mean([r["tokens"] for r in fixed]))
+            ys.append(np.median([r["seconds"] for r in got]) / np.median([r["seconds"] for r in fixed]))
+        ax.scatter(xs, ys, color=color, s=18, alpha=0.45)
+        medians.append((float(np.median(xs)), float(np.median(ys))))
+        label = f"wave {w}" + (" (all at once, cancelled)" if w >= args.n else "")
+        ax.scatter(*medians[-1], color=color, s=110, edgecolor="black", label=label, zorder=3)
+    ax.plot(*zip(*medians, strict=True), color="black", lw=0.8, zorder=2)
+    ax.scatter([1], [1], marker="*", s=220, color="crimson", edgecolor="black", zorder=3,
+               label=f"fixed self-consistency@{args.n}")
+    ax.axhline(1, color="crimson", lw=0.6, ls="--")
+    ax.axvline(1, color="crimson", lw=0.6, ls="--")
     ax.set_xscale("log")
-    ax.set_xlabel("generated tokens per request (mean; cancelled partial samples included)")
-    ax.set_ylabel("latency per request, p50 (s, virtual)")
-    ax.set_title(f"{title}: fixed self-consistency@{args.n} vs stop {args.rule} by wave size\n"
-                 f"(server {args.rate:g} tok/s shared, {args.stream_rate:g} tok/s per sample)", fontsize=9)
-    handles, labels = ax.get_legend_handles_labels()
-    ax.legend(handles, [lb.replace("wave", "wave ") for lb in labels], fontsize=8, title="marker", title_fontsize=8)
-    ax.grid(alpha=0.3)
+    ax.set_yscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.tick_params(which="minor", labelsize=7)
+    ax.set_xlabel(f"generated tokens per request / fixed@{args.n}'s (cancelled partial samples included)")
+    ax.set_ylabel(f"p50 latency per request / fixed@{args.n}'s")
+    ax.set_title(f"{title}: stop '{args.rule}' at {args.confidence:g} by wave size; small points: one model each,\n"
+                 f"large: median over {len(models)} models (server {args.rate:g} tok/s shared, "
+                 f"{args.stream_rate:g} tok/s per sample)", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def replot(json_path: Path, out: Path) -> None:
+    """The plot of a saved run (``--replot FILE.json``), without running it again."""
+    data = json.loads(json_path.read_text())
+    a = data["args"]
+    args = argparse.Namespace(n=int(a["n"]), rule=a["rule"], confidence=float(a["confidence"]), rate=float(a["rate"]),
+                              stream_rate=float(a["stream_rate"]))
+    rows = data["rows"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    waves = [int(w) for w in a["waves"].split(",")]
+    plot(rows, models, waves, out, json_path.stem, args)
 
 
 if __name__ == "__main__":
