@@ -24,11 +24,15 @@ from collections.abc import Sequence
 
 import pytest
 
+from tts.answers.code import CODE
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, Message, request_usage
 from tts.backends.streaming import SimulatedStream
 from tts.config import StopConfig, parse_strategy_config
 from tts.search.base import StrategyInputError
+from tts.execution.sandbox import bwrap_path
 from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
+from tts.search.sampling.execution_vote import ExecutionVote, ExecutionVoteConfig
+from tts.search.sampling.program_vote import ProgramVote, ProgramVoteConfig
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
@@ -47,8 +51,10 @@ class Scripted:
     model_name = "scripted-sequence"
 
     def __init__(self, answers: Sequence[str], tokens: Sequence[int] | None = None,
-                 logprobs: Sequence[float] | None = None, stream: bool = False, calls: bool = False) -> None:
+                 logprobs: Sequence[float] | None = None, stream: bool = False, calls: bool = False,
+                 texts: Sequence[str] | None = None) -> None:
         self.answers = list(answers)
+        self.texts = list(texts) if texts is not None else None
         self.tokens = list(tokens or [10 + i for i in range(len(answers))])
         self.logprobs = list(logprobs or [-0.1] * len(answers))
         self.calls = calls
@@ -58,6 +64,8 @@ class Scripted:
             self.stream_samples = lambda requests: SimulatedStream(self, requests)
 
     def _text(self, answer: str) -> str:
+        if self.texts is not None:
+            return self.texts[self.answers.index(answer)] if answer in self.answers else answer
         if self.calls:
             return f'{{"name": "lookup", "arguments": {{"city": "{answer}"}}}}'
         return f"so the answer is \\boxed{{{answer}}}"
@@ -230,3 +238,34 @@ def test_strategies_with_a_stop_never_share_a_draw():
     a = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig()), gen, prompt)
     b = SelfConsistency(SelfConsistencyConfig(n=4), gen, prompt)
     assert not a.shares_draw_with(b) and not b.shares_draw_with(a)
+
+
+needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (make install)")
+
+
+@needs_bwrap
+def test_program_vote_stops_on_the_printed_answers():
+    """Programs printing 6 * 7 three ways: their printed answers agree, so horizon stops at 3 (and
+    the text of the programs, all different, never decides); each program ran once."""
+    programs = ["print(6 * 7)", "print(42)", "x = 40\nprint(x + 2)", "print(41)"] + ["print(42)"] * 4
+    texts = [f"```python\n{c}\n```" for c in programs]
+    gen = Scripted([str(i) for i in range(8)], texts=texts)
+    config = ProgramVoteConfig(n=8, stop=StopConfig(wave=1))
+    sol = ProgramVote(config, gen, prompt, seed=0).solve([PROBLEM])[0]
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"], sol.trace.notes["executions"]) == ("42", 3, 3)
+
+
+@needs_bwrap
+def test_exec_vote_stops_on_the_programs_behaviour():
+    """Three programs that double x written three ways behave alike on the docstring's examples:
+    horizon stops at 3; exec_vote with the model's own tests as inputs is refused a stop."""
+    code_prompt = 'def double(x):\n    """Twice x.\n    >>> double(2)\n    4\n    """\n'
+    problem = Problem("c", code_prompt, None, {"prompt": code_prompt, "entry_point": "double", "test": ""})
+    programs = ["def double(x):\n    return 2 * x", "def double(x):\n    return x + x",
+                "def double(x):\n    return x * 2"] + ["def double(x):\n    return x ** 2"] * 5
+    gen = Scripted([str(i) for i in range(8)], texts=[f"```python\n{c}\n```" for c in programs])
+    strategy = ExecutionVote(ExecutionVoteConfig(n=8, stop=StopConfig(wave=1)), gen, prompt, extract=CODE)
+    sol = strategy.solve([problem])[0]
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == (programs[0], 3)
+    with pytest.raises(StrategyInputError, match="inputs=model"):
+        ExecutionVote(ExecutionVoteConfig(n=8, inputs="model", stop=StopConfig()), gen, prompt, extract=CODE).solve([problem])

@@ -529,13 +529,16 @@ class SamplingStrategy(VerifierStrategy):
         """Whether a request's vote is settled: its rule (:class:`~tts.search.stopping.VoteStop`)
         over the samples' vote keys (:func:`vote_keys`, the keys this strategy's vote counts)."""
         rules = [VoteStop(stop_of(self), n) for n in ns]
-        extract = getattr(self, "extract", None)
-        free, keys = is_free_text(extract), getattr(extract, "answer_keys", None)
 
         def judge(i: int, completions: Sequence[Completion]) -> str | None:
-            return rules[i].check(vote_keys([to_sample(c, self.extract) for c in completions], free, keys))
+            return rules[i].check(self.sample_keys([to_sample(c, self.extract) for c in completions]))
 
         return judge
+
+    def sample_keys(self, samples: Sequence[Sample]) -> list[str | None]:
+        """Each sample's key in this strategy's vote (:meth:`vote`), None where it abstains."""
+        extract = getattr(self, "extract", None)
+        return vote_keys(samples, is_free_text(extract), getattr(extract, "answer_keys", None))
 
     def solve_until_settled(self, problems: Sequence[Any], ns: Sequence[int]) -> list[Solution]:
         """Each problem's samples drawn in waves until its vote is settled (``config.stop``,

@@ -36,18 +36,22 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from tts.backends.base import GenerationRequest, GenerationResult, Message, derive_seed
-from tts.config import ExecutionStrategyConfig
+from tts.config import ExecutionStrategyConfig, StopSetting
 from tts.execution.behaviour import Behaviour, Probe, probe_many
 from tts.execution.programs import Example, assert_tests, doctest_examples, test_inputs
 from tts.search.base import (
     SamplingStrategy,
     Strategy,
     StrategyInputError,
+    completion_calls,
     prefix_usage,
+    stop_of,
     to_sample,
     vote,
+    with_stop_record,
     with_tool_calls,
 )
+from tts.search.stopping import VoteStop, draw_until_settled
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
@@ -56,6 +60,9 @@ class ExecutionVoteConfig(ExecutionStrategyConfig):
     docstring's example inputs (AlphaCode's clustering; MBR-exec)."""
 
     kind: Literal["exec_vote"] = "exec_vote"
+    stop: StopSetting = None
+    """Stop sampling programs once the vote over their behaviour is settled
+    (:class:`tts.config.StopConfig`; with ``inputs: docstring``); None draws all ``n``."""
     inputs: Literal["docstring", "model"] = "docstring"
     """The inputs programs are grouped on: the docstring's example calls, or those and the calls in
     tests the model writes (AlphaCode and S* generate inputs)."""
@@ -118,6 +125,8 @@ class ExecutionVote(SamplingStrategy):
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         ns = self.samples_for(problems, budgets)
+        if stop_of(self) is not None:
+            return self._solve_until_settled(problems, ns)
         results, inputs = self._draw(problems, ns)
         behaviours = self.probe(problems, results, inputs)
         return [self.choose(p, r, b, n, i) for p, r, b, n, i in zip(problems, results, behaviours, ns, inputs, strict=True)]
@@ -136,6 +145,47 @@ class ExecutionVote(SamplingStrategy):
         behaviours = voters[0].probe(problems, results, inputs)
         return [[s.choose(p, r, b, s.config.n, i) for p, r, b, i in zip(problems, results, behaviours, inputs, strict=True)]
                 for s in voters]
+
+    def _solve_until_settled(self, problems: Sequence[Any], ns: Sequence[int]) -> list[Solution]:
+        """Programs drawn in waves until the vote over their behaviour is settled (``config.stop``):
+        each new program is probed on the docstring's examples when the rule judges (one batch per
+        judgement; a program repeated within a problem runs once), and the rule counts the keys
+        :meth:`choose` counts (behaviours, those that pass the examples for ``public_tests``, or the
+        programs' text when there are no examples)."""
+        if getattr(self.config, "inputs", "docstring") == "model":
+            raise StrategyInputError(f"{self.name} with inputs=model draws the model's tests before voting; a stop "
+                                     "judges programs as they come, on the docstring's examples: use "
+                                     "inputs=docstring with a stop, or leave the stop out")
+        rules = [VoteStop(self.config.stop, n) for n in ns]
+        seen: list[dict[str, Behaviour]] = [{} for _ in problems]
+        examples = [self.examples(p, None) for p in problems]
+
+        def behaviours_of(i: int, completions: Sequence[Any]) -> list[Behaviour | None]:
+            answers = [to_sample(c, self.extract).answer for c in completions]
+            new = [a for a in dict.fromkeys(answers) if a is not None and a not in seen[i]] if examples[i] else []
+            if new:
+                prompt, entry = _coding(problems[i], self.name)
+                probes = [Probe(prompt, entry, a, examples[i]) for a in new]
+                seen[i].update(zip(new, probe_many(probes, workers=self.config.workers,
+                                                   unsafe_no_sandbox=self.config.unsafe_no_sandbox), strict=True))
+            return [seen[i].get(a) if a is not None else None for a in answers]
+
+        def judge(i: int, completions: Sequence[Any]) -> str | None:
+            behaviours = behaviours_of(i, completions)
+            if not any(b is not None for b in behaviours):  # no examples: the syntax vote's keys
+                return rules[i].check(self.sample_keys([to_sample(c, self.extract) for c in completions]))
+            keys = [b.key if b is not None else None for b in behaviours]
+            if self.filters_public:
+                kept, passed = self._filter(keys, behaviours)
+                keys = kept if passed else keys
+            return rules[i].check(keys)
+
+        draws = draw_until_settled(self.generator, ns, self.config.stop,
+                                   lambda i, k, drawn: self.request(problems[i], n=k, drawn=drawn), judge,
+                                   prepare=completion_calls)
+        return [with_stop_record(self.choose(p, d.result, behaviours_of(i, d.result.completions),
+                                             len(d.result.completions)), d.record)
+                for i, (p, d) in enumerate(zip(problems, draws, strict=True))]
 
     def _inputs_setting(self) -> tuple[Any, ...]:
         return tuple(getattr(self.config, k, None) for k in ("inputs", "inputs_n", "inputs_per_sample"))

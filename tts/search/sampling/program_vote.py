@@ -41,10 +41,20 @@ from pydantic import Field
 from tts.answers.code import extract_script
 from tts.answers.extraction import extract_answer
 from tts.backends.base import GenerationRequest, GenerationResult
-from tts.config import ExecutionStrategyConfig
+from tts.config import ExecutionStrategyConfig, StopSetting
 from tts.execution.sandbox import Execution, Limits, Program, run_many
 from tts.prompts import PROGRAM_PROMPT, chat_prompt
-from tts.search.base import SamplingStrategy, Strategy, StrategyInputError, prefix_usage, with_tool_calls
+from tts.search.base import (
+    SamplingStrategy,
+    Strategy,
+    StrategyInputError,
+    completion_calls,
+    prefix_usage,
+    stop_of,
+    with_stop_record,
+    with_tool_calls,
+)
+from tts.search.stopping import VoteStop, draw_until_settled
 from tts.types import Budget, Sample, Solution, Trace, Usage
 
 
@@ -55,6 +65,9 @@ class ProgramVoteConfig(ExecutionStrategyConfig):
     kind: Literal["program_vote"] = "program_vote"
     timeout: float = Field(5.0, gt=0, le=120)
     """Wall-clock seconds one program may run (its CPU time is capped at the same)."""
+    stop: StopSetting = None
+    """Stop sampling programs once the vote over their printed answers is settled
+    (:class:`tts.config.StopConfig`; each program runs as it finishes); None draws all ``n``."""
 
 
 _ANSWER_IS = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*", re.IGNORECASE)
@@ -123,6 +136,8 @@ class ProgramVote(SamplingStrategy):
 
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
         ns = self.samples_for(problems, budgets)
+        if stop_of(self) is not None:
+            return self._solve_until_settled(problems, ns)
         requests = [self.request(p, n=n) for p, n in zip(problems, ns, strict=True)]
         results = with_tool_calls(requests, self.generator.generate(requests))
         runs = self.execute(results)
@@ -142,6 +157,35 @@ class ProgramVote(SamplingStrategy):
         runs = voters[0].execute(results)
         return [[s.choose(p.id, r, ran, s.config.n) for p, r, ran in zip(problems, results, runs, strict=True)]
                 for s in voters]
+
+    def _solve_until_settled(self, problems: Sequence[Any], ns: Sequence[int]) -> list[Solution]:
+        """Programs drawn in waves until the vote over what they print is settled (``config.stop``);
+        each new program runs when the rule judges (all of a judgement's new programs in one batch),
+        and a program repeated within a problem runs once."""
+        rules = [VoteStop(self.config.stop, n) for n in ns]
+        ran: list[dict[str, Execution]] = [{} for _ in problems]
+        limits = Limits(wall_seconds=self.config.timeout, cpu_seconds=max(1, int(self.config.timeout)))
+
+        def runs_of(i: int, completions: Sequence[Any]) -> list[Execution | None]:
+            codes = [extract_script(c.text) for c in completions]
+            new = [c for c in dict.fromkeys(codes) if c is not None and c not in ran[i]]
+            if new:
+                done = run_many([Program(c) for c in new], limits, workers=self.config.workers,
+                                unsafe_no_sandbox=self.config.unsafe_no_sandbox)
+                ran[i].update(zip(new, done, strict=True))
+            return [ran[i][c] if c is not None else None for c in codes]
+
+        def judge(i: int, completions: Sequence[Any]) -> str | None:
+            answers = [printed_answer(x) if x is not None else None for x in runs_of(i, completions)]
+            return rules[i].check(self.sample_keys([Sample(c.text, a) for c, a in zip(completions, answers,
+                                                                                       strict=True)]))
+
+        draws = draw_until_settled(self.generator, ns, self.config.stop,
+                                   lambda i, k, drawn: self.request(problems[i], n=k, drawn=drawn), judge,
+                                   prepare=completion_calls)
+        return [with_stop_record(self.choose(p.id, d.result, runs_of(i, d.result.completions),
+                                             len(d.result.completions)), d.record)
+                for i, (p, d) in enumerate(zip(problems, draws, strict=True))]
 
     def execute(self, results: Sequence[GenerationResult]) -> list[list[Execution | None]]:
         """Every sample's run, all problems' programs in one parallel batch (a program repeated
