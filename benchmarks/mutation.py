@@ -91,6 +91,11 @@ MODULES: dict[str, list[str]] = {
     "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay",
                        "tests/budgets/test_horizon_rule.py", "tests/budgets/test_window_and_length_rules.py",
                        "tests/budgets/test_dirichlet_rule.py", "tests/budgets/test_plan_round_settings.py"],
+    # The rules of one vote (moved out of budgets/online, which runs them over many problems), and a
+    # request's own stop (issue 50).
+    "search/stopping": ["tests/search/test_request_stop.py", "tests/budgets/test_online_rule.py",
+                        "tests/budgets/test_horizon_rule.py", "tests/budgets/test_window_and_length_rules.py",
+                        "tests/budgets/test_dirichlet_rule.py", "tests/budgets/test_plan_round_settings.py"],
     # The policy called directly; test_security.py (the same rules through the HTTP server, 18 s a
     # run) made each mutant too slow for the module to finish (194 not run in 20 minutes).
     "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_policy_rules.py"],
