@@ -30,6 +30,7 @@ class Trace:
     top: tuple[tuple[tuple[str, float], ...], ...]
     reasoning: int = 0
     finish: str = "stop"
+    calls: tuple[tuple[str, str], ...] = ()  # (name, JSON arguments) of the tool calls, streamed in two halves
 
     def entry(self, i: int, k: int) -> dict:
         return {"token": self.tokens[i], "logprob": self.logprobs[i], "bytes": None,
@@ -115,6 +116,14 @@ class StreamingUpstream(LocalUpstream):
                 if content or not reasoning:
                     delta["content"] = content
                 last = part[-1] == len(t.tokens) - 1
+                if last:
+                    for c, (name, args) in enumerate(t.calls):
+                        half = len(args) // 2
+                        for piece in ({"index": c, "id": f"call_{c}", "type": "function",
+                                       "function": {"name": name, "arguments": args[:half]}},
+                                      {"index": c, "function": {"arguments": args[half:]}}):
+                            await send(json.dumps(_chunk([{"index": i, "delta": {"tool_calls": [piece]},
+                                                           "logprobs": None, "finish_reason": None}])))
                 await send(json.dumps(_chunk([{"index": i, "delta": delta,
                                                "logprobs": {"content": [t.entry(j, k) for j in part]},
                                                "finish_reason": t.finish if last else None}])))
@@ -148,6 +157,10 @@ class StreamingUpstream(LocalUpstream):
             message = {"role": "assistant", "content": "".join(t.tokens[t.reasoning:])}
             if t.reasoning:
                 message["reasoning_content"] = "".join(t.tokens[: t.reasoning])
+            if t.calls:
+                message["tool_calls"] = [{"id": f"call_{c}", "type": "function",
+                                          "function": {"name": name, "arguments": args}}
+                                         for c, (name, args) in enumerate(t.calls)]
             choices.append({"index": i, "message": message, "finish_reason": t.finish,
                             "logprobs": {"content": [t.entry(j, k) for j in range(len(t.tokens))]}})
         completion = sum(len(t.tokens) for t in traces)

@@ -38,6 +38,7 @@ requests go one sample per stream from the start, as ``generate`` does (module
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 import json
 import logging
@@ -73,6 +74,7 @@ class _Choice:
         self.stop_at: int | None = None  # the confidence stop's position
         self._total = 0.0  # running group sum, as first_stop adds it
         self._conf: list[float] = []
+        self._blind = False  # a position came without top logprobs: the stop cannot be judged
 
     @property
     def received(self) -> int:
@@ -80,6 +82,7 @@ class _Choice:
         return len(self.entries) or self.chunks
 
     def add(self, delta: Any, entries: Sequence[Any]) -> None:
+        """Record a chunk's delta: its reasoning and content text, the tokens it carries, tool-call pieces."""
         reasoning = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
         content = getattr(delta, "content", None)
         tokens = len(entries)  # the chunk's tokens go with its first piece
@@ -103,8 +106,10 @@ class _Choice:
             if self.stop_at is not None:
                 return
             top = [float(a.logprob) for a in (getattr(entry, "top_logprobs", None) or ())]
-            if not top:
-                return  # the server ignores top_logprobs: nothing to stop on (DeepConf refuses such traces)
+            if not top or self._blind:
+                # the server ignores top_logprobs: nothing to stop on (DeepConf refuses such traces)
+                self._blind = True
+                return
             p = len(self._conf)
             self._conf.append(token_confidence(top, k))
             if p < window - 1:
@@ -198,6 +203,11 @@ class OpenAISampleStream(SampleStream):
         with self._lock:
             self._subs.append(sub)
             self._open += 1
+            if index in self._cancelled:  # the request was cancelled meanwhile: nothing is sent
+                sub.future = cf.Future()
+                sub.future.cancel()
+                self._events.put(("ended", sub, [0] * sub.width))
+                return
             sub.future = self._gen._pool.submit(self._work, sub)
 
     def _work(self, sub: _Sub) -> None:
