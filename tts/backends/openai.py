@@ -330,10 +330,13 @@ class OpenAIGenerator:
             return None
 
     def _one(self, req: GenerationRequest, call: _Call | None = None,
-             deadline: float | None = None, send: Callable[[GenerationRequest], Any] | None = None) -> Any:
+             deadline: float | None = None, send: Callable[[GenerationRequest], Any] | None = None,
+             source: object = None) -> Any:
         """One request with retries, back-off and the breaker, within its deadline; raises the last
         error when they run out (``_Stopped`` once ``call`` is stopped). ``send`` replaces the
-        attempt (:meth:`_call`): a streamed request's reader, which splits requests itself."""
+        attempt (:meth:`_call`): a streamed request's reader, which splits requests itself.
+        ``source``: who the breaker counts a failure against (default: ``call``, else the request);
+        the streams of one ``stream_samples`` call count once, as the requests of one generate call do."""
         if deadline is None and self.config.deadline is not None:
             deadline = time.monotonic() + self.config.deadline
         stop = call.stop if call is not None else None
@@ -372,7 +375,8 @@ class OpenAIGenerator:
                     raise
                 # One call's failures count once (its retries, its other requests): a request that
                 # makes the server fail every time it is sent cannot open the breaker alone.
-                self.breaker.failure(self._describe(exc), source=call if call is not None else req)
+                self.breaker.failure(self._describe(exc), source=source if source is not None
+                                     else call if call is not None else req)
                 attempt += 1
                 late = deadline is not None and time.monotonic() >= deadline
                 if attempt > self.config.max_retries or late:

@@ -212,7 +212,7 @@ class OpenAISampleStream(SampleStream):
 
     def _work(self, sub: _Sub) -> None:
         try:
-            self._gen._one(sub.req, sub.call, send=lambda r: self._read(sub, r))
+            self._gen._one(sub.req, sub.call, send=lambda r: self._read(sub, r), source=self)
         except Stopped:
             pass
         except BaseException as exc:
