@@ -106,7 +106,7 @@ def test_generate_with_a_confidence_stop_streams_and_its_cancel_closes_the_strea
     up = upstream(_by_length((400,)), delay=0.002)
     gen = _gen(up.url)
     cancel = threading.Event()
-    threading.Timer(0.2, cancel.set).start()
+    threading.Thread(target=lambda: (_wait(lambda: up.sent >= 30), cancel.set()), daemon=True).start()
     never = ConfidenceStop(threshold=-1.0, window=4, top_k=2)  # confidences are >= 0: never stops
     with pytest.raises(BackendError, match="cancelled"):
         gen.generate([GenerationRequest(Q, n=3, max_tokens=512, seed=7, top_logprobs=2, confidence_stop=never)],
@@ -117,7 +117,7 @@ def test_generate_with_a_confidence_stop_streams_and_its_cancel_closes_the_strea
 
 
 def test_cancel_closes_the_upstream_streams_and_counts_their_partial_tokens(upstream):
-    up = upstream(_by_length((400, 5, 400)), delay=0.002)
+    up = upstream(_by_length((400, 5, 400)), delay=0.01)
     gen = _gen(up.url)
     reqs = [GenerationRequest(Q, n=3, max_tokens=512, seed=0), GenerationRequest(Q, n=1, max_tokens=512, seed=1)]
     stream = gen.stream_samples(reqs)
@@ -136,7 +136,7 @@ def test_cancel_closes_the_upstream_streams_and_counts_their_partial_tokens(upst
     assert all(0 < t < 400 for t in zero.cancelled)
     counted = zero.usage.completion_tokens
     stream0 = up.sent_by[[b["seed"] for b in up.bodies].index(0)]
-    assert stream0 - 3 * 2 <= counted <= stream0  # what the upstream sent, less at most a step in flight
+    assert stream0 - 3 * 3 <= counted <= stream0  # what the upstream sent, less the steps in flight
     assert gen.aborted_requests == 1 and gen.aborted_max_tokens >= 2 * 512 - counted
 
 
@@ -147,12 +147,14 @@ def test_a_client_that_leaves_mid_wave_leaves_no_upstream_stream_open(upstream):
                              GenerationRequest(Q, n=2, max_tokens=512, seed=2)]) as stream:
         for _ in stream:
             break  # the first sample is enough; the with block's exit cancels the rest
-    _wait(lambda: len(up.sent_by) == 2 and up.open_streams == 0, 1.0)
-    assert up.closed_by_client == 2 and up.sent < 2 * 300
+    _wait(lambda: up.open_streams == 0, 1.0)
+    time.sleep(0.2)  # and it stays so: no request is sent after the exit
+    # every stream the upstream opened (the second request's may never have been sent) was closed early
+    assert up.open_streams == 0 and 1 <= up.closed_by_client == len(up.sent_by) <= 2 and up.sent < 2 * 300
 
 
 def test_an_upstream_that_ignores_the_close_is_still_correct_only_slower(upstream):
-    up = upstream(_by_length((4, 150)), delay=0.005, ignore_close=True)
+    up = upstream(_by_length((4, 300)), delay=0.005, ignore_close=True)
     gen = _gen(up.url)
     stream = gen.stream_samples([GenerationRequest(Q, n=2, max_tokens=512, seed=0)])
     it = iter(stream)
@@ -161,12 +163,12 @@ def test_an_upstream_that_ignores_the_close_is_still_correct_only_slower(upstrea
     stream.cancel()
     assert list(it) == []
     (res,) = stream.results()
-    assert time.monotonic() - start < 0.3  # the client is done at once
-    assert res.completions[0].completion_tokens == 4 and len(res.cancelled) == 1 and 0 < res.cancelled[0] < 150
+    assert time.monotonic() - start < 0.75  # the client is done at once (the trace takes 1.5 s)
+    assert res.completions[0].completion_tokens == 4 and len(res.cancelled) == 1 and 0 < res.cancelled[0] < 300
     assert up.open_streams == 1  # the upstream keeps generating the closed stream to its end...
     _wait(lambda: up.open_streams == 0, 3.0)  # ...and then lets it go
     (again,) = gen.generate([GenerationRequest(Q, n=2, max_tokens=512, seed=0)])  # and the backend still works
-    assert sorted(c.completion_tokens for c in again.completions) == [4, 150]
+    assert sorted(c.completion_tokens for c in again.completions) == [4, 300]
 
 
 def test_a_server_with_one_choice_per_stream_still_gives_n_samples(upstream):

@@ -39,6 +39,7 @@ requests go one sample per stream from the start, as ``generate`` does (module
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import json
 import logging
@@ -262,7 +263,8 @@ class OpenAISampleStream(SampleStream):
                 raise Malformed(f"malformed stream ({type(exc).__name__}: {exc})") from exc
             raise
         finally:
-            stream.close()
+            with contextlib.suppress(Exception):  # a connection already shut down: nothing left to close
+                stream.close()
         unfinished = [k for k, c in sub.choices.items() if c.finish is None and c.stop_at is None]
         if unfinished:
             raise StreamBroken(f"the stream ended before choice(s) {unfinished} finished (no finish_reason)")
