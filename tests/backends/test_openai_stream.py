@@ -106,7 +106,11 @@ def test_generate_with_a_confidence_stop_streams_and_its_cancel_closes_the_strea
     up = upstream(_by_length((400,)), delay=0.002)
     gen = _gen(up.url)
     cancel = threading.Event()
-    threading.Thread(target=lambda: (_wait(lambda: len(up.sent_by) == 3 and up.sent >= 30), cancel.set()), daemon=True).start()
+    def cancel_once_streaming() -> None:
+        _wait(lambda: len(up.sent_by) == 3 and up.sent >= 30)
+        cancel.set()
+
+    threading.Thread(target=cancel_once_streaming, daemon=True).start()
     never = ConfidenceStop(threshold=-1.0, window=4, top_k=2)  # confidences are >= 0: never stops
     with pytest.raises(BackendError, match="cancelled"):
         gen.generate([GenerationRequest(Q, n=3, max_tokens=512, seed=7, top_logprobs=2, confidence_stop=never)],

@@ -50,7 +50,15 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from tts.backends.base import BackendError, Completion, GenerationRequest, GenerationResult, greedy_repeats, request_usage, split_wall_time
+from tts.backends.base import (
+    BackendError,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    greedy_repeats,
+    request_usage,
+    split_wall_time,
+)
 from tts.backends.confidence import CONFIDENCE_STOPPED, token_confidence
 from tts.backends.resilience import AttemptGroup, Malformed, Stopped
 from tts.backends.streaming import FinishedSample, SampleStream
@@ -142,7 +150,8 @@ class _Choice:
         entries = self.entries[:cut] if cut is not None else self.entries
         calls = [SimpleNamespace(id=c["id"], function=SimpleNamespace(name=c["name"], arguments=c["arguments"]))
                  for _, c in sorted(self.calls.items())]
-        message = SimpleNamespace(content=content or None, reasoning_content=reasoning or None, tool_calls=calls or None)
+        message = SimpleNamespace(content=content or None, reasoning_content=reasoning or None,
+                                  tool_calls=calls or None)
         choice = SimpleNamespace(index=0, logprobs=SimpleNamespace(content=entries) if entries else None,
                                  message=message, finish_reason=finish)
         return SimpleNamespace(choices=[choice], usage=None)
@@ -193,7 +202,8 @@ class OpenAISampleStream(SampleStream):
         self._error: BaseException | None = None
         self._iter = self._run()
         for i, req in enumerate(self.requests):
-            split = req.n > 1 and not greedy_repeats(req) and (req.confidence_stop is not None or generator.single_choice)
+            split = (req.n > 1 and not greedy_repeats(req)
+                     and (req.confidence_stop is not None or generator.single_choice))
             for k in range(req.n) if split else (0,):
                 self._submit(i, _one_sample(req, k) if split else req, k)
 
@@ -221,8 +231,8 @@ class OpenAISampleStream(SampleStream):
         else:
             self._fewer_choices(sub)
         finally:
-            partial = [sub.choices[k].received if k in sub.choices else 0
-                       for k in range(sub.width) if k not in sub.emitted and (k in sub.choices or sub.call.stop.is_set())]
+            partial = [sub.choices[k].received if k in sub.choices else 0 for k in range(sub.width)
+                       if k not in sub.emitted and (k in sub.choices or sub.call.stop.is_set())]
             self._events.put(("ended", sub, partial))
 
     def _fewer_choices(self, sub: _Sub) -> None:
