@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.backends.stream_upstream import PROMPT_TOKENS, StreamingUpstream, Trace
+from tests.fakes import read_json_request
 from tts.backends.base import BackendError, GenerationRequest, Message
 from tts.backends.confidence import ConfidenceStop
 
@@ -184,6 +185,27 @@ def test_a_server_with_one_choice_per_stream_still_gives_n_samples(upstream):
     assert sorted(f.completion.completion_tokens for f in got) == [5, 7, 9]  # seeds 0, 1, 2 as generate splits
     assert res.usage.completion_tokens == 21 and res.usage.prompt_tokens == 3 * PROMPT_TOKENS
     assert gen.single_choice and [b["n"] for b in up.bodies] == [3, 1, 1]
+
+
+def test_a_failure_before_the_first_chunk_is_retried_as_a_plain_request_is(upstream):
+    class FirstFails(StreamingUpstream):
+        async def _handle(self, reader, writer):
+            if self.bodies:
+                return await super()._handle(reader, writer)
+            self.bodies.append(await read_json_request(reader))
+            writer.write(b"HTTP/1.1 503 X\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+                         b"Connection: close\r\n\r\n{}")
+            await writer.drain()
+            writer.close()
+
+    up = FirstFails(_by_length((5, 7)))
+    try:
+        gen = _gen(up.url)
+        with gen.stream_samples([GenerationRequest(Q, n=2, max_tokens=64, seed=0)]) as stream:
+            assert sorted(f.completion.completion_tokens for f in stream) == [5, 7]
+        assert len(up.bodies) == 2 and gen.retries == 1
+    finally:
+        up.close()
 
 
 def test_a_stream_that_breaks_after_output_started_is_an_error_not_a_retry(upstream):

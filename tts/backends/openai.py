@@ -201,8 +201,8 @@ class OpenAIGenerator:
 
     def _create(self, req: GenerationRequest, messages: list[dict[str, Any]], extra: dict[str, Any],
                 stream: bool = False) -> Any:
-        """The chat-completions call of ``req``; ``stream``: an SSE stream of chunks that ends with
-        the usage (:mod:`tts.backends.openai_stream`)."""
+        """The chat-completions call of ``req``; ``stream``: a context manager over the raw SSE
+        response, whose chunks end with the usage (:mod:`tts.backends.openai_stream`)."""
         optional: dict[str, Any] = {}  # sent only when set, so servers that lack them are not asked
         if stream:
             optional["stream"] = True
@@ -228,7 +228,10 @@ class OpenAIGenerator:
                 extra["custom_params"] = {"thinking_budget": req.thinking_budget}
         if self.config.reasoning_effort is not None:
             extra["reasoning_effort"] = self.config.reasoning_effort
-        return self.client.chat.completions.create(
+        # A stream is read raw (tts.backends.openai_stream): the SDK's model per chunk costs several times the JSON.
+        create = (self.client.chat.completions.with_streaming_response.create if stream
+                  else self.client.chat.completions.create)
+        return create(
             model=self.config.model,
             messages=messages,  # type: ignore[arg-type]
             n=1 if greedy_repeats(req) else req.n,  # vLLM refuses greedy with n > 1: one sample, repeated
