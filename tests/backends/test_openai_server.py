@@ -128,3 +128,37 @@ def test_a_tts_eval_leaves_a_shared_server_with_chunked_prefill_alive(server, tm
     assert json.loads((tmp_path / "run" / "run.json").read_text())["engine"]["request_seeds"] is False
     with urllib.request.urlopen(server.removesuffix("/v1") + "/health", timeout=10) as r:
         assert r.status == 200  # the engine is still up for the next client
+
+
+def test_closing_a_stream_makes_the_server_abort_the_request(server):
+    """vLLM's server aborts a request whose client closed its stream (what a per-request stop's
+    cancel relies on): its running count falls to 0 at once and it generates no more tokens than
+    the client received, far fewer than max_tokens."""
+    import re
+    import urllib.request
+
+    def metrics() -> tuple[float, float]:
+        with urllib.request.urlopen(server.removesuffix("/v1") + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        def total(name):
+            return sum(float(m) for m in re.findall(re.escape(name) + r"(?:\{[^}]*\})? ([0-9.e+-]+)", text))
+        return total("vllm:num_requests_running"), total("vllm:generation_tokens_total")
+
+    gen = _gen(server)
+    story = (Message("user", "Write a very long story about a dragon, at least 2000 words."),)
+    before = metrics()[1]
+    stream = gen.stream_samples([GenerationRequest(story, n=2, max_tokens=1000, temperature=1.0)])
+    deadline = time.time() + 120
+    while metrics()[1] - before < 20 and time.time() < deadline:  # let it generate a little
+        time.sleep(0.2)
+    stream.cancel()
+    assert list(stream) == []
+    (res,) = stream.results()
+    assert len(res.cancelled) == 2 and res.usage.completion_tokens == sum(res.cancelled) > 0
+    closed = time.time()
+    while metrics()[0] > 0 and time.time() < closed + 10:
+        time.sleep(0.1)
+    assert metrics()[0] == 0 and time.time() - closed < 5
+    time.sleep(1)
+    generated = metrics()[1] - before
+    assert res.usage.completion_tokens <= generated <= res.usage.completion_tokens + 2 * 4 < 2 * 1000

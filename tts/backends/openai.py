@@ -35,6 +35,11 @@ thought is judged from the choice's reasoning tokens plus the open thought of th
 in words (the server's tokenizer is not at hand): exact for the usual ``<think>\n`` opening,
 approximate after a long re-sent thought.
 
+Streaming (:mod:`tts.backends.openai_stream`): :meth:`OpenAIGenerator.stream_samples` yields each
+sample as its choice finishes and cancels the rest by closing their streams; ``generate`` streams
+requests with a ``confidence_stop`` (DeepConf online), closing a sample's stream once its group
+confidence falls below the threshold, so ``supports_confidence_stop`` holds.
+
 A server that returns fewer choices than the ``n`` asked for (many hosted APIs and some proxies
 allow only one) is not an error: the backend warns once, then sends such requests as ``n``
 one-sample requests (seeds ``seed + i`` where a seed is given) and merges them, so every strategy
@@ -50,7 +55,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tts.answers.reasoning import THINK_CLOSE, THINK_OPEN, thought_left_open
@@ -65,10 +70,14 @@ from tts.backends.base import (
     split_wall_time,
 )
 from tts.backends.chat import ToolCall
+from tts.backends.openai_stream import OpenAISampleStream, generate_streamed
 from tts.backends.tool_calls import reply_tool_calls
 from tts.backends.thinking import ThoughtSplit, count_reasoning_tokens, split_token_texts, text_tokens
 from tts.backends.resilience import (
     Attempt,
+    AttemptGroup as _Call,
+    Malformed as _Malformed,
+    Stopped as _Stopped,
     CircuitBreaker,
     CircuitOpenError,
     abortable_http_client,
@@ -112,37 +121,6 @@ def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
     return ThoughtSplit(split.reasoning_tokens, True, in_prompt + split.reasoning_tokens >= req.thinking_budget)
 
 
-class _Stopped(Exception):
-    """Another request of the batch failed for good, or the call was cancelled: this one stops."""
-
-
-class _Call:
-    """The requests of one generate call: a stop flag and the attempts in flight, to abort them."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self._attempts: set[Attempt] = set()
-        self._lock = threading.Lock()
-
-    def add(self, attempt: Attempt) -> None:
-        with self._lock:
-            self._attempts.add(attempt)
-        if self.stop.is_set():
-            attempt.abort()
-
-    def discard(self, attempt: Attempt) -> None:
-        with self._lock:
-            self._attempts.discard(attempt)
-
-    def abort(self) -> None:
-        """Stop retrying and shut down the connections of the attempts in flight."""
-        self.stop.set()
-        with self._lock:
-            attempts = list(self._attempts)
-        for a in attempts:
-            a.abort()
-
-
 class OpenAIGenerator:
     """Generator talking to an OpenAI-compatible chat-completions endpoint.
 
@@ -181,6 +159,11 @@ class OpenAIGenerator:
         self.single_choice = False
         """Set once the server has answered a request of n > 1 with fewer choices."""
 
+    supports_confidence_stop = True
+    """Requests with ``confidence_stop`` are streamed and each sample's stream is closed once its
+    group confidence falls below the threshold (:mod:`tts.backends.openai_stream`), so DeepConf
+    online stops traces while the server generates them."""
+
     @classmethod
     def from_config(cls, config: OpenAIBackendConfig, problems: Sequence[Any] = ()) -> OpenAIGenerator:
         """Build from a backend config (problems are not needed)."""
@@ -192,13 +175,19 @@ class OpenAIGenerator:
         module docstring: the operator's statement about the server, not a probe)."""
         return self.config.thinking_budget != "none"
 
-    def _call(self, req: GenerationRequest) -> GenerationResult:
-        """One HTTP attempt, parsed; a malformed answer raises ``_Malformed``."""
+    @staticmethod
+    def _messages(req: GenerationRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The chat messages of ``req`` and the extra body a continued assistant message needs."""
         messages: list[dict[str, Any]] = [m.to_openai() for m in req.messages]  # tool calls and ids kept
         extra: dict[str, Any] = {}
         if req.continuation:
             messages.append({"role": "assistant", "content": req.continuation})
             extra = {"continue_final_message": True, "add_generation_prompt": False}
+        return messages, extra
+
+    def _call(self, req: GenerationRequest) -> GenerationResult:
+        """One HTTP attempt, parsed; a malformed answer raises ``_Malformed``."""
+        messages, extra = self._messages(req)
         start = time.perf_counter()
         try:
             response = self._create(req, messages, extra)
@@ -210,8 +199,14 @@ class OpenAIGenerator:
         except (AttributeError, TypeError, ValueError, IndexError) as exc:
             raise _Malformed(f"malformed response ({type(exc).__name__}: {exc})") from exc
 
-    def _create(self, req: GenerationRequest, messages: list[dict[str, Any]], extra: dict[str, Any]) -> Any:
+    def _create(self, req: GenerationRequest, messages: list[dict[str, Any]], extra: dict[str, Any],
+                stream: bool = False) -> Any:
+        """The chat-completions call of ``req``; ``stream``: a context manager over the raw SSE
+        response, whose chunks end with the usage (:mod:`tts.backends.openai_stream`)."""
         optional: dict[str, Any] = {}  # sent only when set, so servers that lack them are not asked
+        if stream:
+            optional["stream"] = True
+            optional["stream_options"] = {"include_usage": True}
         if req.presence_penalty:
             optional["presence_penalty"] = req.presence_penalty
         if req.frequency_penalty:
@@ -233,7 +228,10 @@ class OpenAIGenerator:
                 extra["custom_params"] = {"thinking_budget": req.thinking_budget}
         if self.config.reasoning_effort is not None:
             extra["reasoning_effort"] = self.config.reasoning_effort
-        return self.client.chat.completions.create(
+        # A stream is read raw (tts.backends.openai_stream): the SDK's model per chunk costs several times the JSON.
+        create = (self.client.chat.completions.with_streaming_response.create if stream
+                  else self.client.chat.completions.create)
+        return create(
             model=self.config.model,
             messages=messages,  # type: ignore[arg-type]
             n=1 if greedy_repeats(req) else req.n,  # vLLM refuses greedy with n > 1: one sample, repeated
@@ -243,7 +241,8 @@ class OpenAIGenerator:
             stop=list(req.stop) or None,
             seed=req.seed if self.config.sends_seeds else None,
             logprobs=True,
-            top_logprobs=req.top_logprobs,
+            # a confidence stop reads the top k of every position as it arrives
+            top_logprobs=max(req.top_logprobs, req.confidence_stop.top_k if req.confidence_stop else 0),
             extra_body=extra or None,
             **optional,
         )
@@ -334,13 +333,17 @@ class OpenAIGenerator:
             return None
 
     def _one(self, req: GenerationRequest, call: _Call | None = None,
-             deadline: float | None = None) -> GenerationResult:
+             deadline: float | None = None, send: Callable[[GenerationRequest], Any] | None = None,
+             source: object = None) -> Any:
         """One request with retries, back-off and the breaker, within its deadline; raises the last
-        error when they run out (``_Stopped`` once ``call`` is stopped)."""
+        error when they run out (``_Stopped`` once ``call`` is stopped). ``send`` replaces the
+        attempt (:meth:`_call`): a streamed request's reader, which splits requests itself.
+        ``source``: who the breaker counts a failure against (default: ``call``, else the request);
+        the streams of one ``stream_samples`` call count once, as the requests of one generate call do."""
         if deadline is None and self.config.deadline is not None:
             deadline = time.monotonic() + self.config.deadline
         stop = call.stop if call is not None else None
-        if req.n > 1 and self.single_choice:
+        if send is None and req.n > 1 and self.single_choice:
             return self._one_sample_at_a_time(req, call, deadline)
         attempt = 0
         while True:
@@ -356,7 +359,7 @@ class OpenAIGenerator:
                 call.add(handle)
             try:
                 with attempt_scope(handle):
-                    result = self._call(req)
+                    result = (send or self._call)(req)
             except _FewerChoices as exc:
                 self.breaker.success()
                 with self._count_lock:
@@ -375,7 +378,8 @@ class OpenAIGenerator:
                     raise
                 # One call's failures count once (its retries, its other requests): a request that
                 # makes the server fail every time it is sent cannot open the breaker alone.
-                self.breaker.failure(self._describe(exc), source=call if call is not None else req)
+                self.breaker.failure(self._describe(exc), source=source if source is not None
+                                     else call if call is not None else req)
                 attempt += 1
                 late = deadline is not None and time.monotonic() >= deadline
                 if attempt > self.config.max_retries or late:
@@ -459,9 +463,18 @@ class OpenAIGenerator:
                                 "OpenAI-compatible chat-completions server?")
         return BackendError(f"Request to {url} failed{tries}: {exc}")
 
+    def _check_thinking(self, requests: Sequence[GenerationRequest]) -> None:
+        if not self.supports_thinking_budget and any(r.thinking_budget is not None for r in requests):
+            raise BackendError(f"a request asks for a thinking budget, but this backend's thinking_budget is 'none' (the "
+                               f"server at {self.config.base_url} is not asked for one); set thinking_budget to 'vllm' "
+                               "or 'sglang' if the server enforces one, or leave the budget out")
+
     def generate(self, requests: Sequence[GenerationRequest],
                  cancel: threading.Event | None = None) -> list[GenerationResult]:
         """Send the requests concurrently; results in request order.
+
+        Requests with a ``confidence_stop`` make the call go through streams (each sample's stream
+        closed at the stop; :mod:`tts.backends.openai_stream`).
 
         Args:
             requests: The prompts.
@@ -473,10 +486,9 @@ class OpenAIGenerator:
         """
         if not requests:
             return []
-        if not self.supports_thinking_budget and any(r.thinking_budget is not None for r in requests):
-            raise BackendError(f"a request asks for a thinking budget, but this backend's thinking_budget is 'none' (the "
-                               f"server at {self.config.base_url} is not asked for one); set thinking_budget to 'vllm' "
-                               "or 'sglang' if the server enforces one, or leave the budget out")
+        self._check_thinking(requests)
+        if any(r.confidence_stop is not None for r in requests):  # stopped while they stream
+            return generate_streamed(self, requests, cancel)
         call = _Call()
         start = time.perf_counter()
         futures = [self._pool.submit(self._one, r, call) for r in requests]
@@ -509,14 +521,22 @@ class OpenAIGenerator:
         return [dataclasses.replace(r, usage=dataclasses.replace(r.usage, wall_seconds=w))
                 for r, w in zip(results, shares, strict=True)]
 
+    def stream_samples(self, requests: Sequence[GenerationRequest]) -> OpenAISampleStream:
+        """The requests sent as streams: each sample yielded as it finishes, :meth:`~OpenAISampleStream.cancel`
+        closes a request's stream (the server aborts it). Retries as ``generate`` before a stream's
+        first chunk; a stream that breaks after output started raises BackendError. Cancelling is
+        per request (the n choices of one request share one stream). See :mod:`tts.backends.openai_stream`.
+
+        Raises:
+            BackendError: (while iterating) a request failed for good; the other streams are closed.
+        """
+        self._check_thinking(requests)
+        return OpenAISampleStream(self, requests)
+
     def close(self) -> None:
         """Stop the request threads (once idle) and close the HTTP client."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.client.close()
-
-
-class _Malformed(Exception):
-    """The server answered 200 with a body that is not a usable chat completion."""
 
 
 class _FewerChoices(Exception):

@@ -196,6 +196,41 @@ class Attempt:
         return left if timeout is None else min(timeout, left)
 
 
+class Stopped(Exception):
+    """Another request of the batch failed for good, or the call was cancelled: this one stops."""
+
+
+class Malformed(Exception):
+    """The server answered 200 with a body that is not a usable answer (retried as a failure)."""
+
+
+class AttemptGroup:
+    """The requests of one call (or one stream): a stop flag and the attempts in flight, to abort them."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._attempts: set[Attempt] = set()
+        self._lock = threading.Lock()
+
+    def add(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts.add(attempt)
+        if self.stop.is_set():
+            attempt.abort()
+
+    def discard(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts.discard(attempt)
+
+    def abort(self) -> None:
+        """Stop retrying and shut down the connections of the attempts in flight."""
+        self.stop.set()
+        with self._lock:
+            attempts = list(self._attempts)
+        for a in attempts:
+            a.abort()
+
+
 def _shutdown(sock: socket.socket) -> None:
     """Shut the connection down through a duplicate descriptor: the thread blocked reading ``sock``
     wakes up at once, and a TLS socket's own state is left to that thread."""

@@ -28,9 +28,11 @@ weighted by that confidence among them.
    threshold of a problem is the (1 - keep) quantile of its warm-up traces' lowest group
    confidences (keep = 0.1: DeepConf-low, the 90th percentile; keep = 0.9: DeepConf-high, the 10th).
 2. The remaining traces (n - warmup, in rounds of ``chunk``) are generated with that threshold as
-   a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace INSIDE the engine
-   as soon as its group confidence falls below the threshold (vLLM: a logits processor forces the
-   end token), so its remaining tokens are never generated.
+   a :class:`~tts.backends.confidence.ConfidenceStop`: the backend ends a trace while it is being
+   generated, as soon as its group confidence falls below the threshold (vLLM in process: a logits
+   processor forces the end token; an OpenAI-compatible server: tts streams the trace with its top
+   logprobs and closes the stream, and the server aborts it), so its remaining tokens are never
+   generated.
 3. Who votes (as the reference's online voting): a trace whose lowest group confidence is at or
    above the threshold. So a warm-up trace below the bar does not vote (about 1 - keep of them,
    by construction), a stopped trace does not, and neither does a finished trace below the bar
@@ -63,10 +65,13 @@ Where tts departs from the reference, and the setting that gives the reference b
   ``consensus_over="all"`` (unanswered voting traces count in beta's denominator),
   ``offline_filter="top_share"`` (keep the ceil(keep * n) most confident of all n traces).
 
-A backend that cannot stop traces inside the engine (``supports_confidence_stop`` missing, e.g.
-an OpenAI-compatible server) still gets the same answers: the stop is applied to the finished
-traces afterwards, but every token is paid, the trace says so (event ``stop_after_generation``)
-and a warning is logged. A backend that returns no top-k log-probabilities is refused.
+The OpenAI backend stops traces through the server (:mod:`tts.backends.openai_stream`): at the
+same token as the in-engine stop on the same traces; its usage counts the tokens received, which
+may run a chunk past the stop. A backend that cannot stop traces while they generate
+(``supports_confidence_stop`` missing, e.g. a plain function backend) still gets the same answers:
+the stop is applied to the finished traces afterwards, but every token is paid, the trace says so
+(event ``stop_after_generation``) and a warning is logged. A backend that returns no top-k
+log-probabilities is refused.
 """
 
 from __future__ import annotations
