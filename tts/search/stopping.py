@@ -339,6 +339,9 @@ def draw_until_settled(generator: Generator, n_max: Sequence[int], stop: StopCon
         prepare: Turns a finished completion into the one the judge and the strategy read (tool
             calls read for a backend that does not read them).
     """
+    import scipy.special  # noqa: F401  # the rules' first judgement must not wait on importing them (~1 s)
+    import scipy.stats  # noqa: F401  # while a stream's samples keep generating
+
     streamed = False
     finished: list[list[Completion]] = [[] for _ in n_max]
     usages: list[list[Usage]] = [[] for _ in n_max]
