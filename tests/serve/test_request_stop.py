@@ -73,3 +73,69 @@ def test_the_rate_limit_reserves_all_n_and_gives_back_what_a_stopped_request_did
     assert _tts(first)["stop"]["drawn"] == 9 and first.usage.completion_tokens <= 900
     second = client.chat.completions.create(model="sc-16/scripted", **ask, extra_body={"tts": {"budget": 2000}})
     assert len(_tts(second)["answers"]) == 16
+
+
+# --- through tts serve to a streaming upstream that counts its open streams ----------------------
+
+def _answers(*answers_and_lengths):
+    """Choice i of the request with seed s: the (answer, length) at (s + i) of the list, cycling."""
+    from tests.backends.stream_upstream import Trace
+
+    def traces(body: dict) -> list:
+        seed, out = int(body.get("seed") or 0), []
+        for i in range(int(body.get("n") or 1)):
+            answer, length = answers_and_lengths[(seed + i) % len(answers_and_lengths)]
+            tokens = tuple(f" w{j}" for j in range(length - 1)) + (f" \\boxed{{{answer}}}",)
+            out.append(Trace(tokens, (-0.1,) * length, tuple(((t, -0.1),) for t in tokens)))
+        return out
+    return traces
+
+
+def _served_upstream(serve, closing, traces, **settings):
+    from tests.backends.stream_upstream import StreamingUpstream
+    from tts.backends.openai import OpenAIGenerator
+    from tts.config import OpenAIBackendConfig
+
+    up = closing(StreamingUpstream(traces, **settings))
+    gen = closing(OpenAIGenerator(OpenAIBackendConfig(base_url=up.url, model="up", timeout=10, backoff=0.01,
+                                                      request_seeds="always")))
+    return up, serve(gen, max_tokens=512, prompt="math")
+
+
+def _wait(condition, seconds: float) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(0.01)
+
+
+def test_a_settled_request_closes_its_upstream_streams(serve, closing):
+    """All 8 samples in one wave: the three short ones agree (42) and settle the horizon rule at 3
+    of 8 (risk 0.040, tests/search/test_request_stop.py), so tts closes the stream of the other 5
+    long ones; the upstream sees its stream closed early and sent far fewer tokens than they hold."""
+    up, client = _served_upstream(serve, closing, _answers(("42", 5), ("42", 6), ("42", 7), *[("7", 400)] * 5),
+                                  delay=0.002)
+    reply = client.chat.completions.create(model="sc-8+horizon/up", messages=QUESTION,
+                                           extra_body={"tts": {"stop": {"rule": "horizon", "wave": 8}}})
+    stop = _tts(reply)["stop"]
+    assert (stop["drawn"], stop["cancelled"], stop["streamed"]) == (3, 5, True)
+    assert "42" in reply.choices[0].message.content
+    _wait(lambda: up.open_streams == 0, 5.0)
+    assert up.closed_by_client >= 1 and up.sent < 5 * 400
+    assert reply.usage.completion_tokens == 5 + 6 + 7 + stop["cancelled_tokens"]
+
+
+def test_a_client_that_leaves_mid_request_leaves_no_upstream_stream_open(serve, closing):
+    """The client gives up after 0.5 s of a request whose samples take 4 s: tts cancels the solve,
+    which closes its upstream streams."""
+    import httpx
+
+    up, client = _served_upstream(serve, closing, _answers(("42", 2000), ("7", 2000)), delay=0.002)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{client.base_url}chat/completions", timeout=0.5,
+                   json={"model": "sc-8+horizon/up", "messages": QUESTION, "tts": {"stop": {"rule": "horizon", "wave": 8}}})
+    _wait(lambda: up.open_streams > 0 or up.closed_by_client > 0, 5.0)
+    _wait(lambda: up.open_streams == 0, 10.0)
+    assert up.closed_by_client >= 1 and up.sent < 8 * 2000
