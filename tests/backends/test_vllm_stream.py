@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import FakeLLM
 from tts.backends.base import BackendError, GenerationRequest, Message
-from tts.backends.streaming import stream_samples, streams_samples
+from tts.backends.streaming import stream_samples
 
 pytest.importorskip("vllm")
 
@@ -106,8 +106,8 @@ B = _ask("name a colour please", 1)  # prompt: 4 tokens
 def test_samples_come_in_the_order_they_finish_and_usage_is_generates():
     engine = FakeEngine([[3, 1, 4, 2], [2]])
     gen = _generator(engine)
-    assert streams_samples(gen)
     with stream_samples(gen, [A, B]) as stream:
+        assert stream.live  # the engine's own stream, not one generate call
         seen = [(f.request, f.completion.text, f.completion.completion_tokens) for f in stream]
         a, b = stream.results()
     assert seen == [(0, "01", 1), (0, "03", 2), (1, "10", 2), (0, "00", 3), (0, "02", 4)]

@@ -324,9 +324,9 @@ def draw_until_settled(generator: Generator, n_max: Sequence[int], stop: StopCon
     """Draw each request's samples in waves until ``judge`` settles it or it has ``n_max`` samples.
 
     Every open request's next wave goes to the backend together (one batch, so the engine still
-    batches across requests). On a backend that streams (:func:`tts.backends.streaming.streams_samples`)
-    each sample is judged as it finishes, and a settled request's samples still in flight are
-    cancelled (a live :class:`~tts.backends.streaming.SampleStream`); on any other backend a request
+    batches across requests). On a backend that streams (its
+    :class:`~tts.backends.streaming.SampleStream` is ``live``) each sample is judged as it finishes,
+    and a settled request's samples still in flight are cancelled; on any other backend a request
     is judged after each wave, on all the wave's samples (they are paid for, so none is dropped).
 
     Args:
