@@ -171,7 +171,7 @@ def test_an_upstream_that_ignores_the_close_is_still_correct_only_slower(upstrea
     assert time.monotonic() - start < 0.75  # the client is done at once (the trace takes 1.5 s)
     assert res.completions[0].completion_tokens == 4 and len(res.cancelled) == 1 and 0 < res.cancelled[0] < 300
     assert up.open_streams == 1  # the upstream keeps generating the closed stream to its end...
-    _wait(lambda: up.open_streams == 0, 3.0)  # ...and then lets it go
+    _wait(lambda: up.open_streams == 0, 15.0)  # ...and then lets it go (1.5 s, slower on a loaded machine)
     (again,) = gen.generate([GenerationRequest(Q, n=2, max_tokens=512, seed=0)])  # and the backend still works
     assert sorted(c.completion_tokens for c in again.completions) == [4, 300]
 
