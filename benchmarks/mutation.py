@@ -175,7 +175,7 @@ MODULES: dict[str, list[str]] = {
         "a_request_of_n_choices_reserves_every_choices_worst_case",
         "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
     "serve/replies": ["tests/serve/test_openai_params.py", "tests/backends/test_thinking.py"],
-    "serve/routing": ["tests/serve/test_budgets_and_models.py"],
+    "serve/routing": ["tests/serve/test_routing.py"],
     "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/programs": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/sandbox": ["tests/execution/test_sandbox.py", "tests/execution/test_programs.py"],
