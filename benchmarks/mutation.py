@@ -150,7 +150,7 @@ MODULES: dict[str, list[str]] = {
     "budgets/ensemble": ["tests/budgets/test_ensemble.py"],
     "budgets/escalation": ["tests/budgets/test_escalation.py"],
     "budgets/offline_plan": ["tests/budgets/test_offline_plan.py"],
-    "budgets/pricing": ["tests/budgets/test_pricing.py", "tests/serve/test_policy_rules.py"],
+    "budgets/pricing": ["tests/budgets/test_pricer_units.py", "tests/budgets/test_pricing.py", "tests/serve/test_policy_rules.py"],
     "budgets/strategy_curves": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_escalation.py"],
     "budgets/rate_models/contested": ["tests/stopping_rules/test_contested.py"],
     "budgets/rate_models/vote_value": ["tests/stopping_rules/test_gain.py"],
