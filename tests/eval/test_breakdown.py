@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from tts.cli.app import app
 from tts.config import EvalConfig
 from tts.eval.breakdown import BreakdownError, level_points, levels_markdown
-from tts.eval.labels import config_line
+from tts.eval.labels import config_line, natural_key
 from tts.eval.report import wilson_interval
 from tts.eval.rows import ResultRow
 from tts.eval.runner import run_eval
@@ -56,6 +56,16 @@ def test_config_line_drops_only_the_n():
     assert config_line("self_consistency@4") == "self_consistency"
     assert config_line("allocated-online") == "allocated-online"
     assert config_line("self_consistency@16 [sample]") == "self_consistency [sample]"
+
+
+def test_names_sort_with_their_numbers_read_as_numbers():
+    levels = ["level 10", "level 2", "level 1"]
+    assert sorted(levels, key=natural_key) == ["level 1", "level 2", "level 10"]
+    configs = ["sc@8,max_tokens=16000", "sc@8,max_tokens=4000", "sc@16,max_tokens=4000"]
+    assert sorted(configs, key=natural_key) == ["sc@8,max_tokens=4000", "sc@8,max_tokens=16000", "sc@16,max_tokens=4000"]
+    # Several texts (a plot's model and strategy) sort as one name, the first text first.
+    pairs = [("m10", "sc@2"), ("m2", "sc@16"), ("m2", "sc@4")]
+    assert sorted(pairs, key=lambda kv: natural_key(*kv)) == [("m2", "sc@4"), ("m2", "sc@16"), ("m10", "sc@2")]
 
 
 def test_tts_plot_by_k_writes_figures_and_a_table_over_several_runs(tmp_path):

@@ -128,3 +128,72 @@ def test_fast_enough_for_search():
     elapsed = time.perf_counter() - start
     assert len(scores) == len(items) and {s.score for s in scores} == {0.0, 1.0}
     assert len(items) / elapsed > 500  # items per second, uncached; measured 6k-17k on 2 busy cores
+
+
+# --- reading edges (each pinned by a mutation run: docs/mutation.md) ---------------------------
+
+
+@pytest.mark.parametrize("text", [
+    "The train left at 2:30 = 150 minutes after noon.",  # a time, not 30 = 150
+    "2 ^ 3 = 8", "2 * 2 = 2 ^ 2",  # a power written with spaces, on either side
+    "Fill the blank: ? + 3 = 5",  # "+ 3" lost its left operand
+    "A - 3 = 5", "Box A - 3 = 5",  # a binary minus after a variable, not -3 = 5
+    "[7] - 2 = 5",  # ... or after a bracket the tool did not read
+    "4 * 3 = 12cm", "2 + 3 = 50%",  # a unit or percent glued to the result
+    "1 + 1.4 = 2,4", "1 + 1.4 = 2,4 kg",  # a decimal comma is not read as 2 followed by a list
+    "2 * (3 + 4 = 7) = 14",  # a bracket that closes nothing the tool read
+])
+def test_equalities_the_tool_cannot_read_in_full_stay_neutral(text):
+    assert step_score(text, neutral=0.5) == 0.5, find_equalities(text)
+
+
+@pytest.mark.parametrize("text", [
+    "It is 3 + 4 = 7.", "so 3 + 4 = 7",  # a two-letter word is prose, not a variable
+    "So we buy a 2 * 6 = 12 pack.",  # "a" is an article
+    "The BOX 2 + 3 = 5 items", "The hero gains 2 + 3 = 5 XP.",  # capitals next to the sides
+    "(10 + 5 = 15)",  # brackets around the whole equality, a result of two digits
+    "Check: (9 = (1 + 2) * 3).",  # a last side that opens its own bracket
+])
+def test_equalities_in_prose_are_read(text):
+    assert step_score(text) == 1.0, find_equalities(text)
+
+
+def test_a_chain_that_does_not_continue_from_a_number_is_checked_as_written():
+    assert step_score("2 + 2 = -1 + 6") == 0.0  # 4 is not 5, and "-1 + 6" does not continue from 4
+    assert [e.holds for e in find_equalities("3 + 4 = (7 + 1) = 8")] == [False, True]
+
+
+def test_a_decimal_matches_within_half_a_unit_of_its_last_place_and_no_more():
+    assert step_score("1 / 8 = 0.13") == 1.0 and step_score("1 / 8 = 0.12") == 1.0  # exactly half: either way
+    assert step_score("1 / 8 = 0.14") == 0.0
+    assert step_score("2 / 3 = 0.67") == 1.0 and step_score("2 / 3 = 0.66") == 0.0  # rounded, not truncated
+    assert step_score("10 / 3 = 3.35") == 0.0 and step_score("10 / 3 = 3.4") == 0.0 and step_score("10 / 3 = 3.9") == 0.0
+    assert step_score("3.3 = 10 / 3") == 1.0  # a decimal on the left is read the same way
+
+
+def test_the_verifier_reads_with_its_configured_rules():
+    assert _score("3 + 4 = 7 + 1 = 8", running_chains=False).score == 0.0
+    assert _score("3 + 4 = 7 + 1 = 8").score == 1.0
+    assert _score("10 / 3 = 3.33", decimal_rounding=False).score == 0.0
+    assert _score("10 / 3 = 3.33").score == 1.0
+    built = ArithmeticVerifier.from_config(ArithmeticConfig(neutral=0.2, decimal_rounding=False))
+    assert built.score([VerifyItem(PROBLEM, ("no math",))])[0].score == 0.2
+    assert built.score([VerifyItem(PROBLEM, ("10 / 3 = 3.33",))])[0].score == 0.0
+
+
+def test_noise_flips_checked_steps_exactly_where_its_seeded_draw_says():
+    from tts.verifiers.base import noise_flips
+
+    steps = ("3 + 8 = 11.", "11 + 5 = 17.", "The answer is 17.", "17 - 1 = 16.", "2 * 8 = 16.")
+    clean = (1.0, 0.0, 0.5, 1.0, 1.0)
+    items = [VerifyItem(Problem(f"p{i}", "q"), steps) for i in range(40)]
+    for seed in (0, 3):
+        verifier = ArithmeticVerifier(ArithmeticConfig(noise=0.5, noise_seed=seed, aggregation="mean"))
+        flipped = 0
+        for item, result in zip(items, verifier.score(items), strict=True):
+            flips = [at != 2 and noise_flips(seed, item, at, 0.5) for at in range(len(steps))]
+            assert result.step_scores == tuple(1.0 - v if f else v for v, f in zip(clean, flips, strict=True))
+            flipped += sum(flips)
+        assert 0 < flipped < 4 * len(items)  # some flips, not all: the rate is used
+    assert ArithmeticVerifier(ArithmeticConfig(noise=0.5, noise_seed=0)).score(items) != \
+        ArithmeticVerifier(ArithmeticConfig(noise=0.5, noise_seed=3)).score(items)

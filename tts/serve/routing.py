@@ -74,12 +74,16 @@ def route(model: str, served: str, default_strategy: str) -> dict[str, Any]:
     """
     if not isinstance(model, str) or not model.strip():
         raise RoutingError(f"model is required; use {served!r} or <strategy>/{served}, e.g. sc-16/{served}")
-    head, sep, tail = model.strip().rpartition("/")
-    name = tail if sep else model.strip()
-    if name != served:
+    name = model.strip()
+    if name == served:
+        return strategy_spec(default_strategy)
+    # A strategy name has no slash, but the served name may have one (a hub id, "Qwen/Qwen2.5-1.5B"),
+    # so the strategy ends at the first slash.
+    head, sep, tail = name.partition("/")
+    if not sep or tail != served:
         raise RoutingError(f"model {model!r} is not served here; this server serves {served!r}: use {served!r} or "
                            f"<strategy>/{served}, e.g. sc-16/{served} (GET /v1/models lists them)", 404)
-    return strategy_spec(head if sep else default_strategy)
+    return strategy_spec(head)
 
 
 def listed_models(served: str) -> list[str]:
