@@ -139,3 +139,13 @@ def test_a_client_that_leaves_mid_request_leaves_no_upstream_stream_open(serve, 
     _wait(lambda: up.open_streams > 0 or up.closed_by_client > 0, 5.0)
     _wait(lambda: up.open_streams == 0, 10.0)
     assert up.closed_by_client >= 1 and up.sent < 8 * 2000
+
+
+def test_a_stop_on_free_text_answers_is_refused_before_sampling(serve):
+    """The plain prompt answers in free text, chosen by similarity, never counted: a stop could never
+    settle, so the request is refused (400, saying to ask for the math prompt) and nothing is drawn."""
+    model = settled()
+    client = serve(model, prompt="plain")
+    with pytest.raises(openai.BadRequestError, match="free text"):
+        client.chat.completions.create(model="sc-8+horizon/scripted", messages=QUESTION)
+    assert model.generated == 0

@@ -529,9 +529,18 @@ class SamplingStrategy(VerifierStrategy):
         """Whether a request's vote is settled: its rule (:class:`~tts.search.stopping.VoteStop`)
         over the samples' vote keys (:func:`vote_keys`, the keys this strategy's vote counts)."""
         rules = [VoteStop(stop_of(self), n) for n in ns]
+        if is_free_text(getattr(self, "extract", None)) and not any(problem_tools(p) for p in problems):
+            raise StrategyInputError(
+                f"{self.name}: a stop counts votes, but these answers are free text (the plain prompt), chosen by "
+                "similarity rather than counted, so no vote could settle; ask for answers that can be counted (the "
+                "math prompt: tts.prompt \"math\", prompt=\"math\"), or leave the stop out")
 
         def judge(i: int, completions: Sequence[Completion]) -> str | None:
-            return rules[i].check(self.sample_keys([to_sample(c, self.extract) for c in completions]))
+            try:
+                keys = self.sample_keys([to_sample(c, self.extract) for c in completions])
+            except StrategyInputError:  # replies in free text beside tool calls: they never settle a vote
+                return rules[i].check([None] * len(completions))
+            return rules[i].check(keys)
 
         return judge
 
