@@ -148,7 +148,7 @@ MODULES: dict[str, list[str]] = {
     "budgets/difficulty": ["tests/budgets/test_difficulty.py", "tests/budgets/test_prompt_length.py",
                            "tests/budgets/test_escalation.py"],
     "budgets/ensemble": ["tests/budgets/test_ensemble.py"],
-    "budgets/escalation": ["tests/budgets/test_escalation.py"],
+    "budgets/escalation": ["tests/budgets/test_escalation_parts.py", "tests/budgets/test_escalation.py"],
     "budgets/offline_plan": ["tests/budgets/test_offline_plan.py"],
     "budgets/pricing": ["tests/budgets/test_pricer_units.py", "tests/budgets/test_pricing.py", "tests/serve/test_policy_rules.py"],
     "budgets/strategy_curves": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_escalation.py"],
