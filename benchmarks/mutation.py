@@ -177,7 +177,7 @@ MODULES: dict[str, list[str]] = {
     "serve/replies": ["tests/serve/test_openai_params.py", "tests/backends/test_thinking.py"],
     "serve/routing": ["tests/serve/test_routing.py"],
     "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
-    "execution/programs": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
+    "execution/programs": ["tests/execution/test_program_parts.py", "tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/sandbox": ["tests/execution/test_sandbox.py", "tests/execution/test_programs.py"],
     "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
     "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl.py"],
