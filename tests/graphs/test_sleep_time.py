@@ -62,3 +62,52 @@ def test_on_the_demo_every_question_is_its_own_context():
     assert len(_notes_requests(gen)) == 4 and all(s.trace.events.get("notes_reused", 0) == 0 for s in sols)
     readers = [r for r in gen.requests if not r.key.startswith("context:")]
     assert all(r.messages[-1].content.endswith(p.question) for r, p in zip(readers, problems, strict=True))
+
+
+def test_a_question_splits_at_its_last_marker_and_one_that_starts_with_it_shares_nothing():
+    assert split_context("A story. Question: first? Question: second?", "Question:") == (
+        "A story. Question: first?", "Question: second?")
+    assert split_context("Question: alone?", "Question:") == ("Question: alone?", "Question: alone?")
+    assert split_context("No marker here.", "Question:") == ("No marker here.", "No marker here.")
+
+
+def test_a_note_taker_asks_once_with_its_own_prompt(tmp_path):
+    (tmp_path / "g.yaml").write_text("name: notes_n\nnodes:\n"
+                                     "  notes: {role: note_taker, max_tokens: 64, prompt: \"Notes please:\\n{context}\"}\n"
+                                     "  answer: {role: note_reader, inputs: [notes], n: 2}\n")
+    problems = generate_problems(3)  # one story, three questions
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems))
+    sols = GraphExecutor(load_graph_file(tmp_path / "g.yaml"), STORIES_PROMPT.render, seed=0).run(problems, {"policy": gen})
+    (req,) = _notes_requests(gen)
+    story = split_context(problems[0].question, "Question:")[0]
+    assert req.n == 1 and req.messages[-1].role == "user" and req.messages[-1].content == f"Notes please:\n{story}"
+    assert [s.trace.events for s in sols] == [{"notes_written": 1}, {"notes_reused": 1}, {"notes_reused": 1}]
+    for s in sols:
+        tree = {e["id"]: e for e in s.trace.tree}
+        assert tree["notes:0"]["kind"] == "note" and tree["notes:0"]["completion_tokens"] > 0
+        assert {"answer:0", "answer:1"} <= set(tree)
+
+
+def test_a_note_graph_wired_wrong_says_what_each_role_reads(tmp_path):
+    import pytest
+
+    from tts.graphs.graph import GraphError
+
+    cases = {"notes: {role: note_taker}\n  other: {role: note_taker, inputs: [notes]}\n  answer: {role: note_reader, inputs: [notes]}\n":
+             "a note_taker takes no inputs (it reads the question's shared context)",
+             "notes: {role: note_taker}\n  answer: {role: note_reader, inputs: [notes, notes]}\n":
+             "a note_reader reads one input: the note_taker whose notes it uses"}
+    for nodes, message in cases.items():
+        (tmp_path / "g.yaml").write_text(f"name: wrong\nnodes:\n  {nodes}")
+        with pytest.raises(GraphError) as err:
+            load_graph_file(tmp_path / "g.yaml")
+        assert str(err.value).endswith(f": {message}")
+
+
+def test_questions_of_two_stories_in_one_batch_each_read_their_own_storys_notes():
+    problems = generate_problems(10)
+    batch = [problems[0], problems[5], problems[1], problems[6]]  # story 0, story 1, story 0, story 1
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems))
+    sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(batch, {"policy": gen})
+    notes = [next(e for e in s.trace.tree if e["id"] == "notes:0")["text"] for s in sols]
+    assert notes[0] == notes[2] and notes[1] == notes[3] and notes[0] != notes[1]
