@@ -35,7 +35,7 @@ def test_generate_critique_revise_on_vllm(vllm_generator, tmp_path):
 
     spec = load_graph_file(EXAMPLE)
     cfg = EvalConfig.model_validate({
-        "data": {"benchmark": "demo", "limit": 2}, "sampling": {"max_tokens": 64},
+        "data": {"benchmark": "demo", "limit": 2}, "sampling": {"max_tokens": 32},
         "strategies": [{"kind": "graph", "graph": spec.model_dump(mode="json")}],
         "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1}, "seed": 3,
     })
@@ -47,7 +47,7 @@ def test_generate_critique_revise_on_vllm(vllm_generator, tmp_path):
     for row in rows:
         tree = {e["id"]: e for e in row["trace"]["tree"]}
         assert tree["generate:0"]["text"] and tree["critique:0"]["about"] == "generate:0"
-        assert 0 < tree["revise:0"]["completion_tokens"] <= 64
+        assert 0 < tree["revise:0"]["completion_tokens"] <= 32
         assert row["usage"]["calls"] == 3 and row["usage"]["completion_tokens"] > 0
         assert len(row["trace"]["samples"]) == 2  # the solution and its revision; the critique is not one
 
@@ -63,7 +63,7 @@ def test_scale_and_sleep_time_graphs_on_vllm(vllm_generator, tmp_path):
     for name, bench, limit, calls in (("scale", "demo", 2, 5), ("sleep_time", "stories", 5, 2)):
         spec = load_graph_file(examples / f"{name}.yaml")
         cfg = EvalConfig.model_validate({
-            "data": {"benchmark": bench, "limit": limit}, "sampling": {"max_tokens": 48},
+            "data": {"benchmark": bench, "limit": limit}, "sampling": {"max_tokens": 24},
             "strategies": [{"kind": "graph", "graph": spec.model_dump(mode="json")}],
             "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1}, "seed": 3,
         })

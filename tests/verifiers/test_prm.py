@@ -284,7 +284,11 @@ def test_an_item_longer_than_max_model_len_is_refused_naming_it(prm):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a measurement: outside `make test`, run with -m heavy
 def test_scoring_throughput_of_64_items_of_5_steps(prm):
+    """Logs the tiny PRM's scoring throughput over 64 items of 5 steps. Heavy: what it checks (one
+    score per step for every item of a batch) test_one_score_per_step_in_item_order_at_the_right_positions
+    checks on 4 items, with the scores compared to transformers'; this one only adds the numbers."""
     items = [_item(tuple(f"{s} (variant {i})" for s in STEPS), str(i)) for i in range(64)]
     start = time.perf_counter()
     scores = prm.score(items)

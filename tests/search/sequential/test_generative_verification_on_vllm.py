@@ -29,7 +29,7 @@ def test_generative_verification_through_the_runner_on_vllm(vllm_generator, tmp_
             return vllm_generator.generate(requests)
 
     cfg = EvalConfig.model_validate({
-        "data": {"benchmark": "demo", "limit": 2}, "sampling": {"max_tokens": 64}, "seed": 3,
+        "data": {"benchmark": "demo", "limit": 2}, "sampling": {"max_tokens": 32}, "seed": 3,
         "strategies": [{"kind": "generative_verification", "n": 2, "verifications": 2,
                         "verifier": {"kind": "judge", "max_tokens": 64}}],
         "backend": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1},
