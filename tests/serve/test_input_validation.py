@@ -151,7 +151,7 @@ def test_mcp_refuses_malformed_tools_and_unanswered_tool_results_naming_the_fiel
                              "(input should be greater than 0); change n, budget"),
     ({"samples": 4, "temprature": 0.2}, "unknown argument(s) 'samples', 'temprature'; remove them (solve takes "
                                         "question, strategy, n, budget, budget_unit, max_tokens, settings, messages, "
-                                        "tools, prompt)"),
+                                        "tools, prompt, stop)"),
 ])
 def test_mcp_refuses_bad_and_unknown_arguments_in_one_line_that_names_them(args, expected):
     (text,) = _mcp_errors([{"question": "What is 6*7?", **args}])

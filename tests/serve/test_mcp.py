@@ -55,7 +55,7 @@ def test_stdio_lists_solve_answers_and_refuses_what_the_operator_did_not_allow()
             assert [t.name for t in tools] == ["solve"]
             schema = tools[0].input_schema
             assert set(schema["properties"]) == {"question", "strategy", "n", "budget", "budget_unit", "max_tokens",
-                                                 "settings", "messages", "tools", "prompt"}
+                                                 "settings", "messages", "tools", "prompt", "stop"}
             assert "best_of_n, self_consistency" in schema["properties"]["strategy"]["description"]
             assert schema["properties"]["n"]["maximum"] == 16
             assert {"answer", "confidence", "cost"} <= set(tools[0].output_schema["properties"])

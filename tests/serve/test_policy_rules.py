@@ -335,10 +335,10 @@ def test_sample_counts_are_capped_by_max_samples(session):
 def test_a_setting_the_strategy_does_not_have_is_refused_by_name(session):
     policy = _policy(session)
     err = _refused(policy.resolve, {"kind": "self_consistency", "beams": 2})
-    assert err.args[0] == "tts.strategy.beams: 'self_consistency' has no setting 'beams'; its settings are n"
+    assert err.args[0] == "tts.strategy.beams: 'self_consistency' has no setting 'beams'; its settings are n, stop"
     assert err.param == "tts.strategy.beams"
     err = _refused(policy.resolve, {"kind": "best_of_n", "beams": 2})
-    assert err.args[0] == "tts.strategy.beams: 'best_of_n' has no setting 'beams'; its settings are n, verifier"
+    assert err.args[0] == "tts.strategy.beams: 'best_of_n' has no setting 'beams'; its settings are n, stop, verifier"
     err = _refused(policy.resolve, {"kind": "best_of_n", "verifier": {"kind": "logprob", "votes": 3}})
     assert err.args[0] == ("tts.strategy.verifier.votes: 'verifier' has no setting 'votes'; its settings are "
                            "aggregation")

@@ -72,8 +72,8 @@ def mcp_command(
     with user_errors():
         if strategy is None:
             strategy = "sc-8" if not allow_strategy or "self_consistency" in allow_strategy else allow_strategy[0]
-        verifiers, calibrations = shared.checked_resources(strategy, verifier, calibration, allow_strategy)
-        stop_settings = shared.stop_flag(stop)  # refused before an engine starts
+        verifiers, calibrations, stop_settings = shared.checked_resources(strategy, verifier, calibration,
+                                                                          allow_strategy, stop)
         if transport == "http":
             shared.check_listen(host, port)
         signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
@@ -87,8 +87,7 @@ def mcp_command(
                 {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
                  "max_workers": max(max_concurrent, 8)}, calibrations)
             config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
-                                 max_samples=max_samples,
-                                 max_tokens=max_tokens, max_budget_tokens=max_budget_tokens,
+                                 max_samples=max_samples, max_tokens=max_tokens, max_budget_tokens=max_budget_tokens,
                                  max_concurrent=max_concurrent, verifiers=verifiers, calibrations=calibrations,
                                  strategies=tuple(allow_strategy) if allow_strategy else None, prompt=prompt,
                                  allow_code_execution=allow_code_execution)

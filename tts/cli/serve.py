@@ -170,6 +170,8 @@ Prompt = Annotated[Literal["plain", "math"], typer.Option(
                                      help="Prompt of requests that set no tts.prompt: plain sends the conversation "
                                           "as the client sent it (agents: free text, tool calls, JSON); math asks "
                                           "the last question step by step with the answer in \\boxed{}.")]
+RateLimitTokens = Annotated[int | None, typer.Option(min=1, help="Most generated tokens per minute per API key (the "
+                                                     "whole server without a key); past it, 429 with Retry-After.")]
 DefaultStop = Annotated[str | None, typer.Option(
     "--stop", help="Per-request stop of requests that name none, for the voting strategies: a rule (horizon, beta, "
                    "dirichlet, exact, window) or its settings as JSON/YAML ('{rule: horizon, wave: 8}'); requests "
@@ -214,14 +216,17 @@ def stop_flag(value: str | None) -> dict[str, Any] | None:
 
 
 def checked_resources(strategy: str, verifier: list[str] | None, calibration: list[str] | None,
-                      allow_strategy: list[str] | None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+                      allow_strategy: list[str] | None, stop: str | None = None,
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, Any] | None]:
     """The operator's flags checked before an engine starts: the default strategy, named verifiers
-    and calibrations, allowed strategies (see :func:`operator_resources`)."""
+    and calibrations, allowed strategies (see :func:`operator_resources`) and the default stop
+    (:func:`stop_flag`)."""
     from tts.serve.routing import strategy_spec
 
     strategy_spec(strategy)  # refuse a bad default before an engine starts
+    settings = stop_flag(stop)
     try:
-        return operator_resources(verifier or [], calibration or [], allow_strategy or [])
+        return (*operator_resources(verifier or [], calibration or [], allow_strategy or []), settings)
     except ValueError as exc:
         raise fail(str(exc)) from None
 
@@ -319,9 +324,7 @@ def serve_command(
     max_tokens: MaxTokens = 4096,
     default_max_tokens: DefaultMaxTokens = 512,
     max_budget_tokens: MaxBudgetTokens = 1_000_000,
-    rate_limit_tokens: Annotated[int | None, typer.Option(min=1, help="Most generated tokens per minute per API key "
-                                                          "(the whole server without a key); past it, 429 with "
-                                                          "Retry-After.")] = None,
+    rate_limit_tokens: RateLimitTokens = None,
     max_body_bytes: MaxBodyBytes = 1 << 20,
     batch_window: BatchWindow = 0.01,
     gpu: Gpu = "h100",
@@ -351,8 +354,7 @@ def serve_command(
 
     key = api_key_or_env(api_key)
     with user_errors():
-        verifiers, calibrations = checked_resources(strategy, verifier, calibration, allow_strategy)
-        stop_settings = stop_flag(stop)  # refused before an engine starts
+        verifiers, calibrations, stop_settings = checked_resources(strategy, verifier, calibration, allow_strategy, stop)
         check_listen(host, port)
         signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
         generator, session, name = open_session(
@@ -363,8 +365,8 @@ def serve_command(
              "max_workers": max(max_concurrent, 8) * max_choices}, calibrations)
         name = served_name or name
         config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
-                             max_body_bytes=max_body_bytes,
-                             max_choices=max_choices, max_samples=max_samples, max_tokens=max_tokens,
+                             max_body_bytes=max_body_bytes, max_choices=max_choices, max_samples=max_samples,
+                             max_tokens=max_tokens,
                              max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,

@@ -266,8 +266,6 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
     """
     from mcp.types import ToolAnnotations
 
-    from tts.config import stopping_strategies
-
     config = config or ServeConfig(model=session.model_name or "tts")
     policy = ServePolicy.build(config, session)
     solver = _Solver(session, config, policy)
@@ -308,12 +306,7 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
         description=f"plain: the conversation as sent, free-text answers; math: step by step with the answer "
                     f"in \\boxed{{}}. Default: {config.prompt}.")]
 
-    Stop = Annotated[str | dict[str, Any] | bool | None, Field(  # noqa: N806
-        description="Stop sampling once the vote is settled (voting strategies: " + ", ".join(
-            k for k in offered if k in stopping_strategies()) + "): a rule (horizon, beta, dirichlet, exact, window) or "
-        "its settings ({\"rule\": \"horizon\", \"confidence\": 0.95, \"wave\": 8}; best_of_n: {\"rule\": \"score\", "
-        "\"threshold\": 0.9}); false: draw every sample. Default: "
-        + (json.dumps(config.stop) if config.stop is not None else "none") + ".")]
+    Stop = _stop_argument(config, offered)  # noqa: N806
 
     async def solve(question: Question = "", strategy: Strategy = None, n: Samples = None, budget: Budget = None,
                     budget_unit: Unit = "tokens", max_tokens: MaxTokens = None,
@@ -332,6 +325,19 @@ def create_mcp_server(session: Any, config: ServeConfig | None = None, name: str
                     annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
                     structured_output=True)
     return server
+
+
+def _stop_argument(config: ServeConfig, offered: list[str]) -> Any:
+    """The ``stop`` argument's type, described with this server's voting strategies and default stop."""
+    from tts.config import stopping_strategies
+
+    voting = ", ".join(k for k in offered if k in stopping_strategies())
+    default = json.dumps(config.stop) if config.stop is not None else "none"
+    return Annotated[str | dict[str, Any] | bool | None, Field(
+        description=f"Stop sampling once the vote is settled (voting strategies: {voting}): a rule (horizon, beta, "
+                    "dirichlet, exact, window) or its settings ({\"rule\": \"horizon\", \"confidence\": 0.95, "
+                    "\"wave\": 8}; best_of_n: {\"rule\": \"score\", \"threshold\": 0.9}); false: draw every sample. "
+                    f"Default: {default}.")]
 
 
 def _server_class(accepted: tuple[str, ...]) -> type:
