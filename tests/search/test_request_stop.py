@@ -36,6 +36,7 @@ from tts.search.sampling.program_vote import ProgramVote, ProgramVoteConfig
 from tts.search.sampling.self_consistency import SelfConsistency, SelfConsistencyConfig
 from tts.search.sampling.tool_vote import ToolVote, ToolVoteConfig
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
+from tts.search.stopping import ScoreStop, VoteStop
 from tts.types import Problem
 from tts.verifiers.function import FunctionVerifier
 
@@ -269,3 +270,88 @@ def test_exec_vote_stops_on_the_programs_behaviour():
     assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == (programs[0], 3)
     with pytest.raises(StrategyInputError, match="inputs=model"):
         ExecutionVote(ExecutionVoteConfig(n=8, inputs="model", stop=StopConfig()), gen, prompt, extract=CODE).solve([problem])
+
+
+# --- the rule of one request, asked directly ------------------------------------------------------
+
+def test_the_exact_rule_reads_the_leader_and_runner_up_whatever_their_order():
+    """Five 4s and one 5 of 8: a lead of 4 cannot be overtaken by the 2 samples left (the leader is
+    the most voted answer, not the first or the last counted)."""
+    rule = VoteStop(StopConfig(rule="exact"), 8)
+    assert rule.check(["5"] + ["4"] * 5) == "lead of 4 cannot be overtaken by the 2 samples left"
+    assert rule.check(["5", "5"] + ["4"] * 4) is None  # a lead of 2 with 2 left: a tie is still possible
+    assert rule.check(["4"] * 4 + ["5"] * 4) == "n reached"
+
+
+def test_the_window_rule_counts_only_the_latest_run_of_equal_answers():
+    rule = VoteStop(StopConfig(rule="window", window=3), 64)
+    assert rule.check(["5", "4", "4", "4"]) == "the last 3 answers agree"
+    assert rule.check(["4", "4", "5", "4"]) is None
+    assert rule.check(["4", "4", None, "4"]) is None  # a sample without an answer breaks the run
+
+
+def test_the_dirichlet_rule_takes_the_stops_top_k_and_prior():
+    """Six a, two b, two c of 64 at confidence 0.9: racing only the top two answers (top_k 2) settles
+    it; all three in the posterior (top_k 5), or a stronger prior (4 pseudo-votes), do not."""
+    keys = ["a"] * 6 + ["b"] * 2 + ["c"] * 2
+    stop = lambda **kw: VoteStop(StopConfig(rule="dirichlet", confidence=0.9, **kw), 64).check(keys)  # noqa: E731
+    assert stop(top_k=2) == "dirichlet rule settled at confidence 0.9 (6 vs 2 of 10)"
+    assert stop(top_k=5) is None and stop(top_k=2, prior=4.0) is None
+
+
+def test_a_vote_refuses_the_score_rule_naming_the_vote_rules():
+    with pytest.raises(ValueError) as err:
+        VoteStop(StopConfig(rule="score", threshold=0.5), 8)
+    assert str(err.value).startswith("stop rule 'score' stops on a sample's selection score, which only best_of_n has")
+    assert str(err.value).endswith("a vote stops with one of beta, horizon, dirichlet, exact, window")
+
+
+def test_the_score_stop_reaches_its_threshold_inclusively_and_ignores_missing_scores():
+    stop = ScoreStop(StopConfig(rule="score", threshold=0.5), 4)
+    assert stop.check([None, float("nan")]) is None  # no answer, or no finite score: never enough
+    assert stop.check([0.2, 0.5]) == "a sample scored 0.5 >= threshold 0.5"
+    assert stop.check([0.1, 0.2, 0.3]) is None and stop.check([0.1, 0.2, 0.3, 0.4]) == "n reached"
+    with pytest.raises(ValueError, match="best_of_n stops on a score"):
+        ScoreStop(StopConfig(rule="horizon"), 4)
+
+
+def test_the_record_names_the_rule_and_the_wave_and_the_last_wave_is_cut_to_n():
+    """n = 8 in waves of 3 on a contested vote: 3, 3, then the 2 left (never more than n)."""
+    gen = Scripted(ALTERNATING)
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=8, stop=StopConfig(rule="beta", wave=3)), gen)
+    assert [r.n for r in gen.requests] == [3, 3, 2]
+    assert {k: sol.trace.notes["stop"][k] for k in ("rule", "wave", "waves")} == {"rule": "beta", "wave": 3, "waves": 3}
+
+
+def test_a_stop_with_n_of_one_draws_its_one_sample():
+    sol = solve(SelfConsistency, SelfConsistencyConfig(n=1, stop=StopConfig()), Scripted(UNANIMOUS))
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("4", 1)
+
+
+def test_one_settled_request_cancels_only_its_own_samples_in_a_shared_stream():
+    """Two problems in one batch, all 8 samples of each streamed at once: p settles after its three
+    shortest agree and its other samples are cancelled; q (alternating answers) is read to the end."""
+    answers = {"p": UNANIMOUS, "q": ALTERNATING}
+
+    class TwoProblems(Scripted):
+        def generate(self, requests):
+            out = []
+            for req in requests:
+                self.answers = answers[req.key]
+                self.drawn[req.key] = 0
+                out += super().generate([req])
+            return out
+
+    gen = TwoProblems(UNANIMOUS, stream=True)
+    problems = [Problem("p", "2 + 2?", "4"), Problem("q", "2 + 3?", "5")]
+    sols = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(wave=8)), gen, prompt).solve(problems)
+    assert [(s.trace.notes["stop"]["drawn"], s.trace.notes["stop"]["cancelled"], s.trace.notes["stop"]["waves"])
+            for s in sols] == [(3, 5, 1), (8, 0, 1)]  # q's samples were all read in the one wave
+
+
+def test_the_reason_says_which_rule_settled_it():
+    """Four 4s and one 5 of 8 under horizon (risk P(X = 0 | 3, 5, 2) = 30/630 = 0.048): the rule
+    settled it, not the lead (3, which the 3 samples left could still tie); four of four under beta
+    (0.969): the rule again, though the lead equals the samples left."""
+    assert VoteStop(StopConfig(), 8).check(["4"] * 4 + ["5"]) == "horizon rule settled at confidence 0.95 (4 vs 1 of 5)"
+    assert VoteStop(StopConfig(rule="beta"), 8).check(["4"] * 4) == "beta rule settled at confidence 0.95 (4 vs 0 of 4)"
