@@ -62,6 +62,7 @@ def mcp_command(
     seed: shared.Seed = 0,
     max_model_len: shared.MaxModelLen = 2048,
     kv_cache_gib: shared.KvCacheGib = None,
+    engine: shared.EngineSetting = None,
 ) -> None:
     """Serve test-time strategies as an MCP tool, solve(question, strategy, n, budget) -> answer, confidence,
     cost, over stdio or streamable HTTP. Clients choose only among what these flags allow."""
@@ -83,7 +84,8 @@ def mcp_command(
             generator, session, name = shared.open_session(
                 backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                            "deadline": upstream_deadline, "concurrency": upstream_concurrency},
-                {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib},
+                {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib,
+                 "settings": shared.engine_settings(engine)},
                 {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
                  "max_workers": max(max_concurrent, 8)}, calibrations)
             config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
