@@ -331,3 +331,73 @@ def test_max_num_seqs_reaches_the_real_cpu_engine():
         assert gen.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 4
         [result] = gen.generate([GenerationRequest(ASK, n=6, max_tokens=4, temperature=1.0)])
         assert len(result.completions) == 6
+
+
+# --- the GPU checks' command -------------------------------------------------------------------------------
+
+
+def _gpu_checks():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_checks.py"
+    spec = importlib.util.spec_from_file_location("gpu_checks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_checks_skip_with_their_reason_where_torch_sees_no_gpu(tmp_path, monkeypatch, capsys):
+    checks = _gpu_checks()
+    monkeypatch.setattr(checks, "skip_reason", lambda: "torch 2.x+cpu sees no CUDA GPU")
+    monkeypatch.setattr(sys, "argv", ["gpu_checks.py", "--json", str(tmp_path / "out.json")])
+    checks.main()
+    assert "skipped: torch 2.x+cpu sees no CUDA GPU" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out.json").read_text()) == {"skipped": "torch 2.x+cpu sees no CUDA GPU"}
+
+
+def test_the_gpu_checks_price_the_device_they_run_on():
+    checks = _gpu_checks()
+    assert checks.table_gpu("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert checks.table_gpu("NVIDIA H100 PCIe") == "h100-pcie"
+    assert checks.table_gpu("NVIDIA H200") == "h200"
+    assert checks.table_gpu("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    with pytest.raises(SystemExit, match="pass --gpu"):
+        checks.table_gpu("Tesla T4")
+
+
+# --- docs/install.md, "Big models" --------------------------------------------------------------------------
+
+
+def _big_models_blocks():
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "install.md").read_text()
+    section = page.split("## Big models", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+
+
+def test_the_big_models_examples_are_valid_settings(tmp_path):
+    import ast
+    import shlex
+
+    import yaml
+
+    from tts.cli.eval import _backend_settings
+    from tts.cli.serve import engine_settings
+
+    blocks = dict(_big_models_blocks())
+    backend = EvalConfig.model_validate(yaml.safe_load(blocks["yaml"])).backend
+    assert (backend.tensor_parallel_size, backend.quantization, backend.max_num_seqs) == (2, "awq", 128)
+    assert backend.lora == {"judge": "/adapters/llama70b-judge"} and backend.engine_args["kv_cache_dtype"] == "fp8"
+    words = shlex.split(blocks["bash"].replace("\\\n", " "))
+    sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+    engine = [words[i + 1] for i, w in enumerate(words) if w == "--engine"]
+    from_cli = VLLMBackendConfig.model_validate(_backend_settings({"kind": "vllm"}, sets))
+    assert (from_cli.tensor_parallel_size, from_cli.quantization) == (2, "awq")
+    from_serve = VLLMBackendConfig.model_validate({"kind": "vllm", **engine_settings(engine)})
+    assert from_serve.lora == backend.lora and from_serve.engine_args == {"kv_cache_dtype": "fp8"}
+    call = ast.parse(blocks["python"]).body[0].value
+    spec = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "backend"))
+    assert VLLMBackendConfig.model_validate(spec).tensor_parallel_size == 2
