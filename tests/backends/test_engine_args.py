@@ -131,7 +131,8 @@ def test_logits_processors_stay_tts_own():
 
 
 def test_lora_roles_are_policy_verifier_and_judge():
-    with pytest.raises(ValidationError, match="lora"):
+    assert VLLMBackendConfig(lora={"policy": "/a", "verifier": "/b", "judge": "/c"}).lora["judge"] == "/c"
+    with pytest.raises(ValidationError, match="lora.critic"):
         VLLMBackendConfig(lora={"critic": "/adapters/x"})
 
 
