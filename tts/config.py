@@ -372,6 +372,11 @@ class VLLMBackendConfig(BackendConfigBase):
     fields: an unknown key is refused with the close matches, and a key that has a setting above
     is refused naming it. ``--set backend.engine_args.KEY=VALUE`` on the command line."""
 
+    def __hash__(self) -> int:
+        # Frozen configs hash by value; the mapping fields (lora, engine_args, ...) are dicts, so
+        # hash the JSON (a strategy config holding this one stays hashable, as before them).
+        return hash(self.model_dump_json())
+
     @field_validator("engine_args")
     @classmethod
     def _engine_args_known(cls, value: dict[str, Any]) -> dict[str, Any]:

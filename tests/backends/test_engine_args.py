@@ -130,6 +130,12 @@ def test_logits_processors_stay_tts_own():
         check_engine_arg("logits_processors")
 
 
+def test_a_config_with_engine_arguments_hashes_by_value_as_before():
+    a = VLLMBackendConfig(lora={"judge": "/a"}, speculative_config={"method": "ngram"})
+    assert hash(a) == hash(VLLMBackendConfig(lora={"judge": "/a"}, speculative_config={"method": "ngram"}))
+    assert len({a, VLLMBackendConfig()}) == 2
+
+
 def test_lora_roles_are_policy_verifier_and_judge():
     assert VLLMBackendConfig(lora={"policy": "/a", "verifier": "/b", "judge": "/c"}).lora["judge"] == "/c"
     with pytest.raises(ValidationError, match="lora.critic"):

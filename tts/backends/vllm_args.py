@@ -38,9 +38,8 @@ def visible_gpus() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
-def engine_kwargs(config: VLLMBackendConfig) -> dict[str, Any]:
-    """The ``vllm.LLM`` arguments of the big-model settings: those that differ from vLLM's defaults,
-    the LoRA switch and rank, and ``engine_args`` as given (its keys were checked by the config)."""
+def _settings_given(config: VLLMBackendConfig) -> dict[str, Any]:
+    """The first-class big-model settings that differ from their defaults (vLLM's own)."""
     out: dict[str, Any] = {}
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         if getattr(config, name) != 1:
@@ -48,6 +47,13 @@ def engine_kwargs(config: VLLMBackendConfig) -> dict[str, Any]:
     for name in ("quantization", "speculative_config", "max_num_seqs"):
         if getattr(config, name) is not None:
             out[name] = getattr(config, name)
+    return out
+
+
+def engine_kwargs(config: VLLMBackendConfig) -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments of the big-model settings: those given, the LoRA switch and rank,
+    and ``engine_args`` as given (its keys were checked by the config)."""
+    out = _settings_given(config)
     if config.lora:
         out["enable_lora"] = True
         out["max_loras"] = len(set(config.lora.values()))
@@ -146,13 +152,7 @@ def lora_requests(config: VLLMBackendConfig) -> dict[str, Any]:
 
 def describe_settings(config: VLLMBackendConfig) -> dict[str, Any]:
     """The big-model settings for the run manifest (those set; {} for a plain engine)."""
-    out: dict[str, Any] = {}
-    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        if getattr(config, name) != 1:
-            out[name] = getattr(config, name)
-    for name in ("quantization", "speculative_config", "max_num_seqs"):
-        if getattr(config, name) is not None:
-            out[name] = getattr(config, name)
+    out = _settings_given(config)
     if config.lora:
         out["lora"] = dict(config.lora)
     if config.engine_args:
