@@ -55,6 +55,13 @@ def engine_settings(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def engine_flags(accuracy: float, seed: int, max_model_len: int, kv_cache_gib: int | None,
+                 engine: list[str] | None) -> dict[str, Any]:
+    """The engine flags of ``tts serve`` and ``tts mcp`` as :func:`open_session` takes them."""
+    return {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib,
+            "settings": engine_settings(engine)}
+
+
 def build_generator(backend: str, model: str | None, base_url: str | None, accuracy: float, seed: int,
                     max_model_len: int, kv_cache_gib: int | None, upstream: Mapping[str, Any] | None = None,
                     engine: Mapping[str, Any] | None = None) -> object:
@@ -405,15 +412,13 @@ def serve_command(
         generator, session, name = open_session(
             backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                        "deadline": upstream_deadline, "concurrency": upstream_concurrency},
-            {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib,
-             "settings": engine_settings(engine)},
+            engine_flags(accuracy, seed, max_model_len, kv_cache_gib, engine),
             {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
              "max_workers": max(max_concurrent, 8) * max_choices}, calibrations)
         name = served_name or name
         config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
                              max_body_bytes=max_body_bytes, max_choices=max_choices, max_samples=max_samples,
-                             max_tokens=max_tokens,
-                             max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
+                             max_tokens=max_tokens, max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
                              calibrations=calibrations, prompt=prompt, allow_code_execution=allow_code_execution,
