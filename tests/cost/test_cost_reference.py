@@ -112,6 +112,7 @@ def _reference(arch, hw, prompt, cached, segments, budget, block, concurrency) -
     out["param_eflops"] = out["param_flops"] + i * out["weight_bytes"]
     out["attention_eflops"] = out["attention_flops"] + i * out["kv_bytes"]
     out["generated_tokens"] = sum(n for _, n in segments)
+    out["gpu_seconds"] = out["seconds"]  # one GPU
     return out
 
 
@@ -253,10 +254,10 @@ def test_sparse_attention_is_given_once_and_checked():
 
 
 def test_costs_add_field_by_field():
-    a = Cost(*(float(k) for k in range(1, 11)), generated_tokens=3)
-    b = Cost(*(10.0 * k for k in range(1, 11)), generated_tokens=4)
+    a = Cost(*(float(k) for k in range(1, 11)), generated_tokens=3, gpu_seconds=11.0)
+    b = Cost(*(10.0 * k for k in range(1, 11)), generated_tokens=4, gpu_seconds=110.0)
     total = a + b
-    assert [getattr(total, f.name) for f in fields(Cost)] == [11.0 * k for k in range(1, 11)] + [7]
+    assert [getattr(total, f.name) for f in fields(Cost)] == [11.0 * k for k in range(1, 11)] + [7, 121.0]
     assert Cost.total([a, b, a]) == a + b + a and Cost.total([a]) == a
     with pytest.raises(TypeError):
         a + 1

@@ -74,6 +74,9 @@ class GenerationRequest:
             ``tools``. None: no tools.
         tool_choice: OpenAI's ``tool_choice`` as JSON text (``"auto"``, ``"required"``, a named
             function), forwarded to upstreams that take it; None: the server's default.
+        role: Who asks: ``"policy"`` (a strategy's samples), ``"verifier"`` (generative
+            verification) or ``"judge"`` (the LLM judge). The vLLM backend runs each role's
+            requests on that role's LoRA adapter (``VLLMBackendConfig.lora``); others ignore it.
 
     Greedy sampling (``temperature == 0``) with ``n > 1`` asks for n copies of one sample:
     backends whose engine refuses that (vLLM) draw one sample and repeat it, counting the tokens
@@ -99,6 +102,7 @@ class GenerationRequest:
     thinking_budget: int | None = None
     tools: str | None = None
     tool_choice: str | None = None
+    role: str = "policy"
 
     def __post_init__(self) -> None:
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:

@@ -76,6 +76,7 @@ from tts.backends.chat_render import VLLMToolReader, forced_call_schema, forced_
 from tts.backends.confidence import CONFIDENCE_STOPPED, EXTRA_ARG, first_stop, token_confidences
 from tts.backends.thinking import count_reasoning_tokens, split_ids
 from tts.backends.tool_calls import uncut_calls
+from tts.backends.vllm_args import check_engine_settings, describe_settings, engine_kwargs, lora_requests, visible_gpus
 from tts.backends.vllm_stream import EngineGuard, EngineStream
 from tts.config import VLLMBackendConfig
 from tts.models import prepare_model
@@ -299,6 +300,7 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
     require_vllm()
     model = prepare_model(config.model)
     on_gpu = cuda_available()
+    check_engine_settings(config, model.path, visible_gpus() if on_gpu else 0)
     kwargs: dict[str, Any] = {
         "model": model.path,
         "dtype": choose_dtype(config.dtype, on_gpu),
@@ -314,6 +316,7 @@ def _start_engine(config: VLLMBackendConfig) -> tuple[Any, bool]:
     elif config.enforce_eager is not None:
         kwargs["enforce_eager"] = config.enforce_eager
     kwargs.update(reasoning_engine_kwargs(config))
+    kwargs.update(engine_kwargs(config))
     env: dict[str, str] = {}
     if config.deterministic:
         kwargs.update(deterministic_engine_kwargs(on_gpu))
@@ -435,6 +438,7 @@ def describe_engine(config: VLLMBackendConfig) -> dict[str, Any]:
         "prefix_caching": True,
         "batch_invariant_kernels": on_gpu and config.deterministic and _gpu_has_batch_invariant_kernels(),
         "max_model_len": config.max_model_len,
+        **describe_settings(config),
     }
     if config.reasoning_parser or config.reasoning_start or config.reasoning_end:  # a thinking model's delimiters
         info["reasoning"] = {"parser": config.reasoning_parser, "start": config.reasoning_start,
@@ -627,6 +631,8 @@ class VLLMGenerator:
     """(start, end) delimiter ids of the engine's reasoning config; None without one."""
     _tool_reader: VLLMToolReader | None = None
     """Reads the calls of replies to requests with tools (set at construction)."""
+    _lora: dict[str, Any] = {}  # noqa: RUF012 - read-only class default
+    """vLLM's ``LoRARequest`` per role (set at construction from ``config.lora``; {} without LoRA)."""
 
     def __init__(self, config: VLLMBackendConfig | None = None) -> None:
         self.config = config or VLLMBackendConfig()
@@ -638,6 +644,7 @@ class VLLMGenerator:
         self._tokenizer = self._llm.get_tokenizer()
         self._tool_reader.tokenizer = self._tokenizer
         self._think = _engine_delimiters(self._llm)
+        self._lora = lora_requests(self.config)
         if self._think is None and reasoning_engine_kwargs(self.config):
             logger.warning("vLLM did not enable the reasoning config for %s (its delimiters did not tokenize); "
                            "thinking budgets are refused and reasoning tokens are not counted", self.model_name)
@@ -788,7 +795,11 @@ class VLLMGenerator:
             return engine_completion(output, requests[i], prompt_token_ids, self._tool_reader, self._think)
 
         return EngineStream(llm.llm_engine, requests, prompts, [self._params(r) for r in requests], complete,
-                            self._engine_guard())
+                            self._engine_guard(), loras=self._request_loras(requests) if self._lora else None)
+
+    def _request_loras(self, requests: Sequence[GenerationRequest]) -> list[Any]:
+        """Each request's ``LoRARequest``: its role's adapter, or None (the base model)."""
+        return [self._lora.get(r.role) for r in requests]
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """All requests in one ``LLM.generate`` call; results in request order."""
@@ -799,7 +810,8 @@ class VLLMGenerator:
         params = [self._params(r) for r in requests]
         with self._engine_guard().held():  # not while a stream has requests in the engine
             start = time.perf_counter()
-            outputs = self._llm.generate(prompts, params, use_tqdm=False)
+            lora = {"lora_request": self._request_loras(requests)} if self._lora else {}
+            outputs = self._llm.generate(prompts, params, use_tqdm=False, **lora)
             wall = time.perf_counter() - start
         gen_tokens = [sum(len(c.token_ids) for c in o.outputs) for o in outputs]
         walls = split_wall_time(wall, gen_tokens)

@@ -108,6 +108,7 @@ class EngineStream(SampleStream):
             ``generate`` repeats it). Their ``output_kind`` is set to CUMULATIVE.
         complete: Makes a finished ``CompletionOutput`` a :class:`Completion`.
         guard: The engine's :class:`EngineGuard`.
+        loras: Each request's ``LoRARequest`` (None: the base model), or None for an engine without LoRA.
 
     Requests are sent when the stream is first read, all at once as ``generate`` sends them; the
     engine is left with none of them when iteration ends, is abandoned, or fails, and when
@@ -117,7 +118,8 @@ class EngineStream(SampleStream):
     """
 
     def __init__(self, engine: Any, requests: Sequence[GenerationRequest], prompts: Sequence[Any],
-                 params: Sequence[Any], complete: Complete, guard: EngineGuard) -> None:
+                 params: Sequence[Any], complete: Complete, guard: EngineGuard,
+                 loras: Sequence[Any] | None = None) -> None:
         super().__init__(requests)
         if not len(prompts) == len(params) == len(self.requests):
             raise ValueError(f"EngineStream needs one prompt and one SamplingParams per request, got "
@@ -128,6 +130,7 @@ class EngineStream(SampleStream):
             p.output_kind = RequestOutputKind.CUMULATIVE  # every step: each advancing sample so far
         self._engine, self._prompts, self._params = engine, list(prompts), list(params)
         self._complete, self._guard = complete, guard
+        self._loras = list(loras) if loras is not None else None
         tag = next(_stream_ids)
         self._ids = [f"tts-stream-{tag}-{i}" for i in range(len(self.requests))]
         self._index = {rid: i for i, rid in enumerate(self._ids)}
@@ -171,7 +174,8 @@ class EngineStream(SampleStream):
                     if self._state[i] == _PENDING:  # not cancelled before it was sent
                         self._state[i] = _RUNNING  # before add_request: a failed add is aborted too
                         self._sent[i] = True
-                        self._engine.add_request(self._ids[i], self._prompts[i], self._params[i])
+                        lora = {} if self._loras is None else {"lora_request": self._loras[i]}
+                        self._engine.add_request(self._ids[i], self._prompts[i], self._params[i], **lora)
             while _RUNNING in self._state:
                 with self._mutex:
                     if not self._engine.has_unfinished_requests():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from tts.backends.base import request_usage
 from tts.config import VLLMBackendConfig
@@ -19,8 +20,11 @@ _PROMPT = "Count slowly from one to one thousand, writing every number in words.
 
 
 @contextlib.contextmanager
-def measure_decode(model: str, max_model_len: int = 1024) -> Iterator[Callable[[int, int], tuple[float, Usage]]]:
+def measure_decode(model: str, max_model_len: int = 1024,
+                   **settings: Any) -> Iterator[Callable[[int, int], tuple[float, Usage]]]:
     """A timing function on one engine for ``model``, closed when the ``with`` block ends.
+
+    ``settings``: more :class:`~tts.config.VLLMBackendConfig` fields (``tensor_parallel_size=2``).
 
     Each call uses a prompt with a fresh prefix so that the prefix cache does not hide prefill.
     """
@@ -29,7 +33,7 @@ def measure_decode(model: str, max_model_len: int = 1024) -> Iterator[Callable[[
 
     from tts.backends.vllm import VLLMGenerator
 
-    gen = VLLMGenerator(VLLMBackendConfig(model=model, max_model_len=max_model_len))
+    gen = VLLMGenerator(VLLMBackendConfig(model=model, max_model_len=max_model_len, **settings))
     counter = iter(range(10**9))
 
     def run(n: int, gen_len: int) -> tuple[float, Usage]:

@@ -5,6 +5,8 @@ Examples:
     tts cost -m qwen3-0.6b -m qwen3-8b -m qwen3-32b --gpu b200 -n 8 --gen 16000
     tts cost -m qwen3-8b --gpu all -n 16 --gen 4000 --max-seconds 60 --price h100=2.10
     tts cost -m qwen3-8b -n 8 --gen 32000 --sparse block:64,size=16,local=128
+    tts cost -m meta-llama/Llama-3.1-70B-Instruct --gpu h100 --tp 2 --quantization awq
+    tts cost -m qwen3-8b --spec-acceptance 0.7 --spec-tokens 4 --spec-draft qwen3-0.6b
     tts cost calibrate --engine --model HuggingFaceTB/SmolLM2-135M-Instruct
 
 Library imports (numpy, scipy) happen inside the commands so that ``tts --help`` stays fast.
@@ -71,6 +73,20 @@ def cost(
                            ] = None,
     dtype_bytes: Annotated[int | None, typer.Option(
         min=1, help="Override bytes per weight/KV element (default: the config's dtype).")] = None,
+    tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica: FLOPs and weight "
+                                    "reads per GPU over it, plus the all-reduces; GPU-seconds and dollars "
+                                    "times it.")] = 1,
+    quantization: Annotated[str | None, typer.Option(
+        help="Weight quantization as vLLM names it: fp8, int8 (1 byte a weight), awq, gptq (4 bits + "
+        "scales).")] = None,
+    spec_acceptance: Annotated[float | None, typer.Option(
+        "--spec-acceptance", min=0.0, max=0.999, help="Speculative decoding: the chance a draft token is "
+        "accepted (Leviathan et al. 2023).")] = None,
+    spec_tokens: Annotated[int, typer.Option("--spec-tokens", min=1, help="Speculative decoding: draft tokens "
+                                             "per target forward.")] = 4,
+    spec_draft: Annotated[str | None, typer.Option(
+        "--spec-draft", metavar="MODEL", help="Speculative decoding: the draft model (default: none, as "
+        "n-gram lookup).")] = None,
     max_seconds: Annotated[float | None, typer.Option(
         "--max-seconds", help="With --gpu all: latency bound in predicted seconds per problem; "
         "names the cheapest GPU kind that meets it.")] = None,
@@ -96,15 +112,18 @@ def cost(
     rank_all = gpu.strip().lower() == "all"
     _check_max_seconds(max_seconds, rank_all, gpu)
     overrides, prices, kinds = _price_list(prices_file, price, gpu, rank_all)
+    deployment = _deployment(tp, quantization, spec_acceptance, spec_tokens, spec_draft)
     archs, devices, setting = _models_and_devices(model, kinds, dtype_bytes, sparse, sparse_kv,
-                                                  sparse_block)
+                                                  sparse_block, deployment)
     if setting is not None:
         sparse_kv = setting.budget
 
     shapes = planned(n, prompt, gen, cached)
     plan = {"strategy": strategy, "n": n, "prompt_tokens": prompt, "gen_tokens": gen,
-            "sparse_kv": sparse_kv, "sparse": setting.label if setting else None}
-    priced = _pricer(shapes, prices, concurrency, setting, sparse_kv, sparse_block)
+            "sparse_kv": sparse_kv, "sparse": setting.label if setting else None, "tensor_parallel": tp,
+            "quantization": quantization, "spec_acceptance": spec_acceptance,
+            "spec_tokens": spec_tokens if spec_acceptance is not None else None, "spec_draft": spec_draft}
+    priced = _pricer(shapes, prices, concurrency, setting, sparse_kv, sparse_block, deployment)
     if rank_all:
         reports = [_rank_gpus(arch, devices, priced, shapes, plan, overrides, concurrency,
                               max_seconds) for arch in archs]
@@ -181,9 +200,28 @@ def _price_list(prices_file: Path | None, price: list[str] | None, gpu: str,
     return overrides, prices, kinds
 
 
+def _deployment(tp: int, quantization: str | None, acceptance: float | None, tokens: int,
+                draft: str | None) -> dict[str, Any]:
+    """The CostModel's deployment settings of ``--tp``, ``--quantization`` and ``--spec-*``
+    (:mod:`tts.cost.deployment`); each is checked here, before anything is printed."""
+    from tts.cost.architecture import load_architecture
+    from tts.cost.deployment import Speculation, weight_bytes_per_param
+    from tts.cli.errors import fail
+
+    if acceptance is None and draft is not None:
+        raise fail("--spec-draft needs --spec-acceptance (the chance the target accepts a draft token)")
+    try:
+        weight_bytes_per_param(quantization, 2)
+        speculation = None if acceptance is None else Speculation(
+            acceptance, tokens, load_architecture(draft) if draft is not None else None)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    return {"tensor_parallel": tp, "quantization": quantization, "speculation": speculation}
+
+
 def _models_and_devices(model: list[str], kinds: list[str], dtype_bytes: int | None,
                         sparse: str | None, sparse_kv: int | None,
-                        sparse_block: int | None) -> tuple[list[Any], list[Any], Any]:
+                        sparse_block: int | None, deployment: dict[str, Any]) -> tuple[list[Any], list[Any], Any]:
     """The architectures of ``model``, the devices of ``kinds`` and the ``--sparse`` setting (or
     None); every flag is checked here, by building one cost model, before anything is printed."""
     from tts.cost.architecture import load_architecture
@@ -199,27 +237,28 @@ def _models_and_devices(model: list[str], kinds: list[str], dtype_bytes: int | N
                              "and --sparse-block")
         setting = SparseAttention.parse(sparse) if sparse is not None else None
         # Checks the sparse-attention flags before anything is printed.
-        CostModel(archs[0], devices[0], sparse_kv_budget=sparse_kv, sparse_block=sparse_block,
-                  sparse=setting)
+        for device in devices:
+            CostModel(archs[0], device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block,
+                      sparse=setting, **deployment)
     except ValueError as exc:
         raise fail(str(exc)) from None
     return archs, devices, setting
 
 
 def _pricer(shapes: list[Any], prices: dict[str, float], concurrency: int | None, setting: Any,
-            sparse_kv: int | None, sparse_block: int | None) -> Any:
+            sparse_kv: int | None, sparse_block: int | None, deployment: dict[str, Any]) -> Any:
     """``priced(arch, device) -> (cost, $/GPU-hour or None, $ or None)``: the planned requests'
     cost on one device under the sparse-attention flags, and its dollars where a price is known."""
     from tts.cost.cost_model import CostModel
 
     def priced(arch: Any, device: Any) -> tuple[Any, float | None, float | None]:
         if setting is not None:
-            cm = CostModel(arch, device, sparse=setting)
+            cm = CostModel(arch, device, sparse=setting, **deployment)
         else:
-            cm = CostModel(arch, device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block)
+            cm = CostModel(arch, device, sparse_kv_budget=sparse_kv, sparse_block=sparse_block, **deployment)
         c = _plan_cost(cm, shapes, concurrency)
         usd_h = prices.get(device.name.lower())
-        return c, usd_h, None if usd_h is None else c.seconds / 3600.0 * usd_h
+        return c, usd_h, None if usd_h is None else c.gpu_seconds / 3600.0 * usd_h
 
     return priced
 
@@ -232,6 +271,7 @@ def _cost_row(arch: Any, hardware: Any, plan: dict[str, Any], priced: Any,
         "model": arch.name, "params": arch.params, "active_params": arch.active_params,
         "hardware": hardware.name, "ridge": hardware.ridge, **plan,
         "flops": c.flops, "bytes": c.bytes, "eflops": c.eflops, "seconds": c.seconds,
+        "gpu_seconds": c.gpu_seconds,
         "param_flops": c.param_flops, "attention_flops": c.attention_flops,
         "weight_bytes": c.weight_bytes, "kv_bytes": c.kv_bytes, "dominant": c.dominant,
         "attention_share": c.attention_share, "eflops_per_token": c.eflops_per_token,
@@ -253,7 +293,8 @@ def _plan_cost(cm: Any, shapes: list[Any], concurrency: int | None) -> Any:
                        for sh in shapes])
 
 
-def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int) -> float:
+def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int,
+                   quantization: str | None = None) -> float:
     """Weights plus the KV cache of one problem with all its samples at full length at once.
 
     Full-attention layers hold every position; a sliding-window layer holds at most its window per
@@ -265,7 +306,12 @@ def _memory_needed(arch: Any, shapes: list[Any], prompt: int, n: int, gen: int) 
     cache = 0.0
     for _, kvb, window in arch.attention_groups():
         cache += kvb * (kv_tokens if window is None else sequences * min(window, prompt + gen))
-    return float(arch.params * arch.dtype_bytes + cache + arch.state_bytes_per_sequence * sequences)
+    from tts.cost.deployment import weight_bytes_per_param
+
+    # Quantization packs the matmul weights; an untied input embedding table stays at the dtype.
+    table = 0 if arch.tie_word_embeddings else arch.embedding_params
+    weights = (arch.params - table) * weight_bytes_per_param(quantization, arch.dtype_bytes) + table * arch.dtype_bytes
+    return float(weights + cache + arch.state_bytes_per_sequence * sequences)
 
 
 def _price_source(key: str, overrides: dict[str, float]) -> str:
@@ -282,12 +328,13 @@ def _rank_gpus(arch: Any, devices: list[Any], priced: Any, shapes: list[Any],
     """Every GPU kind's seconds and dollars for one problem of ``arch``, cheapest first."""
     from tts.cost.prices import PRICE_BASIS, Quote, rank_by_dollars
 
-    need = _memory_needed(arch, shapes, plan["prompt_tokens"], plan["n"], plan["gen_tokens"])
+    need = _memory_needed(arch, shapes, plan["prompt_tokens"], plan["n"], plan["gen_tokens"], plan["quantization"])
     quotes, usable = [], {}
+    gpus = plan["tensor_parallel"]
     for device in devices:
         c, usd_h, _ = priced(arch, device)
-        usable[device.name] = _MEMORY_UTILIZATION * device.memory_bytes
-        quotes.append(Quote(device.name, c.seconds, usd_h, need <= usable[device.name]))
+        usable[device.name] = _MEMORY_UTILIZATION * device.memory_bytes * gpus
+        quotes.append(Quote(device.name, c.seconds, usd_h, need <= usable[device.name], gpus=gpus))
     ranking = rank_by_dollars(quotes, max_seconds)
     return {
         "model": arch.name, **plan, "concurrency": concurrency, "max_seconds": max_seconds,
@@ -314,14 +361,16 @@ def _print_ranking(report: dict[str, Any]) -> None:
 
     bound = report["max_seconds"]
     title = (f"{report['model'].rpartition('/')[2]}, {report['strategy']}: n={report['n']}, "
-             f"prompt={report['prompt_tokens']}, gen={report['gen_tokens']}")
+             f"prompt={report['prompt_tokens']}, gen={report['gen_tokens']}") + _deployment_label(report)
     if report["sparse"]:
         title += f", sparse {report['sparse']} (KV budget {report['sparse_kv']})"
     elif report["sparse_kv"]:
         title += f", sparse KV {report['sparse_kv']}"
     yours = any(r["price_source"] == "user" for r in report["ranking"])
-    alone = ("one problem alone on one GPU" if report["concurrency"] is None else
-             f"one problem's share of a GPU running {report['concurrency']} sequences")
+    gpus = report.get("tensor_parallel") or 1
+    where = "one GPU" if gpus == 1 else f"{gpus} GPUs (tensor parallel; $ counts all {gpus})"
+    alone = (f"one problem alone on {where}" if report["concurrency"] is None else
+             f"one problem's share of {where} running {report['concurrency']} sequences")
     caption = (f"Cheapest first. $/GPU-h: {report['price_basis']}{' (* yours)' if yours else ''}"
                f"; change with --price KIND=USD or --prices FILE. seconds: roofline, {alone}. "
                f"memory: weights + KV of all samples / {report['memory_utilization']:.0%} of GPU "
@@ -361,12 +410,26 @@ def _print_ranking(report: dict[str, Any]) -> None:
                       f"{said(fastest)}.")
 
 
+def _deployment_label(row: dict[str, Any]) -> str:
+    """The deployment settings of a report as a title's tail (empty for one GPU at the dtype)."""
+    parts = []
+    if row.get("tensor_parallel", 1) > 1:
+        parts.append(f"tensor parallel {row['tensor_parallel']}")
+    if row.get("quantization"):
+        parts.append(f"{row['quantization']} weights")
+    if row.get("spec_acceptance") is not None:
+        draft = f", draft {row['spec_draft']}" if row.get("spec_draft") else ""
+        parts.append(f"speculative k={row['spec_tokens']} a={row['spec_acceptance']:g}{draft}")
+    return "".join(f", {p}" for p in parts)
+
+
 def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
     from rich.table import Table
 
     first = rows[0]
     title = (f"{first['strategy']}: n={first['n']}, prompt={first['prompt_tokens']}, "
              f"gen={first['gen_tokens']} on {hw_name} (I = {ridge:.4g} FLOP/byte)")
+    title += _deployment_label(first)
     if first["sparse"]:
         title += f", sparse {first['sparse']} (KV budget {first['sparse_kv']})"
     elif first["sparse_kv"]:
@@ -388,8 +451,9 @@ def _print_rows(rows: list[dict[str, Any]], hw_name: str, ridge: float) -> None:
                           f"{hw_name.lower()}=USD_PER_HOUR")
         else:
             basis = "your price" if r["price_source"] == "user" else "approx. list price"
+            gpus = f" x {r['tensor_parallel']} GPUs" if r.get("tensor_parallel", 1) > 1 else ""
             table.add_row("dollars", _dollars(r["dollars"]),
-                          f"at ${r['usd_per_gpu_hour']:.2f}/GPU-h ({basis}; --price to change)")
+                          f"at ${r['usd_per_gpu_hour']:.2f}/GPU-h{gpus} ({basis}; --price to change)")
         table.add_row("dominant", r["dominant"], "compute = FLOPs, memory = I x bytes")
     else:
         table = Table("model", "params", "FLOPs", "bytes", "eFLOPs", "attn/KV", "eFLOP/tok",

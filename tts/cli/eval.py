@@ -54,6 +54,7 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     BACKENDS.check(backend["kind"])
     if opts["model"] is not None:
         backend["model"] = opts["model"]
+    backend = _backend_settings(backend, opts.get("settings") or [])
     if opts["base_url"] is not None:
         if backend["kind"] != "openai":
             raise fail("--base-url only applies to --backend openai.")
@@ -120,6 +121,24 @@ def _verifier_from_flag(value: str) -> str | dict[str, Any]:
     return {"kind": name, "model": model}
 
 
+_BACKEND_MAPPINGS = ("engine_args", "lora", "speculative_config")
+"""Backend settings that are mappings: ``--set backend.engine_args.KEY=VALUE`` sets one key of them."""
+
+
+def _backend_settings(backend: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    """``backend`` with the ``--set backend.KEY=VALUE`` (and ``backend.MAPPING.KEY=VALUE``) items
+    applied; the backend's config checks the names and values."""
+    out = dict(backend)
+    for path, value in _parse_settings(items):
+        if path[0] != "backend":
+            continue
+        if len(path) == 2:
+            out[path[1]] = value
+        else:
+            out[path[1]] = {**(out.get(path[1]) or {}), path[2]: value}
+    return out
+
+
 def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
     """``--set KEY=VALUE`` items as (dotted path, YAML-parsed value)."""
     import yaml
@@ -128,13 +147,16 @@ def _parse_settings(items: list[str]) -> list[tuple[list[str], Any]]:
     for item in items:
         key, sep, raw = item.partition("=")
         path = key.strip().split(".")
-        if not sep or not all(path) or len(path) > 2 or (len(path) == 2 and path[0] not in ("verifier", "data",
-                                                                                               "allocation", "stop")):
+        nested = len(path) == 3 and path[0] == "backend" and path[1] in _BACKEND_MAPPINGS
+        if not sep or not all(path) or (len(path) > 2 and not nested) or (
+                len(path) == 2 and path[0] not in ("verifier", "data", "allocation", "stop", "backend")):
             raise fail(f"--set {item!r}: write KEY=VALUE for a strategy setting (--set balance_temperature=0.1), "
                        "verifier.KEY=VALUE for a verifier setting (--set verifier.aggregation=last), "
                        "stop=RULE or stop.KEY=VALUE for a per-request stop (--set stop=horizon --set stop.wave=8), "
-                       "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains) or "
-                       "allocation.KEY=VALUE for a setting of --allocate's online rule (--set allocation.rule=dirichlet).")
+                       "data.KEY=VALUE for a benchmark option (--set data.steps=6 on chains), "
+                       "allocation.KEY=VALUE for a setting of --allocate's online rule (--set allocation.rule=dirichlet) "
+                       "or backend.KEY=VALUE for a backend setting (--set backend.tensor_parallel_size=2, "
+                       "--set backend.engine_args.max_num_batched_tokens=8192, --set backend.lora.judge=DIR).")
         try:
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
@@ -162,7 +184,7 @@ def _apply_strategy_flags(strategies: list[dict[str, Any]], opts: dict[str, Any]
                 value = _verifier_from_flag(value)
             settings.append(([field], value, flag))
     settings += [(path, value, f"--set {'.'.join(path)}") for path, value in _parse_settings(opts.get("settings") or [])
-                 if len(path) == 1 or path[0] not in ("data", "allocation")]  # taken by the data and allocation sections
+                 if len(path) == 1 or path[0] not in ("data", "allocation", "backend")]  # taken by their sections
 
     def fields(kind: str) -> dict[str, Any]:
         return STRATEGIES.load(kind).config_class.model_fields

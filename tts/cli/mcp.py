@@ -62,6 +62,7 @@ def mcp_command(
     seed: shared.Seed = 0,
     max_model_len: shared.MaxModelLen = 2048,
     kv_cache_gib: shared.KvCacheGib = None,
+    engine: shared.EngineSetting = None,
 ) -> None:
     """Serve test-time strategies as an MCP tool, solve(question, strategy, n, budget) -> answer, confidence,
     cost, over stdio or streamable HTTP. Clients choose only among what these flags allow."""
@@ -77,13 +78,12 @@ def mcp_command(
         if transport == "http":
             shared.check_listen(host, port)
         signal.signal(signal.SIGTERM, exit_on_signal)  # run_then_close shuts the engine down
-        # Over stdio, stdout carries the protocol: the engine (and its worker processes) and any log line
-        # written before the transport takes stdout over must go elsewhere.
+        # Over stdio, stdout carries the protocol: the engine, its workers and early log lines go elsewhere.
         with stdout_to_stderr():
             generator, session, name = shared.open_session(
                 backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                            "deadline": upstream_deadline, "concurrency": upstream_concurrency},
-                {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib},
+                shared.engine_flags(accuracy, seed, max_model_len, kv_cache_gib, engine),
                 {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
                  "max_workers": max(max_concurrent, 8)}, calibrations)
             config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,

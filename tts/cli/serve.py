@@ -24,19 +24,64 @@ from tts.cli.stopped import exit_on_signal
 API_KEY_ENV = "TTS_API_KEY"
 
 
+def engine_settings(items: list[str] | None) -> dict[str, Any]:
+    """``--engine KEY=VALUE`` items as vLLM backend settings: ``tensor_parallel_size=2``,
+    ``quantization=awq``, ``lora.judge=DIR``, ``engine_args.max_num_batched_tokens=8192`` (values read
+    as YAML). The backend config checks the names and values.
+
+    Raises:
+        BackendError: An item that is not KEY=VALUE or nests deeper than MAPPING.KEY.
+    """
+    import yaml
+
+    from tts.backends.base import BackendError
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(path) or len(path) > 2:
+            raise BackendError(f"--engine {item!r}: write KEY=VALUE for a vLLM backend setting (--engine "
+                               "tensor_parallel_size=2) or MAPPING.KEY=VALUE for one key of engine_args, lora or "
+                               "speculative_config (--engine engine_args.max_num_batched_tokens=8192)")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        if len(path) == 1:
+            out[path[0]] = value
+        else:
+            out[path[0]] = {**(out.get(path[0]) or {}), path[1]: value}
+    return out
+
+
+def engine_flags(accuracy: float, seed: int, max_model_len: int, kv_cache_gib: int | None,
+                 engine: list[str] | None) -> dict[str, Any]:
+    """The engine flags of ``tts serve`` and ``tts mcp`` as :func:`open_session` takes them."""
+    return {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib,
+            "settings": engine_settings(engine)}
+
+
 def build_generator(backend: str, model: str | None, base_url: str | None, accuracy: float, seed: int,
-                    max_model_len: int, kv_cache_gib: int | None, upstream: Mapping[str, Any] | None = None) -> object:
+                    max_model_len: int, kv_cache_gib: int | None, upstream: Mapping[str, Any] | None = None,
+                    engine: Mapping[str, Any] | None = None) -> object:
     """The generator ``tts serve`` keeps warm.
 
     ``scripted`` is the deterministic test backend: with no problems known in advance, every
     question is answered "42" with probability ``accuracy`` (wrong answers 41 and 43, the rest no
-    answer), so that clients, limits and load can be exercised without an engine.
+    answer), so that clients, limits and load can be exercised without an engine. ``engine``: more
+    vLLM backend settings (:func:`engine_settings`), refused on other backends.
     """
     from pydantic import TypeAdapter
 
     from tts.backends.factory import create_generator
     from tts.config import BackendConfig
 
+    if engine and backend != "vllm":
+        from tts.backends.base import BackendError
+
+        raise BackendError(f"--engine sets the in-process vLLM engine; the {backend} backend runs none (drop "
+                           "--engine, or use --backend vllm)")
     if backend == "scripted":
         from tts.backends.scripted import ScriptedGenerator
 
@@ -54,6 +99,7 @@ def build_generator(backend: str, model: str | None, base_url: str | None, accur
         spec.update(max_model_len=max_model_len, seed=seed)
         if kv_cache_gib is not None:
             spec["kv_cache_gib"] = kv_cache_gib
+        spec.update(engine or {})
     return create_generator(TypeAdapter(BackendConfig).validate_python(spec), [])
 
 
@@ -182,6 +228,10 @@ Accuracy = Annotated[float, typer.Option(min=0.0, max=0.9, help="scripted: chanc
 Seed = Annotated[int, typer.Option(help="Run seed (engine seed of vllm and scripted).")]
 MaxModelLen = Annotated[int, typer.Option(min=64, help="vllm: longest prompt + completion.")]
 KvCacheGib = Annotated[int | None, typer.Option(min=1, help="vllm on CPU: KV-cache GiB.")]
+EngineSetting = Annotated[list[str] | None, typer.Option(
+    "--engine", metavar="KEY=VALUE", help="vllm: an engine setting (repeatable): tensor_parallel_size=2, "
+    "quantization=awq, max_num_seqs=128, lora.judge=DIR, speculative_config.method=ngram, or any vLLM engine "
+    "argument as engine_args.NAME=VALUE (docs/install.md, Big models).")]
 Host = Annotated[str, typer.Option(help="Interface to listen on over HTTP (127.0.0.1: this machine only).")]
 Port = Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on over HTTP.")]
 
@@ -270,7 +320,8 @@ def open_session(backend: str, model: str | None, base_url: str | None, upstream
     from tts.session import Session
 
     generator = build_generator(backend, model, base_url, engine["accuracy"], engine["seed"],
-                                engine["max_model_len"], engine["kv_cache_gib"], upstream=upstream)
+                                engine["max_model_len"], engine["kv_cache_gib"], upstream=upstream,
+                                engine=engine.get("settings"))
     name = model or (DEFAULT_MODEL if backend != "scripted" else "scripted")
     # The scripted backend runs no model: its tokens are priced only as a model the operator names.
     pricing = session.get("price_as") or (None if backend == "scripted" else model or DEFAULT_MODEL)
@@ -345,6 +396,7 @@ def serve_command(
     seed: Seed = 0,
     max_model_len: MaxModelLen = 2048,
     kv_cache_gib: KvCacheGib = None,
+    engine: EngineSetting = None,
 ) -> None:
     """Serve test-time strategies behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /v1/models, /metrics, /health). The model name chooses the strategy: sc-16/<model>, beam-4x8/<model>."""
@@ -360,14 +412,13 @@ def serve_command(
         generator, session, name = open_session(
             backend, model, base_url, {"timeout": upstream_timeout, "max_retries": upstream_retries,
                                        "deadline": upstream_deadline, "concurrency": upstream_concurrency},
-            {"accuracy": accuracy, "seed": seed, "max_model_len": max_model_len, "kv_cache_gib": kv_cache_gib},
+            engine_flags(accuracy, seed, max_model_len, kv_cache_gib, engine),
             {"max_tokens": default_max_tokens, "batch_window": batch_window, "gpu": gpu, "price_as": price_as,
              "max_workers": max(max_concurrent, 8) * max_choices}, calibrations)
         name = served_name or name
         config = ServeConfig(model=name, default_strategy=strategy, stop=stop_settings, api_key=key,
                              max_body_bytes=max_body_bytes, max_choices=max_choices, max_samples=max_samples,
-                             max_tokens=max_tokens,
-                             max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
+                             max_tokens=max_tokens, max_budget_tokens=max_budget_tokens, max_concurrent=max_concurrent,
                              rate_limit_tokens=rate_limit_tokens, body_timeout=body_timeout,
                              strategies=tuple(allow_strategy) if allow_strategy else None, verifiers=verifiers,
                              calibrations=calibrations, prompt=prompt, allow_code_execution=allow_code_execution,

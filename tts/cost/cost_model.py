@@ -51,6 +51,7 @@ from typing import Literal
 import numpy as np
 
 from tts.cost.architecture import ModelArchitecture
+from tts.cost.deployment import Speculation, allreduce_bytes_per_gpu, weight_bytes_per_param
 from tts.cost.hardware import Hardware
 from tts.types import Usage
 
@@ -66,6 +67,8 @@ class Cost:
         bytes: Memory traffic, bytes (``weight_bytes + kv_bytes``).
         eflops: Kinetics eFLOPs, ``flops + I * bytes`` (``param_eflops + attention_eflops``).
         seconds: Roofline time on the hardware (the request's share when concurrency is given).
+        gpu_seconds: ``seconds`` times the GPUs that run the model (tensor parallelism rents them
+            all); what GPU-hour prices multiply. Left out: ``seconds`` (one GPU).
         param_flops: Linear-layer FLOPs, 2 per flop-parameter per token.
         attention_flops: q.k and attention-weighted-value FLOPs (plus sparse block scoring).
         weight_bytes: Weight reads.
@@ -86,6 +89,16 @@ class Cost:
     param_eflops: float = 0.0
     attention_eflops: float = 0.0
     generated_tokens: int = 0
+    gpu_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_seconds is None:  # priced on one GPU
+            object.__setattr__(self, "gpu_seconds", self.seconds)
+
+    def scaled(self, factor: float) -> Cost:
+        """Every quantity times ``factor`` (the generated tokens too, rounded)."""
+        return Cost(**{f.name: getattr(self, f.name) * factor for f in fields(Cost) if f.name != "generated_tokens"},
+                    generated_tokens=round(self.generated_tokens * factor))
 
     @property
     def dominant(self) -> Literal["compute", "memory"]:
@@ -228,6 +241,13 @@ class CostModel:
             key per block read and dotted with the query each step, as in Kinetics).
         sparse: The same in Kinetics' terms (:class:`SparseAttention`: top-k or block top-k with a
             local window); sets the two above, so it cannot be combined with them.
+        tensor_parallel: GPUs the model is split over (:mod:`tts.cost.deployment`): per-GPU FLOPs
+            and weight reads are the total over it, plus two all-reduces per layer over the
+            device's interconnect; ``gpu_seconds`` is the wall time times it.
+        quantization: vLLM's quantization method of the weights (``fp8``, ``awq``, ``gptq``, ...):
+            their bytes per weight in the weight reads (:data:`tts.cost.deployment.WEIGHT_BYTES`).
+        speculation: Speculative decoding (:class:`tts.cost.deployment.Speculation`): target
+            forwards per token, positions per forward and the draft's cost.
 
     Example:
         >>> from tts.cost import architecture, hardware
@@ -239,7 +259,18 @@ class CostModel:
 
     def __init__(self, arch: ModelArchitecture, hardware: Hardware,
                  sparse_kv_budget: int | None = None, sparse_block: int | None = None,
-                 sparse: SparseAttention | None = None) -> None:
+                 sparse: SparseAttention | None = None, tensor_parallel: int = 1,
+                 quantization: str | None = None, speculation: Speculation | None = None) -> None:
+        if tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel is a number of GPUs >= 1, got {tensor_parallel}")
+        if tensor_parallel > 1 and hardware.interconnect is None:
+            raise ValueError(f"{hardware.name} has no interconnect bandwidth in the hardware table, so tensor "
+                             "parallelism over it cannot be priced; use --tp 1 or a GPU of the table")
+        self.tensor_parallel = tensor_parallel
+        self.quantization = quantization
+        # Weight reads scale by the quantized width over the dtype's (checked here: an unknown method).
+        self._weight_scale = weight_bytes_per_param(quantization, arch.dtype_bytes) / arch.dtype_bytes
+        self.speculation = speculation
         if sparse is not None:
             if sparse_kv_budget is not None or sparse_block is not None:
                 raise ValueError("give sparse attention once: either sparse= or "
@@ -371,18 +402,21 @@ class CostModel:
         pre_param = 2.0 * pc * new
         pre_attn = sum(flops * float(_series(np.array([cached]), np.array([prompt]), window)[0])
                        for flops, _, window, _ in self._groups(prefill=True))
-        pre_weight = float(a.weight_bytes_per_step(new)) if new else 0.0
+        pre_weight = float(a.weight_bytes_per_step(new)) * self._weight_scale if new else 0.0
         # Read the cached prefix, write the rest (and a hybrid's recurrent state once).
         pre_kv = kvb * (cached + new) + state if new else 0.0
-        pre_seconds = max((pre_param + pre_attn) / hw.peak_flops,
-                          (pre_weight + pre_kv) / hw.bandwidth) if new else 0.0
+        tp, kv_shards = self.tensor_parallel, min(self.tensor_parallel, a.kv_heads)
+        pre_seconds = (max((pre_param + pre_attn) / tp / hw.peak_flops,
+                           (pre_weight / tp + pre_kv / kv_shards) / hw.bandwidth)
+                       + self._allreduce_seconds(new)) if new else 0.0
 
         # 2. Decode totals in closed form (arithmetic series over each segment's contexts).
         dense_ctx = _series(start, start + length, None)  # per-sequence sum of ctx
         # KV positions read: prompt once per step, own tokens while generating, held tokens after.
         shared_read = prompt * steps + float(np.sum(length * (length + 1) / 2 + length * hold))
         dec_param = 2.0 * pc * tokens
-        dec_attn, dec_kv = 0.0, kvb * tokens + 2.0 * state * tokens  # KV writes, state read+write
+        dec_attn, dec_kv = 0.0, 0.0
+        writes = kvb * tokens + 2.0 * state * tokens  # KV writes, state read+write: per position
         for flops, group_kvb, cap, _ in self._groups():
             if cap is None:  # dense: the shared prefix is read once per step
                 dec_attn += flops * float(dense_ctx.sum())
@@ -398,18 +432,53 @@ class CostModel:
         # 3. Per-step profile for weights (MoE) and roofline seconds, via difference arrays.
         dec_weight, dec_seconds = self._decode_steps(prompt, offset, length, hold, steps,
                                                      concurrency)
+        spec = self.speculation
+        if spec is not None:
+            # Per generated token: 1/E target forwards, each computing and writing k + 1 positions
+            # and reading weights and KV once (Leviathan et al. 2023; tts.cost.deployment).
+            per_position = spec.positions_per_forward * spec.forwards_per_token
+            dec_param, dec_attn, writes = dec_param * per_position, dec_attn * per_position, writes * per_position
+            dec_kv *= spec.forwards_per_token
+        dec_kv += writes
 
-        param_flops, attn_flops = pre_param + dec_param, pre_attn + dec_attn
-        weight_bytes, kv_bytes = pre_weight + dec_weight, pre_kv + dec_kv
+        pre = self._priced(pre_param, pre_attn, pre_weight, pre_kv, pre_seconds, 0)
+        dec = self._priced(dec_param, dec_attn, dec_weight, dec_kv, dec_seconds, tokens)
+        out = pre + dec
+        if spec is not None and spec.draft is not None:
+            # The draft prefills the prompt and runs k one-token forwards per target forward.
+            draft = CostModel(spec.draft, hw, tensor_parallel=self.tensor_parallel)
+            draft_pre, draft_dec = draft._parts(prompt, cached, offset, length, hold, concurrency)
+            out = out + draft_pre + draft_dec.scaled(spec.tokens * spec.forwards_per_token)
+            out = Cost(**{**{f.name: getattr(out, f.name) for f in fields(Cost)}, "generated_tokens": tokens})
+        return out
+
+    def _priced(self, param_flops: float, attn_flops: float, weight_bytes: float, kv_bytes: float,
+                seconds: float, tokens: int) -> Cost:
+        """One phase's Cost from its FLOPs, bytes and wall seconds (GPU-seconds: times the GPUs)."""
         i = self.ridge
         return Cost(
             flops=param_flops + attn_flops, bytes=weight_bytes + kv_bytes,
             eflops=param_flops + attn_flops + i * (weight_bytes + kv_bytes),
-            seconds=pre_seconds + dec_seconds, param_flops=param_flops,
+            seconds=seconds, gpu_seconds=seconds * self.tensor_parallel, param_flops=param_flops,
             attention_flops=attn_flops, weight_bytes=weight_bytes, kv_bytes=kv_bytes,
             param_eflops=param_flops + i * weight_bytes, attention_eflops=attn_flops + i * kv_bytes,
             generated_tokens=tokens,
         )
+
+    def _parts(self, prompt: int, cached: int, offset: np.ndarray, length: np.ndarray,
+               hold: np.ndarray, concurrency: int | None) -> tuple[Cost, Cost]:
+        """(prefill, decode) of :meth:`_cost` for a model without speculation (a draft)."""
+        whole = self._cost(prompt, cached, offset, length, hold, concurrency)
+        prefill = self._cost(prompt, cached, offset, np.zeros_like(length), hold, concurrency)
+        return prefill, Cost(**{f.name: getattr(whole, f.name) - getattr(prefill, f.name) for f in fields(Cost)})
+
+    def _allreduce_seconds(self, positions: float | np.ndarray) -> float | np.ndarray:
+        """Seconds of one forward pass's all-reduces over ``positions`` positions (0 on one GPU)."""
+        if self.tensor_parallel <= 1:
+            return 0.0 * positions
+        a = self.arch
+        sent = allreduce_bytes_per_gpu(self.tensor_parallel, 1.0, a.hidden_size, a.dtype_bytes, a.layers)
+        return sent * positions / float(self.hardware.interconnect or 1.0)
 
     def _groups(self, prefill: bool = False) -> list[tuple[float, float, int | None, int]]:
         """``(attention FLOPs per position, KV bytes per position, cap, layers)`` per layer group.
@@ -454,8 +523,10 @@ class CostModel:
         dense_read = prompt + slope * s + const
         ctx = prompt + s
 
-        flops = active * 2.0 * float(a.flop_params)
-        kv_bytes = active * (float(a.kv_bytes_per_token) + 2.0 * a.state_bytes_per_sequence)
+        spec = self.speculation
+        per_forward = 1 if spec is None else spec.positions_per_forward  # positions computed per step
+        flops = active * 2.0 * float(a.flop_params) * per_forward
+        kv_bytes = active * (float(a.kv_bytes_per_token) + 2.0 * a.state_bytes_per_sequence) * per_forward
         for per_pos, group_kvb, cap, _ in self._groups():
             if cap is None:
                 flops += active * per_pos * ctx
@@ -467,8 +538,12 @@ class CostModel:
             flops += active * 2.0 * a.full_layers * a.heads * a.head_dim * ctx / block
             kv_bytes += self._full_kvb() / 2 * dense_read / block
         if concurrency is None:
-            weight = a.weight_bytes_per_step(active)
+            weight = a.weight_bytes_per_step(active) * self._weight_scale
         else:
-            weight = a.weight_bytes_per_step(float(concurrency)) * active / concurrency
-        seconds = np.maximum(flops / hw.peak_flops, (weight + kv_bytes) / hw.bandwidth)
-        return float(np.sum(weight)), float(np.sum(seconds))
+            weight = a.weight_bytes_per_step(float(concurrency)) * active / concurrency * self._weight_scale
+        tp, kv_shards = self.tensor_parallel, min(self.tensor_parallel, a.kv_heads)
+        seconds = (np.maximum(flops / tp / hw.peak_flops, (weight / tp + kv_bytes / kv_shards) / hw.bandwidth)
+                   + self._allreduce_seconds(active * per_forward))
+        # With speculation each step stands for 1/E target forwards (Leviathan et al. 2023).
+        forwards = 1.0 if spec is None else spec.forwards_per_token
+        return float(np.sum(weight)) * forwards, float(np.sum(seconds)) * forwards

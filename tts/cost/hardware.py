@@ -32,6 +32,9 @@ class Hardware:
         memory_bytes: Device memory in bytes.
         peak_flops_fp8: Peak dense fp8 FLOP/s, None where the device has no fp8 tensor cores.
         source: Where the numbers come from.
+        interconnect: GPU-to-GPU bandwidth each way, bytes/s (NVLink, else PCIe): half the
+            datasheet's bidirectional total. Prices tensor parallelism's all-reduces; None: unknown
+            (a CPU), and tensor parallelism is not priced.
     """
 
     name: str
@@ -40,6 +43,7 @@ class Hardware:
     memory_bytes: float
     peak_flops_fp8: float | None = None
     source: str = ""
+    interconnect: float | None = None
 
     def __post_init__(self) -> None:
         if self.peak_flops <= 0 or self.bandwidth <= 0:
@@ -65,23 +69,25 @@ class Hardware:
 
 _T, _G = 1e12, 1e9
 _HOPPER = "NVIDIA H100 Tensor Core GPU datasheet"
+# Interconnect each way = the datasheet's bidirectional figure / 2: NVLink 900 GB/s (H100 SXM, H200),
+# 1.8 TB/s (B200), 600 GB/s (A100 SXM; H100 PCIe's NVLink bridge); PCIe Gen4 x16 64 GB/s (L40S, RTX 4090).
 HARDWARE: dict[str, Hardware] = {
     h.name.lower(): h
     for h in (
-        Hardware("H100-SXM", 989.4 * _T, 3.35e12, 80 * _G, 1978.9 * _T, f"{_HOPPER} (SXM5)"),
-        Hardware("H100-PCIe", 756 * _T, 2.0e12, 80 * _G, 1513 * _T, f"{_HOPPER} (PCIe)"),
+        Hardware("H100-SXM", 989.4 * _T, 3.35e12, 80 * _G, 1978.9 * _T, f"{_HOPPER} (SXM5)", 450 * _G),
+        Hardware("H100-PCIe", 756 * _T, 2.0e12, 80 * _G, 1513 * _T, f"{_HOPPER} (PCIe)", 300 * _G),
         Hardware("H200", 989.4 * _T, 4.8e12, 141 * _G, 1978.9 * _T,
-                 "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+                 "NVIDIA H200 Tensor Core GPU datasheet (SXM)", 450 * _G),
         Hardware("B200", 2250 * _T, 8.0e12, 180 * _G, 4500 * _T,
-                 "NVIDIA DGX B200 / HGX B200 datasheet, per GPU (dense = half the sparse figure)"),
+                 "NVIDIA DGX B200 / HGX B200 datasheet, per GPU (dense = half the sparse figure)", 900 * _G),
         Hardware("A100-40GB", 312 * _T, 1.555e12, 40 * _G, None,
-                 "NVIDIA A100 Tensor Core GPU datasheet (SXM 40GB)"),
+                 "NVIDIA A100 Tensor Core GPU datasheet (SXM 40GB)", 300 * _G),
         Hardware("A100-80GB", 312 * _T, 2.039e12, 80 * _G, None,
-                 "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB)"),
-        Hardware("L40S", 362.05 * _T, 864 * _G, 48 * _G, 733 * _T, "NVIDIA L40S GPU datasheet"),
+                 "NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB)", 300 * _G),
+        Hardware("L40S", 362.05 * _T, 864 * _G, 48 * _G, 733 * _T, "NVIDIA L40S GPU datasheet", 32 * _G),
         Hardware("RTX-4090", 165.2 * _T, 1008 * _G, 24 * _G, 330.3 * _T,
                  "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090, "
-                 "FP32 accumulate)"),
+                 "FP32 accumulate)", 32 * _G),
     )
 }
 

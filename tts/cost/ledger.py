@@ -61,7 +61,7 @@ class LedgerEntry:
         c = self.cost
         return Cost(**{f: getattr(c, f) / k for f in ("flops", "bytes", "eflops", "seconds", "param_flops",
                                                       "attention_flops", "weight_bytes", "kv_bytes",
-                                                      "param_eflops", "attention_eflops")},
+                                                      "param_eflops", "attention_eflops", "gpu_seconds")},
                     generated_tokens=round(c.generated_tokens / k))
 
 

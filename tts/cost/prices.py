@@ -235,20 +235,22 @@ class Quote:
 
     Args:
         kind: Display name of the GPU kind.
-        seconds: Predicted GPU-seconds.
+        seconds: Predicted wall seconds.
         usd_per_hour: Its price per GPU-hour.
-        fits: Whether the work fits in the GPU's memory.
+        fits: Whether the work fits in the GPUs' memory.
+        gpus: GPUs that run it together (tensor parallelism), all rented for ``seconds``.
     """
 
     kind: str
     seconds: float
     usd_per_hour: float
     fits: bool = True
+    gpus: int = 1
 
     @property
     def dollars(self) -> float:
-        """US dollars for the work: seconds times the hourly price."""
-        return self.seconds / 3600.0 * self.usd_per_hour
+        """US dollars for the work: GPU-seconds (seconds times the GPUs) times the hourly price."""
+        return self.seconds * self.gpus / 3600.0 * self.usd_per_hour
 
 
 @dataclass(frozen=True, slots=True)

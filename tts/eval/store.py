@@ -30,9 +30,22 @@ MANIFEST = "run.json"
 # Config fields that may change between a run and its resumption without changing any result.
 # Settings that change how a run goes, not what it computes: a run may resume under other values
 # (requests in flight to a server: its default rose from 8 to 64 for local servers).
-_RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout", "backend.concurrency"}
+# How many GPUs run the model and how many sequences it takes at once change the schedule, not the
+# model: a run started on one GPU may finish on two. The model, its quantization, its LoRA adapters
+# and speculative decoding (its draft changes the samples on vLLM's non-lossless paths) may not change.
+_RESUMABLE_FIELDS = {"out", "batch_size", "data.limit", "grading_timeout", "backend.concurrency",
+                     "backend.tensor_parallel_size", "backend.pipeline_parallel_size", "backend.data_parallel_size",
+                     "backend.max_num_seqs"}
+# engine_args keys that only change how the engine schedules, places or loads its work.
+_RESUMABLE_ENGINE_ARGS = {"max_num_batched_tokens", "distributed_executor_backend", "disable_custom_all_reduce",
+                          "max_parallel_loading_workers", "disable_log_stats", "cpu_offload_gb", "block_size",
+                          "enable_expert_parallel"}
 # Config fields added after runs were written, with the value those runs had.
 _ADDED_FIELDS = {"deterministic": False, "backend.deterministic": False, "backend.request_seeds": "auto",
+                 # the big-model settings (issue 51); lora and engine_args are empty mappings (no keys)
+                 "backend.tensor_parallel_size": 1, "backend.pipeline_parallel_size": 1,
+                 "backend.data_parallel_size": 1, "backend.quantization": None, "backend.speculative_config": None,
+                 "backend.max_num_seqs": None,
                  # the online rule's settings (issue 36): an allocated run from before them resumes
                  "allocation.prior": 1.0, "allocation.window": 8, "allocation.length_weight": 0.0,
                  "allocation.confirm_window": 0, "allocation.give_up_after": 0, "allocation.give_up_share": 1 / 3,
@@ -127,6 +140,12 @@ def _check_batches_kept(a: dict[str, Any], b: dict[str, Any], directory: Path) -
             "Pass a new --out directory (or, next time, a --limit that is a multiple of --batch-size).")
 
 
+def _resumable(key: str) -> bool:
+    """Whether the flattened config field ``key`` may differ between a run and its resumption."""
+    engine_arg = key.removeprefix("backend.engine_args.")
+    return key in _RESUMABLE_FIELDS or (engine_arg != key and engine_arg.split(".")[0] in _RESUMABLE_ENGINE_ARGS)
+
+
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for k, v in d.items():
@@ -169,7 +188,7 @@ class ResultsStore:
                     "pool with `tts budget simulate --pool DIR`).")
             a, b = _flatten(old.get("config", {})), _flatten(config)
             a.update({k: v for k, v in _ADDED_FIELDS.items() if k in b and k not in a})
-            diff = sorted(k for k in a.keys() | b.keys() if k not in _RESUMABLE_FIELDS and a.get(k) != b.get(k))
+            diff = sorted(k for k in a.keys() | b.keys() if not _resumable(k) and a.get(k) != b.get(k))
             if diff:
                 details = "; ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in diff[:5])
                 raise RunMismatchError(

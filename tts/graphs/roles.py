@@ -321,10 +321,10 @@ class VerifierRole(Role):
     def plan(self, ctx, problem, inputs) -> list[GenerationRequest]:
         if ctx.spec.n == 1:
             return [ctx.request(problem, self.messages(ctx, problem, solution=s.text.strip()), i, temperature=0.0,
-                                max_tokens=1, top_logprobs=10) for i, s in enumerate(solutions(inputs))]
+                                max_tokens=1, top_logprobs=10, role="verifier") for i, s in enumerate(solutions(inputs))]
         template = ctx.spec.prompt or self.sampled_template
         return [ctx.request(problem, (Message("user", template.format(question=ctx.prompt(problem)[-1].content,
-                                                                       solution=s.text.strip())),), i)
+                                                                       solution=s.text.strip())),), i, role="verifier")
                 for i, s in enumerate(solutions(inputs))]
 
     def read(self, ctx, problem, inputs, results) -> RoleOutput:

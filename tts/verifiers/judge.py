@@ -224,9 +224,9 @@ class LLMJudge:
         messages = ((Message("system", c.system),) if c.system else ()) + (Message("user", body),)
         if c.votes:
             return GenerationRequest(messages, n=c.votes, temperature=c.temperature, max_tokens=c.max_tokens,
-                                     key=item.problem.id)
+                                     key=item.problem.id, role="judge")
         return GenerationRequest(messages, n=1, temperature=0.0, max_tokens=1, top_logprobs=c.top_logprobs,
-                                 continuation=c.verdict_prefix, key=item.problem.id)
+                                 continuation=c.verdict_prefix, key=item.problem.id, role="judge")
 
     # 2. reading a verdict ----------------------------------------------------------------------
 

@@ -1,0 +1,145 @@
+"""The cost model's deployment settings (issue 51), each pinned against a hand computation:
+tensor parallelism, quantized weights, speculative decoding, and ``tts cost`` taking them.
+
+Every case decodes ONE token after a prompt already in the prefix cache, so the whole cost is one
+decode step: FLOPs ``2 P_c + A (P + 1)``, weight bytes ``W``, KV bytes read ``K (P + 1)`` plus the
+new token's ``K`` written (the cost model's docstring), on Llama-3.1-70B and an H100 SXM.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tts.cli.app import app
+from tts.cost.architecture import load_architecture
+from tts.cost.cost_model import CostModel
+from tts.cost.deployment import Speculation
+from tts.cost.hardware import get_hardware
+
+P = 1000
+ARCH = load_architecture("meta-llama/Llama-3.1-70B-Instruct")
+H100 = get_hardware("h100")
+FLOPS = 2.0 * ARCH.flop_params + 4.0 * ARCH.layers * ARCH.heads * ARCH.head_dim * (P + 1)
+W = 2.0 * ARCH.flop_params  # bf16
+KV = ARCH.kv_bytes_per_token * (P + 1) + ARCH.kv_bytes_per_token
+
+
+def _one_token(**deployment):
+    return CostModel(ARCH, H100, **deployment).cost_request(P, [1], cached_prompt_tokens=P)
+
+
+def test_one_gpu_is_the_plain_roofline():
+    c = _one_token()
+    assert c.seconds == pytest.approx(max(FLOPS / 989.4e12, (W + KV) / 3.35e12), rel=1e-12)
+    assert c.gpu_seconds == c.seconds
+
+
+def test_tensor_parallel_divides_the_work_per_gpu_adds_the_all_reduces_and_rents_every_gpu():
+    c = _one_token(tensor_parallel=2)
+    # Per GPU: half the FLOPs, weights and KV (8 KV heads split over 2); two ring all-reduces per
+    # layer of one token's activations (8192 bf16), each 2 (p - 1) / p of it over NVLink's 450 GB/s.
+    allreduce = 2 * 80 * (2 * 1 / 2) * 8192 * 2 / 450e9
+    assert (ARCH.layers, ARCH.hidden_size, ARCH.kv_heads) == (80, 8192, 8)
+    by_hand = max(FLOPS / 2 / 989.4e12, (W / 2 + KV / 2) / 3.35e12) + allreduce
+    assert c.seconds == pytest.approx(by_hand, rel=1e-12)
+    assert c.gpu_seconds == pytest.approx(2 * by_hand, rel=1e-12)
+    assert (c.flops, c.weight_bytes) == pytest.approx((FLOPS, W))  # the work itself is the same
+    assert _one_token().seconds / c.seconds == pytest.approx(1.9994, abs=1e-4)
+
+
+def test_kv_heads_fewer_than_the_gpus_are_repeated_not_split():
+    c = _one_token(tensor_parallel=16)
+    allreduce = 2 * 80 * (2 * 15 / 16) * 8192 * 2 / 450e9
+    by_hand = max(FLOPS / 16 / 989.4e12, (W / 16 + KV / 8) / 3.35e12) + allreduce
+    assert c.seconds == pytest.approx(by_hand, rel=1e-12)
+
+
+@pytest.mark.parametrize(("method", "per_weight"), [("fp8", 1.0), ("int8", 1.0), ("awq", 0.5 + 2.5 / 128),
+                                                    ("gptq", 0.5 + 2.5 / 128)])
+def test_quantized_weights_are_read_at_their_width(method, per_weight):
+    c = _one_token(quantization=method)
+    assert c.weight_bytes == pytest.approx(ARCH.flop_params * per_weight, rel=1e-12)
+    assert c.kv_bytes == pytest.approx(KV, rel=1e-12)  # the KV cache keeps bf16
+    assert c.seconds == pytest.approx(max(FLOPS / 989.4e12, (ARCH.flop_params * per_weight + KV) / 3.35e12))
+
+
+def test_an_unpriced_quantization_is_refused_naming_the_priced_ones():
+    with pytest.raises(ValueError, match="quantization 'nf4' is not priced; use one of fp8"):
+        CostModel(ARCH, H100, quantization="nf4")
+
+
+def test_expected_tokens_per_target_forward_are_leviathans():
+    assert Speculation(0.8, 4).tokens_per_forward == pytest.approx((1 - 0.8 ** 5) / 0.2)
+    assert Speculation(0.0, 4).tokens_per_forward == 1.0
+    with pytest.raises(ValueError, match="below 1"):
+        Speculation(1.0, 4)
+
+
+def test_speculation_divides_the_weight_reads_and_multiplies_the_positions_computed():
+    e = (1 - 0.8 ** 5) / 0.2  # 3.3616 tokens per target forward
+    c = _one_token(speculation=Speculation(0.8, 4))
+    assert c.param_flops == pytest.approx(2.0 * ARCH.flop_params * 5 / e, rel=1e-12)
+    assert c.weight_bytes == pytest.approx(W / e, rel=1e-12)
+    reads, writes = ARCH.kv_bytes_per_token * (P + 1), ARCH.kv_bytes_per_token
+    assert c.kv_bytes == pytest.approx(reads / e + writes * 5 / e, rel=1e-12)
+    attention = 4.0 * ARCH.layers * ARCH.heads * ARCH.head_dim * (P + 1)
+    step = max((2.0 * ARCH.flop_params + attention) * 5 / 989.4e12, (W + reads + 5 * writes) / 3.35e12)
+    assert c.seconds == pytest.approx(step / e, rel=1e-12)
+    assert c.generated_tokens == 1
+
+
+def test_a_draft_model_adds_k_of_its_own_forwards_per_target_forward():
+    draft = load_architecture("meta-llama/Llama-3.2-1B-Instruct")
+    e = (1 - 0.8 ** 5) / 0.2
+    alone = _one_token(speculation=Speculation(0.8, 4))
+    with_draft = _one_token(speculation=Speculation(0.8, 4, draft))
+    draft_step = CostModel(draft, H100).cost_request(P, [1], cached_prompt_tokens=P)
+    assert with_draft.weight_bytes == pytest.approx(alone.weight_bytes + draft_step.weight_bytes * 4 / e, rel=1e-12)
+    assert with_draft.seconds == pytest.approx(alone.seconds + draft_step.seconds * 4 / e, rel=1e-12)
+    assert with_draft.generated_tokens == 1
+
+
+# --- tts cost ----------------------------------------------------------------------------------------------
+
+_RUN = ["cost", "-m", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100", "-n", "1", "--prompt", "200",
+        "--gen", "1000", "--json"]
+
+
+def _cost(*flags):
+    result = CliRunner().invoke(app, [*_RUN, *flags])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_tts_cost_takes_tensor_parallel_quantization_and_speculation():
+    one, two = _cost(), _cost("--tp", "2")
+    assert two["gpu_seconds"] == pytest.approx(2 * two["seconds"])
+    assert two["dollars"] == pytest.approx(two["gpu_seconds"] / 3600 * 3.49)
+    assert one["seconds"] / two["seconds"] == pytest.approx(2.0, rel=2e-3)
+    awq = _cost("--quantization", "awq")
+    assert awq["weight_bytes"] / one["weight_bytes"] == pytest.approx((0.5 + 2.5 / 128) / 2, rel=1e-12)
+    cached = _cost("--cached", "200")  # no prefill: every weight read is a decode step's
+    spec = _cost("--cached", "200", "--spec-acceptance", "0.8", "--spec-tokens", "4")
+    assert cached["weight_bytes"] / spec["weight_bytes"] == pytest.approx((1 - 0.8 ** 5) / 0.2, rel=1e-9)
+
+
+def test_tts_cost_ranks_gpus_paying_for_every_gpu_of_a_tensor_parallel_replica():
+    result = CliRunner().invoke(app, [*_RUN[:3], "--gpu", "all", *_RUN[5:], "--tp", "2"])
+    assert result.exit_code == 0, result.output
+    rows = {r["gpu"]: r for r in json.loads(result.output)["ranking"]}
+    h100 = rows["H100-SXM"]
+    assert h100["dollars"] == pytest.approx(h100["seconds"] * 2 / 3600 * 3.49)
+    assert h100["fits"] and h100["memory_usable_bytes"] == pytest.approx(0.9 * 80e9 * 2)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--quantization", "nf4"], "quantization 'nf4' is not priced"),
+    (["--tp", "2", "--gpu", "cpu"], "no interconnect bandwidth"),
+    (["--spec-draft", "qwen3-0.6b"], "--spec-draft needs --spec-acceptance"),
+])
+def test_tts_cost_refuses_bad_deployment_flags_in_one_line(flags, message):
+    result = CliRunner().invoke(app, [*_RUN, *flags])
+    assert result.exit_code == 2 and message in result.output
