@@ -153,6 +153,25 @@ def test_tts_options_policy_and_the_api_key_are_the_chat_paths(serve):
         stranger.responses.create(model="scripted", input="What is 6 * 7?")
 
 
+def test_the_token_rate_limit_reserves_a_responses_budget_as_chats(serve):
+    """600 generated tokens a minute: a request reserves its budget and gets back what it did not
+    spend; the next whole-bucket request is a 429 with Retry-After before it runs, a smaller one
+    fits, and a budget over the bucket is a 400 (it could never run)."""
+    gen = RecordingGenerator(ScriptedGenerator(default={"42": 1.0}, model_name="scripted"))
+    client = serve(gen, rate_limit_tokens=600)
+    ask = {"model": "sc-4/scripted", "input": "What is 6 * 7?", "max_output_tokens": 100}
+    first = client.responses.create(**ask, extra_body={"tts": {"budget": 600}})
+    assert first.usage.output_tokens > 100  # 4 samples: the bucket keeps less than 500
+    with pytest.raises(openai.RateLimitError) as err:
+        client.responses.create(**ask, extra_body={"tts": {"budget": 600}})
+    assert err.value.body["code"] == "rate_limit_exceeded" and int(err.value.response.headers["retry-after"]) >= 1
+    assert "600 generated tokens a minute" in err.value.body["message"] and len(gen.requests) == 1
+    client.responses.create(**{**ask, "max_output_tokens": 20}, extra_body={"tts": {"budget": 80}})
+    assert len(gen.requests) == 2
+    with pytest.raises(openai.BadRequestError, match="600"):
+        client.responses.create(**ask, extra_body={"tts": {"budget": 5000}})
+
+
 def test_a_reasoning_models_thinking_is_a_reasoning_item(serve):
     client = serve(ScriptedGenerator(default={"42": 1.0}, model_name="scripted", thinking=True), max_tokens=2048)
     reply = _checked(client.responses.with_raw_response.create(model="sc-2/scripted", input="What is 6 * 7?"))
