@@ -301,6 +301,7 @@ class ResponsesRequest(WireModel):
             raise PydanticCustomError("stateless", f"{STATELESS} instead")
         return v
 
+
 def _messages(body: ResponsesRequest) -> tuple[list[dict[str, Any]], list[str]]:
     """The chat messages of a request's instructions and input, and where each came from
     (``instructions``, ``input[3]``): consecutive ``function_call`` items become one assistant turn
