@@ -1,7 +1,8 @@
 """Real agent frameworks run their tool loops against ``tts serve`` (issue 33).
 
 Each framework is configured for an OpenAI-compatible chat-completions endpoint, exactly as its
-own documentation says to point it at vLLM or any other such server, and runs an agent with two
+own documentation says to point it at vLLM or any other such server (the openai-agents SDK also on
+its default Responses API model, POST /v1/responses, issue 51), and runs an agent with two
 tools against a live server: the model calls the tool the question asks for, the framework runs
 the Python function and sends the result back, and the final output is a text answer holding the
 result. The assertions read the framework's own result objects (final output, the tool calls and
@@ -16,6 +17,7 @@ The docs test runs the snippets of docs/serving.md#agents-tool-loops-and-free-te
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -78,16 +80,17 @@ class Outcome:
 # --- each framework's loop --------------------------------------------------------------------------
 
 def openai_agents_loop(url: str, model: str, tools: Tools, stream: bool = False, max_turns: int = 4,
-                       question: str = QUESTION, instructions: str = INSTRUCTIONS) -> Outcome:
-    """The openai-agents SDK: ``Agent`` + ``Runner`` on ``OpenAIChatCompletionsModel`` (tracing off:
-    it would send traces to OpenAI's platform)."""
+                       question: str = QUESTION, instructions: str = INSTRUCTIONS, responses: bool = False) -> Outcome:
+    """The openai-agents SDK: ``Agent`` + ``Runner`` on ``OpenAIChatCompletionsModel``, or with
+    ``responses`` on its default ``OpenAIResponsesModel`` (POST /v1/responses); tracing off: it would
+    send traces to OpenAI's platform."""
     agents = pytest.importorskip("agents")
     from openai import AsyncOpenAI
 
     agents.set_tracing_disabled(True)
     client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=300)
-    agent = agents.Agent(name="assistant", instructions=instructions,
-                         model=agents.OpenAIChatCompletionsModel(model=model, openai_client=client),
+    kind = agents.OpenAIResponsesModel if responses else agents.OpenAIChatCompletionsModel
+    agent = agents.Agent(name="assistant", instructions=instructions, model=kind(model=model, openai_client=client),
                          tools=[agents.function_tool(f) for f in tools.functions])
     if stream:
         async def run() -> Any:
@@ -183,7 +186,8 @@ def pydantic_ai_loop(url: str, model: str, tools: Tools, stream: bool = False) -
                    sum(isinstance(m, ModelResponse) for m in messages))
 
 
-LOOPS = {"openai-agents": openai_agents_loop, "langchain": langchain_agent_loop, "pydantic-ai": pydantic_ai_loop}
+LOOPS = {"openai-agents": openai_agents_loop, "openai-agents-responses": functools.partial(openai_agents_loop, responses=True),
+         "langchain": langchain_agent_loop, "pydantic-ai": pydantic_ai_loop}
 
 
 # --- a live server ----------------------------------------------------------------------------------
@@ -437,7 +441,7 @@ REAL_QUESTION = "What time is it in Tokyo right now?"
 @pytest.mark.slow
 @pytest.mark.model_1p5b
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize("framework", ["openai-agents", "langchain"])
+@pytest.mark.parametrize("framework", ["openai-agents", "langchain", "openai-agents-responses"])
 def test_a_framework_agent_completes_the_tool_loop_on_the_real_model(real_server, framework):
     """The loop on Qwen2.5-Coder-1.5B with tool_vote-8: the model's calls (often fenced JSON rather
     than <tool_call> tags; tts's lenient reader reads them) are voted, the framework runs the chosen

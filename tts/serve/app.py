@@ -13,6 +13,8 @@ to change; the server keeps serving the others. The pieces, one concept each:
 - :mod:`tts.serve.planning`: what a request may run (:mod:`tts.serve.policy` holds the operator's
   allow-list and caps, shared with the MCP tool);
 - :mod:`tts.serve.solving` and :mod:`tts.serve.replies`: running a plan and shaping its answer;
+- :mod:`tts.serve.responses_request` and :mod:`tts.serve.responses_reply`: the Responses API
+  (POST /v1/responses), translated into a chat plan and its answer written back as a Response;
 - :mod:`tts.serve.listing`: which model ids GET /v1/models lists;
 - :mod:`tts.serve.metrics`: the Prometheus metrics (``prometheus_client``, a registry per app).
 
@@ -33,6 +35,7 @@ from tts.serve.config import ServeConfig
 from tts.serve.listing import ModelListing
 from tts.serve.planning import plan_request
 from tts.serve.responses import StreamChunk
+from tts.serve.responses_reply import ResponseStreamEvent
 from tts.serve.state import ServerState
 
 
@@ -67,13 +70,16 @@ def create_app(session: Any, config: ServeConfig | None = None) -> FastAPI:
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's schema of the app, plus the streamed replies: ``text/event-stream`` of
-    :class:`~tts.serve.responses.StreamChunk` beside each completion endpoint's JSON reply."""
+    :class:`~tts.serve.responses.StreamChunk` beside each completion endpoint's JSON reply, and of
+    :class:`~tts.serve.responses_reply.ResponseStreamEvent` beside /v1/responses'."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
-        _, defs = models_json_schema([(StreamChunk, "serialization")], ref_template="#/components/schemas/{model}")
+        _, defs = models_json_schema([(StreamChunk, "serialization"), (ResponseStreamEvent, "serialization")],
+                                     ref_template="#/components/schemas/{model}")
         schema.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
-        for path in ("/v1/chat/completions", "/v1/completions"):
+        for path, event in (("/v1/chat/completions", "StreamChunk"), ("/v1/completions", "StreamChunk"),
+                            ("/v1/responses", "ResponseStreamEvent")):
             content = schema["paths"][path]["post"]["responses"]["200"]["content"]
-            content["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/StreamChunk"}}
+            content["text/event-stream"] = {"schema": {"$ref": f"#/components/schemas/{event}"}}
         app.openapi_schema = schema
     return app.openapi_schema

@@ -100,7 +100,7 @@ def _from_framework(exc: Exception) -> APIError:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
         return not_json(exc.__cause__)
-    hint = " (see GET /v1/models; endpoints: /v1/chat/completions, /v1/completions)" if exc.status_code == 404 else ""
+    hint = " (see GET /v1/models; endpoints: /v1/chat/completions, /v1/completions, /v1/responses)" if exc.status_code == 404 else ""
     return APIError(f"{exc.detail}{hint}", exc.status_code, headers=exc.headers, reason=None)
 
 

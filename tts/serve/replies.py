@@ -273,7 +273,9 @@ def sse(reply: r._Reply) -> bytes:
 
 
 class Chunks:
-    """The server-sent events of one streamed response (all share its id and creation time)."""
+    """The server-sent events of one streamed chat or text completion (all share its id and
+    creation time): the writer :mod:`tts.serve.solving`'s stream takes (a Responses stream's is
+    :class:`tts.serve.responses_reply.ResponseEvents`)."""
 
     def __init__(self, p: RequestPlan) -> None:
         self.plan = p
@@ -295,8 +297,28 @@ class Chunks:
         return sse(r.StreamChunk(id=self.id, object=self.object, created=self.created, model=self.plan.model,
                                  choices=choices, usage=usage, tts=tts))
 
-    def answers(self, sols: list[Any], include_usage: bool) -> list[bytes]:
-        """The events after the solves: each choice's answer and finish, then the usage."""
+    def opening(self) -> list[bytes]:
+        """The events before any progress: each chat choice's role."""
+        if self.plan.kind != "chat":
+            return []
+        return [self.event(job.index, {"role": "assistant", "content": ""}) for job in self.plan.jobs]
+
+    def progress(self, index: int, ev: dict[str, Any]) -> bytes:
+        """A progress event of choice ``index``'s strategy."""
+        return self.event(index, {}, tts={"event": "progress", **ev})
+
+    def failed(self, message: str, status: int, code: str | None) -> list[bytes]:
+        """The events of a request that failed after its stream started: the error object."""
+        return [sse(r.error_reply(message, status, code=code))]
+
+    def closing(self) -> list[bytes]:
+        """The stream's last event."""
+        return [b"data: [DONE]\n\n"]
+
+    def answers(self, sols: list[Any]) -> list[bytes]:
+        """The events after the solves: each choice's answer and finish, then the usage (with
+        ``stream_options.include_usage``)."""
+        include_usage = bool((self.plan.body.stream_options or {}).get("include_usage"))
         out = []
         for job, sol in zip(self.plan.jobs, sols, strict=True):
             full = choice(self.plan, job, sol)

@@ -1,5 +1,5 @@
-"""The server's endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
-and the OpenAPI schema of them all.
+"""The server's endpoints: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
+/health, /metrics, and the OpenAPI schema of them all.
 
 Every /v1 endpoint needs the API key (:func:`tts.serve.deps.caller`); the completion endpoints read
 their body under the server's limits (:class:`tts.serve.deps.BodyLimitRoute`) and FastAPI
@@ -24,13 +24,14 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from tts import tracing
-from tts.serve import solving
+from tts.serve import responses_reply, solving
 from tts.serve.deps import BodyLimitRoute, Caller, State, caller
 from tts.serve.errors import APIError
 from tts.serve.metrics import CONTENT_TYPE
 from tts.serve.planning import plan_request
 from tts.serve.protocol import ChatRequest, CompletionRequest
 from tts.serve.responses import ChatCompletion, ErrorResponse, Health, ModelCard, ModelList, TextCompletion, json_bytes
+from tts.serve.responses_request import ResponsesRequest, chat_request, renamed
 
 # A body without a Content-Type is read as JSON, as the server always did (FastAPI refuses it by
 # default since it added the option).
@@ -62,12 +63,17 @@ docs = APIRouter(include_in_schema=False)
 only to a server without a key: a browser cannot send one)."""
 
 
-async def _solve(state: State, request: Request, kind: str, body: ChatRequest | CompletionRequest,
-                 who: str) -> Response:
-    # The caller's trace (a `traceparent` header) is the parent of this request's span and its solves'.
+def _request_span(request: Request, body: Any) -> Any:
+    """The request's ``tts.serve.request`` span, a child of the caller's trace (its ``traceparent``) when it
+    sends one; the solves run inside it."""
     attrs = {"http.request.method": "POST", "url.path": request.url.path, "gen_ai.request.model": body.model,
              "tts.stream": bool(body.stream)}
-    with tracing.span("tts.serve.request", attrs, kind="server", parent=tracing.extract_context(request.headers)) as span:
+    return tracing.span("tts.serve.request", attrs, kind="server", parent=tracing.extract_context(request.headers))
+
+
+async def _solve(state: State, request: Request, kind: str, body: ChatRequest | CompletionRequest,
+                 who: str) -> Response:
+    with _request_span(request, body) as span:
         plan = plan_request(state, kind, body)
         solving.admit(state, plan, who)
         response = await (solving.stream if body.stream else solving.answer)(state, request, plan)
@@ -87,6 +93,28 @@ async def text_completions(body: CompletionRequest, request: Request, state: Sta
     """One prompt (or a list of them), each a question. With ``stream: true`` the reply is server-sent
     events (``StreamChunk``), then ``data: [DONE]``."""
     return await _solve(state, request, "completions", body, who)
+
+
+@completions.post("/responses", response_model=responses_reply.ResponseObject, responses=_SOLVE_ERRORS)
+async def responses(body: ResponsesRequest, request: Request, state: State, who: Caller) -> Response:
+    """OpenAI's Responses API: the conversation as ``input`` items, run as the chat request of the
+    same conversation (the model name chooses the strategy; tools, ``tts`` options, policy and
+    limits as for chat), answered as a Response. With ``stream: true`` the reply is its
+    server-sent events (``ResponseStreamEvent``), ending with ``response.completed``. Nothing is
+    stored: ``previous_response_id`` and ``store: true`` are refused."""
+    with _request_span(request, body) as span:
+        chat, origins = chat_request(body)
+        try:
+            plan = plan_request(state, "chat", chat)
+        except APIError as exc:
+            raise renamed(exc, origins) from None
+        solving.admit(state, plan, who)
+        if body.stream:
+            response = await solving.stream(state, request, plan, responses_reply.ResponseEvents(body, plan))
+        else:
+            response = await solving.answer(state, request, plan, responses_reply.whole(body))
+        tracing.set_attributes(span, {"http.response.status_code": response.status_code})
+        return response
 
 
 def _json(reply: Any, status: int = 200) -> Response:

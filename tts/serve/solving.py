@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
@@ -21,7 +21,7 @@ from tts.serve import replies
 from tts.serve.errors import APIError
 from tts.serve.failures import solve_error, solve_headers
 from tts.serve.planning import RequestPlan
-from tts.serve.responses import error_reply, json_bytes
+from tts.serve.responses import json_bytes
 from tts.serve.state import ServerState
 
 CLIENT_GONE = 499
@@ -117,8 +117,22 @@ def failure(exc: BaseException) -> Response:
     return APIError(message, status, code=code, headers=solve_headers(exc), reason=None).response()
 
 
-async def answer(state: ServerState, request: Request, p: RequestPlan) -> Response:
-    """Solve an admitted request and answer it whole."""
+class EventWriter(Protocol):
+    """The server-sent events of one streamed reply, in its API's shape: chat and text completions'
+    chunks (:class:`tts.serve.replies.Chunks`) or a Response's events
+    (:class:`tts.serve.responses_reply.ResponseEvents`)."""
+
+    def opening(self) -> list[bytes]: ...
+    def progress(self, index: int, ev: dict[str, Any]) -> bytes: ...
+    def answers(self, sols: list[Any]) -> list[bytes]: ...
+    def failed(self, message: str, status: int, code: str | None) -> list[bytes]: ...
+    def closing(self) -> list[bytes]: ...
+
+
+async def answer(state: ServerState, request: Request, p: RequestPlan,
+                 reply: Callable[[RequestPlan, list[Any]], Any] = replies.response) -> Response:
+    """Solve an admitted request and answer it whole, with ``reply(plan, solutions)`` (the chat or
+    text completion; a Response for /v1/responses)."""
     status = 500
     tasks = start(state, p)
     gone = asyncio.ensure_future(disconnected(request))
@@ -143,7 +157,7 @@ async def answer(state: ServerState, request: Request, p: RequestPlan) -> Respon
         if unmet is not None:
             status = 422
             return APIError(unmet, 422, code="no_tool_call", reason=None).response()
-        body = json_bytes(replies.response(p, sols))
+        body = json_bytes(reply(p, sols))
         status = 200
         return Response(body, media_type="application/json")
     finally:
@@ -151,9 +165,10 @@ async def answer(state: ServerState, request: Request, p: RequestPlan) -> Respon
         leave(state, request, status)
 
 
-async def stream(state: ServerState, request: Request, p: RequestPlan) -> Response:
-    """``stream: true``: progress events while sampling, then the answer, usage and [DONE]."""
-    run = _Stream(state, request, p)
+async def stream(state: ServerState, request: Request, p: RequestPlan, writer: EventWriter | None = None) -> Response:
+    """``stream: true``: progress events while sampling, then the answer and usage, written by
+    ``writer`` (default: chat and text completion chunks, then [DONE])."""
+    run = _Stream(state, request, p, writer or replies.Chunks(p))
     refused = await run.begin()
     return refused if refused is not None else StreamingResponse(
         run.events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -162,13 +177,13 @@ async def stream(state: ServerState, request: Request, p: RequestPlan) -> Respon
 class _Stream:
     """One streamed request: its solves, their progress queue, and its accounting (once)."""
 
-    def __init__(self, state: ServerState, request: Request, p: RequestPlan) -> None:
+    def __init__(self, state: ServerState, request: Request, p: RequestPlan, writer: EventWriter) -> None:
         loop = asyncio.get_running_loop()
         self.state, self.request, self.plan = state, request, p
         self.queue: asyncio.Queue = asyncio.Queue()
         self.tasks = start(state, p, lambda i, ev: loop.call_soon_threadsafe(self.queue.put_nowait, (i, ev)))
         self.next: asyncio.Future = asyncio.ensure_future(self.queue.get())
-        self.chunks = replies.Chunks(p)
+        self.writer = writer
         self.status = 200
         self.closed = False
 
@@ -211,15 +226,14 @@ class _Stream:
                 self.finish()
 
     async def events(self) -> AsyncIterator[bytes]:
-        p = self.plan
+        p, writer = self.plan, self.writer
         try:
-            if p.kind == "chat":
-                for job in p.jobs:
-                    yield self.chunks.event(job.index, {"role": "assistant", "content": ""})
+            for event in writer.opening():
+                yield event
             while True:
                 if self.next.done():
                     index, ev = self.next.result()
-                    yield self.chunks.event(index, {}, tts={"event": "progress", **ev})
+                    yield writer.progress(index, ev)
                     self.next = asyncio.ensure_future(self.queue.get())
                     continue
                 if all(t.done() for t in self.tasks):
@@ -230,23 +244,20 @@ class _Stream:
             if failed is not None:
                 status, message, code = solve_error(failed.exception())
                 self.status = status
-                yield replies.sse(error_reply(message, status, code=code))
+                events = writer.failed(message, status, code)
             else:
                 sols = solved(self.state, p, self.tasks)
                 unmet = replies.unmet_tool_choice(p, sols)
                 if unmet is not None:
                     self.status = 422
-                    yield replies.sse(error_reply(unmet, 422, code="no_tool_call"))
+                    events = writer.failed(unmet, 422, "no_tool_call")
                 else:
-                    for event in self.chunks.answers(sols, self._include_usage()):
-                        yield event
-            yield b"data: [DONE]\n\n"
+                    events = writer.answers(sols)
+            for event in [*events, *writer.closing()]:
+                yield event
         except BaseException:  # the client went away: stop its solves
             self.state.metrics.disconnected()
             await self.stop(CLIENT_GONE)
             raise
         finally:
             self.finish()
-
-    def _include_usage(self) -> bool:
-        return bool((self.plan.body.stream_options or {}).get("include_usage"))
