@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tts.view.html import badge, esc, facts, num, pre, warn
-from tts.view.tree_svg import draw_tree
+from tts.view.tree_svg import draw_tree, title
 
 TREE_SEARCHES = frozenset({"beam", "dvts", "rebase", "mcts", "ets", "lookahead", "particle_filtering",
                            "particle_gibbs", "ab_mcts"})
@@ -105,11 +105,14 @@ def tree_section(trace: dict[str, Any], answer: str | None) -> str:
     legend = ('<div class="legend"><span>● step</span><span>■ finished</span><span>colour: score, red 0 → green 1'
               '</span><span>faded: pruned</span><span style="color:#2f6fde">thick blue: chosen path</span>'
               "<span>hover or click a node: its step</span></div>")
-    panel = ('<div class="panel"><h3>node</h3><pre>click a node to read its step, score and tokens</pre></div>')
+    by_id = {n.get("id"): n for n in nodes}
+    first = (title(by_id[chosen], by_id[chosen].get("tokens")) if chosen in by_id
+             else "click a node to read its step, score and tokens")
+    panel = (f'<div class="panel"><h3>{"the chosen node" if chosen in by_id else "node"} '
+             f'<span class="sub">(click any node)</span></h3>{pre(first)}</div>')
     body = f'<div class="treebox"><div class="svgwrap">{drawing.svg}</div>{panel}</div>'
     path_text = ""
     if drawing.path:
-        by_id = {n.get("id"): n for n in nodes}
         steps = "".join(f"<li>{esc(num(by_id[k].get('score'), 2))} · {esc(by_id[k].get('tokens', '?'))} tok: "
                         f"{esc(_short(by_id[k].get('text', ''), 160))}</li>" for k in drawing.path)
         path_text = f"<details><summary>the chosen path, step by step</summary><ol>{steps}</ol></details>"
@@ -194,7 +197,8 @@ def votes_section(trace: dict[str, Any], answer: str | None, gold: str | None) -
     total = sum(weight.values()) or 1.0
     answer_key = answer_keys([answer])[0] if answer is not None and "\n" not in answer else answer
     gold_key = answer_keys([gold])[0] if gold is not None and "\n" not in gold and len(gold) <= 200 else None
-    out = [f"<h3>answers ({'weighted votes' if votes else 'samples'})</h3>", _stop(trace)]
+    weighted = any(v != round(v) for v in votes.values())
+    out = [f"<h3>answers ({'weighted votes' if weighted else 'votes' if votes else 'samples'})</h3>", _stop(trace)]
     for key, ix in sorted(groups.items(), key=lambda kv: (-weight[kv[0]], -len(kv[1]))):
         share = weight[key] / total
         is_chosen, is_gold = key == answer_key, key == gold_key
@@ -204,7 +208,7 @@ def votes_section(trace: dict[str, Any], answer: str | None, gold: str | None) -
         blocks = "".join(sample_block(i, samples[i], scores[i] if i < len(scores) else None, i == selected) for i in ix)
         out.append(f'<details class="answer"{" open" if is_chosen else ""}><summary><span class="{cls}" '
                    f'style="width:{max(2.0, 320 * share):.0f}px"></span> <b class="mono">{esc(_short(key, 80))}</b> · '
-                   f"{'weight ' if votes else ''}{weight[key]:.3g} ({share:.0%}) · {len(ix)} sample{'s' if len(ix) != 1 else ''}"
+                   f"{'weight ' if weighted else 'votes ' if votes else ''}{weight[key]:.3g} ({share:.0%}) · {len(ix)} sample{'s' if len(ix) != 1 else ''}"
                    f"{''.join(badge(o) for o in sorted(outcomes))}{tags}</summary>{blocks}</details>")
     return "".join(out)
 
@@ -227,11 +231,8 @@ def calls_section(trace: dict[str, Any]) -> str:
     nodes = list(trace.get("tree") or [])
     if not nodes:
         return ""
-    level: dict[Any, int] = {}
     out = [f"<h3>the chain of calls ({len(nodes)})</h3>"]
-    for n in nodes:
-        depth = level.get(n.get("parent"), -1) + 1 if n.get("parent") is not None else 0
-        level[n.get("id")] = depth
+    for n, depth in _depth_first(nodes):
         what = " · ".join(str(x) for x in (n.get("role") or n.get("kind"), n.get("model"),
                                            f"round {n['round']}" if "round" in n else None,
                                            f"chain {n['chain']}" if "chain" in n else None) if x)
@@ -243,6 +244,26 @@ def calls_section(trace: dict[str, Any]) -> str:
                    f"</b> {esc(what)}{' <b>kept</b>' if kept else ''}{info}"
                    f"<details{' open' if len(nodes) <= 6 else ''}><summary>text</summary>{pre(n.get('text', ''))}</details></div>")
     return "".join(out)
+
+
+def _depth_first(nodes: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """The records with each one's calls right under it (a revision chain reads round after round),
+    in record order among siblings, with their depth below the top."""
+    ids = {n.get("id") for n in nodes}
+    children: dict[Any, list[dict[str, Any]]] = {}
+    for n in nodes:
+        children.setdefault(n.get("parent") if n.get("parent") in ids else None, []).append(n)
+    out: list[tuple[dict[str, Any], int]] = []
+    stack = [(n, 0) for n in reversed(children.get(None, []))]
+    seen: set[Any] = set()
+    while stack:
+        n, depth = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append((n, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(n.get("id"), [])) if c is not n)
+    return out + [(n, 0) for n in nodes if id(n) not in seen]  # records in a cycle, at the end
 
 
 # --- code -----------------------------------------------------------------------------------------
@@ -308,21 +329,20 @@ def tool_calls_section(trace: dict[str, Any], answer: str | None) -> str:
         voted = _calls_text([{"function": c} if "function" not in c else c for c in json.loads(answer)]) if answer else None
     except (ValueError, TypeError, AttributeError):
         pass
-    seen: dict[str, int] = {}
+    texts = [_calls_text(s.get("tool_calls") or []) for s in samples]
+    seen = {t: texts.count(t) for t in texts}
     rows = []
-    for i, s in enumerate(samples):
-        calls = s.get("tool_calls") or []
-        text = _calls_text(calls) if calls else ""
-        seen[text] = seen.get(text, 0) + 1
+    for i, (s, text) in enumerate(zip(samples, texts, strict=True)):
         rows.append(f'<tr><td class="num">{i}</td><td>{badge(s.get("outcome"))}</td>'
                     f'<td class="mono">{esc(text) if text else "<i>no call</i>"}</td>'
-                    f"<td>{esc(_short(s.get('text', ''), 80)) if not calls else ''}</td></tr>")
+                    f'<td class="num">{seen[text] if text else ""}</td>'
+                    f"<td>{esc(_short(s.get('text', ''), 80)) if not text else ''}</td></tr>")
     repeats = events.get("repeated_tool_call")
     head = facts([("voted call", voted or "none"), ("samples", len(samples)),
                   ("distinct calls", len([k for k in seen if k])),
                   ("repeats of a call already answered", repeats)])
     return (f"<h3>tool calls</h3>{head}{_stop(trace)}<table><tr><th>#</th><th>outcome</th><th>calls</th>"
-            f"<th>text (no call)</th></tr>{''.join(rows)}</table>")
+            f"<th>samples making this call</th><th>text (no call)</th></tr>{''.join(rows)}</table>")
 
 
 def events_and_notes(trace: dict[str, Any], skip: Sequence[str] = ("chosen_node", "particles", "stop")) -> str:

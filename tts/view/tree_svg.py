@@ -46,7 +46,8 @@ def _colour(score: Any) -> str:
     return f"hsl({score * 120:.0f},62%,46%)"
 
 
-def _title(node: dict[str, Any], step_tokens: Any) -> str:
+def title(node: dict[str, Any], step_tokens: Any) -> str:
+    """A node's facts on one line, then its step: what hovering or clicking it shows."""
     bits = [f"node {node.get('id')}", f"depth {node.get('depth', '?')}", f"score {num(node.get('score'))}"]
     if step_tokens is not None:
         bits.append(f"{step_tokens} tokens")
@@ -117,7 +118,8 @@ def draw_tree(records: Sequence[dict[str, Any]], chosen: Hashable | None = None,
         else:
             marks.append(_mark(nodes[k], k, cx, cy, parent, nodes, on_path, chosen, labels))
         if hidden.get(k):
-            marks.append(f'<g class="more"><text x="{cx + 10}" y="{cy + 20}" font-size="10" fill="#6b7380">'
+            marks.append(f'<g class="more"><text x="{float(cx) + 10:.1f}" y="{float(cy) + 20:.0f}" font-size="10" '
+                         f'fill="#6b7380">'
                          f'+{hidden[k]}</text><title>{hidden[k]} nodes below this one are not drawn: they lie off '
                          f'the kept paths of a {len(nodes)}-node tree</title></g>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -160,7 +162,7 @@ def _mark(node: dict[str, Any], key: Hashable, cx: str, cy: str, parent: dict[Ha
         label = f'<text x="{cx}" y="{y + 20:.0f}" font-size="9.5" text-anchor="middle" fill="#4a5260">{num(node["score"], 2)}</text>'
     tokens = node.get("tokens")
     return (f'<g class="{" ".join(classes)}" data-id="{esc(key)}">{shape}{label}'
-            f"<title>{esc(_title(node, tokens))}</title></g>")
+            f"<title>{esc(title(node, tokens))}</title></g>")
 
 
 def _subtree_sizes(children: dict[Hashable, list[Hashable]]) -> dict[Hashable, int]:
