@@ -192,11 +192,12 @@ def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filt
             picks = resample(weights, n - (1 if f.reference else 0), f.rng)
             drawn = [f.particles[i] for i in picks]
             f.tree.events["resamples"] += 1
+            times = Counter(picks)
             # On record for a viewer: each particle's node and weight, and how often it was drawn
             # (weights that resample almost uniformly are visible only here).
             f.tree.notes.setdefault("particles", []).append(
                 {"iteration": f.iteration, "step": depth, "nodes": [p.id for p in f.particles],
-                 "weights": [round(w, 6) for w in weights], "drawn": [picks.count(i) for i in range(len(weights))]})
+                 "weights": [round(w, 6) for w in weights], "drawn": [times[i] for i in range(len(weights))]})
             for p in drawn:
                 p.kept = True
             if all(p.terminal for p in drawn):  # every particle has finished (the reference had)
