@@ -17,6 +17,7 @@ written by an older tts renders with what it has, and :func:`missing` names what
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +29,8 @@ TREE_SEARCHES = frozenset({"beam", "dvts", "rebase", "mcts", "ets", "lookahead",
 CALL_CHAINS = frozenset({"revision", "generative_verification", "budget_forcing", "graph", "aggregate", "genselect",
                          "certainty_probe", "deepconf"})
 CODE_STRATEGIES = frozenset({"exec_vote", "public_tests", "codet", "program_vote", "tir"})
+_PROGRAM = re.compile(r"^\s*def \w+\(", re.MULTILINE)
+"""An answer that defines a function is a program (HumanEval under any voting strategy)."""
 
 
 def family(trace: dict[str, Any], kind: str) -> str:
@@ -38,7 +41,7 @@ def family(trace: dict[str, Any], kind: str) -> str:
         return "tree"
     if any(s.get("tool_calls") for s in samples) or name == "tool_vote":
         return "tools"
-    if name in CODE_STRATEGIES or any("def " in str(s.get("answer") or "") for s in samples):
+    if name in CODE_STRATEGIES or any(_PROGRAM.search(str(s.get("answer") or "")) for s in samples):
         return "code"
     if name in CALL_CHAINS or (trace.get("tree") and name not in ("self_consistency", "best_of_n", "weighted_vote")):
         return "calls"
@@ -56,7 +59,7 @@ def missing(trace: dict[str, Any], fam: str) -> list[str]:
     if fam == "tree" and nodes:
         if not all("tokens" in n for n in nodes):
             out.append("tokens per node")
-        if "chosen_node" not in notes:
+        if "chosen_node" not in notes and trace.get("selected") is not None:
             out.append("the chosen node (its path is inferred from the answer)")
         if not all("kept" in n for n in nodes):
             out.append("which nodes the search kept")
@@ -140,8 +143,8 @@ def particles_section(trace: dict[str, Any]) -> str:
         rows.append(f'<tr><td class="num">{esc(s.get("iteration", 0))}</td><td class="num">{esc(s.get("step"))}</td>'
                     f'<td class="num">{ess:.2f} / {len(w)}</td>{cells}</tr>')
     head = "".join(f"<th>p{i}</th>" for i in range(width))
-    return ("<h3>particle weights per resampling</h3><div class=sub>each particle's weight and how often it was drawn; "
-            "effective particles = 1 / Σw² (all of them: the resampling was uniform)</div>"
+    return ("<h3>particle weights per resampling</h3><div class=sub>each particle's weight and how often it was drawn "
+            "(×k); effective = 1 / Σw²: every particle when the weights were uniform, 1 when one took them all</div>"
             f'<table><tr><th>iteration</th><th>step</th><th>effective</th>{head}</tr>{"".join(rows)}</table>')
 
 
@@ -208,7 +211,8 @@ def votes_section(trace: dict[str, Any], answer: str | None, gold: str | None) -
         blocks = "".join(sample_block(i, samples[i], scores[i] if i < len(scores) else None, i == selected) for i in ix)
         out.append(f'<details class="answer"{" open" if is_chosen else ""}><summary><span class="{cls}" '
                    f'style="width:{max(2.0, 320 * share):.0f}px"></span> <b class="mono">{esc(_short(key, 80))}</b> · '
-                   f"{'weight ' if weighted else 'votes ' if votes else ''}{weight[key]:.3g} ({share:.0%}) · {len(ix)} sample{'s' if len(ix) != 1 else ''}"
+                   f"{'weight ' if weighted else 'votes ' if votes else ''}{weight[key]:.3g} ({share:.0%}) · "
+                   f"{len(ix)} sample{'s' if len(ix) != 1 else ''}"
                    f"{''.join(badge(o) for o in sorted(outcomes))}{tags}</summary>{blocks}</details>")
     return "".join(out)
 
@@ -242,7 +246,8 @@ def calls_section(trace: dict[str, Any]) -> str:
         kept = " kept" if n.get("kept") else ""
         out.append(f'<div class="call{kept}" style="margin-left:{18 * min(depth, 12)}px"><b class="mono">{esc(n.get("id"))}'
                    f"</b> {esc(what)}{' <b>kept</b>' if kept else ''}{info}"
-                   f"<details{' open' if len(nodes) <= 6 else ''}><summary>text</summary>{pre(n.get('text', ''))}</details></div>")
+                   f"<details{' open' if len(nodes) <= 6 else ''}><summary>text</summary>{pre(n.get('text', ''))}"
+                   "</details></div>")
     return "".join(out)
 
 

@@ -123,7 +123,8 @@ def draw_tree(records: Sequence[dict[str, Any]], chosen: Hashable | None = None,
                          f'+{hidden[k]}</text><title>{hidden[k]} nodes below this one are not drawn: they lie off '
                          f'the kept paths of a {len(nodes)}-node tree</title></g>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="search tree, {len(place) - 1} of {len(nodes)} nodes drawn">'
+           f'viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="search tree, {len(place) - 1} of {len(nodes)} nodes drawn">'
            + "".join(edges) + "".join(marks) + "</svg>")
     return TreeDrawing(svg, len(nodes), len(place) - 1, path)
 
@@ -154,12 +155,14 @@ def _mark(node: dict[str, Any], key: Hashable, cx: str, cy: str, parent: dict[Ha
         shape = (f'<rect x="{x - _R:.1f}" y="{y - _R:.1f}" width="{2 * _R}" height="{2 * _R}" rx="2" fill="{fill}" '
                  f'stroke="{stroke}" stroke-width="{width}" opacity="{opacity}"/>')
     else:
-        shape = f'<circle cx="{cx}" cy="{cy}" r="{_R}" fill="{fill}" stroke="{stroke}" stroke-width="{width}" opacity="{opacity}"/>'
+        shape = (f'<circle cx="{cx}" cy="{cy}" r="{_R}" fill="{fill}" stroke="{stroke}" stroke-width="{width}" '
+                 f'opacity="{opacity}"/>')
     if key == chosen:
         shape += f'<circle cx="{cx}" cy="{cy}" r="{_R + 5}" fill="none" stroke="#2f6fde" stroke-width="2"/>'
     label = ""
     if labels and isinstance(node.get("score"), (int, float)):
-        label = f'<text x="{cx}" y="{y + 20:.0f}" font-size="9.5" text-anchor="middle" fill="#4a5260">{num(node["score"], 2)}</text>'
+        label = (f'<text x="{cx}" y="{y + 20:.0f}" font-size="9.5" text-anchor="middle" fill="#4a5260">'
+                 f'{num(node["score"], 2)}</text>')
     tokens = node.get("tokens")
     return (f'<g class="{" ".join(classes)}" data-id="{esc(key)}">{shape}{label}'
             f"<title>{esc(title(node, tokens))}</title></g>")
