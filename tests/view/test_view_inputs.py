@@ -75,7 +75,7 @@ def test_a_trace_from_an_older_tts_renders_and_says_what_it_lacks(tmp_path):
              "answer": "7"},
             {"id": 2, "parent": 0, "depth": 2, "text": "3 + 4 = 8", "score": 0.0, "kept": False, "finished": True,
              "answer": "8"}]
-    old = _row(tree=tree, samples=[{"text": "3 + 4 = 7", "answer": "7"}]).to_json()
+    old = _row(tree=tree, samples=[{"text": "3 + 4 = 7", "answer": "7"}], selected=0).to_json()
     old.pop("grade_reason"), old.pop("grading_seconds")
     (tmp_path / "results.jsonl").write_text(json.dumps(old) + "\n")
     page = show_html(tmp_path, "p1", tmp_path / "p.html")
