@@ -127,3 +127,14 @@ def test_tts_view_writes_an_index_that_links_every_problem_with_its_filters(tmp_
     assert 'data-filter="wrong"' in index and 'data-filter="contested"' in index and 'value="tokens"' in index
     p2 = (run / "view" / "problems" / page_name("p2")).read_text()
     assert 'href="../index.html"' in p2 and p2.count('<section class="cfg"') == 2
+
+
+def test_show_html_without_out_writes_the_page_tts_view_links(tmp_path):
+    run = _write(tmp_path / "run", _row("HumanEval/3"))
+    r = runner.invoke(app, ["view", str(run)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["show", str(run), "HumanEval/3", "--html"])
+    target = run / "view" / "problems" / page_name("HumanEval/3")
+    assert r.exit_code == 0 and f"wrote {target}" in r.output.replace("\n", "")
+    assert 'href="../index.html"' in target.read_text() and f'href="problems/{page_name("HumanEval/3")}"' in (
+        run / "view" / "index.html").read_text()
