@@ -117,6 +117,6 @@ def test_a_tool_call_page_shows_each_samples_calls_and_the_voted_call(tmp_path):
     (tmp_path / "results.jsonl").write_text(__import__("json").dumps(row.to_json()) + "\n")
     page = show_html(tmp_path, "weather", tmp_path / "p.html")
     calls = [s for s in row.trace["samples"] if s["tool_calls"]]
-    assert 'data-family="tools"' in page and calls
+    assert 'data-family="tools"' in page and calls and "older tts" not in page  # ungraded: no outcomes to lack
     assert "voted call <b>get_weather({&quot;city&quot;: &quot;Paris&quot;})</b>" in page
     assert page.count("get_weather({&quot;city&quot;: &quot;Paris&quot;})</td>") == len(calls)

@@ -39,7 +39,7 @@ def config_section(i: int, row: ResultRow) -> str:
                      ("why", row.grade_reason),
                      ("check s", f"{row.grading_seconds:.2f}" if row.grading_seconds is not None else None),
                      ("strategy", trace.get("strategy") or row.strategy.get("kind"))]))
-    lacking = sections.missing(trace, fam)
+    lacking = sections.missing(trace, fam, graded=row.outcome != "ungraded")
     if lacking:
         head += warn("this trace was written by an older tts: it lacks " + "; ".join(lacking) + ". Shown without.")
     if row.outcome == "ungraded" and (row.grade_reason or "").startswith("sandbox_failed"):

@@ -48,13 +48,14 @@ def family(trace: dict[str, Any], kind: str) -> str:
     return "votes"
 
 
-def missing(trace: dict[str, Any], fam: str) -> list[str]:
-    """What this view reads that the trace lacks (traces written by an older tts)."""
+def missing(trace: dict[str, Any], fam: str, graded: bool = True) -> list[str]:
+    """What this view reads that the trace lacks (traces written by an older tts); ``graded``: the
+    row was graded, so its samples should carry their outcomes."""
     out = []
     samples = trace.get("samples") or []
     nodes = trace.get("tree") or []
     notes = trace.get("notes") or {}
-    if samples and not all("outcome" in s for s in samples):
+    if graded and samples and not all("outcome" in s for s in samples):
         out.append("each sample's graded outcome")
     if fam == "tree" and nodes:
         if not all("tokens" in n for n in nodes):
@@ -180,7 +181,7 @@ def sample_block(i: int, s: dict[str, Any], score: float | None, chosen: bool) -
         f"check {s['grading_seconds']:.2f} s" if isinstance(s.get("grading_seconds"), (int, float)) else "") if b)
     mark = " <b>chosen</b>" if chosen else ""
     return (f'<details class="sample"{" open" if chosen else ""}><summary><span class="mono">#{i}</span>'
-            f'{badge(s.get("outcome"))}{mark} <span class="sub">{esc(bits)}</span> '
+            f'{badge(s["outcome"]) if s.get("outcome") else ""}{mark} <span class="sub">{esc(bits)}</span> '
             f'<span class="mono sub">{esc(_short(s.get("text", ""), 70))}</span></summary>{pre(s.get("text", ""))}</details>')
 
 
@@ -338,7 +339,7 @@ def tool_calls_section(trace: dict[str, Any], answer: str | None) -> str:
     seen = {t: texts.count(t) for t in texts}
     rows = []
     for i, (s, text) in enumerate(zip(samples, texts, strict=True)):
-        rows.append(f'<tr><td class="num">{i}</td><td>{badge(s.get("outcome"))}</td>'
+        rows.append(f'<tr><td class="num">{i}</td><td>{badge(s["outcome"]) if s.get("outcome") else ""}</td>'
                     f'<td class="mono">{esc(text) if text else "<i>no call</i>"}</td>'
                     f'<td class="num">{seen[text] if text else ""}</td>'
                     f"<td>{esc(_short(s.get('text', ''), 80)) if not text else ''}</td></tr>")
