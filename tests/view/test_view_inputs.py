@@ -138,3 +138,13 @@ def test_show_html_without_out_writes_the_page_tts_view_links(tmp_path):
     assert r.exit_code == 0 and f"wrote {target}" in r.output.replace("\n", "")
     assert 'href="../index.html"' in target.read_text() and f'href="problems/{page_name("HumanEval/3")}"' in (
         run / "view" / "index.html").read_text()
+
+
+def test_a_per_request_stop_is_shown_above_the_votes(tmp_path):
+    stop = {"rule": "beta", "n": 16, "wave": 4, "drawn": 8, "cancelled": 2, "cancelled_tokens": 37, "not_drawn": 6,
+            "waves": 2, "reason": "the leader's posterior share passed 0.95", "streamed": True}
+    run = _write(tmp_path / "run", _row(strategy="self_consistency", votes={"7": 8.0}, notes={"stop": stop}))
+    page = show_html(run, "p1", tmp_path / "p.html")
+    assert ("stopped early: the leader&#x27;s posterior share passed 0.95; 8 of n=16 drawn, 2 cancelled (37 tokens), "
+            "6 never started, 2 waves of 4, rule beta") in page
+    assert page.index("stopped early") < page.index('<details class="answer"')
