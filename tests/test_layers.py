@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 
 # Highest first, as in docs/architecture.md's table (checked below); modules at the package's top level count as their own layer.
 LAYERS = [
-    "cli", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
+    "cli", "view", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
     "benchmarks", "execution", "prompts", "backends", "cost", "config", "models", "model_parts", "hub", "registry",
     "paths", "answers", "tracing", "types",
 ]

@@ -27,6 +27,7 @@ app = typer.Typer(
 app.command("eval")(eval_cmd.eval_command)
 app.command("strategies")(strategies.strategies_command)
 app.command("show")(show.show_command)
+app.command("view")(show.view_command)
 app.command("sweep")(sweep.sweep_command)
 app.command("plot")(sweep.plot_command)
 app.command("graph-search")(graph_search.graph_search_command)

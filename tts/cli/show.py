@@ -5,7 +5,8 @@ says so why the answer is not correct and how long its check ran (code answers: 
 verdict, ``timeout: ran past 5 s``); a voting trace as its votes (answer, weight, share) and its
 samples (each with its outcome and, where given, why); a search trace as its tree (each node's
 step, score and whether the search kept it). Rows written before the grader's reasons were
-recorded show without them.
+recorded show without them. ``--html`` writes the same as one page for a browser (:mod:`tts.view`);
+``tts view RUN`` writes every problem's page and an index.
 """
 
 from __future__ import annotations
@@ -52,13 +53,38 @@ def _graded_line(outcome: str, reason: str | None, seconds: float | None) -> str
     return f"graded {outcome}: " + "; ".join(parts) + infra
 
 
+def _write_html(run: Path, problem_id: str, config: str | None, out: Path | None) -> None:
+    """``tts show --html``: the problem's page, written where asked; its path printed."""
+    from tts.view import ViewError, load_rows, problem_page, rows_for
+    from tts.view.index import page_name
+
+    with user_errors():
+        try:
+            rows = rows_for(load_rows(run), problem_id, config, where=str(run))
+        except ViewError as exc:
+            raise fail(str(exc)) from None
+        base = run if run.is_dir() else run.parent
+        target = out or base / "view" / "problems" / page_name(problem_id)
+        if target.is_dir():
+            target = target / page_name(problem_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        index = base / "view" / "index.html"
+        link = "../index.html" if out is None and index.is_file() else None
+        target.write_text(problem_page(rows, base.name or str(base), index_href=link), encoding="utf-8")
+    typer.echo(f"wrote {target}")
+
+
 def show_command(
     run: Path = typer.Argument(..., help="Run directory (holding results.jsonl)."),
     problem_id: str = typer.Argument(..., help="Problem id, as in the run's results."),
     config: str | None = typer.Option(None, "--config", "-c", help="Only this strategy config label (e.g. self_consistency@16)."),
     samples: int = typer.Option(8, "--samples", help="Samples to list per config (0: none)."),
+    html: bool = typer.Option(False, "--html", help="Write the problem's page as one self-contained HTML file "
+                              "(the tree as SVG, the votes, the calls; opens offline) instead of printing."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="With --html: the file to write "
+                                    "(default RUN/view/problems/<id>.html, where `tts view RUN` links it)."),
 ) -> None:
-    """Show one problem of a run: answers, votes, samples and search trees."""
+    """Show one problem of a run: answers, votes, samples and search trees (--html: as a page for a browser)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -66,6 +92,11 @@ def show_command(
     from tts.benchmarks.append_log import read_append_log
     from tts.eval.rows import ResultRow
 
+    if html:
+        _write_html(run, problem_id, config, out)
+        return
+    if out is not None:
+        raise fail("--out writes the page of --html; add --html, or leave --out out to print.")
     with user_errors():
         path = run / "results.jsonl" if run.is_dir() else run
         if not path.is_file():
@@ -103,3 +134,24 @@ def show_command(
                 table.add_row(str(i), escape(str(s.get("answer"))), str(s.get("outcome", "")), *reason,
                               str(s.get("completion_tokens")), escape(_short(s.get("text", ""))))
             console.print(table)
+
+
+def view_command(
+    run: Path = typer.Argument(..., help="Run directory (holding results.jsonl)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder to write index.html and problems/ into "
+                                    "(default RUN/view)."),
+) -> None:
+    """Write a run's pages for a browser: an index of its problems (filters: wrong, contested; sort by cost)
+    and one self-contained page per problem."""
+    from tts.view import ViewError, load_rows, write_run_pages
+
+    with user_errors():
+        try:
+            rows = load_rows(run)
+        except ViewError as exc:
+            raise fail(str(exc)) from None
+        if not rows:
+            raise fail(f"{run} holds no results yet; run tts eval into it first.")
+        base = run if run.is_dir() else run.parent
+        index = write_run_pages(rows, base.name or str(base), out or base / "view")
+    typer.echo(f"wrote {index} ({len({r.problem_id for r in rows})} problem pages beside it); open it in a browser")

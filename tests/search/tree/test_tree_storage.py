@@ -44,13 +44,21 @@ RUNS = {
 }
 
 
-def _without_empty_tool_calls(value):
+VIEWER_RECORDS = {("tree", "tokens"), ("notes", "chosen_node"), ("notes", "particles")}
+"""Records added later for ``tts show --html`` (each node's step tokens, the chosen node, particle
+weights per resampling): what the searches did is unchanged, so the fingerprints leave them out."""
+
+
+def _without_empty_tool_calls(value, within=""):
     """The JSON of solutions as it was before samples could carry tool calls (an empty field
-    added later must not change the fingerprint of searches that make none)."""
+    added later must not change the fingerprint of searches that make none), and before the
+    viewer's records (:data:`VIEWER_RECORDS`); an emptied ``notes`` reads as it did."""
     if isinstance(value, dict):
-        return {k: _without_empty_tool_calls(v) for k, v in value.items() if not (k == "tool_calls" and v == [])}
+        kept = {k: _without_empty_tool_calls(v, k) for k, v in value.items()
+                if not (k == "tool_calls" and v == []) and (within, k) not in VIEWER_RECORDS}
+        return kept
     if isinstance(value, list):
-        return [_without_empty_tool_calls(v) for v in value]
+        return [_without_empty_tool_calls(v, within) for v in value]
     return value
 
 

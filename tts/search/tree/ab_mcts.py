@@ -461,9 +461,11 @@ class ABMCTS(VerifierStrategy):
         keys = answer_keys([s.answer for s in samples])
         nodes = tuple({"id": n.id, "parent": n.parent, "depth": n.depth, "text": n.state.text, "score": n.score,
                        "answer": n.state.answer, "model": n.model, "action": n.action, "finished": True,
+                       "tokens": n.state.completion_tokens,
                        "kept": chosen is not None and key == chosen} for n, key in zip(tree.nodes, keys, strict=True))
         notes = {"ab_mcts": {"widen": tree.choices["widen"], "deepen": tree.choices["deepen"],
-                             "models": {m: s.count for m, s in tree.by_model.items()}}}
+                             "models": {m: s.count for m, s in tree.by_model.items()}},
+                 **({"chosen_node": tree.nodes[best].id} if best is not None else {})}
         trace = Trace(self.name, samples, scores, votes, best, tree=nodes, events=dict(sorted(events.items())),
                       notes=notes)
         return Solution(problem.id, answer, confidence, usage, trace)

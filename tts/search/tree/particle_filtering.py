@@ -149,8 +149,9 @@ def resample(weights: Sequence[float], count: int, rng: random.Random) -> list[i
 class _Filter:
     """One root's particle set across the steps of one filtering run."""
 
-    def __init__(self, tree: SearchTree, rng: random.Random, reference: Sequence[TreeNode] = ()) -> None:
+    def __init__(self, tree: SearchTree, rng: random.Random, reference: Sequence[TreeNode] = (), iteration: int = 0) -> None:
         self.tree = tree
+        self.iteration = iteration
         self.rng = rng
         self.reference = list(reference)  # the reference trajectory, depth 1 first (Particle Gibbs)
         self.particles: list[TreeNode] = []  # particles[0] is the reference's when there is one
@@ -187,8 +188,16 @@ def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filt
             scores = [p.score for p in f.particles]
             if f.reference and reference_weight == "final":
                 scores[0] = f.reference[-1].score  # its_hub: the (finished) reference's final score
-            drawn = [f.particles[i] for i in resample(weigh(scores), n - (1 if f.reference else 0), f.rng)]
+            weights = weigh(scores)
+            picks = resample(weights, n - (1 if f.reference else 0), f.rng)
+            drawn = [f.particles[i] for i in picks]
             f.tree.events["resamples"] += 1
+            times = Counter(picks)
+            # On record for a viewer: each particle's node and weight, and how often it was drawn
+            # (weights that resample almost uniformly are visible only here).
+            f.tree.notes.setdefault("particles", []).append(
+                {"iteration": f.iteration, "step": depth, "nodes": [p.id for p in f.particles],
+                 "weights": [round(w, 6) for w in weights], "drawn": [times[i] for i in range(len(weights))]})
             for p in drawn:
                 p.kept = True
             if all(p.terminal for p in drawn):  # every particle has finished (the reference had)
@@ -249,7 +258,8 @@ def particle_filter(space: SearchSpace, scorer: StateScorer, n: int, temperature
         One :class:`SearchResult` per root; its leaves are the n final particles (duplicates
         included), drawn in the resampling after the last step; ``kept`` marks every node that was
         drawn in a resampling. Events: ``resamples`` (resampling steps, one per step),
-        ``no_children``.
+        ``no_children``. Notes: ``particles``, one record per resampling (``iteration``, ``step``,
+        each particle's node id, weight and times drawn).
 
     Example:
         >>> from tts.search.tree.toy import DigitSpace, PerfectScorer
@@ -306,7 +316,7 @@ def particle_gibbs(space: SearchSpace, scorer: StateScorer, n: int, iterations: 
     for it in range(iterations):
         if before_iteration is not None:
             before_iteration(it)
-        filters = [_Filter(t, rng, ref) for t, rng, ref in zip(trees, rngs, references, strict=True)]
+        filters = [_Filter(t, rng, ref, it) for t, rng, ref in zip(trees, rngs, references, strict=True)]
         _run_filter(space, scorer, filters, n, weigh, reference_weight, max_steps)
         for i, f in enumerate(filters):
             if f.reference and f.particles and f.particles[0] is f.reference[-1]:

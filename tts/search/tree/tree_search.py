@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from tts.verifiers.base import VerifierScore
 
@@ -104,11 +104,15 @@ class SearchResult(Generic[S]):
         nodes: Every node generated, in generation order (``nodes[i].id == i``).
         leaves: Ids of the finished candidates the algorithm returns, in the order found.
         events: Counts of scoring failures (``verifier_error``, ``invalid_score``).
+        notes: Records of the algorithm's decisions (see below).
     """
 
     nodes: tuple[TreeNode[S], ...]
     leaves: tuple[int, ...]
     events: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+    """What the algorithm put on record beyond the nodes, JSON-ready (particle filtering: the
+    weights of each resampling), for the solution's ``Trace.notes``."""
 
     @property
     def leaf_nodes(self) -> list[TreeNode[S]]:
@@ -124,6 +128,7 @@ class SearchTree(Generic[S]):
         self.nodes: list[TreeNode[S]] = []
         self.leaves: list[int] = []
         self.events: Counter[str] = Counter()
+        self.notes: dict[str, Any] = {}
 
     def add(self, parent: TreeNode[S] | None, state: S, terminal: bool) -> TreeNode[S]:
         """Record a child of ``parent`` (None: of the root)."""
@@ -139,7 +144,7 @@ class SearchTree(Generic[S]):
 
     def result(self) -> SearchResult[S]:
         """The finished search of this root."""
-        return SearchResult(tuple(self.nodes), tuple(self.leaves), dict(self.events))
+        return SearchResult(tuple(self.nodes), tuple(self.leaves), dict(self.events), self.notes)
 
 
 class Expansion(NamedTuple, Generic[S]):

@@ -8,9 +8,11 @@ the configured verifier, and turns each problem's search into a Solution:
 - ``Trace.samples``: the finished candidates, with their answers (so pass@n is their coverage);
 - ``Trace.scores``: their verifier scores (:data:`~tts.search.tree.tree_search.PENALTY`, -1, where
   the verifier gave no valid score);
-- ``Trace.tree``: every node (id, parent, depth, text, score, kept, finished, answer, forced),
-  which ``tts show`` prints, built when first read (:class:`~tts.types.LazyRecords`);
+- ``Trace.tree``: every node (id, parent, depth, text, score, kept, finished, answer, forced, and
+  ``tokens``: the step's generated tokens), which ``tts show`` prints, built when first read (:class:`~tts.types.LazyRecords`);
 - ``Trace.events``: verifier failures and invalid scores, empty steps, forced answers;
+- ``Trace.notes``: ``chosen_node``, the id of the chosen candidate's node, and what the search
+  recorded (particle filtering: ``particles``, the weights of every resampling);
 - the answer: the best-scored candidate (``select="verifier"``) or a vote weighted by verifier
   score (``select="weighted_vote"``, the "weighted best-of-N" of Beeching et al. 2024);
 - ``Solution.usage``: generator usage plus verifier usage.
@@ -209,8 +211,11 @@ class TreeSearchStrategy(VerifierStrategy):
         events.update(space.events[i])
         answer, confidence, votes, selected = self._select(samples, scores, events)
         tree = LazyRecords(partial(self._tree, result.nodes), len(result.nodes))
+        # The chosen candidate's node, so a viewer marks its path (``tts show --html``); the search's
+        # own records (particle weights per step) beside it.
+        notes = {**result.notes, **({"chosen_node": result.leaves[selected]} if selected is not None else {})}
         trace = Trace(self.name, samples, scores, votes, selected, tree=tree,
-                      events=dict(sorted(events.items())))
+                      events=dict(sorted(events.items())), notes=notes)
         return Solution(problem.id, answer, confidence, space.usage[i] + scorer.usage[i], trace)
 
     def _sample(self, state: StepState) -> Sample:
@@ -248,7 +253,10 @@ class TreeSearchStrategy(VerifierStrategy):
         reads it)."""
         return tuple([{"id": n.id, "parent": n.parent, "depth": n.depth, "text": n.state.step, "score": n.score,
                        "kept": n.kept, "finished": n.state.finished, "answer": n.state.answer,
-                       "forced": n.state.forced} for n in nodes])
+                       "forced": n.state.forced,
+                       # the step's own generated tokens (a forced answer's included): the path's less its parent's
+                       "tokens": n.state.tokens - (0 if n.parent is None else nodes[n.parent].state.tokens)}
+                      for n in nodes])
 
     # --- cost hook --------------------------------------------------------------------------------
 
