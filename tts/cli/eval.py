@@ -55,9 +55,9 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
     if opts["model"] is not None:
         backend["model"] = opts["model"]
     if opts["base_url"] is not None:
-        if backend["kind"] != "openai":
-            raise fail("--base-url only applies to --backend openai.")
-        backend["base_url"] = opts["base_url"]
+        if backend["kind"] not in ("openai", "litellm"):
+            raise fail("--base-url only applies to --backend openai (and litellm, as its api_base).")
+        backend["base_url" if backend["kind"] == "openai" else "api_base"] = opts["base_url"]
     sampling = dict(base.get("sampling", {}))
     for key in ("temperature", "max_tokens"):
         if opts[key] is not None:
@@ -561,7 +561,8 @@ def eval_command(
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
     settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier), verifier.KEY=VALUE (verifier.aggregation=last), data.KEY=VALUE (a benchmark option: data.steps=6 on chains) or, with --allocate, allocation.KEY=VALUE (the online rule: rule, confidence, escalate, prior, window, length_weight, confirm_window, give_up_after, give_up_share, ladder, top_k; e.g. allocation.rule=dirichlet); `tts strategies` lists the strategy settings."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
-    backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
+    backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai, litellm "
+                                                 "(--model provider/model: anthropic/..., gemini/...) or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),
     data: Path | None = typer.Option(None, "--data", help="Local JSONL/Parquet/HF-dataset dir instead of the hub copy."),
     id_field: str | None = typer.Option(None, "--id-field", help="Field with the problem id."),

@@ -1,0 +1,218 @@
+"""The LiteLLM backend, offline: LiteLLM's canned replies (``mock_response``) for hosted providers,
+and a fake OpenAI-compatible server on 127.0.0.1 reached through LiteLLM (``openai/<model>`` with
+``api_base``). Nothing leaves this machine: LiteLLM reads its bundled model table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.backends.litellm_upstream import ANSWER, CACHED_TOKENS, PROMPT_TOKENS, ChatUpstream
+from tts.backends.base import BackendError, GenerationRequest, Message
+
+litellm = pytest.importorskip("litellm", reason="LiteLLM is not installed (pip install 'tts-scaling[litellm]'; "
+                                                "make test installs it)")
+
+pytestmark = pytest.mark.timeout(120)
+
+CLAUDE = "anthropic/claude-sonnet-4-5"
+CANNED = "Two and three make five.\n\nThe answer is \\boxed{5}."
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def _gen(**settings):
+    from tts.backends.litellm import LiteLLMGenerator
+    from tts.config import LiteLLMBackendConfig
+
+    return LiteLLMGenerator(LiteLLMBackendConfig(**settings))
+
+
+def _claude(**settings):
+    """Claude through LiteLLM with a canned reply: LiteLLM builds Anthropic's request, sends nothing."""
+    return _gen(model=CLAUDE, api_key="sk-test", litellm_params={"mock_response": CANNED}, **settings)
+
+
+def _ask(n: int = 1, **kw) -> GenerationRequest:
+    return GenerationRequest((Message("user", "What is 2 + 3?"),), n=n, max_tokens=32, **kw)
+
+
+@pytest.fixture
+def upstream(closing):
+    return lambda plan=lambda i: "ok": closing(ChatUpstream(plan))
+
+
+def _counting(gen, monkeypatch) -> list:
+    """Count the requests the generator hands to LiteLLM's Router."""
+    sent: list = []
+    real = gen.router.completion
+    monkeypatch.setattr(gen.router, "completion", lambda **kw: sent.append(kw) or real(**kw))
+    return sent
+
+
+def test_a_provider_without_n_gets_n_one_sample_requests_priced_at_the_table(monkeypatch):
+    gen = _claude()
+    sent = _counting(gen, monkeypatch)
+    assert "n" not in gen.params and not gen.returns_logprobs  # what LiteLLM says of Anthropic
+    (result,) = gen.generate([_ask(n=3)])
+    assert [c.text for c in result.completions] == [CANNED] * 3
+    assert len(sent) == 3 and all("n" not in kw for kw in sent)  # Anthropic refuses n: never sent
+    # LiteLLM's canned usage: 10 prompt and 20 completion tokens a request; the prompt is billed 3 times
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.calls) == (30, 60, 3)
+    table = litellm.model_cost["claude-sonnet-4-5"]
+    assert gen.spent_usd == pytest.approx(30 * table["input_cost_per_token"] + 60 * table["output_cost_per_token"])
+
+
+def test_greedy_samples_are_one_request_repeated(monkeypatch):
+    gen = _claude()
+    sent = _counting(gen, monkeypatch)
+    (result,) = gen.generate([_ask(n=4, temperature=0.0)])
+    assert len(result.completions) == 4 and len(sent) == 1
+
+
+def test_a_fake_openai_server_through_litellm_gets_n_in_one_request_with_logprobs_and_cached_prompt_prices(upstream):
+    server = upstream()
+    gen = _gen(model="openai/gpt-4o-mini", api_base=server.url)  # a server on this machine: no key needed
+    assert "n" in gen.params and gen.returns_logprobs
+    (result,) = gen.generate([_ask(n=4, logprobs=True, top_logprobs=1)])
+    (body,) = server.bodies
+    assert body["n"] == 4 and body["logprobs"] is True and body["top_logprobs"] == 1
+    assert [c.text for c in result.completions] == [ANSWER] * 4
+    assert all(c.completion_tokens == 3 and c.mean_logprob == pytest.approx(-0.25) for c in result.completions)
+    assert all(c.token_top_logprobs == ((-3.0,),) * 3 for c in result.completions)
+    assert (result.usage.prompt_tokens, result.usage.cached_prompt_tokens, result.usage.calls) == (
+        PROMPT_TOKENS, CACHED_TOKENS, 1)
+    # gpt-4o-mini at LiteLLM's table price, the cached prompt tokens at its cache-read price
+    table = litellm.model_cost["gpt-4o-mini"]
+    expected = ((PROMPT_TOKENS - CACHED_TOKENS) * table["input_cost_per_token"]
+                + CACHED_TOKENS * table["cache_read_input_token_cost"] + 12 * table["output_cost_per_token"])
+    assert table["cache_read_input_token_cost"] < table["input_cost_per_token"]
+    assert gen.spent_usd == pytest.approx(expected)
+
+
+def test_router_retries_then_falls_back_to_the_next_model(upstream):
+    server = upstream(lambda i: "503")
+    gen = _gen(model="openai/m", api_base=server.url, max_retries=1, unlisted_model=True,
+               fallbacks=[{"model": CLAUDE, "api_key": "sk-test", "mock_response": CANNED}])
+    (result,) = gen.generate([_ask(n=2)])
+    assert [c.text for c in result.completions] == [CANNED] * 2
+    assert len(server.bodies) == 2 * 2  # each of the two samples: the request and its retry, then the fallback
+    assert gen.fallback_replies == 2
+
+
+def test_a_retry_that_succeeds_needs_no_fallback(upstream):
+    server = upstream(lambda i: "503" if i == 0 else "ok")
+    gen = _gen(model="openai/m", api_base=server.url, max_retries=2,
+               fallbacks=[{"model": CLAUDE, "api_key": "sk-test", "mock_response": "wrong"}])
+    (result,) = gen.generate([_ask()])
+    assert result.completions[0].text == ANSWER and len(server.bodies) == 2 and gen.fallback_replies == 0
+
+
+def test_a_server_that_stays_down_ends_in_one_line_naming_it(upstream):
+    server = upstream(lambda i: "500")
+    gen = _gen(model="openai/m", api_base=server.url, max_retries=0)
+    with pytest.raises(BackendError) as err:
+        gen.generate([_ask()])
+    assert "openai/m at http://127.0.0.1:" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("settings", "says"), [
+    ({"model": "nosuch/model-x", "api_key": "k"}, "LiteLLM knows no provider in model 'nosuch/model-x'"),
+    ({"model": "anthropic/claude-sonet-4-5", "api_key": "k"},
+     "lists no anthropic model 'claude-sonet-4-5' (close: anthropic/claude-sonnet-4-5"),
+    ({"model": CLAUDE, "api_key": "k", "fallbacks": ["gemini/gemini-9-ultra"]}, "lists no gemini model 'gemini-9-ultra'"),
+    ({"model": CLAUDE}, "anthropic/claude-sonnet-4-5 needs an API key, and the environment has none of what LiteLLM "
+                        "looks for (ANTHROPIC_API_KEY)"),
+    ({"model": CLAUDE, "api_key": "k", "fallbacks": ["gemini/gemini-2.5-flash"]},
+     "gemini/gemini-2.5-flash needs an API key"),
+])
+def test_bad_models_and_missing_keys_are_one_line_before_any_request(settings, says, monkeypatch):
+    for var in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(BackendError) as err:
+        _gen(**settings)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_model_newer_than_the_table_passes_when_said_so_and_a_key_from_the_environment_counts(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env")
+    gen = _gen(model="anthropic/claude-future-9", unlisted_model=True)
+    assert gen.prices[gen.model_name] is None  # not in the table: unpriced, and said so by None
+
+
+@pytest.mark.parametrize(("field", "value", "param"), [
+    ("logit_bias", ((5, 1.0),), "logit_bias"), ("presence_penalty", 0.5, "presence_penalty"),
+    ("thinking_budget", 64, "thinking budget"),
+])
+def test_a_request_for_what_the_provider_lacks_is_refused_before_it_is_sent(field, value, param, monkeypatch):
+    gen = _claude()
+    sent = _counting(gen, monkeypatch)
+    with pytest.raises(BackendError, match=re.escape(param)) as err:
+        gen.generate([_ask(), _ask(**{field: value})])
+    assert sent == [] and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("strategy", "says"), [
+    ({"kind": "deepconf"}, "deepconf weighs traces by token confidence"),
+    ({"kind": "best_of_n"}, "best_of_n ranks samples by their token log-probabilities"),
+    ({"kind": "weighted_vote"}, "weighted_vote ranks samples"),
+    ({"kind": "best_of_n", "verifier": "self_certainty"}, "with the self_certainty verifier"),
+])
+def test_strategies_that_need_logprobs_are_refused_on_a_provider_without_them(strategy, says, monkeypatch):
+    import tts
+    from tts.search.base import MissingLogprobsError
+
+    gen = _claude()
+    sent = _counting(gen, monkeypatch)
+    with pytest.raises(MissingLogprobsError) as err:
+        tts.solve("What is 2 + 3?", strategy=strategy, n=4, generator=gen)
+    assert says in str(err.value) and CLAUDE in str(err.value) and "\n" not in str(err.value)
+    assert sent == []  # refused when built: nothing was paid for
+
+
+def test_strategies_that_do_not_need_logprobs_run_on_claude():
+    import tts
+
+    gen = _claude()
+    for strategy in ("self_consistency", {"kind": "best_of_n", "verifier": "arithmetic"}):
+        sol = tts.solve("What is 2 + 3?", strategy=strategy, n=3, max_tokens=64, generator=gen)
+        assert sol.answer == "5" and sol.usage.calls == 3
+
+
+@pytest.mark.parametrize("strategy", ["self_consistency", "best_of_n", "weighted_vote"])
+def test_strategies_end_to_end_through_litellm_to_an_openai_server(strategy, upstream):
+    import tts
+
+    server = upstream()
+    backend = {"kind": "litellm", "model": "openai/m", "api_base": server.url}
+    sol = tts.solve("What is 2 + 3?", strategy=strategy, n=4, max_tokens=64, backend=backend)
+    assert sol.answer == "5" and sol.usage.calls == 1
+    assert len(server.bodies) == 1 and server.bodies[0]["n"] == 4  # one request of 4 samples
+    assert server.bodies[0].get("logprobs") is (True if strategy != "self_consistency" else None)
+
+
+def test_a_tool_call_votes_through_litellm(upstream):
+    import tts
+
+    server = upstream()
+    sol = tts.solve("", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=WEATHER,
+                    strategy="tool_vote", n=3, max_tokens=64,
+                    backend={"kind": "litellm", "model": "openai/m", "api_base": server.url})
+    assert server.bodies[0]["tools"] == WEATHER
+    call = sol.trace.samples[sol.trace.selected].tool_calls[0] if sol.trace.selected is not None else None
+    assert sol.answer is not None and "get_weather" in sol.answer and "Paris" in sol.answer, (sol.answer, call)
+
+
+def test_tts_serve_and_eval_build_the_litellm_backend_from_their_flags(upstream):
+    from tts.backends.litellm import LiteLLMGenerator
+    from tts.cli.serve import build_generator
+
+    server = upstream()
+    gen = build_generator("litellm", "openai/m", server.url, 0.4, 0, 2048, None,
+                          upstream={"timeout": 7.0, "max_retries": 1, "deadline": None, "concurrency": None})
+    assert isinstance(gen, LiteLLMGenerator)
+    assert (gen.config.api_base, gen.config.timeout, gen.config.max_retries) == (server.url, 7.0, 1)
+    (result,) = gen.generate([_ask()])
+    assert result.completions[0].text == ANSWER
