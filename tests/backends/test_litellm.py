@@ -168,7 +168,8 @@ def test_strategies_that_need_logprobs_are_refused_on_a_provider_without_them(st
     sent = _counting(gen, monkeypatch)
     with pytest.raises(MissingLogprobsError) as err:
         tts.solve("What is 2 + 3?", strategy=strategy, n=4, generator=gen)
-    assert says in str(err.value) and CLAUDE in str(err.value) and "\n" not in str(err.value)
+    assert says in str(err.value) and f"but {CLAUDE} through LiteLLM returns none" in str(err.value)
+    assert "\n" not in str(err.value)
     assert sent == []  # refused when built: nothing was paid for
 
 
@@ -216,3 +217,54 @@ def test_tts_serve_and_eval_build_the_litellm_backend_from_their_flags(upstream)
     assert (gen.config.api_base, gen.config.timeout, gen.config.max_retries) == (server.url, 7.0, 1)
     (result,) = gen.generate([_ask()])
     assert result.completions[0].text == ANSWER
+
+
+def test_tts_eval_runs_through_litellm_from_the_command_line(upstream, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from tts.cli.app import app
+
+    server = upstream()
+    out = tmp_path / "run"
+    r = CliRunner(env={"COLUMNS": "220"}).invoke(app, [
+        "eval", "--backend", "litellm", "--model", "openai/m", "--base-url", server.url, "-b", "demo", "--limit", "2",
+        "-s", "self_consistency", "-n", "3", "--max-tokens", "32", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(row["answer"] == "5" for row in rows)
+    manifest = json.loads((out / "run.json").read_text())
+    assert manifest["config"]["backend"]["kind"] == "litellm"
+    assert manifest["config"]["backend"]["api_base"] == server.url
+    assert len(server.bodies) == 2 and all(b["n"] == 3 for b in server.bodies)
+
+
+def test_the_providers_section_of_the_docs_holds_a_config_that_builds(monkeypatch):
+    """docs/serving.md#providers: its YAML is a valid run config whose backend builds (keys from the
+    environment, nothing sent), and its commands name flags that exist."""
+    from pathlib import Path
+
+    import yaml
+
+    from tts.backends.factory import create_generator
+    from tts.config import EvalConfig
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
+    section = text[text.index("\n## Providers\n"):]
+    section = section[:section.index("\n## ", 1)]
+    (config_text,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    config = EvalConfig.model_validate(yaml.safe_load(config_text))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    monkeypatch.setenv("GEMINI_API_KEY", "test")
+    gen = create_generator(config.backend)
+    assert gen.model_name == "anthropic/claude-sonnet-4-5" and gen.config.fallback_models == ["gemini/gemini-2.5-flash"]
+    assert not gen.returns_logprobs and "n" not in gen.params  # what the section says of Anthropic
+    assert gen.prices["gemini/gemini-2.5-flash"] is not None  # both priced from LiteLLM's table
+    monkeypatch.delenv("GEMINI_API_KEY")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    with pytest.raises(BackendError, match="gemini/gemini-2.5-flash needs an API key"):
+        create_generator(config.backend)  # the fallback's key is checked too, before any request
+    (commands,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    for line in commands.strip().splitlines():
+        assert line.startswith(("tts eval --backend litellm --model ", "tts serve --backend litellm --model "))

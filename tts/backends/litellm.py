@@ -26,7 +26,7 @@ Samples: a provider that takes ``n`` gets one request of ``n``; one that does no
 requests of ``n > 1`` are sent once and repeated, as every backend does.
 
 Log-probabilities: a provider that returns none (Anthropic, Bedrock's Claude) makes
-``returns_logprobs`` False, and strategies whose answers depend on them (DeepConf, best_of_n and
+``returns_logprobs`` False (``logprobs_unavailable`` says why), and strategies whose answers depend on them (DeepConf, best_of_n and
 weighted_vote without a verifier, the ``logprob`` and ``self_certainty`` verifiers) are refused
 when they are built (:meth:`tts.search.base.Strategy.logprobs_use`), before any request.
 
@@ -173,6 +173,16 @@ class LiteLLMGenerator:
     def returns_logprobs(self) -> bool:
         """Whether the provider (and every fallback) returns token log-probabilities."""
         return "logprobs" in self.params
+
+    @property
+    def logprobs_unavailable(self) -> str | None:
+        """Why no token log-probabilities come back (strategies that read them are refused when
+        built, :meth:`tts.search.base.Strategy.logprobs_use`), or None when they do."""
+        if self.returns_logprobs:
+            return None
+        lacking = [m for m, p in self.providers.items()
+                   if "logprobs" not in (self._litellm.get_supported_openai_params(model=m, custom_llm_provider=p) or ())]
+        return f"{' and '.join(lacking)} through LiteLLM return{'s' if len(lacking) == 1 else ''} none"
 
     @property
     def honours_seeds(self) -> bool:

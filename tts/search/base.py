@@ -142,16 +142,18 @@ class Strategy(ABC):
         self.extract = extract
         self.seed = seed
         use = self.logprobs_use()
-        if use is not None and getattr(generator, "returns_logprobs", True) is False:
+        none = getattr(generator, "logprobs_unavailable", None)
+        if use is not None and isinstance(none, str):
             raise MissingLogprobsError(
-                f"{getattr(self, 'name', type(self).__name__)} {use}, but {getattr(generator, 'model_name', 'the backend')} returns none; use "
-                "self_consistency (or a verifier that does not read them), or a model whose provider returns logprobs")
+                f"{getattr(self, 'name', type(self).__name__)} {use}, but {none}; use self_consistency (or a verifier "
+                "that does not read them), or a model whose provider returns logprobs")
 
     def logprobs_use(self) -> str | None:
         """How this strategy's answers depend on token log-probabilities ("weighs traces by ..."), or
-        None when they do not: on a backend that says it returns none (``returns_logprobs = False``,
-        a hosted provider through LiteLLM) such a strategy is refused when it is built, before any
-        request, instead of failing after its samples were paid for."""
+        None when they do not. A backend that knows in advance that it returns none says why in a
+        ``logprobs_unavailable`` attribute (a hosted provider through LiteLLM); such a strategy is
+        then refused when it is built, before any request, instead of after its samples were paid
+        for (a backend that cannot tell in advance gets :func:`require_logprobs`'s refusal)."""
         return None
 
     @abstractmethod
