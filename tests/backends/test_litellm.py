@@ -268,3 +268,24 @@ def test_the_providers_section_of_the_docs_holds_a_config_that_builds(monkeypatc
     (commands,) = re.findall(r"```bash\n(.*?)```", section, re.S)
     for line in commands.strip().splitlines():
         assert line.startswith(("tts eval --backend litellm --model ", "tts serve --backend litellm --model "))
+
+
+def test_a_session_on_a_hosted_model_reports_dollars_and_takes_a_dollar_budget():
+    import tts
+
+    gen = _claude()
+    table = litellm.model_cost["claude-sonnet-4-5"]
+    with tts.Session(generator=gen, max_tokens=64) as session:
+        sol = session.solve("What is 2 + 3?", strategy="self_consistency", n=3)
+        # 3 one-sample requests of LiteLLM's canned usage: 10 prompt and 20 completion tokens each
+        assert sol.cost["dollars"] == pytest.approx(30 * table["input_cost_per_token"] + 60 * table["output_cost_per_token"])
+        assert "claude-sonnet-4-5 per token (LiteLLM's model table" in sol.cost["priced_as"]
+        # A sample's worst case, its prompt (under 200 tokens) and 64 generated, at the table's prices:
+        # the budget pays for 2 of them at least, and the solve spends no more than it.
+        one_max = 200 * table["input_cost_per_token"] + 64 * table["output_cost_per_token"]
+        budget = 2.5 * one_max
+        capped = session.solve("What is 2 + 3?", strategy="self_consistency", n=8, budget={"dollars": budget})
+        assert 2 <= capped.budget["n_drawn"] < 8 and capped.budget["n_asked"] == 8
+        assert capped.cost["dollars"] <= budget
+        with pytest.raises(Exception, match="does not cover one sample"):
+            session.solve("What is 2 + 3?", n=8, budget={"dollars": one_max / 1000})

@@ -175,6 +175,12 @@ class LiteLLMGenerator:
         return "logprobs" in self.params
 
     @property
+    def token_price(self) -> TokenPrice | None:
+        """The model's price per token (LiteLLM's table), for a session's ``cost["dollars"]`` and
+        dollar budgets; None when the table lists none (a self-hosted model)."""
+        return self.prices[self.config.model]
+
+    @property
     def logprobs_unavailable(self) -> str | None:
         """Why no token log-probabilities come back (strategies that read them are refused when
         built, :meth:`tts.search.base.Strategy.logprobs_use`), or None when they do."""
