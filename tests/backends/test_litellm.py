@@ -115,7 +115,8 @@ def test_a_server_that_stays_down_ends_in_one_line_naming_it(upstream):
     gen = _gen(model="openai/m", api_base=server.url, max_retries=0)
     with pytest.raises(BackendError) as err:
         gen.generate([_ask()])
-    assert "openai/m at http://127.0.0.1:" in str(err.value) and "\n" not in str(err.value)
+    assert "openai/m at http://127.0.0.1:" in str(err.value) and "(HTTP 500): injected 500" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(("settings", "says"), [
@@ -289,3 +290,4 @@ def test_a_session_on_a_hosted_model_reports_dollars_and_takes_a_dollar_budget()
         assert capped.cost["dollars"] <= budget
         with pytest.raises(Exception, match="does not cover one sample"):
             session.solve("What is 2 + 3?", n=8, budget={"dollars": one_max / 1000})
+

@@ -304,7 +304,7 @@ class LiteLLMGenerator:
         what = self.config.model + (f" at {shown_url(self.config.api_base)}" if self.config.api_base else "")
         tried = f" (after {self.config.max_retries} retries" + (
             f" and fallbacks {', '.join(self.config.fallback_models)})" if self.config.fallbacks else ")")
-        message = " ".join(str(getattr(exc, "message", None) or exc).split())[:300]
+        message = _short(str(getattr(exc, "message", None) or exc))
         if isinstance(exc, e.AuthenticationError):
             return BackendError(f"{what} refused the API key: {message}. Check the provider's key variable or api_key")
         if isinstance(exc, e.NotFoundError):
@@ -317,7 +317,9 @@ class LiteLLMGenerator:
             return BackendError(f"{what} did not answer within {self.config.timeout:g} s{tried}; raise the timeout")
         if isinstance(exc, e.APIConnectionError):
             return BackendError(f"cannot reach {what}{tried}: {message}")
-        return BackendError(f"{what} failed{tried}: {type(exc).__name__}: {message}")
+        status = getattr(exc, "status_code", None)
+        return BackendError(f"{what} failed{tried}: {type(exc).__name__}" + (f" (HTTP {status})" if status else "")
+                            + f": {message}")
 
     def generate(self, requests: Sequence[GenerationRequest],
                  cancel: threading.Event | None = None) -> list[GenerationResult]:
@@ -362,6 +364,17 @@ class LiteLLMGenerator:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.spent_usd:
             logger.info("%s: $%.4f at LiteLLM's table prices", self.config.model, self.spent_usd)
+
+
+def _short(message: str) -> str:
+    """A LiteLLM error message on one line, without its repeated class-name prefixes
+    ("litellm.ServiceUnavailableError: ServiceUnavailableError: OpenAIException - ...") and the
+    Router's trailer."""
+    import re
+
+    text = " ".join(message.split()).split(" LiteLLM: model group ")[0]
+    text = re.sub(r"^(?:litellm\.)?(?:\w+(?:Error|Exception)(?::| -) ?)+", "", text)
+    return text[:300]
 
 
 class _Stopped(Exception):
