@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,7 +20,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     SerializeAsAny,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -451,6 +454,10 @@ class OpenAIBackendConfig(BackendConfigBase):
         return (urlparse(self.base_url).hostname or "") in SEEDED_HOSTS
 
 
+_CREDENTIAL = re.compile(r"key$|secret|password|credential|(^|_)token$", re.IGNORECASE)
+"""Names of LiteLLM settings that hold credentials (``api_key``, ``aws_secret_access_key``, ...)."""
+
+
 class LiteLLMBackendConfig(BackendConfigBase):
     """A hosted model reached through LiteLLM (Anthropic, Gemini, Bedrock, Azure, OpenAI, Mistral,
     a self-hosted OpenAI-compatible server, ...): ``pip install 'tts-scaling[litellm]'``; see
@@ -463,9 +470,10 @@ class LiteLLMBackendConfig(BackendConfigBase):
     api_base: str | None = None
     """The provider's endpoint, when not its default (Azure's resource URL, a self-hosted server up
     to /v1). With it, a model LiteLLM's table lacks is accepted (your server names its own models)."""
-    api_key: str | None = None
+    api_key: SecretStr | None = None
     """The API key; None: the provider's environment variable (``ANTHROPIC_API_KEY``,
-    ``GEMINI_API_KEY``, ...), whose absence is refused before any request."""
+    ``GEMINI_API_KEY``, ...), whose absence is refused before any request. Written masked to
+    run.json, as are the settings below that hold credentials (``*_key``, ``*secret*``, ``*_token``, ...)."""
     fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
     """Models tried in order, through LiteLLM's Router, when ``model`` still fails after its retries:
     each a ``provider/model`` name (its key from the provider's environment variable) or a mapping
@@ -487,6 +495,15 @@ class LiteLLMBackendConfig(BackendConfigBase):
     carries its own), passed as they are: ``api_version`` (Azure),
     ``aws_region_name`` (Bedrock), ``vertex_project`` and ``vertex_location`` (Vertex AI), or
     ``mock_response`` (a canned reply: a dry run that sends nothing)."""
+
+    @field_serializer("litellm_params", "fallbacks", when_used="json")
+    def _credentials_masked(self, value: Any) -> Any:
+        """Keys and secrets in LiteLLM's settings never reach a run's manifest or a log line."""
+        if isinstance(value, list):
+            return [self._credentials_masked(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: "**********" if _CREDENTIAL.search(str(k)) and v is not None else v for k, v in value.items()}
+        return value
 
     @field_validator("fallbacks")
     @classmethod

@@ -17,7 +17,8 @@ CACHED_TOKENS = 32
 
 
 class ChatUpstream(LocalUpstream):
-    """Answers every chat completion (``plan(i)`` for request i: "ok", or an HTTP status to fail with)."""
+    """Answers every chat completion (``plan(i)`` for request i: "ok", "single" (one choice whatever
+    ``n`` asked), or an HTTP status to fail with)."""
 
     def __init__(self, plan: Callable[[int], str] = lambda i: "ok") -> None:
         self.plan = plan
@@ -31,8 +32,8 @@ class ChatUpstream(LocalUpstream):
             with self._lock:
                 mode = self.plan(len(self.bodies))
                 self.bodies.append(body)
-            if mode == "ok":
-                status, payload = 200, self._reply(body)
+            if mode in ("ok", "single"):  # "single": one choice whatever n asked for, as some proxies do
+                status, payload = 200, self._reply({**body, "n": 1} if mode == "single" else body)
             else:
                 status, payload = int(mode), {"error": {"message": f"injected {mode}"}}
             data = json.dumps(payload).encode()

@@ -92,6 +92,18 @@ def test_a_fake_openai_server_through_litellm_gets_n_in_one_request_with_logprob
     assert gen.spent_usd == pytest.approx(expected)
 
 
+def test_a_server_that_drops_n_gets_one_sample_requests_from_then_on(upstream, caplog):
+    server = upstream(lambda i: "single")
+    gen = _gen(model="openai/m", api_base=server.url)
+    with caplog.at_level("WARNING", logger="tts.backends.litellm"):
+        (result,) = gen.generate([_ask(n=4)])
+    assert [c.text for c in result.completions] == [ANSWER] * 4 and result.usage.calls == 4
+    assert [b.get("n") for b in server.bodies] == [4, None, None, None, None] and gen.single_choice
+    gen.generate([_ask(n=3)])  # later requests go one sample at a time at once
+    assert len(server.bodies) == 5 + 3
+    assert sum("one-sample requests" in m for m in caplog.messages) == 1
+
+
 def test_router_retries_then_falls_back_to_the_next_model(upstream):
     server = upstream(lambda i: "503")
     gen = _gen(model="openai/m", api_base=server.url, max_retries=1, unlisted_model=True,
@@ -202,9 +214,9 @@ def test_a_tool_call_votes_through_litellm(upstream):
     sol = tts.solve("", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=WEATHER,
                     strategy="tool_vote", n=3, max_tokens=64,
                     backend={"kind": "litellm", "model": "openai/m", "api_base": server.url})
-    assert server.bodies[0]["tools"] == WEATHER
-    call = sol.trace.samples[sol.trace.selected].tool_calls[0] if sol.trace.selected is not None else None
-    assert sol.answer is not None and "get_weather" in sol.answer and "Paris" in sol.answer, (sol.answer, call)
+    assert server.bodies[0]["tools"] == WEATHER and server.bodies[0]["n"] == 3
+    assert sol.answer is not None and "get_weather" in sol.answer and "Paris" in sol.answer  # the voted call
+    assert sol.confidence == pytest.approx(1.0)
 
 
 def test_tts_serve_and_eval_build_the_litellm_backend_from_their_flags(upstream):
@@ -291,3 +303,19 @@ def test_a_session_on_a_hosted_model_reports_dollars_and_takes_a_dollar_budget()
         with pytest.raises(Exception, match="does not cover one sample"):
             session.solve("What is 2 + 3?", n=8, budget={"dollars": one_max / 1000})
 
+
+
+def test_keys_reach_the_provider_but_never_the_run_manifest():
+    from tts.backends.litellm import deployments
+    from tts.config import EvalConfig
+
+    config = EvalConfig.model_validate({"backend": {
+        "kind": "litellm", "model": CLAUDE, "api_key": "sk-ant-secret",
+        "litellm_params": {"aws_secret_access_key": "aws-secret", "max_tokens": 64},
+        "fallbacks": [{"model": "azure/gpt-4o", "api_key": "az-secret", "api_version": "2024-10-21"}]}})
+    written = str(config.model_dump(mode="json"))
+    assert not any(s in written for s in ("sk-ant-secret", "aws-secret", "az-secret"))
+    assert "2024-10-21" in written and "'max_tokens': 64" in written  # settings that are no secrets stay readable
+    main, fallback = deployments(config.backend)
+    assert (main["api_key"], main["aws_secret_access_key"], fallback["api_key"]) == ("sk-ant-secret", "aws-secret",
+                                                                                    "az-secret")

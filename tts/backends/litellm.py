@@ -22,16 +22,20 @@ What is checked before any request, one line each (:class:`~tts.backends.base.Ba
   sent without them, and a thinking budget always (no provider takes tts's).
 
 Samples: a provider that takes ``n`` gets one request of ``n``; one that does not (Anthropic) gets
-``n`` one-sample requests, merged (each bills the prompt, as the provider bills it). Greedy
-requests of ``n > 1`` are sent once and repeated, as every backend does.
+``n`` one-sample requests, sent concurrently with the call's others and merged (each bills the
+prompt, as the provider bills it). A reply with fewer choices than ``n`` (a proxy that drops it)
+switches the generator to one-sample requests, with one warning. Greedy requests of ``n > 1`` are
+sent once and repeated, as every backend does.
 
 Log-probabilities: a provider that returns none (Anthropic, Bedrock's Claude) makes
-``returns_logprobs`` False (``logprobs_unavailable`` says why), and strategies whose answers depend on them (DeepConf, best_of_n and
-weighted_vote without a verifier, the ``logprob`` and ``self_certainty`` verifiers) are refused
-when they are built (:meth:`tts.search.base.Strategy.logprobs_use`), before any request.
+``returns_logprobs`` False (``logprobs_unavailable`` says why), and strategies whose answers depend
+on them (DeepConf, best_of_n and weighted_vote without a verifier, the ``logprob`` and
+``self_certainty`` verifiers) are refused when they are built
+(:meth:`tts.search.base.Strategy.logprobs_use`), before any request.
 
-Cost: each request's dollars at LiteLLM's table price (:mod:`tts.cost.token_prices`, cached prompt
-tokens at the cache-read price) add up in ``spent_usd``; usage counts tokens as for any backend.
+Cost: each reply's dollars at LiteLLM's table price of the model that wrote it
+(:mod:`tts.cost.token_prices`, cached prompt tokens at the cache-read price) add up in
+``spent_usd``; ``token_price`` gives a session's ``cost["dollars"]`` and dollar budgets.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def deployments(config: LiteLLMBackendConfig) -> list[dict[str, Any]]:
     if config.api_base is not None:
         main["api_base"] = config.api_base
     if config.api_key is not None:
-        main["api_key"] = config.api_key
+        main["api_key"] = config.api_key.get_secret_value()
     return [main] + [{"model": f} if isinstance(f, str) else dict(f) for f in config.fallbacks]
 
 
@@ -161,6 +165,8 @@ class LiteLLMGenerator:
         self.prices: dict[str, TokenPrice | None] = {m: token_price(m) for m in self.providers}
         self.spent_usd = 0.0
         """Dollars of every answered request so far, at LiteLLM's table prices (0 for unpriced models)."""
+        self.single_choice = False
+        """Set once a reply held fewer choices than the ``n`` asked (a proxy that drops ``n``)."""
         self.fallback_replies = 0
         """Replies that a fallback model wrote (the model failed for good on their requests)."""
 
@@ -247,28 +253,27 @@ class LiteLLMGenerator:
                 kw["tool_choice"] = json.loads(req.tool_choice)
         return kw
 
-    def _send(self, req: GenerationRequest, stop: threading.Event) -> GenerationResult:
-        """One request, ``n`` samples: one call where the provider takes ``n``, else ``n`` calls."""
-        repeat = greedy_repeats(req)
-        if req.n > 1 and not repeat and "n" not in self.params:
-            return self._one_at_a_time(req, stop)
-        try:
-            return self._call(req, 1 if repeat else req.n)
-        except FewerChoices:
-            logger.warning("%s returned fewer choices than n = %d: sending one-sample requests", self.config.model, req.n)
-            return self._one_at_a_time(req, stop)
+    def _split(self, req: GenerationRequest) -> list[GenerationRequest]:
+        """The requests that draw ``req``'s samples: itself where the provider takes ``n`` (or the
+        samples are greedy, drawn once and repeated), else ``n`` one-sample requests (seeds ``seed + i``)."""
+        if req.n == 1 or greedy_repeats(req) or ("n" in self.params and not self.single_choice):
+            return [req]
+        return [dataclasses.replace(req, n=1, seed=None if req.seed is None else req.seed + i) for i in range(req.n)]
 
-    def _one_at_a_time(self, req: GenerationRequest, stop: threading.Event) -> GenerationResult:
-        parts = []
-        for i in range(req.n):
-            if stop.is_set():
-                raise _Stopped()
-            one = dataclasses.replace(req, n=1, seed=None if req.seed is None else req.seed + i)
-            parts.append(self._call(one, 1))
-        usage = parts[0].usage
-        for part in parts[1:]:
-            usage = usage + part.usage
-        return GenerationResult(tuple(c for p in parts for c in p.completions), usage)
+    def _send(self, req: GenerationRequest, stop: threading.Event) -> GenerationResult:
+        """One request of :meth:`_split`; a reply with fewer choices than ``n`` (a proxy that
+        drops ``n``) makes it ``n`` one-sample requests, one after the other."""
+        if stop.is_set():
+            raise _Stopped()
+        try:
+            return self._call(req, 1 if greedy_repeats(req) else req.n)
+        except FewerChoices:
+            with self._lock:
+                first, self.single_choice = not self.single_choice, True
+            if first:
+                logger.warning("%s returned fewer choices than n = %d: it does not sample n > 1 per request, so tts "
+                               "now sends n one-sample requests instead (each bills the prompt)", self.config.model, req.n)
+            return _merged([self._send(one, stop) for one in self._split(req)])
 
     def _call(self, req: GenerationRequest, n: int) -> GenerationResult:
         start = time.perf_counter()
@@ -339,7 +344,8 @@ class LiteLLMGenerator:
         self._check(requests)
         stop = threading.Event()
         start = time.perf_counter()
-        futures = [self._pool.submit(self._send, r, stop) for r in requests]
+        parts = [(i, one) for i, r in enumerate(requests) for one in self._split(r)]
+        futures = [self._pool.submit(self._send, one, stop) for _, one in parts]
         try:
             pending = set(futures)
             while pending:
@@ -350,7 +356,10 @@ class LiteLLMGenerator:
                         raise f.exception()  # type: ignore[misc]
                 if pending and cancel is not None and cancel.is_set():
                     raise BackendError(f"the call to {self.config.model} was cancelled")
-            results = [f.result() for f in futures]
+            drawn: list[list[GenerationResult]] = [[] for _ in requests]
+            for (i, _), f in zip(parts, futures, strict=True):
+                drawn[i].append(f.result())
+            results = [_merged(d) for d in drawn]
         finally:
             stop.set()
             for f in futures:
@@ -364,6 +373,16 @@ class LiteLLMGenerator:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.spent_usd:
             logger.info("%s: $%.4f at LiteLLM's table prices", self.config.model, self.spent_usd)
+
+
+def _merged(parts: Sequence[GenerationResult]) -> GenerationResult:
+    """The results of one request's parts as one: their samples in order, their usage added."""
+    if len(parts) == 1:
+        return parts[0]
+    usage = parts[0].usage
+    for part in parts[1:]:
+        usage = usage + part.usage
+    return GenerationResult(tuple(c for p in parts for c in p.completions), usage)
 
 
 def _short(message: str) -> str:
