@@ -269,6 +269,8 @@ class Pricer:
         if self.cost_model is None and self.token_price is not None and budget.unit == "dollars":
             # Each sample billed its prompt (the worst case: a provider without n is sent n requests).
             one = self.token_price.usd(prompt_tokens, 0, max_tokens)
+            if one <= 0:  # a free model: the budget limits nothing (the cap of the search below)
+                return 65536 * max_tokens
             if one > budget.amount:
                 raise BudgetError(f"a budget of {budget} does not cover one sample of up to {max_tokens} tokens "
                                   f"(${one:.3g} for {self.model}); raise the budget or lower max_tokens")
