@@ -242,7 +242,7 @@ def test_tts_eval_runs_through_litellm_from_the_command_line(upstream, tmp_path)
     server = upstream()
     out = tmp_path / "run"
     r = CliRunner(env={"COLUMNS": "220"}).invoke(app, [
-        "eval", "--backend", "litellm", "--model", "openai/m", "--base-url", server.url, "-b", "demo", "--limit", "2",
+        "eval", "--backend", "litellm", "--model", "openai/gpt-4o-mini", "--base-url", server.url, "-b", "demo", "--limit", "2",
         "-s", "self_consistency", "-n", "3", "--max-tokens", "32", "--out", str(out)])
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -251,6 +251,13 @@ def test_tts_eval_runs_through_litellm_from_the_command_line(upstream, tmp_path)
     assert manifest["config"]["backend"]["kind"] == "litellm"
     assert manifest["config"]["backend"]["api_base"] == server.url
     assert len(server.bodies) == 2 and all(b["n"] == 3 for b in server.bodies)
+    # The summary prices the run per token (a hosted model has no GPU cost columns): 2 problems, each
+    # one request of 40 prompt tokens (32 cached) and 3 samples of 3 tokens, at gpt-4o-mini's prices.
+    table = litellm.model_cost["gpt-4o-mini"]
+    usd = 2 * ((PROMPT_TOKENS - CACHED_TOKENS) * table["input_cost_per_token"]
+               + CACHED_TOKENS * table["cache_read_input_token_cost"] + 9 * table["output_cost_per_token"])
+    assert "dollars at openai/gpt-4o-mini's per-token prices" in r.output
+    assert f"self_consistency@3 ${usd:.4g}" in r.output
 
 
 def test_the_providers_section_of_the_docs_holds_a_config_that_builds(monkeypatch):

@@ -356,6 +356,24 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
                     "from its config)")
 
 
+def hosted_dollars(result: Any, model: str) -> str:
+    """A hosted model's run in dollars, per strategy config, at LiteLLM's per-token prices (a hosted
+    model has no architecture for the GPU cost columns; its provider bills tokens)."""
+    from tts.cost.token_prices import token_price
+
+    price = token_price(model)
+    if price is None:
+        return f"dollars: LiteLLM's table lists no price for {model}"
+    spent: dict[str, float] = {}
+    for row in result.rows:
+        u = row.usage
+        spent[row.config] = spent.get(row.config, 0.0) + price.usd(u.prompt_tokens, u.cached_prompt_tokens,
+                                                                    u.completion_tokens)
+    each = ", ".join(f"{config} ${usd:.4g}" for config, usd in spent.items())
+    return (f"dollars at {model}'s per-token prices ({price.source}; cached prompt tokens at its cache-read "
+            f"price): {each}")
+
+
 def _si(x: float) -> str:
     for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
@@ -604,3 +622,5 @@ def eval_command(
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
     print_summary(result, cfg.backend.model, gpu or None, wide=wide)
+    if cfg.backend.kind == "litellm":
+        print(hosted_dollars(result, cfg.backend.model))
