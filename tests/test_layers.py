@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 LAYERS = [
     "cli", "serve", "api", "session", "eval", "graphs", "budgets", "search", "verifiers",
     "benchmarks", "execution", "prompts", "backends", "cost", "config", "models", "model_parts", "hub", "registry",
-    "paths", "answers", "types",
+    "paths", "answers", "tracing", "types",
 ]
 
 

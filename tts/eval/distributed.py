@@ -1,7 +1,7 @@
 """Sweeps on a Ray cluster: the units of a sweep run on Ray actors, their cells stream back to one store.
 
 A sweep is a list of units (:class:`tts.eval.sweep.Unit`: the missing cells of one model x seed).
-:func:`run_sweep_ray` computes them on a fixed pool of Ray actors fed by :class:`ray.util.ActorPool`:
+:func:`run_sweep_ray` computes them on Ray actors fed one unit at a time:
 
 - **Actors, one engine each.** A worker actor holds at most one generator at a time (an
   :class:`~tts.backends.engine_pool.EnginePool` of size 1) and keeps it across the units it is given
@@ -10,14 +10,16 @@ A sweep is a list of units (:class:`tts.eval.sweep.Unit`: the missing cells of o
   starts the next. With the vLLM backend on a cluster with GPUs each actor reserves one GPU
   (``gpus_per_worker``). Pool sweeps run on the same actors, which replay without an engine.
 - **Streaming, resumable.** The driver owns the :class:`~tts.eval.sweep.CellStore` and appends a
-  unit's cells the moment its actor returns them (``ActorPool.map_unordered`` waits with
-  ``ray.wait``), so an interrupted driver loses at most the units in flight, and rerunning the same
-  command computes only the cells still missing.
-- **Fault tolerance.** Actors are created with ``max_restarts`` and ``max_task_retries``: when a
-  worker process dies (a node lost, an engine crash, the OOM killer), Ray restarts the actor and
-  runs its unit again. A unit is safe to rerun (a live unit is a ``tts eval`` run directory under
-  ``OUT/live/`` that resumes problem by problem; a pool unit is a pure replay), and the store keeps
-  the first copy of a cell, so no cell is lost or doubled.
+  unit's cells the moment its actor returns them (``ray.wait`` on every unit in flight), so an
+  interrupted driver loses at most the units in flight, and rerunning the same command computes
+  only the cells still missing.
+- **Fault tolerance.** When a worker dies (its process, or its whole node), the driver gives its
+  unit to another worker and asks Ray for a replacement actor, which joins once the cluster has
+  room for it. Ray's own actor restart is not used: a restart waits for room, and after a lost node
+  the surviving actors hold all of it, so the dead worker's unit would wait forever (seen with
+  Ray's multi-node test cluster). A unit is safe to rerun (a live unit is a ``tts eval`` run
+  directory under ``OUT/live/`` that resumes problem by problem; a pool unit is a pure replay),
+  and the store keeps the first copy of a cell, so no cell is lost or doubled.
 
 The grain of distribution is the unit. Problem shards within one (model, seed) are not split
 across workers: one live unit is one engine's run, and a retried unit resumes at the first problem
@@ -84,7 +86,8 @@ def run_sweep_ray(
             node for vLLM without GPUs (a CPU engine uses its node's cores), one per CPU otherwise;
             never more than the units to compute.
         progress: Called with (cells done, cells total).
-        retries: Times Ray restarts a dead worker and reruns its unit before the sweep gives up.
+        retries: Times a unit may lose its worker (a dead process or a lost node) and run again on
+            another before the sweep gives up.
         gpus_per_worker: GPUs each actor reserves; default 1 for the vLLM backend when the cluster
             has GPUs, else 0.
 
@@ -170,9 +173,6 @@ def _run_units(ray: Any, spec: SweepSpec, out: Path, units: Sequence[Unit], stor
                num_workers: int | None, retries: int, gpus_per_worker: float | None, done: int, total: int,
                progress: ProgressFn | None) -> int:
     """Compute ``units`` on a pool of actors, writing each unit's cells as it returns; returns cells done."""
-    from ray.exceptions import RayActorError, RayTaskError
-    from ray.util import ActorPool
-
     # 1. Size and place the actors.
     vllm = not spec.pool and (spec.eval.get("backend") or {}).get("kind", "vllm") == "vllm"
     resources = ray.cluster_resources()
@@ -190,31 +190,128 @@ def _run_units(ray: Any, spec: SweepSpec, out: Path, units: Sequence[Unit], stor
         logger.warning("%d workers asked for, but the cluster now has room for %d (%s); the others wait for "
                        "resources (an autoscaler may add them)", num_workers, fits,
                        f"{resources.get('GPU', 0):g} GPUs" if gpus else f"{resources.get('CPU', 0):g} CPUs")
+    # Ray does not restart these actors itself: a restart waits for room on the cluster, and after a lost
+    # node there may be none while the surviving actors hold theirs, so the unit would wait forever.
+    # The dispatcher gives a dead worker's unit to a live one and asks for a replacement instead.
     worker = ray.remote(_SweepWorker).options(
-        num_cpus=1, num_gpus=gpus, max_restarts=retries, max_task_retries=retries, scheduling_strategy="SPREAD")
-    actors = [worker.remote(spec, str(out.resolve()), os.getcwd()) for _ in range(num_workers)]
+        num_cpus=1, num_gpus=gpus, max_restarts=0, max_task_retries=0, scheduling_strategy="SPREAD")
     logger.info("sweep on Ray: %d units on %d workers (%g GPUs each)", len(units), num_workers, gpus)
+    dispatch = _Dispatcher(ray, lambda: worker.remote(spec, str(out.resolve()), os.getcwd()), units, retries)
     # 2. Feed them; each unit's cells go to the store the moment they arrive.
     finished = False
     try:
-        pool = ActorPool(actors)
-        for cells in pool.map_unordered(lambda actor, unit: actor.compute.remote(unit), list(units)):
+        dispatch.start(num_workers)
+        for cells in dispatch.results():
             store.write(cells)
             done += len(cells)
             if progress:
                 progress(done, total)
         finished = True
-    except RayTaskError as exc:
-        if isinstance(exc.cause, SweepError):
-            raise SweepError(str(exc.cause)) from None
-        raise
-    except RayActorError as exc:
-        raise SweepError(f"a Ray worker died and was not restarted (each may restart {retries} times): "
-                         f"{str(exc).splitlines()[0]}; the finished cells are in {out}: run the same command again "
-                         "to resume") from None
     finally:
-        _stop(ray, actors, graceful=finished)
+        for actor in dispatch.waiting():
+            ray.kill(actor, no_restart=True)
+        _stop(ray, dispatch.placed(), graceful=finished)
     return done
+
+
+PLACEMENT_TIMEOUT_S = 600.0
+"""How long units may wait with no worker running (none placed yet, or all lost) before the sweep gives up."""
+
+
+class _Dispatcher:
+    """Units to actors, one at a time each; a unit whose actor died goes to another actor.
+
+    An actor is given work once it is placed and answers (``ready``); a dead actor is dropped and a
+    replacement asked for, which joins when the cluster has room for it (maybe never: the survivors
+    then do the rest). A unit may lose its worker ``retries`` times; a unit is safe to run again (a
+    live unit resumes its run directory, a pool unit is a replay) and the store keeps a cell's first
+    copy, so a retry neither loses nor doubles a cell.
+    """
+
+    def __init__(self, ray: Any, new_actor: Any, units: Sequence[Unit], retries: int) -> None:
+        self.ray, self.new_actor, self.retries = ray, new_actor, retries
+        self.queue = list(reversed(units))  # popped from the end: the planned order
+        self.idle: list[Any] = []
+        self.starting: dict[Any, Any] = {}  # ready() ref -> actor not yet placed
+        self.running: dict[Any, tuple[Any, Unit]] = {}  # compute() ref -> (actor, unit)
+        self.losses: dict[tuple[str, int], int] = {}
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self._add_actor()
+
+    def placed(self) -> list[Any]:
+        """The actors that started (idle or running)."""
+        return [*self.idle, *(a for a, _ in self.running.values())]
+
+    def waiting(self) -> list[Any]:
+        """The actors asked for and not placed yet (the cluster may never have room for them)."""
+        return list(self.starting.values())
+
+    def _add_actor(self) -> None:
+        actor = self.new_actor()
+        self.starting[actor.ready.remote()] = actor
+
+    def results(self) -> Any:
+        """Yield each unit's cells as it finishes; raises SweepError when a unit cannot finish."""
+        from ray.exceptions import RayActorError, RayTaskError
+
+        while self.queue or self.running:
+            while self.idle and self.queue:
+                actor, unit = self.idle.pop(), self.queue.pop()
+                self.running[actor.compute.remote(unit)] = (actor, unit)
+            timeout = None if self.running else PLACEMENT_TIMEOUT_S
+            ready, _ = self.ray.wait([*self.running, *self.starting], num_returns=1, timeout=timeout)
+            if not ready:
+                raise SweepError(f"no Ray worker could run for {PLACEMENT_TIMEOUT_S:.0f} s (the cluster has no room "
+                                 f"for one: {_room(self.ray)}); the finished cells are kept: run the same command "
+                                 "again to resume")
+            ref = ready[0]
+            if ref in self.starting:
+                actor = self.starting.pop(ref)
+                try:
+                    self.ray.get(ref)
+                except RayActorError:
+                    logger.warning("a Ray worker died before it could start; another is asked for")
+                    self._replace(actor)
+                else:
+                    self.idle.append(actor)
+                continue
+            actor, unit = self.running.pop(ref)
+            try:
+                cells = self.ray.get(ref)
+            except RayTaskError as exc:
+                if isinstance(exc.cause, SweepError):
+                    raise SweepError(str(exc.cause)) from None
+                raise
+            except RayActorError as exc:
+                self._lost(actor, unit, exc)
+                continue
+            self.idle.append(actor)
+            yield cells
+
+    def _lost(self, actor: Any, unit: Unit, exc: Exception) -> None:
+        """The worker running ``unit`` died (its process, or its node): run the unit again on another."""
+        key = (unit.model, unit.seed)
+        self.losses[key] = self.losses.get(key, 0) + 1
+        if self.losses[key] > self.retries:
+            raise SweepError(f"a Ray worker running {unit.model} seed {unit.seed} died {self.losses[key]} times "
+                             f"(retries: {self.retries}): {str(exc).splitlines()[0]}; the finished cells are kept: "
+                             "run the same command again to resume") from None
+        logger.warning("the Ray worker running %s seed %d was lost (%s); the unit runs again on another worker",
+                       unit.model, unit.seed, str(exc).splitlines()[0])
+        self.queue.append(unit)  # next in line
+        self._replace(actor)
+
+    def _replace(self, actor: Any) -> None:
+        self.ray.kill(actor, no_restart=True)
+        self._add_actor()
+
+
+def _room(ray: Any) -> str:
+    """The cluster's free CPUs and GPUs, for a message."""
+    free = ray.available_resources()
+    return f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free on {sum(1 for n in ray.nodes() if n.get('Alive'))} live nodes"
 
 
 def _stop(ray: Any, actors: Sequence[Any], graceful: bool) -> None:
@@ -241,6 +338,10 @@ class _SweepWorker:
         self.spec = spec
         self.out = out
         self.engines = EnginePool(max_size=1)
+
+    def ready(self) -> bool:
+        """Answers once the actor is placed and constructed: the dispatcher gives it work from then on."""
+        return True
 
     def compute(self, unit: Unit) -> list[Cell]:
         """The unit's cells, computed on this worker's engine (started or swapped as needed)."""

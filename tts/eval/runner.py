@@ -25,6 +25,7 @@ from tts.eval.report import ConfigSummary, summarize
 from tts.eval.rows import ResultRow
 from tts.eval.store import ResultsStore
 from tts.prompts import PromptTemplate, chat_prompt, extract_options
+from tts import tracing
 from tts.registry import BENCHMARKS, STRATEGIES
 from tts.search.base import Strategy
 from tts.types import Problem, Solution, to_jsonable
@@ -93,6 +94,7 @@ def build_strategies(config: EvalConfig, generator: Generator, prompt: PromptTem
     other problems rendered by ``prompt``, answers extracted as math."""
     render = chat_prompt(prompt)
     extra = extract_options(prompt)
+    generator = tracing.traced_generator(generator)  # itself while tracing is off
     return [STRATEGIES.load(sc.kind)(sc, generator, render, config.sampling, seed=config.seed, **extra)
             for sc in config.strategies]
 
@@ -115,11 +117,16 @@ def solve_all(strategies: Sequence[Strategy], problems: Sequence[Problem]) -> li
     out: list[list[Solution]] = [[] for _ in strategies]
     for group in share_groups(strategies):
         members = [strategies[i] for i in group]
-        for i, sols in zip(group, type(members[0]).solve_together(members, problems), strict=True):
-            if len(sols) != len(problems):
-                raise RuntimeError(f"strategy {strategies[i].name} returned {len(sols)} solutions for "
-                                   f"{len(problems)} problems; Strategy.solve must return one per problem")
-            out[i] = sols
+        attrs = {"tts.strategy": ",".join(s.name for s in members), "tts.config": ",".join(s.config.label for s in members),
+                 "tts.problems": len(problems)}
+        with tracing.span("tts.solve", attrs) as span:
+            together = type(members[0]).solve_together(members, problems)
+            for i, sols in zip(group, together, strict=True):
+                if len(sols) != len(problems):
+                    raise RuntimeError(f"strategy {strategies[i].name} returned {len(sols)} solutions for "
+                                       f"{len(problems)} problems; Strategy.solve must return one per problem")
+                out[i] = sols
+                tracing.record_solutions(span, sols)
     return out
 
 

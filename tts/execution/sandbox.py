@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tts import tracing
 from tts.execution import uids
 from tts.execution.bwrap_status import BwrapStatus
 
@@ -407,6 +408,16 @@ def run_program(program: Program | str, limits: Limits | None = None, *, unsafe_
     """
     program = Program(program) if isinstance(program, str) else program
     limits = limits or Limits()
+    with tracing.span("tts.sandbox", {"tts.sandbox.wall_limit_s": limits.wall_seconds,
+                                      "tts.sandbox.isolated": not unsafe_no_sandbox}) as span:
+        execution = _run_program(program, limits, unsafe_no_sandbox)
+        tracing.set_attributes(span, {"tts.sandbox.status": execution.status, "tts.sandbox.error": execution.error or None,
+                                      "tts.sandbox.exit_code": execution.exit_code,
+                                      "tts.sandbox.wall_seconds": execution.wall_seconds})
+    return execution
+
+
+def _run_program(program: Program, limits: Limits, unsafe_no_sandbox: bool) -> Execution:
     bwrap = None if unsafe_no_sandbox else bwrap_path()
     if bwrap is None and not unsafe_no_sandbox:
         raise SandboxUnavailableError(
@@ -441,4 +452,5 @@ def run_many(programs: Sequence[Program | str], limits: Limits | None = None, *,
     if not programs:
         return []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda p: run_program(p, limits, unsafe_no_sandbox=unsafe_no_sandbox), programs))
+        runs = [tracing.carry(run_program) for _ in programs]  # each thread continues the caller's span
+        return list(pool.map(lambda run, p: run(p, limits, unsafe_no_sandbox=unsafe_no_sandbox), runs, programs))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tts import tracing
 from tts.backends.base import Completion, GenerationRequest, GenerationResult, Generator
 from tts.backends.streaming import stream_samples
 from tts.config import StopConfig
@@ -354,7 +355,8 @@ def draw_until_settled(generator: Generator, n_max: Sequence[int], stop: StopCon
             requests.append(request_for(i, k, len(finished[i]) + records[i].cancelled))
             owners.append(i)
             records[i].waves += 1
-        with stream_samples(generator, requests) as stream:
+        attrs = {"tts.requests": len(requests), "tts.wave": stop.wave, "tts.stop.rule": stop.rule}
+        with tracing.span("tts.generate.stream", attrs) as current, stream_samples(generator, requests) as stream:
             streamed = stream.live
             for item in stream:
                 i = owners[item.request]
@@ -367,6 +369,7 @@ def draw_until_settled(generator: Generator, n_max: Sequence[int], stop: StopCon
                         records[i].reason = why
                         stream.cancel([item.request])
             results = stream.results()
+            tracing.set_attributes(current, {"tts.streamed": streamed, **tracing.results_attributes(results)})
         for i, result in zip(owners, results, strict=True):
             records[i].streamed = streamed
             usages[i].append(result.usage)

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Request, Security
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from tts import tracing
 from tts.serve import solving
 from tts.serve.deps import BodyLimitRoute, Caller, State, caller
 from tts.serve.errors import APIError
@@ -63,11 +64,15 @@ only to a server without a key: a browser cannot send one)."""
 
 async def _solve(state: State, request: Request, kind: str, body: ChatRequest | CompletionRequest,
                  who: str) -> Response:
-    plan = plan_request(state, kind, body)
-    solving.admit(state, plan, who)
-    if body.stream:
-        return await solving.stream(state, request, plan)
-    return await solving.answer(state, request, plan)
+    # The caller's trace (a `traceparent` header) is the parent of this request's span and its solves'.
+    attrs = {"http.request.method": "POST", "url.path": request.url.path, "gen_ai.request.model": body.model,
+             "tts.stream": bool(body.stream)}
+    with tracing.span("tts.serve.request", attrs, kind="server", parent=tracing.extract_context(request.headers)) as span:
+        plan = plan_request(state, kind, body)
+        solving.admit(state, plan, who)
+        response = await (solving.stream if body.stream else solving.answer)(state, request, plan)
+        tracing.set_attributes(span, {"http.response.status_code": response.status_code})
+        return response
 
 
 @completions.post("/chat/completions", response_model=ChatCompletion, responses=_SOLVE_ERRORS)

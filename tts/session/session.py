@@ -27,6 +27,7 @@ from tts.backends.thinking import split_reasoning
 from tts.session.batching import BatchingGenerator, CallContext, SolveCancelled, set_context
 from tts.prompts import chat_prompt, extract_options, named_prompt
 from tts.budgets.pricing import ComputeBudget, Pricer
+from tts import tracing
 from tts.session import inputs
 from tts.session.errors import SettingsError, settings_line
 from tts.types import Budget, Problem, Sample, Solution
@@ -462,27 +463,31 @@ class Session:
                 raise StrategyInputError(refusal)
         render = chat_prompt(named_prompt(prompt) if prompt is not None else self._default_template(messages, tools))
         limit, allowance = self._token_allowance(config, solve_budget, render, problem, sampling)
-        runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
-        try:
-            record = self._budget_record(runner, config, solve_budget, limit, allowance)
-        except BaseException:
-            runner.close()
-            raise
-        with self._scripted_answers(problem):
-            solution = self._run_solve(runner, problem, limit, context)
-        fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
-        logprobs = None
-        trace = solution.trace
-        label = config.label
-        if record is not None:
-            fields["trace"] = trace = dataclasses.replace(trace, notes={**trace.notes, "budget": record})
-            if record["n_drawn"] is not None and record["n_drawn"] < record["n_asked"]:
-                label = f"{config.model_copy(update={'n': record['n_drawn']}).label} of {record['n_asked']}: budget"
-        if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
-                and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
-            logprobs = generator.token_logprobs(trace.samples[trace.selected], options.logprobs)
-        return SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
-                               logprobs=logprobs)
+        with tracing.span("tts.solve", {"tts.strategy": config.kind, "tts.config": config.label,
+                                          "tts.n": getattr(config, "n", None), "tts.problems": 1}) as span:
+            runner, generator = self._runner(config, options, render, sampling, self.seed if seed is None else seed)
+            try:
+                record = self._budget_record(runner, config, solve_budget, limit, allowance)
+            except BaseException:
+                runner.close()
+                raise
+            with self._scripted_answers(problem):
+                solution = self._run_solve(runner, problem, limit, context)
+            fields = {f.name: getattr(solution, f.name) for f in dataclasses.fields(Solution)}
+            logprobs = None
+            trace = solution.trace
+            label = config.label
+            if record is not None:
+                fields["trace"] = trace = dataclasses.replace(trace, notes={**trace.notes, "budget": record})
+                if record["n_drawn"] is not None and record["n_drawn"] < record["n_asked"]:
+                    label = f"{config.model_copy(update={'n': record['n_drawn']}).label} of {record['n_asked']}: budget"
+            if (isinstance(generator, _OptionsGenerator) and options is not None and options.logprobs is not None
+                    and trace.selected is not None and 0 <= trace.selected < len(trace.samples)):
+                logprobs = generator.token_logprobs(trace.samples[trace.selected], options.logprobs)
+            result = SessionSolution(**fields, cost=self.pricer.cost(solution.usage), strategy=label, budget=record,
+                                     logprobs=logprobs)
+            tracing.record_solutions(span, [result])
+        return result
 
     def _budget_record(self, runner: Any, config: Any, solve_budget: ComputeBudget | None, limit: Budget | None,
                        allowance: int | None) -> dict[str, Any] | None:
@@ -557,7 +562,7 @@ class Session:
             generator = _OptionsGenerator(self.batcher, options)
             if options.json_schema is not None:
                 extra["extract"] = json_answer
-        return cls(config, generator, render, sampling, seed=seed, **extra), generator
+        return cls(config, tracing.traced_generator(generator), render, sampling, seed=seed, **extra), generator
 
     def _run_solve(self, runner: Any, problem: Problem, limit: Budget | None,
                    context: CallContext | None) -> Solution:
@@ -596,7 +601,7 @@ class Session:
             return self.solve(question, context=ctx, _expected=True, **kwargs)
 
         self.batcher.expect()
-        future = loop.run_in_executor(self._executor, run)
+        future = loop.run_in_executor(self._executor, tracing.carry(run))  # the caller's span goes along
         try:
             return await future
         except asyncio.CancelledError:

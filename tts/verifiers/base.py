@@ -158,9 +158,11 @@ def build_verifier(config: object, generator: object) -> Verifier:
     ``generator`` is the policy's generator: verifiers that judge with the policy model (the
     LLM judge by default) use it; others ignore it.
     """
+    from tts import tracing
     from tts.registry import VERIFIERS
 
-    return VERIFIERS.load(config.kind).from_config(config, generator)  # type: ignore[attr-defined]
+    verifier = VERIFIERS.load(config.kind).from_config(config, generator)  # type: ignore[attr-defined]
+    return tracing.traced_verifier(verifier, str(config.kind))  # itself while tracing is off
 
 
 def noise_flips(seed: int, item: VerifyItem, upto: int, rate: float) -> bool:
