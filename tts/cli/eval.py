@@ -359,16 +359,16 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
 def hosted_dollars(result: Any, model: str) -> str:
     """A hosted model's run in dollars, per strategy config, at LiteLLM's per-token prices (a hosted
     model has no architecture for the GPU cost columns; its provider bills tokens)."""
+    from tts.budgets.pricing import Pricer
     from tts.cost.token_prices import token_price
 
     price = token_price(model)
     if price is None:
         return f"dollars: LiteLLM's table lists no price for {model}"
+    pricer = Pricer(model=model, token_price=price)
     spent: dict[str, float] = {}
     for row in result.rows:
-        u = row.usage
-        spent[row.config] = spent.get(row.config, 0.0) + price.usd(u.prompt_tokens, u.cached_prompt_tokens,
-                                                                    u.completion_tokens)
+        spent[row.config] = spent.get(row.config, 0.0) + pricer.cost(row.usage)["dollars"]
     each = ", ".join(f"{config} ${usd:.4g}" for config, usd in spent.items())
     return (f"dollars at {model}'s per-token prices ({price.source}; cached prompt tokens at its cache-read "
             f"price): {each}")
