@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -20,7 +21,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     SerializeAsAny,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -564,6 +567,84 @@ class OpenAIBackendConfig(BackendConfigBase):
         return (urlparse(self.base_url).hostname or "") in SEEDED_HOSTS
 
 
+_CREDENTIAL = re.compile(r"key$|secret|password|credential|(^|_)token$", re.IGNORECASE)
+"""Names of LiteLLM settings that hold credentials (``api_key``, ``aws_secret_access_key``, ...)."""
+
+
+class LiteLLMBackendConfig(BackendConfigBase):
+    """A hosted model reached through LiteLLM (Anthropic, Gemini, Bedrock, Azure, OpenAI, Mistral,
+    a self-hosted OpenAI-compatible server, ...): ``pip install 'tts-scaling[litellm]'``; see
+    tts.backends.litellm and docs/serving.md, "Providers"."""
+
+    kind: Literal["litellm"] = "litellm"
+    model: str = Field("", validate_default=True)
+    """LiteLLM's ``provider/model`` name, e.g. ``anthropic/claude-sonnet-4-5``, ``gemini/gemini-2.5-flash``,
+    ``bedrock/...``, ``azure/<deployment>``, ``openai/<model>`` (with ``api_base`` for your own server)."""
+    api_base: str | None = None
+    """The provider's endpoint, when not its default (Azure's resource URL, a self-hosted server up
+    to /v1). With it, a model LiteLLM's table lacks is accepted (your server names its own models)."""
+    api_key: SecretStr | None = None
+    """The API key; None: the provider's environment variable (``ANTHROPIC_API_KEY``,
+    ``GEMINI_API_KEY``, ...), whose absence is refused before any request. Written masked to
+    run.json, as are the settings below that hold credentials (``*_key``, ``*secret*``, ``*_token``, ...)."""
+    fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
+    """Models tried in order, through LiteLLM's Router, when ``model`` still fails after its retries:
+    each a ``provider/model`` name (its key from the provider's environment variable) or a mapping
+    of LiteLLM's settings with a ``model`` (``{model: azure/gpt-4o, api_base: ..., api_version:
+    ...}``). The generator counts the replies a fallback wrote (``fallback_replies``)."""
+    max_retries: int = Field(3, ge=0, le=20)
+    """Retries of a failed request (rate limits, 5xx, timeouts) by LiteLLM's Router, with back-off."""
+    timeout: float = Field(120.0, gt=0)
+    """Seconds to wait for one answer."""
+    concurrency: int = Field(8, ge=1)
+    """Requests in flight at once (a hosted API's rate limits; raise it where yours allow)."""
+    request_seeds: bool = False
+    """Send each request's derived seed where the provider takes one (OpenAI, Gemini, ...)."""
+    unlisted_model: bool = False
+    """Accept a model that LiteLLM's model table does not list (a model newer than the installed
+    LiteLLM); it is then not priced. Without it such a name is refused as a likely typo."""
+    litellm_params: dict[str, Any] = Field(default_factory=dict)
+    """More of LiteLLM's settings of ``model`` (not of the fallbacks: a fallback given as a mapping
+    carries its own), passed as they are: ``api_version`` (Azure),
+    ``aws_region_name`` (Bedrock), ``vertex_project`` and ``vertex_location`` (Vertex AI), or
+    ``mock_response`` (a canned reply: a dry run that sends nothing)."""
+
+    @field_serializer("litellm_params", "fallbacks", when_used="json")
+    def _credentials_masked(self, value: Any) -> Any:
+        """Keys and secrets in LiteLLM's settings never reach a run's manifest or a log line."""
+        if isinstance(value, list):
+            return [self._credentials_masked(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: "**********" if _CREDENTIAL.search(str(k)) and v is not None else v for k, v in value.items()}
+        return value
+
+    @field_validator("fallbacks")
+    @classmethod
+    def _fallbacks_name_models(cls, v: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        for item in v:
+            model = item if isinstance(item, str) else item.get("model")
+            if not isinstance(model, str) or "/" not in model:
+                raise ValueError(f"fallback {item!r} names no provider/model; write e.g. gemini/gemini-2.5-flash, or a "
+                                 "mapping with model: provider/model and its settings")
+        return v
+
+    @property
+    def fallback_models(self) -> list[str]:
+        """The fallbacks' ``provider/model`` names, in order."""
+        return [f if isinstance(f, str) else str(f["model"]) for f in self.fallbacks]
+
+    @field_validator("model")
+    @classmethod
+    def _provider_named(cls, v: str) -> str:
+        if not v:
+            raise ValueError("the litellm backend needs a model: LiteLLM's provider/model, e.g. --model "
+                             "anthropic/claude-sonnet-4-5")
+        if "/" not in v:
+            raise ValueError(f"model {v!r} names no provider: write LiteLLM's provider/model, e.g. "
+                             f"anthropic/{v or 'claude-sonnet-4-5'} or openai/{v or 'gpt-4o-mini'}")
+        return v
+
+
 class ScriptedBackendConfig(BackendConfigBase):
     """The deterministic test backend: each problem answered right with probability ``accuracy``."""
 
@@ -577,7 +658,8 @@ class ScriptedBackendConfig(BackendConfigBase):
 
 
 BUILTIN_BACKEND_CONFIGS: dict[str, type[BackendConfigBase]] = {
-    c.model_fields["kind"].default: c for c in (VLLMBackendConfig, OpenAIBackendConfig, ScriptedBackendConfig)
+    c.model_fields["kind"].default: c
+    for c in (VLLMBackendConfig, OpenAIBackendConfig, LiteLLMBackendConfig, ScriptedBackendConfig)
 }
 """The built-in backends' configs by ``kind`` (read without importing the backends themselves)."""
 
@@ -617,7 +699,7 @@ def parse_backend_config(value: Any) -> BackendConfigBase:
 
 
 BackendConfig = Annotated[SerializeAsAny[BackendConfigBase], BeforeValidator(parse_backend_config)]
-"""A field type that accepts any registered backend's config (dispatched on ``kind``): the three
+"""A field type that accepts any registered backend's config (dispatched on ``kind``): the four
 built-in ones and plugins'."""
 
 

@@ -226,6 +226,7 @@ BACKENDS: Registry[type] = Registry(
     {
         "vllm": "tts.backends.vllm:VLLMGenerator",
         "openai": "tts.backends.openai:OpenAIGenerator",
+        "litellm": "tts.backends.litellm:LiteLLMGenerator",
         "scripted": "tts.backends.scripted:ScriptedGenerator",
     },
     requires=("from_config", "generate"),

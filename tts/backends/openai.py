@@ -260,12 +260,13 @@ class OpenAIGenerator:
         if repeat:
             req = dataclasses.replace(req, n=1)
         if isinstance(choices, list) and 1 <= len(choices) < req.n:
-            raise _FewerChoices(len(choices))
+            raise FewerChoices(len(choices))
         if not isinstance(choices, list) or len(choices) != req.n:
             raise ValueError(f"asked for {req.n} choices, got {len(choices) if isinstance(choices, list) else choices!r}")
         completions = []
         for choice in sorted(choices, key=lambda c: c.index):
-            content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
+            logprobs = getattr(choice, "logprobs", None)  # LiteLLM's choices lack the field without logprobs
+            content = logprobs.content if logprobs and logprobs.content else []
             n_tok = len(content)
             mean_lp = sum(t.logprob for t in content) / n_tok if n_tok else None
             token_lps = tuple(float(t.logprob) for t in content) if n_tok else None
@@ -360,7 +361,7 @@ class OpenAIGenerator:
             try:
                 with attempt_scope(handle):
                     result = (send or self._call)(req)
-            except _FewerChoices as exc:
+            except FewerChoices as exc:
                 self.breaker.success()
                 with self._count_lock:
                     first = not self.single_choice
@@ -539,7 +540,7 @@ class OpenAIGenerator:
         self.client.close()
 
 
-class _FewerChoices(Exception):
+class FewerChoices(Exception):
     """The server answered with fewer choices than asked: it does not sample n > 1 per request."""
 
     def __init__(self, got: int) -> None:
@@ -555,3 +556,14 @@ class _GaveUp(Exception):
         self.attempts = attempts
         self.last = last
         self.deadline = deadline
+
+
+def parse_chat_completion(req: GenerationRequest, response: Any, wall: float) -> GenerationResult:
+    """A chat-completions reply to ``req`` as a result: texts, token logprobs, thoughts, tool calls
+    and usage (the OpenAI SDK's objects, or LiteLLM's, which take the same shape).
+
+    Raises:
+        FewerChoices: The reply holds fewer choices than ``req.n`` (a server without n > 1).
+        AttributeError, TypeError, ValueError, IndexError: The reply is malformed.
+    """
+    return OpenAIGenerator._parse(req, response, wall)

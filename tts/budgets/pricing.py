@@ -134,6 +134,9 @@ class Pricer:
         gpu: The GPU that prices eFLOPs, seconds and dollars.
         prices: Overrides of the default dollars per GPU-hour.
         why_unpriced: Why there is no cost model (said when a unit needs one).
+        token_price: A hosted model's per-token price (:class:`tts.cost.token_prices.TokenPrice`,
+            from the backend: LiteLLM's table), which prices dollars where there is no cost model
+            (a hosted model publishes no architecture); None: none.
     """
 
     unit: str = "tokens"
@@ -145,6 +148,7 @@ class Pricer:
     gpu: str = "h100"
     prices: Mapping[str, float] = field(default_factory=dict)
     why_unpriced: str = "no model to price with was given"
+    token_price: Any = None
 
     def __post_init__(self) -> None:
         if self.unit not in PLAN_UNITS:
@@ -233,6 +237,10 @@ class Pricer:
             usd = self._usd_per_hour()
             out.update(eflops=eflops, gpu_seconds=seconds, dollars=None if usd is None else seconds / 3600.0 * usd,
                        gpu=self.gpu, priced_as=self.model)
+        elif self.token_price is not None:  # a hosted model: its provider bills tokens
+            out.update(dollars=self.token_price.usd(usage.prompt_tokens, usage.cached_prompt_tokens,
+                                                    usage.completion_tokens),
+                       priced_as=f"{self.model} per token ({self.token_price.source})")
         return out
 
     def _samples_cost(self, prompt_tokens: int, samples: int, max_tokens: int, unit: str) -> float:
@@ -258,6 +266,15 @@ class Pricer:
                 raise BudgetError(f"a budget of {budget} does not cover one sample of up to {max_tokens} tokens; "
                                   "raise the budget or lower max_tokens")
             return int(budget.amount)
+        if self.cost_model is None and self.token_price is not None and budget.unit == "dollars":
+            # Each sample billed its prompt (the worst case: a provider without n is sent n requests).
+            one = self.token_price.usd(prompt_tokens, 0, max_tokens)
+            if one <= 0:  # a free model: the budget limits nothing (the cap of the search below)
+                return 65536 * max_tokens
+            if one > budget.amount:
+                raise BudgetError(f"a budget of {budget} does not cover one sample of up to {max_tokens} tokens "
+                                  f"(${one:.3g} for {self.model}); raise the budget or lower max_tokens")
+            return int(budget.amount // one) * max_tokens
         if self.cost_model is None:
             raise BudgetError(f"a budget in {budget.unit} needs a cost model, but {self.why_unpriced}; "
                               "give a budget in tokens, or open the session with price_as=<model alias or config.json> "

@@ -56,9 +56,9 @@ def _config_from_options(opts: dict[str, Any], config_file: Path | None) -> Any:
         backend["model"] = opts["model"]
     backend = _backend_settings(backend, opts.get("settings") or [])
     if opts["base_url"] is not None:
-        if backend["kind"] != "openai":
-            raise fail("--base-url only applies to --backend openai.")
-        backend["base_url"] = opts["base_url"]
+        if backend["kind"] not in ("openai", "litellm"):
+            raise fail("--base-url only applies to --backend openai (and litellm, as its api_base).")
+        backend["base_url" if backend["kind"] == "openai" else "api_base"] = opts["base_url"]
     sampling = dict(base.get("sampling", {}))
     for key in ("temperature", "max_tokens"):
         if opts[key] is not None:
@@ -378,6 +378,24 @@ def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], s
                     "from its config)")
 
 
+def hosted_dollars(result: Any, model: str) -> str:
+    """A hosted model's run in dollars, per strategy config, at LiteLLM's per-token prices (a hosted
+    model has no architecture for the GPU cost columns; its provider bills tokens)."""
+    from tts.budgets.pricing import Pricer
+    from tts.cost.token_prices import token_price
+
+    price = token_price(model)
+    if price is None:
+        return f"dollars: LiteLLM's table lists no price for {model}"
+    pricer = Pricer(model=model, token_price=price)
+    spent: dict[str, float] = {}
+    for row in result.rows:
+        spent[row.config] = spent.get(row.config, 0.0) + pricer.cost(row.usage)["dollars"]
+    each = ", ".join(f"{config} ${usd:.4g}" for config, usd in spent.items())
+    return (f"dollars at {model}'s per-token prices ({price.source}; cached prompt tokens at its cache-read "
+            f"price): {each}")
+
+
 def _si(x: float) -> str:
     for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
@@ -583,7 +601,8 @@ def eval_command(
     max_depth: int | None = typer.Option(None, "--max-depth", min=1, help="Search: most steps before an answer is forced."),
     settings: list[str] | None = typer.Option(None, "--set", help="Repeatable KEY=VALUE: any strategy setting (balance_temperature=0.1, select=verifier), verifier.KEY=VALUE (verifier.aggregation=last), data.KEY=VALUE (a benchmark option: data.steps=6 on chains) or, with --allocate, allocation.KEY=VALUE (the online rule: rule, confidence, escalate, prior, window, length_weight, confirm_window, give_up_after, give_up_share, ladder, top_k; e.g. allocation.rule=dirichlet); `tts strategies` lists the strategy settings."),
     model: str | None = typer.Option(None, "--model", "-m", help="smollm2-135m (default), a local model dir, a .gguf file or a hub id."),
-    backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai or scripted."),
+    backend: str | None = typer.Option(None, "--backend", help="vllm (default), openai, litellm "
+                                                 "(--model provider/model: anthropic/..., gemini/...) or scripted."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible server URL (with --backend openai)."),
     data: Path | None = typer.Option(None, "--data", help="Local JSONL/Parquet/HF-dataset dir instead of the hub copy."),
     id_field: str | None = typer.Option(None, "--id-field", help="Field with the problem id."),
@@ -625,3 +644,5 @@ def eval_command(
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
     print_summary(result, cfg.backend.model, gpu or None, wide=wide)
+    if cfg.backend.kind == "litellm":
+        print(hosted_dollars(result, cfg.backend.model))

@@ -95,6 +95,10 @@ def build_generator(backend: str, model: str | None, base_url: str | None, accur
         spec["base_url"] = base_url
     if backend == "openai" and upstream:
         spec.update(upstream)  # timeout, max_retries, deadline, concurrency
+    if backend == "litellm":  # LiteLLM's Router bounds each attempt by the timeout; it has no overall deadline
+        if base_url:
+            spec["api_base"] = base_url
+        spec.update({k: v for k, v in (upstream or {}).items() if k != "deadline" and v is not None})
     if backend == "vllm":
         spec.update(max_model_len=max_model_len, seed=seed)
         if kv_cache_gib is not None:
@@ -166,8 +170,10 @@ def operator_resources(verifiers: list[str], calibrations: list[str], strategies
 # One definition each, so that the two commands' flags mean the same thing.
 
 Backend = Annotated[str, typer.Option(help="vllm (the engine in this process), openai (an OpenAI-compatible "
-                                      "server behind tts) or scripted (deterministic test backend).")]
-BaseUrl = Annotated[str | None, typer.Option(help="openai backend: upstream URL up to /v1.")]
+                                      "server behind tts), litellm (a hosted provider through LiteLLM: --model "
+                                      "anthropic/...) or scripted (deterministic test backend).")]
+BaseUrl = Annotated[str | None, typer.Option(help="openai backend: upstream URL up to /v1 (litellm: the provider's "
+                                             "api_base).")]
 UpstreamTimeout = Annotated[float, typer.Option(min=0.001, help="openai backend: seconds to wait for one answer "
                                                 "of the upstream.")]
 UpstreamRetries = Annotated[int, typer.Option(min=0, max=20, help="openai backend: retries of a failed upstream "

@@ -141,6 +141,20 @@ class Strategy(ABC):
         self.sampling = sampling or SamplingConfig()
         self.extract = extract
         self.seed = seed
+        use = self.logprobs_use()
+        none = getattr(generator, "logprobs_unavailable", None)
+        if use is not None and isinstance(none, str):
+            raise MissingLogprobsError(
+                f"{getattr(self, 'name', type(self).__name__)} {use}, but {none}; use self_consistency (or a verifier "
+                "that does not read them), or a model whose provider returns logprobs")
+
+    def logprobs_use(self) -> str | None:
+        """How this strategy's answers depend on token log-probabilities ("weighs traces by ..."), or
+        None when they do not. A backend that knows in advance that it returns none says why in a
+        ``logprobs_unavailable`` attribute (a hosted provider through LiteLLM); such a strategy is
+        then refused when it is built, before any request, instead of after its samples were paid
+        for (a backend that cannot tell in advance gets :func:`require_logprobs`'s refusal)."""
+        return None
 
     @abstractmethod
     def solve(self, problems: Sequence[Any], budgets: Sequence[Budget | None] | None = None) -> list[Solution]:
@@ -480,6 +494,15 @@ class SamplingStrategy(VerifierStrategy):
             tools=problem_tools(problem),
             tool_choice=problem_tool_choice(problem),
         )
+
+    def logprobs_use(self) -> str | None:
+        """A verifier that reads log-probabilities (``reads_logprobs`` on its config), else
+        ``needs_logprobs`` (best_of_n and weighted_vote rank by them when no verifier scores)."""
+        verifier = getattr(self.config, "verifier", None)
+        if verifier is not None:
+            reads = getattr(verifier, "reads_logprobs", False)
+            return f"scores samples with the {verifier.kind} verifier, which reads token log-probabilities" if reads else None
+        return "ranks samples by their token log-probabilities" if self.needs_logprobs else None
 
     def top_logprobs_needed(self) -> int:
         """Top log-probabilities per token the configured verifier reads (self-certainty: its k), else 0."""

@@ -268,7 +268,12 @@ class Session:
         self.template = named_prompt(prompt) if prompt is not None else MATH_PROMPT
         self._template_given = prompt is not None
         self.seed = seed
-        self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
+        per_token = getattr(generator, "token_price", None)
+        if price_as is True and per_token is not None:  # a hosted model (the LiteLLM backend): billed per token
+            self.pricer = Pricer(model=self.model_name, gpu=gpu, prices=dict(prices or {}), token_price=per_token,
+                                 why_unpriced=f"{self.model_name} is a hosted model, billed per token")
+        else:
+            self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.batcher = BatchingGenerator(generator, window=batch_window, max_requests=max_batch_requests)

@@ -32,6 +32,8 @@ class LogprobConfig(VerifierConfigBase):
     """Score steps by the policy's own confidence, exp(mean token logprob) of each step."""
 
     kind: Literal["logprob"] = "logprob"
+    reads_logprobs: ClassVar[bool] = True
+    """Its scores are the policy's token log-probabilities (a strategy using it needs a backend that returns them)."""
 
 
 _ROUNDING = 1e-6  # engines return logprobs a hair above 0 for certain tokens

@@ -50,6 +50,8 @@ class SelfCertaintyConfig(VerifierConfigBase):
     """Score a sample by its mean KL(uniform || token distribution), estimated from the top-k logprobs."""
 
     kind: Literal["self_certainty"] = "self_certainty"
+    reads_logprobs: ClassVar[bool] = True
+    """Its scores come from the top log-probabilities of every token (a backend must return them)."""
     top_k: int = Field(20, ge=1, le=20)
     """Top log-probabilities per token to ask the backend for (at most 20)."""
     vocab_size: int = Field(50_000, ge=2)

@@ -224,6 +224,10 @@ class DeepConf(Strategy):
     budget_use = BudgetUse.WHOLE_SAMPLES  # it may stop sooner on confidence
     pool_rule = None
 
+    def logprobs_use(self) -> str:
+        """Always: a trace's weight is its token confidence."""
+        return "weighs traces by token confidence (the top log-probabilities of every position)"
+
     def _request(self, problem: Any, n: int, drawn: int, stop: ConfidenceStop | None) -> GenerationRequest:
         return GenerationRequest(
             messages=self.prompt(problem), n=n, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
