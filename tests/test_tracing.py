@@ -141,3 +141,17 @@ def test_without_a_tracer_provider_nothing_is_wrapped_or_recorded():
         assert s is tracing.OFF
     f = lambda: 1  # noqa: E731
     assert tracing.carry(f) is f
+
+
+def test_a_responses_api_request_continues_the_callers_trace_too(spans):
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    gen = ScriptedGenerator(default={"42": 1.0}, seed=0, model_name="scripted")
+    with Session(generator=gen, max_tokens=64) as session:
+        client = TestClient(create_app(session, ServeConfig(model="scripted", prompt="math")))
+        r = client.post("/v1/responses", headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
+                        json={"model": "sc-2/scripted", "input": "6*7?"})
+    assert r.status_code == 200, r.text
+    [request] = _by_name(spans, "tts.serve.request")
+    [solve] = _by_name(spans, "tts.solve")
+    assert format(request.parent.span_id, "016x") == parent_id and request.attributes["url.path"] == "/v1/responses"
+    assert solve.parent.span_id == request.context.span_id and format(solve.context.trace_id, "032x") == trace_id
