@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,10 @@ def import_litellm() -> Any:
     """LiteLLM, imported to read its bundled tables only (no network at import), without its
     telemetry and its banner lines; ImportError when it is not installed."""
     os.environ.setdefault(LOCAL_TABLE_ENV, "True")
+    # pydantic says, once per LiteLLM payload type it builds, that `ReadOnly` items are not protected:
+    # LiteLLM's concern, and noise on a tts user's terminal.
+    warnings.filterwarnings("ignore", message=r"Items? .* on TypedDict class .* using the `ReadOnly` qualifier",
+                            category=UserWarning)
     import litellm
 
     litellm.telemetry = False
