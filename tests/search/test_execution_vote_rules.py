@@ -38,7 +38,7 @@ def fenced(body: str) -> str:
 
 
 class Probes:
-    """probe_many's stand-in: a program returns RETURNS[its body] for double(2) in 0.5 s (passing
+    """probe_many's stand-in: a program returns RETURNS[its body] for double(2) in 0.12345 s (passing
     when that is 4); every batch is recorded with its workers and sandbox setting."""
 
     def __init__(self) -> None:
@@ -50,7 +50,7 @@ class Probes:
         for p in probes:
             value = RETURNS[p.code.split("\n")[1].strip()]
             outputs = tuple(value for _ in p.examples)
-            out.append(Behaviour(outputs, tuple(v == "4" for v in outputs), seconds=0.5))
+            out.append(Behaviour(outputs, tuple(v == "4" for v in outputs), seconds=0.12345))
         return out
 
 
@@ -73,7 +73,7 @@ def in_order(texts, tests=()) -> FunctionGenerator:
         start = drawn.get(req.key, 0)
         drawn[req.key] = start + req.n
         comps = tuple(Completion(t, 5, -0.2, "stop") for t in texts[start:start + req.n])
-        return GenerationResult(comps, request_usage(30, 0, [5] * len(comps), 0.0))
+        return GenerationResult(comps, request_usage(30, 0, [5] * len(comps), 0.0, batch_sequences=len(comps)))
 
     return FunctionGenerator(draw)
 
@@ -92,7 +92,8 @@ def test_each_distinct_program_is_probed_once_with_the_configs_workers(probes):
     assert (workers, unsafe, examples) == (3, True, [1, 1, 1])
     # x ** 2 and 2 * x both return 4 on double(2): one behaviour of 3 votes, the first program wins.
     assert (sol.problem_id, sol.answer, sol.confidence, sol.trace.selected) == ("p", program("return x ** 2"), 0.6, 0)
-    assert sol.trace.notes == {"executions": 3, "execution_seconds": 1.5, "by": "behaviour"}
+    assert sol.trace.notes == {"executions": 3, "execution_seconds": 0.37, "by": "behaviour"}  # 0.37035 s, to the ms
+    assert sol.trace.strategy == "exec_vote"
     assert [(s.completion_tokens, s.mean_logprob, s.finish_reason) for s in sol.trace.samples] == [(5, -0.2, "stop")] * 5
 
 
@@ -102,7 +103,7 @@ def test_without_examples_the_programs_are_voted_by_syntax(probes):
     [sol] = vote(texts=texts).solve([bare])
     assert probes.batches == [([], 4, False, [])]
     assert (sol.answer, sol.confidence) == (program("return 2 * x"), pytest.approx(2 / 3))
-    assert sol.trace.notes == {"executions": 0, "execution_seconds": 0.0, "by": "syntax"}
+    assert sol.trace.notes == {"executions": 0, "execution_seconds": 0.0, "by": "syntax"} and sol.problem_id == "q"
 
 
 def test_public_tests_keep_the_programs_that_return_the_stated_value(probes):
@@ -110,9 +111,9 @@ def test_public_tests_keep_the_programs_that_return_the_stated_value(probes):
     [sol] = vote(PublicTestsVote, PublicTestsConfig(n=3), texts=texts).solve([PROBLEM])
     assert (sol.answer, sol.confidence, sol.trace.notes["passed_public"]) == (program("return 2 * x"), pytest.approx(1 / 3), 1)
     assert "fallback" not in sol.trace.notes
-    [none] = vote(PublicTestsVote, PublicTestsConfig(n=2), texts=texts[:2]).solve([PROBLEM])
-    assert (none.answer, none.trace.notes["passed_public"], none.trace.notes["fallback"]) == (
-        program("return x + 1"), 0, "none passed")
+    [none] = vote(PublicTestsVote, PublicTestsConfig(n=3), texts=texts[:2] + ["no code"]).solve([PROBLEM])
+    assert (none.answer, none.confidence, none.trace.notes["passed_public"], none.trace.notes["fallback"]) == (
+        program("return x + 1"), pytest.approx(2 / 3), 0, "none passed")
 
 
 def test_a_long_programs_vote_is_shown_by_its_first_200_characters(probes):
@@ -206,3 +207,68 @@ def test_a_stop_without_examples_counts_the_syntax_vote(probes):
 def test_a_replayed_pool_is_refused_saying_to_call_solve():
     with pytest.raises(StrategyInputError, match="call solve"):
         vote(texts=["x"]).aggregate("p", [Sample("x", "x")], Usage())
+
+
+def test_a_shared_draw_with_the_models_tests_pays_their_tokens_in_every_config(probes):
+    gen = in_order([fenced("return 2 * x")] * 4, ["assert double(1) == 2"] * 2)
+    small, large = (vote(config=ExecutionVoteConfig(n=n, inputs="model", inputs_n=2), generator=gen) for n in (2, 4))
+    [two], [four] = ExecutionVote.solve_together([small, large], [PROBLEM])
+    assert [[r.n for r in call] for call in gen.calls] == [[4, 2]]
+    assert (two.usage.completion_tokens, four.usage.completion_tokens) == (2 * 5 + 2 * 7, 4 * 5 + 2 * 7)
+    # n = 2 of a 4-sequence engine call is priced as the 2 sequences it would have run alone
+    assert (two.usage.shapes[0].batch_sequences, four.usage.shapes[0].batch_sequences) == (2, 4)
+
+
+def test_configs_whose_model_tests_differ_in_number_draw_apart():
+    gen = in_order([])
+    base = vote(config=ExecutionVoteConfig(n=4, inputs="model", inputs_n=2, inputs_per_sample=5), generator=gen)
+    fewer_samples = vote(config=ExecutionVoteConfig(n=4, inputs="model", inputs_n=1, inputs_per_sample=5), generator=gen)
+    fewer_tests = vote(config=ExecutionVoteConfig(n=4, inputs="model", inputs_n=2, inputs_per_sample=3), generator=gen)
+    same = vote(config=ExecutionVoteConfig(n=8, inputs="model", inputs_n=2, inputs_per_sample=5), generator=gen)
+    assert [base.shares_draw_with(s) for s in (fewer_samples, fewer_tests, same)] == [False, False, True]
+
+
+def test_model_inputs_for_a_problem_without_a_function_are_refused_naming_the_strategy():
+    with pytest.raises(StrategyInputError, match=r"^exec_vote runs programs on a coding problem's examples; problem 'x'"):
+        vote(config=ExecutionVoteConfig(n=2, inputs="model"), texts=["a", "b"]).solve([Problem("x", "2 + 2?", "4")])
+
+
+def test_a_stop_with_model_inputs_is_refused_saying_what_to_use():
+    config = ExecutionVoteConfig(n=4, inputs="model", stop=StopConfig())
+    with pytest.raises(StrategyInputError) as err:
+        vote(config=config, texts=["x"] * 4).solve([PROBLEM])
+    assert str(err.value) == ("exec_vote with inputs=model draws the model's tests before voting; a stop judges programs "
+                              "as they come, on the docstring's examples: use inputs=docstring with a stop, or leave the "
+                              "stop out")
+
+
+def test_a_stop_of_public_tests_where_none_pass_counts_all_behaviours(probes):
+    """x + 1 every time (3 where 4 is stated): none passes, so the behaviours count as they are and
+    the horizon rule settles at 3, as exec_vote would."""
+    strategy = vote(PublicTestsVote, PublicTestsConfig(n=8, stop=StopConfig(wave=1)), generator=in_order([fenced("return x + 1")] * 8))
+    [sol] = strategy.solve([PROBLEM])
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"], sol.trace.notes["fallback"]) == (program("return x + 1"), 3, "none passed")
+
+
+def test_probing_a_draw_without_model_inputs_runs_the_docstrings_examples(probes):
+    strategy = vote(texts=[fenced("return 2 * x"), "no code"])
+    draw = GenerationResult((Completion(fenced("return 2 * x"), 5), Completion("no code", 2)), request_usage(30, 0, [5, 2], 0.0))
+    [[behaviour, none]] = strategy.probe([PROBLEM], [draw])
+    assert (behaviour.key, none, probes.batches[0][3]) == ('["4"]', None, [1])
+
+
+def test_a_problem_without_a_function_is_refused_naming_the_strategy():
+    with pytest.raises(StrategyInputError) as err:
+        vote(PublicTestsVote, PublicTestsConfig(n=2), texts=["a", "b"]).solve([Problem("x", "2 + 2?", "4")])
+    assert str(err.value) == ("public_tests runs programs on a coding problem's examples; problem 'x' has no 'prompt' and "
+                              "'entry_point' metadata (use --benchmark humaneval, or self_consistency for other problems).")
+    half = Problem("y", "double", None, {"prompt": PROMPT})  # a prompt but no entry_point
+    with pytest.raises(StrategyInputError, match=r"^exec_vote runs programs .* problem 'y'"):
+        vote(config=ExecutionVoteConfig(n=2, stop=StopConfig()), texts=["a", "b"]).solve([half])
+
+
+def test_each_model_test_sample_gives_at_most_inputs_per_sample_inputs(probes):
+    gen = in_order([fenced("return 2 * x")], ["assert double(5) == 10\nassert double(0) == 0"])
+    config = ExecutionVoteConfig(n=1, inputs="model", inputs_n=1, inputs_per_sample=1)
+    vote(config=config, generator=gen).solve([PROBLEM])
+    assert probes.batches[0][3] == [2]  # double(2) from the docstring, double(5) from the test's first assert
