@@ -101,7 +101,9 @@ MODULES: dict[str, list[str]] = {
     "serve/policy": ["tests/serve/test_policy_values.py", "tests/serve/test_policy_rules.py"],
     # Issue 48: every other module that computes something a user reads (docs/mutation.md says
     # which have been run). The strategies: their own tests, then the parity tests against the papers.
-    "search/sampling/certainty_probe": ["tests/search/sampling/test_certainty_probe.py", "tests/parity/test_sequential.py"],
+    "search/sampling/certainty_probe": ["tests/search/sampling/test_certainty_probe.py",
+                                        "tests/search/sampling/test_certainty_probe_requests.py",
+                                        "tests/parity/test_sequential.py"],
     "search/sampling/codet": ["tests/search/test_codet.py", "tests/parity/test_codet.py"],
     "search/sampling/deepconf": ["tests/search/sampling/test_deepconf.py", "tests/parity/test_deepconf.py"],
     "search/sampling/execution_vote": ["tests/search/test_execution_vote.py", "tests/search/test_execution_vote_rules.py",
