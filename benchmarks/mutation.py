@@ -104,7 +104,7 @@ MODULES: dict[str, list[str]] = {
     "search/sampling/certainty_probe": ["tests/search/sampling/test_certainty_probe.py",
                                         "tests/search/sampling/test_certainty_probe_requests.py",
                                         "tests/parity/test_sequential.py"],
-    "search/sampling/codet": ["tests/search/test_codet.py", "tests/parity/test_codet.py"],
+    "search/sampling/codet": ["tests/search/test_codet.py", "tests/search/test_codet_rules.py", "tests/parity/test_codet.py"],
     "search/sampling/deepconf": ["tests/search/sampling/test_deepconf.py", "tests/parity/test_deepconf.py"],
     "search/sampling/execution_vote": ["tests/search/test_execution_vote.py", "tests/search/test_execution_vote_rules.py",
                                        "tests/search/test_request_stop.py", "tests/parity/test_execution_votes.py"],
