@@ -12,6 +12,7 @@ from tts.answers.code import CODE
 from tts.backends.base import Completion, GenerationResult, derive_seed, request_usage
 from tts.backends.function import FunctionGenerator
 from tts.config import SamplingConfig
+from tts.execution.behaviour import PROBE_LIMITS
 from tts.execution.sandbox import Execution
 from tts.prompts import CODE_PROMPT, chat_prompt
 from tts.search.base import StrategyInputError
@@ -42,6 +43,7 @@ class Sandbox:
     def __call__(self, programs, limits=None, *, workers=4, unsafe_no_sandbox=False):
         jobs = [tuple(json.loads(p.source)) for p in programs]
         self.batches.append((jobs, workers, unsafe_no_sandbox))
+        self.limits = limits
         out = []
         for code, tests in jobs:
             passed = []
@@ -74,7 +76,7 @@ def model(programs, tests) -> FunctionGenerator:
         texts = tests[: req.n] if req.key.endswith("#tests") else programs[: req.n]
         tokens = 7 if req.key.endswith("#tests") else 5
         comps = tuple(Completion(t, tokens, -0.1, "stop") for t in texts)
-        return GenerationResult(comps, request_usage(20, 0, [tokens] * len(comps), 0.0))
+        return GenerationResult(comps, request_usage(20, 0, [tokens] * len(comps), 0.0, batch_sequences=len(comps)))
 
     return FunctionGenerator(draw)
 
@@ -99,10 +101,18 @@ def test_one_call_draws_programs_and_tests_and_each_program_runs_once_against_th
     tests = ["assert double(2) == 4", "assert double(0) == 0", "assert double(3) == 6"]
     [(jobs, workers, unsafe)] = sandbox.batches
     assert jobs == [(program("return 2 * x"), tests), (program("return x * x"), tests)] and (workers, unsafe) == (3, True)
+    assert sandbox.limits is PROBE_LIMITS  # the probes' limits, not run_many's defaults
     assert (sol.problem_id, sol.answer, sol.trace.selected, sol.confidence) == ("p", program("return x * x"), 1, 0.5)
     assert sol.trace.votes == {"111": 3.0, "110": 4.0}
     assert sol.trace.notes == {"tests": 3, "executions": 2, "execution_seconds": 0.247, "by": "dual agreement", "score": 4.0}
     assert sol.usage.completion_tokens == 4 * 5 + 2 * 7 and sol.trace.strategy == "codet"
+    assert [s.answer for s in sol.trace.samples] == [program("return 2 * x"), program("return x * x"),
+                                                     program("return x * x"), None]
+
+
+def test_tests_but_no_program_is_no_answer(sandbox):
+    [sol] = codet(model(["no code", "none either"], TESTS), n=2, tests_n=2).solve([PROBLEM])
+    assert (sol.answer, sol.confidence, sol.trace.selected, sol.trace.notes["score"]) == (None, 0.0, None, 0.0)
 
 
 def test_tests_per_sample_caps_each_test_sample(sandbox):
@@ -117,6 +127,7 @@ def test_a_smaller_config_chooses_among_its_first_programs_with_all_the_tests(sa
     assert len(gen.calls) == 1 and [r.n for r in gen.calls[0]] == [3, 2]
     assert (one[0].answer, one[0].confidence, one[0].trace.notes["executions"]) == (program("return 2 * x"), 1.0, 1)
     assert one[0].usage.completion_tokens == 5 + 2 * 7
+    assert one[0].usage.shapes[0].batch_sequences == 1  # 1 of the 3 programs' sequences, priced as drawn alone
 
 
 def test_configs_with_other_tests_or_seeds_draw_apart(sandbox):
