@@ -43,3 +43,15 @@ def test_a_failed_or_silent_program_is_no_answer():
 
 def test_printed_forms_of_one_value_vote_as_one():
     assert {normalize_answer(_printed(x)) for x in ("42", "42.", "The answer is 42", "$42$")} == {"42"}
+
+
+@pytest.mark.parametrize(("line", "value"), [
+    ("1e+50", "1" + "0" * 50), ("1e-50", "0." + "0" * 49 + "1"),  # up to 50 digits of magnitude: written out
+    ("1e+51", None), ("1e-51", None),  # beyond: no answer rather than a 52-digit number
+    ("3X", "3X"),  # a trailing letter stays: not read as 3
+    ('"42"', None),  # a quoted string is text, not the number
+    ("\\(3\\)", "3"),  # inline math is read as written, not wrapped again
+    ("$3$, $4$", None), ("$3$,4", None),  # two values, or a reading that drops a digit: no answer
+])
+def test_the_edges_of_one_printed_value(line, value):
+    assert _printed(line) == value

@@ -123,8 +123,10 @@ class CodeT(ExecutionVote):
         for i, (p, cr, tr) in enumerate(zip(problems, code_results, test_results, strict=True)):
             prompt, entry = _coding(p, self.name)
             tests: list[str] = []
-            for c in tr.completions:
-                tests += [t for t in assert_tests(c.text, entry, self.config.tests_per_sample) if t not in tests]
+            for c in tr.completions:  # duplicates removed, within a sample too (a repeat would count twice)
+                for t in assert_tests(c.text, entry, self.config.tests_per_sample):
+                    if t not in tests:
+                        tests.append(t)
             tests_of.append(tests)
             answers.append([to_sample(c, self.extract).answer for c in cr.completions])
             for a in answers[-1]:

@@ -136,8 +136,7 @@ class ExecutionVote(SamplingStrategy):
         """ONE generator call with max(n) samples per problem and ONE batch of probes; each config
         chooses among its first n."""
         first = strategies[0]
-        if not all(isinstance(s, ExecutionVote) and first.shares_draw_with(s) and s._inputs_setting() == first._inputs_setting()
-                   for s in strategies):
+        if not all(isinstance(s, ExecutionVote) and first.shares_draw_with(s) for s in strategies):
             return super().solve_together(strategies, problems)
         voters: list[ExecutionVote] = list(strategies)  # type: ignore[arg-type]
         n_max = max(s.config.n for s in voters)
@@ -186,6 +185,13 @@ class ExecutionVote(SamplingStrategy):
         return [with_stop_record(self.choose(p, d.result, behaviours_of(i, d.result.completions),
                                              len(d.result.completions)), d.record)
                 for i, (p, d) in enumerate(zip(problems, draws, strict=True))]
+
+    def shares_draw_with(self, other: Strategy) -> bool:
+        """A sampling strategy's rule, and the same inputs setting: with ``inputs=model`` the draw
+        also holds the model's tests, so configs that differ there draw apart (grouped together,
+        they fell through to the plain sampling path, whose aggregate() an execution vote refuses)."""
+        return (super().shares_draw_with(other) and isinstance(other, ExecutionVote)
+                and other._inputs_setting() == self._inputs_setting())
 
     def _inputs_setting(self) -> tuple[Any, ...]:
         return tuple(getattr(self.config, k, None) for k in ("inputs", "inputs_n", "inputs_per_sample"))
