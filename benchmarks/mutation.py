@@ -179,7 +179,8 @@ MODULES: dict[str, list[str]] = {
         "a_token_rate_limit_answers_429_with_retry_after_from_the_bucket",
         "a_request_of_n_choices_reserves_every_choices_worst_case",
         "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
-    "serve/replies": ["tests/serve/test_openai_params.py", "tests/backends/test_thinking.py"],
+    # The replies built from solutions called directly (milliseconds), and finish_reason over HTTP.
+    "serve/replies": ["tests/serve/test_replies.py", "tests/serve/test_finish_reasons.py"],
     "serve/routing": ["tests/serve/test_routing.py"],
     "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/programs": ["tests/execution/test_program_parts.py", "tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
