@@ -173,8 +173,9 @@ MODULES: dict[str, list[str]] = {
     "eval/runner": ["tests/eval/test_runner.py"],
     "eval/store": ["tests/eval/test_store.py"],
     "eval/sweep": ["tests/eval/test_sweep.py"],
-    # The server's planning, rate limit and replies through its HTTP tests (seconds a run).
-    "serve/planning": ["tests/serve/test_budgets_and_models.py", "tests/serve/test_openai_params.py"],
+    # The server's planning called directly on a server state (its HTTP tests took seconds a run);
+    # the rate limit through its own tests and three HTTP ones.
+    "serve/planning": ["tests/serve/test_planning.py"],
     "serve/ratelimit": ["tests/serve/test_ratelimit.py"] + [f"tests/serve/test_budgets_and_models.py::test_{name}" for name in (
         "a_token_rate_limit_answers_429_with_retry_after_from_the_bucket",
         "a_request_of_n_choices_reserves_every_choices_worst_case",
