@@ -187,7 +187,8 @@ MODULES: dict[str, list[str]] = {
     "execution/programs": ["tests/execution/test_program_parts.py", "tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/sandbox": ["tests/execution/test_sandbox.py", "tests/execution/test_programs.py"],
     "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
-    "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl.py"],
+    # Around a fake checker worker (test_bfcl.py's checks need bfcl-eval's environment).
+    "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl_grading.py", "tests/benchmarks/test_bfcl.py"],
     "benchmarks/chains": ["tests/benchmarks/test_chains.py", "tests/verifiers/test_chain_check.py"],
     "graphs/executor": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py"],
     "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_executor.py"],
