@@ -50,6 +50,8 @@ for line in sys.stdin:
             continue
         if name == "crash":
             results.append({"valid": None, "error": "checker crashed"})
+        elif name == "bare":  # BFCL's record without its error list
+            results.append({"valid": False})
         elif name == "big":  # a reply line longer than a pipe's 64 KiB: read in several chunks
             results.append({"valid": False, "error": ["x" * 200000]})
         else:
@@ -134,7 +136,14 @@ def test_a_checker_failure_on_one_answer_is_ungraded_and_asked_again(worker, cap
         assert grader.grade_problem(p, [_call("crash"), _call("right")]) == [Outcome.UNGRADED, Outcome.CORRECT]
         assert grader.grade_problem(p, [_call("crash")]) == [Outcome.UNGRADED]
     assert len(worker()) == 2 and grader.last_errors == {}
-    assert "BFCL's checker failed on an answer (checker crashed); recorded as ungraded" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == ["BFCL's checker failed on an answer (checker crashed); "
+                                                        "recorded as ungraded"] * 2  # not for the right one
+
+
+def test_a_wrong_answer_without_an_error_record_keeps_an_empty_one(worker):
+    with _grader() as grader:
+        assert grader.grade_problem(_problem(), [_call("bare")]) == [Outcome.WRONG]
+    assert grader.last_errors == {("simple_0", _call("bare")): []}
 
 
 @pytest.mark.parametrize("name", ["die", "short"])
@@ -144,7 +153,9 @@ def test_a_worker_that_dies_or_answers_short_leaves_the_batch_ungraded_and_is_re
         assert grader.grade_problem(p, [_call("right"), _call(name)]) == [Outcome.UNGRADED, Outcome.UNGRADED]
         assert grader._worker is None
         assert grader.grade_problem(p, [_call("right")]) == [Outcome.CORRECT]  # a fresh worker; nothing was cached
-    assert "BFCL's checker died or missed its 300s deadline on 2 answers" in caplog.text
+    [message] = [r.getMessage() for r in caplog.records if "died" in r.getMessage()]
+    assert message.startswith("BFCL's checker died or missed its 300s deadline on 2 answers (")
+    assert message.endswith("); they are recorded as ungraded") and "(None)" not in message
 
 
 def test_a_reply_longer_than_a_pipe_read_and_a_short_deadline_met(worker):
@@ -177,7 +188,7 @@ def test_a_worker_that_cannot_start_says_how_to_fix_it(worker, monkeypatch, mode
 
 def test_what_is_not_a_bfcl_problem_or_a_gold_string_is_refused(worker):
     grader = _grader()
-    for meta in ({"bfcl_functions": []}, {"category": 3, "bfcl_functions": []}, {"category": "simple_python"}):
+    for meta in ({"bfcl_functions": []}, {"category": 3, "bfcl_functions": []}, {"category": "simple_python"}, None):
         with pytest.raises(ValueError, match=r"^problem 'x' is not a BFCL problem \(its metadata has no category and "
                                              r"bfcl_functions\); grade it with the benchmark it was loaded from.$"):
             grader.grade_problems([(Problem("x", "q", metadata=meta), ["text"])])
@@ -188,3 +199,4 @@ def test_what_is_not_a_bfcl_problem_or_a_gold_string_is_refused(worker):
     with pytest.raises(ValueError, match=r"^deadline=0: give a positive number of seconds$"):
         BFCLGrader(deadline=0)
     assert BFCLGrader(timeout=9, deadline=1).timeout == 9 and worker() == []
+    assert (BFCLGrader().timeout, BFCLGrader().deadline) == (5, 300.0)  # the default grader's timeout
