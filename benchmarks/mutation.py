@@ -181,19 +181,31 @@ MODULES: dict[str, list[str]] = {
     "eval/runner": ["tests/eval/test_runner.py"],
     "eval/store": ["tests/eval/test_store.py"],
     "eval/sweep": ["tests/eval/test_sweep.py"],
-    # The server's planning, rate limit and replies through its HTTP tests (seconds a run).
-    "serve/planning": ["tests/serve/test_budgets_and_models.py", "tests/serve/test_openai_params.py"],
+    # The server's planning called directly on a server state (its HTTP tests took seconds a run);
+    # the rate limit through its own tests and three HTTP ones.
+    "serve/planning": ["tests/serve/test_planning.py"],
     "serve/ratelimit": ["tests/serve/test_ratelimit.py"] + [f"tests/serve/test_budgets_and_models.py::test_{name}" for name in (
         "a_token_rate_limit_answers_429_with_retry_after_from_the_bucket",
         "a_request_of_n_choices_reserves_every_choices_worst_case",
         "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
-    "serve/replies": ["tests/serve/test_openai_params.py", "tests/backends/test_thinking.py"],
+    # The replies built from solutions called directly (milliseconds), and finish_reason over HTTP.
+    "serve/replies": ["tests/serve/test_replies.py", "tests/serve/test_finish_reasons.py"],
     "serve/routing": ["tests/serve/test_routing.py"],
     "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/programs": ["tests/execution/test_program_parts.py", "tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
-    "execution/sandbox": ["tests/execution/test_sandbox.py", "tests/execution/test_programs.py"],
+    # Its parts exactly (a second in all), then the hostile programs that end within a second or so
+    # (the fork bomb, the CPU loop and the programs run to a 3 s wall clock took most of a minute per
+    # surviving mutant: 122 of 725 run in 7 minutes).
+    "execution/sandbox": ["tests/execution/test_sandbox_parts.py"] + [f"tests/execution/test_sandbox.py::test_{name}" for name in (
+        "a_normal_program_prints_and_exits_zero", "a_sleeping_program_is_stopped_at_the_wall_clock_limit",
+        "allocating_50_gb_is_a_memory_error", "a_program_that_never_reads_stdin_still_finishes",
+        "a_program_that_never_reads_a_large_stdin_is_stopped_at_the_wall_clock",
+        "output_written_before_reading_a_large_stdin_does_not_deadlock", "errors_are_one_clear_line",
+        "the_host_files_and_environment_are_out_of_reach_and_nothing_leaks_out",
+        "killing_its_parent_harms_nobody_outside", "without_bubblewrap_it_refuses_unless_asked_by_name")],
     "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
-    "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl.py"],
+    # Around a fake checker worker (test_bfcl.py's checks need bfcl-eval's environment).
+    "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl_grading.py", "tests/benchmarks/test_bfcl.py"],
     "benchmarks/chains": ["tests/benchmarks/test_chains.py", "tests/verifiers/test_chain_check.py"],
     "graphs/executor": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py"],
     "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_executor.py"],

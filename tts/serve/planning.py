@@ -115,9 +115,11 @@ def _resolve_strategy(state: ServerState, body: ChatRequest | CompletionRequest)
     if stop is not None and stop is not True:
         from tts.config import stop_refusal, stopping_strategies
 
-        if stop is not False and spec.get("kind") not in stopping_strategies():
+        takes_stop = spec.get("kind") in stopping_strategies()
+        if stop is not False and not takes_stop:
             raise APIError(stop_refusal(str(spec.get("kind"))), param="tts.stop")
-        spec = {**spec, "stop": None if stop is False else {"rule": stop} if isinstance(stop, str) else stop}
+        if takes_stop:  # false on a strategy that never stops early asks for what it does anyway
+            spec = {**spec, "stop": None if stop is False else {"rule": stop} if isinstance(stop, str) else stop}
     elif stop is True:
         raise APIError("tts.stop: give a rule (\"horizon\") or its settings, or false to turn the server's default "
                        "stop off", param="tts.stop")

@@ -1,0 +1,274 @@
+"""The sandbox's parts, each checked exactly and fast: the verdict read off an exit code, the limits
+a program really runs under (it prints them), the output cap's edge, the files beside it, the
+messages, and the retries of a sandbox that cannot start (a fake run, no sleeping). The hostile
+programs are tests/execution/test_sandbox.py's and test_isolation.py's; these are the milliseconds
+to a second the mutation run of tts/execution/sandbox.py (benchmarks/mutation.py) affords per mutant."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import signal
+
+import pytest
+
+from tts.execution import Execution, Limits, Program, bwrap_path, run_many, run_program, sandbox, uids
+
+needs_bwrap = pytest.mark.skipif(bwrap_path() is None, reason="bubblewrap is not installed (apt-get install bubblewrap)")
+LIMITS = Limits(wall_seconds=10, cpu_seconds=7, memory_bytes=600 << 20, file_bytes=3 << 20, processes=20,
+                output_bytes=1000, open_files=50, disk_bytes=8 << 20)
+
+PRINT_LIMITS = """import json, os, resource
+names = ("CPU", "AS", "FSIZE", "NOFILE", "CORE", "NPROC")
+print(json.dumps({n: list(resource.getrlimit(getattr(resource, "RLIMIT_" + n))) for n in names}))
+print(os.getuid())
+"""
+
+
+# --- the verdict of an exit code --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("code", "stderr", "verdict"), [
+    (0, "MemoryError\n", ("ok", "")),
+    (1, "Traceback ...\n  x\nMemoryError\n", ("memory", "MemoryError")),
+    (1, "Traceback ...\nValueError: boom\n\n  \n", ("error", "ValueError: boom")),
+    (3, "", ("error", "exit code 3")),
+    (3, " \n", ("error", "exit code 3")),
+    (-signal.SIGXCPU, "", ("timeout", "killed at its CPU time limit")),
+    (128 + signal.SIGXCPU, "", ("timeout", "killed at its CPU time limit")),
+    (-signal.SIGXFSZ, "", ("killed", "killed at its file size limit")),
+    (128 + signal.SIGXFSZ, "", ("killed", "killed at its file size limit")),
+    (-signal.SIGKILL, "half a line", ("killed", "killed by SIGKILL")),
+    (128 + signal.SIGSEGV, "", ("killed", "killed by SIGSEGV")),
+    (128, "Error: x", ("error", "Error: x")),  # 128 is an exit code, not a signal
+    (129, "", ("killed", "killed by SIGHUP")),
+    (-100, "", ("killed", "killed by 100")),  # a number no signal has
+])
+def test_the_verdict_of_each_exit(code, stderr, verdict):
+    assert sandbox._classify(code, stderr) == verdict
+
+
+# --- the interpreter and the command --------------------------------------------------------------
+
+def test_the_system_python_is_preferred_else_this_installation(monkeypatch, tmp_path):
+    exists = os.path.exists
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda p: p == "/usr/bin/python3" or exists(p))
+    assert sandbox._python() == ("/usr/bin/python3", "/usr")
+    prefix = tmp_path / "py"
+    (prefix / "bin").mkdir(parents=True)
+    monkeypatch.setattr(sandbox.sys, "base_prefix", str(prefix))
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda p: p != "/usr/bin/python3" and exists(p))
+    monkeypatch.setattr(sandbox.sys, "executable", str(prefix / "bin" / "py-exe"))
+    assert sandbox._python() == (str(prefix / "bin" / "py-exe"), str(prefix))  # no pythonX.Y, no python3
+    (prefix / "bin" / "python3").touch()
+    assert sandbox._python() == (str(prefix / "bin" / "python3"), str(prefix))
+    versioned = prefix / "bin" / f"python{sandbox.sys.version_info.major}.{sandbox.sys.version_info.minor}"
+    versioned.touch()
+    assert sandbox._python() == (str(versioned), str(prefix))
+
+
+def test_the_process_limit_inside_is_the_programs_plus_the_namespaces_first(monkeypatch):
+    limits = Limits(processes=20)
+    monkeypatch.setattr(sandbox, "PRLIMIT", "/usr/bin/prlimit")
+    monkeypatch.setattr(sandbox.resource, "getrlimit", lambda which: (5, resource.RLIM_INFINITY))
+    assert sandbox._started_inside("/py", limits) == ["/usr/bin/prlimit", "--nproc=21", "--", "/py", "-I", "-S",
+                                                      "-B", "main.py"]
+    monkeypatch.setattr(sandbox.resource, "getrlimit", lambda which: (5, 15))  # never above tts's own hard limit
+    assert sandbox._started_inside("/py", limits)[1] == "--nproc=15"
+    monkeypatch.setattr(sandbox.resource, "getrlimit", lambda which: (5, 21))
+    assert sandbox._started_inside("/py", limits)[1] == "--nproc=21"
+    monkeypatch.setattr(sandbox, "PRLIMIT", None)
+    assert sandbox._started_inside("/py", limits) == ["/py", "-I", "-S", "-B", "-c", sandbox._NPROC_INSIDE, "21"]
+
+
+def test_the_command_binds_each_file_read_only_and_remounts_the_root_last(monkeypatch):
+    monkeypatch.setattr(sandbox, "_python", lambda: ("/opt/py/bin/python3", "/opt/py"))
+    cmd = sandbox._bwrap_command("/bin/bwrap", "/w", ["main.py", "data.txt"], LIMITS, 7, limit_inside=False)
+    size = str(8 << 20)
+    assert cmd[:17] == ["/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--json-status-fd", "7",
+                        "--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm",
+                        "--remount-ro", "/dev", "--size"]
+    assert cmd[cmd.index("/opt/py") - 1] == "--ro-bind" and cmd.count("/opt/py") == 2  # not under /usr: bound
+    tail = cmd[cmd.index("/sandbox") - 3:]
+    assert tail == ["--size", size, "--tmpfs", "/sandbox", "--ro-bind", "/w/main.py", "/sandbox/main.py",
+                    "--ro-bind", "/w/data.txt", "/sandbox/data.txt", "--remount-ro", "/", "--chdir", "/sandbox",
+                    "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
+                    "--setenv", "PYTHONHASHSEED", "0", "/opt/py/bin/python3", "-I", "-S", "-B", "main.py"]
+    assert cmd[cmd.index("/tmp") - 3:cmd.index("/tmp") + 1] == ["--size", size, "--tmpfs", "/tmp"]
+    monkeypatch.setattr(sandbox, "_python", lambda: ("/usr/local/py/bin/python3", "/usr/local/py"))
+    under_usr = sandbox._bwrap_command("/bin/bwrap", "/w", ["main.py"], LIMITS, 7, limit_inside=False)
+    assert "/usr/local/py" not in under_usr  # /usr is bound already
+    for path in ("/usr", "/bin", "/lib", "/etc/alternatives"):
+        if os.path.exists(path):
+            assert cmd[cmd.index(path) - 1:cmd.index(path) + 2] == ["--ro-bind", path, path]
+    monkeypatch.setattr(sandbox, "_python", lambda: ("/usr/bin/python3", "/usr"))
+    inside = sandbox._bwrap_command("/bin/bwrap", "/w", ["main.py"], LIMITS, 7, limit_inside=True)
+    assert inside[-len(sandbox._started_inside("/py", LIMITS)):] == sandbox._started_inside("/usr/bin/python3", LIMITS)
+
+
+# --- what a program runs under ----------------------------------------------------------------------
+
+def _limits_seen(uid: int | None = None, **kw) -> dict[str, list[int]]:
+    """The limits the program saw; it ran as ``uid`` (None: any user but root)."""
+    r = run_program(PRINT_LIMITS, dataclasses.replace(LIMITS, output_bytes=1 << 16), **kw)
+    assert r.status == "ok", r.stderr
+    limits, seen_uid = r.stdout.splitlines()
+    assert int(seen_uid) == uid if uid is not None else int(seen_uid) != 0
+    return json.loads(limits)
+
+
+def _expected(nproc: int) -> dict[str, list[int]]:
+    return {"CPU": [7, 8], "AS": [600 << 20] * 2, "FSIZE": [3 << 20] * 2, "NOFILE": [50, 50], "CORE": [0, 0],
+            "NPROC": [nproc, nproc]}
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or not uids.available(), reason="a sandbox user id of its own is root's")
+def test_as_root_a_program_runs_under_every_limit_with_its_own_process_count():
+    # its own user id: the program's 20 processes and bubblewrap's 2
+    assert _limits_seen() == _expected(22)
+
+
+@needs_bwrap
+def test_without_a_user_id_of_its_own_the_process_limit_is_set_inside(monkeypatch):
+    monkeypatch.setattr(uids, "available", lambda: False)  # root's fallback (as nobody), or not root
+    nobody = sandbox.NOBODY if os.geteuid() == 0 else None
+    assert _limits_seen(nobody) == _expected(21)  # the program's 20 and the namespace's first process
+    monkeypatch.setattr(sandbox, "PRLIMIT", None)
+    assert _limits_seen(nobody) == _expected(21)
+
+
+def test_unsandboxed_a_program_runs_under_the_same_limits():
+    # as root, a user id of its own: the limit is set before it starts, with no bubblewrap processes
+    nproc = 20 if os.geteuid() == 0 and uids.available() else resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    assert _limits_seen(unsafe_no_sandbox=True) == _expected(nproc)
+
+
+# --- output, files, messages -----------------------------------------------------------------------
+
+@needs_bwrap
+def test_output_up_to_the_cap_is_kept_and_one_byte_more_ends_the_run():
+    r = run_program("import sys\nsys.stdout.write('x' * 1000)", LIMITS)
+    assert (r.status, r.stdout, r.exit_code) == ("ok", "x" * 1000, 0)
+    r = run_program("import sys, time\nsys.stdout.write('x' * 1001)\nsys.stdout.flush()\ntime.sleep(5)", LIMITS)
+    assert (r.status, r.stdout, r.exit_code, r.error) == ("output_limit", "x" * 1000, None, "wrote more than 1000 bytes")
+    r = run_program("import sys, time\nsys.stderr.write('e' * 1001)\nsys.stderr.flush()\ntime.sleep(5)", LIMITS)
+    assert (r.status, r.stderr) == ("output_limit", "e" * 1000)
+
+
+@needs_bwrap
+def test_a_timeout_says_the_wall_limit_and_keeps_what_was_printed():
+    r = run_program("import time\nprint('started', flush=True)\ntime.sleep(30)", dataclasses.replace(LIMITS, wall_seconds=0.5))
+    assert (r.status, r.exit_code, r.stdout, r.error, r.sandboxed) == ("timeout", None, "started\n", "ran past 0.5 s", True)
+    assert 0.5 <= r.wall_seconds < 3
+
+
+@needs_bwrap
+def test_files_are_placed_beside_the_program_under_their_own_names_and_stdin_is_read():
+    program = Program("import sys\nprint(open('data.txt').read(), open('b.txt').read(), sys.stdin.read())",
+                      stdin="from stdin", files={"data.txt": "beside", "../../b.txt": "named b.txt"})
+    r = run_program(program, LIMITS)
+    assert (r.status, r.stdout) == ("ok", "beside named b.txt from stdin\n")
+
+
+def test_an_error_has_its_last_line_its_exit_code_and_the_time_it_took():
+    r = run_program("import sys\nprint('out')\nsys.exit('the reason')", LIMITS, unsafe_no_sandbox=True)
+    assert (r.status, r.exit_code, r.stdout, r.stderr, r.error, r.sandboxed) == (
+        "error", 1, "out\n", "the reason\n", "the reason", False)
+    assert 0 < r.wall_seconds < 5
+
+
+# --- a sandbox that cannot start ----------------------------------------------------------------------
+
+class _FakeRuns:
+    """``_run_once`` failing to start the first ``fails`` times, then running (recorded)."""
+
+    def __init__(self, fails: int, error: type[Exception] = sandbox._NotStarted) -> None:
+        self.fails, self.error, self.calls = fails, error, []
+
+    def __call__(self, program, limits, bwrap, uid, own_uid):
+        self.calls.append((program, limits, bwrap, uid, own_uid))
+        if len(self.calls) <= self.fails:
+            raise self.error("bwrap: Can't fork" if self.error is sandbox._NotStarted else "no room")
+        return Execution("ok", 0, program.source, "")
+
+
+@pytest.fixture
+def delays(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(sandbox.time, "sleep", slept.append)
+    monkeypatch.setattr(sandbox.random, "uniform", lambda a, b: (a + b) / 2)
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/bin/bwrap")
+    return slept
+
+
+def test_a_start_that_fails_is_tried_again_after_growing_delays(monkeypatch, delays):
+    fake = _FakeRuns(fails=2)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    r = run_program("print(1)")
+    assert (r.status, r.stdout) == ("ok", "print(1)") and len(fake.calls) == 3
+    assert delays == pytest.approx([0.1, 0.3])
+    program, limits, bwrap, _, _ = fake.calls[0]
+    assert (program, limits, bwrap) == (Program("print(1)"), Limits(), "/bin/bwrap")
+
+
+def test_a_sandbox_that_never_starts_is_sandbox_failed_with_the_last_reason(monkeypatch, delays, caplog):
+    fake = _FakeRuns(fails=99)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    r = run_program(Program("print(1)"), LIMITS)
+    assert r == Execution("sandbox_failed", None, "", "", "bwrap: Can't fork", 0.0, True)
+    assert len(fake.calls) == sandbox.START_ATTEMPTS == 4 and delays == pytest.approx([0.1, 0.3, 0.9])
+    assert "sandbox could not run a program after 4 tries: bwrap: Can't fork" in caplog.text
+    fake = _FakeRuns(fails=99, error=OSError)  # no room for its files, no free sandbox user id
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    r = run_program("print(1)", LIMITS, unsafe_no_sandbox=True)
+    assert (r.status, r.error, r.sandboxed) == ("sandbox_failed", "could not prepare the sandbox: no room", False)
+
+
+def test_who_a_program_runs_as(monkeypatch, delays):
+    fake = _FakeRuns(fails=0)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    run_program("a", LIMITS)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(uids, "available", lambda: False)
+    run_program("b", LIMITS)
+    monkeypatch.setattr(uids, "available", lambda: True)
+    run_program("c", LIMITS)
+    assert [c[2:] for c in fake.calls[:2]] == [("/bin/bwrap", None, False), ("/bin/bwrap", 65534, False)]
+    assert fake.calls[2][3] >= uids.FIRST_UID and fake.calls[2][4] is True  # a user id of its own
+
+
+def test_run_many_keeps_the_order_with_any_worker_count(monkeypatch, delays):
+    fake = _FakeRuns(fails=0)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    assert run_many([]) == []
+    assert [r.stdout for r in run_many(["a", "b", "c"], LIMITS, workers=0)] == ["a", "b", "c"]
+    assert {c[1] for c in fake.calls} == {LIMITS} and {c[2] for c in fake.calls} == {"/bin/bwrap"}  # sandboxed
+    assert [r.stdout for r in run_many([Program("d"), "e"], workers=2, unsafe_no_sandbox=True)] == ["d", "e"]
+    assert fake.calls[-1][2] is None and fake.calls[-1][1] == Limits()
+
+
+def test_run_many_runs_at_most_workers_programs_at_once(monkeypatch, delays):
+    import threading
+
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def run(program, limits, bwrap, uid, own_uid):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.1)
+        with lock:
+            running[0] -= 1
+        return Execution("ok", 0, program.source, "")
+
+    monkeypatch.setattr(sandbox, "_run_once", run)
+    for workers, expected in ((0, 1), (1, 1), (3, 3)):
+        most[0] = 0
+        assert [r.stdout for r in run_many([str(i) for i in range(6)], LIMITS, workers=workers)] == [str(i) for i in range(6)]
+        assert most[0] == expected, workers
+    most[0] = 0
+    run_many([str(i) for i in range(6)], LIMITS)  # 4 by default
+    assert most[0] == 4
