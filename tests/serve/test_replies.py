@@ -298,11 +298,11 @@ def _events(raw: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_a_chat_stream_sends_each_answer_its_finish_and_the_usage():
-    p = _plan(n=2, notes=["served"])
+    p = _plan(n=2, notes=["served"], stream=True, stream_options={"include_usage": True})
     chunks = replies.Chunks(p)
     sols = [_sol((Sample("x", "42", finish_reason="stop"),), 0, usage=Usage(prompt_tokens=2, completion_tokens=3)),
             _sol(answer="41", usage=Usage(prompt_tokens=1, completion_tokens=1))]
-    events = _events(chunks.answers(sols, include_usage=True))
+    events = _events(chunks.answers(sols))
     assert len(events) == 5 and {e["id"] for e in events} == {chunks.id} and chunks.id.startswith("chatcmpl-")
     assert {e["object"] for e in events} == {"chat.completion.chunk"} and {e["model"] for e in events} == {"sc-4/m"}
     assert {e["created"] for e in events} == {chunks.created}
@@ -314,22 +314,22 @@ def test_a_chat_stream_sends_each_answer_its_finish_and_the_usage():
     last = events[4]
     assert last["choices"] == [] and last["usage"]["total_tokens"] == 7
     assert last["tts"]["answer"] == "42" and "notes" not in last["tts"]
-    assert len(_events(replies.Chunks(p).answers(sols, include_usage=False))) == 4
+    assert len(_events(replies.Chunks(_plan(n=2, notes=["served"], stream=True)).answers(sols))) == 4  # no usage asked
 
 
 def test_a_stream_of_calls_sends_them_with_their_index():
     sol = _sol((Sample("c", CALL_ANSWER, tool_calls=(CALL, {**CALL, "id": "call_2"})),), 0, answer=CALL_ANSWER)
-    events = _events(replies.Chunks(_plan(tools=True)).answers([sol], include_usage=False))
+    events = _events(replies.Chunks(_plan(tools=True)).answers([sol]))
     delta = events[0]["choices"][0]["delta"]
     assert [(c["index"], c["id"]) for c in delta["tool_calls"]] == [(0, "call_1"), (1, "call_2")]
     assert events[1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_a_completions_stream_sends_text_chunks():
-    p = _plan("completions")
+    p = _plan("completions", stream=True, stream_options={"include_usage": True})
     chunks = replies.Chunks(p)
     assert chunks.object == "text_completion" and chunks.id.startswith("cmpl-")
-    events = _events(chunks.answers([_sol(answer="42")], include_usage=True))
+    events = _events(chunks.answers([_sol(answer="42")]))
     assert [(c["index"], c["text"], c["finish_reason"]) for e in events[:2] for c in e["choices"]] == [
         (0, "The answer is \\boxed{42}.", None), (0, "", "stop")]
     assert events[2]["choices"] == [] and events[2]["usage"]["total_tokens"] == 0
