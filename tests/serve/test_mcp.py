@@ -367,6 +367,10 @@ def test_a_stop_settles_a_call_early_and_refuses_a_strategy_that_cannot_stop() -
             assert off.structured_content["stop"] is None and off.structured_content["samples"] == 16
             refused = await client.call_tool("solve", {"question": "q", "strategy": "beam", "stop": "horizon"})
             assert "cannot stop a request early" in _error(refused) and "self_consistency" in _error(refused)
+            # false on a strategy that never stops early asks for what it does anyway: accepted, as tts serve does
+            beam = await client.call_tool("solve", {"question": "What is 6*7?", "strategy": "beam", "n": 2,
+                                                    "stop": False})
+            assert not beam.is_error and beam.structured_content["stop"] is None
 
     try:
         asyncio.run(run())

@@ -169,8 +169,11 @@ class _Solver:
             if "kind" in settings:
                 raise ToolError("settings.kind: name the strategy in 'strategy', not in settings")
             spec = {**spec, **settings}
-        if stop is False:  # the operator's default stop off: every sample drawn
-            spec = {**spec, "stop": None}
+        if stop is False:  # the operator's default stop off: every sample drawn (a strategy that never stops: as it is)
+            from tts.config import stopping_strategies
+
+            if spec.get("kind") in stopping_strategies():
+                spec = {**spec, "stop": None}
         elif stop is not None and stop is not True:
             from tts.config import stop_refusal, stopping_strategies
 
