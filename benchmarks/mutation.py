@@ -131,7 +131,7 @@ MODULES: dict[str, list[str]] = {
     "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_search_steps.py",
                              "tests/search/tree/test_ets.py", "tests/parity/test_particle_filtering.py",
                              "tests/parity/test_rebase_ets.py"],
-    "search/tree/tree_search": ["tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",
+    "search/tree/tree_search": ["tests/search/tree/test_tree_search.py", "tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",
                                 "tests/search/tree/test_mcts.py", "tests/search/tree/test_rebase.py",
                                 "tests/search/tree/test_tree_storage.py", "tests/search/tree/test_lazy_tree.py"],
     "search/tree/tree_strategy": ["tests/search/tree/test_beam.py", "tests/search/tree/test_stepwise.py",
