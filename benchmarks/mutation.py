@@ -134,7 +134,7 @@ MODULES: dict[str, list[str]] = {
     "search/tree/tree_search": ["tests/search/tree/test_tree_search.py", "tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",
                                 "tests/search/tree/test_mcts.py", "tests/search/tree/test_rebase.py",
                                 "tests/search/tree/test_tree_storage.py", "tests/search/tree/test_lazy_tree.py"],
-    "search/tree/tree_strategy": ["tests/search/tree/test_beam.py", "tests/search/tree/test_stepwise.py",
+    "search/tree/tree_strategy": ["tests/search/tree/test_tree_strategy.py", "tests/search/tree/test_beam.py", "tests/search/tree/test_stepwise.py",
                                   "tests/search/tree/test_lazy_tree.py", "tests/search/tree/test_tree_storage.py"],
     "verifiers/arithmetic": ["tests/verifiers/test_arithmetic.py", "tests/parity/test_verifiers_misc.py"],
     "verifiers/chain_check": ["tests/verifiers/test_chain_check.py"],
