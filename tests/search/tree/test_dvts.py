@@ -121,7 +121,8 @@ class Letters:
         return [""]
 
     def expand(self, states, counts):
-        return [[] if s in self.barren else [s + c for c in "abcdefgh"[:k]] for s, k in zip(states, counts, strict=True)]
+        return [[] if s in self.barren else [s + c for c in "abcdefgh"[:k]]
+                for s, k in zip(states, counts, strict=True)]
 
     def is_terminal(self, state):
         return len(state) >= self.depth
