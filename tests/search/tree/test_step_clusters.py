@@ -58,7 +58,8 @@ def test_texts_that_are_all_empty_give_zero_columns_and_one_cluster():
 
 def test_ngram_bounds_are_checked_with_what_to_change():
     for bad in ((0, 2), (3, 2)):
-        with pytest.raises(ValueError, match=rf"^ngrams must be \(lo, hi\) with 1 <= lo <= hi, got {re.escape(str(bad))}$"):
+        message = rf"^ngrams must be \(lo, hi\) with 1 <= lo <= hi, got {re.escape(str(bad))}$"
+        with pytest.raises(ValueError, match=message):
             tfidf_vectors(["ab"], ngrams=bad)
     assert tfidf_vectors(["ab"], ngrams=(1, 1)).shape == (1, 2)  # lo = hi = 1 is allowed
 
