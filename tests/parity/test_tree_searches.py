@@ -124,7 +124,7 @@ def test_beam_search_keeps_the_reference_beams_on_the_toy_space(n, m):
         assert sorted(kept_and_children(mine)[1]) == sorted(ref[1])
 
 
-@pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2)])
+@pytest.mark.parametrize(("n", "m"), [(8, 2), (6, 3), (10, 5), (10, 2), (4, 1), (8, 1)])
 def test_beam_search_fill_every_step_is_the_reference_when_beams_finish_early(n, m):
     """huggingface/search-and-learn @ 6f81cac8b1ca4c4be9fabefc27a856c928f3ae7f,
     ``src/sal/search/beam_search.py`` ``_beam_search`` (see ``ref_beam``) where beams finish early: with

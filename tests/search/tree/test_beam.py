@@ -8,11 +8,12 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from tts.config import parse_strategy_config
+from tts.config import SamplingConfig, parse_strategy_config
+from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
-from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search
+from tts.search.tree.beam import BeamConfig, BeamSearch, beam_search, sal_keep
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
-from tts.search.tree.tree_search import PENALTY
+from tts.search.tree.tree_search import PENALTY, TreeNode
 from tts.verifiers.base import VerifierScore
 from tts.verifiers.function import FunctionVerifier
 
@@ -93,6 +94,85 @@ def test_nan_inf_and_out_of_range_scores_rank_last_and_are_counted():
 def test_a_space_that_never_ends_is_refused(endless):
     with pytest.raises(RuntimeError, match="terminal"):
         beam_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
+
+
+def test_bad_n_width_or_fill_are_refused_with_what_to_change():
+    space = DigitSpace(["01"], base=BASE)
+    with pytest.raises(ValueError, match=r"^n \(6\) must be a positive multiple of beam_width \(4\)$"):
+        beam_search(space, RandomScorer(), n=6, beam_width=4)
+    with pytest.raises(ValueError, match=r"^n \(4\) must be a positive multiple of beam_width \(0\)$"):
+        beam_search(space, RandomScorer(), n=4, beam_width=0)
+    with pytest.raises(ValueError, match=r"^fill must be 'within_n' or 'every_step', got 'sometimes'$"):
+        beam_search(space, RandomScorer(), n=4, beam_width=2, fill="sometimes")
+
+
+def test_every_step_fill_refuses_a_space_that_never_ends_and_says_after_how_many_steps(endless):
+    with pytest.raises(RuntimeError, match="after 20 steps"):
+        beam_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20, fill="every_step")
+
+
+def test_sal_keep_keeps_the_best_in_the_order_given_and_the_later_of_equal_scores():
+    live = [TreeNode(i, None, 1, str(i), False, score) for i, score in enumerate([0.2, 0.5, 0.5, 0.1])]
+    assert [node.id for node in sal_keep(live, 2)] == [1, 2]
+    assert [node.id for node in sal_keep(live, 1)] == [2]  # of equal scores, the later
+    assert [node.id for node in sal_keep(live, 3)] == [0, 1, 2]
+    assert sal_keep(live, 0) == []
+    assert [node.id for node in sal_keep(live, 6)] == [0, 1, 2, 3]  # fewer live than N/M: all of them
+
+
+class Letters:
+    """Roots of given depths; a state is (root, letters), its k children add "a", "b", ... in
+    order; a state finishes at its root's depth or when it is one of ``finished``."""
+
+    def __init__(self, depths, finished=()):
+        self.depths, self.finished = depths, set(finished)
+
+    def initial_states(self):
+        return [(root, "") for root in range(len(self.depths))]
+
+    def expand(self, states, counts):
+        return [[(root, text + c) for c in "abcdefgh"[:k]] for (root, text), k in zip(states, counts, strict=True)]
+
+    def is_terminal(self, state):
+        root, text = state
+        return len(text) >= self.depths[root] or text in self.finished
+
+
+def test_every_step_fill_deals_n_steps_over_the_survivors_and_keeps_the_first_n_to_finish():
+    # Root 0 (depth 2), n = 4, M = 1: the root's children a, b, c, d; "a" finishes, so the three
+    # others are kept and the 4 steps are dealt in turn: b gets 2 (ba, bb), c and d one each. All
+    # finish at depth 2, taken in the reference's order (first children first: ba, ca, da, then bb);
+    # of the five finished, the first four are the candidates and bb is not kept. Root 1 (depth 1)
+    # ends after its first step while root 0 goes on.
+    space = Letters([2, 1], finished={"a"})
+    first, second = beam_search(space, FunctionVerifier.of_items(lambda state: 0.5), n=4, beam_width=1,
+                                fill="every_step")
+    text = {node.id: node.state[1] for node in first.nodes}
+    assert [text[i] for i in first.leaves] == ["a", "ba", "ca", "da"]
+    children = {}
+    for node in first.nodes:
+        if node.parent is not None:
+            children[text[node.parent]] = children.get(text[node.parent], 0) + 1
+    assert children == {"b": 2, "c": 1, "d": 1}
+    assert {text[node.id]: node.kept for node in first.nodes} == {
+        "a": True, "b": True, "c": True, "d": True, "ba": True, "ca": True, "da": True, "bb": False}
+    assert [second.nodes[i].state[1] for i in second.leaves] == ["a", "b", "c", "d"]
+
+
+def test_the_strategy_searches_the_step_space_with_its_verifier(step_model, addition_problems, addition_checker):
+    # Steps slip half the time; the addition checker scores 1 only where every stated sum holds, and
+    # the beam keeps those: every problem's answer is its sum, and exactly the candidates that reach
+    # it score 1. Three additions and the answer: 4 levels of n = 4 nodes.
+    problems = addition_problems(3, seed=1)
+    strategy = BeamSearch(BeamConfig(n=4, beam_width=2, verifier="toy_perfect", select="verifier"),
+                          step_model(slip=0.5, seed=2), MATH_PROMPT.render, SamplingConfig(max_tokens=200), seed=0,
+                          verifier=addition_checker())
+    solutions = strategy.solve(problems)
+    assert [s.answer for s in solutions] == [p.answer for p in problems]
+    for problem, solution in zip(problems, solutions, strict=True):
+        assert len(solution.trace.samples) == 4 and len(solution.trace.tree) == 16
+        assert solution.trace.scores == tuple(float(x.answer == problem.answer) for x in solution.trace.samples)
+    assert solutions[0].trace.scores == (1.0, 1.0, 1.0, 1.0) and solutions[1].trace.scores == (1.0, 1.0, 0.0, 0.0)
 
 
 # --- config -------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tts.config import SamplingConfig
+from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
 from tts.search.tree.dvts import DVTS, DVTSConfig, dvts_search
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
@@ -87,6 +89,72 @@ def test_a_verifier_that_raises_does_not_end_the_search_and_is_counted(flaky):
     [r] = dvts_search(DigitSpace(["0123"], base=BASE), flaky(), n=8, beam_width=4)
     assert r.events == {"verifier_error": 1} and len(r.leaves) == 8
     assert all(n.score == PENALTY for n in r.nodes if n.depth == 1)
+
+
+def test_bad_n_width_or_siblings_are_refused_with_what_to_change():
+    space = DigitSpace(["01"], base=BASE)
+    with pytest.raises(ValueError, match=r"^n \(6\) must be a positive multiple of beam_width \(4\)$"):
+        dvts_search(space, RandomScorer(), n=6, beam_width=4)
+    with pytest.raises(ValueError, match=r"^n \(4\) must be a positive multiple of beam_width \(0\)$"):
+        dvts_search(space, RandomScorer(), n=4, beam_width=0)
+    with pytest.raises(ValueError, match=r"^n \(2\) must be a positive multiple of beam_width \(4\)$"):
+        dvts_search(space, RandomScorer(), n=2, beam_width=4)
+    with pytest.raises(ValueError, match=r"^siblings must be 'finished' or 'all', got 'some'$"):
+        dvts_search(space, RandomScorer(), n=4, beam_width=2, siblings="some")
+    [r] = dvts_search(space, RandomScorer(), n=2, beam_width=2)  # n = M: one subtree, a greedy search
+    assert len(r.leaves) == 2 and sum(n.depth == 1 and n.kept for n in r.nodes) == 1
+
+
+def test_a_space_that_never_ends_is_refused_after_max_steps(endless):
+    with pytest.raises(RuntimeError, match="after 20 steps"):
+        dvts_search(endless(["0"]), RandomScorer(), n=2, beam_width=1, max_steps=20)
+
+
+class Letters:
+    """One root of depth ``depth``; a state's k children add "a", "b", ... in order, except that
+    the states in ``barren`` get none."""
+
+    def __init__(self, depth, barren=()):
+        self.depth, self.barren = depth, set(barren)
+
+    def initial_states(self):
+        return [""]
+
+    def expand(self, states, counts):
+        return [[] if s in self.barren else [s + c for c in "abcdefgh"[:k]]
+                for s, k in zip(states, counts, strict=True)]
+
+    def is_terminal(self, state):
+        return len(state) >= self.depth
+
+
+SCORES = {"a": 0.9, "b": 0.1, "c": 0.8, "d": 0.2, "ca": 0.3, "cb": 0.6}
+
+
+def test_a_subtree_whose_node_gets_no_children_ends_without_candidates_and_is_counted():
+    # Subtrees [a, b] and [c, d] keep a and c; a gets no children (counted), c's two finish.
+    [r] = dvts_search(Letters(2, barren={"a"}), FunctionVerifier.of_items(lambda s: SCORES[s]), n=4, beam_width=2)
+    assert [n.state for n in r.leaf_nodes] == ["ca", "cb"] and r.events == {"no_children": 1}
+    assert {n.state: n.kept for n in r.nodes} == {"a": True, "b": False, "c": True, "d": False, "ca": True, "cb": True}
+    [r] = dvts_search(Letters(2, barren={"a", "c"}), FunctionVerifier.of_items(lambda s: SCORES[s]), n=4,
+                      beam_width=2)
+    assert r.leaves == () and r.events == {"no_children": 2}  # once per subtree
+
+
+def test_the_strategy_searches_the_step_space_with_its_verifier(step_model, addition_problems, addition_checker):
+    problems = addition_problems(3, seed=1)
+    strategy = DVTS(DVTSConfig(n=4, beam_width=2, verifier={"kind": "toy_dvts"}, select="verifier"),
+                    step_model(slip=0.5, seed=2), MATH_PROMPT.render, SamplingConfig(max_tokens=200), seed=0,
+                    verifier=addition_checker())
+    solutions = strategy.solve(problems)
+    # Steps slip half the time; the checker scores 1 only where every stated sum holds. Each of the
+    # 2 subtrees keeps one node per step (4 first steps, then 2 x 2 at each of 3 depths: 16 nodes)
+    # and returns its 2 finished children; the answer is the best-scored one's: the sum wherever a
+    # subtree stayed right, a wrong sum where both slipped (the second problem).
+    assert [s.answer for s in solutions] == ["12", "30", "15"] and [p.answer for p in problems] == ["12", "31", "15"]
+    for problem, solution in zip(problems, solutions, strict=True):
+        assert len(solution.trace.samples) == 4 and len(solution.trace.tree) == 16
+        assert solution.trace.scores == tuple(float(x.answer == problem.answer) for x in solution.trace.samples)
 
 
 def test_config_and_registry():

@@ -7,10 +7,13 @@ import random
 import pytest
 from pydantic import ValidationError
 
+from tts.config import SamplingConfig
+from tts.prompts import MATH_PROMPT
 from tts.registry import STRATEGIES
-from tts.search.tree.rebase import Rebase, RebaseConfig, balanced_widths, rebase_search
+from tts.search.tree.rebase import Rebase, RebaseConfig, balanced_widths, ceil_widths, rebase_search
 from tts.search.tree.toy import DigitSpace, PerfectScorer, RandomScorer
 from tts.search.tree.tree_search import PENALTY
+from tts.verifiers.function import FunctionVerifier
 
 LENGTH, BASE = 5, 4  # the toy space of the `targets` fixture (tests/search/conftest.py)
 
@@ -97,6 +100,93 @@ def test_finished_solutions_shrink_the_budget_of_the_next_depth():
 def test_a_verifier_that_raises_or_returns_nan_does_not_end_the_search(flaky):
     [r] = rebase_search(DigitSpace(["0123"], base=BASE), flaky(nan_on_call=2), n=8)
     assert r.events == {"verifier_error": 1, "invalid_score": 8} and len(r.leaves) == 8
+
+
+def test_bad_rounding_n_or_temperature_are_refused_with_what_to_change():
+    space = DigitSpace(["01"], base=BASE)
+    with pytest.raises(ValueError, match=r"^rounding must be 'largest_remainder' or 'ceil', got 'floor'$"):
+        rebase_search(space, RandomScorer(), n=4, rounding="floor")
+    with pytest.raises(ValueError, match=r"^n must be >= 1, got 0$"):
+        rebase_search(space, RandomScorer(), n=0)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=rf"^temperature must be > 0, got {bad}$"):
+            rebase_search(space, RandomScorer(), n=4, temperature=bad)
+    assert space.expand_calls == 0  # refused before anything is generated
+    [r] = rebase_search(space, RandomScorer(), n=1)  # n = 1: one path
+    assert len(r.leaves) == 1 and len(r.nodes) == 2
+    for split in (balanced_widths, ceil_widths):
+        with pytest.raises(ValueError, match=r"^temperature must be > 0, got 0$"):
+            split([], 3, 0)
+        with pytest.raises(ValueError, match=r"^temperature must be > 0, got -0.5$"):
+            split([0.5], 3, -0.5)
+
+
+def test_ceil_widths_serve_the_best_first_each_the_ceiling_of_its_share_of_what_is_left():
+    # [0.9, 0.8, 0.5] at T = 0.2: weights 1, e^-0.5, e^-2 (sum 1.742); the best takes ceil(4 x 1 / 1.742)
+    # = 3, the next ceil(1 x 0.607 / 0.742) = 1, the last nothing (the module docstring's example).
+    assert ceil_widths([0.9, 0.8, 0.5], 4, 0.2) == [3, 1, 0]
+    assert balanced_widths([0.9, 0.8, 0.5], 4, 0.2) == [2, 2, 0]
+    # Equal scores: the later first (3 x 1/2 rounds up to 2), or in order with later_first=False; an
+    # exact share is not rounded up.
+    assert ceil_widths([0.5, 0.5], 3, 0.2) == [1, 2] and ceil_widths([0.5, 0.5], 3, 0.2, later_first=False) == [2, 1]
+    assert ceil_widths([0.5, 0.5], 4, 0.2) == [2, 2] and ceil_widths([0.5, 0.5, 0.5, 0.5], 4, 0.2) == [1, 1, 1, 1]
+    # Unscored nodes get nothing while one is scored; when none is, the width is split evenly (later first).
+    assert ceil_widths([PENALTY, 0.1, PENALTY], 5, 0.2) == [0, 5, 0]
+    assert ceil_widths([PENALTY, PENALTY, PENALTY], 4, 0.2) == [1, 1, 2]
+    assert ceil_widths([], 4, 0.2) == [] and ceil_widths([0.3, 0.2], 0, 0.2) == [0, 0]
+    assert ceil_widths([0.3, 0.5], 1, 0.2) == [0, 1] and balanced_widths([0.3, 0.5], 1, 0.2) == [0, 1]
+
+
+class Letters:
+    """One root; a state's k children add "a", "b", ... in order; finished at depth 2."""
+
+    def initial_states(self):
+        return [""]
+
+    def expand(self, states, counts):
+        return [[s + c for c in "abcdefgh"[:k]] for s, k in zip(states, counts, strict=True)]
+
+    def is_terminal(self, state):
+        return len(state) >= 2
+
+
+def test_the_rounding_setting_chooses_how_the_search_splits_each_depth():
+    # Children a, b, c, d scored 0.9, 0.8, 0.5, 0.1: at T = 0.2 the width of 4 splits 2 / 2 / 0 / 0 by
+    # largest remainder (the default; quotas 2.27, 1.38, 0.31, 0.04), 3 / 1 / 0 / 0 by the authors'
+    # ceilings (a takes ceil(2.27), b ceil(1 x 0.61 / 0.76) of the 1 left).
+    scores = {"a": 0.9, "b": 0.8, "c": 0.5, "d": 0.1}
+    scorer = FunctionVerifier.of_items(lambda s: scores.get(s, 0.5))
+
+    def children(result):
+        out = {}
+        for node in result.nodes:
+            if node.parent is not None:
+                parent = result.nodes[node.parent].state
+                out[parent] = out.get(parent, 0) + 1
+        return out
+
+    assert children(rebase_search(Letters(), scorer, n=4)[0]) == {"a": 2, "b": 2}
+    assert children(rebase_search(Letters(), scorer, n=4, rounding="ceil")[0]) == {"a": 3, "b": 1}
+
+
+def test_the_strategy_searches_the_step_space_with_its_verifier(step_model, addition_problems, addition_checker):
+    problems = addition_problems(3, seed=1)
+    strategy = Rebase(RebaseConfig(n=4, verifier={"kind": "toy_rebase"}, select="verifier", rounding="ceil"),
+                      step_model(slip=0.5, seed=2), MATH_PROMPT.render, SamplingConfig(max_tokens=200), seed=0,
+                      verifier=addition_checker())
+    solutions = strategy.solve(problems)
+    # Steps slip half the time; the checker scores 1 only where every stated sum holds. The first
+    # problem's 4 candidates all slipped somewhere (the one that ends on 12 too): the first wins at
+    # score 0. In the others every candidate held: 4 nodes at each of the 4 depths.
+    assert [s.answer for s in solutions] == ["11", "31", "15"] and [p.answer for p in problems] == ["12", "31", "15"]
+    assert [s.trace.scores for s in solutions] == [(0.0,) * 4, (1.0,) * 4, (1.0,) * 4]
+    assert [x.answer for x in solutions[0].trace.samples] == ["11", "9", "14", "12"]
+    assert all(len(s.trace.tree) == 16 for s in solutions)
+
+
+@pytest.fixture(autouse=True)
+def _toy_verifier(toy_verifier):
+    toy_verifier("toy_rebase")
 
 
 def test_config_label_and_registry():

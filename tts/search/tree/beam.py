@@ -35,9 +35,10 @@ from tts.search.tree.tree_strategy import TreeSearchStrategy, WidthSearchConfig
 
 def sal_keep(live: Sequence[TreeNode], keep: int) -> list[TreeNode]:
     """search-and-learn's pruning: the ``keep`` best-scored nodes (the later of equal scores, as an
-    ascending ``np.argsort`` cut from the end), in the order given."""
+    ascending ``np.argsort`` cut from the end), in the order given; all of them when fewer than
+    ``keep`` are live (the reference's ``ranks[-keep:]``)."""
     order = sorted(range(len(live)), key=lambda j: (live[j].score, j))
-    top = set(order[len(order) - keep:]) if keep > 0 else set()
+    top = set(order[max(len(order) - keep, 0):])
     return [node for j, node in enumerate(live) if j in top]
 
 
