@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tts.backends.base import BackendError, GenerationRequest, GenerationResult, greedy_repeats, split_wall_time
-from tts.backends.openai import FewerChoices, parse_chat_completion
+from tts.backends.openai import FewerChoices, optional_chat_fields, parse_chat_completion
 from tts.backends.resilience import shown_url
 from tts.config import LiteLLMBackendConfig, _is_local_url
 from tts.cost.token_prices import TokenPrice, import_litellm, token_price
@@ -217,8 +217,6 @@ class LiteLLMGenerator:
 
     def _kwargs(self, req: GenerationRequest, n: int) -> dict[str, Any]:
         """The Router's completion arguments for ``req`` drawn ``n`` times in one request."""
-        import json
-
         messages: list[dict[str, Any]] = [m.to_openai() for m in req.messages]
         kw: dict[str, Any] = {"model": self.config.model, "temperature": req.temperature, "max_tokens": req.max_tokens}
         if req.continuation:  # the provider continues a final assistant message (Anthropic's prefill)
@@ -238,19 +236,7 @@ class LiteLLMGenerator:
             kw["logprobs"] = True
             if req.top_logprobs and "top_logprobs" in self.params:
                 kw["top_logprobs"] = req.top_logprobs
-        if req.presence_penalty:
-            kw["presence_penalty"] = req.presence_penalty
-        if req.frequency_penalty:
-            kw["frequency_penalty"] = req.frequency_penalty
-        if req.logit_bias:
-            kw["logit_bias"] = {str(t): b for t, b in req.logit_bias}
-        if req.json_schema is not None:
-            kw["response_format"] = {"type": "json_schema",
-                                     "json_schema": {"name": "response", "schema": json.loads(req.json_schema)}}
-        if req.tools is not None:
-            kw["tools"] = json.loads(req.tools)
-            if req.tool_choice is not None:
-                kw["tool_choice"] = json.loads(req.tool_choice)
+        kw.update(optional_chat_fields(req))
         return kw
 
     def _split(self, req: GenerationRequest) -> list[GenerationRequest]:

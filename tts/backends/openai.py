@@ -121,6 +121,28 @@ def _thought(req: GenerationRequest, tokens: Sequence[str]) -> ThoughtSplit:
     return ThoughtSplit(split.reasoning_tokens, True, in_prompt + split.reasoning_tokens >= req.thinking_budget)
 
 
+
+def optional_chat_fields(req: GenerationRequest) -> dict[str, Any]:
+    """The Chat Completions fields of ``req`` sent only when set (penalties, logit bias, a JSON
+    schema as ``response_format``, tools and ``tool_choice``), so that a server or provider that
+    lacks them is not asked; the OpenAI and LiteLLM backends send the same."""
+    fields: dict[str, Any] = {}
+    if req.presence_penalty:
+        fields["presence_penalty"] = req.presence_penalty
+    if req.frequency_penalty:
+        fields["frequency_penalty"] = req.frequency_penalty
+    if req.logit_bias:
+        fields["logit_bias"] = {str(t): b for t, b in req.logit_bias}
+    if req.json_schema is not None:
+        fields["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "response", "schema": json.loads(req.json_schema)}}
+    if req.tools is not None:  # the upstream renders them with the model's template and parses the calls
+        fields["tools"] = json.loads(req.tools)
+        if req.tool_choice is not None:
+            fields["tool_choice"] = json.loads(req.tool_choice)
+    return fields
+
+
 class OpenAIGenerator:
     """Generator talking to an OpenAI-compatible chat-completions endpoint.
 
@@ -207,19 +229,7 @@ class OpenAIGenerator:
         if stream:
             optional["stream"] = True
             optional["stream_options"] = {"include_usage": True}
-        if req.presence_penalty:
-            optional["presence_penalty"] = req.presence_penalty
-        if req.frequency_penalty:
-            optional["frequency_penalty"] = req.frequency_penalty
-        if req.logit_bias:
-            optional["logit_bias"] = {str(t): b for t, b in req.logit_bias}
-        if req.json_schema is not None:
-            optional["response_format"] = {"type": "json_schema",
-                                           "json_schema": {"name": "response", "schema": json.loads(req.json_schema)}}
-        if req.tools is not None:  # the upstream renders them with the model's template and parses the calls
-            optional["tools"] = json.loads(req.tools)
-            if req.tool_choice is not None:
-                optional["tool_choice"] = json.loads(req.tool_choice)
+        optional.update(optional_chat_fields(req))
         extra = dict(extra)
         if req.thinking_budget is not None:
             if self.config.thinking_budget == "vllm":
