@@ -83,7 +83,7 @@ def test_candidates_become_samples_with_their_text_tokens_logprob_and_why_they_e
 def test_the_trace_tree_lists_every_node_as_tts_show_prints_it():
     sol = _solve([(_state("7", forced="tokens"), 0.75)])
     assert sol.trace.tree == ({"id": 0, "parent": None, "depth": 1, "text": "3 + 4 = 7", "score": 0.75, "kept": True,
-                               "finished": True, "answer": "7", "forced": "tokens"},)
+                               "finished": True, "answer": "7", "forced": "tokens", "tokens": 10},)  # its step's own
 
 
 def test_budgets_are_checked_at_their_exact_worst_case_before_anything_is_generated():
