@@ -50,7 +50,7 @@ from typing import Any
 
 from tts.backends.base import BackendError, GenerationRequest, GenerationResult, greedy_repeats, split_wall_time
 from tts.backends.openai import FewerChoices, optional_chat_fields, parse_chat_completion
-from tts.backends.resilience import shown_url
+from tts.backends.resilience import Stopped, shown_url, wait_for_all
 from tts.config import LiteLLMBackendConfig, _is_local_url
 from tts.cost.token_prices import TokenPrice, import_litellm, token_price
 
@@ -250,7 +250,7 @@ class LiteLLMGenerator:
         """One request of :meth:`_split`; a reply with fewer choices than ``n`` (a proxy that
         drops ``n``) makes it ``n`` one-sample requests, one after the other."""
         if stop.is_set():
-            raise _Stopped()
+            raise Stopped()
         try:
             return self._call(req, 1 if greedy_repeats(req) else req.n)
         except FewerChoices:
@@ -333,15 +333,7 @@ class LiteLLMGenerator:
         parts = [(i, one) for i, r in enumerate(requests) for one in self._split(r)]
         futures = [self._pool.submit(self._send, one, stop) for _, one in parts]
         try:
-            pending = set(futures)
-            while pending:
-                done, pending = cf.wait(pending, timeout=None if cancel is None else 0.05,
-                                        return_when=cf.FIRST_EXCEPTION)
-                for f in done:
-                    if f.exception() is not None and not isinstance(f.exception(), _Stopped):
-                        raise f.exception()  # type: ignore[misc]
-                if pending and cancel is not None and cancel.is_set():
-                    raise BackendError(f"the call to {self.config.model} was cancelled")
+            wait_for_all(futures, cancel, lambda exc: exc, f"the call to {self.config.model} was cancelled")
             drawn: list[list[GenerationResult]] = [[] for _ in requests]
             for (i, _), f in zip(parts, futures, strict=True):
                 drawn[i].append(f.result())
@@ -380,7 +372,3 @@ def _short(message: str) -> str:
     text = " ".join(message.split()).split(" LiteLLM: model group ")[0]
     text = re.sub(r"^(?:litellm\.)?(?:\w+(?:Error|Exception)(?::| -) ?)+", "", text)
     return text[:300]
-
-
-class _Stopped(Exception):
-    """The call was stopped (another request failed, or it was cancelled): no more samples are sent."""

@@ -84,6 +84,7 @@ from tts.backends.resilience import (
     attempt_scope,
     backoff_delay,
     shown_url,
+    wait_for_all,
 )
 from tts.config import OpenAIBackendConfig
 
@@ -505,15 +506,7 @@ class OpenAIGenerator:
         futures = [self._pool.submit(self._one, r, call) for r in requests]
         finished = False
         try:
-            pending = set(futures)
-            while pending:
-                done, pending = cf.wait(pending, timeout=None if cancel is None else 0.05,
-                                        return_when=cf.FIRST_EXCEPTION)
-                for f in done:
-                    if f.exception() is not None and not isinstance(f.exception(), _Stopped):
-                        raise self._translate(f.exception()) from f.exception()
-                if pending and cancel is not None and cancel.is_set():
-                    raise BackendError(f"the call to {self.config.base_url} was cancelled")
+            wait_for_all(futures, cancel, self._translate, f"the call to {self.config.base_url} was cancelled")
             results = [f.result() for f in futures]
             finished = True
         finally:

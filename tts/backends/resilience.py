@@ -30,14 +30,17 @@ attempt's thread uses it.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import os
 import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from tts.backends.base import BackendError
 
 
 def backoff_delay(attempt: int, base: float, cap: float = 30.0, rng: random.Random | None = None) -> float:
@@ -198,6 +201,30 @@ class Attempt:
 
 class Stopped(Exception):
     """Another request of the batch failed for good, or the call was cancelled: this one stops."""
+
+
+def wait_for_all(futures: Iterable[cf.Future[Any]], cancel: threading.Event | None,
+                 translate: Callable[[BaseException], BaseException], cancelled: str) -> None:
+    """Wait until every request of one call is done, failing fast.
+
+    The first request that failed for good raises (``translate`` turns its exception into the
+    backend's error); a request that raised :class:`Stopped` only followed another's failure and is
+    not the cause. Once ``cancel`` is set while requests are pending, raises ``cancelled`` as a
+    BackendError (polled every 50 ms: a thread cannot be woken by an event and a future at once).
+    The caller stops what is still running.
+    """
+    pending = set(futures)
+    while pending:
+        done, pending = cf.wait(pending, timeout=None if cancel is None else 0.05, return_when=cf.FIRST_EXCEPTION)
+        for f in done:
+            exc = f.exception()
+            if exc is not None and not isinstance(exc, Stopped):
+                error = translate(exc)
+                if error is exc:
+                    raise exc
+                raise error from exc
+        if pending and cancel is not None and cancel.is_set():
+            raise BackendError(cancelled)
 
 
 class Malformed(Exception):
