@@ -143,3 +143,57 @@ def test_tts_cost_ranks_gpus_paying_for_every_gpu_of_a_tensor_parallel_replica()
 def test_tts_cost_refuses_bad_deployment_flags_in_one_line(flags, message):
     result = CliRunner().invoke(app, [*_RUN, *flags])
     assert result.exit_code == 2 and message in result.output
+
+
+# --- the engine's deployment reaches what prices a run and a budget -----------------------------
+
+def test_deployment_of_reads_a_vllm_engines_parallelism_and_weights_and_nothing_of_other_backends():
+    from tts.config import OpenAIBackendConfig, VLLMBackendConfig
+    from tts.cost.deployment import deployment_of
+
+    assert deployment_of(VLLMBackendConfig(tensor_parallel_size=2, quantization="awq")) == {
+        "tensor_parallel": 2, "quantization": "awq"}
+    assert deployment_of(VLLMBackendConfig()) == {}  # one GPU, the checkpoint's dtype: the defaults
+    assert deployment_of(OpenAIBackendConfig(base_url="http://x/v1", model="m")) == {}
+    assert deployment_of(None) == {}
+
+
+def _priced(usage, **deployment):
+    from tts.cost.ledger import cost_model_for, price_usages
+
+    return price_usages([("x", usage)], cost_model_for("smollm2-135m", "h100", **deployment))["x"].cost
+
+
+def test_a_session_on_a_tensor_parallel_quantized_engine_prices_solves_and_budgets_as_deployed():
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.config import VLLMBackendConfig
+    from tts.session import Session
+
+    gen = ScriptedGenerator(default={"5": 0.9}, seed=0, model_name="smollm2-135m")
+    gen.config = VLLMBackendConfig(model="smollm2-135m", tensor_parallel_size=2, quantization="fp8")
+    with Session(generator=gen) as s:
+        sol = s.solve("What is 2+3?", n=4)
+    deployed, single = _priced(sol.usage, tensor_parallel=2, quantization="fp8"), _priced(sol.usage)
+    assert sol.cost["gpu_seconds"] == pytest.approx(deployed.gpu_seconds, rel=1e-9)
+    assert deployed.gpu_seconds != pytest.approx(single.gpu_seconds, rel=1e-3)  # the deployment matters
+    assert sol.cost["eflops"] == pytest.approx(deployed.eflops, rel=1e-9)
+
+
+def test_the_eval_table_prices_gpu_seconds_as_the_engine_is_deployed(tmp_path):
+    from tts.cli.eval import _ledger
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    cfg = EvalConfig.model_validate({
+        "data": {"benchmark": "demo", "limit": 3}, "backend": {"kind": "scripted", "model": "smollm2-135m"},
+        "sampling": {"max_tokens": 64}, "strategies": [{"kind": "self_consistency", "n": 4}]})
+    result = run_eval(cfg, tmp_path / "run")
+    (label,) = {r.config for r in result.rows}
+    plain, _ = _ledger(result, "smollm2-135m", "h100")
+    awq, why = _ledger(result, "smollm2-135m", "h100", {"tensor_parallel": 2, "quantization": "awq"})
+    from tts.cost.ledger import cost_model_for, price_usages
+
+    want = price_usages(((r.config, r.usage) for r in result.rows),
+                        cost_model_for("smollm2-135m", "h100", tensor_parallel=2, quantization="awq"))
+    assert why is None and awq[label].cost.gpu_seconds == pytest.approx(want[label].cost.gpu_seconds, rel=1e-12)
+    assert awq[label].cost.weight_bytes < plain[label].cost.weight_bytes

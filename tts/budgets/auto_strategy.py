@@ -60,6 +60,7 @@ from tts.budgets.cross_allocator import (
 from tts.budgets.escalation import Escalation, fit_escalation, read_escalation_runs, reuses_pilot
 from tts.budgets.replay.prefix import random_orders
 from tts.budgets.strategy_curves import RULES, SWITCH_Z, check_pool_supports, parse_rules
+from tts.cost.deployment import deployment_of
 from tts.config import SamplingStrategyConfig, StrategyConfigBase, VerifierConfig
 from tts.registry import STRATEGIES
 from tts.search.base import BudgetUse, Strategy, StrategyInputError, to_sample
@@ -249,7 +250,8 @@ class AutoStrategy(Strategy):
                                               switch_z=cfg.switch_z, prompt_length=cfg.prompt_length)
                 try:
                     self._pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
-                                               cfg.efficiency)
+                                               cfg.efficiency,
+                                               deployment=deployment_of(getattr(self.generator, "config", None)))
                 except ValueError as exc:
                     raise StrategyInputError(f"auto: budget unit {cfg.budget_unit}: {exc}") from None
                 self._setup_escalations(pool, orders)

@@ -163,10 +163,13 @@ class Pricer:
     @classmethod
     def for_model(cls, model: str | None, gpu: str = "h100", prices: Mapping[str, float] | None = None, *,
                   unit: str = "tokens", efficiency: float = 1.0, verifier_model: str | None = None,
-                  strict: bool = False) -> Pricer:
+                  strict: bool = False, deployment: Mapping[str, Any] | None = None) -> Pricer:
         """A pricer for a tts model name (alias, directory, hub id, config.json) on a named GPU.
 
         Args:
+            deployment: How the model is deployed (``tensor_parallel``, ``quantization``:
+                :func:`tts.cost.deployment.deployment_of` of the engine's config); None: one GPU,
+                the checkpoint's dtype.
             strict: Raise when the model cannot be priced (an allocator needs the price);
                 otherwise the pricer counts tokens only and says why in ``why_unpriced``.
 
@@ -181,7 +184,7 @@ class Pricer:
             from tts.cost.ledger import cost_model_for
 
             try:
-                cost_model = cost_model_for(model, gpu)
+                cost_model = cost_model_for(model, gpu, **dict(deployment or {}))
                 ver = cost_model_for(verifier_model, gpu) if verifier_model else None
             except (ValueError, OSError) as exc:
                 if strict:
@@ -213,7 +216,7 @@ class Pricer:
         """A cost model's :class:`~tts.cost.cost_model.Cost` in ``unit`` (None: no dollar price)."""
         if unit == "eflops":
             return float(cost.eflops)
-        seconds = float(cost.seconds) * self.efficiency
+        seconds = float(cost.gpu_seconds) * self.efficiency  # every GPU of a tensor-parallel replica is paid for
         if unit == "gpu_seconds":
             return seconds
         usd = self._usd_per_hour()
@@ -233,7 +236,7 @@ class Pricer:
 
             cost = price_usages([("x", usage)], self.cost_model)["x"].cost if usage.shapes else None
             eflops = cost.eflops if cost else 0.0
-            seconds = cost.seconds * self.efficiency if cost else 0.0
+            seconds = cost.gpu_seconds * self.efficiency if cost else 0.0
             usd = self._usd_per_hour()
             out.update(eflops=eflops, gpu_seconds=seconds, dollars=None if usd is None else seconds / 3600.0 * usd,
                        gpu=self.gpu, priced_as=self.model)
@@ -343,8 +346,10 @@ class Pricer:
 
 
 def make_pricer(unit: str, model: str | None = None, gpu: str = "h100", efficiency: float = 1.0,
-                prices: Mapping[str, float] | None = None, verifier_model: str | None = None) -> Pricer:
-    """An allocator's :class:`Pricer` in ``unit`` for a tts model name on a named GPU.
+                prices: Mapping[str, float] | None = None, verifier_model: str | None = None,
+                deployment: Mapping[str, Any] | None = None) -> Pricer:
+    """An allocator's :class:`Pricer` in ``unit`` for a tts model name on a named GPU, deployed as
+    ``deployment`` says (:meth:`Pricer.for_model`).
 
     Raises:
         ValueError: Unknown unit, architecture, GPU or price (the message says what to pass).
@@ -352,4 +357,4 @@ def make_pricer(unit: str, model: str | None = None, gpu: str = "h100", efficien
     if unit in ("tokens", "samples"):
         return Pricer(unit, gpu=gpu, prices=dict(prices or {}))
     return Pricer.for_model(model, gpu, prices, unit=unit, efficiency=efficiency, verifier_model=verifier_model,
-                            strict=True)
+                            strict=True, deployment=deployment)

@@ -362,14 +362,17 @@ def default_out(config: Any) -> Path:
     return Path("runs") / f"{config.data.benchmark}-{model}-{digest}"
 
 
-def _ledger(result: Any, model: str, gpu: str | None) -> tuple[dict[str, Any], str | None]:
-    """Price the run on ``gpu``; returns ({} , reason) when the model's architecture is unknown."""
+def _ledger(result: Any, model: str, gpu: str | None,
+            deployment: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """Price the run on ``gpu`` as the model is deployed (``deployment``: tensor parallelism and
+    quantization, :func:`tts.cost.deployment.deployment_of`); returns ({}, reason) when the
+    model's architecture is unknown or the deployment cannot be priced."""
     if not gpu:
         return {}, None
     from tts.cost.ledger import cost_model_for, price_usages
 
     try:
-        cm = cost_model_for(model, gpu)
+        cm = cost_model_for(model, gpu, **(deployment or {}))
         # A request served by another model (a judge, a graph node) is priced on its own architecture.
         return price_usages(((r.config, r.usage) for r in result.rows), cm), None
     except ValueError as exc:
@@ -449,7 +452,8 @@ def _summary_columns(result: Any, ledger: dict[str, Any], gpu: str | None,
     return cols
 
 
-def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bool = False) -> tuple[Any, list[str]]:
+def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bool = False,
+                  deployment: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
     """The results table (a rich Table) and the notes that explain its columns, to print below it.
 
     With ``gpu``, each config's usage is priced by the cost model (predicted GPU-seconds per
@@ -457,7 +461,7 @@ def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bo
     """
     from rich.table import Table
 
-    ledger, why = _ledger(result, model, gpu)
+    ledger, why = _ledger(result, model, gpu, deployment)
     columns = _summary_columns(result, ledger, gpu, wide)
     table = Table(title=f"{result.problems} problems -> {result.out}", min_width=60)
     for header, _ in columns:
@@ -485,12 +489,13 @@ def summary_table(result: Any, model: str = "", gpu: str | None = None, wide: bo
     return table, notes
 
 
-def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bool = False) -> None:
+def print_summary(result: Any, model: str = "", gpu: str | None = None, wide: bool = False,
+                  deployment: dict[str, Any] | None = None) -> None:
     """Print the results table (:func:`summary_table`), its notes, and what needs a reader's eye:
     events the strategies kept, ungraded answers, resumed problems."""
     from rich.console import Console
 
-    table, notes = summary_table(result, model, gpu, wide)
+    table, notes = summary_table(result, model, gpu, wide, deployment)
     console = Console()
     if not console.is_terminal:  # a log file or CI: do not squeeze the table into 80 columns
         console = Console(width=140)
@@ -643,6 +648,8 @@ def eval_command(
                                       told)
     if gpu is None:  # the default: the allocation's GPU, else h100
         gpu = cfg.allocation.gpu if cfg.allocation is not None else "h100"
-    print_summary(result, cfg.backend.model, gpu or None, wide=wide)
+    from tts.cost.deployment import deployment_of
+
+    print_summary(result, cfg.backend.model, gpu or None, wide=wide, deployment=deployment_of(cfg.backend))
     if cfg.backend.kind == "litellm":
         print(hosted_dollars(result, cfg.backend.model))

@@ -31,6 +31,7 @@ takes them; ``tts cost --tp/--quantization/--spec-*``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tts.cost.architecture import ModelArchitecture
 
@@ -43,6 +44,24 @@ WEIGHT_BYTES: dict[str, float] = {
     "gptq": 0.5 + 2.5 / AWQ_GROUP, "gptq_marlin": 0.5 + 2.5 / AWQ_GROUP, "int4": 0.5 + 2.5 / AWQ_GROUP,
 }
 """Bytes per linear-layer weight read, by vLLM quantization method (module docstring)."""
+
+
+def deployment_of(backend_config: Any) -> dict[str, Any]:
+    """The deployment settings a backend's config fixes, as :func:`~tts.cost.ledger.cost_model_for`
+    takes them: a vLLM engine's ``tensor_parallel_size`` and ``quantization``; any other backend
+    (an OpenAI-compatible server, a hosted model, the scripted one) says nothing of how it is
+    deployed, so none. Pipeline and data parallelism are not priced (the cost model has no stage
+    bubbles), nor is speculative decoding (its price needs an acceptance rate the engine config
+    does not state: ``tts cost --spec-acceptance`` prices a guess).
+    """
+    tp = getattr(backend_config, "tensor_parallel_size", None)
+    quantization = getattr(backend_config, "quantization", None)
+    out: dict[str, Any] = {}
+    if isinstance(tp, int) and tp > 1:
+        out["tensor_parallel"] = tp
+    if isinstance(quantization, str) and quantization:
+        out["quantization"] = quantization
+    return out
 
 
 def weight_bytes_per_param(quantization: str | None, dtype_bytes: int) -> float:

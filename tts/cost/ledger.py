@@ -106,13 +106,18 @@ def price_usages(items: Iterable[tuple[str, Usage]], cost_model: CostModel) -> d
     return {k: LedgerEntry(k, len(v), Cost.total(v), walls[k], reasoning[k]) for k, v in costs.items()}
 
 
-def cost_model_for(model: str, gpu: str) -> CostModel:
-    """The cost model of a tts model name (alias, directory, hub id) on a named GPU.
+def cost_model_for(model: str, gpu: str, tensor_parallel: int = 1, quantization: str | None = None) -> CostModel:
+    """The cost model of a tts model name (alias, directory, hub id) on a named GPU, deployed over
+    ``tensor_parallel`` GPUs with ``quantization``'s weights (:mod:`tts.cost.deployment`;
+    :func:`~tts.cost.deployment.deployment_of` reads both from a backend's config).
 
     Raises:
-        ValueError: The architecture or GPU is unknown; the message says how to pass a config.json.
+        ValueError: The architecture or GPU is unknown (the message says how to pass a config.json),
+            a quantization the cost model does not price, or tensor parallelism on a GPU without an
+            interconnect bandwidth.
     """
     from tts.cost.architecture import load_architecture
     from tts.cost.hardware import get_hardware
 
-    return CostModel(load_architecture(model), get_hardware(gpu))
+    return CostModel(load_architecture(model), get_hardware(gpu), tensor_parallel=tensor_parallel,
+                     quantization=quantization)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from tts.budgets.allocator import (
     CalibrationError,
 )
 from tts.config import AllocationConfig, EvalConfig
+from tts.cost.deployment import deployment_of
 from tts.cost.ledger import usage_from_json
 from tts.eval.report import summarize
 from tts.eval.runner import EvalResult, check_sandbox, grade_rows, load_problems
@@ -72,7 +73,7 @@ ROUNDS_FILE = "rounds.json"
 Price = Callable[[Usage], float]
 
 
-def _pricer(alloc: AllocationConfig, model: str) -> Price:
+def _pricer(alloc: AllocationConfig, model: str, deployment: dict[str, Any] | None = None) -> Price:
     """What a recorded usage cost in the allocation's unit: :meth:`Pricer.usage
     <tts.budgets.pricing.Pricer.usage>` of the one pricer, so that ``tts eval --allocate``, ``auto`` and
     the replays count a budget alike.
@@ -83,7 +84,7 @@ def _pricer(alloc: AllocationConfig, model: str) -> Price:
     from tts.budgets.pricing import make_pricer
 
     try:
-        return make_pricer(alloc.unit, model, alloc.gpu).usage
+        return make_pricer(alloc.unit, model, alloc.gpu, deployment=deployment).usage
     except ValueError as exc:  # unknown architecture or GPU
         raise AllocationError(f"--budget-unit {alloc.unit} needs the model's architecture and a known GPU: "
                               f"{exc}") from None
@@ -347,7 +348,7 @@ def run_allocated_eval(
                          "or run tts.eval.runner.run_eval for fixed-n strategies")
     out = Path(out)
     bench, loaded = load_problems(config, problems)
-    price = _pricer(alloc_cfg, config.backend.model)
+    price = _pricer(alloc_cfg, config.backend.model, deployment_of(config.backend))
     label = f"allocated-{alloc_cfg.mode}@{alloc_cfg.budget:g}{alloc_cfg.unit}"
     store = ResultsStore(out, config.model_dump(mode="json"), config.backend.model)
     log = SamplesLog(out / SAMPLES_LOG, [p.id for p in loaded])

@@ -482,12 +482,12 @@ def _cost_model(model: str, spec: SweepSpec) -> Any:
 
 def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, prompt: int,
                 concurrency: int | None = None) -> tuple[float, ...]:
-    """Per-problem mean FLOPs, eFLOPs and seconds of n samples of each problem's mean length."""
+    """Per-problem mean FLOPs, eFLOPs and GPU-seconds of n samples of each problem's mean length."""
     means = np.where(mask.any(axis=1), np.nanmean(np.where(mask, tokens, np.nan), axis=1), 0.0)
     costs = [cost_model.cost_request(prompt, [max(1, int(round(m)))] * n, concurrency=concurrency)
              for m in means]
     return (float(np.mean([c.flops for c in costs])), float(np.mean([c.eflops for c in costs])),
-            float(np.mean([c.seconds for c in costs])))
+            float(np.mean([c.gpu_seconds for c in costs])))
 
 
 def _pool_cells(spec: SweepSpec, unit: Unit, points: Sequence[tuple[StrategyConfigBase, int | None]]) -> list[Cell]:
@@ -577,8 +577,8 @@ def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBas
             accuracy_high=s.accuracy_high, pass_at_n=s.coverage, tokens=s.completion_tokens_per_problem,
             prompt_tokens=s.tokens_per_problem - s.completion_tokens_per_problem,
             flops=per.flops if per else None, eflops=per.eflops if per else None,
-            gpu_seconds=per.seconds if per else None,
-            dollars=dollars(per.seconds, spec.gpu, spec.prices) if per else None,
+            gpu_seconds=per.gpu_seconds if per else None,
+            dollars=dollars(per.gpu_seconds, spec.gpu, spec.prices) if per else None,
             wall_seconds=s.wall_seconds, gpu=spec.gpu, events=dict(s.events),
             per_problem={r.problem_id: float(r.correct) for r in result.rows if r.config == c.label}))
     return cells

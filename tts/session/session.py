@@ -273,7 +273,13 @@ class Session:
             self.pricer = Pricer(model=self.model_name, gpu=gpu, prices=dict(prices or {}), token_price=per_token,
                                  why_unpriced=f"{self.model_name} is a hosted model, billed per token")
         else:
-            self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices)
+            # The engine's own model is priced as it is deployed (tensor parallelism, quantized
+            # weights); a model named by ``price_as`` as the cost model's defaults give it.
+            from tts.cost.deployment import deployment_of
+
+            deployment = deployment_of(getattr(generator, "config", None)) if price_as is True else None
+            self.pricer = Pricer.for_model(self.model_name if price_as is True else (price_as or None), gpu, prices,
+                                           deployment=deployment)
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self.batcher = BatchingGenerator(generator, window=batch_window, max_requests=max_batch_requests)
