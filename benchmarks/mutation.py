@@ -297,14 +297,18 @@ def _workdir(module: str, tests: list[str], mutate: list[str] | None = None) -> 
         (work / "mutants" / "shared").symlink_to(ROOT.parent / "shared")
     (work / "mutants" / "examples").symlink_to(ROOT / "examples")
     (work / "mutants" / "benchmarks").symlink_to(ROOT / "benchmarks")
+    # Some tests hold the docs to the code (a config in docs/serving.md that must build).
+    (work / "mutants" / "docs").symlink_to(ROOT / "docs")
+    (work / "mutants" / "README.md").symlink_to(ROOT / "README.md")
     config = {
         "source_paths": ["tts"],
         "only_mutate": [f"tts/{m}.py" for m in mutate or [module]],
         "pytest_add_cli_args_test_selection": tests,
-        # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out.
+        # Never the real engine (the `slow` tests start vLLM), nor what `make test` leaves out, nor
+        # the tests that read tts's source (`reads_source`: the copy's functions are mutmut's rewrites).
         # A wall-clock limit per test (pytest-timeout): mutmut's own limit counts CPU time, so a mutant
         # whose test waits forever (a grading loop that never hears back) would otherwise never end.
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not gpu and not model_1p5b and not heavy",
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not slow and not gpu and not model_1p5b and not heavy and not reads_source",
                                 "--hypothesis-profile=mutation", "--timeout=120"],
         # A mutant that makes a test hang is stopped after 3x the tests' clean time (plus 1 s), not
         # mutmut's 15x: on 2 shared cores the hangs otherwise take most of a module's time.

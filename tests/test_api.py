@@ -258,6 +258,7 @@ def test_solve_and_asolve_share_one_signature_and_return_the_session_solution():
         asyncio.run(tts.asolve("What is 2+3?", temprature=0.5, backend="scripted"))
 
 
+@pytest.mark.reads_source
 def test_a_strategy_reference_is_checked_in_one_place():
     """tts.solve, asolve, a Session and a config refuse an unknown name, or a mapping without a kind,
     with the same line: tts.config.strategy_kind's. Neither api.py nor session.py checks names itself."""

@@ -12,6 +12,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.reads_source
+
 ROOT = Path(__file__).resolve().parents[1]
 
 KNOWN_UNUSED = {

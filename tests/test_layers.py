@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.reads_source
+
 PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 
 # Highest first, as in docs/architecture.md's table (checked below); modules at the package's top level count as their own layer.

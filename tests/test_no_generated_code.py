@@ -8,6 +8,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.reads_source
+
 PACKAGE = Path(__file__).resolve().parents[1] / "tts"
 TEMPLATES = {"execution/programs.py"}
 """Files whose text may hold ``exec(``: inside the programs they send to the sandbox."""

@@ -10,7 +10,11 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import tts
+
+pytestmark = pytest.mark.reads_source
 
 ROOT = Path(tts.__file__).parent
 

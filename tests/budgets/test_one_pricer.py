@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tts
 from tts.budgets.pricing import BudgetError, Pricer, make_pricer
 from tts.config import AllocationConfig
@@ -30,6 +32,7 @@ def _prices_usage(node: ast.AST) -> bool:
     return False
 
 
+@pytest.mark.reads_source
 def test_no_module_but_the_pricer_prices_a_usage():
     found = []
     for path in sorted(ROOT.rglob("*.py")):

@@ -36,6 +36,7 @@ def test_a_node_spec_refuses_unknown_keys_and_changes():
         node.role = "critic"
 
 
+@pytest.mark.reads_source
 def test_the_frozen_base_is_defined_once():
     defined = [str(p.relative_to(Path(tts.__file__).parent)) for p in Path(tts.__file__).parent.rglob("*.py")
                for node in ast.parse(p.read_text(encoding="utf-8")).body

@@ -15,7 +15,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tts.registry import STRATEGIES, VERIFIERS
+
+pytestmark = pytest.mark.reads_source
 
 PARITY_DIR = Path(__file__).resolve().parent
 

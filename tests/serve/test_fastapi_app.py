@@ -115,6 +115,7 @@ def test_the_http_server_and_the_mcp_tool_share_the_cap_checks(session):
     assert r.json()["error"]["param"] == "max_tokens"
 
 
+@pytest.mark.reads_source
 def test_no_function_of_the_server_or_its_commands_is_over_80_lines():
     root = Path(__file__).resolve().parents[2]
     files = [*sorted((root / "tts" / "serve").glob("*.py")), root / "tts" / "cli" / "serve.py",

@@ -106,6 +106,7 @@ def test_the_schema_names_nothing_of_the_operators_setup(session):
         assert secret not in text, secret
 
 
+@pytest.mark.reads_source
 def test_the_servers_modules_import_each_other_without_a_cycle():
     """Every import counts, in functions and under TYPE_CHECKING too: a cycle means a piece is in
     the wrong module (listing, planning and state once formed one)."""

@@ -116,6 +116,7 @@ def test_every_built_in_strategy_declares_how_it_takes_a_budget():
     }
 
 
+@pytest.mark.reads_source
 def test_the_session_names_no_strategy():
     """session.py reads ``budget_use``: no strategy name in its code (its default strategy aside), no
     strategy class imported, no isinstance check on one."""
