@@ -56,7 +56,7 @@ demo: $(STAMP)
 		-n 1 -n 4 -n 16 --max-tokens 64 --out runs/demo
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q --durations=15
 
 bfcl-env: $(BFCL_STAMP)
 

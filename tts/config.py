@@ -548,6 +548,15 @@ class OpenAIBackendConfig(BackendConfigBase):
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
     """Sent as ``reasoning_effort`` on every request (OpenAI's reasoning models, and servers that
     pass it to the chat template): a hint to the model, not a token cap. None: not sent."""
+    role_models: dict[Literal["policy", "verifier", "judge"], str] = Field(default_factory=dict)
+    """The served model a role's requests name, for the roles that differ from ``model``: a vLLM
+    server started with ``--enable-lora --lora-modules judge=/path/to/adapter`` serves that LoRA
+    adapter as model ``judge``, so ``{judge: judge}`` runs the LLM judge on it (the vLLM
+    backend's ``lora`` setting, for a server). Roles: ``policy`` (a strategy's samples),
+    ``verifier`` (generative verification), ``judge`` (the LLM judge)."""
+
+    def __hash__(self) -> int:  # role_models is a dict: hash by value, as VLLMBackendConfig
+        return hash(self.model_dump_json())
 
     @model_validator(mode="before")
     @classmethod

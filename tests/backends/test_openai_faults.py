@@ -390,3 +390,24 @@ def test_eval_time_column_is_the_elapsed_time_not_a_sum_over_concurrent_requests
     (summary,) = result.summaries
     assert 0.6 <= summary.wall_seconds <= result.wall_seconds  # two batches of ~0.3 s, not 12 x 0.3 s
     assert summary.wall_seconds < 0.3 * 12 / 2
+
+
+def test_each_role_names_its_served_model_and_the_rest_name_the_base_model(upstream_factory):
+    """``role_models``: a vLLM server serves a LoRA adapter under its own model name
+    (``--lora-modules judge=...``); the judge's and the verifier's requests name theirs, the
+    policy's the base model, and a config holding the mapping still hashes (strategy configs are keys)."""
+    from tts.config import OpenAIBackendConfig
+
+    up = upstream_factory(lambda i: "ok")
+    gen = _gen(up.url, role_models={"judge": "judge-lora", "verifier": "verifier-lora"})
+    reqs = [dataclasses.replace(r, role=role) for r, role in zip(_requests(3, n=1), ("policy", "judge", "verifier"),
+                                                                  strict=True)]
+    gen.generate(reqs)
+    by_prompt = {b["messages"][-1]["content"]: b["model"] for b in up.bodies}
+    assert by_prompt == {"What is 2 + 3? (0)": "m", "What is 2 + 3? (1)": "judge-lora",
+                         "What is 2 + 3? (2)": "verifier-lora"}
+    config = OpenAIBackendConfig(base_url=up.url, model="m", role_models={"judge": "j"})
+    assert hash(config) == hash(OpenAIBackendConfig(base_url=up.url, model="m", role_models={"judge": "j"}))
+    with pytest.raises(ValueError, match="role_models"):
+        OpenAIBackendConfig(model="m", role_models={"critic": "x"})  # not a role tts has
+    gen.close()

@@ -243,7 +243,7 @@ class OpenAIGenerator:
         create = (self.client.chat.completions.with_streaming_response.create if stream
                   else self.client.chat.completions.create)
         return create(
-            model=self.config.model,
+            model=self.config.role_models.get(req.role, self.config.model),
             messages=messages,  # type: ignore[arg-type]
             n=1 if greedy_repeats(req) else req.n,  # vLLM refuses greedy with n > 1: one sample, repeated
             temperature=req.temperature,
@@ -465,8 +465,10 @@ class OpenAIGenerator:
             )
         if isinstance(exc, o.NotFoundError):
             return BackendError(
-                f"The server at {url} does not serve model {self.config.model!r} ({exc}). Pass the "
-                "name listed by GET /v1/models with --model."
+                f"The server at {url} does not serve model {self.config.model!r}"
+                + (f" or one of role_models {sorted(set(self.config.role_models.values()))}"
+                   if self.config.role_models else "")
+                + f" ({exc}). Pass the name listed by GET /v1/models with --model."
             )
         if isinstance(exc, o.APIStatusError):
             return BackendError(f"The server at {url} refused the request{tries}: HTTP {exc.status_code}: {exc.message}")
