@@ -279,9 +279,8 @@ class ToolVote(Strategy):
             chosen = random.Random(derive_seed(self.seed, problem.id, 1)).choice(left)
         else:
             chosen = left[0]
+        # Every reply with the chosen key survived both votes, so counting over `left` counts them all.
         support = sum(1.0 for i in left if keys[i] == keys[chosen])
-        if self.config.match == "name_and_arguments":
-            support = float(sum(1 for k in keys if k == keys[chosen]))
         trace = Trace(self.name, tuple(samples), votes=votes, selected=chosen, events=events)
         return Solution(problem.id, samples[chosen].answer, support / len(samples), result.usage, trace)
 
