@@ -392,7 +392,8 @@ def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dic
             entry = known.get(name)
             # An entry counts only while the mutant is still the one it describes (mutmut numbers
             # mutants per function, so an edit to the function can renumber them).
-            diff = diffs[name] if name in diffs else _diff(work, name)
+            # mutmut's own `show` where the copies gave no diff for it (it once printed empty ones).
+            diff = diffs.get(name) or _diff(work, name)
             if entry is not None and entry["change"].strip() in _changed_lines(diff):
                 result.equivalent.append(name)
             else:
@@ -471,7 +472,7 @@ def review(base: str | None, timeout: float, shown: int, whole: bool = False) ->
     result.seconds = time.monotonic() - start
     print(table([result]) + (f"\n({result.error})" if result.error else ""))
     for name in result.survived[:shown]:
-        print(f"\n# {name} survived\n{only[name]}")
+        print(f"\n# {name} survived\n{only[name] or _diff(work, name)}")
     for name in result.survived[shown:]:
         print(f"# {name} survived")
     return 1 if result.survived or result.error else 0
