@@ -17,22 +17,28 @@ from tts.types import RequestShape, Usage
 class _Cost:
     eflops: float
     seconds: float
+    gpus: int = 1
+
+    @property
+    def gpu_seconds(self) -> float:  # as tts.cost.cost_model.Cost: every GPU of the replica is paid for
+        return self.seconds * self.gpus
 
 
 class _Model:
     """Prices a request as prompt - cached + 10 per generated token eFLOPs and one second per
-    token read or generated; records what it was asked."""
+    token read or generated, on ``gpus`` GPUs at once; records what it was asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpus: int = 1) -> None:
         self.asked: list[tuple] = []
+        self.gpus = gpus
 
     def cost_request(self, prompt, lengths, cached=0):
         self.asked.append((prompt, list(lengths), cached))
         tokens = prompt - cached + sum(lengths)
-        return _Cost(eflops=prompt - cached + 10 * sum(lengths), seconds=float(tokens))
+        return _Cost(eflops=prompt - cached + 10 * sum(lengths), seconds=float(tokens), gpus=self.gpus)
 
     def cost_usage(self, usage):
-        return _Cost(eflops=7.0, seconds=float(usage.completion_tokens))
+        return _Cost(eflops=7.0, seconds=float(usage.completion_tokens), gpus=self.gpus)
 
 
 def _pricer(unit="tokens", **kw):
@@ -194,6 +200,11 @@ def test_a_budget_in_another_unit_allows_the_most_whole_samples_whose_cost_fits(
     assert _pricer(efficiency=2.0).allowance(ComputeBudget(10 + 1000 * 4, "eflops"), 10, 100) == 400
     dollars = _pricer(efficiency=1.0, usd_per_hour=3600.0)  # one dollar per GPU-second
     assert dollars.allowance(ComputeBudget(10 + 100 * 6, "dollars"), 10, 100) == 600
+    # On two GPUs at once (tensor parallelism) a second of wall time is two GPU-seconds and twice the dollars.
+    two = _pricer(cost_model=_Model(gpus=2), usd_per_hour=3600.0)
+    assert two.allowance(ComputeBudget(2 * (10 + 100 * 5), "gpu_seconds"), 10, 100) == 500
+    assert two.allowance(ComputeBudget(2 * (10 + 100 * 5), "dollars"), 10, 100) == 500
+    assert two.allowance(ComputeBudget(10 + 1000 * 4, "eflops"), 10, 100) == 400  # FLOPs are FLOPs
     with pytest.raises(BudgetError) as err:
         pricer.allowance(ComputeBudget(109, "gpu_seconds"), 10, 100)
     assert str(err.value) == ("a budget of 109 gpu_seconds does not cover one sample of up to 100 tokens (110 "
