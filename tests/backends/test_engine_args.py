@@ -7,6 +7,7 @@ test is ``test_max_num_seqs_reaches_the_real_cpu_engine`` (slow).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import types
@@ -105,6 +106,25 @@ def test_the_installed_vllms_engine_fields_are_read_without_importing_it():
         pytest.skip("vLLM is not installed here")
     assert {"tensor_parallel_size", "max_num_batched_tokens", "kv_cache_dtype", "speculative_config"} <= fields
     assert "vllm.engine.arg_utils" not in sys.modules or fields  # read from source when not imported
+
+
+def test_a_stand_in_vllm_module_leaves_engine_arguments_unchecked_and_the_real_one_is_read_after(monkeypatch):
+    """A fake ``vllm`` in sys.modules (tests' fake engines) has no spec: reading its source raised
+    ValueError out of config validation. Nothing is read then, and nothing is cached, so the
+    installed vLLM is checked again once the stand-in is gone."""
+    from tts.config import _engine_fields_from_source
+
+    _engine_fields_from_source.cache_clear()
+    stand_in = types.ModuleType("vllm")
+    stand_in.__spec__ = None
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "vllm", stand_in)
+        m.delitem(sys.modules, "vllm.engine.arg_utils", raising=False)
+        assert vllm_engine_fields() is None
+        assert VLLMBackendConfig(engine_args={"max_num_batched_tokens": 8192}).engine_args
+    assert _engine_fields_from_source.cache_info().currsize == 0  # the stand-in's None was not kept
+    if importlib.util.find_spec("vllm") is not None:
+        assert "max_num_batched_tokens" in vllm_engine_fields()
 
 
 def test_an_unknown_engine_argument_is_refused_naming_the_close_matches():
