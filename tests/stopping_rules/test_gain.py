@@ -3,6 +3,8 @@ replay makes the same decisions as the allocator that drives a run."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+from math import comb, factorial
 from types import SimpleNamespace
 
 import numpy as np
@@ -88,3 +90,89 @@ def test_fit_kappa_tells_a_deciding_share_from_a_coin_flip():
         fit_kappa(share, np.zeros(4000, bool), np.zeros(4000, bool))
     with pytest.raises(ValueError, match="rule must be one of"):
         OnlinePolicy(rule="vibes")
+
+
+def _p_leader(a: int, b: int) -> Fraction:
+    """P(theta > 1/2) under Beta(a, b) for integers: P(Binomial(a + b - 1, 1/2) <= a - 1)."""
+    return Fraction(sum(comb(a + b - 1, k) for k in range(a)), 2 ** (a + b - 1))
+
+
+def _beta(a: int, b: int) -> Fraction:
+    return Fraction(factorial(a - 1) * factorial(b - 1), factorial(a + b - 1))
+
+
+def _exact_rate(t1, t2, n, cap, chunk, horizons=(1, 2, 4, 8, 16)) -> Fraction:
+    """VoteValue(kappa=inf)'s rate in exact arithmetic: Beta-binomial sums instead of the grid."""
+    left, share = max(cap - n, 0), Fraction(t1 + t2, n) if n else Fraction(1)
+    now = max(_p_leader(t1 + 1, t2 + 1), 1 - _p_leader(t1 + 1, t2 + 1))
+    best = Fraction(0)
+    for h in sorted({h * chunk for h in horizons}) + [left]:
+        hh = min(left, h)
+        if hh == 0:
+            continue
+        m = round(hh * share)  # the expected two-leader votes among hh more samples
+        later = sum(comb(m, x) * _beta(t1 + x + 1, t2 + m - x + 1) / _beta(t1 + 1, t2 + 1)
+                    * max(_p_leader(t1 + x + 1, t2 + m - x + 1), 1 - _p_leader(t1 + x + 1, t2 + m - x + 1))
+                    for x in range(m + 1))
+        best = max(best, (later - now) / hh)
+    return best
+
+
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_rates_equal_the_exact_beta_binomial_value_of_more_samples(chunk):
+    # (top1, top2, n, cap): one sample left (1 v 1 of 2), none left, never sampled, an only sample
+    # without an answer, an only sample with one, half the samples naming neither leader, ...
+    states = [(1, 1, 2, 3), (1, 1, 2, 2), (0, 0, 0, 2), (0, 0, 1, 3), (1, 0, 1, 5), (1, 1, 4, 6), (3, 1, 5, 12),
+              (2, 2, 4, 9), (5, 0, 5, 40), (4, 3, 9, 30)]
+    got = VoteValue(float("inf")).rate(*zip(*states), chunk=chunk)
+    want = [_exact_rate(*s, chunk) for s in states]
+    assert got.tolist() == pytest.approx([float(w) for w in want], abs=2e-6)
+    # By hand: 1 v 1 with one sample left is worth 3/16 (the next vote makes either leader 11/16
+    # likely); at the cap, and after an only sample without an answer (no votes expected), nothing.
+    assert want[:4] == [Fraction(3, 16), 0, Fraction(1, 4) if chunk == 1 else Fraction(1, 8), 0]
+
+
+def test_a_long_vote_has_a_finite_rate_whatever_else_is_rated_with_it():
+    vv = VoteValue(float("inf"))
+    together = vv.rate([600, 0], [590, 0], [1200, 0], [1220, 2], chunk=4)
+    alone = VoteValue(float("inf")).rate([600], [590], [1200], [1220], chunk=4)
+    # 1.62231e-05 in exact arithmetic (_exact_rate, 5 s: too slow to run here); the grid is within 0.1%.
+    assert together[0] == pytest.approx(1.62231e-05, rel=2e-3)
+    assert alone[0] == together[0] and together[1] == 0.125
+
+
+def test_a_cached_state_gives_the_same_rate_again():
+    vv = VoteValue(2.0)
+    first = vv.rate([3, 1], [1, 1], [5, 2], [12, 3], chunk=4)
+    again = vv.rate([1, 3, 3], [1, 1, 1], [2, 5, 5], [3, 12, 12], chunk=4)
+    assert again.tolist() == [first[1], first[0], first[0]] and np.all(first > 0)
+
+
+def test_the_leader_is_right_half_the_time_at_an_even_share_and_kappa_defaults_to_4():
+    assert leader_correct(np.array([0.2, 0.5, 0.8]), float("inf")).tolist() == [0.0, 0.5, 1.0]
+    assert VoteValue().rate([3], [1], [5], [12], 4)[0] == VoteValue(4.0).rate([3], [1], [5], [12], 4)[0]
+    assert VoteValue().rate([3], [1], [5], [12], 4)[0] != VoteValue(5.0).rate([3], [1], [5], [12], 4)[0]
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match=rf"^kappa must be > 0 \(inf = the larger share is right\), got {bad}$"):
+            VoteValue(bad)
+
+
+def test_fit_kappa_takes_0_1_grades_and_clips_unanimous_shares():
+    share = [0.6, 0.7, 0.9, 0.55, 0.8, 0.65]
+    leader = [1, 1, 1, 0, 1, 0]
+    other = [0, 0, 0, 1, 0, 1]
+    as_bool = fit_kappa(share, np.array(leader, bool), np.array(other, bool))
+    assert fit_kappa(share, leader, np.array(other, bool)) == as_bool
+    assert fit_kappa(share, np.array(leader, bool), other) == as_bool
+    # A share of 1 counts as 1 - 1e-6: a wrong unanimous leader costs 13.8 * kappa nats (up to
+    # the 1e-12 floor), so one of them outweighs ten right leaders at 3 to 1 and kappa is the smallest.
+    share = [1.0] * 10 + [0.75] * 10
+    leader = np.array([False] + [True] * 19)
+    assert fit_kappa(share, leader, ~leader) == 0.5
+    # With a hundred right leaders at 3 to 1, the floor keeps large kappas in the running.
+    share = [1.0] + [0.75] * 100
+    leader = np.array([False] + [True] * 100)
+    assert fit_kappa(share, leader, ~leader) == 32
+    with pytest.raises(ValueError, match="^no problem has exactly one of its two leading answers correct; "
+                                         "kappa cannot be fitted$"):
+        fit_kappa([0.6], [True], [True])

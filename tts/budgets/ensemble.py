@@ -234,10 +234,15 @@ class EnsembleResult:
 
 
 def _vote(answers: np.ndarray, weights: np.ndarray, n_answers: int, jitter: np.ndarray) -> np.ndarray:
-    """Weighted plurality per problem; ``answers`` (M, P, n), ``weights`` (P, M); -1 = no answer."""
+    """Weighted plurality per problem; ``answers`` (M, P, n), ``weights`` (P, M); -1 = no answer.
+
+    Only answers named by a model with a positive weight can win: a single model's vote (one-hot
+    weights) that names no answer has none, whatever the other models named.
+    """
     onehot = (answers[..., None] == np.arange(n_answers)) & (answers[..., None] >= 0)
     score = np.einsum("mpsa,pm->pa", onehot, weights) + jitter  # jitter breaks ties at random
-    score = np.where(onehot.any(axis=(0, 2)), score, -np.inf)
+    named = np.einsum("mpsa,pm->pa", onehot, (weights > 0).astype(float)) > 0
+    score = np.where(named, score, -np.inf)
     best = np.argmax(score, axis=1)
     return np.where(np.isfinite(score.max(axis=1)), best, -1)
 
