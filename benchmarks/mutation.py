@@ -222,7 +222,9 @@ MODULES: dict[str, list[str]] = {
     # Its parts called directly and runs of two to four problems (tests/eval/test_runner_parts.py);
     # test_runner.py's runs of 12 problems at n = 16 (5 to 14 s each, 55 s in all) reach every function.
     "eval/runner": ["tests/eval/test_runner_parts.py", "tests/eval/test_runner.py::test_a_new_strategy_with_dependent_"
-                    "calls_runs_through_eval_and_resumes_without_runner_changes"],
+                    "calls_runs_through_eval_and_resumes_without_runner_changes",
+                    "tests/test_tracing.py::test_an_eval_batch_of_a_shared_draw_names_every_strategy_and_config_on_its_"
+                    "solve_span"],
     "eval/store": ["tests/eval/test_store.py"] + [f"tests/backends/test_deterministic.py::test_{name}" for name in (
         "the_manifest_records_engine_dtype_batch_size_and_hardware",
         "auto_dtype_is_recorded_as_the_dtype_the_engine_will_use", "a_deterministic_run_resumes_only_with_its_batch_size",
