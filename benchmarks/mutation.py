@@ -105,7 +105,22 @@ MODULES: dict[str, list[str]] = {
                                         "tests/search/sampling/test_certainty_probe_requests.py",
                                         "tests/parity/test_sequential.py"],
     "search/sampling/codet": ["tests/search/test_codet.py", "tests/search/test_codet_rules.py", "tests/parity/test_codet.py"],
-    "search/sampling/deepconf": ["tests/search/sampling/test_deepconf.py", "tests/parity/test_deepconf.py"],
+    # Its rules on hand-made traces (test_deepconf_rules.py), then the scripted runs but the three of
+    # 40 problems that took 10 to 22 s each (the module ran 15 mutants a minute with them).
+    "search/sampling/deepconf": ["tests/search/sampling/test_deepconf_rules.py"] + [
+        f"tests/search/sampling/test_deepconf.py::test_{name}" for name in (
+            "token_confidence_is_minus_the_mean_top_k_logprob_and_groups_slide",
+            "the_in_engine_stop_shortens_exactly_the_stopped_samples",
+            "the_threshold_is_the_warm_up_quantile_and_a_backend_without_the_stop_pays_every_token",
+            "consensus_stops_sampling_a_problem_early", "missing_top_logprobs_is_refused_naming_the_unavailable_scorers",
+            "warmup_above_n_is_refused_and_the_default_is_capped_at_n")] + [
+        f"tests/parity/test_deepconf.py::test_{name}" for name in (
+            "online_final_traces_shorter_than_the_window_are_dropped_below_the_bar",
+            "the_warm_up_bar_is_the_reference_percentile", "consensus_share_counts_answered_traces_only",
+            "adaptive_sampling_stops_where_the_papers_beta_reaches_tau",
+            "online_settings_follow_the_reference_defaults_and_keep_the_old_rule_reachable",
+            "trace_confidence_measures_equal_the_reference", "bottom_ten_percent_takes_the_floor_of_the_group_count",
+            "offline_filter_and_weighted_vote_equal_the_reference", "offline_top_share_keeps_the_old_count_rule")],
     "search/sampling/execution_vote": ["tests/search/test_execution_vote.py", "tests/search/test_execution_vote_rules.py",
                                        "tests/search/test_request_stop.py", "tests/parity/test_execution_votes.py"],
     "search/sampling/program_vote": ["tests/search/test_program_vote.py", "tests/search/test_program_vote_printed.py",
@@ -190,7 +205,13 @@ MODULES: dict[str, list[str]] = {
     "budgets/replay/oracle": ["tests/budgets/test_horizon_rule.py"],
     "budgets/replay/prefix": ["tests/budgets/replay/test_simulate.py", "tests/eval/test_estimators.py"],
     "budgets/replay/simulate": ["tests/budgets/replay/test_simulate.py", "tests/budgets/test_window_and_length_rules.py"],
-    "eval/allocated": ["tests/eval/test_allocated.py"],
+    # Its parts called directly, and whole runs of four problems (tests/eval/test_allocated_parts.py),
+    # then the quicker runs of test_allocated.py; the rest of it (runs of 20 problems over many
+    # rounds, 4 to 18 s each, 91 s in all) ran 6 mutants a minute (606 in all).
+    "eval/allocated": ["tests/eval/test_allocated_parts.py"] + [f"tests/eval/test_allocated.py::test_{name}" for name in (
+        "bad_budgets_are_refused", "allocation_settings_are_checked_where_they_are_given",
+        "a_pessimistic_prior_does_not_starve_later_problems",
+        "a_resumed_run_with_a_smaller_limit_summarises_only_its_problems")],
     "eval/breakdown": ["tests/eval/test_breakdown.py"],
     # The frontier's computations called directly; the sweep and `tts plot` tests (4 to 18 s each, 36 s of the
     # file's 45) made its 949 mutants stop early (46 run).
@@ -211,13 +232,32 @@ MODULES: dict[str, list[str]] = {
         "costs_within_a_millionth_are_one_level", "a_bin_where_the_single_choice_ties_the_best_keeps_the_single_choice",
         "held_out_scores_never_shape_the_training_bins")],
     "eval/labels": ["tests/eval/test_breakdown.py"],
-    "eval/runner": ["tests/eval/test_runner.py"],
+    # Its parts called directly and runs of two to four problems (tests/eval/test_runner_parts.py);
+    # test_runner.py's runs of 12 problems at n = 16 (5 to 14 s each, 55 s in all) reach every function.
+    "eval/runner": ["tests/eval/test_runner_parts.py", "tests/eval/test_runner.py::test_a_new_strategy_with_dependent_"
+                    "calls_runs_through_eval_and_resumes_without_runner_changes",
+                    "tests/test_tracing.py::test_an_eval_batch_of_a_shared_draw_names_every_strategy_and_config_on_its_"
+                    "solve_span"],
     "eval/store": ["tests/eval/test_store.py"] + [f"tests/backends/test_deterministic.py::test_{name}" for name in (
         "the_manifest_records_engine_dtype_batch_size_and_hardware",
         "auto_dtype_is_recorded_as_the_dtype_the_engine_will_use", "a_deterministic_run_resumes_only_with_its_batch_size",
         "a_deterministic_run_extends_its_limit_only_after_whole_batches",
         "runs_written_before_the_setting_existed_still_resume", "a_change_of_machine_is_kept_in_the_manifest")],
-    "eval/sweep": ["tests/eval/test_sweep.py"],
+    # Without the `tts plot` tests (7 to 17 s each, 40 s of the file's 70): plotting reads the cells,
+    # the sweep's own curve functions have tests of their own; then the pool-rule names it shares.
+    "eval/sweep": [f"tests/eval/test_sweep.py::test_{name}" for name in (
+        "the_qwen_math_rm_pool_gives_its_published_figures", "maj_at_80_per_model_equals_the_vote_computed_directly_from_the_file",
+        "a_sweep_prices_every_cell_resumes_and_extends_without_recomputing", "seeds_report_their_spread",
+        "bad_input_is_a_one_line_error_with_exit_code_2", "a_malformed_sweep_file_or_pool_is_refused_with_what_to_change",
+        "a_live_sweep_on_the_scripted_backend_runs_the_grid_and_resumes",
+        "pareto_front_keeps_only_points_no_cheaper_point_beats",
+        "saturation_is_the_first_point_where_doubling_buys_less_than_the_gain",
+        "a_live_sweep_without_a_backend_runs_on_vllm_with_the_units_model_and_seed",
+        "length_budgets_replay_every_cap_from_one_generation", "length_budgets_are_refused_where_they_cannot_be_replayed",
+        "two_configs_of_one_strategy_that_differ_in_a_setting_are_two_cells_and_two_lines",
+        "a_yaml_grid_lays_out_solutions_by_verifications_for_generative_verification",
+        "a_live_sweep_resumed_with_another_limit_is_refused_not_summarised_from_other_problems")]
+    + ["tests/eval/test_rule_names.py"],
     # The server's planning called directly on a server state (its HTTP tests took seconds a run);
     # the rate limit through its own tests and three HTTP ones.
     "serve/planning": ["tests/serve/test_planning.py"],
@@ -243,7 +283,19 @@ MODULES: dict[str, list[str]] = {
     "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
     # Around a fake checker worker (test_bfcl.py's checks need bfcl-eval's environment).
     "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl_grading.py", "tests/benchmarks/test_bfcl.py"],
-    "benchmarks/chains": ["tests/benchmarks/test_chains.py", "tests/verifiers/test_chain_check.py"],
+    # Without every strategy end to end on chains (16 s) and `tts eval --set` (6 s): the generator,
+    # options, prompt and parser are called directly by the rest (a second in all).
+    "benchmarks/chains": [f"tests/benchmarks/test_chains.py::test_{name}" for name in (
+        "the_generator_is_seeded_cycles_through_the_lengths_and_its_gold_is_the_chain_value",
+        "options_choose_lengths_and_seed_and_bad_ones_say_what_to_write",
+        "the_prompt_writes_one_equation_per_step_at_the_search_separator_and_the_tool_checks_every_step",
+        "the_scripted_model_works_chains_out_with_slips_at_its_step_accuracy",
+        "the_scripted_model_continues_a_partial_chain_one_step_at_a_time",
+        "a_worked_solution_numbers_each_equation_and_carries_the_whole_value_on",
+        "each_step_offers_exactly_the_operations_that_keep_the_value_whole_and_in_0_to_60",
+        "chains_start_from_2_to_9", "chain_lengths_from_1_to_32_are_taken_and_others_refused_with_the_whole_message",
+        "limit_and_seed_are_checked_and_the_default_seed_is_0",
+        "a_chains_file_is_loaded_with_its_limit_and_field_names")] + ["tests/verifiers/test_chain_check.py"],
     "graphs/executor": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py"],
     "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_executor.py"],
     "graphs/notes": ["tests/graphs/test_sleep_time.py"],

@@ -155,3 +155,19 @@ def test_a_responses_api_request_continues_the_callers_trace_too(spans):
     [solve] = _by_name(spans, "tts.solve")
     assert format(request.parent.span_id, "016x") == parent_id and request.attributes["url.path"] == "/v1/responses"
     assert solve.parent.span_id == request.context.span_id and format(solve.context.trace_id, "032x") == trace_id
+
+
+def test_an_eval_batch_of_a_shared_draw_names_every_strategy_and_config_on_its_solve_span(spans, tmp_path):
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    cfg = EvalConfig.model_validate({"backend": {"kind": "scripted"}, "data": {"benchmark": "demo", "limit": 2},
+                                     "strategies": [{"kind": "self_consistency", "n": 2},
+                                                    {"kind": "self_consistency", "n": 4}],
+                                     "sampling": {"max_tokens": 32}})
+    run_eval(cfg, tmp_path / "run")
+    [solve] = _by_name(spans, "tts.solve")
+    assert {k: solve.attributes[k] for k in ("tts.strategy", "tts.config", "tts.problems")} == {
+        "tts.strategy": "self_consistency,self_consistency", "tts.config": "self_consistency@2,self_consistency@4",
+        "tts.problems": 2}
+    assert [e.attributes["tts.problem_id"] for e in solve.events] == ["demo-000", "demo-001"] * 2

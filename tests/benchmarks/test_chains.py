@@ -192,3 +192,76 @@ def test_tts_eval_takes_the_chains_options_from_set(tmp_path):
     bad = CliRunner().invoke(app, ["eval", "--benchmark", "demo", "--backend", "scripted", "--limit", "2",
                                    "--set", "data.steps=3", "--out", str(tmp_path / "d")])
     assert bad.exit_code != 0 and "the demo benchmark has no option steps; it takes none" in bad.output
+
+
+def test_a_worked_solution_numbers_each_equation_and_carries_the_whole_value_on():
+    from tts.benchmarks.chains import _solution
+
+    assert _solution(7, ("+ 5", "* 2", "- 3")) == "1. 7 + 5 = 12\n\n2. 12 * 2 = 24\n\n3. 24 - 3 = 21\n\nThe answer is 21."
+    assert _solution(6, ("/ 2", "+ 8")) == "1. 6 / 2 = 3\n\n2. 3 + 8 = 11\n\nThe answer is 11."
+    assert _solution(4, ()) == "The answer is 4."
+
+
+class _Recorder:
+    """A stand-in for random.Random that records what ``_next_op`` offers and picks the first."""
+
+    def choices(self, population, weights=None):
+        self.offered, self.weights = list(population), weights
+        return [population[0]]
+
+
+def _offered(value: int) -> tuple[list[str], list[float] | None]:
+    from tts.benchmarks.chains import _next_op
+
+    rng = _Recorder()
+    assert _next_op(value, rng) == rng.offered[0]
+    return rng.offered, rng.weights
+
+
+def test_each_step_offers_exactly_the_operations_that_keep_the_value_whole_and_in_0_to_60():
+    adds = [f"+ {a}" for a in range(1, 10)]
+    takes = [f"- {a}" for a in range(1, 10)]
+    assert _offered(0) == (adds, [1.0] * 9)  # nothing to take away, double, triple or halve
+    assert _offered(1) == ([*adds, "- 1"], [1.0] * 10)  # 1 - 1 = 0 is allowed; doubling needs 2 or more
+    assert _offered(2) == ([*adds, "- 1", "- 2", "* 2", "* 3", "/ 2"], [1.0] * 11 + [3.0] * 3)
+    assert _offered(9) == ([*adds, *takes, "* 2", "* 3"], [1.0] * 18 + [3.0] * 2)  # odd: no halving
+    assert _offered(20)[0] == [*adds, *takes, "* 2", "* 3", "/ 2"]  # 20 * 3 = 60, the top, is allowed
+    assert _offered(21)[0] == [*adds, *takes, "* 2"]
+    assert _offered(30)[0] == [*adds, *takes, "* 2", "/ 2"]
+    assert _offered(51)[0] == [*adds, *takes]  # 51 + 9 = 60
+    assert _offered(52)[0] == [*adds[:8], *takes, "/ 2"]
+    assert _offered(60) == ([*takes, "/ 2"], [1.0] * 9 + [3.0])
+
+
+def test_chains_start_from_2_to_9():
+    assert {p.metadata["start"] for p in generate_problems(400)} == set(range(2, 10))
+
+
+def test_chain_lengths_from_1_to_32_are_taken_and_others_refused_with_the_whole_message():
+    bench = ChainsBenchmark()
+    assert [p.metadata["k"] for p in bench.load(limit=2, steps=[1, 32])] == [1, 32]
+    for bad in (0, 33, 2.5, [4, 33]):
+        with pytest.raises(DatasetError) as err:
+            bench.load(limit=2, steps=bad)
+        assert str(err.value) == (f"chains option steps={bad!r}: give chain lengths from 1 to 32, one number or a "
+                                  "list (--set data.steps=6, --set 'data.steps=[1,4,8]').")
+
+
+def test_limit_and_seed_are_checked_and_the_default_seed_is_0():
+    bench = ChainsBenchmark()
+    one = bench.load(limit=1)
+    assert [p.id for p in one] == ["chains-0-0000"] and one[0].question == generate_problems(1)[0].question
+    with pytest.raises(DatasetError, match=r"^--limit must be at least 1, got 0$"):
+        bench.load(limit=0)
+    for bad in ("1", True, 1.5):
+        with pytest.raises(DatasetError) as err:
+            bench.load(limit=1, seed=bad)
+        assert str(err.value) == f"chains option seed={bad!r}: give a whole number (--set data.seed=1)."
+
+
+def test_a_chains_file_is_loaded_with_its_limit_and_field_names(tmp_path):
+    path = tmp_path / "chains.jsonl"
+    path.write_text("".join(json.dumps({"qid": f"c{i}", "q": f"Start with {i}.\n1. Add 1.\nWhat is the result?",
+                                        "a": str(i + 1)}) + "\n" for i in range(3)))
+    problems = ChainsBenchmark().load(path, 2, "qid", "q", "a")
+    assert [(p.id, p.answer) for p in problems] == [("c0", "1"), ("c1", "2")]

@@ -315,3 +315,25 @@ def test_plot_fits_the_compute_optimal_frontier_on_a_cost_axis_when_asked(small_
     assert report["settings"]["axis"] == "tokens" and "tokens ≤" in r.output
     r = runner.invoke(app, ["plot", str(out), "--frontier-axis", "watts"])
     assert r.exit_code == 2 and "choose n or one of tokens" in r.output
+
+
+def test_a_live_sweep_resumed_with_another_limit_is_refused_not_summarised_from_other_problems(tmp_path):
+    """Issue 48's planted bug at the sweep's level: cells stored by a live sweep of 4 problems are
+    not the cells of the same sweep at --limit 2 (nor at --limit 6); the same settings resume."""
+    from tts.eval.sweep import SweepError, SweepSpec, run_sweep
+
+    def spec(limit: int) -> SweepSpec:
+        return SweepSpec(strategies=["self_consistency"], n=[1, 2], eval={
+            "backend": {"kind": "scripted"}, "data": {"benchmark": "demo", "limit": limit},
+            "sampling": {"max_tokens": 32}})
+
+    first = run_sweep(spec(4), tmp_path)
+    assert sorted((c.config, c.problems) for c in first.cells) == [("self_consistency@1", 4), ("self_consistency@2", 4)]
+    for limit in (2, 6):
+        with pytest.raises(SweepError, match=r"holds a sweep with eval .*'limit': 4.*, not .*'limit': "
+                                             rf"{limit}.*; pass a new --out directory"):
+            run_sweep(spec(limit), tmp_path)
+    again = run_sweep(spec(4), tmp_path)  # the same settings: resumed
+    assert (again.computed, again.resumed) == (0, 2) and {c.problems for c in again.cells} == {4}
+    other = run_sweep(spec(2), tmp_path / "new")
+    assert {c.problems for c in other.cells} == {2} and all(len(c.per_problem) == 2 for c in other.cells)

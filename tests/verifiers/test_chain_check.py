@@ -52,3 +52,12 @@ def test_noise_flips_steps_at_its_rate_and_is_repeatable():
     flipped = sum(s.step_scores[0] == 0.0 for s in noisy.score(items))
     assert abs(flipped - 600) < 4 * (2000 * 0.3 * 0.7) ** 0.5
     assert [s.step_scores for s in noisy.score(items[:40])] == [s.step_scores for s in noisy.score(items[:40])]
+
+
+def test_text_that_is_almost_a_chain_is_not_one():
+    assert parse_question("") is None and parse_question("  \n ") is None
+    assert parse_question("Start with 7.\nWhat is the result?") is None  # no operation
+    assert parse_question("Start with 7.\n1. Add 5.\nWhat is it?") is None  # not the question's last line
+    assert parse_question("Begin with 7.\n1. Add 5.\nWhat is the result?") is None  # not the first line
+    assert parse_question("Start with 7.\n1. Square it.\nWhat is the result?") is None  # no such operation
+    assert parse_question("Start with 7.\n1. Add 5.\n2. Halve it.\nWhat is the result?") == (7, ("+ 5", "/ 2"))

@@ -18,7 +18,8 @@ wall seconds. Cells come from one of two sources:
 
 Resumable: cells are appended to ``OUT/cells.jsonl`` as they finish and a cell already there is
 never recomputed (a live run also resumes problem by problem). ``OUT/sweep.json`` records the
-spec; a different source or GPU in the same directory is refused.
+spec; a different source or GPU in the same directory is refused, and so are other live eval
+settings (a stored cell summarises the problems its settings chose, not those of a new --limit).
 
 ``correct`` only grades: no estimator or strategy reads it to decide anything.
 """
@@ -243,7 +244,10 @@ class CellStore:
         manifest = self.directory / MANIFEST
         if manifest.exists():
             old = json.loads(manifest.read_text())
-            for key in ("source", "gpu", "prompt_tokens", "weighting", "sparse", "concurrency"):
+            # A live cell summarises the problems its eval settings chose: a stored cell of other
+            # settings (a --limit of more or fewer problems, another benchmark) is not this sweep's.
+            for key in ("source", "gpu", "prompt_tokens", "weighting", "sparse", "concurrency") + (
+                    () if spec.pool else ("eval",)):
                 before = old.get(key, old.get("spec", {}).get(key))
                 now = spec.source if key == "source" else getattr(spec, key)
                 if before != now:
