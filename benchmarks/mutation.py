@@ -237,7 +237,12 @@ MODULES: dict[str, list[str]] = {
     "graphs/roles": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py", "tests/graphs/test_sleep_time.py",
                      "tests/graphs/test_scale.py"],
     "graphs/search": ["tests/graphs/test_graph_search.py"],
-    "graphs/search_eval": ["tests/graphs/test_graph_search.py"],
+    # The evaluator's own tests, then the three of test_graph_search.py that run it (the file's 22 s,
+    # mostly searches over a fake evaluator, never reach it).
+    "graphs/search_eval": ["tests/graphs/test_search_eval.py"] + [f"tests/graphs/test_graph_search.py::test_{name}" for name in (
+        "on_the_scripted_backend_a_strong_model_wins_and_the_penalty_drops_samples",
+        "cli_writes_a_loadable_best_graph_and_a_summary",
+        "graph_evaluations_share_one_engine_per_model_across_the_whole_search")],
     "graphs/search_space": ["tests/graphs/test_stages.py", "tests/graphs/test_graph_search.py"],
     "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
     "graphs/stages": ["tests/graphs/test_stages.py"],
