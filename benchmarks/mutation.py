@@ -246,7 +246,14 @@ MODULES: dict[str, list[str]] = {
     "graphs/search_space": ["tests/graphs/test_stages.py", "tests/graphs/test_graph_search.py"],
     "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
     "graphs/stages": ["tests/graphs/test_stages.py"],
-    "graphs/strategy": ["tests/graphs/test_examples.py", "tests/graphs/test_graph_search.py"],
+    # Strategies run on the scripted backend directly, then one example through the runner and the
+    # second-model tests (test_examples.py's runner and CLI runs took 49 s; test_graph_search.py's
+    # searches over a fake evaluator never reach it).
+    "graphs/strategy": ["tests/graphs/test_graph_strategy.py", "tests/graphs/test_search_eval.py"] + [f"tests/graphs/test_examples.py::test_{name}" for name in (
+        "a_second_model_answers_every_batch_and_is_priced_as_itself",
+        "a_model_entry_equal_to_the_runs_backend_is_served_by_the_runs_generator",
+        "each_example_runs_through_the_runner[sample_then_fuse]")] + [
+        "tests/graphs/test_graph_search.py::test_graph_evaluations_share_one_engine_per_model_across_the_whole_search"],
     "graphs/subproblems": ["tests/graphs/test_scale.py"],
 }
 
