@@ -302,11 +302,34 @@ MODULES: dict[str, list[str]] = {
     "graphs/roles": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py", "tests/graphs/test_sleep_time.py",
                      "tests/graphs/test_scale.py"],
     "graphs/search": ["tests/graphs/test_graph_search.py"],
-    "graphs/search_eval": ["tests/graphs/test_graph_search.py"],
-    "graphs/search_space": ["tests/graphs/test_stages.py", "tests/graphs/test_graph_search.py"],
+    # The evaluator's own tests, then the three of test_graph_search.py that run it (the file's 22 s,
+    # mostly searches over a fake evaluator, never reach it).
+    "graphs/search_eval": ["tests/graphs/test_search_eval.py"] + [f"tests/graphs/test_graph_search.py::test_{name}" for name in (
+        "on_the_scripted_backend_a_strong_model_wins_and_the_penalty_drops_samples",
+        "cli_writes_a_loadable_best_graph_and_a_summary",
+        "graph_evaluations_share_one_engine_per_model_across_the_whole_search")],
+    # The searches of test_graph_search.py but its four slowest (the two reinforce runs, the scripted
+    # run and the CLI: 17 of the file's 22 s), and the one stage test that writes a graph file
+    # (test_stages.py's planner runs took 60 s).
+    "graphs/search_space": ["tests/graphs/test_search_space.py", "tests/graphs/test_stages.py::test_the_planned_split_is_a_graph_file_whose_stages_run_at_their_share"] + [
+        f"tests/graphs/test_graph_search.py::test_{name}" for name in (
+            "sampled_graphs_are_graph_files_the_loader_reads", "greedy_is_a_baseline_under_the_same_budget",
+            "budget_is_never_exceeded_and_repeats_cost_nothing", "a_small_space_is_exhausted_without_spending_more",
+            "token_budget_stops_before_it_is_crossed", "cost_penalty_picks_the_best_reward_graph",
+            "cost_penalty_changes_the_chosen_graph", "a_space_naming_an_unconfigured_model_is_refused",
+            "cli_refuses_a_missing_space_file", "a_token_budget_too_small_for_any_graph_stops_after_the_first",
+            "the_shipped_search_space_loads_and_builds_graphs", "output_models_limit_only_the_output_node",
+            "graph_evaluations_share_one_engine_per_model_across_the_whole_search")],
     "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
     "graphs/stages": ["tests/graphs/test_stages.py"],
-    "graphs/strategy": ["tests/graphs/test_examples.py", "tests/graphs/test_graph_search.py"],
+    # Strategies run on the scripted backend directly, then one example through the runner and the
+    # second-model tests (test_examples.py's runner and CLI runs took 49 s; test_graph_search.py's
+    # searches over a fake evaluator never reach it).
+    "graphs/strategy": ["tests/graphs/test_graph_strategy.py", "tests/graphs/test_search_eval.py"] + [f"tests/graphs/test_examples.py::test_{name}" for name in (
+        "a_second_model_answers_every_batch_and_is_priced_as_itself",
+        "a_model_entry_equal_to_the_runs_backend_is_served_by_the_runs_generator",
+        "each_example_runs_through_the_runner[sample_then_fuse]")] + [
+        "tests/graphs/test_graph_search.py::test_graph_evaluations_share_one_engine_per_model_across_the_whole_search"],
     "graphs/subproblems": ["tests/graphs/test_scale.py"],
 }
 
