@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from tts.benchmarks.pool import ModelPool
 from tts.budgets.online import OnlineAllocator, OnlinePolicy, decided, overturn_risk, plan_round, stopping_stages
-from tts.budgets.replay.oracle import oracle_ratio, oracle_samples
+from tts.budgets.replay.oracle import oracle_ratio, oracle_samples, running_leaders
 
 
 def _risk_by_integration(v1, v2, n, n_max, prior):
@@ -87,3 +88,45 @@ def test_the_oracle_stops_where_the_running_leader_never_changes_again():
     assert oracle_samples(leaders, 4).tolist() == [1, 2, 3, 2]   # only the first target_n prefixes count
     iv = oracle_ratio(np.array([10.0, 12.0, 8.0]), np.array([2.0, 3.0, 2.0]), seed=0, bootstrap=200)
     assert iv.mean == pytest.approx(30 / 7) and iv.lo <= iv.mean <= iv.hi
+
+
+def _pool_of(answers, real=None) -> ModelPool:
+    """A pool of answer ids only (``-1``: no answer; ``real`` False: padding, also ``-1``)."""
+    answers = np.array(answers, dtype=np.int32)
+    shape = answers.shape
+    return ModelPool(model="m", problem_ids=tuple(f"q{i}" for i in range(shape[0])), answers=answers,
+                     answer_texts=tuple(tuple(str(a) for a in range(answers.max(initial=-1) + 1)) for _ in answers),
+                     correct=np.zeros(shape, bool), tokens=np.ones(shape), scores=np.full(shape, np.nan),
+                     sample_idx=np.tile(np.arange(shape[1]), (shape[0], 1)),
+                     mask=np.ones(shape, bool) if real is None else np.array(real, bool))
+
+
+def test_the_running_leader_is_the_majority_and_a_tie_goes_to_the_answer_seen_first():
+    pool = _pool_of([[1, 0, 0, 1, 2],       # ties at 2 and 4 samples go to 1 (seen first)
+                     [-1, 2, -1, 0, 0],     # nothing leads before the first answer
+                     [0, 0, 3, -1, -1]],    # two padding slots
+                    real=[[1] * 5, [1] * 5, [1, 1, 1, 0, 0]])
+    order = np.tile(np.arange(5), (3, 1))
+    assert running_leaders(pool, order).tolist() == [[1, 1, 0, 1, 1], [-1, 2, 2, 2, 0], [0, 0, 0, 0, 0]]
+    # The ordering decides what comes first: problem 0 read backwards is 2, 1, 0, 0, 1.
+    order[0] = [4, 3, 2, 1, 0]
+    assert running_leaders(pool, order)[0].tolist() == [2, 2, 2, 0, 1]
+
+
+def test_a_pool_of_one_answer_or_of_none_leads_with_it_or_with_nothing():
+    one = _pool_of([[0, -1, 0]])
+    assert running_leaders(one, np.array([[1, 0, 2]])).tolist() == [[-1, 0, 0]]
+    none = _pool_of([[-1, -1], [-1, -1]])
+    assert running_leaders(none, np.array([[0, 1], [1, 0]])).tolist() == [[-1, -1], [-1, -1]]
+
+
+def test_the_oracle_ratio_is_the_observed_ratio_of_means_with_a_percentile_bootstrap_over_orderings():
+    uniform, oracle = np.array([10, 12, 8, 30, 14, 9, 21, 40]), np.array([2, 3, 2, 5, 4, 1, 3, 9])
+    iv = oracle_ratio(uniform, oracle, seed=3, bootstrap=400)
+    # By its definition: resamples of the orderings from seed + 2, resample 0 the observed ones.
+    boot = np.random.default_rng(5).integers(0, 8, size=(400, 8))
+    boot[0] = np.arange(8)
+    ratios = uniform[boot].mean(axis=1) / oracle[boot].mean(axis=1)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    assert (iv.mean, iv.lo, iv.hi) == (pytest.approx(144 / 29), pytest.approx(lo), pytest.approx(hi))
+    assert 3.5 <= iv.lo < iv.mean < iv.hi <= 9.0   # within the per-ordering ratios 3.5 to 9
