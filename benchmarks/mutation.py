@@ -120,6 +120,7 @@ MODULES: dict[str, list[str]] = {
     "search/sequential/execution_feedback": ["tests/search/sequential/test_self_debugging.py",
                                              "tests/parity/test_self_debugging.py"],
     "search/sequential/generative_verification": ["tests/search/sequential/test_generative_verification.py",
+                                                  "tests/search/sequential/test_generative_verification_rules.py",
                                                   "tests/parity/test_judge_and_genrm.py"],
     "search/sequential/revision": ["tests/search/sequential/test_revision.py", "tests/search/sequential/test_revision_rules.py",
                                    "tests/search/sequential/test_self_debugging.py",
