@@ -137,7 +137,8 @@ def test_closing_closes_the_judge_and_a_later_solve_builds_a_new_one(monkeypatch
 
 
 def test_costs_add_field_by_field_and_other_strategies_traces_have_none():
-    assert VerificationCost(1, 2, 3, 4, 5) + VerificationCost(10, 20, 30, 40, 50) == VerificationCost(11, 22, 33, 44, 55)
+    total = VerificationCost(1, 2, 3, 4, 5) + VerificationCost(10, 20, 30, 40, 50)
+    assert total == VerificationCost(11, 22, 33, 44, 55)
     assert VerificationCost.from_trace({"tree": [{"id": 0}]}) is None and VerificationCost.from_trace({}) is None
     assert measured_lambda([{"tree": [{"id": "0.0"}]}]) is None
 
