@@ -220,7 +220,9 @@ def _run_filter(space: SearchSpace, scorer: StateScorer, filters: Sequence[_Filt
                 f.tree.events["no_children"] += len(slots) - len(kids)
             for slot, kid in zip(slots, kids, strict=False):
                 f.particles[slot] = kid
-    raise never_ends(max_steps)
+    # The last allowed resampling may have finished every root: a search of exactly max_steps steps ends.
+    if not all(f.done for f in filters):
+        raise never_ends(max_steps)
 
 
 def _finish(f: _Filter) -> None:
