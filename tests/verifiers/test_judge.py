@@ -186,12 +186,12 @@ def test_the_judge_prompt_names_a_finished_solution_a_partial_one_and_a_step_as_
                          "Is this solution correct? Answer Yes or No."),)]
     # per step (of a finished solution too): every prefix is "so far" and asked the step question
     steps = _ask(JudgeConfig(per_step=True, system="Be strict."), [done])
+    system = Message("system", "Be strict.")
     assert [r.messages for r in steps] == [
-        (Message("system", "Be strict."), Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\n\n"
-                                                          "Is the last step of this solution correct? Answer Yes or No.")),
-        (Message("system", "Be strict."), Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\n"
-                                                          "So \\boxed{5}.\n\nIs the last step of this solution correct? "
-                                                          "Answer Yes or No."))]
+        (system, Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\n\n"
+                                 "Is the last step of this solution correct? Answer Yes or No.")),
+        (system, Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\nSo \\boxed{5}.\n\n"
+                                 "Is the last step of this solution correct? Answer Yes or No."))]
     voted = _ask(JudgeConfig(votes=2), [done], reply="Fine. Yes")
     assert voted[0].messages[-1].content.endswith("Is this solution correct? "
                                                   "Check it briefly, then end your reply with Yes or No.")
