@@ -197,7 +197,8 @@ MODULES: dict[str, list[str]] = {
                       "tests/parity/test_prm_and_aggregation.py"],
     "verifiers/prm_adapters": ["tests/verifiers/test_prm.py", "tests/verifiers/test_prm_remote.py",
                                "tests/parity/test_prm_and_aggregation.py"],
-    "verifiers/rm": ["tests/verifiers/test_prm_remote.py"],
+    # On a fake pooling server with the small model's tokenizer (test_prm_remote.py builds a tiny PRM first).
+    "verifiers/rm": ["tests/verifiers/test_rm.py"],
     "verifiers/self_certainty": ["tests/verifiers/test_self_certainty.py", "tests/parity/test_verifiers_misc.py"],
     "budgets/allocator": ["tests/budgets/test_allocator_steps.py", "tests/budgets/test_allocator.py"],
     "budgets/auto_strategy": ["tests/budgets/test_auto_strategy.py", "tests/budgets/test_prompt_length.py"],

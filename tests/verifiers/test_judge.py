@@ -1,8 +1,9 @@
+import logging
 import math
 
 import pytest
 
-from tts.backends.base import Completion
+from tts.backends.base import Completion, GenerationResult, Message
 from tts.backends.function import FunctionGenerator, RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import parse_verifier_config
@@ -162,3 +163,122 @@ def test_judge_on_the_real_engine(vllm_generator, monkeypatch):
     assert len(engine_calls) == 1
     assert all(0.0 <= s.score <= 1.0 and s.usage.calls == 1 and s.usage.prompt_tokens > 0 for s in scores)
     assert all(r.completions[0].first_token_top_logprobs for r in captured)
+
+
+# --- what the judge sends and how it reads back (each test pins behaviour a mutant changed) -------
+
+
+def _ask(config, items, reply="Yes"):
+    gen = FunctionGenerator(lambda r: Completion(reply, 1, first_token_top_logprobs={"Yes": -0.1, "No": -2.5}))
+    LLMJudge(config, gen).score(items)
+    return gen.calls[0]
+
+
+def test_the_judge_prompt_names_a_finished_solution_a_partial_one_and_a_step_as_written():
+    problem = Problem("q", "What is 2 + 3?")
+    done = VerifyItem(problem, ("2 + 3 = 5.", "So \\boxed{5}."), finished=True)
+    partial = VerifyItem(problem, ("2 + 3 = 5.", "So \\boxed{5}."), finished=False)
+    whole = _ask(JudgeConfig(), [done, partial])
+    assert [r.messages for r in whole] == [
+        (Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution:\n2 + 3 = 5.\nSo \\boxed{5}.\n\n"
+                         "Is this solution correct? Answer Yes or No."),),
+        (Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\nSo \\boxed{5}.\n\n"
+                         "Is this solution correct? Answer Yes or No."),)]
+    # per step (of a finished solution too): every prefix is "so far" and asked the step question
+    steps = _ask(JudgeConfig(per_step=True, system="Be strict."), [done])
+    system = Message("system", "Be strict.")
+    assert [r.messages for r in steps] == [
+        (system, Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\n\n"
+                                 "Is the last step of this solution correct? Answer Yes or No.")),
+        (system, Message("user", "Problem:\nWhat is 2 + 3?\n\nSolution so far:\n2 + 3 = 5.\nSo \\boxed{5}.\n\n"
+                                 "Is the last step of this solution correct? Answer Yes or No."))]
+    voted = _ask(JudgeConfig(votes=2), [done], reply="Fine. Yes")
+    assert voted[0].messages[-1].content.endswith("Is this solution correct? "
+                                                  "Check it briefly, then end your reply with Yes or No.")
+
+
+def test_the_judge_requests_settings_in_both_verdict_modes():
+    item = VerifyItem(Problem("q7", "What is 2 + 3?"), ("5",), finished=True)
+    (first,) = _ask(JudgeConfig(top_logprobs=7, verdict_prefix="Verdict:"), [item])
+    assert (first.n, first.temperature, first.max_tokens, first.top_logprobs, first.continuation, first.key,
+            first.role) == (1, 0.0, 1, 7, "Verdict:", "q7", "judge")
+    (voted,) = _ask(JudgeConfig(votes=3, temperature=0.3, max_tokens=40), [item], reply="Fine. Yes")
+    assert (voted.n, voted.temperature, voted.max_tokens, voted.key, voted.role) == (3, 0.3, 40, "q7", "judge")
+
+
+def test_a_finished_and_an_unfinished_solution_with_the_same_steps_are_judged_apart():
+    problem = Problem("q", "What is 2 + 3?")
+    verdicts = {"Solution:": {"Yes": -0.05, "No": -3.0}, "Solution so far:": {"Yes": -3.0, "No": -0.05}}
+    gen = FunctionGenerator(lambda r: Completion("Yes", 1, first_token_top_logprobs=next(
+        v for k, v in verdicts.items() if f"\n\n{k}\n" in r.messages[-1].content)))
+    done, partial = LLMJudge(JudgeConfig(), gen).score(
+        [VerifyItem(problem, ("5",), finished=True), VerifyItem(problem, ("5",), finished=False)])
+    assert len(gen.calls[0]) == 2
+    assert done.score == pytest.approx(math.exp(-0.05) / (math.exp(-0.05) + math.exp(-3.0)))
+    assert partial.score == pytest.approx(math.exp(-3.0) / (math.exp(-0.05) + math.exp(-3.0)))
+
+
+def test_p_yes_reads_verdict_tokens_through_punctuation_and_raw_reads_one_minus_no():
+    assert p_yes({"Yes.": math.log(0.6), "**No": math.log(0.2)}) == pytest.approx(0.75)
+    assert p_yes({"No,": math.log(0.25), "The": math.log(0.5)}, normalized=False) == pytest.approx(0.75)
+
+
+def test_a_labelled_verdict_before_more_words_is_read():
+    assert final_verdict("Verdict: Yes, every step holds.") is True
+    assert final_verdict("Verdict: NO, step 2 adds wrong.") is False
+
+
+def test_a_judge_without_a_model_says_how_to_give_it_one():
+    with pytest.raises(ValueError) as err:
+        LLMJudge.from_config(JudgeConfig(), None)
+    assert str(err.value) == ("the judge needs a model: pass the policy's generator, or give the judge config a "
+                              "backend (e.g. {kind: judge, backend: {kind: vllm, model: ...}})")
+
+
+def test_a_reply_with_no_completion_or_an_impossible_probability_scores_half_counted_once():
+    item = _items()[0]
+    empty = FunctionGenerator(lambda r: GenerationResult((), Usage()))
+    assert [(s.score, s.invalid) for s in LLMJudge(JudgeConfig(), empty).score([item])] == [(0.5, 1)]
+    assert [(s.score, s.invalid) for s in LLMJudge(JudgeConfig(votes=2), empty).score([item])] == [(0.5, 1)]
+    one = FunctionGenerator(lambda r: Completion("Hmm.", 3, finish_reason="stop"))
+    assert [(s.score, s.invalid) for s in LLMJudge(JudgeConfig(votes=1), one).score([item])] == [(0.5, 1)]
+    # a broken backend's positive logprob: raw 1 - P(No) < 0 is no probability
+    broken = FunctionGenerator(lambda r: Completion("No", 1, first_token_top_logprobs={"No": 0.5}))
+    assert [(s.score, s.invalid) for s in LLMJudge(JudgeConfig(yes_probability="raw"), broken).score([item])] == \
+        [(0.5, 1)]
+
+
+def test_an_empty_solution_is_no_evidence_and_no_invalid_reply():
+    (score,) = LLMJudge(JudgeConfig(), _generator()).score([VerifyItem(PROBLEMS[0], ())])
+    assert (score.score, score.invalid, score.usage) == (0.5, 0, Usage())
+
+
+def test_a_judge_model_without_a_name_labels_its_usage_with_an_empty_model():
+    gen = FunctionGenerator(lambda r: Completion("Yes", 1, first_token_top_logprobs={"Yes": -0.1}))
+    del gen.model_name  # a generator that reports no model_name
+    (score,) = LLMJudge(JudgeConfig(), gen, owns_generator=True).score(_items()[:1])
+    assert [s.model for s in score.usage.shapes] == [""]
+
+
+def test_remembered_verdicts_are_dropped_only_past_the_limit(monkeypatch):
+    import tts.verifiers.judge as judge_module
+
+    monkeypatch.setattr(judge_module, "_CACHE_LIMIT", 2)
+    gen = _generator()
+    judge = LLMJudge(JudgeConfig(), gen)
+    a, b, c = _items()[:3]
+    judge.score([a]), judge.score([b])  # 2 verdicts: at the limit, both kept
+    judge.score([a, b])
+    assert len(gen.calls) == 2
+    judge.score([c])  # 3 > 2: the old ones are dropped, c's kept
+    judge.score([c])
+    assert len(gen.calls) == 3
+    judge.score([a])
+    assert len(gen.calls) == 4
+
+
+def test_texts_without_a_verdict_are_logged_with_their_count(caplog):
+    gen = FunctionGenerator(lambda r: Completion("Hmm.", 3, finish_reason="stop"))
+    with caplog.at_level(logging.DEBUG, logger="tts.verifiers.judge"):
+        LLMJudge(JudgeConfig(votes=2), gen).score(_items()[:3])
+    assert "judge: 6 replies to 3 judged texts had no verdict" in caplog.messages

@@ -25,7 +25,6 @@ from tts.types import Problem
 from tts.verifiers.base import VerifyItem
 from tts.verifiers.prm import PRMVerifier, PRMVerifierConfig
 from tts.verifiers.prm_adapters import pooler_server_args, pooler_settings
-from tts.verifiers.rm import RMVerifier, RMVerifierConfig
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 STEPS = ("Tom starts with 3 apples.", "He buys 4 more apples.", "3 + 4 = 7.", "So he has \\boxed{7} apples.")
@@ -267,59 +266,3 @@ def test_the_servers_pooler_flags_come_from_the_same_adapter(tiny_prm):
     args = pooler_server_args(pooler_settings(resolved, tok))
     assert args[:2] == ["--runner", "pooling"] and args[2] == "--pooler-config"
     assert json.loads(args[3]) == {"task": "token_classify", "tok_pooling_type": "STEP", "step_tag_id": TAG_ID}
-
-
-# --- outcome reward models ------------------------------------------------------------------------
-
-
-def _rm(tiny_prm, url: str, adapter: Any = "chat", **backend: Any) -> RMVerifier:
-    backend = {"kind": "openai", "base_url": url, "tokenizer": str(tiny_prm), "backoff": 0.0, **backend}
-    return RMVerifier(RMVerifierConfig(model="tiny-rm", adapter=adapter, backend=backend))
-
-
-def test_an_outcome_rm_gives_one_score_per_solution_from_its_head(tiny_prm, server):
-    def classify(body):
-        assert body["task"] == "classify"
-        return 200, {"data": [{"index": i, "data": [1 - len(ids) / 1000, len(ids) / 1000]}
-                              for i, ids in enumerate(body["input"])]}, {}
-
-    srv = server(classify)
-    items = [_item(STEPS[:1]), _item(STEPS), _item(())]
-    with _rm(tiny_prm, srv.base_url) as rm:
-        scores = rm.score(items)
-        ids = [rm.encode(items[0]), rm.encode(items[1])]
-        assert srv.requests[0]["body"]["input"] == ids and len(srv.requests) == 1
-        text = rm.tokenizer.decode(ids[1])
-        assert "\n\n".join(STEPS) in text and QUESTION in text  # the whole solution, no step tags
-    assert [s.score for s in scores[:2]] == pytest.approx([len(ids[0]) / 1000, len(ids[1]) / 1000])
-    assert all(s.step_scores == () for s in scores) and scores[2].score == 0.5 and scores[2].usage.calls == 0
-    assert scores[1].usage.prompt_tokens == len(ids[1]) and scores[1].usage.shapes[0].model == str(tiny_prm)
-
-
-def test_a_token_level_reward_head_is_read_at_the_last_token(tiny_prm, server):
-    def per_token(body):
-        assert body["task"] == "token_classify"
-        return 200, {"data": [{"index": i, "data": [[0.01 * (j % 50)] for j in range(len(ids))]}
-                              for i, ids in enumerate(body["input"])]}, {}
-
-    srv = server(per_token)
-    with _rm(tiny_prm, srv.base_url, adapter={"head": "last_token", "template": "{question}\n{solution}"}) as rm:
-        [score] = rm.score([_item(STEPS)])
-        n = len(rm.encode(_item(STEPS)))
-    assert score.score == pytest.approx(0.01 * ((n - 1) % 50))
-
-
-def test_outcome_rm_adapters_by_name_or_inline_and_what_they_refuse():
-    cfg = parse_verifier_config({"kind": "rm", "model": "Skywork/Skywork-Reward-Llama-3.1-8B-v0.2"})
-    assert cfg.adapter.name == "chat" and cfg.adapter.task == "classify" and cfg.backend.kind == "vllm"
-    assert parse_verifier_config({"kind": "rm", "model": "m", "adapter": "qwen2.5-math-rm"}).adapter.task \
-        == "token_classify"
-    inline = parse_verifier_config({"kind": "rm", "model": "m", "adapter": {"template": "Q: {question}\nA: {solution}",
-                                                                            "positive_index": 0}})
-    assert inline.adapter.column(2) == 0 and cfg.adapter.column(1) == 0 and cfg.adapter.column(2) == 1
-    with pytest.raises(ValueError, match="unknown reward-model adapter 'skywork'; choose one of chat, qwen2.5-math-rm"):
-        parse_verifier_config({"kind": "rm", "model": "m", "adapter": "skywork"})
-    with pytest.raises(ValueError, match=r"must hold \{question\} and \{solution\}"):
-        parse_verifier_config({"kind": "rm", "model": "m", "adapter": {"template": "{question} {answer}"}})
-    with pytest.raises(ValueError, match="model"):
-        parse_verifier_config({"kind": "rm"})  # no default model: name the reward model

@@ -13,7 +13,14 @@ from tts.search.sampling.best_of_n import BestOfN, BestOfNConfig
 from tts.search.sampling.weighted_vote import WeightedVote, WeightedVoteConfig
 from tts.types import Problem
 from tts.verifiers.base import VerifyItem
-from tts.verifiers.self_certainty import SelfCertaintyConfig, SelfCertaintyVerifier, token_self_certainty
+from tts.verifiers.self_certainty import (
+    SelfCertaintyConfig,
+    SelfCertaintyVerifier,
+    borda_vote,
+    borda_weights,
+    self_certainty,
+    token_self_certainty,
+)
 
 PROBLEMS = generate_problems(30)
 
@@ -58,3 +65,78 @@ def test_a_backend_without_logprobs_is_not_scored_silently(caplog):
     sols = WeightedVote(WeightedVoteConfig(n=4, verifier="self_certainty"), gen, DEMO_PROMPT.render).solve(PROBLEMS[:2])
     assert all(s.trace.events.get("invalid_score") == 4 for s in sols)
     assert "Unavailable here: self_certainty and deepconf" in caplog.text
+
+
+# --- exact values at the edges of the estimate, and the messages -------------------------------------
+
+
+def test_impossible_logprobs_are_clamped_and_an_overfull_top_k_leaves_a_tiny_tail():
+    # log p below -100 counts as -100 (V = k: no tail): -log 2 - (0 - 100) / 2
+    assert token_self_certainty([0.0, -1e9], 2) == pytest.approx(50 - math.log(2), rel=1e-12)
+    # top-k mass of 1.2 (rounding in a backend): the 2 other tokens share 1e-20, not a negative mass
+    assert token_self_certainty([math.log(0.6)] * 2, 4) == pytest.approx(
+        -math.log(4) - (2 * math.log(0.6) + 2 * math.log(1e-20 / 2)) / 4, rel=1e-12)
+    # one top token: the other V - 1 = 3 share the remaining half
+    assert token_self_certainty([math.log(0.5)], 4) == pytest.approx(
+        -math.log(4) - (math.log(0.5) + 3 * math.log(0.5 / 3)) / 4, rel=1e-12)
+    # the default vocabulary is 50,000 tokens
+    positions = [[math.log(0.6), math.log(0.3)], [math.log(0.9)]]
+    assert self_certainty(positions) == pytest.approx(
+        (token_self_certainty(positions[0], 50_000) + token_self_certainty(positions[1], 50_000)) / 2, rel=1e-12)
+    # more top tokens than the vocabulary size given: V is taken as k
+    assert token_self_certainty([math.log(0.5)] * 3, 2) == pytest.approx(-math.log(3) - math.log(0.5), rel=1e-12)
+
+
+def test_no_logprobs_at_a_position_or_no_positions_say_what_is_missing():
+    with pytest.raises(ValueError, match=r"^no top logprobs at this position$"):
+        token_self_certainty([], 10)
+    with pytest.raises(ValueError, match=r"^no positions: ask the backend for top_logprobs$"):
+        self_certainty([], 10)
+
+
+def test_the_score_is_sc_over_one_plus_sc_with_the_configured_vocabulary_and_never_below_zero():
+    item = VerifyItem(Problem("p", "?"), ("a",), token_top_logprobs=((math.log(0.5), math.log(0.5)),))
+    sc = token_self_certainty([math.log(0.5)] * 2, 4)
+    (score,) = SelfCertaintyVerifier.from_config(SelfCertaintyConfig(vocab_size=4), None).score([item])
+    assert (score.score, score.invalid, score.step_scores) == (pytest.approx(sc / (1 + sc), rel=1e-12), 0, ())
+    overfull = VerifyItem(Problem("p", "?"), ("a",), token_top_logprobs=((math.log(0.5),) * 3,))
+    (score,) = SelfCertaintyVerifier(SelfCertaintyConfig(vocab_size=2)).score([overfull])  # SC < 0: scores 0
+    assert (score.score, score.invalid) == (0.0, 0)
+    broken = VerifyItem(Problem("p", "?"), ("a",), token_top_logprobs=((math.nan, -1.0),))
+    (score,) = SelfCertaintyVerifier().score([broken])  # a NaN logprob: no score, counted
+    assert (score.score, score.invalid) == (0.0, 1)
+    assert SelfCertaintyConfig(top_k=7).request_top_logprobs == 7
+
+
+def test_items_without_logprobs_are_warned_about_once(caplog):
+    verifier = SelfCertaintyVerifier.from_config(SelfCertaintyConfig(), object())
+    none = VerifyItem(Problem("p", "?"), ("c",))
+    assert [(s.score, s.invalid, s.step_scores) for s in verifier.score([none, none])] == [(0.0, 1, ())] * 2
+    verifier.score([none])
+    warned = [r for r in caplog.records if r.name == "tts.verifiers.self_certainty"]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    assert warned[0].getMessage() == (
+        "self_certainty: items came without top-k logprobs (this backend returns none, or the strategy did not ask); "
+        "they score 0. Unavailable here: self_certainty and deepconf; use the logprob scorer if the backend returns "
+        "sampled-token logprobs")
+
+
+def test_borda_refuses_mismatched_lists_and_a_negative_power_in_one_line():
+    with pytest.raises(ValueError, match=r"^got 2 answers and 1 certainties; give one per sample$"):
+        borda_vote(["1", "2"], [1.0])
+    with pytest.raises(ValueError, match=r"^power must be >= 0 \(0 is majority vote\), got -0.5$"):
+        borda_vote(["1"], [1.0], power=-0.5)
+    assert borda_vote(["1"], [1.0], power=0.0) == ("1", {"1": 1.0})  # power 0 is allowed
+    assert borda_vote([None, None], [1.0, 2.0]) == (None, {})
+    assert borda_vote([None, "5", "5"], [1.0, 2.0, 3.0], power=1.0) == ("5", {"5": 5.0})  # the rest still vote
+    # the default power is Kang et al.'s 0.5: sqrt(3) for the sure 7 against 1 + sqrt(2) for 5
+    assert borda_vote(["7", "5", "5"], [9.0, 1.0, 2.0]) == ("5", {"7": pytest.approx(3 ** 0.5),
+                                                                 "5": pytest.approx(1 + 2 ** 0.5)})
+
+
+def test_borda_weights_rank_by_certainty_and_ties_keep_sample_order():
+    assert borda_weights([1.0, 3.0, 3.0, 2.0], 1.0) == [1.0, 4.0, 3.0, 2.0]
+    assert borda_weights([1.0, 3.0, 3.0, 2.0], 2.0) == [1.0, 16.0, 9.0, 4.0]
+    # equal tallies: the answer whose first sample comes first wins, in that sample's spelling
+    assert borda_vote(["0.5", "2", "1/2", "2"], [4.0, 3.0, 1.0, 2.0], power=1.0) == ("0.5", {"0.5": 5.0, "2": 5.0})
+    assert borda_vote(["7", "5"], [1.0, 2.0], power=0.0) == ("7", {"7": 1.0, "5": 1.0})  # first, not smallest
