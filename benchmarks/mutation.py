@@ -391,12 +391,16 @@ class Result:
         return len(self.survived) / ran if ran else 0.0
 
 
-def equivalents() -> dict[str, dict[str, str]]:
-    """Mutant name -> {"change", "reason"}, from mutation_equivalent.toml."""
+def equivalents() -> dict[str, list[dict[str, str]]]:
+    """Mutant name -> its entries ({"change", "reason"}) in mutation_equivalent.toml. A name may
+    have two: mutmut renumbers a function's mutants when it is edited, so a name listed on one
+    branch can describe another change than the same name listed on another."""
     if not EQUIVALENT.exists():
         return {}
-    entries = tomllib.loads(EQUIVALENT.read_text()).get("equivalent", [])
-    return {e["mutant"]: e for e in entries}
+    out: dict[str, list[dict[str, str]]] = {}
+    for e in tomllib.loads(EQUIVALENT.read_text()).get("equivalent", []):
+        out.setdefault(e["mutant"], []).append(e)
+    return out
 
 
 def _workdir(module: str, tests: list[str], mutate: list[str] | None = None) -> Path:
@@ -482,12 +486,12 @@ def _changed_lines(diff: str) -> list[str]:
     return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
 
 
-def measure(module: str, tests: list[str], timeout: float, known: dict[str, dict[str, str]]) -> Result:
+def measure(module: str, tests: list[str], timeout: float, known: dict[str, list[dict[str, str]]]) -> Result:
     """Run mutmut on one module and classify its mutants."""
     return run_mutants(_workdir(module, tests), Result(module), timeout, known, files=[f"tts/{module}.py"])
 
 
-def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dict[str, str]],
+def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, list[dict[str, str]]],
                 only: dict[str, str] | None = None, files: list[str] = ()) -> Result:
     """Run mutmut in a scratch copy made by :func:`_workdir` and classify the mutants: all of them
     (of ``files``), or the ones ``only`` names (name -> its diff)."""
@@ -509,12 +513,12 @@ def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, dic
         if status in KILLED:
             result.killed += 1
         elif status in SURVIVED:
-            entry = known.get(name)
+            entries = known.get(name, [])
             # An entry counts only while the mutant is still the one it describes (mutmut numbers
             # mutants per function, so an edit to the function can renumber them).
             # mutmut's own `show` where the copies gave no diff for it (it once printed empty ones).
             diff = diffs.get(name) or _diff(work, name)
-            if entry is not None and entry["change"].strip() in _changed_lines(diff):
+            if any(e["change"].strip() in _changed_lines(diff) for e in entries):
                 result.equivalent.append(name)
             else:
                 result.survived.append(name)
