@@ -289,7 +289,7 @@ MODULES: dict[str, list[str]] = {
         "two_configs_of_one_strategy_that_differ_in_a_setting_are_two_cells_and_two_lines",
         "a_yaml_grid_lays_out_solutions_by_verifications_for_generative_verification",
         "a_live_sweep_resumed_with_another_limit_is_refused_not_summarised_from_other_problems")]
-    + ["tests/eval/test_rule_names.py"],
+    + ["tests/eval/test_sweep_cells.py", "tests/eval/test_rule_names.py"],
     # The server's planning called directly on a server state (its HTTP tests took seconds a run);
     # the rate limit through its own tests and three HTTP ones.
     "serve/planning": ["tests/serve/test_planning.py"],
