@@ -61,3 +61,30 @@ def test_text_that_is_almost_a_chain_is_not_one():
     assert parse_question("Begin with 7.\n1. Add 5.\nWhat is the result?") is None  # not the first line
     assert parse_question("Start with 7.\n1. Square it.\nWhat is the result?") is None  # no such operation
     assert parse_question("Start with 7.\n1. Add 5.\n2. Halve it.\nWhat is the result?") == (7, ("+ 5", "/ 2"))
+
+
+def test_a_chain_through_zero_keeps_zero_as_the_value_reached():
+    question = "Start with 7.\n1. Take away 7.\n2. Add 5.\nWhat is the result?"
+    assert parse_question(question) == (7, ("- 7", "+ 5"))
+    assert _scores(["1. 7 - 7 = 0", "2. 0 + 5 = 5", "The answer is 5."], question).step_scores == (1.0, 1.0, 1.0)
+
+
+def test_a_step_past_the_last_operation_scores_zero():
+    s = _scores(["1. 7 + 5 = 12", "2. 12 * 2 = 24", "3. 24 - 3 = 21", "4. 21 + 1 = 22", "The answer is 22."])
+    assert s.step_scores == (1.0, 1.0, 1.0, 0.0, 0.0)
+
+
+def test_no_steps_score_neutral_and_the_config_is_the_one_given():
+    verifier = ChainCheckVerifier.from_config(ChainCheckConfig(neutral=0.25), object())
+    empty, other = verifier.score([VerifyItem(Problem("p", Q), ()), VerifyItem(Problem("q", "What is 3 + 4?"), ("7",))])
+    assert (empty.step_scores, empty.score) == ((), 0.25) and (other.step_scores, other.score) == ((0.25,), 0.25)
+
+
+def test_noise_flips_exactly_the_steps_its_seed_draws():
+    from tts.verifiers.base import noise_flips
+
+    items = [VerifyItem(Problem(f"p{i}", Q), ("1. 7 + 5 = 12",)) for i in range(40)]
+    for seed in (0, 1):
+        got = [s.step_scores for s in ChainCheckVerifier(ChainCheckConfig(noise=0.3, noise_seed=seed)).score(items)]
+        assert got == [(0.0 if noise_flips(seed, item, 0, 0.3) else 1.0,) for item in items]
+    assert [noise_flips(0, item, 0, 0.3) for item in items] != [noise_flips(1, item, 0, 0.3) for item in items]
