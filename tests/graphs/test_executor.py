@@ -197,3 +197,81 @@ def test_a_ranker_whose_reply_names_no_solution_counts_it_and_keeps_the_first():
     for sol in sols:  # the scripted model writes words, never a number, and no first-token alternatives
         assert sol.trace.events == {"invalid_rank": 1}
         assert sol.trace.selected == 0 and sol.confidence == pytest.approx(1 / 3)
+
+
+# --- the trace a user reads (`tts show`), the requests' settings and the refusals, exactly ---
+
+def _chain():
+    return parse_graph({"name": "chain", "nodes": {
+        "g": {"role": "generator", "n": 2, "max_tokens": 50}, "c": {"role": "critic", "inputs": ["g"]},
+        "f": {"role": "fuser", "inputs": ["g"]}, "r": {"role": "reviser", "inputs": ["g", "c"]},
+        "v": {"role": "verifier", "inputs": ["r"]}, "o": {"role": "voter", "inputs": ["v", "f"]}}})
+
+
+def test_the_trace_shows_every_node_and_output_and_keeps_the_chosen_chain():
+    from tts.backends.base import derive_seed
+
+    problems = generate_problems(1)
+    policy = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.5))
+    [sol] = GraphExecutor(_chain(), DEMO_PROMPT.render, SamplingConfig(top_p=0.5)).run(problems, {"policy": policy})
+    tree = {e["id"]: e for e in sol.trace.tree}
+    node_keys = {"id", "parent", "depth", "node", "role", "model", "inputs", "requests", "completion_tokens",
+                 "prompt_tokens", "text", "score", "kept"}
+    out_keys = {"id", "parent", "depth", "node", "kind", "text", "answer", "score", "about", "completion_tokens", "kept"}
+    assert all(set(e) == (node_keys if e["parent"] is None else out_keys) for e in sol.trace.tree)
+    assert {k: v for k, v in tree["o"].items() if k not in ("completion_tokens", "prompt_tokens")} == {
+        "id": "o", "parent": None, "depth": 4, "node": "o", "role": "voter", "model": "-", "inputs": ["v", "f"],
+        "requests": 0, "text": "o (voter on -)", "score": None, "kept": True}
+    assert (tree["g"]["model"], tree["g"]["text"], tree["g"]["requests"], tree["c"]["requests"]) == (
+        "policy", "g (generator on policy)", 1, 2)
+    assert tree["g"]["completion_tokens"] == tree["g:0"]["completion_tokens"] + tree["g:1"]["completion_tokens"] == 100
+    assert [(tree[i]["depth"], tree[i]["node"], tree[i]["kind"], tree[i]["about"]) for i in ("g:0", "c:1", "r:1")] == [
+        (0, "g", "solution", None), (1, "c", "critique", "g:1"), (2, "r", "solution", "g:1")]
+    # the answer's chain back to the sample it came from is kept, nothing else
+    kept = {i for i, e in tree.items() if e["parent"] is not None and e["kept"]}
+    [vote] = [i for i in kept if i.startswith("o:")]
+    chain, c = set(), vote
+    while c is not None:
+        chain.add(c)
+        c = tree[c]["about"]
+    assert kept == chain and len(chain) == 4 and any(i.startswith("g:") for i in chain)
+    # samples: every written output (generators, the fuser, the reviser; no critiques, scores, votes)
+    written = [e for e in sol.trace.tree if e["parent"] in ("g", "f", "r")]
+    assert [(s.text, s.answer, s.completion_tokens, s.mean_logprob) for s in sol.trace.samples] == [
+        (e["text"], e["answer"], e["completion_tokens"], None) for e in written]
+    assert [s.finish_reason for s in sol.trace.samples][:2] == ["length", "length"]  # cut at the node's 50 tokens
+    assert sol.trace.strategy == "graph"
+    # requests: the node's max_tokens, else the run's; the run's top_p; seeds from the run seed (default 0)
+    first = policy.calls[0][0]
+    assert (first.max_tokens, first.top_p, first.seed) == (50, 0.5, derive_seed(0, f"{problems[0].id}|g", 0))
+    assert {(r.max_tokens, r.top_p) for r in policy.calls[1]} == {(256, 0.5)}
+
+
+def test_a_missing_generator_or_a_short_reply_is_refused_in_one_line():
+    problems = generate_problems(1)
+    spec = _two_model_moa()
+    with pytest.raises(ValueError) as missing:
+        GraphExecutor(spec, DEMO_PROMPT.render).run(problems, {"policy": ScriptedGenerator.for_problems(problems)})
+    assert str(missing.value) == "no generator for model(s) big of graph 'moa2'"
+    two = parse_graph({"name": "two", "models": {"a": {}, "b": {}}, "nodes": {
+        "x": {"role": "generator", "model": "b"}, "y": {"role": "fuser", "inputs": ["x"], "model": "a"}}})
+    with pytest.raises(ValueError, match=r"^no generator for model\(s\) a, b of graph 'two'$"):
+        GraphExecutor(two, DEMO_PROMPT.render).run(problems, {"policy": ScriptedGenerator.for_problems(problems)})
+
+    class Short(ScriptedGenerator):
+        def generate(self, requests):
+            return super().generate(requests)[:-1]
+
+    with pytest.raises(RuntimeError) as short:
+        GraphExecutor(_chain(), DEMO_PROMPT.render).run(problems, {"policy": Short.for_problems(problems)})
+    assert str(short.value) == "model 'policy' returned 0 results for 1 requests"
+
+
+def test_select_without_candidates_or_with_zero_scores():
+    from tts.graphs.executor import select
+    from tts.graphs.roles import Candidate
+
+    assert select([]) == (None, 0.0, None, {})
+    zero = [Candidate("v:0", "v", "x", answer="3", score=0.0), Candidate("v:1", "v", "y", answer="4", score=0.0)]
+    answer, confidence, chosen, votes = select(zero)
+    assert (answer, confidence, chosen, votes) == ("3", 0.0, zero[0], {})
