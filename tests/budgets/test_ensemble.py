@@ -6,13 +6,15 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import logging
+import warnings
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from tts.benchmarks.pool import ModelPool, load_pool
-from tts.budgets.ensemble import EnsembleData, EnsembleError, align, cross_fit, evaluate, fit_weights
+from tts.budgets.ensemble import EnsembleData, EnsembleError, _boot_iv, align, cross_fit, evaluate, fit_weights
 from tts.cli.app import app
 
 
@@ -113,6 +115,13 @@ def test_align_shares_answer_ids_through_normalised_text_on_the_common_problems(
     assert data.answer_ok.tolist() == [[True, False], [False, True]]
     np.testing.assert_array_equal(data.tokens, [[[10, 11, 12], [20, 21, np.nan]], [[40, 41, np.nan], [30, 31, np.nan]]])
     np.testing.assert_allclose(data.shares(), [[[2 / 3, 1 / 3], [1 / 2, 0]], [[1 / 2, 1 / 2], [1 / 2, 1 / 2]]])
+    np.testing.assert_allclose(data.shares(np.array([1])), [[[1 / 2, 0]], [[1 / 2, 1 / 2]]])
+    # A third model without p2 leaves p1 alone; an answer is right when any model's sample of it was
+    # graded right (C's grader says "7" is wrong, A's that it is right).
+    c = _model_pool("C", ["p3", "p1"], [("1",), ("7",)], [[0], [0]], [[1], [0]], [[1], [1]], [[1], [1]])
+    three = align([a, b, c])
+    assert three.problem_ids == ("p1",) and three.answer_ok.tolist() == [[True, False]]
+    np.testing.assert_allclose(three.shares()[2], [[1.0, 0.0]])  # C's one sample
     with pytest.raises(EnsembleError, match="^the models share no problem id; an ensemble votes on the same problems$"):
         align([a, _model_pool("C", ["q"], [("1",)], [[0]], [[1]], [[1]], [[1]])])
 
@@ -120,15 +129,18 @@ def test_align_shares_answer_ids_through_normalised_text_on_the_common_problems(
 def test_fit_weights_counts_free_hopeless_and_contested_problems():
     # Two models, two answers (the first correct unless said): (shares of A, shares of B).
     shares = np.array([
-        [[0.6, 0.4], [0.3, 0.7], [1.0, 0.0], [0.5, 0.5], [0.2, 0.8]],   # A
-        [[0.2, 0.8], [0.9, 0.1], [0.8, 0.2], [0.5, 0.5], [0.4, 0.6]],   # B
+        [[0.6, 0.4], [0.3, 0.7], [1.0, 0.0], [0.5, 0.5], [0.2, 0.8], [1.0, 0.0], [0.0, 0.0]],   # A
+        [[0.2, 0.8], [0.9, 0.1], [0.8, 0.2], [0.5, 0.5], [0.4, 0.6], [0.0, 0.0], [0.0, 0.0]],   # B
     ])
-    ok = np.array([[True, False]] * 3 + [[False, False]] + [[True, False]])
+    ok = np.array([[True, False]] * 3 + [[False, False]] + [[True, False]] * 2 + [[False, False]])
     fit = fit_weights(shares, ok)
-    # p2 is won by every weighting (free); p3 has no correct answer and p4 loses under every one;
-    # p0 needs w_A > 3/4 and p1 w_A < 2/3, so one of the two contested problems is solved.
-    assert (fit.solved, fit.free, fit.contested) == (2, 1, 2)
-    assert _solved(shares, ok, fit.weights) == 2 and fit.weights.sum() == pytest.approx(1.0)
+    # p2 is won by every weighting, and so is p5, where no model names a wrong answer (free); p3 and
+    # p6 (no answer at all) have no correct answer and p4 loses under every weighting; p0 needs
+    # w_A > 3/4 and p1 w_A < 2/3, so one of the two contested problems is solved.
+    assert (fit.solved, fit.free, fit.contested) == (3, 2, 2)
+    assert _solved(shares[:, :5], ok[:5], fit.weights) == 2 and fit.weights.sum() == pytest.approx(1.0)
+    as_ints = fit_weights(shares, ok.astype(int))  # grades given as 0/1
+    assert (as_ints.solved, as_ints.free, as_ints.contested) == (3, 2, 2)
     easy = fit_weights(shares[:, 2:4], ok[2:4])
     assert easy.weights.tolist() == [0.5, 0.5] and (easy.solved, easy.free, easy.contested) == (1, 1, 0)
 
@@ -158,3 +170,105 @@ def test_evaluate_replays_the_weighted_vote_and_each_model_with_their_tokens():
         evaluate(data, np.tile([0.7, 0.3], (3, 1)), [3])
     with pytest.raises(EnsembleError, match="^need at least 2 folds and as many problems; got 4 folds, 3 problems$"):
         cross_fit(data, folds=4)
+
+
+def test_a_model_with_fewer_samples_on_a_problem_draws_only_its_real_ones():
+    # A has one real sample on p0 (slot 1 is padding); B has two. n = 1 never draws A's padding.
+    answers = np.array([[[0, -1], [0, 0]], [[1, 1], [0, 0]]])
+    data = EnsembleData(("A", "B"), ("p0", "p1"), answers, np.array([[[5, np.nan], [5, 5]], [[7, 7], [7, 7]]]),
+                        np.array([[1, 2], [2, 2]]), np.array([[True, False], [True, False]]))
+    res = evaluate(data, np.tile([0.5, 0.5], (2, 1)), [1], orderings=8, bootstrap=20)
+    assert res.acc[1]["A"][0] == 1.0 and res.acc[1]["B"][0] == 0.5
+    assert res.tokens[1] == pytest.approx({"ensemble": 12.0, "A": 5.0, "B": 7.0})
+
+
+def test_bootstrap_intervals_are_the_2_5_and_97_5_percentiles_of_the_resampled_means():
+    per_problem = np.random.default_rng(1).random(30)
+    boot = np.random.default_rng(0).integers(0, 30, size=(400, 30))
+    means = per_problem[boot].mean(axis=1)
+    assert _boot_iv(per_problem, boot) == (per_problem.mean(), float(np.percentile(means, 2.5)),
+                                           float(np.percentile(means, 97.5)))
+    # evaluate resamples every problem, the first one too: one right problem of five can show up.
+    answers = np.zeros((2, 5, 1), dtype=int)
+    data = EnsembleData(("A", "B"), tuple("abcde"), answers, np.ones((2, 5, 1)), np.ones((2, 5), int),
+                        np.array([[True]] + [[False]] * 4))
+    mean, lo, hi = evaluate(data, np.tile([0.5, 0.5], (5, 1)), [1], orderings=1).acc[1]["A"]
+    assert (mean, lo) == (0.2, 0.0) and hi >= 0.4
+
+
+def _coin_flips(problems=10):
+    """A names a right (0) and a wrong (1) answer on every problem; B names only 1 on even problems
+    and only 0 on odd ones, so the ensemble at weights 1/2 ties where B disagrees with A's draw."""
+    answers = np.zeros((2, problems, 2), dtype=int)
+    answers[0] = [0, 1]
+    answers[1] = (np.arange(problems) % 2 == 0)[:, None].astype(int)
+    return EnsembleData(("A", "B"), tuple(f"p{i}" for i in range(problems)), answers, np.ones((2, problems, 2)),
+                        np.full((2, problems), 2), np.tile([True, False], (problems, 1)))
+
+
+def test_orderings_are_seeded_random_draws_and_ties_break_at_random():
+    data = _coin_flips(40)
+    w = np.tile([0.5, 0.5], (40, 1))
+    res = evaluate(data, w, [1])
+    # n = 1: A is right when its draw is the right answer, half the time over 20 seeded orderings.
+    assert 0.3 < res.acc[1]["A"][0] < 0.7
+    # Where B and A's draw disagree the weighted vote ties, and a tie is won by either answer.
+    assert 0.3 < res.acc[1]["ensemble"][0] < 0.7 and res.acc[1]["ensemble"][0] != res.acc[1]["A"][0]
+    assert res.to_json() == evaluate(data, w, [1], orderings=20, seed=0, bootstrap=2000).to_json()
+    for other in (dict(orderings=21), dict(seed=1), dict(bootstrap=2001)):
+        assert res.to_json() != evaluate(data, w, [1], **other).to_json(), other
+    assert res.to_json()["tokens"] == {"1": {"ensemble": 2.0, "A": 1.0, "B": 1.0}}
+    assert res.gap[1]["A"][0] == pytest.approx(res.acc[1]["ensemble"][0] - res.acc[1]["A"][0])
+    assert res.gap[1]["B"][0] == pytest.approx(res.acc[1]["ensemble"][0] - res.acc[1]["B"][0])
+    for s, (mean, lo, hi) in [*res.acc[1].items(), *res.gap[1].items()]:
+        assert lo < mean < hi, s  # every system is right on some problems and wrong on others
+
+
+def test_a_problem_no_model_answers_is_wrong_whatever_answer_id_is_right():
+    answers = np.full((2, 1, 2), -1)
+    data = EnsembleData(("A", "B"), ("p0",), answers, np.ones((2, 1, 2)), np.full((2, 1), 2),
+                        np.array([[False, True]]))
+    res = evaluate(data, np.array([[0.5, 0.5]]), [2], orderings=2, bootstrap=10)
+    assert {s: v[0] for s, v in res.acc[2].items()} == {"ensemble": 0.0, "A": 0.0, "B": 0.0}
+
+
+def test_cross_fit_logs_each_folds_weights_and_passes_the_margin_on(caplog):
+    data = _coin_flips(12)
+    with caplog.at_level(logging.INFO, logger="tts.budgets.ensemble"):
+        weights, fold = cross_fit(data, folds=3)
+    shares = data.shares()
+    want = []
+    for f in range(3):
+        fit = fit_weights(shares[:, fold != f], data.answer_ok[fold != f])
+        np.testing.assert_allclose(weights[fold == f], np.tile(fit.weights, ((fold == f).sum(), 1)))
+        want.append(f"fold {f}: weights {np.round(fit.weights, 3)} (dev solved {fit.solved} of 8)")
+    assert [r.getMessage() for r in caplog.records] == want
+    # Defaults: 5 folds from seed 0; 2 folds and as many folds as problems are allowed.
+    assert np.array_equal(cross_fit(data)[1], cross_fit(data, folds=5, seed=0)[1])
+    assert sorted(set(cross_fit(data)[1].tolist())) == [0, 1, 2, 3, 4]
+    assert not np.array_equal(cross_fit(data)[1], cross_fit(data, seed=1)[1])
+    assert sorted(set(cross_fit(data, folds=2)[1].tolist())) == [0, 1]
+    assert sorted(cross_fit(data, folds=12)[1].tolist()) == list(range(12))
+    # A margin no weighting can reach leaves every problem hopeless: uniform weights.
+    assert np.all(cross_fit(data, folds=3, margin=1.5)[0] == 0.5) and not np.all(weights == 0.5)
+
+
+def test_the_margin_is_inclusive_and_the_program_is_silent():
+    # Margin 0.5: p0's correct answer leads by exactly 0.5 under both models (free); p1 only under A
+    # (contested, solved by w_A = 1, where the weighted lead is exactly the margin).
+    shares = np.array([[[0.75, 0.25], [0.75, 0.25]], [[0.75, 0.25], [0.5, 0.5]]])
+    ok = np.array([[True, False], [True, False]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no unknown option or other warning from the solver call
+        fit = fit_weights(shares, ok, margin=0.5)
+    assert (fit.solved, fit.free, fit.contested) == (2, 1, 1) and fit.weights.tolist() == [1.0, 0.0]
+
+
+def test_fit_weights_prints_nothing_and_says_when_the_solver_found_no_solution(capfd):
+    shares = np.array([[[0.6, 0.4], [0.3, 0.7]], [[0.2, 0.8], [0.9, 0.1]]])
+    ok = np.array([[True, False], [True, False]])
+    fit_weights(shares, ok)
+    assert capfd.readouterr().out == ""
+    with pytest.raises(EnsembleError, match=r"^the weight program found no solution \(.+\); pass more dev problems "
+                                            "or a smaller margin$"):
+        fit_weights(shares, ok, time_limit=0.0)
