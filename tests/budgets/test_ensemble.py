@@ -272,3 +272,26 @@ def test_fit_weights_prints_nothing_and_says_when_the_solver_found_no_solution(c
     with pytest.raises(EnsembleError, match=r"^the weight program found no solution \(.+\); pass more dev problems "
                                             "or a smaller margin$"):
         fit_weights(shares, ok, time_limit=0.0)
+
+
+def test_what_the_solver_writes_to_stdout_never_reaches_it(capfd, monkeypatch):
+    """HiGHS writes some lines from C++ to descriptor 1 whatever ``disp`` says (seen on the GPQA
+    pool: they came before `tts budget ensemble --json`'s JSON and broke it). A solver that does so
+    here writes into nothing; the fit is unchanged and stdout works after it."""
+    import os
+
+    import tts.budgets.ensemble as ensemble
+
+    real = ensemble.milp
+
+    def noisy(*args, **kwargs):
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ensemble, "milp", noisy)
+    shares = np.array([[[0.6, 0.4], [0.3, 0.7]], [[0.2, 0.8], [0.9, 0.1]]])
+    ok = np.array([[True, False], [True, False]])
+    fit = fit_weights(shares, ok)
+    print("after")
+    assert capfd.readouterr().out == "after\n"
+    assert fit.weights.tolist() == fit_weights(shares, ok).weights.tolist()

@@ -351,18 +351,19 @@ def _start_resource_tracker() -> None:
 
 
 @contextmanager
-def _stderr_pointed_at(fd: int) -> Iterator[None]:
-    """Point descriptor 2 at ``fd`` while the block runs, then give this process its stderr back
-    (Python's buffered stderr flushed at both ends, so text lands where it was written for)."""
-    saved = os.dup(2)
+def descriptor_pointed_at(which: int, fd: int) -> Iterator[None]:
+    """Point descriptor ``which`` (1: stdout, 2: stderr) at ``fd`` while the block runs, then give
+    it back (Python's buffered stream flushed at both ends, so text lands where it was written
+    for). What C and C++ code writes to the descriptor (an engine's workers, a solver) follows it."""
+    saved = os.dup(which)
     try:
-        _flush_stderr()
-        os.dup2(fd, 2)
+        _flush(which)
+        os.dup2(fd, which)
         try:
             yield
         finally:
-            _flush_stderr()
-            os.dup2(saved, 2)
+            _flush(which)
+            os.dup2(saved, which)
     finally:
         os.close(saved)
 
@@ -375,7 +376,7 @@ def _capture_to_logger() -> Iterator[None]:
     reader.start()
     failed = False
     try:
-        with _stderr_pointed_at(write_fd):
+        with descriptor_pointed_at(2, write_fd):
             try:
                 yield
             except Exception:  # not a stop (KeyboardInterrupt, SystemExit, GeneratorExit)
@@ -417,15 +418,16 @@ def capture_engine_output() -> Iterator[None]:
     try:
         os.write(log_fd, f"----- {time.strftime('%Y-%m-%d %H:%M:%S')} engine start (pid {os.getpid()}): "
                          "output of the engine's processes follows -----\n".encode())
-        with _stderr_pointed_at(log_fd):
+        with descriptor_pointed_at(2, log_fd):
             yield
     finally:
         os.close(log_fd)
 
 
-def _flush_stderr() -> None:
-    """Flush Python's buffered stderr, so that text lands on the descriptor it was written for."""
-    for stream in (sys.stderr, sys.__stderr__):
+def _flush(which: int) -> None:
+    """Flush Python's buffered stdout (1) or stderr (2), so that text lands on the descriptor it
+    was written for."""
+    for stream in (sys.stdout, sys.__stdout__) if which == 1 else (sys.stderr, sys.__stderr__):
         try:
             if stream is not None:
                 stream.flush()

@@ -27,6 +27,7 @@ normalisation: ``\\frac12`` and ``0.5`` stay apart, as in one model's vote).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from tts.answers import normalize_answer
+from tts.backends.engine_log import descriptor_pointed_at
 from tts.benchmarks.pool import ModelPool
 
 logger = logging.getLogger(__name__)
@@ -179,8 +181,11 @@ def fit_weights(shares: np.ndarray, answer_ok: np.ndarray, *, margin: float = 1e
     cons = [LinearConstraint(a_mat, margin - big, np.inf),
             LinearConstraint(np.concatenate([np.ones(m_), np.zeros(nz)])[None], 1.0, 1.0)]
     cost = np.concatenate([np.zeros(m_), -np.ones(nz)])
-    res = milp(cost, constraints=cons, integrality=np.concatenate([np.zeros(m_), np.ones(nz)]),
-               bounds=Bounds(0, 1), options={"time_limit": time_limit, "disp": False})
+    # HiGHS writes some lines from C++ to descriptor 1 even with disp off, which broke
+    # `tts budget ensemble --json`'s output: the solve writes into /dev/null.
+    with open(os.devnull, "w") as null, descriptor_pointed_at(1, null.fileno()):
+        res = milp(cost, constraints=cons, integrality=np.concatenate([np.zeros(m_), np.ones(nz)]),
+                   bounds=Bounds(0, 1), options={"time_limit": time_limit, "disp": False})
     if res.x is None:
         raise EnsembleError(f"the weight program found no solution ({res.message}); "
                             "pass more dev problems or a smaller margin")

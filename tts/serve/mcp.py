@@ -25,8 +25,6 @@ import contextlib
 import inspect
 import json
 import logging
-import os
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Literal
 
@@ -402,13 +400,7 @@ def stdout_to_stderr() -> Iterator[None]:
     inside this block (vLLM logs to stdout, and its worker processes inherit the descriptor) writes
     to stderr for good; the SDK's stdio transport diverts descriptor 1 again while it serves.
     """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
+    from tts.backends.engine_log import descriptor_pointed_at
+
+    with descriptor_pointed_at(1, 2):
         yield
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
