@@ -128,6 +128,7 @@ MODULES: dict[str, list[str]] = {
                                    "tests/search/sequential/test_self_debugging.py",
                                    "tests/parity/test_sequential.py", "tests/parity/test_self_debugging.py"],
     "search/sequential/tool_integrated": ["tests/search/sequential/test_tool_integrated.py",
+                                          "tests/search/sequential/test_tool_integrated_rules.py",
                                           "tests/parity/test_tool_integrated_reasoning.py"],
     "search/tree/ab_mcts": ["tests/search/tree/test_ab_mcts.py", "tests/parity/test_ab_mcts.py"],
     "search/tree/beam": ["tests/search/tree/test_beam.py", "tests/parity/test_tree_searches.py"],
