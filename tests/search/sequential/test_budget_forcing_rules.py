@@ -39,8 +39,8 @@ def _think(text, tokens, finish="stop", eos=False, **kw) -> Completion:
 
 
 def _forcing(gen, sampling=None, seed=0, **cfg) -> BudgetForcing:
-    return BudgetForcing(BudgetForcingConfig(**cfg), gen, MATH_PROMPT.render, sampling or SamplingConfig(max_tokens=500),
-                         seed=seed)
+    sampling = sampling or SamplingConfig(max_tokens=500)
+    return BudgetForcing(BudgetForcingConfig(**cfg), gen, MATH_PROMPT.render, sampling, seed=seed)
 
 
 def _forced_4_else_5(head):

@@ -133,12 +133,14 @@ class ToolIntegratedReasoning(SamplingStrategy):
 
     @classmethod
     def solve_together(cls, strategies: Sequence[Strategy], problems: Sequence[Any]) -> list[list[Solution]]:
-        """One run at max(n) samples per problem; each config votes among its first n."""
+        """One run at max(n) samples per problem; each config votes among its first n. Configs that
+        differ in more than n (max_calls, timeout, output_chars) each run their own loop: a plain
+        shared draw (SamplingStrategy's) would never run their programs."""
         first = strategies[0]
         if not all(isinstance(s, ToolIntegratedReasoning) and first.shares_draw_with(s)
                    and s.config.model_copy(update={"n": 1}) == first.config.model_copy(update={"n": 1})
                    for s in strategies):
-            return super().solve_together(strategies, problems)
+            return Strategy.solve_together(strategies, problems)
         n_max = max(s.config.n for s in strategies)
         lead: ToolIntegratedReasoning = first  # type: ignore[assignment]
         return lead._run(problems, [n_max] * len(problems), [[s.config.n] * len(problems) for s in strategies],
