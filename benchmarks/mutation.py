@@ -231,8 +231,22 @@ MODULES: dict[str, list[str]] = {
     "budgets/replay/cross_strategy": ["tests/budgets/test_cross_strategy.py"],
     # test_escalation.py (MODULES before) never reached it: 159 mutants, no test.
     "budgets/replay/matched": ["tests/budgets/replay/test_matched.py"],
-    "budgets/replay/online": ["tests/budgets/test_online.py", "tests/budgets/test_window_and_length_rules.py",
-                              "tests/budgets/test_dirichlet_rule.py"],
+    # The replay against the live allocator at one or two seeds per rule and setting (every seed
+    # of the three files took 50 s a run), and the tables against a live run's.
+    "budgets/replay/online": [
+        "tests/budgets/replay/test_online_sequence.py",
+        "tests/stopping_rules/test_gain.py::test_the_replay_makes_the_allocators_decisions_under_the_gain_rule",
+        "tests/budgets/test_online.py::test_the_replay_at_many_budgets_makes_the_allocators_decisions[0-horizon]",
+        "tests/budgets/test_online.py::test_the_replay_at_many_budgets_makes_the_allocators_decisions[1-beta]",
+        "tests/budgets/test_window_and_length_rules.py::test_a_live_run_counts_runs_of_equal_answers_as_the_replay_table_does",
+        "tests/budgets/test_window_and_length_rules.py::test_problems_without_votes_have_an_empty_race_without_numpy_warnings",
+        "tests/budgets/test_window_and_length_rules.py::test_the_race_keeps_its_split_where_the_weights_underflow",
+        "tests/budgets/test_window_and_length_rules.py::test_the_replay_race_table_is_the_live_runs_race",
+        *[f"tests/budgets/test_window_and_length_rules.py::test_the_replay_at_many_budgets_makes_the_allocators_decisions[{i % 2}-setting{i}]"
+          for i in range(6)],
+        "tests/budgets/test_dirichlet_rule.py::test_the_replay_vote_table_is_the_live_runs_votes",
+        *[f"tests/budgets/test_dirichlet_rule.py::test_the_replay_at_many_budgets_makes_the_allocators_decisions[{i % 2}-setting{i}]"
+          for i in range(4)]],
     "budgets/replay/oracle": ["tests/budgets/test_horizon_rule.py"],
     # Its own tests (hand-made pools) and the pool-rule dispatch of a plugin strategy; the whole of
     # test_simulate.py and test_estimators.py took 40 s a run.
