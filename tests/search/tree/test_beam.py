@@ -214,3 +214,12 @@ def test_cost_hook_prices_n_samples_per_step_with_cached_prefixes():
 def _toy_verifier(toy_verifier):
     """A registered verifier config so that configs validate without the real verifiers."""
     toy_verifier("toy_perfect")
+
+
+def test_a_search_that_ends_in_exactly_max_steps_steps_is_not_refused(endless):
+    # The toy strings finish in LENGTH steps: beam (a level search, as REBASE and ETS) needs LENGTH
+    # levels, and one fewer is refused; it refused LENGTH too, though every beam had finished.
+    [r] = beam_search(DigitSpace(["01230"], base=BASE), RandomScorer(), n=2, beam_width=1, max_steps=LENGTH)
+    assert r.leaves and all(len(r.nodes[i].state.digits) == LENGTH for i in r.leaves)
+    with pytest.raises(RuntimeError, match=f"after {LENGTH - 1} steps"):
+        beam_search(DigitSpace(["01230"], base=BASE), RandomScorer(), n=2, beam_width=1, max_steps=LENGTH - 1)

@@ -232,6 +232,8 @@ def level_search(space: SearchSpace[S], scorer: StateScorer[S], n: int, max_step
         if not frontier:
             return [t.result() for t in trees]
         frontier = choose(trees, grow_level(space, scorer, trees, frontier))
+    if not frontier:  # the last level allowed finished every path: a search of exactly max_steps steps
+        return [t.result() for t in trees]
     raise never_ends(max_steps)
 
 
