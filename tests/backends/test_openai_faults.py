@@ -408,6 +408,15 @@ def test_each_role_names_its_served_model_and_the_rest_name_the_base_model(upstr
                          "What is 2 + 3? (2)": "verifier-lora"}
     config = OpenAIBackendConfig(base_url=up.url, model="m", role_models={"judge": "j"})
     assert hash(config) == hash(OpenAIBackendConfig(base_url=up.url, model="m", role_models={"judge": "j"}))
+    assert len({hash(OpenAIBackendConfig(base_url=up.url, model="m", role_models={"judge": j})) for j in "abcd"}) == 4
     with pytest.raises(ValueError, match="role_models"):
         OpenAIBackendConfig(model="m", role_models={"critic": "x"})  # not a role tts has
+    gen.close()
+
+
+def test_a_served_name_the_server_lacks_is_named_with_the_role_models(upstream_factory):
+    up = upstream_factory(lambda i: "404")
+    gen = _gen(up.url, role_models={"judge": "judge-lora", "verifier": "judge-lora"})
+    with pytest.raises(BackendError, match=r"does not serve model 'm' or one of role_models \['judge-lora'\] \("):
+        gen.generate(_requests(1, n=1))
     gen.close()

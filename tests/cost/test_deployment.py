@@ -197,3 +197,19 @@ def test_the_eval_table_prices_gpu_seconds_as_the_engine_is_deployed(tmp_path):
                         cost_model_for("smollm2-135m", "h100", tensor_parallel=2, quantization="awq"))
     assert why is None and awq[label].cost.gpu_seconds == pytest.approx(want[label].cost.gpu_seconds, rel=1e-12)
     assert awq[label].cost.weight_bytes < plain[label].cost.weight_bytes
+
+
+def test_an_allocators_pricer_prices_the_deployment_it_is_given():
+    from tts.budgets.pricing import make_pricer
+    from tts.config import AllocationConfig
+    from tts.eval.allocated import _pricer
+    from tts.types import RequestShape, Usage
+
+    usage = Usage(prompt_tokens=50, completion_tokens=400, calls=1, shapes=(RequestShape(50, 0, (100,) * 4, 4, None),))
+    want = _priced(usage, tensor_parallel=2, quantization="fp8").gpu_seconds
+    assert make_pricer("gpu_seconds", "smollm2-135m", deployment={"tensor_parallel": 2, "quantization": "fp8"}
+                       ).usage(usage) == pytest.approx(want, rel=1e-12)
+    alloc = AllocationConfig(budget=1.0, unit="gpu_seconds")
+    assert _pricer(alloc, "smollm2-135m", {"tensor_parallel": 2, "quantization": "fp8"})(usage) == pytest.approx(
+        want, rel=1e-12)
+    assert _pricer(alloc, "smollm2-135m")(usage) == pytest.approx(_priced(usage).gpu_seconds, rel=1e-12)
