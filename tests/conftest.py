@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# LiteLLM fetches its price table from GitHub when imported, unless this is set (tts sets it before
+# its own imports; a framework the tests load may import LiteLLM first: the whole collection did).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 if os.environ.get("TTS_MUTATION"):
