@@ -13,12 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.verifiers.test_prm_remote import QUESTION, STEPS, FakePoolingServer, Responder
+from tests.verifiers.test_prm_remote import QUESTION, STEPS, _item, server  # noqa: F401  (server: the fake-server fixture)
 from tts.backends.base import BackendError
 from tts.config import parse_verifier_config
-from tts.types import Problem
 from tts.verifiers import rm as rm_module
-from tts.verifiers.base import VerifyItem
 from tts.verifiers.prm import _load_tokenizer
 from tts.verifiers.rm import RM_ADAPTERS, RMAdapter, RMVerifier, RMVerifierConfig, get_rm_adapter
 
@@ -40,21 +38,6 @@ def _tokenizer_loaded_once(monkeypatch):
                         _load_once(path, bool(local)))
 
 
-@pytest.fixture
-def server():
-    servers: list[FakePoolingServer] = []
-
-    def start(respond: Responder) -> FakePoolingServer:
-        servers.append(FakePoolingServer(respond))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
-def _item(steps: tuple[str, ...], pid: str = "p") -> VerifyItem:
-    return VerifyItem(Problem(pid, QUESTION), tuple(steps))
 
 
 
