@@ -91,7 +91,7 @@ def _session(backend: str | Mapping[str, Any], generator: Any) -> tuple[Any, boo
     from tts.config import BackendConfig
     from tts.registry import BACKENDS
     from tts.session import Session
-    from tts.session.errors import SettingsError, settings_line
+    from tts.config import SettingsError, settings_line
 
     if generator is not None:
         return Session(generator=generator), True

@@ -340,7 +340,7 @@ def test_tts_serve_passes_engine_settings_to_the_vllm_backend(monkeypatch):
 
 def test_tts_solve_refuses_an_unknown_engine_argument_before_any_engine_starts(monkeypatch):
     import tts
-    from tts.session.errors import SettingsError
+    from tts.config import SettingsError
 
     if vllm_engine_fields() is None:
         pytest.skip("vLLM is not installed here: names are not checked")

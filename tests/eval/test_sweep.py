@@ -160,6 +160,16 @@ def test_a_live_sweep_on_the_scripted_backend_runs_the_grid_and_resumes(tmp_path
     assert (tmp_path / "live").is_dir()
     r = _sweep(*args)
     assert "0 cells computed, 4 resumed" in r.output
+    # An n added to the grid: only its cells run, in a run directory of their own (the first one holds
+    # the other configs, and resuming a run with other configs is refused); then all resume.
+    wider = [a if a != "1,4" else "1,4,8" for a in args]
+    r = _sweep(*wider)
+    assert r.exit_code == 0, r.output
+    assert "2 cells computed, 4 resumed" in r.output
+    assert {c.config for c in read_cells(tmp_path)} >= {"self_consistency@8", "best_of_n@8"}
+    first, added = sorted(p.name for p in (tmp_path / "live").iterdir())
+    assert first == "smollm2-135m-seed0" and added.startswith("smollm2-135m-seed0-")
+    assert "0 cells computed, 6 resumed" in _sweep(*wider).output
 
 
 def test_plot_writes_png_svg_and_a_self_contained_html_report(small_pool, tmp_path):

@@ -214,7 +214,7 @@ def test_a_session_on_the_scripted_backend_answers_questions_it_was_not_built_fo
 
 
 def test_a_bad_n_on_a_session_is_one_line_naming_the_setting():
-    from tts.session.errors import SettingsError
+    from tts.config import SettingsError
 
     with Session(generator=ScriptedGenerator()) as s:
         with pytest.raises(SettingsError) as err:

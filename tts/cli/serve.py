@@ -255,7 +255,7 @@ def stop_flag(value: str | None) -> dict[str, Any] | None:
     from pydantic import ValidationError
 
     from tts.config import StopConfig
-    from tts.session.errors import settings_line
+    from tts.config import settings_line
 
     try:
         parsed = yaml.safe_load(value)

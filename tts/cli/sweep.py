@@ -204,8 +204,8 @@ def _print_cells(result: Any, console: Any) -> None:
                       "–" if tokens is None else _compact(tokens), "–" if usd is None else f"{usd:.2g}")
     console.print(table)
     gpu = result.cells[0].gpu if result.cells else ""
-    console.print(f"/pb: per problem; $: predicted {gpu} seconds x its price. {result.computed} cells computed, "
-                  f"{result.resumed} resumed.")
+    console.print(f"/pb: per problem; $: predicted {gpu} seconds x its price. {result.computed} "
+                  f"{'cell' if result.computed == 1 else 'cells'} computed, {result.resumed} resumed.")
     if result.unpriced:
         console.print(f"no FLOPs/seconds/$ for {', '.join(result.unpriced)}: unknown architecture (give --arch "
                       "NAME=ARCH) or no token counts in the pool.")

@@ -27,6 +27,7 @@ settings (a stored cell summarises the problems its settings chose, not those of
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -45,6 +46,7 @@ from tts.benchmarks.append_log import read_append_log
 from tts.benchmarks.pool_draws import RULES, rule_name
 from tts.config import StrategyConfigBase, parse_strategy_config
 from tts.eval.labels import config_line
+from tts.eval.store import MANIFEST as RUN_MANIFEST
 
 logger = logging.getLogger(__name__)
 
@@ -487,7 +489,10 @@ def _cost_model(model: str, spec: SweepSpec) -> Any:
 def _pool_costs(cost_model: Any, tokens: np.ndarray, mask: np.ndarray, n: int, prompt: int,
                 concurrency: int | None = None) -> tuple[float, ...]:
     """Per-problem mean FLOPs, eFLOPs and GPU-seconds of n samples of each problem's mean length."""
-    means = np.where(mask.any(axis=1), np.nanmean(np.where(mask, tokens, np.nan), axis=1), 0.0)
+    valid = mask & ~np.isnan(tokens)
+    counts = valid.sum(axis=1)
+    totals = np.where(valid, tokens, 0.0).sum(axis=1)  # a problem with no sample counts 0 tokens, without numpy's warning
+    means = np.divide(totals, counts, out=np.zeros(len(counts)), where=counts > 0)
     costs = [cost_model.cost_request(prompt, [max(1, int(round(m)))] * n, concurrency=concurrency)
              for m in means]
     return (float(np.mean([c.flops for c in costs])), float(np.mean([c.eflops for c in costs])),
@@ -547,7 +552,7 @@ def _slug(text: str) -> str:
 def live_eval_config(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase] | None = None) -> Any:
     """The ``tts eval`` config of a live unit: the sweep's eval settings, the unit's model and seed
     (the run seed, hence the engine seed), its strategy configs; the backend defaults to vLLM."""
-    from tts.config import EvalConfig
+    from tts.config import EvalConfig, settings_line
 
     if configs is None:
         configs = [c for c in spec.configs() if c.label in unit.configs]
@@ -557,7 +562,31 @@ def live_eval_config(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConf
         return EvalConfig.model_validate({**base, "backend": backend, "seed": unit.seed,
                                           "strategies": [c.model_dump(mode="json") for c in configs]})
     except ValueError as exc:
-        raise SweepError(f"the live settings do not make a valid tts eval config: {exc}") from None
+        raise SweepError(settings_line(exc, "the live settings do not make a valid tts eval config")) from None
+
+
+def live_run_dir(out: Path, unit: Unit, cfg: Any) -> Path:
+    """Where a live unit's ``tts eval`` run goes: ``live/MODEL-seedS``, or, where that directory holds a
+    run of other strategy configs (an earlier sweep of this grid before an n or a strategy was
+    added), ``live/MODEL-seedS-DIGEST`` named by the configs this run computes.
+
+    A run directory holds one set of configs (resuming it with others is refused), and the cells of
+    the earlier run are already stored, so only the added configs run, in a directory of their own;
+    an interrupted run of the same configs finds its directory again and resumes.
+    """
+    base = out / "live" / f"{_slug(unit.model)}-seed{unit.seed}"
+    strategies = cfg.model_dump(mode="json")["strategies"]
+    manifest = base / RUN_MANIFEST
+    if not manifest.exists():
+        return base
+    try:
+        held = json.loads(manifest.read_text()).get("config", {}).get("strategies")
+    except (OSError, ValueError):
+        return base  # unreadable: the run's own check says what is wrong with it
+    if held == strategies:
+        return base
+    digest = hashlib.sha256(json.dumps(strategies, sort_keys=True).encode()).hexdigest()[:8]
+    return base.with_name(f"{base.name}-{digest}")
 
 
 def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBase], out: Path,
@@ -568,7 +597,7 @@ def _live_cells(spec: SweepSpec, unit: Unit, configs: Sequence[StrategyConfigBas
 
     cost_model = _cost_model(unit.model, spec)
     cfg = live_eval_config(spec, unit, configs)
-    result = run_eval(cfg, out / "live" / f"{_slug(unit.model)}-seed{unit.seed}", generator=generator)
+    result = run_eval(cfg, live_run_dir(out, unit, cfg), generator=generator)
     by_label = {s.config: s for s in result.summaries}
     ledger = price_usages(((r.config, r.usage) for r in result.rows), cost_model) if cost_model else {}
     cells = []

@@ -349,7 +349,7 @@ def _server_class(accepted: tuple[str, ...]) -> type:
     from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from pydantic import ValidationError
 
-    from tts.session.errors import settings_line
+    from tts.config import settings_line
 
     class SolveServer(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:

@@ -4,7 +4,7 @@ and the question that goes with them.
 :meth:`tts.session.Session.solve` checks its inputs here, and :func:`tts.solve`, ``tts mcp`` and
 ``tts serve`` check theirs with the same functions before they start an engine or spend compute,
 so one input gets one answer in every entry point. Every error is one line that names the setting
-or field and says what to change (a :class:`~tts.session.errors.SettingsError` or a
+or field and says what to change (a :class:`~tts.config.SettingsError` or a
 :class:`~tts.backends.chat.ChatInputError`, both ``ValueError``).
 
 The question and the conversation: with ``messages``, the question is the last user message that
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tts.backends.chat import ChatInputError, check_tools, messages_from_openai
-from tts.session.errors import SettingsError, settings_line
+from tts.config import SettingsError, settings_line
 
 TOOL_CHOICES = ("none", "auto", "required")
 """The ``tool_choice`` words OpenAI's API takes (or an object naming one function)."""

@@ -29,7 +29,7 @@ from tts.prompts import chat_prompt, extract_options, named_prompt
 from tts.budgets.pricing import ComputeBudget, Pricer
 from tts import tracing
 from tts.session import inputs
-from tts.session.errors import SettingsError, settings_line
+from tts.config import SettingsError, settings_line
 from tts.types import Budget, Problem, Sample, Solution
 
 logger = logging.getLogger(__name__)

@@ -203,10 +203,10 @@ def test_a_model_entry_is_the_runs_backend_with_that_model_or_its_own_settings()
     assert (mapped.model, mapped.seed, mapped.accuracy) == ("m2", 7, 0.85)
     other = backend_config({"kind": "openai", "model": "gpt", "base_url": "http://x/v1"}, policy)
     assert (other.kind, other.model, other.base_url) == ("openai", "gpt", "http://x/v1")  # a whole config of its own
-    with pytest.raises(StrategyInputError, match=r"^ab_mcts: model 'm': 1 validation error for .* accuracy Input should "
-                                                 r"be a valid number") as refused:
+    with pytest.raises(StrategyInputError) as refused:
         backend_config({"model": "m", "accuracy": "lots"}, policy)
-    assert "\n" not in str(refused.value)
+    assert str(refused.value) == ("ab_mcts: model 'm': accuracy='lots' is refused (input should be a valid number, "
+                                  "unable to parse string as a number); change accuracy")  # one line, no pydantic URL
     tiny = ScriptedGenerator.for_problems(_problems(1), seed=5, model_name="tiny")
     settings = backend_config({"name": "s", "accuracy": 0.85}, tiny)  # no model: the run's
     assert (settings.model, settings.seed, settings.accuracy) == ("tiny", 5, 0.85)

@@ -65,6 +65,7 @@ from tts.config import (
     VerifierConfig,
     changed_settings,
     setting_text,
+    settings_line,
 )
 from tts.search.base import BudgetUse, ExtractFn, PromptFn, StrategyInputError, VerifierStrategy, solution_item, to_sample
 from tts.types import Budget, Problem, Sample, Solution, Trace, Usage
@@ -307,7 +308,7 @@ def backend_config(entry: str | Mapping[str, Any], policy: Generator) -> BaseMod
     try:
         return TypeAdapter(BackendConfig).validate_python(data)
     except ValueError as exc:
-        raise StrategyInputError(f"ab_mcts: model {_model_name(entry)!r}: {' '.join(str(exc).split())}") from None
+        raise StrategyInputError(settings_line(exc, f"ab_mcts: model {_model_name(entry)!r}")) from None
 
 
 class ABMCTS(VerifierStrategy):
