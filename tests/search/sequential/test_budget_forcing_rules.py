@@ -110,6 +110,19 @@ def test_a_forced_answer_has_its_open_braces_closed():
     assert _close_braces("\\boxed{\\frac{1}{2}") == "\\boxed{\\frac{1}{2}}" and _close_braces("{4}}") == "{4}}"
 
 
+def test_an_unforced_answer_cut_at_answer_tokens_has_its_braces_closed_and_a_finished_one_is_read_as_written():
+    def cut_answer(req):
+        if "</think>" not in req.continuation:
+            return [_think("a b ", 3)]  # the thought ends by itself: no forcing
+        return Completion("\nSo \\boxed{\\frac{1}{2}", 32, finish_reason="length")
+    [sol] = _forcing(FunctionGenerator(cut_answer, model_name="thinker")).solve([PROBLEM])
+    assert sol.answer == "\\frac{1}{2}" and sol.trace.samples[0].finish_reason == "length"
+    assert sol.trace.events == {}  # not forced
+    gen = _model([_think("a b ", 3)], lambda head: "\nSo \\boxed{\\frac{1}{2}")  # ended with eos, not cut: as written
+    [sol] = _forcing(gen).solve([PROBLEM])
+    assert sol.answer == "{\\frac{1}{2}"  # the box as the model left it
+
+
 # --- the engine path -----------------------------------------------------------------------------------
 
 

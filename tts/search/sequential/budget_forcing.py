@@ -166,7 +166,8 @@ class _Thought:
 
 
 def _close_braces(text: str) -> str:
-    """Close the braces a forced answer left open (``\\boxed{\\frac{1}{2}`` -> ``...}}``)."""
+    """Close the braces a forced answer, or one cut at ``answer_tokens``, left open
+    (``\\boxed{\\frac{1}{2}`` -> ``...}}``): read unclosed, the box gives ``{\\frac{1}{2}``."""
     return text + "}" * max(text.count("{") - text.count("}"), 0)
 
 
@@ -313,7 +314,8 @@ class BudgetForcing(Strategy):
             forced = self._forced(t)
             reply = (c.answer_prefix if forced else "") + comp.text
             t.segments.append({"kind": "answer", "text": reply, "tokens": comp.completion_tokens})
-            sample = Sample(text=head + comp.text, answer=self.extract(_close_braces(reply) if forced else reply),
+            cut = forced or comp.finish_reason == "length"  # an answer cut at answer_tokens left its braces open too
+            sample = Sample(text=head + comp.text, answer=self.extract(_close_braces(reply) if cut else reply),
                             completion_tokens=t.tokens + comp.completion_tokens,
                             finish_reason="forced" if forced else comp.finish_reason)
             samples[t.problem].append((sample, t))
