@@ -16,7 +16,11 @@ from tests.fakes import save_tiny_llama
 from tts.backends.base import GenerationRequest, Message
 from tts.config import SamplingConfig, VLLMBackendConfig
 
-pytestmark = pytest.mark.slow
+# Its own engine (a tiny random model with think tokens), beside the session's shared one: outside
+# `make test` (one engine per session there), run with -m heavy. The backend's split of a capped
+# thought and budget forcing's one-request path are tested on fakes in test_thinking.py and
+# test_budget_forcing_engine.py; this file is the check that vLLM's own budget does what they assume.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 ASK = (Message("user", "What is 6 * 7?"),)
 

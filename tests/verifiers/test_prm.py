@@ -316,10 +316,11 @@ def test_closing_stops_the_engine_and_gives_its_memory_back(prm):
     prm.close()  # twice is harmless
 
 
-# --- an LM-head PRM (Math-Shepherd layout) on vLLM-CPU (slow, its own engine, after the above) --
+# --- an LM-head PRM (Math-Shepherd layout) on vLLM-CPU (heavy: its own engine, after the above) -
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # a second PRM engine of its own: outside `make test`, run with -m heavy
 def test_lm_label_prm_scores_are_the_softmax_over_the_two_labels_at_each_tag(tiny_label_lm):
     pytest.importorskip("vllm")
     import torch
