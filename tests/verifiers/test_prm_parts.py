@@ -9,8 +9,11 @@ server of tests/verifiers/test_prm_remote.py, and the messages' tokenizers are h
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
+import shutil
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,29 +44,44 @@ from tts.verifiers.prm_adapters import (
 TAG = "<extra_0>"
 
 
-@pytest.fixture(scope="module")
-def prm_dir(tmp_path_factory) -> Path:
+_DIRS: dict[str, Path] = {}
+
+
+def _saved(kind: str) -> Path:
+    """Save a tokenizer (and a config.json without weights) once per process, in a folder of its own.
+
+    A module-level cache rather than a module-scoped fixture: mutmut runs the tests of each mutant
+    in a fork of one process that already ran them, so a folder made once (and the tokenizers read
+    from it, kept in ``_CACHE``) serves every mutant instead of being rebuilt for each."""
+    if kind in _DIRS and _DIRS[kind].is_dir():
+        return _DIRS[kind]
+    from transformers import LlamaConfig, Qwen2Config
+
+    out = Path(tempfile.mkdtemp(prefix=f"tts-{kind}-"))
+    atexit.register(shutil.rmtree, out, True)
+    if kind == "prm":  # <extra_0> as a special token, a Qwen2 PRM's config
+        tokenizer = _small_tokenizer(TAG, special=True)
+        config = Qwen2Config(vocab_size=len(tokenizer), architectures=["Qwen2ForProcessRewardModel"], num_labels=2,
+                             **TINY)
+    else:  # "ки" added, a Llama causal LM's config
+        tokenizer = _small_tokenizer("ки", special=False)
+        config = LlamaConfig(vocab_size=len(tokenizer), architectures=["LlamaForCausalLM"], **TINY)
+    tokenizer.save_pretrained(out)
+    config.save_pretrained(out)
+    _DIRS[kind] = out
+    return out
+
+
+@pytest.fixture
+def prm_dir() -> Path:
     """The small model's tokenizer with <extra_0> as a special token, and a Qwen2 PRM config.json (no weights)."""
-    from transformers import Qwen2Config
-
-    tokenizer = _small_tokenizer(TAG, special=True)
-    out = tmp_path_factory.mktemp("prm-tokenizer")
-    tokenizer.save_pretrained(out)
-    Qwen2Config(vocab_size=len(tokenizer), architectures=["Qwen2ForProcessRewardModel"], num_labels=2,
-                **TINY).save_pretrained(out)
-    return out
+    return _saved("prm")
 
 
-@pytest.fixture(scope="module")
-def label_dir(tmp_path_factory) -> Path:
+@pytest.fixture
+def label_dir() -> Path:
     """The small model's tokenizer with "ки" added, and a Llama causal-LM config.json (no weights)."""
-    from transformers import LlamaConfig
-
-    tokenizer = _small_tokenizer("ки", special=False)
-    out = tmp_path_factory.mktemp("label-tokenizer")
-    tokenizer.save_pretrained(out)
-    LlamaConfig(vocab_size=len(tokenizer), architectures=["LlamaForCausalLM"], **TINY).save_pretrained(out)
-    return out
+    return _saved("label")
 
 
 REAL_LOAD = prm_module._load_tokenizer
