@@ -245,6 +245,8 @@ def test_a_failing_chat_template_is_named_with_its_error():
         wrap_prompt("mine", None, "", "q?", "a", ChatTokenizer(broken))
     assert str(err.value) == ("Adapter 'mine' uses the tokenizer's chat template (template: null), which failed: no "
                               "template. Give the adapter a template string with {question} and {solution}.")
+    with pytest.raises(AdapterError, match=r"^Adapter 'named' uses the tokenizer's chat template"):
+        PRMAdapter(name="named", head="token_classify", step_tag="<t>").render("q?", ("a",), ChatTokenizer(broken))
 
 
 def test_prompt_templates_need_question_and_solution_and_nothing_but_system():
@@ -256,6 +258,14 @@ def test_prompt_templates_need_question_and_solution_and_nothing_but_system():
             check_prompt_template(bad)
         assert str(err.value) == (f"template {bad!r} must hold {{question}} and {{solution}} (and may hold "
                                   "{system}); or set template to null to use the tokenizer's chat template")
+    # The solution twice: refused (it rendered the second copy as tts's internal marker, NUL bytes
+    # and all, into the prompt the PRM read).
+    for twice in ("{question}\n{solution}\nAgain: {solution}", "{solution}{question}{solution}{solution}"):
+        with pytest.raises(ValueError) as err:
+            check_prompt_template(twice)
+        assert str(err.value) == (f"template {twice!r} holds {{solution}} {twice.count('{solution}')} times; write "
+                                  "it once (each step is scored at its tag in the one solution)")
+    check_prompt_template("{question} {question} {system} {system} {solution}")  # the others may repeat
     with pytest.raises(ValueError) as err:
         check_prompt_template("{question")
     assert str(err.value) == ("template '{question' is not a valid format string (expected '}' before end of "
@@ -329,7 +339,7 @@ class PieceTokenizer:
 
     def encode(self, text, add_special_tokens=True):
         assert add_special_tokens is False
-        return [self.VOCAB.index(w) + 10 for w in text.split(" ")]
+        return [self.VOCAB.index(w) + 10 for w in text.split(" ") if w]
 
     def decode(self, ids):
         return " ".join(self.VOCAB[i - 10] for i in ids)
@@ -357,8 +367,15 @@ def test_resolving_looks_up_the_tag_and_the_labels_and_names_what_is_not_one_tok
         "PRM adapter 'lab': the bad label 'good step' is not one token of the tokenizer of the model; it tokenises "
         "to 2 tokens ['good', 'step'] (ids [13, 14]). Set adapter bad_label to a single token of this tokenizer, or "
         "use the adapter of this model's family (math-shepherd, math-shepherd-card, qwen2.5-math-prm).")
-    with pytest.raises(AdapterError, match=r"the good label 'good step' .* Set adapter good_label to"):
-        resolve_adapter(labels.model_copy(update={"good_label": "good step"}), tok)
+    for field in ("good_label", "bad_label"):  # an empty label is no token at all
+        with pytest.raises(AdapterError) as err:
+            resolve_adapter(labels.model_copy(update={field: ""}), tok)
+        what = field.replace("_", " ")
+        assert str(err.value).startswith(f"PRM adapter 'lab': the {what} '' is not one token of the tokenizer of the "
+                                         f"model; it tokenises to 0 tokens [] (ids []). Set adapter {field} to a")
+    with pytest.raises(AdapterError, match=r"the good label 'good step' is not one token of the tokenizer of m/y; "
+                       r".* Set adapter good_label to"):
+        resolve_adapter(labels.model_copy(update={"good_label": "good step"}), tok, "m/y")
 
 
 def test_the_pooler_settings_read_the_tag_and_for_labels_build_the_head_from_bad_then_good():
@@ -406,6 +423,9 @@ class CharTokenizer:
     def convert_ids_to_tokens(self, ids):
         return ["T!" if i == 999 else chr(i) for i in ids]
 
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages)
+
 
 def _resolved(template: str = "{question}|{solution}", **fields) -> ResolvedAdapter:
     adapter = PRMAdapter(name="chars", head="token_classify", step_tag="T", template=template, **fields)
@@ -430,6 +450,13 @@ def test_a_tag_that_merges_with_its_neighbour_is_refused_showing_the_tokens_arou
         "the adapter's step_template so the tag stands apart from the step text (e.g. '{step} {tag}').")
     with pytest.raises(BackendError, match="after step 2 did not stay"):
         encode_item(_resolved(template="{question}|{solution}!"), tok, "Q", ("x", "y"))
+
+
+def test_a_chat_template_adapter_is_rendered_by_the_tokenizer_it_is_given():
+    tok = CharTokenizer()
+    ids, rows = encode_item(_resolved(template=None, system="S"), tok, "Q", ("a", "b"))
+    assert ids == [ord(c) for c in "<system>S<user>Q<assistant>aTbT"] and rows == [0, 1]
+    assert tok.calls == [{"add_special_tokens": False, "return_offsets_mapping": True}]
 
 
 def test_a_slow_tokenizer_needs_one_tag_per_step():
@@ -542,6 +569,23 @@ def test_the_in_process_engine_gets_the_adapters_pooling_settings(prm_dir, label
     assert kwargs["pooler_config"].step_tag_id == tok.convert_tokens_to_ids("ки") and gpu.on_gpu
 
 
+def test_loading_checks_the_adapter_and_the_architecture_of_the_model_it_reads(prm_dir, monkeypatch):
+    checked = []
+    real = prm_module._check_architecture
+    monkeypatch.setattr(prm_module, "_check_architecture", lambda path, local, head: checked.append(
+        (path, local, head)) or real(path, local, head))
+    _in_process(monkeypatch, prm_dir, lambda ids: [])
+    PRMVerifier(PRMVerifierConfig(model="served", backend={"kind": "openai", "tokenizer": str(prm_dir)})).close()
+    assert checked == [(str(prm_dir), True, "token_classify")] * 2  # both read offline: a local directory
+    # A tag that is not one token: the message names the model whose tokenizer was read.
+    odd = {"head": "token_classify", "step_tag": "<no such tag>"}
+    with pytest.raises(AdapterError, match=rf"is not one token of the tokenizer of {prm_dir}; "):
+        _in_process(monkeypatch, prm_dir, lambda ids: [], adapter=odd)
+    with pytest.raises(AdapterError, match=rf"is not one token of the tokenizer of {prm_dir}; "):
+        PRMVerifier(PRMVerifierConfig(model="served", adapter=odd,
+                                      backend={"kind": "openai", "tokenizer": str(prm_dir)}))
+
+
 def test_a_head_that_cannot_fit_the_model_is_refused_before_the_engine_starts(label_dir, prm_dir, monkeypatch):
     with pytest.raises(BackendError, match=r"is a causal LM \(LlamaForCausalLM\)"):
         _in_process(monkeypatch, label_dir, lambda ids: [], adapter={"head": "token_classify", "step_tag": "ки"})
@@ -572,6 +616,8 @@ def test_each_step_scores_the_good_class_at_its_own_tag_in_one_engine_call(prm_d
                 shape.model) == (len(ids), 5, (), 2, str(prm_dir))
         assert score.usage.calls == 1 and score.invalid == 0
     assert sent[1][1] == [1, 2]  # the tag in the step's text is not the step's
+    text = prm.tokenizer.decode(sent[0][0])  # the item's question and steps, each step followed by its tag
+    assert f"user\n{QUESTION}<|im_end|>" in text and f"{STEPS[0]}{TAG}{STEPS[1]}{TAG}<|im_end|>" in text
     # The engine call's 3 seconds, shared by prompt length.
     n0, n2 = len(sent[0][0]), len(sent[1][0])
     assert scores[0].usage.wall_seconds == pytest.approx(3.0 * n0 / (n0 + n2))
@@ -646,6 +692,15 @@ def test_rows_that_do_not_fit_the_tags_are_a_clear_error(prm_dir, monkeypatch, r
         "rows of more than 1 columns. Check that the adapter ('qwen2.5-math-prm') is the one of this model.")
 
 
+def test_an_engine_answering_one_number_per_tag_instead_of_rows_is_refused(prm_dir, monkeypatch):
+    tag = _tag_id(prm_dir)
+    prm, _, _ = _in_process(monkeypatch, prm_dir, lambda ids: [0.5 for t in ids if t == tag])
+    with pytest.raises(BackendError) as err:
+        prm.score([_item(STEPS[:2])])
+    assert str(err.value).startswith("The PRM engine returned 2 score rows of width [0] for item 0, which has 2 step "
+                                     "tags; expected 2 rows of more than 1 columns.")
+
+
 def test_rows_of_two_widths_are_refused_on_a_server(prm_dir, server):
     srv = server(lambda body: (200, {"data": [{"index": 0, "data": [[0.5], [0.5, 0.5]]}]}, {}))
     with PRMVerifier(PRMVerifierConfig(model="served", backend={"kind": "openai", "base_url": srv.base_url,
@@ -679,7 +734,8 @@ def test_closing_the_engine_and_what_a_closed_verifier_says(prm_dir, monkeypatch
     with caplog.at_level(logging.INFO, logger="tts.verifiers.prm"):
         with prm:
             pass
-        prm.close()
+        assert [r.getMessage() for r in caplog.records] == [f"PRM engine for {prm_dir} closed"]
+        prm.close()  # nothing left to close: nothing logged
     assert closed == [("_llm", True), ("_llm", True)] and prm.closed
     assert [r.getMessage() for r in caplog.records] == [f"PRM engine for {prm_dir} closed"]
     assert repr(prm) == f"PRMVerifier({str(prm_dir)!r}, 'qwen2.5-math-prm', in process, closed)"
@@ -706,8 +762,9 @@ def test_on_a_server_the_tokenizer_is_the_backends_or_the_served_name(prm_dir, s
     assert str(err.value) == (f"This PRM verifier ({prm_dir}) scores on the server at {srv.base_url} and has no "
                               "engine in this process.")
     prm.close()
+    assert prm.closed and prm._client is None and prm._llm is None
     prm.close()  # twice is harmless
-    assert prm.closed and prm._client is None
+    assert prm.closed
     assert repr(prm) == f"PRMVerifier({str(prm_dir)!r}, 'qwen2.5-math-prm', {srv.base_url}, closed)"
     LOADS.clear()
     named = PRMVerifier(PRMVerifierConfig(model="served-name", backend={
@@ -727,3 +784,5 @@ def test_on_a_server_a_long_item_is_the_servers_to_refuse(prm_dir, server):
         prm.config = prm.config.model_copy(update={"max_model_len": 64})
         [score] = prm.score([long_item])
     assert len(score.step_scores) == 12 and score.usage.shapes[0].model == str(prm_dir)
+    # A server reports no cached prompt tokens for a pooling request: none are counted.
+    assert score.usage.cached_prompt_tokens == 0 and score.usage.shapes[0].cached_prompt_tokens == 0
