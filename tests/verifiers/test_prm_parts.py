@@ -175,14 +175,15 @@ def test_engine_settings_with_a_server_are_refused_by_name_in_their_order():
 
 
 def test_render_solution_places_each_tag_and_reports_its_span():
-    card = PRMAdapter(head="lm_labels", step_tag="ки", step_separator="\n", step_template="Step {index}: {step} {tag}",
-                      good_label="+", bad_label="-")
+    card = PRMAdapter(head="lm_labels", step_tag="ки", step_separator="\n",
+                      step_template="Step {index}: {step} {tag}", good_label="+", bad_label="-")
     text, spans = card.render_solution(("a", "bb"))
     assert text == "Step 1: a ки\nStep 2: bb ки" and spans == [(10, 12), (24, 26)]
     # Text after the tag and a separator of more than one character: the spans stay on the tag.
-    tail = PRMAdapter(head="token_classify", step_tag="T", step_separator="||", step_template="[{index}] {step} {tag} end")
+    tail = PRMAdapter(head="token_classify", step_tag="T", step_separator="||",
+                      step_template="[{index}] {step} {tag} end")
     text, spans = tail.render_solution(("x", "y", "z"))
-    assert text == "[1] x T end||[2] y T end||[3] y T end".replace("[3] y", "[3] z")
+    assert text == "[1] x T end||[2] y T end||[3] z T end"
     assert spans == [(6, 7), (19, 20), (32, 33)] and {text[a:b] for a, b in spans} == {"T"}
     # A step that writes the tag itself: the span is the one the template adds.
     text, spans = tail.render_solution(("T T",))
@@ -283,7 +284,8 @@ def test_an_adapters_fields_are_checked_with_messages_that_say_what_to_change():
                 "'Step {index}: {step} {tag}'") in refused(head="token_classify", step_tag="<t>",
                                                             step_template=template)
     assert PRMAdapter(head="token_classify", step_tag="<t>", step_template="{index}. {step}{tag}").name == "custom"
-    assert "must hold {question} and {solution}" in refused(head="token_classify", step_tag="<t>", template="{question}")
+    assert "must hold {question} and {solution}" in refused(head="token_classify", step_tag="<t>",
+                                                            template="{question}")
     for labels in ({"good_label": "+"}, {"bad_label": "-"}):
         assert ("good_label/bad_label are read only by head lm_labels; remove them or set head: lm_labels"
                 in refused(head="token_classify", step_tag="<t>", **labels))
