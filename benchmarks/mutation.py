@@ -57,6 +57,9 @@ EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 
 # Module (under tts/) -> the narrowest tests that cover it. mutmut then runs, per mutant, only
 # those of these tests that call the mutated function.
+PRM_PARITY = [f"tests/parity/test_prm_and_aggregation.py::test_{name}" for name in (
+    "qwen25_math_prm_reads_the_references_bytes", "math_shepherd_reads_the_references_bytes",
+    "the_model_cards_math_shepherd_layout_stays_a_setting")]
 MODULES: dict[str, list[str]] = {
     "answers/equivalence": ["tests/answers/test_key_comparisons.py", "tests/answers/test_answers.py",
                             "tests/answers/test_key_properties.py",
@@ -219,10 +222,11 @@ MODULES: dict[str, list[str]] = {
     "verifiers/confidence": ["tests/verifiers/test_confidence.py", "tests/verifiers/test_confidence_edges.py",
                              "tests/parity/test_verifiers_misc.py"],
     "verifiers/judge": ["tests/verifiers/test_judge.py", "tests/parity/test_judge_and_genrm.py"],
-    "verifiers/prm": ["tests/verifiers/test_prm.py", "tests/verifiers/test_prm_remote.py",
-                      "tests/parity/test_prm_and_aggregation.py"],
-    "verifiers/prm_adapters": ["tests/verifiers/test_prm.py", "tests/verifiers/test_prm_remote.py",
-                               "tests/parity/test_prm_and_aggregation.py"],
+    # Fakes and tokenizers only (test_prm_parts.py; test_rm.py shares the config and the prompt
+    # wrapping): test_prm.py and test_prm_remote.py build tiny random-weight models (~32 s) or start
+    # real engines, and the parity test on the real Qwen tokenizer takes 12 s.
+    "verifiers/prm": ["tests/verifiers/test_prm_parts.py", "tests/verifiers/test_rm.py"] + PRM_PARITY,
+    "verifiers/prm_adapters": ["tests/verifiers/test_prm_parts.py", "tests/verifiers/test_rm.py"] + PRM_PARITY,
     # On a fake pooling server with the small model's tokenizer (test_prm_remote.py builds a tiny PRM first).
     "verifiers/rm": ["tests/verifiers/test_rm.py"],
     "verifiers/self_certainty": ["tests/verifiers/test_self_certainty.py", "tests/parity/test_verifiers_misc.py"],

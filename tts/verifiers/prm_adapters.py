@@ -49,14 +49,18 @@ def _fields(template: str, what: str) -> list[str]:
 
 
 def check_prompt_template(template: str | None) -> None:
-    """Refuse a prompt template without ``{question}`` and ``{solution}`` or with other fields
-    (``{system}`` is allowed); None (the tokenizer's chat template) passes."""
+    """Refuse a prompt template without ``{question}`` and ``{solution}``, with other fields
+    (``{system}`` is allowed) or with ``{solution}`` more than once (the step tags are located in
+    one copy of the solution); None (the tokenizer's chat template) passes."""
     if template is None:
         return
     fields = _fields(template, "template")
     if "question" not in fields or "solution" not in fields or set(fields) - _PROMPT_FIELDS:
         raise ValueError(f"template {template!r} must hold {{question}} and {{solution}} (and may hold {{system}}); "
                          "or set template to null to use the tokenizer's chat template")
+    if fields.count("solution") > 1:
+        raise ValueError(f"template {template!r} holds {{solution}} {fields.count('solution')} times; write it once "
+                         "(each step is scored at its tag in the one solution)")
 
 
 class PRMAdapter(BaseModel):
