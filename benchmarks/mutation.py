@@ -50,6 +50,7 @@ import time
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
@@ -430,6 +431,10 @@ class Result:
     not_run: int = 0
     seconds: float = 0.0
     error: str | None = None
+    timed_out: list[str] = field(default_factory=list)
+    """Mutants counted killed because their tests ran past mutmut's limit. Usually a mutant that
+    loops; but a test that rebuilds something slow per run (a module-scoped fixture is rebuilt for
+    every mutant) times out on any mutant and would hide a survivor, so they are named."""
 
     @property
     def survival(self) -> float:
@@ -559,6 +564,8 @@ def run_mutants(work: Path, result: Result, timeout: float, known: dict[str, lis
         result.mutants += 1
         if status in KILLED:
             result.killed += 1
+            if status == "timeout":
+                result.timed_out.append(name)
         elif status in SURVIVED:
             entries = known.get(name, [])
             # An entry counts only while the mutant is still the one it describes (mutmut numbers
@@ -646,7 +653,16 @@ def review(base: str | None, timeout: float, shown: int, whole: bool = False) ->
         print(f"\n# {name} survived\n{only[name] or _diff(work, name)}")
     for name in result.survived[shown:]:
         print(f"# {name} survived")
+    _say_timeouts(result, sys.stdout)
     return 1 if result.survived or result.error else 0
+
+
+def _say_timeouts(result: Result, out: TextIO) -> None:
+    """Name the mutants counted killed by a timeout (see :attr:`Result.timed_out`)."""
+    if result.timed_out:
+        names = " ".join(result.timed_out[:20]) + (" ..." if len(result.timed_out) > 20 else "")
+        print(f"# {len(result.timed_out)} counted killed by a timeout (check that the tests are not just slow): {names}",
+              file=out)
 
 
 def main() -> None:
@@ -695,6 +711,7 @@ def main() -> None:
                       file=sys.stderr)
             for name in result.survived[args.diffs:]:
                 print(f"# {name} survived", file=sys.stderr)
+            _say_timeouts(result, sys.stderr)
     chosen = [saved[m] for m in (args.modules or MODULES) if m in saved]
     print(table(chosen))
 

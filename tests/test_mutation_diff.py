@@ -169,3 +169,25 @@ def test_tests_importing_finds_every_import_form(tmp_path):
 @pytest.mark.parametrize("hunk", ["@@ -1 +1 @@", "@@ -1,0 +2 @@", "@@ -3,2 +5,3 @@ def f():"])
 def test_every_hunk_header_form_is_read(hunk):
     assert md.changed_lines(f"+++ b/tts/x.py\n{hunk}\n")["tts/x.py"]
+
+
+def test_mutants_killed_by_a_timeout_are_counted_killed_and_named(tmp_path, monkeypatch, capsys):
+    """A timeout counts as a kill, but a test that is merely slow (a fixture rebuilt for every mutant)
+    times out on any mutant: the run names those mutants so that a reader can tell."""
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "benchmarks" / "mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mutation", mutation)
+    spec.loader.exec_module(mutation)
+    listing = "    tts.a.x_f__mutmut_1: killed\n    tts.a.x_f__mutmut_2: timeout\n    tts.a.x_f__mutmut_3: survived\n"
+
+    def fake_mutmut(work, *args, timeout=None):
+        return subprocess.CompletedProcess(args, 0, stdout=listing if args[0] == "results" else "", stderr="")
+
+    monkeypatch.setattr(mutation, "_mutmut", fake_mutmut)
+    only = {f"tts.a.x_f__mutmut_{k}": "-    return 1\n+    return 2\n" for k in (1, 2, 3)}
+    result = mutation.run_mutants(tmp_path, mutation.Result("a"), 60, {}, only)
+    assert (result.mutants, result.killed, result.survived) == (3, 2, ["tts.a.x_f__mutmut_3"])
+    assert result.timed_out == ["tts.a.x_f__mutmut_2"]
+    mutation._say_timeouts(result, sys.stdout)
+    assert capsys.readouterr().out == ("# 1 counted killed by a timeout (check that the tests are not just slow): "
+                                       "tts.a.x_f__mutmut_2\n")
