@@ -9,6 +9,7 @@ import math
 import pytest
 
 from tts.backends.confidence import CONFIDENCE_STOPPED
+from tts.search.base import StrategyInputError
 from tts.search.sampling.deepconf import DeepConf, DeepConfConfig, _Problem, consensus_share
 from tts.types import Problem, RequestShape, Sample, Usage
 
@@ -124,3 +125,118 @@ def test_a_problem_state_shares_only_among_its_voters():
     s.votes = [False, False, False]
     assert s.share("all") == 0.0
     assert math.isclose(_state([], [], n=1).share("answered"), 0.0)
+
+
+def test_each_request_carries_the_runs_sampling_top_k_logprobs_and_a_seed_of_its_problem_and_round():
+    from tts.backends.base import derive_seed
+    from tts.backends.confidence import ConfidenceStop
+    from tts.config import SamplingConfig
+
+    strategy = DeepConf(DeepConfConfig(n=8, top_k=5), generator=None, prompt=lambda p: [{"role": "user", "content": p.question}],
+                        sampling=SamplingConfig(temperature=0.6, top_p=0.8, max_tokens=99), seed=3)
+    stop = ConfidenceStop(1.5, 64, 5)
+    req = strategy._request(Problem("p1", "what?", "2"), 3, 5, stop)
+    assert (req.messages, req.n, req.temperature, req.top_p, req.max_tokens) == (
+        [{"role": "user", "content": "what?"}], 3, 0.6, 0.8, 99)
+    assert (req.logprobs, req.top_logprobs, req.key, req.confidence_stop) == (True, 5, "p1", stop)
+    # the seed of this problem after 5 traces: not the warm-up's (0 drawn), not another run seed's
+    assert req.seed == derive_seed(3, "p1", 5)
+    assert len({req.seed, strategy._request(Problem("p1", "what?", "2"), 3, 0, None).seed, derive_seed(4, "p1", 5)}) == 3
+
+
+class _Recorder:
+    """A generator that records its requests and answers each with ``n`` traces of the given answers
+    (cycled) whose every position has top log-probabilities ``top`` (so a known token confidence)."""
+
+    def __init__(self, answers=("7",), top=(-1.0, -3.0), length=4) -> None:
+        self.answers, self.top, self.length, self.requests = answers, top, length, []
+
+    def generate(self, requests):
+        from tts.backends.base import Completion, GenerationResult
+
+        self.requests.append(list(requests))
+        return [GenerationResult(tuple(Completion(f"\\boxed{{{self.answers[i % len(self.answers)]}}}", self.length,
+                                                  finish_reason="stop", token_top_logprobs=(self.top,) * self.length)
+                                       for i in range(r.n)), Usage(completion_tokens=self.length * r.n))
+                for r in requests]
+
+
+def test_a_missing_top_logprob_is_refused_with_the_whole_message_and_the_top_values_are_read_as_given():
+    from tts.backends.base import Completion
+    from tts.search.base import MissingLogprobsError
+
+    strategy = _strategy(top_k=5)
+    with pytest.raises(MissingLogprobsError) as e:
+        strategy._top(Problem("p7", "q", "1"), Completion("x", 1))
+    assert str(e.value) == (
+        "deepconf weighs traces by token confidence from the top-5 log-probabilities of every position, but a "
+        "trace of problem 'p7' came back without them. Unavailable on this backend: deepconf and the "
+        "self_certainty scorer (top logprobs per token); best_of_n, weighted_vote and the logprob scorer need at "
+        "least the sampled tokens' logprobs. Use a backend that returns top_logprobs (vLLM does; an "
+        "OpenAI-compatible server must support `top_logprobs`), or use self_consistency.")
+    top = ((-0.5, -1.0),)
+    assert strategy._top(Problem("p7", "q", "1"), Completion("x", 1, token_top_logprobs=top)) is top
+
+
+def test_a_budget_per_problem_caps_its_traces_and_a_wrong_count_of_budgets_is_refused():
+    from tts.types import Budget
+
+    gen = _Recorder()
+    strategy = DeepConf(DeepConfConfig(n=4, mode="offline"), generator=gen, prompt=lambda p: [])
+    problems = [Problem("a", "q", "7"), Problem("b", "q", "7")]
+    sols = strategy.solve(problems, [Budget(samples=2), None])
+    assert [r.n for r in gen.requests[0]] == [2, 4] and [s.answer for s in sols] == ["7", "7"]
+    assert [len(s.trace.samples) for s in sols] == [2, 4]
+    with pytest.raises(StrategyInputError) as e:
+        strategy.solve(problems, [Budget(samples=2)])
+    assert str(e.value) == "got 1 budgets for 2 problems; give one per problem"
+
+
+def test_online_draws_the_warm_up_then_the_rest_in_rounds_of_chunk_and_offline_draws_all_n_at_once():
+    problem = [Problem("a", "q", "7")]
+    for cfg, sizes in (({"n": 6, "warmup": 2}, [2, 4]), ({"n": 6, "warmup": 2, "chunk": 3}, [2, 3, 1]),
+                       ({"n": 20, "mode": "offline"}, [20]), ({"n": 4, "warmup": 2, "mode": "offline"}, [4])):
+        gen = _Recorder(answers=("7", "8"))
+        sols = DeepConf(DeepConfConfig(consensus=None, **cfg), generator=gen, prompt=lambda p: []).solve(problem)
+        assert [[r.n for r in call] for call in gen.requests] == [[n] for n in sizes], cfg
+        assert len(sols[0].trace.samples) == sum(sizes)
+
+
+def test_online_on_a_backend_that_cannot_stop_traces_warns_once_naming_it(caplog):
+    problem = [Problem("a", "q", "7")]
+    with caplog.at_level("WARNING", logger="tts.search.sampling.deepconf"):
+        DeepConf(DeepConfConfig(n=4, warmup=2), generator=_Recorder(), prompt=lambda p: []).solve(problem)
+    assert [r.getMessage() for r in caplog.records] == [
+        "deepconf online: backend _Recorder cannot stop traces inside the engine; the stop is applied after "
+        "generation and saves no tokens"]
+    caplog.clear()
+
+    class Stopping(_Recorder):
+        supports_confidence_stop = True
+
+    with caplog.at_level("WARNING", logger="tts.search.sampling.deepconf"):
+        DeepConf(DeepConfConfig(n=4, warmup=2), generator=Stopping(), prompt=lambda p: []).solve(problem)
+        DeepConf(DeepConfConfig(n=4, mode="offline"), generator=_Recorder(), prompt=lambda p: []).solve(problem)
+    assert caplog.records == []  # it stops them, or offline stops none
+
+
+def test_a_backend_without_the_stop_attribute_gets_no_stop_in_its_requests_and_the_stop_is_applied_after():
+    # warm-up traces: token confidence 2.0 throughout, so the bar is 2.0; later traces end on two tokens
+    # of confidence 1.0 (window 2: groups 2.0, 1.5, 1.0), first below the bar at their third token
+    gen = _Recorder(answers=("7", "8"))
+    low = (-1.0, -1.0)
+
+    def generate(requests, inner=gen.generate):
+        out = inner(requests)
+        if len(gen.requests) == 1:
+            return out
+        from tts.backends.base import Completion, GenerationResult
+        return [GenerationResult(tuple(Completion(c.text, 4, finish_reason="stop",
+                                                  token_top_logprobs=c.token_top_logprobs[:2] + (low, low))
+                                       for c in res.completions), res.usage) for res in out]
+
+    gen.generate = generate
+    cfg = DeepConfConfig(n=4, warmup=2, window=2, top_k=2, keep=0.5, consensus=None)
+    [sol] = DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
+    assert [r.confidence_stop for r in gen.requests[1]] == [None]
+    assert sol.trace.events == {"stopped_low_confidence": 2, "stop_after_generation": 2}
