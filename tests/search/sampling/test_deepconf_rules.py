@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tts.backends.confidence import CONFIDENCE_STOPPED
+from tts.backends.confidence import CONFIDENCE_STOPPED, ConfidenceStop
 from tts.search.base import StrategyInputError
 from tts.search.sampling.deepconf import DeepConf, DeepConfConfig, _Problem, consensus_share
 from tts.types import Problem, RequestShape, Sample, Usage
@@ -240,3 +240,15 @@ def test_a_backend_without_the_stop_attribute_gets_no_stop_in_its_requests_and_t
     [sol] = DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
     assert [r.confidence_stop for r in gen.requests[1]] == [None]
     assert sol.trace.events == {"stopped_low_confidence": 2, "stop_after_generation": 2}
+
+
+def test_a_backend_that_stops_traces_gets_the_warm_up_bar_with_the_configs_window_and_top_k():
+    class Stopping(_Recorder):
+        supports_confidence_stop = True
+
+    gen = Stopping(answers=("7", "8"), top=(-1.0, -3.0, -8.0))
+    cfg = DeepConfConfig(n=4, warmup=2, window=3, top_k=2, consensus=None)
+    DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
+    # warm-up: no stop; then the bar = the warm-up's token confidence, (1 + 3) / 2 over the top 2
+    assert [r.confidence_stop for r in gen.requests[0]] == [None]
+    assert [r.confidence_stop for r in gen.requests[1]] == [ConfidenceStop(2.0, 3, 2)]
