@@ -220,26 +220,52 @@ def test_online_on_a_backend_that_cannot_stop_traces_warns_once_naming_it(caplog
     assert caplog.records == []  # it stops them, or offline stops none
 
 
-def test_a_backend_without_the_stop_attribute_gets_no_stop_in_its_requests_and_the_stop_is_applied_after():
-    # warm-up traces: token confidence 2.0 throughout, so the bar is 2.0; later traces end on two tokens
-    # of confidence 1.0 (window 2: groups 2.0, 1.5, 1.0), first below the bar at their third token
-    gen = _Recorder(answers=("7", "8"))
-    low = (-1.0, -1.0)
+def _scripted_rounds(rounds, stopping=False):
+    """A generator whose i-th call returns ``rounds[i]``: per request, traces as (text, finish_reason,
+    tops per position); records its requests; ``stopping``: it says it can stop traces in the engine."""
+    from tts.backends.base import Completion, GenerationResult
 
-    def generate(requests, inner=gen.generate):
-        out = inner(requests)
-        if len(gen.requests) == 1:
-            return out
-        from tts.backends.base import Completion, GenerationResult
-        return [GenerationResult(tuple(Completion(c.text, 4, finish_reason="stop",
-                                                  token_top_logprobs=c.token_top_logprobs[:2] + (low, low))
-                                       for c in res.completions), res.usage) for res in out]
+    class Gen:
+        supports_confidence_stop = True
 
-    gen.generate = generate
+        def __init__(self):
+            self.requests = []
+
+        def generate(self, requests):
+            self.requests.append(list(requests))
+            traces = rounds[len(self.requests) - 1]
+            return [GenerationResult(tuple(Completion(text, len(tops), finish_reason=why, token_top_logprobs=tuple(tops))
+                                           for text, why, tops in traces[: r.n]), Usage()) for r in requests]
+
+    if not stopping:
+        del Gen.supports_confidence_stop
+    return Gen()
+
+
+# top log-probabilities of one position: token confidence over the top 2 is 2.0 (N) or 1.0 (L); over
+# all three, 4.0 and 3.33 (so a k other than the config's 2 would stop nothing below a bar of 2.0)
+N, L = (-1.0, -3.0, -8.0), (-0.5, -1.5, -8.0)
+WARM = [("\\boxed{7}", "stop", [N] * 4), ("\\boxed{8}", "stop", [N] * 4)]  # bar: 2.0
+
+
+def test_a_backend_without_the_stop_gets_none_in_its_requests_and_it_is_applied_to_the_finished_traces():
+    # window 2: A's groups 2, 1.5, 1 fall below the bar at its third token of four: stopped, its answer
+    # dropped; B's only at its last token: it finished, it does not vote (lowest 1.5), but it was not stopped
+    gen = _scripted_rounds([WARM, [("\\boxed{7}", "stop", [N, N, L, L]), ("\\boxed{8}", "stop", [N, N, N, L])]])
     cfg = DeepConfConfig(n=4, warmup=2, window=2, top_k=2, keep=0.5, consensus=None)
     [sol] = DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
     assert [r.confidence_stop for r in gen.requests[1]] == [None]
-    assert sol.trace.events == {"stopped_low_confidence": 2, "stop_after_generation": 2}
+    assert [x.answer for x in sol.trace.samples] == ["7", "8", None, "8"]
+    assert sol.trace.events == {"stopped_low_confidence": 1, "stop_after_generation": 1, "below_threshold": 1}
+
+
+def test_traces_the_engine_stopped_lose_their_answer_and_do_not_count_as_below_the_threshold():
+    gen = _scripted_rounds([WARM, [("\\boxed{9}", CONFIDENCE_STOPPED, [N, L, L])] * 2], stopping=True)
+    cfg = DeepConfConfig(n=4, warmup=2, window=2, top_k=2, keep=0.5, consensus=None)
+    [sol] = DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
+    assert gen.requests[1][0].confidence_stop == ConfidenceStop(2.0, 2, 2)
+    assert [x.answer for x in sol.trace.samples] == ["7", "8", None, None]
+    assert sol.trace.events == {"stopped_low_confidence": 2}
 
 
 def test_a_backend_that_stops_traces_gets_the_warm_up_bar_with_the_configs_window_and_top_k():
