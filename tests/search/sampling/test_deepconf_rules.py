@@ -234,7 +234,7 @@ def _scripted_rounds(rounds, stopping=False):
         def generate(self, requests):
             self.requests.append(list(requests))
             traces = rounds[len(self.requests) - 1]
-            return [GenerationResult(tuple(Completion(text, len(tops), finish_reason=why, token_top_logprobs=tuple(tops))
+            return [GenerationResult(tuple(Completion(text, len(tops), -0.25, why, token_top_logprobs=tuple(tops))
                                            for text, why, tops in traces[: r.n]), Usage()) for r in requests]
 
     if not stopping:
@@ -256,7 +256,9 @@ def test_a_backend_without_the_stop_gets_none_in_its_requests_and_it_is_applied_
     [sol] = DeepConf(cfg, generator=gen, prompt=lambda p: []).solve([Problem("a", "q", "7")])
     assert [r.confidence_stop for r in gen.requests[1]] == [None]
     assert [x.answer for x in sol.trace.samples] == ["7", "8", None, "8"]
+    assert sol.trace.samples[2] == Sample("\\boxed{7}", None, 4, -0.25, CONFIDENCE_STOPPED)  # all but its answer kept
     assert sol.trace.events == {"stopped_low_confidence": 1, "stop_after_generation": 1, "below_threshold": 1}
+    assert sol.trace.scores == (2.0, 2.0, 1.0, 1.5)  # lowest groups over the top 2
 
 
 def test_traces_the_engine_stopped_lose_their_answer_and_do_not_count_as_below_the_threshold():
@@ -278,3 +280,15 @@ def test_a_backend_that_stops_traces_gets_the_warm_up_bar_with_the_configs_windo
     # warm-up: no stop; then the bar = the warm-up's token confidence, (1 + 3) / 2 over the top 2
     assert [r.confidence_stop for r in gen.requests[0]] == [None]
     assert [r.confidence_stop for r in gen.requests[1]] == [ConfidenceStop(2.0, 3, 2)]
+
+
+def test_a_trace_without_tokens_has_confidence_zero():
+    # offline its score is 0.0; online its lowest group is 0.0 too, so the warm-up bar (the median of
+    # 0.0 and 2.0) is 1.0
+    empty_and_one = [("", "length", []), ("\\boxed{7}", "stop", [N])]
+    [off] = DeepConf(DeepConfConfig(n=2, mode="offline", top_k=2), generator=_scripted_rounds([empty_and_one]),
+                     prompt=lambda p: []).solve([Problem("a", "q", "7")])
+    assert off.trace.scores == (0.0, 2.0)
+    [on] = DeepConf(DeepConfConfig(n=2, warmup=2, keep=0.5, top_k=2), generator=_scripted_rounds([empty_and_one]),
+                    prompt=lambda p: []).solve([Problem("a", "q", "7")])
+    assert on.trace.tree[0]["score"] == 1.0 and on.answer == "7"
