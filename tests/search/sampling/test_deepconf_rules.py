@@ -292,3 +292,24 @@ def test_a_trace_without_tokens_has_confidence_zero():
     [on] = DeepConf(DeepConfConfig(n=2, warmup=2, keep=0.5, top_k=2), generator=_scripted_rounds([empty_and_one]),
                     prompt=lambda p: []).solve([Problem("a", "q", "7")])
     assert on.trace.tree[0]["score"] == 1.0 and on.answer == "7"
+
+
+def test_trace_confidence_uses_the_top_k_given_and_bottom_window_averages_its_lowest_groups():
+    from tts.search.sampling.deepconf import trace_confidence
+
+    assert trace_confidence(((-1.0, -3.0, -8.0),) * 3, "mean", 64, 2) == 2.0  # the top 2 only: (1 + 3) / 2
+    assert trace_confidence((), "mean", 4, 2) == 0.0  # no tokens
+    # 21 groups of one token: the floor of 10% is 2 groups, the lowest, 1.0 and 2.0
+    top = [(-5.0,)] * 19 + [(-1.0,), (-2.0,)]
+    assert trace_confidence(top, "bottom_window", 1, 1) == 1.5
+
+
+def test_the_quantile_of_one_value_is_that_value():
+    from tts.search.sampling.deepconf import quantile
+
+    assert quantile([5.0], 0.3) == 5.0  # one warm-up trace: its confidence is the bar
+    assert quantile([3.0, 1.0, 2.0], 0.75) == 2.5
+
+
+def test_what_deepconf_says_it_needs_logprobs_for():
+    assert _strategy().logprobs_use() == "weighs traces by token confidence (the top log-probabilities of every position)"
