@@ -272,3 +272,159 @@ def test_run_many_runs_at_most_workers_programs_at_once(monkeypatch, delays):
     most[0] = 0
     run_many([str(i) for i in range(6)], LIMITS)  # 4 by default
     assert most[0] == 4
+
+
+# --- ending a run early (_stop), on fakes --------------------------------------------------------------
+
+class _FakeLauncher:
+    """bubblewrap's process as _stop sees it: running until killed (or ``ended``); records the waits."""
+
+    def __init__(self, ended: bool = False) -> None:
+        self.pid, self.ended, self.waits = 4321, ended, []
+
+    def poll(self):
+        return 0 if self.ended else None
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        return 0
+
+
+class _FakeStatus:
+    """bubblewrap's status pipe: names the first process at the ``names_at``-th poll (never: None)."""
+
+    def __init__(self, names_at: int | None, first_process: int = -1) -> None:
+        self.names_at, self.first_process, self.polls, self.kills = names_at, first_process, [], 0
+
+    def poll(self, launcher=None):
+        self.polls.append(launcher)
+        if self.names_at is not None and len(self.polls) >= self.names_at:
+            self.first_process = 9
+        return {}
+
+    def kill(self):
+        self.kills += 1
+        return self.first_process >= 0
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A clock that moves 0.25 s at each sleep (a loaded machine), and what was slept and killed."""
+    now, slept, killed = [100.0], [], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        assert len(slept) < 50, "the wait for the first process never gives up"
+        now[0] += 0.25
+
+    monkeypatch.setattr(sandbox.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(sandbox.time, "sleep", sleep)
+    monkeypatch.setattr(sandbox.os, "killpg", lambda pid, sig: killed.append((pid, sig)))
+    return slept, killed
+
+
+def test_a_stop_kills_the_first_process_once_bubblewrap_names_it_and_waits_for_bubblewrap(clock):
+    slept, killed = clock
+    proc, status = _FakeLauncher(), _FakeStatus(names_at=3)
+    sandbox._stop(proc, status)
+    assert status.polls == [4321, 4321, 4321]  # as bubblewrap's child, until named
+    assert slept == [0.01, 0.01, 0.01] and status.kills == 1
+    assert proc.waits == [60] and killed == []  # bubblewrap reaps the namespace; no group kill
+
+
+def test_a_stop_waits_a_second_for_the_first_process_then_kills_the_launchers_group(clock):
+    slept, killed = clock
+    proc, status = _FakeLauncher(), _FakeStatus(names_at=None)
+    sandbox._stop(proc, status)
+    assert len(status.polls) == 4  # at 0, 0.25, 0.5 and 0.75 s: the second is up at 1.0
+    assert killed == [(4321, signal.SIGKILL)] and proc.waits == [None]
+
+
+def test_a_stop_does_not_wait_for_a_first_process_already_held_or_a_launcher_that_ended(clock):
+    slept, killed = clock
+    for status, proc in ((_FakeStatus(names_at=None, first_process=0), _FakeLauncher()),
+                         (_FakeStatus(names_at=None), _FakeLauncher(ended=True))):
+        sandbox._stop(proc, status)
+        assert status.polls == [] and slept == []
+    assert status.kills == 1 and killed == [(4321, signal.SIGKILL)]  # the second: nothing held to kill
+
+
+def test_an_unsandboxed_stop_kills_the_programs_whole_process_group():
+    # the program's child holds the output pipes open; only the group kill ends the run at its wall clock
+    program = "import subprocess, time\nsubprocess.Popen(['sleep', '30'])\nprint('started', flush=True)\ntime.sleep(30)"
+    r = run_program(program, dataclasses.replace(LIMITS, wall_seconds=0.5), unsafe_no_sandbox=True)
+    assert (r.status, r.stdout, r.error, r.sandboxed) == ("timeout", "started\n", "ran past 0.5 s", False)
+    assert r.wall_seconds < 3
+
+
+# --- stdin fed without blocking (_feed, _read) ----------------------------------------------------------
+
+def _pipe_to_feed():
+    import selectors
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    sel = selectors.DefaultSelector()
+    sel.register(w, selectors.EVENT_WRITE)
+    return r, w, sel
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def test_feeding_stdin_writes_what_the_pipe_takes_keeps_the_rest_and_closes_it_once_written():
+    r, w, sel = _pipe_to_feed()
+    data = bytes(range(256)) * 1024  # 256 KiB: more than a pipe holds
+    left = sandbox._feed(sel, w, memoryview(data))
+    written = len(data) - len(left)
+    assert 0 < written < len(data) and bytes(left) == data[written:] and w in sel.get_map()
+    assert sandbox._feed(sel, w, left) is left  # the pipe is full: nothing written, nothing lost
+    got = b""
+    while left:
+        got += os.read(r, 1 << 20)
+        left = sandbox._feed(sel, w, left)
+    assert bytes(left) == b"" and w not in sel.get_map() and _closed(w)  # all written: stdin closed
+    while chunk := os.read(r, 1 << 20):
+        got += chunk
+    assert got == data
+    os.close(r)
+
+
+def test_feeding_a_stdin_the_program_closed_drops_the_rest_and_closes_it():
+    r, w, sel = _pipe_to_feed()
+    os.close(r)  # the program closed its stdin, or ended
+    left = sandbox._feed(sel, w, memoryview(b"never read"))
+    assert isinstance(left, memoryview) and bytes(left) == b""
+    assert w not in sel.get_map() and _closed(w)
+    r, w, sel = _pipe_to_feed()
+    assert bytes(sandbox._feed(sel, w, memoryview(b""))) == b"" and _closed(w)  # no stdin: closed at once
+    os.close(r)
+
+
+def test_a_program_that_reads_a_little_of_a_large_stdin_and_sleeps_is_still_stopped_at_the_wall_clock():
+    # it frees room in the pipe, so stdin is writable again; a blocking write of the rest would wait for
+    # the program (5 s) instead of the 1 s deadline
+    program = Program("import os, time\nos.read(0, 8192)\ntime.sleep(5)", stdin="x" * (1 << 20))
+    r = run_program(program, dataclasses.replace(LIMITS, wall_seconds=1), unsafe_no_sandbox=True)
+    assert r.status == "timeout" and r.wall_seconds < 2.5
+
+
+@needs_bwrap
+def test_the_sandboxs_first_process_is_held_while_bubblewrap_runs(monkeypatch):
+    # held (a pidfd) from bubblewrap's first report, so that tts can reap it if it adopts it; once
+    # the program has ended and bubblewrap exited, the process is no longer bubblewrap's child
+    seen = []
+
+    class Recording(sandbox.BwrapStatus):
+        def reap(self, wait=5.0):
+            seen.append(self.first_process >= 0)
+            super().reap(wait)
+
+    monkeypatch.setattr(sandbox, "BwrapStatus", Recording)
+    r = run_program("print('hi')", LIMITS)
+    assert (r.status, r.stdout, seen) == ("ok", "hi\n", [True])
