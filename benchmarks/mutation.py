@@ -38,7 +38,6 @@ every unexplained survivor; ``.mutation/results.json`` keeps the last result of 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -665,6 +664,20 @@ def _say_timeouts(result: Result, out: TextIO) -> None:
               file=out)
 
 
+def _need_mutmut() -> None:
+    """Exit with what to install unless this Python has a mutmut that runs under its pytest: 3.8.0's
+    pytest harness fails under pytest 9.2 ('Function' object has no attribute '_nodeid') and then
+    reports every mutant as not killed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("mutmut")
+    except PackageNotFoundError:
+        sys.exit("needs mutmut in this Python: pip install 'mutmut>=3.8.1'")
+    if tuple(int(p) for p in re.findall(r"\d+", found)[:3]) < (3, 8, 1):
+        sys.exit(f"mutmut {found} fails under this pytest; pip install 'mutmut>=3.8.1'")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="modules to measure (default: all of MODULES)")
@@ -682,8 +695,7 @@ def main() -> None:
     if args.diff is not None:
         if args.modules:
             parser.error("--diff chooses the modules itself; give no module names with it")
-        if importlib.util.find_spec("mutmut") is None:
-            sys.exit("needs mutmut in this Python (pip install mutmut)")
+        _need_mutmut()
         sys.exit(review(args.diff or None, min(args.timeout, 1800), args.diffs, args.whole))
     if args.list:
         for module, tests in MODULES.items():
@@ -694,8 +706,9 @@ def main() -> None:
         parser.error(f"unknown module(s) {unknown}; choose from: {', '.join(MODULES)}")
     saved = _load()
     if not args.table:
-        if shutil.which("nice") is None or importlib.util.find_spec("mutmut") is None:
-            sys.exit("needs mutmut in this Python (pip install mutmut) and `nice`")
+        if shutil.which("nice") is None:
+            sys.exit("needs `nice` (coreutils)")
+        _need_mutmut()
         known = equivalents()
         for module in args.modules or list(MODULES):
             print(f"{module}: running...", file=sys.stderr, flush=True)
