@@ -1,0 +1,211 @@
+"""The parts of the cross-strategy replay (tts.budgets.replay.cross_strategy) on hand-made inputs,
+each value worked out by hand: the realised cost of drawing pilot + rest and of one request, the
+ladder and its refusals, the grid of budgets, the frontier table and the JSON report (each pinned
+by a mutation run: docs/mutation.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tts.benchmarks.pool import ModelPool
+from tts.budgets.pricing import Pricer
+from tts.budgets.replay.cross_strategy import (
+    CrossConfig,
+    CrossResult,
+    _budget_grid,
+    _frontier,
+    _ladder_for,
+    _realised_costs,
+    cross_replay,
+)
+from tts.budgets.replay.matched import Interval, ModeResult
+
+NAN = np.nan
+
+
+def _pool(answers, tokens, real=None, correct=None, scores=None, model="m") -> ModelPool:
+    answers = np.array(answers, dtype=np.int32)
+    shape = answers.shape
+    mask = np.ones(shape, bool) if real is None else np.array(real, bool)
+    return ModelPool(model=model, problem_ids=tuple(f"q{i}" for i in range(shape[0])), answers=answers,
+                     answer_texts=tuple(tuple(str(a) for a in range(answers.max(initial=-1) + 1)) for _ in answers),
+                     correct=(answers == 0 if correct is None else np.array(correct, bool)) & mask,
+                     tokens=np.array(tokens, float),
+                     scores=np.full(shape, NAN) if scores is None else np.array(scores, float),
+                     sample_idx=np.where(mask, np.arange(shape[1]), -1), mask=mask)
+
+
+@dataclass
+class _Cost:
+    eflops: float
+    gpu_seconds: float = 0.0
+
+
+class _PerRequest:
+    """A cost model whose every request costs 100 eFLOPs plus one per generated token."""
+
+    def cost_request(self, prompt, lengths, cached=0):
+        assert prompt == 0 and cached == 0  # pools record no prompts
+        return _Cost(eflops=100.0 + sum(lengths))
+
+
+# Problem 0: four samples of 10, 20, 30 and 40 tokens; problem 1: three samples (5, 6, 7) and a
+# padding slot, which costs nothing. Ordering 0 reads them in place, ordering 1 backwards (the
+# padding slot stays last).
+POOL = _pool(answers=[[0, 0, 0, 0], [0, 0, 0, -1]], tokens=[[10, 20, 30, 40], [5, 6, 7, NAN]],
+             real=[[1, 1, 1, 1], [1, 1, 1, 0]])
+ORDERS = np.array([[[0, 1, 2, 3], [0, 1, 2, 3]], [[3, 2, 1, 0], [2, 1, 0, 3]]])
+NS = [2, 3, 4]
+
+
+def test_realised_cost_in_samples_and_tokens_is_what_the_first_n_samples_of_each_ordering_cost():
+    alloc, unif = _realised_costs(POOL, ORDERS, NS, 2, Pricer("samples"))
+    assert alloc.tolist() == unif.tolist() == [[[2, 3, 4], [2, 3, 4]], [[2, 3, 4], [2, 3, 4]]]
+    alloc, unif = _realised_costs(POOL, ORDERS, NS, 2, Pricer("tokens"))
+    assert alloc.tolist() == unif.tolist() == [[[30, 60, 100], [11, 18, 18]], [[70, 90, 100], [13, 18, 18]]]
+    assert alloc.dtype == np.float64
+
+
+def test_realised_cost_priced_per_request_pays_the_pilot_and_the_rest_as_two_requests_and_uniform_as_one():
+    alloc, unif = _realised_costs(POOL, ORDERS, NS, 2, Pricer("eflops", cost_model=_PerRequest()))
+    # Ordering 0, problem 0: pilot 10 + 20 -> 130; n = 2 draws nothing more, n = 3 one request of
+    # 30 (130), n = 4 one of 30 + 40 (170). Uniform: one request of the first n samples.
+    assert alloc[0, 0].tolist() == [130, 260, 300] and unif[0, 0].tolist() == [130, 160, 200]
+    # Problem 1 (5, 6, 7, padding): pilot 111; then 7 (107), then 7 and the padding's 0 (107).
+    assert alloc[0, 1].tolist() == [111, 218, 218] and unif[0, 1].tolist() == [111, 118, 118]
+    # Ordering 1 reads 40, 30, 20, 10 and 7, 6, 5, padding.
+    assert alloc[1, 0].tolist() == [170, 290, 300] and unif[1, 0].tolist() == [170, 190, 200]
+    assert alloc[1, 1].tolist() == [113, 218, 218] and unif[1, 1].tolist() == [113, 118, 118]
+
+
+def _five(counts=(8, 8, 8, 8, 6), tokens=True) -> ModelPool:
+    real = [[s < c for s in range(8)] for c in counts]
+    return _pool(answers=np.where(real, 0, -1), tokens=np.where(real, 10.0 if tokens else NAN, NAN), real=real)
+
+
+def test_the_ladder_runs_from_the_pilot_to_the_samples_every_problem_has_with_the_target_in_it():
+    pool, tokens = _five(), Pricer("tokens")
+    assert _ladder_for(pool, CrossConfig(target_n=6, folds=5, pilot=4), tokens) == (6, 4, [4, 6])
+    assert _ladder_for(pool, CrossConfig(target_n=5, folds=5, pilot=2), tokens) == (6, 2, [2, 4, 5, 6])
+    assert _ladder_for(pool, CrossConfig(target_n=5, folds=2, pilot=4, max_n=5), tokens) == (5, 4, [4, 5])
+    assert _ladder_for(pool, CrossConfig(target_n=3, folds=2, pilot=4, max_n=9), tokens) == (6, 3, [3, 4, 6])
+    assert _ladder_for(_five(counts=(8,) * 5), CrossConfig(target_n=8, folds=2, pilot=1), tokens) == (
+        8, 1, [1, 2, 4, 8])
+
+
+def test_the_ladder_refuses_what_cannot_be_replayed_saying_what_to_change():
+    pool = _five()
+    with pytest.raises(ValueError, match=re.escape(
+            "target n=7 exceeds the 6 samples every problem has; pick n <= 6")):
+        _ladder_for(pool, CrossConfig(target_n=7, folds=2), Pricer("tokens"))
+    with pytest.raises(ValueError, match=re.escape(
+            "target n=6 exceeds the 5 samples every problem has; pick n <= 5")):
+        _ladder_for(pool, CrossConfig(target_n=6, folds=2, max_n=5), Pricer("tokens"))
+    with pytest.raises(ValueError, match=re.escape("5 problems cannot be split into 6 folds; lower --folds")):
+        _ladder_for(pool, CrossConfig(target_n=4, folds=6), Pricer("tokens"))
+    untimed = _five(tokens=False)
+    with pytest.raises(ValueError, match=re.escape(
+            "model 'm' has samples without num_tokens; price it in samples (--budget-unit samples) or use a pool "
+            "with token counts")):
+        _ladder_for(untimed, CrossConfig(target_n=4, folds=5), Pricer("tokens"))
+    assert _ladder_for(untimed, CrossConfig(target_n=4, folds=5), Pricer("samples")) == (6, 4, [4, 6])
+
+
+def test_the_budget_grid_starts_where_every_fold_of_every_ordering_pays_its_cheapest_plans():
+    # Two orderings, three problems (folds 0, 0, 1), options [a1, a2, b1]; each fold gets its share
+    # (problems in it / 3) of a total budget, so a fold's cheapest plans scale by 3 / its size.
+    exp_cost = np.array([[[1, 2, 4], [3, 5, 1], [2, 6, 8]],
+                         [[1, 1, 9], [1, 2, 9], [4, 4, 3]]], float)
+    fold = np.array([0, 0, 1])
+    sets = {"cross": [0, 1, 2], "a": [0, 1], "b": [2]}
+    # Ordering 0: fold 0 pays cross 1 + 1, a 1 + 3, b 4 + 1 -> at most 5 * 3/2 = 7.5; fold 1 pays
+    # cross 2, a 2, b 8 -> 8 * 3 = 24. Ordering 1: fold 0 b 9 + 9 -> 27; fold 1 cross 3, a 4, b 3
+    # -> 12. So the grid starts at 27. The dearest plans: ordering 1's 9 + 9 + 4 = 22 (ordering 0:
+    # 4 + 5 + 8 = 17); uniform's dearest 30 -> the grid ends at 30 * 1.01 = 30.3.
+    grid = _budget_grid(exp_cost, np.array([[10.0, 30.0], [12.0, 20.0]]), fold, sets, 3)
+    assert len(grid) == 300 and grid[0] == pytest.approx(27.0) and grid[-1] == pytest.approx(30.3)
+    assert np.allclose(grid[1:] / grid[:-1], (30.3 / 27.0) ** (1 / 299))
+    # With only the cross set the start is ordering 1's fold 1 (3 * 3 = 9), and uniform costing less
+    # than the dearest plans, those end the grid: 22 * 1.01.
+    cross_only = _budget_grid(exp_cost, np.array([[1.0], [2.0]]), fold, {"cross": [0, 1, 2]}, 3)
+    assert cross_only[0] == pytest.approx(9.0) and cross_only[-1] == pytest.approx(22.22)
+    # A grid that would end below its start (27 > 22.22) ends 1% above it.
+    low = _budget_grid(exp_cost, np.array([[1.0], [2.0]]), fold, sets, 3)
+    assert low[0] == pytest.approx(27.0) and low[-1] == pytest.approx(27.27)
+
+
+def test_the_frontier_row_of_each_n_holds_the_uniform_best_rule_the_best_in_hindsight_and_the_allocators():
+    # Rules listed with the best one second. At n = 4 the single-rule allocators reach 0.5 (vote)
+    # and 0.75 (shortest); the cross allocator cannot pay a fold's pilot in ordering 1 (NaN): None.
+    # At n = 8 vote's allocator has a NaN (None), so the best single one is shortest's 0.625.
+    unif_acc = {"vote": np.array([[0.5, 0.5], [0.75, 1.0]]), "shortest": np.array([[0.25, 1.0], [0.25, 1.0]])}
+    at_points = {"vote": np.array([[0.5, NAN], [0.5, 1.0]]), "shortest": np.array([[0.75, 0.5], [0.75, 0.75]]),
+                 "cross": np.array([[0.75, 1.0], [NAN, 0.0]])}
+    rows = _frontier([4, 8], ("shortest", "vote"), "vote", np.array([100.0, 250.0]), unif_acc, at_points)
+    assert rows == [
+        {"n": 4, "cost": 100.0, "uniform_best": 0.625, "uniform_any_best": 0.625, "single_allocator_best": 0.75,
+         "cross": None},
+        {"n": 8, "cost": 250.0, "uniform_best": 0.75, "uniform_any_best": 1.0, "single_allocator_best": 0.625,
+         "cross": 0.5},
+    ]
+    assert all(type(r["n"]) is int and type(r["cost"]) is float for r in rows)
+    assert all(type(r[k]) is float for r in rows for k in ("uniform_best", "uniform_any_best"))
+    none = _frontier([4], ("vote",), "vote", np.array([1.0]), {"vote": np.array([[0.5]])},
+                     {"vote": np.array([[NAN]]), "cross": np.array([[NAN]])})
+    assert none[0]["single_allocator_best"] is None and none[0]["cross"] is None
+
+
+def test_the_json_report_renames_the_allocators_fields_to_cost_and_leaves_the_curves_out():
+    iv = Interval(0.5, 0.25, 0.75)
+
+    def mode(name: str, m: float) -> ModeResult:
+        return ModeResult(name, Interval(m, m - 1, m + 1), Interval(m / 10, 0.0, 1.0), 0.875,
+                          Interval(0.6, 0.5, 0.7), Interval(m * 2, m, m * 3), [1.0, 2.0], [0.1, 0.2],
+                          Interval(0.05, -0.01, 0.1))
+
+    res = CrossResult("m", "eflops", ("vote", "shortest"), 16, "vote",
+                      {"vote": {"acc": iv, "cost": Interval(9.0, 8.0, 10.0)}},
+                      {"cross": mode("cross", 4.0)}, [{"n": 4, "cost": 1.0}], {"vote": 0.25, "shortest": 0.75})
+    assert res.to_json() == {
+        "model": "m", "unit": "eflops", "rules": ["vote", "shortest"], "target_n": 16, "best_single": "vote",
+        "uniform": {"vote": {"acc": {"mean": 0.5, "lo": 0.25, "hi": 0.75}, "cost": {"mean": 9.0, "lo": 8.0, "hi": 10.0}}},
+        "allocators": {"cross": {"cost_to_match": {"mean": 4.0, "lo": 3.0, "hi": 5.0},
+                                 "cost_ratio": {"mean": 0.4, "lo": 0.0, "hi": 1.0}, "reached": 0.875,
+                                 "acc_at_best_single_cost": {"mean": 0.6, "lo": 0.5, "hi": 0.7},
+                                 "cost_at_best_single_budget": {"mean": 8.0, "lo": 4.0, "hi": 12.0},
+                                 "acc_change": {"mean": 0.05, "lo": -0.01, "hi": 0.1}}},
+        "frontier": [{"n": 4, "cost": 1.0}], "chosen": {"vote": 0.25, "shortest": 0.75}}
+    assert res.plans.shape == (0, 0) and res.options == ()
+
+
+def _clear_pool(problems: int = 4) -> ModelPool:
+    """Every problem: seven samples of the right answer 0 (20 tokens each) and one short wrong one
+    (answer 1, 5 tokens). The vote of 3 or more samples is always right; the shortest sample is
+    the wrong one as soon as it is drawn, so shortest at n = 8 is always wrong."""
+    answers = [[0] * 7 + [1] for _ in range(problems)]
+    return _pool(answers=answers, tokens=[[20.0] * 7 + [5.0] for _ in range(problems)])
+
+
+def test_a_replay_where_the_vote_is_always_right_picks_it_everywhere_and_reports_it_as_the_best_single_rule():
+    cfg = CrossConfig(rules=("shortest", "vote"), target_n=8, orderings=3, folds=2, pilot=4, n_bins=1, bootstrap=10)
+    res = cross_replay(_clear_pool(), cfg)
+    assert (res.model, res.unit, res.rules, res.target_n, res.best_single) == ("m", "tokens", ("shortest", "vote"), 8,
+                                                                               "vote")
+    assert res.options == (("shortest", 4), ("shortest", 8), ("vote", 4), ("vote", 8))
+    # Uniform at n = 8: every sample of the four problems, 4 * (7 * 20 + 5) = 580 tokens in every ordering.
+    assert res.uniform["vote"] == {"acc": Interval(1.0, 1.0, 1.0), "cost": Interval(580.0, 580.0, 580.0)}
+    assert res.uniform["shortest"] == {"acc": Interval(0.0, 0.0, 0.0), "cost": Interval(580.0, 580.0, 580.0)}
+    # The vote of the pilot is already right and costs nothing more: every problem keeps it.
+    assert res.plans.shape == (3, 4) and (res.plans == 2).all()
+    assert res.chosen == {"shortest": 0.0, "vote": 1.0}
+    assert set(res.allocators) == {"cross", "shortest", "vote"}
+    assert res.allocators["cross"].acc_at_uniform_tokens.mean == 1.0
+    assert [r["n"] for r in res.frontier] == [4, 8] and res.frontier[1]["cost"] == 580.0
+    assert [r["uniform_best"] for r in res.frontier] == [1.0, 1.0]
+    assert res.frontier[1]["uniform_any_best"] == 1.0
+    again = cross_replay(_clear_pool(), cfg)  # seeded: the same orderings, folds and bootstrap
+    assert again.frontier == res.frontier and again.to_json() == res.to_json()
