@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -23,6 +24,11 @@ from tts.budgets.offline_plan import OfflinePlan, _nearest, plan_from_pilot
 from tts.budgets.replay.prefix import random_orders
 
 NAN = np.nan
+
+
+def _exactly(message: str) -> str:
+    """A pattern that matches ``message`` and nothing longer."""
+    return f"^{re.escape(message)}$"
 SC = "self_consistency"
 
 
@@ -88,7 +94,8 @@ def test_every_field_of_a_plan_on_a_calibration_pool_no_ordering_changes(caplog)
     # Live pilots (k = 2): x unanimous (bin 0), y two answers (bin 1), z none (agreement 0: bin 2,
     # read with bin 1's curve, the nearest). All curves are flat at 1/2, so no step up gains and
     # every problem keeps its pilot: n = 2, no further cost. Integer ids are read as strings.
-    with caplog.at_level(logging.INFO, logger="tts.budgets.offline_plan"):
+    with caplog.at_level(logging.INFO, logger="tts.budgets.offline_plan"), \
+            caplog.at_level(logging.DEBUG, logger="tts.budgets.allocator"):
         res = plan_from_pilot([7, "y", "z"], [["a", "a"], ["a", "b"], [None, None]], [[3, 5], [None, 8], [0, 0]],
                               FLAT, 1_000.0, ladder=(2, 4, 64), max_tokens=321)
     assert res.pilot == 2 and res.ns == (2, 4) and res.budget == 1_000.0 and isinstance(res.budget, float)
@@ -107,6 +114,7 @@ def test_every_field_of_a_plan_on_a_calibration_pool_no_ordering_changes(caplog)
     assert "ladder values [64] exceed the calibration pool's 4 samples and are dropped" in caplog.messages
     assert "difficulty bin 2 has no calibration problems; using bin 1's curve" in caplog.messages
     assert caplog.messages[-1] == "offline plan: 3 problems, pilot 2, 0 of 1000 tokens, mean n 2.00"
+    assert caplog.messages[-2] == "allocated 0 of 1000 tokens over 3 problems"  # the allocator's, in tokens
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -119,17 +127,26 @@ def test_a_problem_without_pilot_tokens_costs_its_bins_calibration_mean_else_the
     same = plan_from_pilot(["x", "y", "z", "w"], [["a", "a"], ["a", "b"], [None, None], ["a", "b"]],
                            None, FLAT, 1_000.0, ladder=(4,))
     assert same.sample_tokens == (20.0, 60.0, 40.0, 60.0)  # no tokens at all: every problem its bin's mean
+    with warnings.catch_warnings():  # a pilot without token counts is no numpy warning ("mean of empty slice")
+        warnings.simplefilter("error")
+        plan_from_pilot(["x"], [["a", "a"]], [[None, None]], FLAT, 1_000.0, ladder=(4,))
+    untimed = _pool(answers=[[0, 0, 0, 0]], correct=[[1] * 4], tokens=[[NAN] * 4])
+    with pytest.raises(CalibrationError, match=_exactly(
+            "some problems have no pilot token counts and the calibration pool has none either; pass pilot_tokens "
+            "or a calibration pool with num_tokens")):
+        plan_from_pilot(["x", "y"], [["a", "a"], ["a", "b"]], [[4, 4], [None, None]], untimed, 1_000.0, ladder=(4,))
+    assert plan_from_pilot(["x"], [["a", "a"]], [[4, 4]], untimed, 1_000.0, ladder=(4,)).sample_tokens == (4.0,)
 
 
 def test_the_pilot_size_is_every_problems_answer_count_and_must_be_at_least_one():
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "every problem needs the same number of pilot samples, got sizes [1, 2]; draw k pilot samples "
             "for each problem")):
         plan_from_pilot(["x", "y", "z"], [["a", "a"], ["a"], ["b", "b"]], None, FLAT, 1e3)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "pilot=3 but each problem has 2 pilot answers; pass pilot=2 or draw 3 pilot samples")):
         plan_from_pilot(["x"], [["a", "a"]], None, FLAT, 1e3, pilot=3)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "offline allocation needs at least one pilot sample per problem; set pilot >= 1")):
         plan_from_pilot(["x"], [[]], None, FLAT, 1e3)
     # pilot given and equal to the answers per problem; one pilot sample is enough.
@@ -138,16 +155,16 @@ def test_the_pilot_size_is_every_problems_answer_count_and_must_be_at_least_one(
 
 
 def test_live_inputs_that_cannot_be_planned_are_refused_saying_what_to_give():
-    with pytest.raises(ValueError, match=re.escape("give at least one problem to allocate over")):
+    with pytest.raises(ValueError, match=_exactly("give at least one problem to allocate over")):
         plan_from_pilot([], [], None, FLAT, 1e3)
-    with pytest.raises(ValueError, match=re.escape("problem ids must be unique; each problem gets one plan")):
+    with pytest.raises(ValueError, match=_exactly("problem ids must be unique; each problem gets one plan")):
         plan_from_pilot(["x", "x"], [["a", "a"], ["a", "a"]], None, FLAT, 1e3)
-    with pytest.raises(ValueError, match=re.escape("2 problems but 3 pilot answer lists; give one list per problem")):
+    with pytest.raises(ValueError, match=_exactly("2 problems but 3 pilot answer lists; give one list per problem")):
         plan_from_pilot(["x", "y"], [["a", "a"]] * 3, None, FLAT, 1e3)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "2 problems but 2 pilot answer lists and 1 token lists; give one list per problem")):
         plan_from_pilot(["x", "y"], [["a", "a"]] * 2, [[1, 1]], FLAT, 1e3)
-    with pytest.raises(ValueError, match=re.escape("orderings must be >= 1, got 0")):
+    with pytest.raises(ValueError, match=_exactly("orderings must be >= 1, got 0")):
         plan_from_pilot(["x"], [["a", "a"]], None, FLAT, 1e3, orderings=0)
     assert plan_from_pilot(["x"], [["a", "a"]], None, FLAT, 1e3, orderings=1).curves[0].accuracy == (0.5, 0.5)
 
@@ -158,12 +175,17 @@ def test_the_ladder_runs_from_the_pilot_to_the_calibration_samples_and_keeps_pro
                 tokens=[[5] * 4, [7] * 4, [9] * 4], real=[[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     res = plan_from_pilot(["x"], [["a", "a"]], None, cal, 1e3, ladder=(1, 2, 3, 4, 8))
     assert res.calibration_problems == 2 and res.ns == (2, 3, 4)
+    # x (unanimous) is in c0's bin: its samples cost c0's 5 tokens (the padding slots count for nothing).
+    assert res.sample_tokens == (5.0,)
+    # With k = 3 only c0 has enough samples; one calibration problem is enough to plan with.
+    one = plan_from_pilot(["x"], [["a", "a", "a"]], None, cal, 1e3, ladder=(4,))
+    assert one.calibration_problems == 1 and one.ns == (3, 4) and one.curves[0].accuracy == (1.0, 1.0)
     assert plan_from_pilot(["x"], [["a", "a"]], None, cal, 1e3, ladder=(4,)).ns == (2, 4)
-    with pytest.raises(CalibrationError, match=re.escape(
+    with pytest.raises(CalibrationError, match=_exactly(
             "no ladder value lies between the pilot (2) and the calibration pool's 4 samples per problem; lower "
             "the pilot or use a larger ladder and calibration run")):
         plan_from_pilot(["x"], [["a", "a"]], None, cal, 1e3, ladder=(1, 2, 8))
-    with pytest.raises(CalibrationError, match=re.escape(
+    with pytest.raises(CalibrationError, match=_exactly(
             "no calibration problem has 5 samples; use a calibration run with at least 5 samples per problem "
             "or lower the pilot")):
         plan_from_pilot(["x"], [["a"] * 5], None, cal, 1e3)
@@ -172,13 +194,19 @@ def test_the_ladder_runs_from_the_pilot_to_the_calibration_samples_and_keeps_pro
 def test_a_budget_below_the_cheapest_step_up_names_it_and_one_equal_to_it_is_enough():
     # The cheapest step: n = 2 -> 4 on x, whose samples cost 4 tokens: 2 * 4 = 8 tokens.
     args = (["x", "y"], [["a", "a"], ["a", "b"]], [[3, 5], [10, 10]], FLAT)
-    with pytest.raises(BudgetTooSmallError, match=re.escape(
+    with pytest.raises(BudgetTooSmallError, match=_exactly(
             "a budget of 7.5 tokens after the pilot cannot buy any step up from it (the cheapest, n=2 -> 4, costs "
             "8 tokens); raise the budget to at least 8 tokens or add a ladder value just above the pilot")) as err:
         plan_from_pilot(*args, 7.5, ladder=(4, 8))
     assert err.value.minimum == 8.0
+    with pytest.raises(BudgetTooSmallError, match=_exactly(
+            "a budget of 0.5 tokens after the pilot cannot buy any step up from it (the cheapest, n=2 -> 4, costs "
+            "8 tokens); raise the budget to at least 8 tokens or add a ladder value just above the pilot")):
+        plan_from_pilot(*args, 0.5, ladder=(4, 8))
     assert plan_from_pilot(*args, 8.0, ladder=(4, 8)).budget == 8.0
-    with pytest.raises(ValueError, match="positive number"):
+    with pytest.raises(ValueError, match=_exactly(
+            "the budget must be a positive number, got -1.0; pass at least 8 tokens (the cheapest configuration of "
+            "every problem)")):
         plan_from_pilot(*args, -1.0, ladder=(4, 8))
 
 

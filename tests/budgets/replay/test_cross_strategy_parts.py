@@ -27,6 +27,11 @@ from tts.budgets.replay.matched import Interval, ModeResult
 NAN = np.nan
 
 
+def _exactly(message: str) -> str:
+    """A pattern that matches ``message`` and nothing longer."""
+    return f"^{re.escape(message)}$"
+
+
 def _pool(answers, tokens, real=None, correct=None, scores=None, model="m") -> ModelPool:
     answers = np.array(answers, dtype=np.int32)
     shape = answers.shape
@@ -99,16 +104,16 @@ def test_the_ladder_runs_from_the_pilot_to_the_samples_every_problem_has_with_th
 
 def test_the_ladder_refuses_what_cannot_be_replayed_saying_what_to_change():
     pool = _five()
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "target n=7 exceeds the 6 samples every problem has; pick n <= 6")):
         _ladder_for(pool, CrossConfig(target_n=7, folds=2), Pricer("tokens"))
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "target n=6 exceeds the 5 samples every problem has; pick n <= 5")):
         _ladder_for(pool, CrossConfig(target_n=6, folds=2, max_n=5), Pricer("tokens"))
-    with pytest.raises(ValueError, match=re.escape("5 problems cannot be split into 6 folds; lower --folds")):
+    with pytest.raises(ValueError, match=_exactly("5 problems cannot be split into 6 folds; lower --folds")):
         _ladder_for(pool, CrossConfig(target_n=4, folds=6), Pricer("tokens"))
     untimed = _five(tokens=False)
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(ValueError, match=_exactly(
             "model 'm' has samples without num_tokens; price it in samples (--budget-unit samples) or use a pool "
             "with token counts")):
         _ladder_for(untimed, CrossConfig(target_n=4, folds=5), Pricer("tokens"))
