@@ -17,9 +17,11 @@ from tts.budgets.replay.cross_strategy import (
     CrossConfig,
     CrossResult,
     _budget_grid,
+    _fold_path,
     _frontier,
     _ladder_for,
     _realised_costs,
+    _replay_set,
     cross_replay,
 )
 from tts.budgets.replay.matched import Interval, ModeResult
@@ -214,3 +216,43 @@ def test_a_replay_where_the_vote_is_always_right_picks_it_everywhere_and_reports
     assert res.frontier[1]["uniform_any_best"] == 1.0
     again = cross_replay(_clear_pool(), cfg)  # seeded: the same orderings, folds and bootstrap
     assert again.frontier == res.frontier and again.to_json() == res.to_json()
+
+
+def test_a_folds_greedy_path_read_at_each_share_gives_the_realised_correct_count_and_cost_of_the_plans_that_fit():
+    # Two problems, two options. Planned: both start at option 0 (cost 1 + 2 = 3); p0's upgrade
+    # gains 0.4 for 2 (slope 0.2), p1's 0.2 for 4 (0.05): p0 first (total 5), then p1 (9).
+    # Realised: p0 right only at option 1, p1 only at option 0; costs 10/30 and 20/60.
+    c, a = np.array([[1.0, 3.0], [2.0, 6.0]]), np.array([[0.2, 0.6], [0.5, 0.7]])
+    g, pd = np.array([[0, 1], [1, 0]]), np.array([[10.0, 30.0], [20.0, 60.0]])
+    share = np.array([2.5, 3.0, 4.9, 5.0, 8.99, 9.0, 100.0])
+    ok, spent, (start, probs, opts, steps) = _fold_path(c, a, g, pd, share)
+    # Below 3 the starting plans do not fit (NaN); 3 exactly pays them.
+    assert np.array_equal(ok, [NAN, 1, 1, 2, 2, 1, 1], equal_nan=True)
+    assert np.array_equal(spent, [NAN, 30, 30, 50, 50, 90, 90], equal_nan=True)
+    assert start.tolist() == [0, 0] and probs.tolist() == [0, 1] and opts.tolist() == [1, 1]
+    assert steps.tolist() == [0, 0, 0, 1, 1, 2, 2]
+
+
+def test_a_set_of_options_is_replayed_fold_by_fold_each_fold_at_its_share_of_every_budget():
+    # Three problems in folds 0, 0, 1; options 0 and 2 only (option 1 would be free and always
+    # right: read by mistake it would show). Fold 0 gets 2/3 of a budget, fold 1 1/3.
+    exp_cost = np.array([[[1, 100, 3], [1, 100, 2], [2, 100, 4]]], float)
+    exp_acc = np.array([[[0.1, 1.0, 0.5], [0.2, 1.0, 0.3], [0.3, 1.0, 0.8]]])
+    got = np.array([[[0, 1, 1], [1, 1, 1], [0, 1, 1]]])
+    paid = np.array([[[10, 0, 30], [11, 0, 21], [20, 0, 40]]], float)
+    # Fold 0 starts at 1 + 1 = 2 (right: p1; paid 21), upgrades p0 (slope 0.2, total 4: +1 right,
+    # +20 paid), then p1 (0.1, total 5: +0, +10). Fold 1 starts at 2 (wrong, 20), upgrades p2 at 4
+    # (right, 40). Totals 3, 6, 7.5, 12 give fold 0 2, 4, 5, 8 and fold 1 1, 2, 2.5, 4 (below 2:
+    # its start does not fit). Uniform's 6.9: 4.6 and 2.3. The frontier's 9: 6 and 3.
+    acc, cost, at_u, pts, picks = _replay_set([0, 2], np.array([3.0, 6.0, 7.5, 12.0]), np.array([6.9]),
+                                              np.array([9.0]), np.array([0, 0, 1]), exp_cost, exp_acc, got, paid)
+    assert np.allclose(acc, [[NAN, 2 / 3, 2 / 3, 1.0]], equal_nan=True)
+    assert np.array_equal(cost, [[NAN, 61, 71, 91]], equal_nan=True)
+    assert np.allclose(at_u, [[2 / 3, 61]]) and np.allclose(pts, [[2 / 3]])
+    assert picks.tolist() == [[2, 0, 0]]  # at 6.9 only p0 was upgraded, to option 2
+    # A second ordering with the grades of the first: its own rows, the same values.
+    two = _replay_set([0, 2], np.array([3.0, 6.0, 7.5, 12.0]), np.array([6.9, 12.0]), np.array([9.0]),
+                      np.array([0, 0, 1]), np.repeat(exp_cost, 2, 0), np.repeat(exp_acc, 2, 0), np.repeat(got, 2, 0),
+                      np.repeat(paid, 2, 0))
+    assert np.allclose(two[0], np.repeat(acc, 2, 0), equal_nan=True) and np.allclose(two[2], [[2 / 3, 61], [1.0, 91]])
+    assert two[4].tolist() == [[2, 0, 0], [2, 2, 2]]
