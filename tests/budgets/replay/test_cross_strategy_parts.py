@@ -5,6 +5,7 @@ by a mutation run: docs/mutation.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -12,11 +13,13 @@ import numpy as np
 import pytest
 
 from tts.benchmarks.pool import ModelPool
+from tts.budgets.cross_allocator import calibrate, pilot_feature_rows
 from tts.budgets.pricing import Pricer
 from tts.budgets.replay.cross_strategy import (
     CrossConfig,
     CrossResult,
     _budget_grid,
+    _expected_option_values,
     _fold_path,
     _frontier,
     _ladder_for,
@@ -25,6 +28,8 @@ from tts.budgets.replay.cross_strategy import (
     cross_replay,
 )
 from tts.budgets.replay.matched import Interval, ModeResult
+from tts.budgets.replay.prefix import random_orders
+from tts.budgets.strategy_curves import rule_outcomes
 
 NAN = np.nan
 
@@ -234,11 +239,11 @@ def test_a_folds_greedy_path_read_at_each_share_gives_the_realised_correct_count
 
 
 def test_a_set_of_options_is_replayed_fold_by_fold_each_fold_at_its_share_of_every_budget():
-    # Three problems in folds 0, 0, 1; options 0 and 2 only (option 1 would be free and always
-    # right: read by mistake it would show). Fold 0 gets 2/3 of a budget, fold 1 1/3.
+    # Three problems in folds 0, 0, 1; options 0 and 2 only (option 1, free and never right, would
+    # show if it were read). Fold 0 gets 2/3 of a budget, fold 1 1/3.
     exp_cost = np.array([[[1, 100, 3], [1, 100, 2], [2, 100, 4]]], float)
     exp_acc = np.array([[[0.1, 1.0, 0.5], [0.2, 1.0, 0.3], [0.3, 1.0, 0.8]]])
-    got = np.array([[[0, 1, 1], [1, 1, 1], [0, 1, 1]]])
+    got = np.array([[[0, 0, 1], [1, 0, 1], [0, 0, 1]]])
     paid = np.array([[[10, 0, 30], [11, 0, 21], [20, 0, 40]]], float)
     # Fold 0 starts at 1 + 1 = 2 (right: p1; paid 21), upgrades p0 (slope 0.2, total 4: +1 right,
     # +20 paid), then p1 (0.1, total 5: +0, +10). Fold 1 starts at 2 (wrong, 20), upgrades p2 at 4
@@ -256,3 +261,61 @@ def test_a_set_of_options_is_replayed_fold_by_fold_each_fold_at_its_share_of_eve
                       np.repeat(paid, 2, 0))
     assert np.allclose(two[0], np.repeat(acc, 2, 0), equal_nan=True) and np.allclose(two[2], [[2 / 3, 61], [1.0, 91]])
     assert two[4].tolist() == [[2, 0, 0], [2, 2, 2]]
+    # Three folds of one problem each, a third of every budget: p0 upgrades at 3 (total 9), p1 at 2
+    # (6), p2 starts at 2 (6) and upgrades at 4 (12).
+    acc, cost, at_u, pts, picks = _replay_set([0, 2], np.array([3.0, 6.0, 7.5, 12.0]), np.array([6.9]),
+                                              np.array([9.0]), np.array([0, 1, 2]), exp_cost, exp_acc, got, paid)
+    assert np.allclose(acc, [[NAN, 1 / 3, 1 / 3, 1.0]], equal_nan=True)
+    assert np.array_equal(cost, [[NAN, 51, 51, 91]], equal_nan=True)
+    assert np.allclose(at_u, [[1 / 3, 51]]) and np.allclose(pts, [[2 / 3]]) and picks.tolist() == [[0, 2, 0]]
+
+
+def _graded_pool(seed: int = 4, problems: int = 8, samples: int = 6) -> ModelPool:
+    rng = np.random.default_rng(seed)
+    answers = rng.integers(0, 3, (problems, samples))
+    tokens = rng.integers(10, 60, (problems, samples)).astype(float)
+    return _pool(answers=answers, tokens=tokens, correct=answers == 0)
+
+
+def test_a_folds_expected_values_come_from_the_other_folds_and_its_own_pilot():
+    pool = _graded_pool()
+    cfg = CrossConfig(rules=("vote", "shortest"), target_n=6, folds=2, pilot=2, difficulty="pilot", n_bins=2,
+                      switch_z=0.0)
+    rules, k, ns = ("vote", "shortest"), 2, [2, 4, 6]
+    options = [(r, n) for r in rules for n in ns]
+    orders = random_orders(pool.mask, 2, np.random.default_rng(0))
+    fold = np.array([0, 1] * 4)
+    real_alloc = np.zeros((2, 8, 3))
+    real_alloc[:, :, 0] = np.arange(16).reshape(2, 8) * 1000.0  # the pilot's realised cost
+    real_alloc[:, :, 1:] = -1.0  # never read
+    outcomes = rule_outcomes(pool, orders, rules, 6)
+    exp_cost, exp_acc = _expected_option_values(pool, cfg, k, ns, orders, outcomes, fold, real_alloc, options,
+                                                Pricer("tokens"))
+    # Cost: the realised pilot plus n - k more samples of the pilot's mean length (rounded), no prompt.
+    for r in range(2):
+        for p in range(8):
+            pilot = pool.tokens[p, orders[r, p, :2]]
+            m = max(1, round(float(pilot.mean())))
+            assert exp_cost[r, p].tolist() == [real_alloc[r, p, 0] + (n - 2) * m for _, n in options]
+    # Priced per request (no prompt): the rest is one more request, none at n = k.
+    eflops, _ = _expected_option_values(pool, cfg, k, ns, orders, outcomes, fold, real_alloc, options,
+                                        Pricer("eflops", cost_model=_PerRequest()))
+    m = max(1, round(float(pool.tokens[0, orders[0, 0, :2]].mean())))
+    assert eflops[0, 0].tolist() == [0.0 + (0 if n == 2 else 100 + (n - 2) * m) for _, n in options]
+    # Accuracy: each fold's calibration is fitted on the other fold with the settings' difficulty,
+    # bins and noise guard, and read at the fold's own pilot (its first k samples in each ordering).
+    for f in (0, 1):
+        te = np.nonzero(fold == f)[0]
+        cal = calibrate(pool, rules, k, ns, orders=orders, problems=np.nonzero(fold != f)[0], difficulty="pilot",
+                        n_bins=2, switch_z=0.0)
+        for r in range(2):
+            feats = pilot_feature_rows(pool.answers[te[:, None], orders[r, te, :2]],
+                                       pool.tokens[te[:, None], orders[r, te, :2]])
+            assert np.array_equal(exp_acc[r, te], cal.accuracy(cal.bins(feats)))
+    # Regrading a problem of fold 0 moves fold 1's expected values, never its own fold's.
+    flipped = dataclasses.replace(pool, correct=pool.correct.copy())
+    flipped.correct[0] = ~flipped.correct[0]
+    _, acc2 = _expected_option_values(flipped, cfg, k, ns, orders, rule_outcomes(flipped, orders, rules, 6), fold,
+                                      real_alloc, options, Pricer("tokens"))
+    assert np.array_equal(acc2[:, fold == 0], exp_acc[:, fold == 0]) and not np.array_equal(acc2[:, fold == 1],
+                                                                                            exp_acc[:, fold == 1])
