@@ -6,6 +6,7 @@ by a mutation run: docs/mutation.md)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from dataclasses import dataclass
 
@@ -202,9 +203,11 @@ def _clear_pool(problems: int = 4) -> ModelPool:
     return _pool(answers=answers, tokens=[[20.0] * 7 + [5.0] for _ in range(problems)])
 
 
-def test_a_replay_where_the_vote_is_always_right_picks_it_everywhere_and_reports_it_as_the_best_single_rule():
+def test_a_replay_where_the_vote_is_always_right_picks_it_everywhere_and_reports_it_as_the_best_single_rule(caplog):
     cfg = CrossConfig(rules=("shortest", "vote"), target_n=8, orderings=3, folds=2, pilot=4, n_bins=1, bootstrap=10)
-    res = cross_replay(_clear_pool(), cfg)
+    with caplog.at_level(logging.INFO, logger="tts.budgets.replay.cross_strategy"):
+        res = cross_replay(_clear_pool(), cfg)
+    assert caplog.messages == [f"m: best single vote; cross ratio {res.allocators['cross'].token_ratio}"]
     assert (res.model, res.unit, res.rules, res.target_n, res.best_single) == ("m", "tokens", ("shortest", "vote"), 8,
                                                                                "vote")
     assert res.options == (("shortest", 4), ("shortest", 8), ("vote", 4), ("vote", 8))
@@ -214,8 +217,13 @@ def test_a_replay_where_the_vote_is_always_right_picks_it_everywhere_and_reports
     # The vote of the pilot is already right and costs nothing more: every problem keeps it.
     assert res.plans.shape == (3, 4) and (res.plans == 2).all()
     assert res.chosen == {"shortest": 0.0, "vote": 1.0}
-    assert set(res.allocators) == {"cross", "shortest", "vote"}
+    assert {name: m.mode for name, m in res.allocators.items()} == {"cross": "cross", "shortest": "shortest",
+                                                                    "vote": "vote"}
     assert res.allocators["cross"].acc_at_uniform_tokens.mean == 1.0
+    # Each rule alone plans with its own options only: vote alone is always right, shortest alone
+    # keeps its pilot (its 8 samples are always wrong) and is wrong whenever the short sample came early.
+    assert res.allocators["vote"].acc_at_uniform_tokens.mean == 1.0
+    assert res.allocators["shortest"].acc_at_uniform_tokens.mean < 1.0
     assert [r["n"] for r in res.frontier] == [4, 8] and res.frontier[1]["cost"] == 580.0
     assert [r["uniform_best"] for r in res.frontier] == [1.0, 1.0]
     assert res.frontier[1]["uniform_any_best"] == 1.0
@@ -319,3 +327,29 @@ def test_a_folds_expected_values_come_from_the_other_folds_and_its_own_pilot():
                                       real_alloc, options, Pricer("tokens"))
     assert np.array_equal(acc2[:, fold == 0], exp_acc[:, fold == 0]) and not np.array_equal(acc2[:, fold == 1],
                                                                                             exp_acc[:, fold == 1])
+
+
+def test_the_best_single_rule_is_the_most_accurate_at_the_target_whatever_its_name():
+    # Five long wrong answers (1) and three short right ones (0): the vote is wrong, the shortest
+    # sample right, so "shortest" is the best single rule although "vote" sorts after it.
+    answers = [[1] * 5 + [0] * 3 for _ in range(4)]
+    pool = _pool(answers=answers, tokens=[[30.0] * 5 + [5.0] * 3 for _ in range(4)])
+    res = cross_replay(pool, CrossConfig(rules=("shortest", "vote"), target_n=8, orderings=2, folds=2, pilot=4,
+                                         n_bins=1, bootstrap=10))
+    assert res.best_single == "shortest"
+    assert res.uniform["shortest"]["acc"].mean == 1.0 and res.uniform["vote"]["acc"].mean == 0.0
+
+
+def test_a_pool_without_token_counts_is_replayed_in_samples_and_a_cost_model_prices_pilot_and_rest_as_requests():
+    real = [[True] * 8 for _ in range(4)]
+    untimed = _pool(answers=[[0] * 7 + [1] for _ in range(4)], tokens=np.full((4, 8), NAN), real=real)
+    cfg = CrossConfig(rules=("shortest", "vote"), target_n=8, orderings=2, folds=2, pilot=4, n_bins=1, bootstrap=10)
+    res = cross_replay(untimed, cfg.model_copy(update={"rules": ("vote",)}), Pricer("samples"))  # shortest reads tokens
+    assert res.unit == "samples" and res.uniform["vote"]["cost"] == Interval(32.0, 32.0, 32.0)  # 4 problems x 8
+    # eFLOPs of the per-request model (100 a request + 1 a token): uniform n = 8 is one request of
+    # 7 x 20 + 5 tokens per problem; the allocator keeps every problem at its pilot, one request
+    # of its first 4 samples: 100 + 80, or 100 + 65 where the short one was among them.
+    res = cross_replay(_clear_pool(), cfg, Pricer("eflops", cost_model=_PerRequest()))
+    assert res.unit == "eflops" and res.uniform["vote"]["cost"] == Interval(980.0, 980.0, 980.0)
+    assert (res.plans == 2).all()
+    assert 4 * 165 <= res.allocators["cross"].tokens_at_uniform_budget.mean <= 4 * 180
