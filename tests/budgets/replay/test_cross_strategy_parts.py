@@ -149,6 +149,9 @@ def test_the_budget_grid_starts_where_every_fold_of_every_ordering_pays_its_chea
     # A grid that would end below its start (27 > 22.22) ends 1% above it.
     low = _budget_grid(exp_cost, np.array([[1.0], [2.0]]), fold, sets, 3)
     assert low[0] == pytest.approx(27.0) and low[-1] == pytest.approx(27.27)
+    # Costs far below 1 (dollars, GPU-seconds) keep their own scale.
+    dollars = _budget_grid(exp_cost * 1e-6, np.array([[1e-5], [3e-5]]), fold, sets, 3)
+    assert dollars[0] == pytest.approx(27e-6) and dollars[-1] == pytest.approx(30.3e-6)
 
 
 def test_the_frontier_row_of_each_n_holds_the_uniform_best_rule_the_best_in_hindsight_and_the_allocators():
