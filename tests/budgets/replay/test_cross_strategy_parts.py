@@ -93,6 +93,9 @@ def test_realised_cost_priced_per_request_pays_the_pilot_and_the_rest_as_two_req
     # Ordering 1 reads 40, 30, 20, 10 and 7, 6, 5, padding.
     assert alloc[1, 0].tolist() == [170, 290, 300] and unif[1, 0].tolist() == [170, 190, 200]
     assert alloc[1, 1].tolist() == [113, 218, 218] and unif[1, 1].tolist() == [113, 118, 118]
+    # One ordering of the two problems: the same rows as ordering 0 above.
+    one, _ = _realised_costs(POOL, ORDERS[:1], NS, 2, Pricer("eflops", cost_model=_PerRequest()))
+    assert one.tolist() == [alloc[0].tolist()]
 
 
 def _five(counts=(8, 8, 8, 8, 6), tokens=True) -> ModelPool:
