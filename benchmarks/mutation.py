@@ -237,7 +237,7 @@ MODULES: dict[str, list[str]] = {
                            "tests/budgets/test_escalation.py"],
     "budgets/ensemble": ["tests/budgets/test_ensemble.py"],
     "budgets/escalation": ["tests/budgets/test_escalation_parts.py", "tests/budgets/test_escalation.py"],
-    "budgets/offline_plan": ["tests/budgets/test_offline_plan.py"],
+    "budgets/offline_plan": ["tests/budgets/test_offline_plan_parts.py", "tests/budgets/test_offline_plan.py"],
     "budgets/pricing": ["tests/budgets/test_pricer_units.py", "tests/budgets/test_pricing.py", "tests/serve/test_policy_rules.py"],
     "budgets/strategy_curves": ["tests/budgets/test_strategy_curves.py", "tests/budgets/test_cross_strategy.py",
                                 "tests/budgets/test_escalation.py"],
@@ -256,7 +256,8 @@ MODULES: dict[str, list[str]] = {
         "rules_decide_after_1_to_chunk_minus_1_samples_then_every_chunk_below_the_cap",
         "training_rows_are_the_vote_states_at_the_decision_points_against_the_vote_at_the_cap")],
     "budgets/rate_models/vote_value": ["tests/stopping_rules/test_gain.py"],
-    "budgets/replay/cross_strategy": ["tests/budgets/test_cross_strategy.py"],
+    "budgets/replay/cross_strategy": ["tests/budgets/replay/test_cross_strategy_parts.py",
+                                      "tests/budgets/test_cross_strategy.py"],
     # test_escalation.py (MODULES before) never reached it: 159 mutants, no test.
     "budgets/replay/matched": ["tests/budgets/replay/test_matched.py"],
     # The replay against the live allocator at one or two seeds per rule and setting (every seed
