@@ -277,7 +277,9 @@ def cross_replay(pool: ModelPool, cfg: CrossConfig | None = None, pricer: Pricer
     Args:
         pool: One model's samples with token counts (and scores for score-based rules).
         cfg: Settings.
-        pricer: Cost unit (default tokens). Verifier passes are priced on the realised side too.
+        pricer: Cost unit (default tokens). A pricer with a verifier adds its passes to the expected
+            costs of score-based rules but not yet to the realised ones (no caller passes one:
+            ``tts budget simulate`` and benchmarks/cross_strategy.py price generation only).
 
     Raises:
         CalibrationError: The pool lacks what a rule needs (the message names it).
