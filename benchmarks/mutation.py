@@ -206,7 +206,7 @@ MODULES: dict[str, list[str]] = {
                            "tests/parity/test_tree_searches.py::test_each_strategy_passes_its_settings_to_its_search_function"],
     "search/tree/step_clusters": ["tests/search/tree/test_step_clusters.py", "tests/search/tree/test_ets.py",
                                   "tests/parity/test_rebase_ets.py"],
-    "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_search_steps.py",
+    "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_stepwise_parts.py", "tests/search/tree/test_search_steps.py",
                              "tests/search/tree/test_ets.py", "tests/parity/test_particle_filtering.py",
                              "tests/parity/test_rebase_ets.py"],
     "search/tree/tree_search": ["tests/search/tree/test_tree_search.py", "tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",

@@ -1,0 +1,90 @@
+"""The step-wise space's parts on a recording generator: the forced-answer request as sent, the
+greedy rollout step and its events, and the braces a forced answer closes."""
+
+from __future__ import annotations
+
+from tts.backends.base import Completion, GenerationResult, derive_seed
+from tts.config import SamplingConfig
+from tts.search.tree.stepwise import ANSWER_NUDGE, StepwiseSpace, _close_braces
+from tts.types import Problem, Usage
+
+
+class Recording:
+    """A generator that answers each request with the next of ``replies`` (a list of texts per
+    request; an empty list: no completion) and records every call's requests."""
+
+    model_name = "recording"
+
+    def __init__(self, replies: list[list[str]], ended: bool = False) -> None:
+        self.replies, self.ended, self.calls = list(replies), ended, []
+
+    def generate(self, requests):
+        self.calls.append(list(requests))
+        out = []
+        for _ in requests:
+            texts = self.replies.pop(0)
+            out.append(GenerationResult(tuple(Completion(t, 5, -0.5, ended_by_eos=self.ended) for t in texts),
+                                        Usage(calls=1, completion_tokens=5 * len(texts))))
+        return out
+
+
+PROBLEM = Problem("p1", "What is 1 + 1?", "2")
+
+
+def _space(replies, **kwargs) -> tuple[StepwiseSpace, Recording]:
+    gen = Recording(replies, **kwargs.pop("gen", {}))
+    space = StepwiseSpace(gen, lambda p: [{"role": "user", "content": p.question}], [PROBLEM],
+                          SamplingConfig(max_tokens=256, temperature=0.8, top_p=0.9), seed=3, seed_key="beam@4",
+                          **kwargs)
+    return space, gen
+
+
+def test_the_forced_answer_request_is_greedy_short_seeded_and_continues_the_whole_solution():
+    # max_depth 1: the first step "1 + 1 = 2" states no answer, so an answer is forced in a second call.
+    space, gen = _space([["1 + 1 = 2"], ["2}"]], max_depth=1, answer_tokens=16)
+    [[kid]] = space.expand(space.initial_states(), [1])
+    [step_request], [answer] = gen.calls
+    assert step_request.temperature == 0.8 and step_request.n == 1
+    assert answer.n == 1 and answer.temperature == 0.0 and answer.max_tokens == 16
+    assert answer.stop == ("\n\n",) and answer.logprobs is True
+    # The child's path is "0" at depth 1: its answer seed is the run seed's, for "p1|beam@4|0|answer".
+    assert answer.seed == derive_seed(3, "p1|beam@4|0|answer", 1) != step_request.seed
+    assert answer.continuation == "1 + 1 = 2\n\n" + ANSWER_NUDGE and answer.key == "p1"
+    assert kid.finished and kid.forced == "depth" and kid.answer == "2"
+    assert kid.step == "1 + 1 = 2\n\n" + ANSWER_NUDGE + "2}" and kid.tokens == 10
+
+
+def test_a_rollout_step_is_greedy_and_its_events_are_counted_apart():
+    # A search step first: one empty child (an event of the search itself).
+    space, gen = _space([["", "1 + 1 = 2"], [""], []])
+    root = space.initial_states()[0]
+    empty, step = space.expand([root], [2])[0]
+    assert space.events[0] == {"empty_steps": 1}
+    # The rollouts of two states: the first writes an empty step, the second gets nothing back.
+    rolled = space.rollout_step([step, empty])
+    assert [q.temperature for q in gen.calls[1]] == [0.0, 0.0] and [q.n for q in gen.calls[1]] == [1, 1]
+    assert rolled[0] is not None and rolled[0].step == "" and rolled[1] is None
+    assert space.events[0] == {"empty_steps": 1, "lookahead_empty_steps": 1}
+
+
+def test_a_rollout_that_changes_no_event_leaves_the_counts_alone():
+    space, gen = _space([["1 + 1 = 2"], ["So 2."]])
+    [[step]] = space.expand(space.initial_states(), [1])
+    [rolled] = space.rollout_step([step])
+    assert rolled.steps == ("1 + 1 = 2", "So 2.") and space.events[0] == {}
+
+
+def test_a_forced_rollout_is_counted_as_the_lookaheads():
+    # The model ends its message without an answer: the rollout's answer is forced ("ended").
+    space, gen = _space([["1 + 1 = 2"], ["2}"]], gen={"ended": True})
+    root = space.initial_states()[0]
+    [rolled] = space.rollout_step([root])
+    assert rolled.forced == "ended" and rolled.answer == "2"
+    assert space.events[0] == {"lookahead_forced_ended": 1}
+
+
+def test_a_forced_answer_closes_only_the_braces_left_open():
+    assert _close_braces("\\boxed{\\frac{1}{2") == "\\boxed{\\frac{1}{2}}"
+    assert _close_braces("\\boxed{7}") == "\\boxed{7}"
+    assert _close_braces("7}") == "7}"  # more closing than opening: nothing added
+    assert _close_braces("") == ""
