@@ -3,10 +3,13 @@ greedy rollout step and its events, and the braces a forced answer closes."""
 
 from __future__ import annotations
 
+import pytest
+
 from tts.backends.base import Completion, GenerationResult, derive_seed
 from tts.config import SamplingConfig
-from tts.search.tree.stepwise import ANSWER_NUDGE, StepwiseSpace, _close_braces
+from tts.search.tree.stepwise import ANSWER_NUDGE, StepScorer, StepState, StepwiseSpace, _close_braces
 from tts.types import Problem, Usage
+from tts.verifiers.base import VerifierScore
 
 
 class Recording:
@@ -88,3 +91,48 @@ def test_a_forced_answer_closes_only_the_braces_left_open():
     assert _close_braces("\\boxed{7}") == "\\boxed{7}"
     assert _close_braces("7}") == "7}"  # more closing than opening: nothing added
     assert _close_braces("") == ""
+
+
+def test_an_empty_step_forced_with_no_completion_back_says_only_the_nudge():
+    # The model ends its message with an empty step; the forcing call returns nothing at all. The
+    # child's one step is the nudge with its brace closed; it adds no tokens and no logprob.
+    space, gen = _space([[""], []], gen={"ended": True})
+    [[kid]] = space.expand(space.initial_states(), [1])
+    said = ANSWER_NUDGE + "}"
+    assert kid.steps == (said,) and kid.step == said
+    assert kid.tokens == 5 and kid.logprobs == (None,) and kid.finished and kid.forced == "ended"
+
+
+def test_a_forced_answer_after_a_step_keeps_the_steps_logprob_then_the_answers():
+    space, gen = _space([["1 + 1 = 2"], ["2}"]], max_depth=1)
+    [[kid]] = space.expand(space.initial_states(), [1])
+    assert kid.logprobs == (-0.5, -0.5) and kid.steps == ("1 + 1 = 2", ANSWER_NUDGE + "2}")
+
+
+class _Named:
+    """A verifier that scores every item 0.5, or returns ``short`` scores too few."""
+
+    name = "halves"
+
+    def __init__(self, short: int = 0) -> None:
+        self.short = short
+
+    def score(self, items):
+        return [VerifierScore((), 0.5)] * (len(items) - self.short)
+
+
+def test_the_scorer_counts_its_verifier_calls_and_sends_no_call_for_empty_steps():
+    scorer = StepScorer(_Named(), problems=1)
+    assert scorer.calls == 0
+    full, empty = StepState(0, PROBLEM, ("a",), "a", 1), StepState(0, PROBLEM, (), "", 1)
+    assert scorer.score([empty, empty]) == [None, None] and scorer.calls == 0
+    assert [s.score for s in scorer.score([full])] == [0.5] and scorer.calls == 1
+    assert [s and s.score for s in scorer.score([empty, full])] == [None, 0.5] and scorer.calls == 2
+
+
+def test_a_verifier_returning_too_few_scores_is_named_in_the_error():
+    scorer = StepScorer(_Named(short=1), problems=1)
+    state = StepState(0, PROBLEM, ("a",), "a", 1)
+    with pytest.raises(ValueError) as info:
+        scorer.score([state, state])
+    assert str(info.value) == "verifier halves returned 1 scores for 2 items"
