@@ -136,3 +136,17 @@ def test_a_verifier_returning_too_few_scores_is_named_in_the_error():
     with pytest.raises(ValueError) as info:
         scorer.score([state, state])
     assert str(info.value) == "verifier halves returned 1 scores for 2 items"
+
+
+def test_a_space_built_with_the_defaults_and_an_empty_separator_refused():
+    gen = Recording([["1 + 1 = 2"]])
+    space = StepwiseSpace(gen, lambda p: [{"role": "user", "content": p.question}], [PROBLEM],
+                          SamplingConfig(max_tokens=1000))
+    space.expand(space.initial_states(), [1])
+    [[request]] = gen.calls
+    # Steps of at most 128 tokens; the seed of run seed 0, no seed key, the root's path "" at depth 0.
+    assert request.max_tokens == 128 and request.seed == derive_seed(0, "p1||", 0)
+    assert (space.max_depth, space.answer_tokens, space.force_answer) == (8, 32, True)
+    with pytest.raises(ValueError) as info:
+        StepwiseSpace(gen, lambda p: [], [PROBLEM], SamplingConfig(), separator="")
+    assert str(info.value) == "the step separator must be a non-empty string"
