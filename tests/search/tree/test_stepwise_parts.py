@@ -142,7 +142,9 @@ def test_a_space_built_with_the_defaults_and_an_empty_separator_refused():
     gen = Recording([["1 + 1 = 2"]])
     space = StepwiseSpace(gen, lambda p: [{"role": "user", "content": p.question}], [PROBLEM],
                           SamplingConfig(max_tokens=1000))
+    assert space.generate_calls == 0 and space.usage[0].calls == 0  # nothing generated yet
     space.expand(space.initial_states(), [1])
+    assert space.generate_calls == 1 and space.usage[0].calls == 1
     [[request]] = gen.calls
     # Steps of at most 128 tokens; the seed of run seed 0, no seed key, the root's path "" at depth 0.
     assert request.max_tokens == 128 and request.seed == derive_seed(0, "p1||", 0)
