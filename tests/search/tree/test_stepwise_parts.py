@@ -47,6 +47,7 @@ def test_the_forced_answer_request_is_greedy_short_seeded_and_continues_the_whol
     space, gen = _space([["1 + 1 = 2"], ["2}"]], max_depth=1, answer_tokens=16)
     [[kid]] = space.expand(space.initial_states(), [1])
     [step_request], [answer] = gen.calls
+    assert space.generate_calls == 2
     assert step_request.temperature == 0.8 and step_request.n == 1
     assert answer.n == 1 and answer.temperature == 0.0 and answer.max_tokens == 16
     assert answer.stop == ("\n\n",) and answer.logprobs is True
