@@ -16,7 +16,7 @@ import pytest
 from tts.backends.scripted import ScriptedGenerator
 from tts.config import SamplingConfig
 from tts.prompts import MATH_PROMPT
-from tts.search.tree.ets import ETS, ETSConfig, _path, ets_search, sentence_embedder
+from tts.search.tree.ets import ETS, ETSConfig, _path, ets_search, rebase_shares, sentence_embedder
 from tts.search.tree.tree_search import SearchTree
 from tts.verifiers.base import VerifierScore
 
@@ -220,3 +220,11 @@ def test_the_strategy_keeps_its_seed_and_sampling():
     assert default.seed == 0 and default.sampling == SamplingConfig()
     given = ETS(ETSConfig(n=4), gen, MATH_PROMPT.render, sampling, seed=7)
     assert given.seed == 7 and given.sampling is sampling
+
+
+def test_shares_refuse_a_zero_temperature_and_count_a_zero_score_as_valid():
+    with pytest.raises(ValueError) as info:
+        rebase_shares([0.5], 0.0)
+    assert str(info.value) == "temperature must be > 0, got 0.0"
+    # Scores 0 and 1 at T = 1: e^-1 and 1 over 1 + e^-1 -> 0.2689 and 0.7311.
+    assert rebase_shares([0.0, 1.0], 1.0) == pytest.approx([0.268941, 0.731059], abs=1e-6)
