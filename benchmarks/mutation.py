@@ -176,9 +176,9 @@ MODULES: dict[str, list[str]] = {
         "the_search_gets_the_configs_prior_a_model_that_loses_results_is_refused_and_a_step_verifier_gets_steps")] + ["tests/parity/test_ab_mcts.py"],
     "search/tree/beam": ["tests/search/tree/test_beam.py", "tests/parity/test_tree_searches.py"],
     "search/tree/dvts": ["tests/search/tree/test_dvts.py", "tests/parity/test_tree_searches.py"],
-    "search/tree/ets": ["tests/search/tree/test_ets.py", "tests/parity/test_rebase_ets.py"],
+    "search/tree/ets": ["tests/search/tree/test_ets.py", "tests/search/tree/test_ets_parts.py", "tests/parity/test_rebase_ets.py"],
     "search/tree/lookahead": ["tests/search/tree/test_lookahead.py", "tests/parity/test_tree_searches.py"],
-    "search/tree/mcts": ["tests/search/tree/test_mcts.py", "tests/parity/test_tree_searches.py"],
+    "search/tree/mcts": ["tests/search/tree/test_mcts.py", "tests/search/tree/test_mcts_parts.py", "tests/parity/test_tree_searches.py"],
     # Its tests without the three `tts eval` runs (10 s of every surviving mutant's 27 s: 224 of 509
     # run in 19 minutes); the strategies end to end on the step model stay.
     "search/tree/particle_filtering": [f"tests/search/tree/test_particle_filtering.py::test_{name}" for name in (
@@ -209,7 +209,7 @@ MODULES: dict[str, list[str]] = {
                            "tests/parity/test_tree_searches.py::test_each_strategy_passes_its_settings_to_its_search_function"],
     "search/tree/step_clusters": ["tests/search/tree/test_step_clusters.py", "tests/search/tree/test_ets.py",
                                   "tests/parity/test_rebase_ets.py"],
-    "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_search_steps.py",
+    "search/tree/stepwise": ["tests/search/tree/test_stepwise.py", "tests/search/tree/test_stepwise_parts.py", "tests/search/tree/test_search_steps.py",
                              "tests/search/tree/test_ets.py", "tests/parity/test_particle_filtering.py",
                              "tests/parity/test_rebase_ets.py"],
     "search/tree/tree_search": ["tests/search/tree/test_tree_search.py", "tests/search/tree/test_beam.py", "tests/search/tree/test_dvts.py",

@@ -416,6 +416,42 @@ def test_mcts_without_the_dive_selects_leaves_by_uct_with_virtual_loss(c):
         assert chosen == ref_uct_descents(structure, scores, count, c)
 
 
+def _built(structure, scores):
+    """A ``_Tree`` grown as ``structure`` says ({node: children}), each child with its score."""
+    mine = mcts_module._Tree(root="q")
+    nodes = {}
+    for parent, kids in structure.items():
+        made = []
+        for name in kids:
+            node = mine.tree.add(nodes.get(parent), name, False)
+            node.score = scores[name]
+            nodes[name] = node
+            made.append(node)
+        mine.record(nodes.get(parent), made)
+    return mine
+
+
+DEEPER = {"root": ["A", "B", "C"], "A": ["A1", "A2", "A3"], "B": ["B1", "B2"], "A1": ["A11", "A12"]}
+
+
+@pytest.mark.parametrize(("scores", "most"), [
+    ({"A": 0.91, "B": 0.5, "C": 0.28, "A1": 0.76, "A2": 0.62, "A3": 0.25, "B1": 0.91, "B2": 0.98, "A11": 0.81,
+      "A12": 0.9}, 5),
+    ({"A": 0.84, "B": 0.76, "C": 0.42, "A1": 0.26, "A2": 0.51, "A3": 0.4, "B1": 0.78, "B2": 0.3, "A11": 0.48,
+      "A12": 0.58}, 4),
+])
+@pytest.mark.parametrize("c", [0.3, 1.0])
+def test_mcts_descents_of_a_round_on_a_deeper_tree_are_ucts_with_one_virtual_loss_each(scores, most, c):
+    """As above (Kocsis and Szepesvari 2006; Chaslot et al. 2008), three levels deep and up to five
+    descents a round: the parent's visits in ln N include its virtual losses, and every descent adds
+    exactly one visit worth 0 to each node of its path. (``most``: the reference has no rule for a
+    descent into a subtree whose leaves were all taken; tts blocks those, so the counts stop
+    before the reference would need one.)"""
+    for count in range(1, most + 1):
+        chosen = [node.state for node in _built(DEEPER, scores).select(count, c, dive=False)]
+        assert chosen == ref_uct_descents(DEEPER, scores, count, c)
+
+
 def test_mcts_first_finish_dive_is_the_documented_departure():
     """Against UCT (Kocsis and Szepesvari 2006). The departure (``mcts.py`` docstring): until a
     root has a finished candidate, its first
