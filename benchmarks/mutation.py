@@ -535,7 +535,10 @@ def _diff(work: Path, mutant: str) -> str:
 
 
 def _changed_lines(diff: str) -> list[str]:
-    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    """The mutant's new lines, which an equivalent's ``change`` names; a mutant that only deletes
+    lines (a keyword argument on a line of its own) has none, so its deleted lines stand in."""
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added or [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
 
 
 def measure(module: str, tests: list[str], timeout: float, known: dict[str, list[dict[str, str]]]) -> Result:

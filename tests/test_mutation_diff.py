@@ -191,3 +191,12 @@ def test_mutants_killed_by_a_timeout_are_counted_killed_and_named(tmp_path, monk
     mutation._say_timeouts(result, sys.stdout)
     assert capsys.readouterr().out == ("# 1 counted killed by a timeout (check that the tests are not just slow): "
                                        "tts.a.x_f__mutmut_2\n")
+
+
+def test_an_equivalent_names_a_deleting_mutants_deleted_line():
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "benchmarks" / "mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("mutation", mutation)
+    spec.loader.exec_module(mutation)
+    assert mutation._changed_lines("--- a\n+++ b\n-    x = 1\n+    x = 2\n") == ["x = 2"]
+    assert mutation._changed_lines("--- a\n+++ b\n     f(\n-        n=1,\n     )\n") == ["n=1,"]
