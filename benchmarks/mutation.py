@@ -396,7 +396,10 @@ MODULES: dict[str, list[str]] = {
             "the_shipped_search_space_loads_and_builds_graphs", "output_models_limit_only_the_output_node",
             "graph_evaluations_share_one_engine_per_model_across_the_whole_search")],
     "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
-    "graphs/stages": ["tests/graphs/test_stages.py"],
+    # The planner's parts on hand-made evaluations, then the graph-file tests (the three 80-problem
+    # scripted runs, 4 to 20 s each under load, and the `tts stage-plan` CLI run left out).
+    "graphs/stages": ["tests/graphs/test_stages_parts.py"] + [f"tests/graphs/test_stages.py::test_{name}" for name in (
+        "the_planned_split_is_a_graph_file_whose_stages_run_at_their_share", "bad_stages_are_refused_naming_the_stage_or_node")],
     # Strategies run on the scripted backend directly, then one example through the runner and the
     # second-model tests (test_examples.py's runner and CLI runs took 49 s; test_graph_search.py's
     # searches over a fake evaluator never reach it).
@@ -405,7 +408,7 @@ MODULES: dict[str, list[str]] = {
         "a_model_entry_equal_to_the_runs_backend_is_served_by_the_runs_generator",
         "each_example_runs_through_the_runner[sample_then_fuse]")] + [
         "tests/graphs/test_graph_search.py::test_graph_evaluations_share_one_engine_per_model_across_the_whole_search"],
-    "graphs/subproblems": ["tests/graphs/test_scale.py"],
+    "graphs/subproblems": ["tests/graphs/test_scale.py", "tests/graphs/test_subproblems_parts.py"],
 }
 
 # mutmut's statuses. A mutant that times out or crashes the tests was noticed: killed. One that no
