@@ -284,7 +284,11 @@ MODULES: dict[str, list[str]] = {
         "bad_budgets_are_refused", "allocation_settings_are_checked_where_they_are_given",
         "a_pessimistic_prior_does_not_starve_later_problems",
         "a_resumed_run_with_a_smaller_limit_summarises_only_its_problems")],
-    "eval/breakdown": ["tests/eval/test_breakdown.py"],
+    # Hand-made rows and points, the figure read back from matplotlib (nothing rendered), then the
+    # file's fast tests (the `tts plot --by` CLI run, 12 s, left out).
+    "eval/breakdown": ["tests/eval/test_breakdown_parts.py"] + [f"tests/eval/test_breakdown.py::test_{name}" for name in (
+        "level_points_count_each_level_and_config_with_their_interval_and_tokens",
+        "a_level_where_every_config_scores_zero_or_one_still_plots", "a_run_of_one_sample_count_is_drawn_around_its_point")],
     # The frontier's computations called directly; the sweep and `tts plot` tests (4 to 18 s each, 36 s of the
     # file's 45) made its 949 mutants stop early (46 run).
     "eval/frontier": [f"tests/eval/test_frontier.py::test_{name}" for name in (
