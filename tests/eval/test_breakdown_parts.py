@@ -104,7 +104,8 @@ def drawn(monkeypatch):
 
 def test_the_panels_are_four_to_a_row_in_level_order_each_titled_with_its_problems(drawn, tmp_path):
     points = [point("a", 2, level, problems=3) for level in ("10", "2", "1", "4", "3")] + [point("b", 2, "2", problems=5)]
-    paths, fig, saved = drawn(points, by="k/level x", out=tmp_path / "new" / "dir")
+    with matplotlib.rc_context({"font.size": 20}):  # the figure's own sizes, not the reader's defaults
+        paths, fig, saved = drawn(points, by="k/level x", out=tmp_path / "new" / "dir")
     stem = tmp_path / "new" / "dir" / "by_k_level_x_generated"
     assert paths == [stem.with_suffix(".png"), stem.with_suffix(".svg")] and (tmp_path / "new" / "dir").is_dir()
     assert saved == [(stem.with_suffix(".png"), {"dpi": 130}), (stem.with_suffix(".svg"), {})]
@@ -201,3 +202,16 @@ def test_lines_take_markers_and_legend_places_in_natural_order(drawn, tmp_path):
     _, fig, _ = drawn([point("sc@x10", 2, "1"), point("sc@x2", 2, "1", generated=50.0)], out=tmp_path)
     assert [(c.get_label(), c[0].get_marker()) for c in fig.axes[0].containers] == [("sc@x2", "o"), ("sc@x10", "s")]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["sc@x2", "sc@x10"]
+
+
+def test_a_panel_of_costs_under_one_token_is_still_spanned(drawn, tmp_path):
+    _, fig, _ = drawn([point("a", 2, "1", generated=0.5), point("a", 4, "1", generated=0.55)], out=tmp_path)
+    low, high = fig.axes[0].get_xlim()
+    assert low == pytest.approx(0.5 / 1.5) and high == pytest.approx(0.55 * 1.5)
+
+
+def test_a_twenty_first_line_starts_the_colours_again(drawn, tmp_path):
+    names = [f"s{i:02d}" for i in range(21)]
+    _, fig, _ = drawn([point(name, 2, "1", generated=10.0 * (i + 1)) for i, name in enumerate(names)], out=tmp_path)
+    tab20 = plt.get_cmap("tab20")
+    assert [c[0].get_color() for c in fig.axes[0].containers] == [tab20(i % 20) for i in range(21)]
