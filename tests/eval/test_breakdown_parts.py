@@ -122,6 +122,7 @@ def test_the_panels_are_four_to_a_row_in_level_order_each_titled_with_its_proble
         for kw in (ax.xaxis._major_tick_kw, ax.xaxis._minor_tick_kw):
             assert kw["gridOn"] and kw["grid_alpha"] == 0.3 and kw["labelsize"] == 7
         assert ax.yaxis._major_tick_kw["gridOn"] and ax.yaxis._minor_tick_kw["gridOn"]
+        assert "labelsize" not in ax.yaxis._major_tick_kw  # only the cost axis's labels are small
         for formatter in (ax.xaxis.get_major_formatter(), ax.xaxis.get_minor_formatter()):
             assert [formatter(v, 0) for v in (1000, 1500, 999, 0.5, 20000)] == ["1k", "1.5k", "999", "0.5", "20k"]
     assert axes[0].get_shared_y_axes().joined(axes[0], axes[5])
