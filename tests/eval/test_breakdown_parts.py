@@ -153,6 +153,8 @@ def test_each_line_keeps_its_marker_colour_and_label_across_panels(drawn, tmp_pa
     assert c3[0].get_marker() == "D" and c3[0].get_color() == tab10(2)
     legend = fig.legends[0]
     assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "c"]
+    # each entry is drawn as its line's error bar, in the line's colour
+    assert [tuple(h.get_color()[0][:3]) for h in legend.legend_handles] == [tab10(i)[:3] for i in range(3)]
     assert legend._loc == 8 and legend._ncols == 3 and not legend.get_frame_on()  # 8: lower center
     assert all(t.get_fontsize() == 8 for t in legend.get_texts())
     # the panels end above one legend row and below the title
@@ -216,3 +218,12 @@ def test_a_twenty_first_line_starts_the_colours_again(drawn, tmp_path):
     _, fig, _ = drawn([point(name, 2, "1", generated=10.0 * (i + 1)) for i, name in enumerate(names)], out=tmp_path)
     tab20 = plt.get_cmap("tab20")
     assert [c[0].get_color() for c in fig.axes[0].containers] == [tab20(i % 20) for i in range(21)]
+
+
+def test_five_lines_leave_room_for_two_legend_rows_and_capitals_stay_in_the_file_name(drawn, tmp_path):
+    paths, fig, _ = drawn([point(f"s{i}", 2, "1", generated=10.0 * (i + 1)) for i in range(5)], by="Level", out=tmp_path)
+    assert [p.name for p in paths] == ["by_Level_generated.png", "by_Level_generated.svg"]
+    assert fig.legends[0]._ncols == 4
+    drawn_box = box(fig)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * 2, 1, 0.97))  # 5 labels, 4 to a row: 2 rows
+    assert drawn_box == pytest.approx(box(fig))
