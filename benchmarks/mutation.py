@@ -289,7 +289,11 @@ MODULES: dict[str, list[str]] = {
         "bad_budgets_are_refused", "allocation_settings_are_checked_where_they_are_given",
         "a_pessimistic_prior_does_not_starve_later_problems",
         "a_resumed_run_with_a_smaller_limit_summarises_only_its_problems")],
-    "eval/breakdown": ["tests/eval/test_breakdown.py"],
+    # Hand-made rows and points, the figure read back from matplotlib (nothing rendered), then the
+    # file's fast tests (the `tts plot --by` CLI run, 12 s, left out).
+    "eval/breakdown": ["tests/eval/test_breakdown_parts.py"] + [f"tests/eval/test_breakdown.py::test_{name}" for name in (
+        "level_points_count_each_level_and_config_with_their_interval_and_tokens",
+        "a_level_where_every_config_scores_zero_or_one_still_plots", "a_run_of_one_sample_count_is_drawn_around_its_point")],
     # The frontier's computations called directly; the sweep and `tts plot` tests (4 to 18 s each, 36 s of the
     # file's 45) made its 949 mutants stop early (46 run).
     "eval/frontier": [f"tests/eval/test_frontier.py::test_{name}" for name in (
@@ -401,7 +405,10 @@ MODULES: dict[str, list[str]] = {
             "the_shipped_search_space_loads_and_builds_graphs", "output_models_limit_only_the_output_node",
             "graph_evaluations_share_one_engine_per_model_across_the_whole_search")],
     "graphs/selection": ["tests/graphs/test_selection.py", "tests/parity/test_selection.py"],
-    "graphs/stages": ["tests/graphs/test_stages.py"],
+    # The planner's parts on hand-made evaluations, then the graph-file tests (the three 80-problem
+    # scripted runs, 4 to 20 s each under load, and the `tts stage-plan` CLI run left out).
+    "graphs/stages": ["tests/graphs/test_stages_parts.py"] + [f"tests/graphs/test_stages.py::test_{name}" for name in (
+        "the_planned_split_is_a_graph_file_whose_stages_run_at_their_share", "bad_stages_are_refused_naming_the_stage_or_node")],
     # Strategies run on the scripted backend directly, then one example through the runner and the
     # second-model tests (test_examples.py's runner and CLI runs took 49 s; test_graph_search.py's
     # searches over a fake evaluator never reach it).
@@ -410,7 +417,7 @@ MODULES: dict[str, list[str]] = {
         "a_model_entry_equal_to_the_runs_backend_is_served_by_the_runs_generator",
         "each_example_runs_through_the_runner[sample_then_fuse]")] + [
         "tests/graphs/test_graph_search.py::test_graph_evaluations_share_one_engine_per_model_across_the_whole_search"],
-    "graphs/subproblems": ["tests/graphs/test_scale.py"],
+    "graphs/subproblems": ["tests/graphs/test_scale.py", "tests/graphs/test_subproblems_parts.py"],
 }
 
 # mutmut's statuses. A mutant that times out or crashes the tests was noticed: killed. One that no
