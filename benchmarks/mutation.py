@@ -372,10 +372,15 @@ MODULES: dict[str, list[str]] = {
     "graphs/executor": ["tests/graphs/test_executor.py"] + [f"tests/graphs/test_stages.py::test_{name}" for name in (
         "the_planned_split_is_a_graph_file_whose_stages_run_at_their_share",
         "a_token_budget_counts_each_stages_measured_tokens")],
-    "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_executor.py"],
+    "graphs/graph": ["tests/graphs/test_graph_load.py", "tests/graphs/test_graph_parts.py", "tests/graphs/test_executor.py"],
     "graphs/notes": ["tests/graphs/test_sleep_time.py"],
-    "graphs/roles": ["tests/graphs/test_executor.py", "tests/graphs/test_stages.py", "tests/graphs/test_sleep_time.py",
-                     "tests/graphs/test_scale.py"],
+    # test_stages.py's planner runs (14 s of its 16) left out; its graph runs and refusals kept. The
+    # selector and aggregator roles' tests (test_selection.py) and the load-time refusals added.
+    "graphs/roles": ["tests/graphs/test_executor.py", "tests/graphs/test_sleep_time.py", "tests/graphs/test_scale.py",
+                     "tests/graphs/test_selection.py", "tests/graphs/test_graph_load.py"] + [
+        f"tests/graphs/test_stages.py::test_{name}" for name in (
+            "the_planned_split_is_a_graph_file_whose_stages_run_at_their_share",
+            "a_token_budget_counts_each_stages_measured_tokens", "bad_stages_are_refused_naming_the_stage_or_node")],
     "graphs/search": ["tests/graphs/test_graph_search.py"],
     # The evaluator's own tests, then the three of test_graph_search.py that run it (the file's 22 s,
     # mostly searches over a fake evaluator, never reach it).
