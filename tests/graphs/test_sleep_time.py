@@ -111,3 +111,60 @@ def test_questions_of_two_stories_in_one_batch_each_read_their_own_storys_notes(
     sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(batch, {"policy": gen})
     notes = [next(e for e in s.trace.tree if e["id"] == "notes:0")["text"] for s in sols]
     assert notes[0] == notes[2] and notes[1] == notes[3] and notes[0] != notes[1]
+
+
+def test_a_marker_one_character_in_still_splits_off_that_context():
+    assert split_context("x|how many?", "|") == ("x", "|how many?")
+    assert split_context("|how many?", "|") == ("|how many?", "|how many?")
+
+
+class _BlankNotes:
+    """Writes empty notes and answers every question with 7."""
+
+    model_name = "blank"
+
+    def __init__(self):
+        self.requests = []
+
+    def generate(self, requests):
+        from tts.backends.base import Completion, GenerationResult
+        from tts.types import Usage
+
+        self.requests += requests
+        return [GenerationResult(tuple(Completion("" if r.key.startswith("context:") else "It is 7", 3)
+                                       for _ in range(r.n)), Usage()) for r in requests]
+
+    def close(self):
+        pass
+
+
+def test_empty_notes_reach_the_reader_as_none_under_the_story_and_above_the_question():
+    from tts.types import Problem
+
+    problems = [Problem("s0", "Ann has 3 shells.\nQuestion: How many shells?", "3"),
+                Problem("s1", "Ann has 3 shells.\nQuestion: Who has shells?", "Ann")]
+    gen = _BlankNotes()
+    sols = GraphExecutor(SPEC, STORIES_PROMPT.render, seed=0).run(problems, {"policy": gen})
+    readers = [r for r in gen.requests if not r.key.startswith("context:")]
+    assert [r.messages[-1].content for r in readers] == [
+        "Ann has 3 shells.\n\nNotes on the text:\n(none)\n\nQuestion: How many shells?",
+        "Ann has 3 shells.\n\nNotes on the text:\n(none)\n\nQuestion: Who has shells?"]
+    assert [s.answer for s in sols] == ["7", "7"]
+
+
+def test_a_question_whose_notes_were_never_read_asks_for_them_again():
+    from tts.backends.base import Message
+    from tts.graphs.graph import NodeSpec
+    from tts.graphs.notes import NoteTaker
+    from tts.graphs.roles import NodeContext
+    from tts.types import Problem
+
+    ctx = NodeContext("notes", NodeSpec(role="note_taker"), lambda p: (Message("user", p.question),),
+                      lambda t: None, 0.0, 1.0, 64, 0)
+    taker = NoteTaker()
+    first = Problem("s0", "A story.\nQuestion: one?")
+    (req,) = taker.plan(ctx, first, [])
+    # the batch failed before the notes came back: the same question, run again, asks again
+    assert taker.plan(ctx, first, []) == [req]
+    # another question of the story in the same batch leaves the notes to the first
+    assert taker.plan(ctx, Problem("s1", "A story.\nQuestion: two?"), []) == []
