@@ -254,3 +254,13 @@ def test_a_custom_extract_reads_every_sample(tmp_path: Path) -> None:
     sols = auto.solve(_problems())
     assert {s.answer for s in sols} == {"forty-two"}
     assert {x.answer for s in sols for x in s.trace.samples} == {"forty-two"}
+
+
+def test_auto_takes_no_per_problem_budgets_but_a_list_of_none_is_no_budget(tmp_path: Path) -> None:
+    from tts.types import Budget
+
+    auto = _auto(tmp_path)
+    with pytest.raises(StrategyInputError, match=r"^auto spends its own budget \(AutoConfig.budget\); it takes no "
+                                                 "per-problem budgets$"):
+        auto.solve(_problems(2), budgets=[None, Budget(samples=8)])
+    assert len(auto.solve(_problems(2), budgets=[None, None])) == 2

@@ -73,3 +73,57 @@ def test_pools_it_cannot_replay_are_refused_saying_what_to_change() -> None:
     # As many folds as problems, and a target of every sample, are fine.
     res = simulate(pool, SimulateConfig(target_n=8, folds=6, orderings=2, bootstrap=10, modes=("online",)))
     assert res.n_problems == 6 and res.target_n == 8 and sorted(res.folds.tolist()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_folds_bins_curves_and_sample_costs_come_from_the_other_folds() -> None:
+    from tts.budgets.replay.simulate import _fold_expectations
+
+    # Four problems, two orderings; problems 0 and 1 (fold 0) train, 2 and 3 (fold 1) are planned.
+    # Pilot agreement (column 0) is the difficulty: training scores 0.9 and 0.3 put the edge at 0.6.
+    feats = np.array([[[0.9, 0.0, 1.0], [0.3, 0.5, 1.0], [0.8, 0.1, 1.0], [0.2, 0.0, 1.0]],
+                      [[0.9, 0.0, 1.0], [0.3, 0.5, 1.0], [0.25, 0.1, 1.0], [0.2, 0.0, 1.0]]])
+    # Vote correctness after 1 and 2 samples; the planned problems' own rows must not matter.
+    vote = np.array([[[1, 1], [0, 1], [9, 9], [9, 9]], [[1, 1], [0, 0], [9, 9], [9, 9]]], dtype=float)
+    mean_tok = np.array([10.0, 20.0, 300.0, 400.0])
+    te, acc, per_sample = _fold_expectations(None, feats, vote, mean_tok, np.array([0, 0, 1, 1]), 1,
+                                             SimulateConfig(difficulty="pilot", n_bins=2), np.array([1, 2]))
+    assert te.tolist() == [2, 3]
+    # Bin 0 (easy): problem 0's rows, right at 1 and 2 samples; bin 1: problem 1's, (0 + 0) / 2 and (1 + 0) / 2.
+    np.testing.assert_array_equal(acc, [[[1, 1], [0, 0.5]], [[0, 0.5], [0, 0.5]]])
+    # Tokens per further sample: the training problems' mean in the bin (10 in bin 0, 20 in bin 1).
+    np.testing.assert_array_equal(per_sample, [[10, 20], [20, 20]])
+
+
+def test_a_bin_no_training_problem_fell_in_uses_every_training_problem() -> None:
+    from tts.budgets.replay.simulate import _fold_expectations
+
+    # Training scores 0.9, 0.9, 0.3 in three bins: edges 0.7 and 0.9, and nothing trains the middle bin.
+    feats = np.array([[[0.9, 0.0], [0.9, 0.0], [0.3, 0.0], [0.8, 0.0], [0.95, 0.0]]])
+    vote = np.array([[[1, 1], [1, 1], [0, 1], [0, 0], [0, 0]]], dtype=float)
+    mean_tok = np.array([10.0, 20.0, 60.0, 999.0, 999.0])
+    te, acc, per_sample = _fold_expectations(None, feats, vote, mean_tok, np.array([0, 0, 0, 1, 1]), 1,
+                                             SimulateConfig(difficulty="pilot", n_bins=3), np.array([1, 2]))
+    assert te.tolist() == [3, 4]
+    # Problem 3 (0.8, the middle bin): all three training problems, 2/3 then 1, at 30 tokens a sample;
+    # problem 4 (0.95, the easy bin): problems 0 and 1, at 15.
+    np.testing.assert_allclose(acc, [[[2 / 3, 1], [1, 1]]])
+    np.testing.assert_allclose(per_sample, [[30, 15]])
+
+
+def test_the_pilot_features_are_the_first_k_samples_of_each_ordering_scores_included() -> None:
+    from tts.benchmarks.pool import ModelPool
+    from tts.budgets.replay.prefix import replay_prefixes
+    from tts.budgets.replay.simulate import _pilot_inputs
+
+    pool = ModelPool(model="m", problem_ids=("a", "b"), answers=np.array([[0, 0, 1], [1, 2, -1]], dtype=np.int32),
+                     answer_texts=(("1", "2"), ("1", "2", "3")), correct=np.array([[1, 1, 0], [0, 0, 0]], bool),
+                     tokens=np.array([[10.0, 30.0, 50.0], [100.0, 300.0, 700.0]]),
+                     scores=np.array([[0.2, 0.4, 0.9], [0.1, 0.3, 0.5]]), sample_idx=np.tile(np.arange(3), (2, 1)),
+                     mask=np.ones((2, 3), bool))
+    orders = np.array([[[0, 1, 2], [0, 1, 2]], [[2, 1, 0], [2, 1, 0]]])
+    reps = [replay_prefixes(pool, o) for o in orders]
+    feats, pilot_tok = _pilot_inputs(pool, reps, orders, 2)
+    # Columns: majority share, no-answer share, log1p mean tokens, mean score (of the first two samples).
+    np.testing.assert_allclose(feats[0], [[1.0, 0.0, np.log1p(20.0), 0.3], [0.5, 0.0, np.log1p(200.0), 0.2]])
+    np.testing.assert_allclose(feats[1], [[0.5, 0.0, np.log1p(40.0), 0.65], [0.5, 0.5, np.log1p(500.0), 0.4]])
+    np.testing.assert_array_equal(pilot_tok, [[40.0, 400.0], [80.0, 1000.0]])
