@@ -182,6 +182,8 @@ def test_a_completed_pilot_draws_the_rest_with_the_seed_past_its_pilot(tmp_path:
     auto.close()
     escalated = [(p, s) for p, s in zip(problems, sols) if s.trace.notes["escalation"] == "best_of_n@16,verifier=arithmetic"]
     assert escalated
+    # The pilot, seeded by the run's seed (7) with nothing drawn yet.
+    assert [(r.key, r.n, r.seed) for r in calls[0]] == [(p.id, 4, derive_seed(7, p.id, 0)) for p in problems]
     completing = next(c for c in calls[1:] if [r.n for r in c] == [12] * len(escalated))
     # The option's own request (best_of_n's, seed 7): 12 more samples, seeded past the pilot's 4.
     assert [(r.key, r.seed) for r in completing] == [(p.id, derive_seed(7, p.id, 4)) for p, _ in escalated]
@@ -264,3 +266,16 @@ def test_auto_takes_no_per_problem_budgets_but_a_list_of_none_is_no_budget(tmp_p
                                                  "per-problem budgets$"):
         auto.solve(_problems(2), budgets=[None, Budget(samples=8)])
     assert len(auto.solve(_problems(2), budgets=[None, None])) == 2
+
+
+def test_a_backend_without_logprobs_is_refused_for_the_rules_that_rank_by_them(tmp_path: Path) -> None:
+    from tts.search.base import MissingLogprobsError
+
+    gen = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+    gen.logprobs_unavailable = "the provider returns none"
+    with pytest.raises(MissingLogprobsError, match="best_of_n ranks samples by their token log-probabilities, but "
+                                                   "the provider returns none"):
+        AutoStrategy(AutoConfig(calibration="x", budget=100.0, strategies=("self_consistency", "best_of_n")), gen,
+                     MATH_PROMPT.render)
+    # Voting alone reads none: nothing to refuse.
+    AutoStrategy(AutoConfig(calibration="x", budget=100.0, strategies=("self_consistency",)), gen, MATH_PROMPT.render)

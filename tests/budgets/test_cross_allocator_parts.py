@@ -252,3 +252,47 @@ def test_a_plan_file_holds_the_budget_the_costs_and_the_calibration() -> None:
     assert plan.to_json() == {"unit": "tokens", "budget": 300.0, "expected_cost": 300.0,
                               "calibration": cal.to_json(), "problems": [c.to_json() for c in plan.choices]}
     assert [p["n"] for p in plan.to_json()["problems"]] == [4, 4]
+
+
+def _tiny_pool():
+    from tts.benchmarks.pool import ModelPool
+
+    # Four problems, four samples; answer 0 is right. The first two samples agree on p0 and p2 only;
+    # all four agree most on p2, then p1.
+    answers = np.array([[0, 0, 1, 2], [0, 1, 0, 0], [0, 0, 0, 0], [0, 1, 2, 3]], dtype=np.int32)
+    return ModelPool(model="m", problem_ids=("p0", "p1", "p2", "p3"), answers=answers,
+                     answer_texts=tuple(("0", "1", "2", "3") for _ in range(4)), correct=answers == 0,
+                     tokens=np.array([[10.0] * 4, [20.0] * 4, [30.0] * 4, [100.0] * 4]),
+                     scores=np.full((4, 4), np.nan), sample_idx=np.tile(np.arange(4), (4, 1)),
+                     mask=np.ones((4, 4), bool))
+
+
+def test_a_pilot_calibration_bins_by_the_first_k_samples_agreement() -> None:
+    pool = _tiny_pool()
+    orders = np.tile(np.arange(4), (1, 4, 1))  # one ordering: the samples as drawn
+    cal = calibrate(pool, ("vote",), 2, [2, 4], orders=orders, difficulty="pilot", n_bins=2)
+    # Two-sample agreement 1, 0.5, 1, 0.5: the edge is their median, 0.75 (all four samples would give 0.625).
+    np.testing.assert_array_equal(cal.edges, [0.75])
+    assert cal.estimator is None and cal.difficulty == "pilot"
+    np.testing.assert_array_equal(cal.scores(np.array([[0.5, 0.0], [1.0, 0.0]])), [0.5, 1.0])
+    assert cal.mean_tokens == 40.0  # (10 + 20 + 30 + 100) / 4
+    # Calibrated on p0 and p1 only: their tokens alone.
+    assert calibrate(pool, ("vote",), 2, [2, 4], orders=orders, problems=np.array([0, 1]), difficulty="pilot",
+                     n_bins=2).mean_tokens == 15.0
+    with pytest.raises(CalibrationError, match="^the calibration source has no problems$"):
+        calibrate(pool, ("vote",), 2, [2, 4], orders=orders, problems=np.array([], dtype=int), difficulty="pilot")
+
+
+def test_a_calibration_has_five_bins_unless_told_otherwise(big_pool) -> None:
+    orders = random_orders(big_pool.mask, 2, np.random.default_rng(0))
+    default = calibrate(big_pool, ("vote",), 4, [4, 8], orders=orders)
+    assert default.to_json() == calibrate(big_pool, ("vote",), 4, [4, 8], orders=orders, n_bins=5,
+                                          difficulty="learned").to_json()
+    assert default.difficulty == "learned" and default.estimator is not None
+
+
+def test_a_predicted_length_under_half_a_token_is_priced_as_one_token() -> None:
+    from tts.budgets.cross_allocator import option_costs
+
+    costs = option_costs(Pricer("tokens"), [("vote", 2), ("vote", 4)], [10, 10], [0.3, 2.6], 2)
+    np.testing.assert_array_equal(costs, [[0.0, 2.0], [0.0, 6.0]])  # 2 samples of 1 token; of 3 tokens
