@@ -173,10 +173,12 @@ def test_with_no_budget_beyond_the_pilot_each_problem_keeps_its_pilot_under_its_
     assert plan.expected_cost == 0.0 and plan.budget == 0.0 and plan.unit == "tokens"
 
 
-def test_a_budget_buys_the_best_gain_per_token_first() -> None:
+def test_a_budget_buys_the_best_gain_per_token_first(caplog) -> None:
     # Going to n = 4 costs 2 more samples: 200 tokens for a (100 a sample), 100 for b (50), prompts cached.
     # b: vote 0.4 -> 0.5 is 0.001 a token; a: 0.8 -> best_of_n's 0.95 is 0.00075 a token.
-    plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 300.0)
+    with caplog.at_level(logging.INFO, logger="tts.budgets.cross_allocator"):
+        plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 300.0)
+    assert "cross plan: 2 problems, 300 of 300 tokens; rules {'vote': 1, 'best_of_n': 1}" in caplog.text
     a, b = plan.choices
     assert (a.rule, a.n, a.expected_accuracy, a.expected_cost, a.pilot_accuracy) == ("best_of_n", 4, 0.95, 200.0, 0.8)
     assert a.gain_per_cost == pytest.approx(0.15 / 200)
@@ -232,10 +234,13 @@ def _escalation(strategy):
 
 @pytest.mark.parametrize("strategy, n, alts", [({"kind": "rebase"}, 0, {"vote": 0.3, "best_of_n": 0.4}),
                                                 ({"kind": "rebase", "n": 4}, 4, {"vote": 0.5, "best_of_n": 0.45})])
-def test_an_escalated_problem_records_the_search_and_what_each_rule_would_give_at_its_n(strategy, n, alts) -> None:
+def test_an_escalated_problem_records_the_search_and_what_each_rule_would_give_at_its_n(strategy, n, alts,
+                                                                                       caplog) -> None:
     # b: the search's 0.9 for 50 tokens (0.01 a token) beats every rule; a budget of 50 buys only it.
-    plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 50.0,
-                  escalations=[_escalation(strategy)])
+    with caplog.at_level(logging.INFO, logger="tts.budgets.cross_allocator"):
+        plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 50.0,
+                      escalations=[_escalation(strategy)])
+    assert "cross plan: 2 problems, 50 of 50 tokens; rules {'vote': 1, 'best_of_n': 0, 'rebase@4': 1}" in caplog.text
     a, b = plan.choices
     assert b.to_json() == {"problem_id": "b", "rule": "rebase@4", "strategy": "rebase", "n": n, "bin": 1,
                            "difficulty": 0.25, "predicted_length": 50.0, "expected_accuracy": 0.9,
@@ -296,3 +301,11 @@ def test_a_predicted_length_under_half_a_token_is_priced_as_one_token() -> None:
 
     costs = option_costs(Pricer("tokens"), [("vote", 2), ("vote", 4)], [10, 10], [0.3, 2.6], 2)
     np.testing.assert_array_equal(costs, [[0.0, 2.0], [0.0, 6.0]])  # 2 samples of 1 token; of 3 tokens
+
+
+def test_a_pilot_without_token_counts_is_planned_at_the_calibrations_mean_length(tmp_path: Path) -> None:
+    pool = load_pool(_write_pool(tmp_path / "p.jsonl", n_problems=12, n_samples=16))["m"]
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+        plan = plan_from_pilot(["a"], [["1", "1"]], [[]], [0], pool, ("vote",), 5000.0, Pricer("tokens"), n_bins=2)
+    assert plan.choices[0].predicted_length == pytest.approx(plan.calibration.mean_tokens)
+    assert plan.calibration.mean_tokens == pytest.approx(float(np.nanmean(pool.tokens)))
