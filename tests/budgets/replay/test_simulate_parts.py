@@ -127,3 +127,45 @@ def test_the_pilot_features_are_the_first_k_samples_of_each_ordering_scores_incl
     np.testing.assert_allclose(feats[0], [[1.0, 0.0, np.log1p(20.0), 0.3], [0.5, 0.0, np.log1p(200.0), 0.2]])
     np.testing.assert_allclose(feats[1], [[0.5, 0.0, np.log1p(40.0), 0.65], [0.5, 0.5, np.log1p(500.0), 0.4]])
     np.testing.assert_array_equal(pilot_tok, [[40.0, 400.0], [80.0, 1000.0]])
+
+
+def test_offline_results_on_the_grid_take_each_folds_share_of_every_budget() -> None:
+    from tts.budgets.replay.simulate import _offline_on_grid, _Path
+
+    # Fold 0 (two of three problems) gets 2/3 of each budget, fold 1 a third.
+    paths = [{0: _Path(np.array([10.0, 20.0, 40.0]), np.array([1.0, 1.5, 2.0]), np.array([100.0, 200.0, 400.0])),
+              1: _Path(np.array([5.0, 15.0]), np.array([0.0, 1.0]), np.array([50.0, 150.0]))}]
+    acc, tok = _offline_on_grid(paths, np.array([0, 0, 1]), np.array([12.0, 15.0, 30.0, 60.0]))
+    # 12: fold 0's 8 cannot pay its first step (no result); 15, 30, 60: fold 0 at 10, 20, 40 (each
+    # budget reached exactly counts), fold 1 at 5, 10, 20 (steps 0, 0, 1).
+    np.testing.assert_allclose(acc, [[np.nan, 1 / 3, 0.5, 1.0]])
+    np.testing.assert_allclose(tok, [[np.nan, 150.0, 250.0, 550.0]])
+
+
+def test_a_folds_greedy_path_is_graded_on_the_replayed_votes_and_tokens() -> None:
+    from tts.benchmarks.pool import ModelPool
+    from tts.budgets.allocator import greedy_path
+    from tts.budgets.replay.prefix import replay_prefixes
+    from tts.budgets.replay.simulate import _graded_path
+
+    # Answer 0 is right. p0: wrong at 1 and 2 samples, right at 4; p1: right at 1, 2 and 4.
+    answers = np.array([[1, 2, 0, 0], [0, 0, 1, 2]], dtype=np.int32)
+    pool = ModelPool(model="m", problem_ids=("p0", "p1"), answers=answers,
+                     answer_texts=(("0", "1", "2"), ("0", "1", "2")), correct=answers == 0,
+                     tokens=np.array([[10.0, 20.0, 30.0, 40.0], [1.0, 2.0, 3.0, 4.0]]),
+                     scores=np.full((2, 4), np.nan), sample_idx=np.tile(np.arange(4), (2, 1)),
+                     mask=np.ones((2, 4), bool))
+    rep = replay_prefixes(pool, np.tile(np.arange(4), (2, 1)))
+    ns = np.array([1, 2, 4])
+    costs = np.array([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
+    accs = np.array([[0.5, 0.9, 1.0], [0.2, 0.3, 0.9]])
+    # The plan: p0 to 2 samples (0.4 a unit), p1 to 4 (0.7 for 3), p0 to 4 (0.1 for 2).
+    _, probs, opts, cum = greedy_path(costs, accs)
+    assert probs.tolist() == [0, 1, 0] and opts.tolist() == [1, 2, 2] and cum.tolist() == [3.0, 6.0, 8.0]
+    path, upgrades = _graded_path(rep, np.array([0, 1]), costs, accs, ns)
+    np.testing.assert_array_equal(path.budget, [2.0, 3.0, 6.0, 8.0])
+    # Right answers: p1 from the start (1), p0 once it has 4 samples (2).
+    np.testing.assert_array_equal(path.correct, [1.0, 1.0, 1.0, 2.0])
+    # Tokens: 10 + 1 at the start; p0's second sample (+20), p1's last three (+9), p0's last two (+70).
+    np.testing.assert_array_equal(path.tokens, [11.0, 31.0, 40.0, 110.0])
+    np.testing.assert_array_equal(upgrades, [[0, 1, 0], [2, 4, 4]])
