@@ -169,3 +169,38 @@ def test_a_folds_greedy_path_is_graded_on_the_replayed_votes_and_tokens() -> Non
     # Tokens: 10 + 1 at the start; p0's second sample (+20), p1's last three (+9), p0's last two (+70).
     np.testing.assert_array_equal(path.tokens, [11.0, 31.0, 40.0, 110.0])
     np.testing.assert_array_equal(upgrades, [[0, 1, 0], [2, 4, 4]])
+
+
+def test_offline_plans_price_each_sample_at_its_bins_tokens_and_each_fold_gets_its_share() -> None:
+    from tts.benchmarks.pool import ModelPool
+    from tts.budgets.replay.prefix import replay_prefixes
+    from tts.budgets.replay.simulate import _offline
+
+    # Six problems of eight 10-token samples; answer 0 is right. More samples help (the vote turns right).
+    rows = [[1, 1, 0, 0, 0, 0, 0, 0], [1, 2, 0, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0, 0]] * 2
+    answers = np.array(rows, dtype=np.int32)
+    pool = ModelPool(model="m", problem_ids=tuple(f"p{i}" for i in range(6)), answers=answers,
+                     answer_texts=tuple(("0", "1", "2") for _ in range(6)), correct=answers == 0,
+                     tokens=np.full((6, 8), 10.0), scores=np.full((6, 8), np.nan),
+                     sample_idx=np.tile(np.arange(8), (6, 1)), mask=np.ones((6, 8), bool))
+    orders = np.tile(np.arange(8), (1, 6, 1))
+    reps = [replay_prefixes(pool, o) for o in orders]
+    fold = np.array([0, 0, 0, 1, 1, 1])
+    cfg = SimulateConfig(target_n=8, pilot=2, difficulty="pilot", n_bins=1, folds=2)
+    paths, steps, plan = _offline(pool, reps, orders, fold, cfg, 8)
+    for f in (0, 1):
+        path, (probs, n_new) = paths[0][f], steps[0][f]
+        assert path.budget[0] == 3 * 2 * 10  # three pilots of two 10-token samples
+        final = {p: 2 for p in np.nonzero(fold == f)[0].tolist()}
+        final.update(zip(probs.tolist(), n_new.tolist()))
+        # Every sample costs its 10 tokens: the path's last budget is the samples it ends with.
+        assert path.budget[-1] == 10 * sum(final.values()) and len(probs) > 0
+        np.testing.assert_allclose(path.budget % 10, 0)
+    # No budget beyond the pilots: every problem keeps its two samples (each fold still pays its pilots).
+    assert plan(0, 0.0).tolist() == [2] * 6 and plan(0, 120.0).tolist() == [2] * 6
+    # Budget for everything: each problem ends where its fold's path ends.
+    everything = plan(0, 1e9)
+    for f in (0, 1):
+        final = {p: 2 for p in np.nonzero(fold == f)[0].tolist()}
+        final.update(zip(steps[0][f][0].tolist(), steps[0][f][1].tolist()))
+        assert [everything[p] for p in sorted(final)] == [final[p] for p in sorted(final)]
