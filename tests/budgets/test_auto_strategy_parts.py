@@ -279,3 +279,27 @@ def test_a_backend_without_logprobs_is_refused_for_the_rules_that_rank_by_them(t
                      MATH_PROMPT.render)
     # Voting alone reads none: nothing to refuse.
     AutoStrategy(AutoConfig(calibration="x", budget=100.0, strategies=("self_consistency",)), gen, MATH_PROMPT.render)
+
+
+def test_the_calibration_and_the_pricer_are_built_from_the_config(tmp_path: Path) -> None:
+    from tts.budgets.cross_allocator import calibrate, ladder
+    from tts.budgets.replay.prefix import random_orders
+
+    cal_path = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    gen = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+    gen.model_name = "smollm2-135m"  # a model the cost model can price
+    cfg = AutoConfig(calibration=str(cal_path), budget=1.0, budget_unit="gpu_seconds", gpu="a100", efficiency=2.5,
+                     strategies=("self_consistency", "best_of_n"), difficulty="pilot", n_bins=3, switch_z=0.0)
+    auto = AutoStrategy(cfg, gen, MATH_PROMPT.render, seed=3)
+    cal, pricer = auto._setup()
+    pool = load_pool(cal_path)["m"]
+    orders = random_orders(pool.mask, 8, np.random.default_rng(3))  # eight orderings from the run's seed
+    want = calibrate(pool, ("vote", "best_of_n"), 4, ladder(4, 16), orders=orders, difficulty="pilot", n_bins=3,
+                     switch_z=0.0)
+    assert cal.to_json() == want.to_json() and cal.reference is None
+    assert (pricer.unit, pricer.gpu, pricer.efficiency, pricer.model) == ("gpu_seconds", "a100", 2.5, "smollm2-135m")
+    # A unit the generator's model cannot be priced in is refused, naming the unit.
+    gen2 = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+    auto = AutoStrategy(cfg.model_copy(update={"budget_unit": "eflops"}), gen2, MATH_PROMPT.render)
+    with pytest.raises(StrategyInputError, match="^auto: budget unit eflops: "):
+        auto._setup()
