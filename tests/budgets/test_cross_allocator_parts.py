@@ -61,7 +61,7 @@ def test_live_planning_takes_its_settings(big_pool) -> None:
 
 
 def test_live_planning_refuses_pilots_it_cannot_read(big_pool) -> None:
-    msg = r"every problem needs the same number \(>= 1\) of pilot samples"
+    msg = r"^every problem needs the same number \(>= 1\) of pilot samples$"
     with pytest.raises(ValueError, match=msg):
         plan_from_pilot([], [], [], [], big_pool, ("vote",), 100.0, Pricer("tokens"))
     with pytest.raises(ValueError, match=msg):
@@ -279,6 +279,7 @@ def test_a_pilot_calibration_bins_by_the_first_k_samples_agreement() -> None:
     # Two-sample agreement 1, 0.5, 1, 0.5: the edge is their median, 0.75 (all four samples would give 0.625).
     np.testing.assert_array_equal(cal.edges, [0.75])
     assert cal.estimator is None and cal.difficulty == "pilot"
+    assert cal.reference is None and cal.switches == {}  # one rule: nothing for the noise guard to compare
     np.testing.assert_array_equal(cal.scores(np.array([[0.5, 0.0], [1.0, 0.0]])), [0.5, 1.0])
     assert cal.mean_tokens == 40.0  # (10 + 20 + 30 + 100) / 4
     # Calibrated on p0 and p1 only: their tokens alone.
@@ -293,7 +294,32 @@ def test_a_calibration_has_five_bins_unless_told_otherwise(big_pool) -> None:
     default = calibrate(big_pool, ("vote",), 4, [4, 8], orders=orders)
     assert default.to_json() == calibrate(big_pool, ("vote",), 4, [4, 8], orders=orders, n_bins=5,
                                           difficulty="learned").to_json()
-    assert default.difficulty == "learned" and default.estimator is not None
+    assert default.difficulty == "learned" and default.estimator.l2 == 1.0
+
+
+def test_the_noise_guards_z_is_the_one_given(big_pool) -> None:
+    orders = random_orders(big_pool.mask, 4, np.random.default_rng(0))
+
+    def allowed(z):
+        cal = calibrate(big_pool, ("vote", "best_of_n"), 4, [4, 8, 16], orders=orders, n_bins=3, switch_z=z)
+        return {key: set(ns) for key, ns in cal.switches.items()}
+
+    strict, default = allowed(20.0), allowed(3.0)
+    # A higher bar lets fewer of best_of_n's ns through, somewhere strictly fewer.
+    assert all(strict[key] <= default[key] for key in default) and strict != default
+
+
+def test_the_mean_sample_length_leaves_out_masked_samples() -> None:
+    import dataclasses
+
+    pool = _tiny_pool()
+    mask = pool.mask.copy()
+    mask[3, 3] = False  # p3's last sample is padding: its tokens (set to 1000) must not count
+    tokens = pool.tokens.copy()
+    tokens[3, 3] = 1000.0
+    pool = dataclasses.replace(pool, mask=mask, tokens=tokens)
+    cal = calibrate(pool, ("vote",), 2, [2, 3], orders=np.tile(np.arange(4), (1, 4, 1)), difficulty="pilot", n_bins=2)
+    assert cal.mean_tokens == pytest.approx((40 + 80 + 120 + 300) / 15)
 
 
 def test_a_predicted_length_under_half_a_token_is_priced_as_one_token() -> None:
