@@ -335,3 +335,15 @@ def test_a_pilot_without_token_counts_is_planned_at_the_calibrations_mean_length
         plan = plan_from_pilot(["a"], [["1", "1"]], [[]], [0], pool, ("vote",), 5000.0, Pricer("tokens"), n_bins=2)
     assert plan.choices[0].predicted_length == pytest.approx(plan.calibration.mean_tokens)
     assert plan.calibration.mean_tokens == pytest.approx(float(np.nanmean(pool.tokens)))
+
+
+def test_a_pool_missing_some_token_counts_has_no_mean_sample_length() -> None:
+    import dataclasses
+
+    pool = _tiny_pool()
+    tokens = pool.tokens.copy()
+    tokens[0, 0] = np.nan  # one sample without a count: the mean is unknown, not the mean of the rest
+    pool = dataclasses.replace(pool, tokens=tokens)
+    assert not pool.has_tokens
+    cal = calibrate(pool, ("vote",), 2, [2, 4], orders=np.tile(np.arange(4), (1, 4, 1)), difficulty="pilot", n_bins=2)
+    assert np.isnan(cal.mean_tokens)  # auto then prices its minimum at max_tokens
