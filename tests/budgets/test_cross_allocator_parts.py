@@ -178,7 +178,7 @@ def test_a_budget_buys_the_best_gain_per_token_first(caplog) -> None:
     # b: vote 0.4 -> 0.5 is 0.001 a token; a: 0.8 -> best_of_n's 0.95 is 0.00075 a token.
     with caplog.at_level(logging.INFO, logger="tts.budgets.cross_allocator"):
         plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 300.0)
-    assert "cross plan: 2 problems, 300 of 300 tokens; rules {'vote': 1, 'best_of_n': 1}" in caplog.text
+    assert "cross plan: 2 problems, 300 of 300 tokens; rules {'vote': 1, 'best_of_n': 1}" in caplog.messages
     a, b = plan.choices
     assert (a.rule, a.n, a.expected_accuracy, a.expected_cost, a.pilot_accuracy) == ("best_of_n", 4, 0.95, 200.0, 0.8)
     assert a.gain_per_cost == pytest.approx(0.15 / 200)
@@ -240,7 +240,7 @@ def test_an_escalated_problem_records_the_search_and_what_each_rule_would_give_a
     with caplog.at_level(logging.INFO, logger="tts.budgets.cross_allocator"):
         plan = choose(["a", "b"], FEATS, [10, 10], [100.0, 50.0], _calibration(), Pricer("tokens"), 50.0,
                       escalations=[_escalation(strategy)])
-    assert "cross plan: 2 problems, 50 of 50 tokens; rules {'vote': 1, 'best_of_n': 0, 'rebase@4': 1}" in caplog.text
+    assert "cross plan: 2 problems, 50 of 50 tokens; rules {'vote': 1, 'best_of_n': 0, 'rebase@4': 1}" in caplog.messages
     a, b = plan.choices
     assert b.to_json() == {"problem_id": "b", "rule": "rebase@4", "strategy": "rebase", "n": n, "bin": 1,
                            "difficulty": 0.25, "predicted_length": 50.0, "expected_accuracy": 0.9,
