@@ -57,10 +57,19 @@ def test_the_pilot_and_the_extra_samples_are_one_call_each_with_their_own_seeds(
         (pid, m, derive_seed(0, pid, 4), True, 0) for pid, m in more]
 
 
-def test_each_trace_says_the_length_and_cost_it_planned_with(tmp_path: Path) -> None:
+def test_each_trace_says_the_length_and_cost_it_planned_with(tmp_path: Path, caplog) -> None:
     auto = _buying(tmp_path)
     problems = _problems()
-    sols = auto.solve(problems)
+    with caplog.at_level("INFO", logger="tts.budgets.auto_strategy"):
+        sols = auto.solve(problems)
+    spent = [s.usage.completion_tokens + s.usage.prompt_tokens - s.usage.cached_prompt_tokens for s in sols]
+    for s, paid in zip(sols, spent):
+        notes = s.trace.notes
+        assert (notes["unit"], notes["pilot"], notes["batch_budget"], notes["batch_problems"]) == ("tokens", 4, 36000.0, 6)
+        assert notes["spent"] == paid
+    rules = [s.trace.notes["rule"] for s in sols]
+    assert (f"auto: 6 problems, spent {sum(spent):.6g} of 36000 tokens; "
+            f"{ {'vote': rules.count('vote'), 'best_of_n': rules.count('best_of_n')} }") in caplog.messages
     assert max(s.trace.notes["n"] for s in sols) > 4
     for p, s in zip(problems, sols):
         notes, pilot = s.trace.notes, s.trace.samples[:4]

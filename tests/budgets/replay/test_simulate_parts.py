@@ -25,14 +25,14 @@ def _result(**kw) -> SimulationResult:
 
 
 def test_the_report_leads_with_the_first_mode_and_keeps_every_modes_numbers() -> None:
-    res = _result(oracle_ratio=Interval(2.0, 1.5, 2.5))
+    res = _result(oracle_ratio=Interval(2.0, 1.5, 2.5), oracle_ratio_chunk=Interval(1.8, 1.2, 2.2))
     out = res.to_json()
     assert out == {
         "model": "m", "n_problems": 45, "orderings": 3, "target": "self_consistency@16", "primary_mode": "online",
         "uniform_tokens": 1000.0, "uniform_tokens_ci": [900.0, 1100.0], "uniform_acc": 0.75, "uniform_acc_ci": [0.7, 0.8],
         "allocator_tokens": 500.0, "allocator_tokens_ci": [499.0, 501.0],
         "allocator_acc": 0.8, "allocator_acc_ci": [0.7, 0.85], "token_ratio": 0.5, "token_ratio_ci": [0.4, 0.6],
-        "oracle_ratio": 2.0, "oracle_ratio_ci": [1.5, 2.5], "oracle_ratio_chunk": None, "oracle_ratio_chunk_ci": None,
+        "oracle_ratio": 2.0, "oracle_ratio_ci": [1.5, 2.5], "oracle_ratio_chunk": 1.8, "oracle_ratio_chunk_ci": [1.2, 2.2],
         "modes": {name: {"mode": name, "tokens_to_match": {"mean": b, "lo": b - 1, "hi": b + 1},
                          "token_ratio": {"mean": 0.5, "lo": 0.4, "hi": 0.6}, "reached": 0.9,
                          "acc_at_uniform_tokens": {"mean": 0.8, "lo": 0.7, "hi": 0.85},
