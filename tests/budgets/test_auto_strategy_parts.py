@@ -66,7 +66,7 @@ def test_each_trace_says_the_length_and_cost_it_planned_with(tmp_path: Path, cap
     for s, paid in zip(sols, spent):
         notes = s.trace.notes
         assert (notes["unit"], notes["pilot"], notes["batch_budget"], notes["batch_problems"]) == ("tokens", 4, 36000.0, 6)
-        assert notes["spent"] == paid
+        assert notes["spent"] == paid and len(s.trace.samples) == notes["n"]  # the pilot and the extra, joined
     rules = [s.trace.notes["rule"] for s in sols]
     assert (f"auto: 6 problems, spent {sum(spent):.6g} of 36000 tokens; "
             f"{ {'vote': rules.count('vote'), 'best_of_n': rules.count('best_of_n')} }") in caplog.messages
@@ -178,6 +178,9 @@ def test_an_unchosen_escalation_does_not_stop_the_next_one_from_running(tmp_path
         assert s.problem_id == p.id
         if s.trace.notes["escalation"] == "rebase@2":
             assert s.trace.strategy == "auto:rebase"
+            # The pilot's four answers (every scripted sample answers "1" or "2") are kept in the notes.
+            votes = s.trace.notes["pilot_votes"]
+            assert set(votes) <= {"1", "2"} and sum(votes.values()) == 4
 
 
 def test_a_completed_pilot_draws_the_rest_with_the_seed_past_its_pilot(tmp_path: Path) -> None:
