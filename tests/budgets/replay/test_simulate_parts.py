@@ -204,3 +204,26 @@ def test_offline_plans_price_each_sample_at_its_bins_tokens_and_each_fold_gets_i
         final = {p: 2 for p in np.nonzero(fold == f)[0].tolist()}
         final.update(zip(steps[0][f][0].tolist(), steps[0][f][1].tolist()))
         assert [everything[p] for p in sorted(final)] == [final[p] for p in sorted(final)]
+
+
+def test_a_learned_difficulty_is_fitted_on_the_training_folds_pass_rates() -> None:
+    from tts.benchmarks.pool import ModelPool
+    from tts.budgets.replay.simulate import _fold_expectations
+
+    # Training problems 0, 1, 2 pass 100%, 50% and 0% of the time while their pilots agree 0.2, 0.5 and
+    # 0.9: agreement misleads here, and the learned score turns it round.
+    correct = np.array([[1, 1], [1, 0], [0, 0], [1, 1], [1, 1], [1, 1]], bool)
+    pool = ModelPool(model="m", problem_ids=tuple(f"p{i}" for i in range(6)), answers=np.zeros((6, 2), np.int32),
+                     answer_texts=tuple(("0",) for _ in range(6)), correct=correct, tokens=np.full((6, 2), 10.0),
+                     scores=np.full((6, 2), np.nan), sample_idx=np.tile(np.arange(2), (6, 1)), mask=np.ones((6, 2), bool))
+    feats = np.array([[[0.2], [0.5], [0.9], [0.25], [0.85], [0.5]]])
+    vote = np.array([[[1, 1], [0, 1], [0, 0], [9, 9], [9, 9], [9, 9]]], dtype=float)
+    fold, ns = np.array([0, 0, 0, 1, 1, 1]), np.array([1, 2])
+    args = (pool, feats, vote, np.full(6, 10.0), fold, 1)
+    _, learned, _ = _fold_expectations(*args, SimulateConfig(difficulty="learned", n_bins=2), ns)
+    _, pilot, _ = _fold_expectations(*args, SimulateConfig(difficulty="pilot", n_bins=2), ns)
+    # Learned: problem 3 (agreement 0.25) sits with problems 0 and 1 in the easy bin, problem 4 with 2,
+    # problem 5 (problem 1's features, on the edge) on the easy side.
+    np.testing.assert_allclose(learned, [[[0.5, 1.0], [0.0, 0.0], [0.5, 1.0]]])
+    # By agreement it is the other way round: 3 with problem 0; 4 and 5 with 1 and 2.
+    np.testing.assert_allclose(pilot, [[[1.0, 1.0], [0.0, 0.5], [0.0, 0.5]]])
