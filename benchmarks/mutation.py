@@ -231,8 +231,14 @@ MODULES: dict[str, list[str]] = {
     "verifiers/rm": ["tests/verifiers/test_rm.py"],
     "verifiers/self_certainty": ["tests/verifiers/test_self_certainty.py", "tests/parity/test_verifiers_misc.py"],
     "budgets/allocator": ["tests/budgets/test_allocator_steps.py", "tests/budgets/test_allocator.py"],
-    "budgets/auto_strategy": ["tests/budgets/test_auto_strategy.py", "tests/budgets/test_prompt_length.py"],
-    "budgets/cross_allocator": ["tests/budgets/test_cross_strategy.py", "tests/budgets/test_pricing.py"],
+    # test_escalation.py: auto with --escalate (a search run, a verifier-scored option keeping its pilot).
+    "budgets/auto_strategy": ["tests/budgets/test_auto_strategy.py", "tests/budgets/test_auto_strategy_parts.py",
+                              "tests/budgets/test_prompt_length.py", "tests/budgets/test_escalation.py"],
+    # With the tests that plan through it: auto (calibrate, choose), the prompt-length feature, escalations.
+    "budgets/cross_allocator": ["tests/budgets/test_cross_allocator_parts.py", "tests/budgets/test_cross_strategy.py",
+                                "tests/budgets/test_pricing.py",
+                                "tests/budgets/test_auto_strategy.py", "tests/budgets/test_prompt_length.py",
+                                "tests/budgets/test_escalation.py", "tests/budgets/test_escalation_parts.py"],
     "budgets/difficulty": ["tests/budgets/test_difficulty.py", "tests/budgets/test_prompt_length.py",
                            "tests/budgets/test_escalation.py"],
     "budgets/ensemble": ["tests/budgets/test_ensemble.py"],
@@ -281,7 +287,8 @@ MODULES: dict[str, list[str]] = {
     # test_simulate.py and test_estimators.py took 40 s a run.
     "budgets/replay/prefix": ["tests/budgets/replay/test_prefix.py",
                               "tests/budgets/replay/test_simulate.py::test_strategies_replay_by_their_pool_rule_not_their_name"],
-    "budgets/replay/simulate": ["tests/budgets/replay/test_simulate.py", "tests/budgets/test_window_and_length_rules.py"],
+    "budgets/replay/simulate": ["tests/budgets/replay/test_simulate.py", "tests/budgets/replay/test_simulate_parts.py",
+                                "tests/budgets/test_window_and_length_rules.py"],
     # Its parts called directly, and whole runs of four problems (tests/eval/test_allocated_parts.py),
     # then the quicker runs of test_allocated.py; the rest of it (runs of 20 problems over many
     # rounds, 4 to 18 s each, 91 s in all) ran 6 mutants a minute (606 in all).
