@@ -245,22 +245,27 @@ class AutoStrategy(Strategy):
                                    "on a problem", have, cfg.calibration, cfg.n_max)
                 ns = ladder(cfg.pilot, min(cfg.n_max, have))
                 orders = random_orders(pool.mask, 8, np.random.default_rng(self.seed))
-                self._calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
-                                              difficulty=cfg.difficulty, n_bins=cfg.n_bins,
-                                              switch_z=cfg.switch_z, prompt_length=cfg.prompt_length)
+                calibration = calibrate(pool, self.rules, cfg.pilot, ns, orders=orders,
+                                        difficulty=cfg.difficulty, n_bins=cfg.n_bins,
+                                        switch_z=cfg.switch_z, prompt_length=cfg.prompt_length)
                 try:
-                    self._pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
-                                               cfg.efficiency,
-                                               deployment=deployment_of(getattr(self.generator, "config", None)))
+                    pricer = make_pricer(cfg.budget_unit, getattr(self.generator, "model_name", None), cfg.gpu,
+                                         cfg.efficiency, deployment=deployment_of(getattr(self.generator, "config", None)))
                 except ValueError as exc:
                     raise StrategyInputError(f"auto: budget unit {cfg.budget_unit}: {exc}") from None
-                self._setup_escalations(pool, orders)
+                escalations, searches = self._fit_escalations(pool, orders, calibration, pricer)
+                # All or nothing: a setup that failed part-way leaves nothing set, so a retried solve
+                # refuses again with the same message instead of running half set up.
+                self._calibration, self._pricer = calibration, pricer
+                self._escalations, self._searches = escalations, searches
             assert self._pricer is not None
             return self._calibration, self._pricer
 
-    def _setup_escalations(self, pool: Any, orders: np.ndarray) -> None:
+    def _fit_escalations(self, pool: Any, orders: np.ndarray, calibration: Calibration, pricer: Pricer
+                         ) -> tuple[list[Escalation], dict[str, Strategy]]:
         """Fit each escalation run's per-bin accuracy and cost, and build its strategy."""
-        assert self._calibration is not None and self._pricer is not None
+        escalations: list[Escalation] = []
+        searches: dict[str, Strategy] = {}
         for spec in self.config.escalate:
             source, _, label = spec.partition("::")
             for run in read_escalation_runs(source, label or None):
@@ -268,11 +273,12 @@ class AutoStrategy(Strategy):
                 if kind not in STRATEGIES.names():
                     raise StrategyInputError(f"auto: --escalate {spec}: strategy {kind!r} is not registered")
                 cls = STRATEGIES.load(kind)
-                esc = fit_escalation(run, pool, self._calibration, orders, self._pricer, self.config.switch_z,
+                esc = fit_escalation(run, pool, calibration, orders, pricer, self.config.switch_z,
                                      self.config.escalate_accuracy)
-                self._escalations.append(esc)
-                self._searches[esc.label] = cls(cls.config_class(**run.strategy), self.generator, self.prompt,
-                                                self.sampling, self.extract, self.seed)
+                escalations.append(esc)
+                searches[esc.label] = cls(cls.config_class(**run.strategy), self.generator, self.prompt,
+                                          self.sampling, self.extract, self.seed)
+        return escalations, searches
 
     def close(self) -> None:
         for strategy in [*self._searches.values(), *self._aggregators.values()]:
