@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tts.backends.function import RecordingGenerator
 from tts.backends.scripted import ScriptedGenerator
 from tts.benchmarks.demo import generate_problems as demo_problems
@@ -168,3 +170,31 @@ def test_a_question_whose_notes_were_never_read_asks_for_them_again():
     assert taker.plan(ctx, first, []) == [req]
     # another question of the story in the same batch leaves the notes to the first
     assert taker.plan(ctx, Problem("s1", "A story.\nQuestion: two?"), []) == []
+
+
+def test_a_batch_that_failed_before_its_notes_came_back_leaves_the_next_batch_its_notes():
+    """A long-lived strategy (the server's) runs batch after batch: a backend error between planning
+    and reading the notes must not leave the story's notes reserved for a question that is gone."""
+    from tts.backends.base import BackendError
+
+    problems = generate_problems(5)  # one story, five questions
+    gen = RecordingGenerator(ScriptedGenerator.for_problems(problems, accuracy=0.6))
+
+    class FailsOnce:
+        model_name = gen.model_name
+        failed = False
+
+        def generate(self, requests):
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise BackendError("the server went away")
+            return gen.generate(requests)
+
+    executor = GraphExecutor(SPEC, STORIES_PROMPT.render, SamplingConfig(max_tokens=300), seed=0)
+    with pytest.raises(BackendError, match="went away"):
+        executor.run(problems[:1], {"policy": FailsOnce()})
+    sols = executor.run(problems[1:], {"policy": FailsOnce()})
+    assert len(_notes_requests(gen)) == 1  # the second question now pays for the story's notes
+    assert [s.trace.events.get("notes_reused", 0) for s in sols] == [0, 1, 1, 1]
+    notes_text = [next(e for e in s.trace.tree if e["id"] == "notes:0")["text"] for s in sols]
+    assert len(set(notes_text)) == 1 and notes_text[0].strip()

@@ -111,12 +111,17 @@ class GraphExecutor:
                         planned.setdefault(self.spec.nodes[node].model, []).append((node, i, req))
             # 2. one generate call per model for the whole level
             results: dict[tuple[str, int], list[Any]] = {}
-            for model, items in planned.items():
-                got = generators[model].generate([req for _, _, req in items])
-                if len(got) != len(items):
-                    raise RuntimeError(f"model {model!r} returned {len(got)} results for {len(items)} requests")
-                for (node, i, _), result in zip(items, got, strict=True):
-                    results.setdefault((node, i), []).append(result)
+            try:
+                for model, items in planned.items():
+                    got = generators[model].generate([req for _, _, req in items])
+                    if len(got) != len(items):
+                        raise RuntimeError(f"model {model!r} returned {len(got)} results for {len(items)} requests")
+                    for (node, i, _), result in zip(items, got, strict=True):
+                        results.setdefault((node, i), []).append(result)
+            except BaseException:
+                for node in level:  # nothing planned for this level will be read
+                    self.roles[node].abandon()
+                raise
             # 3. read: outputs and usage per node and problem
             for node in level:
                 model = self.spec.nodes[node].model

@@ -61,6 +61,12 @@ class NoteTaker(Role):
         # context digest -> the problem that pays for its notes in the level being run
         self._owner: dict[str, str] = {}
 
+    def abandon(self) -> None:
+        """A level whose generation failed reads nothing: no question pays for notes any more, so the
+        next batch's first question of each context asks for them (a long-lived strategy, such as the
+        server's, would otherwise leave every other question of the context without notes)."""
+        self._owner.clear()
+
     @classmethod
     def check_inputs(cls, produced: Sequence[str]) -> str | None:
         if produced:

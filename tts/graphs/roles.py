@@ -196,6 +196,10 @@ class Role(ABC):
         text = (ctx.spec.prompt or self.template).format(question=base[-1].content, **fields)
         return (base[:-1] if self.keeps_prompt else ()) + (Message("user", text),)
 
+    def abandon(self) -> None:
+        """Forget what :meth:`plan` set aside for a :meth:`read` that will not come (the level's
+        generation failed). Default: nothing is set aside."""
+
     @abstractmethod
     def plan(self, ctx: NodeContext, problem: Problem, inputs: Sequence[Sequence[Candidate]]) -> list[GenerationRequest]:
         """The requests for one problem, given each input node's candidates (in input order)."""
