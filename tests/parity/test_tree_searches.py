@@ -391,17 +391,7 @@ def _hand_tree():
     0.4, below B's 0.6, while its own score is still the best."""
     structure = {"root": ["A", "B", "C"], "A": ["A1", "A2"]}
     scores = {"A": 0.9, "B": 0.6, "C": 0.3, "A1": 0.1, "A2": 0.2}
-    mine = mcts_module._Tree(root="q")
-    nodes = {}
-    for parent, kids in structure.items():
-        made = []
-        for name in kids:
-            node = mine.tree.add(nodes.get(parent), name, False)
-            node.score = scores[name]
-            nodes[name] = node
-            made.append(node)
-        mine.record(nodes.get(parent), made)
-    return structure, scores, mine
+    return structure, scores, _built(structure, scores)
 
 
 @pytest.mark.parametrize("c", [0.05, 0.5, 1.4])
