@@ -746,6 +746,9 @@ def main() -> None:
         for module in args.modules or list(MODULES):
             print(f"{module}: running...", file=sys.stderr, flush=True)
             result = measure(module, MODULES[module], args.timeout, known)
+            # Read again just before writing: another run of this script (another module) may have
+            # saved its result since this one started, and it must not be lost.
+            saved = _load()
             saved[module] = result
             WORK.mkdir(exist_ok=True)
             (WORK / "results.json").write_text(json.dumps({k: asdict(v) for k, v in saved.items()}, indent=1))
