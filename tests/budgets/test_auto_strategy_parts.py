@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -312,6 +313,14 @@ def test_the_calibration_and_the_pricer_are_built_from_the_config(tmp_path: Path
                      switch_z=0.0)
     assert cal.to_json() == want.to_json() and cal.reference is None
     assert (pricer.unit, pricer.gpu, pricer.efficiency, pricer.model) == ("gpu_seconds", "a100", 2.5, "smollm2-135m")
+    assert pricer.cost_model.tensor_parallel == 1
+    # A vLLM engine split over GPUs is priced as deployed: its config's tensor_parallel_size reaches the cost model.
+    gen_tp = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+    gen_tp.model_name = "smollm2-135m"
+    gen_tp.config = SimpleNamespace(tensor_parallel_size=2, quantization=None)
+    _, tp_pricer = AutoStrategy(cfg, gen_tp, MATH_PROMPT.render, seed=3)._setup()
+    assert tp_pricer.cost_model.tensor_parallel == 2
+    assert tp_pricer.request(100, [200]) != pricer.request(100, [200])
     # A unit the generator's model cannot be priced in is refused, naming the unit.
     gen2 = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
     auto = AutoStrategy(cfg.model_copy(update={"budget_unit": "eflops"}), gen2, MATH_PROMPT.render)
