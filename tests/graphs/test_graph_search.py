@@ -101,6 +101,18 @@ def test_budget_is_never_exceeded_and_repeats_cost_nothing(method):
     assert result.tokens > 0
 
 
+@pytest.mark.parametrize("method", ["reinforce", "random", "greedy"])
+def test_a_search_is_reproducible_from_its_seed(method):
+    """The same seed evaluates the same graphs in the same order; another seed draws others."""
+    runs = {}
+    for seed in (3, 3, 4):
+        fake = Fake()
+        _search(method, 12, seed, fake=fake)
+        runs.setdefault(seed, []).append(fake.seen)
+    assert runs[3][0] == runs[3][1]
+    assert runs[4][0] != runs[3][0]
+
+
 def test_a_small_space_is_exhausted_without_spending_more():
     small = GraphSearchSpace(depths=(1,), widths=(1,), samples=(1, 2), outputs=("voter",))
     fake = Fake()
