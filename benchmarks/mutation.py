@@ -287,8 +287,12 @@ MODULES: dict[str, list[str]] = {
     # test_simulate.py and test_estimators.py took 40 s a run.
     "budgets/replay/prefix": ["tests/budgets/replay/test_prefix.py",
                               "tests/budgets/replay/test_simulate.py::test_strategies_replay_by_their_pool_rule_not_their_name"],
+    # The online replay against the live allocator (test_simulate_online.py), the rate rules' replays
+    # (tests/stopping_rules: a cross-fitted rate model runs each fold apart) and Dirichlet's.
     "budgets/replay/simulate": ["tests/budgets/replay/test_simulate.py", "tests/budgets/replay/test_simulate_parts.py",
-                                "tests/budgets/test_window_and_length_rules.py"],
+                                "tests/budgets/replay/test_simulate_online.py",
+                                "tests/budgets/test_window_and_length_rules.py", "tests/budgets/test_dirichlet_rule.py",
+                                "tests/stopping_rules/test_contested.py", "tests/stopping_rules/test_online_hard_end.py"],
     # Its parts called directly, and whole runs of four problems (tests/eval/test_allocated_parts.py),
     # then the quicker runs of test_allocated.py; the rest of it (runs of 20 problems over many
     # rounds, 4 to 18 s each, 91 s in all) ran 6 mutants a minute (606 in all).
@@ -345,7 +349,7 @@ MODULES: dict[str, list[str]] = {
         "two_configs_of_one_strategy_that_differ_in_a_setting_are_two_cells_and_two_lines",
         "a_yaml_grid_lays_out_solutions_by_verifications_for_generative_verification",
         "a_live_sweep_resumed_with_another_limit_is_refused_not_summarised_from_other_problems")]
-    + ["tests/eval/test_sweep_cells.py", "tests/eval/test_rule_names.py"],
+    + ["tests/eval/test_sweep_cells.py", "tests/eval/test_sweep_parts.py", "tests/eval/test_rule_names.py"],
     # The server's planning called directly on a server state (its HTTP tests took seconds a run);
     # the rate limit through its own tests and three HTTP ones.
     "serve/planning": ["tests/serve/test_planning.py"],
