@@ -248,9 +248,23 @@ def test_a_reopened_store_holds_its_cells_and_the_manifest_says_the_spec(tmp_pat
     assert store.has("a", "self_consistency@1", 0) and not store.has("a", "self_consistency@1", 1)
     assert not store.has("b", "self_consistency@1", 0)
     first = read_cells(tmp_path / "out")[0]
-    store.write([first])  # a cell already held is not written twice
+    other = Cell(**{**first.__dict__, "seed": 1})
+    store.write([first, other])  # a cell already held is not written twice; the next one is written
     store.close()
-    assert len(read_cells(tmp_path / "out")) == 1
+    assert [c.seed for c in read_cells(tmp_path / "out")] == [0, 1]
+
+
+def test_a_sweep_directory_is_made_with_its_parents_and_a_torn_last_cell_is_dropped_on_reading(tmp_path):
+    path = _write_pool(tmp_path / "pool.jsonl")
+    out = tmp_path / "deep" / "er" / "out"
+    run_sweep(_pool_spec(path, strategies=["self_consistency"], n=[1, 2]), out)
+    with (out / "cells.jsonl").open("a") as fh:
+        fh.write('{"model": "a", "strategy": "self_co')  # a write cut off by a crash
+    assert [c.config for c in read_cells(out)] == ["self_consistency@1", "self_consistency@2"]
+    with pytest.raises(SweepError) as err:
+        read_cells(tmp_path)
+    assert str(err.value) == (f"{tmp_path} holds no sweep (cells.jsonl is missing); "
+                              f"run `tts sweep --out {tmp_path}` first")
 
 
 # --- live run directories ---------------------------------------------------------------------------
@@ -334,3 +348,17 @@ def test_progress_counts_resumed_cells_as_done_then_each_computed_unit(tmp_path)
     # Units by model, then seed: (a, 0) lacks @2, (a, 1) both, (b, 0) @2, (b, 1) both.
     assert calls == [(2, 8), (3, 8), (5, 8), (6, 8), (8, 8)]
     assert (result.computed, result.resumed, result.out) == (6, 2, tmp_path / "o")
+
+
+def test_a_sparse_what_if_prices_every_cell_with_that_attention(tmp_path):
+    from tts.cost.cost_model import CostModel, SparseAttention
+    from tts.cost.ledger import cost_model_for
+
+    path = _write_pool(tmp_path / "pool.jsonl")
+    dense = cost_model_for("qwen3-0.6b", "a100")
+    sparse = CostModel(dense.arch, dense.hardware, sparse=SparseAttention.parse("topk:64"))
+    result = run_sweep(_pool_spec(path, strategies=["self_consistency"], n=[2], gpu="a100", sparse="topk:64",
+                                  prompt_tokens=4000, arch={"a": "qwen3-0.6b"}), tmp_path / "o")
+    want = np.mean([sparse.cost_request(4000, [m, m]).gpu_seconds for m in (25, 250, 2000)])
+    plain = np.mean([dense.cost_request(4000, [m, m]).gpu_seconds for m in (25, 250, 2000)])
+    assert result.cells[0].gpu_seconds == pytest.approx(want) and want != pytest.approx(plain)
