@@ -169,6 +169,11 @@ def test_a_gpu_unit_for_an_unknown_model_says_what_it_needs():
     a100 = _pricer(AllocationConfig(budget=1, unit="gpu_seconds", gpu="a100"), "smollm2-135m")(usage)
     h100 = _pricer(AllocationConfig(budget=1, unit="gpu_seconds", gpu="h100"), "smollm2-135m")(usage)
     assert a100 == make_pricer("gpu_seconds", "smollm2-135m", "a100").usage(usage) and a100 > h100 > 0
+    # Deployed over two GPUs, as the vLLM engine's tensor_parallel_size says: priced so.
+    split = _pricer(AllocationConfig(budget=1, unit="gpu_seconds", gpu="h100"), "smollm2-135m",
+                    {"tensor_parallel": 2})(usage)
+    assert split == make_pricer("gpu_seconds", "smollm2-135m", "h100", deployment={"tensor_parallel": 2}).usage(usage)
+    assert split != h100
 
 
 def test_the_online_policy_takes_every_rule_setting():
@@ -382,3 +387,41 @@ def test_offline_mode_refuses_a_budget_the_pilot_uses_up(tmp_path):
     with pytest.raises(BudgetTooSmallError, match="is used up by the 2-sample pilot"):  # exactly used up
         run_allocated_eval(_run_cfg(budget=spent, mode="offline", calibration=pool, pilot=2), tmp_path / "run2",
                            generator=_gen(), problems=FOUR)
+
+
+def test_a_run_builds_its_generator_from_the_config_closes_it_and_reports_its_rows(tmp_path, monkeypatch):
+    """Without a generator, the config's backend is built for the run's problems, sampled with the
+    config's sampling and seed, and closed afterwards; every row records the allocation settings."""
+    import tts.backends.factory as factory
+
+    built = []
+
+    class _Closing(RecordingGenerator):
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    def create(backend, problems):
+        built.append((backend, [p.id for p in problems]))
+        gen = _Closing(_gen().inner)
+        built.append(gen)
+        return gen
+
+    monkeypatch.setattr(factory, "create_generator", create)
+    cfg = _run_cfg(budget=4 * 200, n_max=4, chunk=2).model_copy(update={"seed": 5})
+    res = run_allocated_eval(cfg, tmp_path, problems=FOUR)
+    (backend, ids), gen = built
+    assert backend == cfg.backend and ids == [p.id for p in FOUR]
+    assert gen.closed and gen.calls
+    assert all(r.max_tokens == 32 for call in gen.calls for r in call)
+    assert {r.seed for call in gen.calls for r in call} != {None}
+    settings = cfg.allocation.model_dump(mode="json")
+    assert all(r.allocation == settings for r in res.rows) and len(res.rows) == 4
+    assert (res.out, res.problems, res.skipped) == (tmp_path, 4, 0) and res.wall_seconds > 0
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["model"] == cfg.backend.model and manifest["config"] == cfg.model_dump(mode="json")
+    # A generator the caller gave is the caller's to close.
+    given = _Closing(_gen().inner)
+    run_allocated_eval(cfg, tmp_path / "given", generator=given, problems=FOUR)
+    assert not given.closed
