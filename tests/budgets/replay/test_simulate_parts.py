@@ -198,7 +198,10 @@ def test_offline_plans_price_each_sample_at_its_bins_tokens_and_each_fold_gets_i
         np.testing.assert_allclose(path.budget % 10, 0)
     # No budget beyond the pilots: every problem keeps its two samples (each fold still pays its pilots).
     assert plan(0, 0.0).tolist() == [2] * 6 and plan(0, 120.0).tolist() == [2] * 6
-    # Budget for everything: each problem ends where its fold's path ends.
+    # Budget for everything: each problem ends where its fold's path ends. The two folds have three
+    # problems each, so each gets half of a total budget: twice the dearer fold's path is enough.
+    enough = 2 * max(paths[0][f].budget[-1] for f in (0, 1))
+    assert plan(0, enough).tolist() == plan(0, 1e9).tolist()
     everything = plan(0, 1e9)
     for f in (0, 1):
         final = {p: 2 for p in np.nonzero(fold == f)[0].tolist()}
