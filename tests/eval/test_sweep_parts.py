@@ -59,7 +59,7 @@ def test_a_pool_cell_is_the_estimators_value_priced_on_n_samples_of_each_problem
     from tts.eval import estimators as est
 
     path = _write_pool(tmp_path / "pool.jsonl")
-    spec = _pool_spec(path, models=["a"], seeds=2, draws=50, prompt_tokens=100, concurrency=8,
+    spec = _pool_spec(path, models=["a"], seeds=2, draws=30, prompt_tokens=100, concurrency=8,
                       prices={"h100": 5.0}, arch={"a": "qwen3-0.6b"})
     result = run_sweep(spec, tmp_path / "out")
     mp = load_pool(path)["a"]
@@ -72,7 +72,7 @@ def test_a_pool_cell_is_the_estimators_value_priced_on_n_samples_of_each_problem
     for (label, seed), c in cells.items():
         kind, n = label.split("@")[0], int(label.split("@")[1])
         rule = "vote" if kind == "self_consistency" else "weighted_vote"
-        curves = est.pool_curves(mp, rules=(rule, "pass"), ns=[1, 2], draws=50, seed=seed, weighting="score")
+        curves = est.pool_curves(mp, rules=(rule, "pass"), ns=[1, 2], draws=30, seed=seed, weighting="score")
         acc, lo, hi = curves[rule].at(n)
         assert (c.model, c.strategy, c.config, c.n, c.seed) == ("a", kind, label, n, seed)
         assert (c.source, c.method, c.problems, c.gpu, c.max_tokens, c.events) == (
@@ -82,6 +82,8 @@ def test_a_pool_cell_is_the_estimators_value_priced_on_n_samples_of_each_problem
         column = list(curves[rule].ns).index(n)
         assert c.per_problem == {pid: round(float(v), 6) for pid, v in
                                  zip(mp.problem_ids, curves[rule].per_problem[:, column], strict=True)}
+        if n == 2 and rule == "vote":  # thirds of 30 draws: rounded to 6 places, not more
+            assert any(len(repr(v)) == 8 and repr(v).endswith("3") for v in c.per_problem.values()), c.per_problem
         assert c.tokens == pytest.approx(n * per_problem_mean)
         assert c.prompt_tokens == 100.0
         costs = [cost_model.cost_request(100, [m] * n, concurrency=8) for m in (25, 250, 2000)]
@@ -110,6 +112,21 @@ def test_the_weighting_setting_reaches_the_weighted_vote(tmp_path):
         want = est.pool_curves(mp, rules=("weighted_vote",), ns=[2], draws=50, seed=0, weighting=weighting)
         assert result.cells[0].per_problem == {
             pid: round(float(v), 6) for pid, v in zip(mp.problem_ids, want["weighted_vote"].per_problem[:, 0])}
+
+
+def test_auto_weighting_reads_scores_in_0_to_1_as_they_are_and_the_setting_overrides_it(tmp_path):
+    """One right sample scored 0.95 against two alike wrong ones scored 0.45: by the scores
+    themselves the right one wins (0.95 > 0.9); by exp(score) or sigmoid(score) the pair does."""
+    rows = [{"problem_id": "w", "model": "a", "sample_idx": i, "answer": a, "correct": a == "1", "num_tokens": 10,
+             "score": sc} for i, (a, sc) in enumerate((("1", 0.95), ("2", 0.45), ("2", 0.45)))]
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = {}
+    for weighting in ("auto", "score", "exp", "sigmoid"):
+        result = run_sweep(_pool_spec(path, strategies=["weighted_vote"], n=[3], weighting=weighting),
+                           tmp_path / weighting)
+        got[weighting] = result.cells[0].accuracy
+    assert got == {"auto": 1.0, "score": 1.0, "exp": 0.0, "sigmoid": 0.0}
 
 
 def test_a_pool_without_token_counts_gives_cells_without_tokens_or_prices(tmp_path):
@@ -261,6 +278,10 @@ def test_a_sweep_directory_is_made_with_its_parents_and_a_torn_last_cell_is_drop
     with (out / "cells.jsonl").open("a") as fh:
         fh.write('{"model": "a", "strategy": "self_co')  # a write cut off by a crash
     assert [c.config for c in read_cells(out)] == ["self_consistency@1", "self_consistency@2"]
+    # Resumed and extended after the crash: the torn line is cut away, and the new cell is kept.
+    run_sweep(_pool_spec(path, strategies=["self_consistency", "weighted_vote"], n=[1, 2]), out)
+    assert [c.config for c in read_cells(out)] == ["self_consistency@1", "self_consistency@2", "weighted_vote@1",
+                                                   "weighted_vote@2"]
     with pytest.raises(SweepError) as err:
         read_cells(tmp_path)
     assert str(err.value) == (f"{tmp_path} holds no sweep (cells.jsonl is missing); "
@@ -298,13 +319,14 @@ def test_a_live_run_directory_is_reused_for_its_own_configs_and_named_by_a_diges
 
 
 def test_the_digest_does_not_depend_on_the_order_of_a_configs_keys(tmp_path):
-    spec = _live_spec()
+    spec = _live_spec(strategies=["beam"], n=[2])  # its settings do not come in alphabetical order
     unit = Unit("m", 0, tuple(c.label for c in spec.configs()))
     cfg = live_eval_config(spec, unit)
     base = tmp_path / "live" / "m-seed0"
     base.mkdir(parents=True)
     (base / "run.json").write_text(json.dumps({"config": {"strategies": []}}))
     strategies = cfg.model_dump(mode="json")["strategies"]
+    assert list(strategies[0]) != sorted(strategies[0])
     reordered = [dict(reversed(list(s.items()))) for s in strategies]
     digest = hashlib.sha256(json.dumps(reordered, sort_keys=True).encode()).hexdigest()[:8]
     assert live_run_dir(tmp_path, unit, cfg).name == f"m-seed0-{digest}"
@@ -362,3 +384,16 @@ def test_a_sparse_what_if_prices_every_cell_with_that_attention(tmp_path):
     want = np.mean([sparse.cost_request(4000, [m, m]).gpu_seconds for m in (25, 250, 2000)])
     plain = np.mean([dense.cost_request(4000, [m, m]).gpu_seconds for m in (25, 250, 2000)])
     assert result.cells[0].gpu_seconds == pytest.approx(want) and want != pytest.approx(plain)
+
+
+def test_a_pool_cells_wall_time_is_its_share_of_the_estimate(tmp_path, monkeypatch):
+    """The estimators run once for all configs of a model and seed; each cell records its share."""
+    import types
+
+    import tts.eval.sweep as sweep
+
+    clock = iter([10.0, 16.0, 20.0, 23.0])
+    monkeypatch.setattr(sweep, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    path = _write_pool(tmp_path / "pool.jsonl")
+    result = run_sweep(_pool_spec(path, n=[1, 2], seeds=2), tmp_path / "o")  # four configs per seed
+    assert sorted((c.seed, c.wall_seconds) for c in result.cells) == [(0, 1.5)] * 4 + [(1, 0.75)] * 4
