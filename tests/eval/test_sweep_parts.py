@@ -397,3 +397,30 @@ def test_a_pool_cells_wall_time_is_its_share_of_the_estimate(tmp_path, monkeypat
     path = _write_pool(tmp_path / "pool.jsonl")
     result = run_sweep(_pool_spec(path, n=[1, 2], seeds=2), tmp_path / "o")  # four configs per seed
     assert sorted((c.seed, c.wall_seconds) for c in result.cells) == [(0, 1.5)] * 4 + [(1, 0.75)] * 4
+
+
+def test_a_past_eval_run_directory_is_a_pool_and_a_rewritten_pool_file_is_read_again(tmp_path):
+    import os
+
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.benchmarks.demo import generate_problems
+    from tts.config import EvalConfig
+    from tts.eval.runner import run_eval
+
+    problems = generate_problems(3)
+    cfg = EvalConfig.model_validate({"data": {"benchmark": "demo", "limit": 3}, "backend": {"kind": "scripted"},
+                                     "strategies": [{"kind": "self_consistency", "n": 4}],
+                                     "sampling": {"max_tokens": 32}})
+    run_eval(cfg, tmp_path / "run", generator=ScriptedGenerator(seed=0, mean_tokens=10), problems=problems)
+    result = run_sweep(SweepSpec(pool=str(tmp_path / "run"), strategies=["self_consistency"], n=[1, 4]),
+                       tmp_path / "from-run")
+    assert sorted(c.config for c in result.cells) == ["self_consistency@1", "self_consistency@4"]
+    assert all(c.problems == 3 and c.source == f"pool:{tmp_path / 'run'}" for c in result.cells)
+    # A pool file rewritten in place (same path, newer time) is read again, not served from memory.
+    path = _write_pool(tmp_path / "pool.jsonl")
+    first = run_sweep(_pool_spec(path, strategies=["self_consistency"], n=[1]), tmp_path / "one")
+    path.write_text(path.read_text().replace('"answer": "2"', '"answer": "1"').replace('"correct": false',
+                                                                                      '"correct": true'))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    second = run_sweep(_pool_spec(path, strategies=["self_consistency"], n=[1]), tmp_path / "two")
+    assert first.cells[0].accuracy < second.cells[0].accuracy
