@@ -424,3 +424,16 @@ def test_a_past_eval_run_directory_is_a_pool_and_a_rewritten_pool_file_is_read_a
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     second = run_sweep(_pool_spec(path, strategies=["self_consistency"], n=[1]), tmp_path / "two")
     assert first.cells[0].accuracy < second.cells[0].accuracy
+
+
+def test_a_run_of_the_same_configs_is_found_again_when_their_settings_hold_tuples(tmp_path):
+    """certainty_probe's settings hold tuples, which run.json stores as lists: the comparison is of
+    the JSON forms, so the same configs resume in their directory."""
+    spec = _live_spec(strategies=["certainty_probe"], n=[4])
+    unit = Unit("m", 0, tuple(c.label for c in spec.configs()))
+    cfg = live_eval_config(spec, unit)
+    assert cfg.model_dump(mode="json")["strategies"] != cfg.model_dump()["strategies"]
+    base = tmp_path / "live" / "m-seed0"
+    base.mkdir(parents=True)
+    (base / "run.json").write_text(json.dumps({"config": cfg.model_dump(mode="json")}))
+    assert live_run_dir(tmp_path, unit, cfg) == base
