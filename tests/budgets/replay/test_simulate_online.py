@@ -149,13 +149,19 @@ def test_with_a_cross_fitted_rate_model_each_fold_runs_apart_and_the_results_add
     res = simulate(pool, cfg, rate_model=ContestedRule())
     decisions = res.decisions["online"]
     folds = sorted(set(res.folds.tolist()))
-    acc, tok = [], []
+    acc, tok, acc_all, tok_all = [], [], [], []
     for r, order in enumerate(_orders(pool, cfg)):
         rep = replay_prefixes(pool, order)
         steps = decisions.steps[r]
         assert len(steps) == len(folds) == 3
         for f, fold_steps in zip(folds, steps):  # each run requests only its fold's problems
             assert set(fold_steps[0].tolist()) <= set(np.flatnonzero(res.folds == f).tolist())
+        # Everything the runs draw (the curve's last budget): each problem's requests added up.
+        n_all = np.zeros(pool.n_problems, dtype=int)
+        for fold_steps in steps:
+            np.add.at(n_all, fold_steps[0], fold_steps[1])
+        acc_all.append(rep.correct_at(n_all).mean())
+        tok_all.append(rep.tokens_at(n_all).sum())
         n = decisions.n_at_uniform[r]
         assert (n > 0).all()
         acc.append(rep.correct_at(n).mean())
@@ -163,3 +169,5 @@ def test_with_a_cross_fitted_rate_model_each_fold_runs_apart_and_the_results_add
     online = res.modes["online"]
     assert online.acc_at_uniform_tokens.mean == pytest.approx(np.mean(acc), rel=1e-12)
     assert online.tokens_at_uniform_budget.mean == pytest.approx(np.mean(tok), rel=1e-12)
+    assert online.curve_acc[-1] == pytest.approx(np.mean(acc_all), rel=1e-12)
+    assert online.curve_tokens[-1] == pytest.approx(np.mean(tok_all), rel=1e-12)

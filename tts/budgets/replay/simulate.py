@@ -457,7 +457,6 @@ def simulate(pool: ModelPool, cfg: SimulateConfig | None = None, rate_model: Rat
 def _oracle(pool: ModelPool, orders: np.ndarray, reps: list[PrefixReplay], cfg: SimulateConfig,
             uniform_tok: np.ndarray) -> tuple[Interval, Interval]:
     """The consistency oracle's token ratio to uniform, stopping at any n and at whole chunks."""
-    rows = np.arange(pool.n_problems)
     tok = np.zeros((2, len(reps)))
     for r, (order, rep) in enumerate(zip(orders, reps)):
         lead = running_leaders(pool, order)
