@@ -130,7 +130,7 @@ def test_a_token_budget_counts_each_stages_measured_tokens():
     assert cheap.budgets["final"] == 1 and cheap.cost <= final.tokens(5) * 0.8
     with pytest.raises(GraphError, match="cheapest costs"):
         plan_split(spec, reference, curves, total=1, unit="samples")
-    assert even_split(spec, GRID, 10, "samples", plan_split(spec, reference, curves, 10)) == {"first": 5, "final": 5}
+    assert even_split(spec, GRID, plan_split(spec, reference, curves, 10)) == {"first": 5, "final": 5}
 
 
 @pytest.mark.parametrize("extra, names", [

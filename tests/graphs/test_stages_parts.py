@@ -204,13 +204,13 @@ def test_the_even_split_is_the_largest_shared_budget_that_fits():
             StageCurve("answer", (1, 2, 3), (REF, ANSWER_3, ANSWER_3), ("answer",)))
     grid = {"steps": [1, 2, 4], "answer": [3, 2, 1]}
     # shared budgets 1 and 2; {2, 2} costs 6 samples, {1, 1} 3
-    assert even_split(spec(), grid, 6, "samples", plan_split(spec(), REF, both, 6)) == {"steps": 2, "answer": 2}
-    assert even_split(spec(), grid, 5, "samples", plan_split(spec(), REF, both, 5)) == {"steps": 1, "answer": 1}
+    assert even_split(spec(), grid, plan_split(spec(), REF, both, 6)) == {"steps": 2, "answer": 2}
+    assert even_split(spec(), grid, plan_split(spec(), REF, both, 5)) == {"steps": 1, "answer": 1}
     # the only shared budget, 2, does not fit 5 samples
     odd = (StageCurve("steps", (1, 2), (REF, STEPS_2), ("step_1", "step_2")),
            StageCurve("answer", (2, 3), (REF, ANSWER_3), ("answer",)))
     plan = plan_split(spec(), REF, odd, 5)
-    assert even_split(spec(), {"steps": [1, 2], "answer": [2, 3]}, 5, "samples", plan) is None
+    assert even_split(spec(), {"steps": [1, 2], "answer": [2, 3]}, plan) is None
 
 
 def _solution(pid, answer, tree):

@@ -100,7 +100,7 @@ def _plan_and_test(spec, grids, problems, dev, test, generator, bench, max_token
         plan = plan_split(spec, reference, curves, total, unit)  # type: ignore[arg-type]
         held_out = SplitStageEvaluator(problems[dev:dev + test], solve, grade)
         planned = held_out(plan.spec)
-        even = even_split(spec, grids, total, unit, plan)  # type: ignore[arg-type]
+        even = even_split(spec, grids, plan)
         even_eval = held_out(with_budgets(spec, even)) if even is not None and even != dict(plan.budgets) else None
     return reference, curves, plan, planned, even, even_eval
 

@@ -188,10 +188,9 @@ def plan_split(spec: GraphSpec, reference: StageEvaluation, curves: Sequence[Sta
                      tuple(affordable))
 
 
-def even_split(spec: GraphSpec, grid: Mapping[str, Sequence[int]], total: float, unit: Unit,
-               plan: StagePlan) -> Mapping[str, int] | None:
+def even_split(spec: GraphSpec, grid: Mapping[str, Sequence[int]], plan: StagePlan) -> Mapping[str, int] | None:
     """The baseline split: the same budget for every stage, the largest grid value all stages share
-    that fits ``total`` (None when none fits)."""
+    among ``plan``'s options, which are the splits that fit its total (None when none fits)."""
     common = sorted(set.intersection(*(set(grid[s]) for s in spec.stages)), reverse=True)
     costs = {tuple(sorted(b.items())): cost for b, _, cost in plan.options}
     for b in common:
