@@ -425,3 +425,8 @@ def test_a_run_builds_its_generator_from_the_config_closes_it_and_reports_its_ro
     given = _Closing(_gen().inner)
     run_allocated_eval(cfg, tmp_path / "given", generator=given, problems=FOUR)
     assert not given.closed
+    # The run seed reaches the requests: another seed draws with other request seeds.
+    other = _Closing(_gen().inner)
+    run_allocated_eval(cfg.model_copy(update={"seed": 6}), tmp_path / "seed6", generator=other, problems=FOUR)
+    seeds = [[r.seed for r in call] for call in given.calls]
+    assert seeds != [[r.seed for r in call] for call in other.calls][:len(seeds)]
