@@ -354,7 +354,8 @@ def test_a_point_is_its_cells_mean_over_seeds_with_their_sample_sd():
 
 def test_points_run_along_each_line_by_n_and_length_budget():
     cells = [_cell("b@8", 0, 0.5, n=8), _cell("b@2,max_tokens=100", 0, 0.5, n=2, max_tokens=100),
-             _cell("b@2", 0, 0.5, n=2), _cell("a@4", 0, 0.5, n=4), _cell("b@2,max_tokens=50", 0, 0.5, n=2, max_tokens=50)]
+             _cell("b@2", 0, 0.5, n=2), _cell("a@4", 0, 0.5, n=4),
+             _cell("b@2,max_tokens=50", 0, 0.5, n=2, max_tokens=50)]
     assert [p.config for p in curve_points(cells)] == ["a@4", "b@2", "b@8", "b@2,max_tokens=50", "b@2,max_tokens=100"]
 
 
