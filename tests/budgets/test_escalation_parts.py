@@ -157,3 +157,149 @@ def test_the_fit_logs_each_bins_accuracy_allowance_and_cost(tmp_path, caplog):
         fit_escalation(one, pool, cal, orders, Pricer("tokens"))
     assert str(err.value) == (f"--escalate rebase@2: only 1 of its problems are in the calibration source "
                               f"({pool.n_problems} problems); run the search on the calibration problems")
+
+
+# --- fit_escalation on a pool small enough to work out by hand -------------------------------------
+#
+# Pool order a, f, b, c, d (f is not in the search run, so the shared problems sit at pool indices
+# 0, 2, 3, 4); four samples each, answer 0 right except on d. Two orderings: as written, and
+# reversed. The pilot is two samples. The calibration's bins are set per ordering (five bins, the
+# last empty); the pricer prices n reference samples at n x the bin's mean pilot length.
+
+from tts.benchmarks.pool import ModelPool  # noqa: E402
+from tts.budgets.escalation import EscalationRun, fit_escalation  # noqa: E402
+
+_ANSWERS = [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]]
+_TOKENS = [[10, 10, 10, 10], [99, 99, 99, 99], [20, 22, 24, 26], [30, 30, 34, 34], [40, 40, 40, 40]]
+_BINS = [np.array([0, 2, 1, 2]), np.array([0, 1, 1, 3])]  # per ordering, over a, b, c, d
+
+
+def _hand_pool(prompts=(None,) * 5) -> ModelPool:
+    answers = np.array(_ANSWERS)
+    correct = (answers == 0) & (np.arange(5) != 4)[:, None]
+    return ModelPool(model="m", problem_ids=("a", "f", "b", "c", "d"), answers=answers,
+                     answer_texts=(("1", "2"),) * 5, correct=correct, tokens=np.array(_TOKENS, dtype=float),
+                     scores=np.full((5, 4), np.nan), sample_idx=np.tile(np.arange(4), (5, 1)),
+                     mask=np.ones((5, 4), dtype=bool),
+                     metadata=tuple({} if p is None else {"prompt_tokens": p} for p in prompts))
+
+
+class _Curve:
+    def at(self, n):
+        return 0.5 + n / 100
+
+
+class _Calibration:
+    pilot, edges, ns, curves = 2, [0.1, 0.2, 0.3, 0.4], [3, 4], {("vote", 0): _Curve(), ("vote", 1): _Curve()}
+
+    def __init__(self, reference=None, rules=("vote",), prompt_length=False):
+        self.reference, self.rules, self.prompt_length = reference, rules, prompt_length
+        self.seen: list[np.ndarray] = []
+
+    def bins(self, features):
+        self.seen.append(features)
+        return _BINS[len(self.seen) - 1]
+
+
+class _Pricer:
+    unit = "tokens"
+
+    def __init__(self):
+        self.options = []
+
+    def usage(self, usage):
+        return float(usage)
+
+    def option(self, rule, index, length, pilot, n):
+        self.options.append((rule, index, round(length, 3), pilot, n))
+        return length * n
+
+
+_ORDERS = np.stack([np.tile(np.arange(4), (5, 1)), np.tile(np.arange(4)[::-1], (5, 1))])
+
+
+def _hand_run(strategy=None, ok=(True, True, True, False)) -> EscalationRun:
+    a, b, c, d = ok
+    return EscalationRun("rebase@2", strategy or {"kind": "rebase", "n": 2},
+                         {"a": a, "b": b, "c": c, "d": d, "e": True},  # e: not in the pool
+                         {"a": 15, "b": 100, "c": 90, "d": 60, "e": 1000})
+
+
+def test_each_bins_accuracy_cost_matched_n_and_guard_worked_out_by_hand():
+    cal, pricer = _Calibration(), _Pricer()
+    e = fit_escalation(_hand_run(), _hand_pool(), cal, _ORDERS, pricer, z=0.85)
+    # The pilot features each ordering bins by: majority share, no-answer share, log(1 + mean tokens).
+    assert [f.tolist() for f in cal.seen] == [
+        [[1.0, 0.0, np.log1p(10)], [0.5, 0.0, np.log1p(21)], [1.0, 0.0, np.log1p(30)], [1.0, 0.0, np.log1p(40)]],
+        [[1.0, 0.0, np.log1p(10)], [1.0, 0.0, np.log1p(25)], [0.5, 0.0, np.log1p(34)], [1.0, 0.0, np.log1p(40)]]]
+    # Bin shares: 0 {a: 1}; 1 {b: 1/2, c: 1}; 2 {b: 1/2, d: 1/2}; 3 {d: 1/2}; 4 none.
+    assert e.weight.tolist() == [1.0, 1.5, 1.0, 0.5, 0.0]
+    assert e.raw_accuracy.tolist() == pytest.approx([1.0, 1.0, 0.5, 0.0, 0.75])  # bin 4: over all problems
+    assert e.cost.tolist() == pytest.approx([15.0, 140 / 1.5, 80.0, 60.0, 66.25])
+    # Matched n: the largest n in (3, 4) with n x the bin's mean pilot length within its cost, else the pilot.
+    # Mean pilot lengths: bin 0 10, bin 1 (30 + 25 + 34) / 3, bin 2 (21 + 40) / 2, bin 3 40.
+    assert e.matched_n.tolist() == [2, 3, 2, 2, 2]
+    assert pricer.options == [("vote", 0, 10.0, 2, 3), ("vote", 0, 10.0, 2, 4),
+                              ("vote", 0, 29.667, 2, 3), ("vote", 0, 29.667, 2, 4),
+                              ("vote", 0, 30.5, 2, 3), ("vote", 0, 30.5, 2, 4),
+                              ("vote", 0, 40.0, 2, 3), ("vote", 0, 40.0, 2, 4)]
+    # Paired gains over the vote at matched n: bin 1 (b 1 - 0, c 1 - 1) 1/3 with se sqrt(2/9) = 0.471,
+    # 0.707 se; bin 2 (b 1 - 1/2, d 0 - 0) 1/4 with se 1/4, 1 se; bins 0 and 3 one problem each.
+    assert e.allowed.tolist() == [False, False, True, False, False]
+    assert e.ceiling.tolist() == pytest.approx([0.52 - 1e-9, 0.53 - 1e-9, np.inf, -1e-9, -1.0], abs=1e-12)
+    assert e.accuracy.tolist() == pytest.approx([0.52 - 1e-9, 0.53 - 1e-9, 0.5, -1e-9, -1.0], abs=1e-12)
+    assert (e.label, e.strategy, e.model) == ("rebase@2", {"kind": "rebase", "n": 2}, None)
+    # The guard's z at the boundaries: 1/3 > 0.7 x 0.471 (bin 1 allowed); bin 2 just above 1 se is not.
+    assert fit_escalation(_hand_run(), _hand_pool(), _Calibration(), _ORDERS, _Pricer(),
+                          z=0.7).allowed.tolist() == [False, True, True, False, False]
+    assert fit_escalation(_hand_run(), _hand_pool(), _Calibration(), _ORDERS, _Pricer(),
+                          z=1.0).allowed.tolist() == [False, False, False, False, False]
+    # z = 0 trusts every bin that holds a problem.
+    trusted = fit_escalation(_hand_run(), _hand_pool(), _Calibration(), _ORDERS, _Pricer(), z=0.0)
+    assert trusted.allowed.tolist() == [True, True, True, True, False]
+    assert trusted.accuracy.tolist() == [1.0, 1.0, 0.5, 0.0, -1.0]
+
+
+def test_the_reference_rule_is_the_calibrations_reference_and_else_its_first_rule():
+    named = fit_escalation(_hand_run(), _hand_pool(), _Calibration(reference="vote", rules=("shortest",)),
+                           _ORDERS, _Pricer(), z=0.85)
+    assert named.allowed.tolist() == [False, False, True, False, False]
+    assert named.ceiling[:2].tolist() == pytest.approx([0.52 - 1e-9, 0.53 - 1e-9], abs=1e-12)
+    # "shortest" as the first rule and no reference: its picks (the shortest sample) are what the
+    # search is paired against, and it has no curves here, so a guarded bin is capped at its raw mean.
+    pricer = _Pricer()
+    first = fit_escalation(_hand_run(), _hand_pool(), _Calibration(rules=("shortest", "vote")), _ORDERS,
+                           pricer, z=0.0)
+    assert {o[0] for o in pricer.options} == {"shortest"}
+    assert first.allowed.tolist() == [True, True, True, True, False]
+
+
+def test_an_option_that_keeps_the_pilot_costs_only_its_other_samples():
+    kept = fit_escalation(_hand_run({"kind": "best_of_n", "verifier": "arithmetic", "n": 4}), _hand_pool(),
+                          _Calibration(), _ORDERS, _Pricer(), z=0.85)
+    assert kept.cost.tolist() == pytest.approx([7.5, 70 / 1.5, 40.0, 30.0, 33.125])  # (4 - 2) / 4 of each
+    fresh = fit_escalation(_hand_run({"kind": "best_of_n", "verifier": "arithmetic", "n": 2}), _hand_pool(),
+                           _Calibration(), _ORDERS, _Pricer(), z=0.85)
+    assert fresh.cost.tolist() == pytest.approx([15.0, 140 / 1.5, 80.0, 60.0, 66.25])
+
+
+def test_prompt_lengths_of_the_shared_problems_join_the_features_when_the_calibration_uses_them():
+    cal = _Calibration(prompt_length=True)
+    fit_escalation(_hand_run(), _hand_pool(prompts=(100, 7, 200, 300, 400)), cal, _ORDERS, _Pricer(), z=0.85)
+    assert [f[:, 3].tolist() for f in cal.seen] == [np.log1p([100, 200, 300, 400]).tolist()] * 2
+
+
+def test_a_learned_accuracy_fits_every_orderings_features_with_the_problems_outcome():
+    from tts.budgets.difficulty import LearnedDifficulty
+
+    cal = _Calibration()
+    e = fit_escalation(_hand_run(), _hand_pool(), cal, _ORDERS, _Pricer(), z=0.85, accuracy="learned")
+    want = LearnedDifficulty(l2=1.0).fit(np.concatenate(cal.seen), np.array([1.0, 1, 1, 0, 1, 1, 1, 0]))
+    probe = np.array([[1.0, 0.0, 2.0], [0.5, 0.0, 3.5], [1.0, 0.0, 3.7]])
+    assert e.model.predict(probe).tolist() == pytest.approx(want.predict(probe).tolist(), abs=1e-9)
+    assert e.raw_accuracy.tolist() == pytest.approx([1.0, 1.0, 0.5, 0.0, 0.75])  # the bins are kept beside it
+    # Every problem right (or every one wrong): nothing to learn, the bins stay.
+    for ok in ((True,) * 4, (False,) * 4):
+        same = fit_escalation(_hand_run(ok=ok), _hand_pool(), _Calibration(), _ORDERS, _Pricer(), z=0.85,
+                              accuracy="learned")
+        assert same.model is None
