@@ -4,6 +4,7 @@ refuses below, what each trace says it expected to spend, and which escalation r
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -304,14 +305,15 @@ def test_the_calibration_and_the_pricer_are_built_from_the_config(tmp_path: Path
     gen = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
     gen.model_name = "smollm2-135m"  # a model the cost model can price
     cfg = AutoConfig(calibration=str(cal_path), budget=1.0, budget_unit="gpu_seconds", gpu="a100", efficiency=2.5,
-                     strategies=("self_consistency", "best_of_n"), difficulty="pilot", n_bins=3, switch_z=0.0)
+                     strategies=("self_consistency", "best_of_n"), difficulty="pilot", n_bins=2, switch_z=0.0)
     auto = AutoStrategy(cfg, gen, MATH_PROMPT.render, seed=3)
     cal, pricer = auto._setup()
     pool = load_pool(cal_path)["m"]
     orders = random_orders(pool.mask, 8, np.random.default_rng(3))  # eight orderings from the run's seed
-    want = calibrate(pool, ("vote", "best_of_n"), 4, ladder(4, 16), orders=orders, difficulty="pilot", n_bins=3,
+    want = calibrate(pool, ("vote", "best_of_n"), 4, ladder(4, 16), orders=orders, difficulty="pilot", n_bins=2,
                      switch_z=0.0)
     assert cal.to_json() == want.to_json() and cal.reference is None
+    assert len(cal.edges) == 1  # two bins (this pool's pilot shares give the default's five only two edges)
     assert (pricer.unit, pricer.gpu, pricer.efficiency, pricer.model) == ("gpu_seconds", "a100", 2.5, "smollm2-135m")
     assert pricer.cost_model.tensor_parallel == 1
     # A vLLM engine split over GPUs is priced as deployed: its config's tensor_parallel_size reaches the cost model.
@@ -326,3 +328,108 @@ def test_the_calibration_and_the_pricer_are_built_from_the_config(tmp_path: Path
     auto = AutoStrategy(cfg.model_copy(update={"budget_unit": "eflops"}), gen2, MATH_PROMPT.render)
     with pytest.raises(StrategyInputError, match="^auto: budget unit eflops: "):
         auto._setup()
+
+
+def test_the_plan_gets_the_batch_budget_less_what_the_pilot_cost(tmp_path: Path) -> None:
+    auto = _buying(tmp_path)
+    seen = {}
+    real_plan = auto._plan
+
+    def plan(*args):
+        seen["budget"] = args[-1]
+        return real_plan(*args)
+
+    auto._plan = plan
+    results = []
+    real = auto.generator.generate
+    auto.generator.generate = lambda requests: results.append(real(requests)) or results[-1]
+    auto.solve(_problems())
+    pilot_cost = sum(r.usage.completion_tokens + r.usage.prompt_tokens - r.usage.cached_prompt_tokens
+                     for r in results[0])
+    assert 0 < pilot_cost < 36000 and seen["budget"] == pytest.approx(36000 - pilot_cost)
+
+
+def test_with_nothing_more_to_buy_the_pilot_is_the_only_call(tmp_path: Path) -> None:
+    auto = _auto(tmp_path)
+    auto.config = auto.config.model_copy(update={"budget": _min_pilot_budget(tmp_path / "cal.jsonl", 6) / 6})
+    calls = _recording(auto)
+    assert [s.trace.notes["n"] for s in auto.solve(_problems())] == [4] * 6
+    assert len(calls) == 1
+
+
+def test_a_pilot_that_came_back_empty_is_planned_at_the_calibrations_mean_length(tmp_path: Path) -> None:
+    from tts.backends.base import GenerationResult
+
+    auto = _auto(tmp_path)
+    real = auto.generator.generate
+    auto.generator.generate = lambda requests: [GenerationResult((), r.usage) for r in real(requests)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy "Mean of empty slice" for the empty pilots
+        sols = auto.solve(_problems())
+    pool = load_pool(tmp_path / "cal.jsonl")["m"]
+    mean = float(np.nanmean(np.where(pool.mask, pool.tokens, np.nan)))
+    assert [s.trace.notes["predicted_length"] for s in sols] == pytest.approx([mean] * 6)
+    assert [s.answer for s in sols] == [None] * 6
+
+
+def test_a_calibration_of_one_token_samples_needs_a_pilot_of_one_token_each(tmp_path: Path) -> None:
+    path = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**r, "num_tokens": 1}) + "\n" for r in rows))
+    auto = AutoStrategy(AutoConfig(calibration=str(path), budget=1.0, strategies=("self_consistency",)),
+                        ScriptedGenerator({"q0": {"1": 1.0}}, seed=0), MATH_PROMPT.render)
+    with pytest.raises(BudgetTooSmallError) as err:
+        auto.solve(_problems())
+    assert err.value.minimum == 6 * 4 * 1
+
+
+def test_the_least_budget_in_gpu_seconds_counts_each_prompt_as_cached(tmp_path: Path) -> None:
+    from tts.budgets.cross_allocator import make_pricer
+
+    cal = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    pool = load_pool(cal)["m"]
+    length = round(float(np.nanmean(np.where(pool.mask, pool.tokens, np.nan))))
+    cfg = AutoConfig(calibration=str(cal), budget=1e-9, budget_unit="gpu_seconds", gpu="a100",
+                     strategies=("self_consistency",))
+    pricer = make_pricer("gpu_seconds", "smollm2-135m", "a100")
+
+    gen = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+    gen.model_name = "smollm2-135m"
+    auto = AutoStrategy(cfg, gen, MATH_PROMPT.render)
+    prompts = [gen.prompt_tokens(auto._request(p, 4, 0)) for p in _problems()]
+    assert min(prompts) > 0
+    with pytest.raises(BudgetTooSmallError) as err:
+        auto.solve(_problems())
+    want = sum(pricer.request(pt, [length] * 4, cached=pt) for pt in prompts)
+    assert err.value.minimum == pytest.approx(want)
+    assert want > 6 * pricer.request(0, [length] * 4)  # the prompts' cached tokens still cost time
+
+    class Uncounted:  # a backend that cannot count prompt tokens: the prompts count as none
+        model_name = "smollm2-135m"
+
+        def generate(self, requests):
+            raise AssertionError("refused before generating")
+
+    with pytest.raises(BudgetTooSmallError) as err:
+        AutoStrategy(cfg, Uncounted(), MATH_PROMPT.render).solve(_problems())
+    assert err.value.minimum == pytest.approx(6 * pricer.request(0, [length] * 4, cached=0))
+
+
+def test_a_generator_without_a_model_name_is_priced_in_tokens_without_one(tmp_path: Path) -> None:
+    class Nameless:
+        def __init__(self) -> None:
+            self.inner = ScriptedGenerator({"q0": {"1": 1.0}}, seed=0)
+
+        def generate(self, requests):
+            return self.inner.generate(requests)
+
+    cal = _write_pool(tmp_path / "cal.jsonl", n_samples=16)
+    auto = AutoStrategy(AutoConfig(calibration=str(cal), budget=5000.0, strategies=("self_consistency",)),
+                        Nameless(), MATH_PROMPT.render)
+    _, pricer = auto._setup()
+    assert (pricer.unit, pricer.model) == ("tokens", None)
+
+
+def test_an_auto_strategy_closed_before_it_ran_closes_cleanly(tmp_path: Path) -> None:
+    auto = _auto(tmp_path)
+    auto.close()

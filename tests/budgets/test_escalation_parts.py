@@ -192,13 +192,16 @@ class _Curve:
 class _Calibration:
     pilot, edges, ns, curves = 2, [0.1, 0.2, 0.3, 0.4], [3, 4], {("vote", 0): _Curve(), ("vote", 1): _Curve()}
 
-    def __init__(self, reference=None, rules=("vote",), prompt_length=False):
+    def __init__(self, reference=None, rules=("vote",), prompt_length=False, bins=_BINS, edges=None):
         self.reference, self.rules, self.prompt_length = reference, rules, prompt_length
         self.seen: list[np.ndarray] = []
+        self._bins = bins
+        if edges is not None:
+            self.edges = edges
 
     def bins(self, features):
         self.seen.append(features)
-        return _BINS[len(self.seen) - 1]
+        return self._bins[len(self.seen) - 1]
 
 
 class _Pricer:
@@ -218,16 +221,19 @@ class _Pricer:
 _ORDERS = np.stack([np.tile(np.arange(4), (5, 1)), np.tile(np.arange(4)[::-1], (5, 1))])
 
 
-def _hand_run(strategy=None, ok=(True, True, True, False)) -> EscalationRun:
+def _hand_run(strategy=None, ok=(True, True, True, False), cost_a=15) -> EscalationRun:
     a, b, c, d = ok
     return EscalationRun("rebase@2", strategy or {"kind": "rebase", "n": 2},
                          {"a": a, "b": b, "c": c, "d": d, "e": True},  # e: not in the pool
-                         {"a": 15, "b": 100, "c": 90, "d": 60, "e": 1000})
+                         {"a": cost_a, "b": 100, "c": 90, "d": 60, "e": 1000})
 
 
-def test_each_bins_accuracy_cost_matched_n_and_guard_worked_out_by_hand():
+def test_each_bins_accuracy_cost_matched_n_and_guard_worked_out_by_hand(caplog):
     cal, pricer = _Calibration(), _Pricer()
-    e = fit_escalation(_hand_run(), _hand_pool(), cal, _ORDERS, pricer, z=0.85)
+    with caplog.at_level("INFO", logger="tts.budgets.escalation"):
+        e = fit_escalation(_hand_run(), _hand_pool(), cal, _ORDERS, pricer, z=0.85)
+    assert caplog.messages == ["escalation rebase@2: per-bin accuracy [1.0, 1.0, 0.5, 0.0, 0.75] (allowed "
+                               "[False, False, True, False, False]), cost [15.0, 93.3, 80.0, 60.0, 66.2] tokens"]
     # The pilot features each ordering bins by: majority share, no-answer share, log(1 + mean tokens).
     assert [f.tolist() for f in cal.seen] == [
         [[1.0, 0.0, np.log1p(10)], [0.5, 0.0, np.log1p(21)], [1.0, 0.0, np.log1p(30)], [1.0, 0.0, np.log1p(40)]],
@@ -246,6 +252,7 @@ def test_each_bins_accuracy_cost_matched_n_and_guard_worked_out_by_hand():
     # Paired gains over the vote at matched n: bin 1 (b 1 - 0, c 1 - 1) 1/3 with se sqrt(2/9) = 0.471,
     # 0.707 se; bin 2 (b 1 - 1/2, d 0 - 0) 1/4 with se 1/4, 1 se; bins 0 and 3 one problem each.
     assert e.allowed.tolist() == [False, False, True, False, False]
+    assert json.dumps(e.to_json()["allowed"]) == "[false, false, true, false, false]"  # booleans in the plan file
     assert e.ceiling.tolist() == pytest.approx([0.52 - 1e-9, 0.53 - 1e-9, np.inf, -1e-9, -1.0], abs=1e-12)
     assert e.accuracy.tolist() == pytest.approx([0.52 - 1e-9, 0.53 - 1e-9, 0.5, -1e-9, -1.0], abs=1e-12)
     assert (e.label, e.strategy, e.model) == ("rebase@2", {"kind": "rebase", "n": 2}, None)
@@ -303,3 +310,41 @@ def test_a_learned_accuracy_fits_every_orderings_features_with_the_problems_outc
         same = fit_escalation(_hand_run(ok=ok), _hand_pool(), _Calibration(), _ORDERS, _Pricer(), z=0.85,
                               accuracy="learned")
         assert same.model is None
+
+
+def test_the_matched_n_may_cost_exactly_what_the_search_does():
+    # a costs 30: three samples of its 10-token pilots cost exactly as much, so bin 0 matches n = 3.
+    e = fit_escalation(_hand_run(cost_a=30), _hand_pool(), _Calibration(), _ORDERS, _Pricer(), z=0.85)
+    assert e.matched_n.tolist() == [3, 3, 2, 2, 2]
+
+
+def test_every_empty_bin_gets_the_overall_numbers_not_only_the_first():
+    e = fit_escalation(_hand_run(), _hand_pool(), _Calibration(edges=[0.1, 0.2, 0.3, 0.4, 0.5]), _ORDERS,
+                       _Pricer(), z=0.85)
+    assert e.weight.tolist() == [1.0, 1.5, 1.0, 0.5, 0.0, 0.0]
+    assert e.raw_accuracy[4:].tolist() == [0.75, 0.75] and e.cost[4:].tolist() == [66.25, 66.25]
+    assert e.accuracy[4:].tolist() == [-1.0, -1.0] and e.ceiling[4:].tolist() == [-1.0, -1.0]
+
+
+def test_the_log_rounds_each_bins_accuracy_to_three_places(caplog):
+    with caplog.at_level("INFO", logger="tts.budgets.escalation"):
+        fit_escalation(_hand_run(ok=(True, False, True, False)), _hand_pool(), _Calibration(), _ORDERS, _Pricer(),
+                       z=0.85)
+    assert caplog.messages[0].startswith("escalation rebase@2: per-bin accuracy [1.0, 0.667, 0.0, 0.0, 0.5] ")
+
+
+# Bins {a: 1/2, b: 1, c: 1} in bin 1, d alone in bins 2 and 3 (one ordering each), a alone in bin 0.
+_BINS_2 = [np.array([1, 1, 1, 2]), np.array([0, 1, 1, 3])]
+
+
+def test_the_guard_pairs_each_problem_with_the_reference_over_its_own_orderings_in_the_bin():
+    # Bin 1: matched n = 3 (mean pilot length 24, cost 79). The vote of three samples: a right (its one
+    # ordering in the bin), b wrong in both, c right in both. Every problem right with the search:
+    # gains a 0, b 1, c 0 with weights 1/2, 1, 1: gain 0.4, se sqrt(0.24 / 2) = 0.346, 1.15 se.
+    run = _hand_run(ok=(True, True, True, True))
+    at = {z: fit_escalation(run, _hand_pool(), _Calibration(bins=_BINS_2), _ORDERS, _Pricer(), z=z) for z in (1.0, 1.3)}
+    assert at[1.0].matched_n[1] == 3 and at[1.0].weight.tolist() == [0.5, 2.5, 0.5, 0.5, 0.0]
+    assert at[1.0].allowed.tolist() == [False, True, False, False, False]
+    # One problem in a bin (d in bins 2 and 3, right where the vote is wrong): a gain of 1 with no
+    # spread to judge it by is never trusted.
+    assert at[1.3].allowed.tolist() == [False, False, False, False, False]

@@ -121,7 +121,9 @@ def pilot_features(
     a = np.asarray(answers)
     cols = [majority_share(a), (a < 0).mean(axis=1)]
     if tokens is not None:
-        cols.append(np.log1p(np.nanmean(np.asarray(tokens, dtype=float), axis=1)))
+        t = np.asarray(tokens, dtype=float)
+        known = np.isfinite(t).sum(axis=1)  # a pilot that came back empty: NaN, without numpy's warning
+        cols.append(np.log1p(np.where(known > 0, np.nansum(t, axis=1) / np.maximum(known, 1), np.nan)))
     if scores is not None:
         cols.append(np.nanmean(np.asarray(scores, dtype=float), axis=1))
     if prompt_lengths is not None:

@@ -153,3 +153,97 @@ def test_a_space_built_with_the_defaults_and_an_empty_separator_refused():
     with pytest.raises(ValueError) as info:
         StepwiseSpace(gen, lambda p: [], [PROBLEM], SamplingConfig(), separator="")
     assert str(info.value) == "the step separator must be a non-empty string"
+
+
+def test_a_generator_returning_too_few_results_is_refused_with_both_counts():
+    class Short(Recording):
+        def generate(self, requests):
+            return super().generate(requests)[:-1]
+
+    gen = Short([["a"], ["b"]])
+    space = StepwiseSpace(gen, lambda p: [{"role": "user", "content": p.question}], [PROBLEM, PROBLEM],
+                          SamplingConfig(max_tokens=64))
+    with pytest.raises(RuntimeError) as info:
+        space.expand(space.initial_states(), [1, 1])
+    assert str(info.value) == "the generator returned 1 results for 2 requests"
+
+
+def test_a_step_request_asks_for_the_tokens_left_and_at_least_one():
+    space, gen = _space([["x"], ["y"], ["z"], ["1}"], ["2}"]], step_tokens=100)  # two forced at the cap
+    root = space.initial_states()[0]
+    near = root._replace(steps=("s",), step="s", depth=1, path="0", tokens=255)  # one token of 256 left
+    spent = root._replace(steps=("s",), step="s", depth=1, path="1", tokens=256)  # none left
+    space.expand([root, near, spent], [1, 1, 1])
+    assert [r.max_tokens for r in gen.calls[0]] == [100, 1, 1]
+
+
+@pytest.mark.parametrize(("step", "finished", "answer"), [
+    ("So x = \\boxed{5}.", True, "5"),  # a boxed answer without the word "answer"
+    ("\\fbox{7}", True, "7"),
+    ("Let y = \\frac{1}{2}, so 2y = 1.", False, None),  # a backslash and no marker: not an answer
+    ("The answer is 3.", True, "3"),
+    ("We need the answer to part one, 3.", False, None),  # "answer" and no marker
+])
+def test_a_step_finishes_only_when_it_states_an_answer(step, finished, answer):
+    space, _ = _space([[step]])
+    [[kid]] = space.expand(space.initial_states(), [1])
+    assert (kid.finished, kid.answer, kid.forced) == (finished, answer, None)
+
+
+def test_children_past_the_first_4096_of_one_request_are_named_by_their_index_too():
+    space, _ = _space([["a"] * 4100])
+    [kids] = space.expand(space.initial_states(), [4100])
+    assert [k.path for k in kids[4094:]] == ["4094", "4095", "4096", "4097", "4098", "4099"]
+    assert len({k.path for k in kids}) == 4100
+
+
+class _Usages:
+    """A verifier whose scores carry the given usages (``"none"``: VerifierScore's default;
+    ``"absent"``: a score object without a usage field)."""
+
+    def __init__(self, usages) -> None:
+        self.usages = usages
+
+    def score(self, items):
+        out = []
+        for u in self.usages:
+            if u == "absent":
+                out.append(type("Bare", (), {"score": 0.5})())
+            elif u == "none":
+                out.append(VerifierScore((), 0.5))
+            else:
+                out.append(VerifierScore((), 0.5, usage=u))
+        return out
+
+
+def test_the_scorer_keeps_every_usage_that_spent_anything_and_skips_the_rest():
+    # Each usage below spent something in one field only; tool scores (no usage) and scores
+    # without a usage field sit between them and are skipped, not the end of the list.
+    spent = [Usage(calls=1), Usage(prompt_tokens=3), Usage(completion_tokens=4), Usage(wall_seconds=0.5)]
+    usages = ["none", spent[0], spent[2], "absent", Usage(), spent[1], spent[3], "none"]
+    a, b = (StepState(r, PROBLEM, ("s",), "s", 1) for r in (0, 1))
+    scorer = StepScorer(_Usages(usages), problems=2)
+    scores = scorer.score([a, b, a, b, a, b, a, b])
+    assert [getattr(s, "score") for s in scores] == [0.5] * 8
+    assert scorer.usage[0] == Usage.total([spent[2], spent[3]]) == Usage(completion_tokens=4, wall_seconds=0.5)
+    assert scorer.usage[1] == Usage.total([spent[0], spent[1]]) == Usage(calls=1, prompt_tokens=3)
+
+
+def test_a_verifier_without_a_name_is_called_unnamed_in_the_error():
+    class Anonymous:
+        def score(self, items):
+            return []
+
+    state = StepState(0, PROBLEM, ("a",), "a", 1)
+    with pytest.raises(ValueError) as info:
+        StepScorer(Anonymous(), problems=1).score([state])
+    assert str(info.value) == "verifier ? returned 0 scores for 1 items"
+
+
+def test_a_path_stopped_with_no_step_at_all_has_no_answer_whatever_the_extractor_reads():
+    # force_answer=False: a first step that came back empty and ended the message is finished as it is.
+    # With no steps there is no text to read, so no answer, even for an extractor that reads one anywhere.
+    space, _ = _space([[""]], gen={"ended": True}, force_answer=False, extract=lambda text: "7")
+    [[kid]] = space.expand(space.initial_states(), [1])
+    assert (kid.finished, kid.answer, kid.steps) == (True, None, ())
+    assert space.events[0]["stopped_ended"] == 1
