@@ -228,3 +228,135 @@ def test_shares_refuse_a_zero_temperature_and_count_a_zero_score_as_valid():
     assert str(info.value) == "temperature must be > 0, got 0.0"
     # Scores 0 and 1 at T = 1: e^-1 and 1 over 1 + e^-1 -> 0.2689 and 0.7311.
     assert rebase_shares([0.0, 1.0], 1.0) == pytest.approx([0.268941, 0.731059], abs=1e-6)
+
+
+def test_shares_at_a_low_temperature_do_not_overflow():
+    # T = 0.002: scores 1.0 and 0.9 are e^0 and e^-50 apart; shifted by the top score, nothing overflows.
+    assert rebase_shares([1.0, 0.9], 0.002) == pytest.approx([1.0, math.exp(-50)], rel=1e-9, abs=0)
+
+
+def test_paths_that_disagree_on_a_parent_are_refused_by_node():
+    from tts.search.tree.ets import select_nodes
+
+    with pytest.raises(ValueError) as info:
+        select_nodes([0.5, 0.5], [("a", "b"), ("c", "b")])
+    assert str(info.value) == ("paths disagree on the parent of node 'b'; each path must run from the root's child "
+                               "down to the candidate's parent")
+
+
+def test_the_program_written_out_for_a_two_level_tree():
+    from tts.search.tree.ets import _selection_program
+
+    # Candidates 0 (under c, under a), 1 (under a), 2 (under b); clusters X = {0, 2}, Y = {1}.
+    # Variables: x0..x2, then y_a = 3, y_c = 4, y_b = 5 (first seen), then c_X = 6, c_Y = 7.
+    # Each retained node costs 1 / (3 + 3 + 1) of the tree's cache; each cluster covered is worth 1.5 / 2.
+    cost, rows, lo, hi = _selection_program([0.5, 0.3, 0.2], [("a", "c"), ("a",), ("b",)], ["X", "Y", "X"],
+                                            kv_weight=1.0, coverage_weight=1.5)
+    assert cost.tolist() == pytest.approx([1 / 7 - 0.5, 1 / 7 - 0.3, 1 / 7 - 0.2, 1 / 7, 1 / 7, 1 / 7, -0.75, -0.75])
+    assert rows == [
+        {0: 1.0, 4: -1.0}, {1: 1.0, 3: -1.0}, {2: 1.0, 5: -1.0},  # a candidate needs its parent
+        {4: 1.0, 3: -1.0},  # c needs a
+        {3: 1.0, 1: -1.0, 4: -1.0}, {4: 1.0, 0: -1.0}, {5: 1.0, 2: -1.0},  # a node is kept for a kept child
+        {6: 1.0, 0: -1.0, 2: -1.0}, {7: 1.0, 1: -1.0},  # a cluster is covered by a kept member
+    ]
+    assert lo == [-math.inf] * 9 and hi == [0.0] * 9
+    # lambda_s = 0: no cluster variables, whatever the labels.
+    cost, rows, _, _ = _selection_program([0.5, 0.3, 0.2], [("a", "c"), ("a",), ("b",)], ["X", "Y", "X"],
+                                          kv_weight=1.0, coverage_weight=0.0)
+    assert len(cost) == 6 and len(rows) == 7
+
+
+def test_the_solver_is_asked_for_the_exact_optimum_within_the_time_limit(monkeypatch):
+    import numpy as np
+    import scipy.optimize
+
+    from tts.search.tree import ets
+
+    seen = []
+    real = scipy.optimize.milp
+
+    def recording(cost, **kwargs):
+        seen.append((kwargs["integrality"].tolist(), kwargs["options"], kwargs["constraints"].A.toarray().tolist()))
+        return real(cost, **kwargs)
+
+    monkeypatch.setattr(scipy.optimize, "milp", recording)
+    cost = np.array([-1.0, -1.0])
+    rows = [{0: 1.0, 1: 1.0}]
+    assert ets._milp(cost, rows, [-math.inf], [1.0], integral=True).tolist() in ([1.0, 0.0], [0.0, 1.0])
+    ets._milp(cost, rows, [-math.inf], [1.0], integral=False)
+    assert seen == [([1, 1], {"mip_rel_gap": 0.0, "time_limit": ets.ILP_TIME_LIMIT}, [[1.0, 1.0]]),
+                    ([0, 0], {"time_limit": ets.ILP_TIME_LIMIT}, [[1.0, 1.0]])]
+    assert ets.ILP_TIME_LIMIT == 10.0
+
+
+def test_a_solver_that_stops_without_an_optimum_is_an_error_even_with_a_solution(monkeypatch):
+    import numpy as np
+    import scipy.optimize
+
+    from tts.search.tree import ets
+
+    monkeypatch.setattr(scipy.optimize, "milp", lambda cost, **kw: SimpleNamespace(
+        status=1, x=np.array([1.0]), message="Time limit reached. (HiGHS Status 13)"))
+    with pytest.raises(RuntimeError) as info:
+        ets._milp(np.array([-1.0]), [{0: 1.0}], [-math.inf], [1.0], integral=True)
+    assert str(info.value) == "milp did not solve the ETS program: Time limit reached. (HiGHS Status 13)"
+
+
+def test_a_solver_keeping_no_node_is_an_error_naming_the_bounds(monkeypatch):
+    import numpy as np
+
+    from tts.search.tree import ets
+
+    answers = iter([np.array([0.5, 0.5]), np.array([0.0, 0.0])])  # fractional relaxation, then nothing kept
+    monkeypatch.setattr(ets, "_milp", lambda *args, **kwargs: next(answers))
+    with pytest.raises(RuntimeError) as info:
+        ets._solve_selection(np.array([-1.0, -1.0]), [], [], [], n=2, cap=2.0)
+    assert str(info.value) == "milp returned 0 retained nodes, outside 1..2"
+
+
+def _program_inputs(monkeypatch):
+    """Record what ets_search hands the program: (weights, labels, kv, coverage, limit) per call."""
+    from tts.search.tree import ets
+
+    calls = []
+    real = ets.select_nodes
+
+    def recording(weights, paths, labels=None, kv_weight=ets.KV_WEIGHT, coverage_weight=ets.COVERAGE_WEIGHT,
+                  limit=None):
+        calls.append((list(weights), labels, kv_weight, coverage_weight, limit))
+        return real(weights, paths, labels, kv_weight, coverage_weight, limit)
+
+    monkeypatch.setattr(ets, "select_nodes", recording)
+    return calls
+
+
+def test_the_program_is_capped_at_the_width_left_and_uncapped_in_the_authors_rounding(monkeypatch):
+    calls = _program_inputs(monkeypatch)
+    # n = 4: the root's four children; "1" finishes at depth 1, so the width left for the other three is 3.
+    ets_search(Table(depth=3, finish=((0, "1"),)), Scores({}), n=4, kv_weight=0.5, coverage_weight=3.0,
+               cluster=lambda states: ["A", "B"] * (len(states) // 2) + ["A"] * (len(states) % 2))
+    assert [(len(c[0]), c[2], c[3], c[4]) for c in calls[:1]] == [(3, 0.5, 3.0, 3)]
+    calls.clear()
+    ets_search(Table(depth=3, finish=((0, "1"),)), Scores({}), n=4, rounding="ceil")
+    assert [(len(c[0]), c[4]) for c in calls[:1]] == [(3, None)]
+
+
+def test_the_authors_rounding_weighs_each_node_by_its_rounded_width_with_ties_in_order(monkeypatch):
+    calls = _program_inputs(monkeypatch)
+    # Node "3" has no valid score, so three equal scores share the whole width of 4, served in
+    # order: ceil(4 x 1/3) = 2, then ceil(2 x 1/2) = 1, then 1; weights 2/4, 1/4, 1/4.
+    ets_search(Table(depth=2), Scores({"3": math.nan}), n=4, rounding="ceil")
+    assert calls[0][0] == [0.5, 0.25, 0.25]
+
+
+def test_a_failed_program_keeps_rebases_choice_and_says_why(monkeypatch, caplog):
+    from tts.search.tree import ets
+
+    def failing(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(ets, "select_nodes", failing)
+    with caplog.at_level(logging.WARNING, logger="tts.search.tree.ets"):
+        [r] = ets_search(Table(depth=2), Scores({}), n=4)
+    assert caplog.messages == ["ETS program failed on 4 nodes (ValueError: boom); REBASE's choice is kept"]
+    assert r.events["ilp_fallback"] == 1
