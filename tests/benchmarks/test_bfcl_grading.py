@@ -200,3 +200,44 @@ def test_what_is_not_a_bfcl_problem_or_a_gold_string_is_refused(worker):
         BFCLGrader(deadline=0)
     assert BFCLGrader(timeout=9, deadline=1).timeout == 9 and worker() == []
     assert (BFCLGrader().timeout, BFCLGrader().deadline) == (5, 300.0)  # the default grader's timeout
+
+
+class _Pipe:
+    def __init__(self, log: list, name: str) -> None:
+        self.log, self.name = log, name
+
+    def close(self) -> None:
+        self.log.append(f"{self.name}.close")
+
+
+class _Process:
+    """A worker process that ignores a closed input (``hangs``) or exits on it."""
+
+    def __init__(self, log: list, hangs: bool, stdout: bool = True) -> None:
+        self.log, self.hangs = log, hangs
+        self.stdin = _Pipe(log, "stdin")
+        self.stdout = _Pipe(log, "stdout") if stdout else None
+
+    def wait(self, timeout=None):
+        self.log.append(("wait", timeout))
+        if self.hangs and "kill" not in self.log:
+            import subprocess
+
+            raise subprocess.TimeoutExpired("worker", timeout)
+        return 0
+
+    def kill(self) -> None:
+        self.log.append("kill")
+
+
+@pytest.mark.parametrize(("hangs", "stdout", "calls"), [
+    (False, True, ["stdin.close", ("wait", 5), "stdout.close", "stderr.close"]),
+    (True, True, ["stdin.close", ("wait", 5), "kill", ("wait", 5), "stdout.close", "stderr.close"]),
+    (False, False, ["stdin.close", ("wait", 5), "stderr.close"]),
+])
+def test_stopping_the_worker_closes_its_input_waits_5_s_then_kills_and_closes_its_pipes(hangs, stdout, calls):
+    log: list = []
+    worker = bfcl_grading._Worker.__new__(bfcl_grading._Worker)
+    worker.process, worker.stderr = _Process(log, hangs, stdout), _Pipe(log, "stderr")
+    worker.stop()
+    assert log == calls

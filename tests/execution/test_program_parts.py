@@ -82,3 +82,33 @@ def test_a_whole_function_is_told_from_a_body():
 def test_a_doctest_on_the_last_line_has_no_value_and_one_before_the_last_line_has():
     assert doctest_examples("    >>> f(1)", "f") == [Example("f(1)", "")]
     assert doctest_examples(">>> f(1)\n2", "f") == [Example("f(1)", "2")]
+
+
+def test_a_whole_function_after_other_lines_is_told_from_a_body():
+    assert defines("import math\n\n\ndef f(x):\n    return math.floor(x)\n", "f")
+    assert defines("async def f(x):\n    return x\n", "f")
+    assert not defines("    return f(x - 1)\n", "f")
+
+
+def test_a_whole_function_goes_after_the_prompt_trimmed_at_its_end_only():
+    prompt = '\nfrom typing import List\n\n\ndef f(x: List[int]) -> int:\n    """Sum."""\n\n'
+    assert programs.solution_source(prompt, "def f(x):\n    return sum(x)", "f") == (
+        '\nfrom typing import List\n\n\ndef f(x: List[int]) -> int:\n    """Sum."""\n    pass\n\n\n'
+        "def f(x):\n    return sum(x)\n")
+
+
+def test_a_docstrings_examples_are_calls_and_values_not_signatures_statements_or_broken_calls():
+    prompt = "\n".join([
+        "async def f(x):",  # an async signature names the parameters: no example
+        '    """',
+        "    >>> f(f(2))",  # a nested call is read whole
+        "    4",
+        "    >>> f(1)",
+        "    y = 2",  # a statement, not a value
+        "    f(1 2) == 3",  # not a valid call
+        "    f(3) == f(3)",  # the value after the first call
+        "    f(5) == MAX.",  # the trailing full stop goes, the name stays whole
+        '    """',
+    ])
+    assert doctest_examples(prompt, "f") == [Example("f(f(2))", "4"), Example("f(1)", ""), Example("f(3)", "f(3)"),
+                                             Example("f(5)", "MAX")]
