@@ -430,3 +430,28 @@ def test_a_run_builds_its_generator_from_the_config_closes_it_and_reports_its_ro
     run_allocated_eval(cfg.model_copy(update={"seed": 6}), tmp_path / "seed6", generator=other, problems=FOUR)
     seeds = [[r.seed for r in call] for call in given.calls]
     assert seeds != [[r.seed for r in call] for call in other.calls][:len(seeds)]
+
+
+def test_a_run_without_an_allocation_says_what_to_give_or_run_instead(tmp_path):
+    from tests.eval.test_allocated import CFG
+
+    with pytest.raises(ValueError) as info:
+        run_allocated_eval(CFG, tmp_path, generator=ScriptedGenerator(), problems=generate_problems(2))
+    assert str(info.value) == ("config.allocation is not set; give an allocation section (or --allocate --budget) "
+                               "or run tts.eval.runner.run_eval for fixed-n strategies")
+
+
+def test_a_run_killed_while_writing_its_rows_writes_each_missing_row_once_on_resume(tmp_path):
+    from tests.eval.test_allocated import PROBLEMS, _cfg, _generator
+
+    cfg = _cfg(budget=20 * 60 * 6, n_max=16)
+    first = run_allocated_eval(cfg, tmp_path, generator=_generator(), problems=PROBLEMS)
+    results = tmp_path / "results.jsonl"
+    lines = results.read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["problem_id"] in {PROBLEMS[1].id, PROBLEMS[3].id}]
+    results.write_text("".join(line + "\n" for line in kept))  # two rows, not the first two, survived the kill
+    again = run_allocated_eval(cfg, tmp_path, generator=RecordingGenerator(ScriptedGenerator()), problems=PROBLEMS)
+    ids = [json.loads(line)["problem_id"] for line in results.read_text().splitlines()]
+    assert sorted(ids) == sorted(p.id for p in PROBLEMS)  # every problem once: the kept rows not written again
+    assert ids[:2] == [PROBLEMS[1].id, PROBLEMS[3].id]
+    assert sorted((r.problem_id, r.answer) for r in again.rows) == sorted((r.problem_id, r.answer) for r in first.rows)
