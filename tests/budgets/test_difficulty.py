@@ -320,3 +320,14 @@ def test_a_column_counts_as_constant_below_1e9_of_its_scale(mean, spread, kept) 
     est = LearnedDifficulty().fit(x, y)
     low, high = est.predict(np.array([[0.5, mean - spread], [0.5, mean + spread]]))
     assert (high - low > 0.5) if kept else (abs(high - low) < 1e-6)
+
+
+def test_the_pilot_length_averages_the_known_token_counts_and_is_nan_without_any():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy "Mean of empty slice" for the empty row
+        cols = pilot_features(np.array([[1, 1], [1, 2], [-1, -1]]),
+                              np.array([[3.0, np.nan], [2.0, 4.0], [np.nan, np.nan]]))
+    assert cols[:2, 2].tolist() == [np.log1p(3.0), np.log1p(3.0)]
+    assert np.isnan(cols[2, 2])
