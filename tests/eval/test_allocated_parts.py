@@ -455,3 +455,56 @@ def test_a_run_killed_while_writing_its_rows_writes_each_missing_row_once_on_res
     assert sorted(ids) == sorted(p.id for p in PROBLEMS)  # every problem once: the kept rows not written again
     assert ids[:2] == [PROBLEMS[1].id, PROBLEMS[3].id]
     assert sorted((r.problem_id, r.answer) for r in again.rows) == sorted((r.problem_id, r.answer) for r in first.rows)
+
+
+def test_answers_are_read_as_the_benchmarks_prompt_says(tmp_path):
+    # HumanEval's answers are programs: a reply that only boxes a number has none (not "1").
+    p = Problem("HumanEval/0", 'def f(x):\n    """Add one."""\n', 'def f(x):\n    return x + 1\n',
+                {"entry_point": "f", "prompt": 'def f(x):\n    """Add one."""\n',
+                 "test": "def check(c):\n    assert c(1) == 2\n"})
+    cfg = EvalConfig.model_validate({"data": {"benchmark": "humaneval", "options": {"unsafe_no_sandbox": True}},
+                                     "backend": {"kind": "scripted"}, "sampling": {"max_tokens": 64},
+                                     "allocation": {"budget": 2000, "n_max": 4, "chunk": 2}})
+    gen = ScriptedGenerator({p.id: {"1": 1.0}}, seed=0, mean_tokens=20)
+    [row] = run_allocated_eval(cfg, tmp_path, generator=gen, problems=[p]).rows
+    assert "\\boxed{1}" in row.trace["samples"][0]["text"]
+    assert (row.answer, row.correct) == (None, False)
+
+
+def test_a_run_whose_settings_hold_paths_resumes_and_its_rows_read_as_stored(tmp_path):
+    from tests.eval.test_allocated import PROBLEMS, _cfg, _generator
+
+    calibration = tmp_path / "pool.jsonl"
+    write_pool([{"problem_id": f"c{i}", "model": "scripted", "sample_idx": s, "answer": str(s % (1 + i % 3)),
+                 "correct": s % (1 + i % 3) == 0, "num_tokens": 40, "score": None} for i in range(9) for s in range(8)],
+               calibration)
+    cfg = _cfg(budget=1e6, mode="offline", calibration=calibration, n_max=8)
+    first = run_allocated_eval(cfg, tmp_path / "run", generator=_generator(), problems=PROBLEMS[:4])
+    assert {r.allocation["calibration"] for r in first.rows} == {str(calibration)}  # JSON values, as stored
+    again = run_allocated_eval(cfg, tmp_path / "run", generator=RecordingGenerator(ScriptedGenerator()),
+                               problems=PROBLEMS[:4])
+    assert [r.allocation for r in again.rows] == [r.allocation for r in first.rows]
+
+
+def test_a_run_prices_its_samples_for_its_model_as_its_engine_is_deployed(tmp_path):
+    from tests.eval.test_allocated import PROBLEMS, _dists
+
+    spent = {}
+    for tp in (1, 2):
+        cfg = EvalConfig.model_validate({
+            "data": {"benchmark": "demo"}, "sampling": {"max_tokens": 64},
+            "backend": {"kind": "vllm", "model": "smollm2-135m", "tensor_parallel_size": tp},
+            "allocation": {"budget": 1.0, "unit": "gpu_seconds", "gpu": "h100", "n_max": 8, "chunk": 2}})
+        gen = ScriptedGenerator(_dists(), seed=0, mean_tokens=40)  # stands in for the engine the config describes
+        res = run_allocated_eval(cfg, tmp_path / f"tp{tp}", generator=gen, problems=PROBLEMS[:4])
+        price = make_pricer("gpu_seconds", "smollm2-135m", "h100",
+                            deployment={"tensor_parallel": tp} if tp > 1 else None).usage
+        log = SamplesLog(tmp_path / f"tp{tp}" / "samples.jsonl", [p.id for p in PROBLEMS[:4]])
+        try:
+            want = {pid: sum(price(u) for _, u in got) for pid, got in log.samples.items()}
+        finally:
+            log.close()
+        spent[tp] = {r.problem_id: r.budget_spent for r in res.rows}
+        assert spent[tp] == pytest.approx(want)
+        assert 0 < res.wall_seconds < 600  # the run's own duration
+    assert spent[1] != spent[2]
