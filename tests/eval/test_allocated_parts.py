@@ -508,3 +508,14 @@ def test_a_run_prices_its_samples_for_its_model_as_its_engine_is_deployed(tmp_pa
         assert spent[tp] == pytest.approx(want)
         assert 0 < res.wall_seconds < 600  # the run's own duration
     assert spent[1] != spent[2]
+
+
+def test_a_run_whose_settings_hold_a_tuple_resumes_and_its_rows_read_as_stored(tmp_path):
+    from tests.eval.test_allocated import PROBLEMS, _cfg, _generator
+
+    cfg = _cfg(budget=20 * 60 * 4, n_max=16, ladder=(0.9, 0.95))
+    first = run_allocated_eval(cfg, tmp_path, generator=_generator(), problems=PROBLEMS[:4])
+    assert {tuple(r.allocation["ladder"]) for r in first.rows} == {(0.9, 0.95)}
+    assert all(isinstance(r.allocation["ladder"], list) for r in first.rows)  # JSON values, as stored
+    again = run_allocated_eval(cfg, tmp_path, generator=RecordingGenerator(ScriptedGenerator()), problems=PROBLEMS[:4])
+    assert [r.allocation for r in again.rows] == [r.allocation for r in first.rows]
