@@ -295,3 +295,32 @@ def test_what_the_solver_writes_to_stdout_never_reaches_it(capfd, monkeypatch):
     print("after")
     assert capfd.readouterr().out == "after\n"
     assert fit.weights.tolist() == fit_weights(shares, ok).weights.tolist()
+
+
+def test_a_problem_left_unsolved_never_limits_the_weights_even_at_a_weight_of_one():
+    # Margin 0.25. p0: A names only a wrong answer, B only the right one. p1 and p2: A's right
+    # answer leads by exactly the margin, B names only a wrong one, so solving them needs w_A = 1.
+    # The best weighting gives up p0 (its weighted lead is then -1, the lowest a lead can be): the
+    # program's switch for an unsolved problem must relax its row by 1 + margin, enough for that.
+    shares = np.array([
+        [[0.0, 1.0], [0.625, 0.375], [0.625, 0.375]],  # model A
+        [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]],          # model B
+    ])
+    ok = np.array([[True, False]] * 3)
+    fit = fit_weights(shares, ok, margin=0.25)
+    assert (fit.solved, fit.free, fit.contested) == (2, 0, 3)
+    assert fit.weights.tolist() == [1.0, 0.0] and _solved(shares, ok, fit.weights) == 2
+
+
+def test_each_folds_weights_are_logged_to_three_decimals(caplog):
+    # Three models that all name only the right answer: nothing is contested, so every fold gets
+    # uniform weights, 1/3 each, which the log line shows to three decimals.
+    problems = 6
+    data = EnsembleData(("A", "B", "C"), tuple(f"p{i}" for i in range(problems)),
+                        np.zeros((3, problems, 2), dtype=int), np.ones((3, problems, 2)),
+                        np.full((3, problems), 2), np.tile([True, False], (problems, 1)))
+    with caplog.at_level(logging.INFO, logger="tts.budgets.ensemble"):
+        weights, _ = cross_fit(data, folds=2)
+    assert np.allclose(weights, 1 / 3)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fold {f}: weights [0.333 0.333 0.333] (dev solved 3 of 3)" for f in range(2)]
