@@ -23,6 +23,7 @@ Slow (minutes to an hour per module), so never in CI. Run one module at a time, 
     python benchmarks/mutation.py --list               # the modules and their tests
     python benchmarks/mutation.py --table              # the table of the last runs, no new run
     python benchmarks/mutation.py --diff [BASE]        # review a change: only what it touched
+    python benchmarks/mutation.py --stale              # the table's rows older than their module's code
 
 ``--diff`` (for every change, before it is merged) mutates only the functions the change since
 BASE touched (BASE's merge base with HEAD to the working tree; BASE defaults to origin/main, else
@@ -33,6 +34,11 @@ survivors with their diffs; it exits 1 while one is left. The diff-to-functions 
 
 Prints one row per module (mutants, killed, survived, equivalent, survival %) and the diff of
 every unexplained survivor; ``.mutation/results.json`` keeps the last result of each module.
+
+``--stale`` lists the modules whose row in docs/mutation.md was last written before a commit that
+changed the module's source: such a row describes code that is gone (its mutant names may even
+point at other mutants now, so listed equivalents stop matching). It prints the module names, one
+per line, ready to pass back to this script, with the newest change after the row.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from typing import TextIO
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
 EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
+TABLE_DOC = Path("docs") / "mutation.md"
 
 # Module (under tts/) -> the narrowest tests that cover it. mutmut then runs, per mutant, only
 # those of these tests that call the mutated function.
@@ -634,6 +641,38 @@ def _load() -> dict[str, Result]:
     return {k: Result(**v) for k, v in json.loads(path.read_text()).items()}
 
 
+def stale_rows(modules: list[str], root: Path = ROOT, doc: Path = TABLE_DOC) -> dict[str, str]:
+    """Module -> the newest commit (``hash date subject``) that changed ``tts/<module>.py`` after the
+    commit that last wrote the module's row in ``doc`` (its last ``| module |`` line, by git blame).
+    A module without a row counts as stale too ("no row"); uncommitted edits are not seen."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    blame = git("blame", "--porcelain", "--", str(doc)).splitlines()
+    # Porcelain: each line of the file is a header "<commit> <orig line> <final line>[ <count>]",
+    # optional metadata lines, then the line itself after a tab.
+    row_commit: dict[str, str] = {}
+    commit = ""
+    for line in blame:
+        header = re.match(r"([0-9a-f]{40}) \d+ \d+", line)
+        if header:
+            commit = header.group(1)
+        elif line.startswith("\t"):
+            cell = re.match(r"\| ([\w/]+) \|", line[1:])
+            if cell:
+                row_commit[cell.group(1)] = commit
+    stale = {}
+    for module in modules:
+        if module not in row_commit:
+            stale[module] = "no row"
+            continue
+        later = git("log", "-1", "--format=%h %ad %s", "--date=short", f"{row_commit[module]}..HEAD", "--",
+                    f"tts/{module}.py").strip()
+        if later:
+            stale[module] = later
+    return stale
+
+
 def review(base: str | None, timeout: float, shown: int, whole: bool = False) -> int:
     """``--diff``: mutate only what the change since ``base`` touched and run the tests that cover it.
 
@@ -726,6 +765,8 @@ def main() -> None:
     parser.add_argument("--diff", nargs="?", const="", metavar="BASE",
                         help="mutate only the functions changed since BASE (its merge base with HEAD; default "
                              "origin/main, else main), working-tree edits included, and run their tests")
+    parser.add_argument("--stale", action="store_true", help="list the modules whose docs/mutation.md row is "
+                        "older than a commit that changed their source (to re-run them)")
     parser.add_argument("--whole", action="store_true", help="with --diff: every mutant of the changed functions, "
                         "not only those on changed lines")
     args = parser.parse_args()
@@ -734,6 +775,13 @@ def main() -> None:
             parser.error("--diff chooses the modules itself; give no module names with it")
         _need_mutmut()
         sys.exit(review(args.diff or None, min(args.timeout, 1800), args.diffs, args.whole))
+    if args.stale:
+        stale = stale_rows(args.modules or list(MODULES))
+        for module, change in stale.items():
+            print(f"{module}\t{change}")
+        print(f"{len(stale)} of {len(args.modules or MODULES)} rows are older than their module's code",
+              file=sys.stderr)
+        return
     if args.list:
         for module, tests in MODULES.items():
             print(f"{module}: {' '.join(tests)}")
