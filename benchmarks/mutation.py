@@ -378,7 +378,19 @@ MODULES: dict[str, list[str]] = {
         "a_program_that_never_reads_a_large_stdin_is_stopped_at_the_wall_clock",
         "output_written_before_reading_a_large_stdin_does_not_deadlock", "errors_are_one_clear_line",
         "the_host_files_and_environment_are_out_of_reach_and_nothing_leaks_out",
-        "killing_its_parent_harms_nobody_outside", "without_bubblewrap_it_refuses_unless_asked_by_name")],
+        "killing_its_parent_harms_nobody_outside", "without_bubblewrap_it_refuses_unless_asked_by_name")] + [
+        # The isolation tests under 2 s each (the hostile batches take 3 to 9 s apiece: too slow per mutant).
+        f"tests/execution/test_isolation.py::test_{name}" for name in (
+            "a_sandbox_that_cannot_start_is_tried_again", "a_sandbox_that_never_starts_is_sandbox_failed_not_the_programs_error",
+            "bubblewraps_own_set_up_failure_is_sandbox_failed_with_its_message",
+            "root_that_may_not_take_sandbox_user_ids_runs_as_nobody_with_the_limit_inside",
+            "the_process_limit_counts_the_programs_own_processes_only",
+            "a_program_that_prints_what_bubblewrap_would_is_still_judged_as_a_program",
+            "only_the_capped_folders_are_writable", "tmp_stops_at_the_disk_cap",
+            "with_every_sandbox_user_id_held_a_run_is_sandbox_failed")] + [
+        f"tests/test_tracing.py::test_{name}" for name in (
+            "sandbox_runs_in_worker_threads_are_children_of_the_callers_span",
+            "a_sandbox_span_records_the_limit_isolation_verdict_and_time")],
     "benchmarks/humaneval_grading": ["tests/benchmarks/test_humaneval.py"],
     # Around a fake checker worker (test_bfcl.py's checks need bfcl-eval's environment).
     "benchmarks/bfcl_grading": ["tests/benchmarks/test_bfcl_grading.py", "tests/benchmarks/test_bfcl.py"],

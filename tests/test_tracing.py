@@ -118,6 +118,21 @@ def test_sandbox_runs_in_worker_threads_are_children_of_the_callers_span(spans):
     assert sandbox[0].attributes["tts.sandbox.exit_code"] == 3
 
 
+def test_a_sandbox_span_records_the_limit_isolation_verdict_and_time(spans):
+    from tts.execution.sandbox import Limits, run_program
+
+    run = run_program("raise SystemExit('the reason')", Limits(wall_seconds=7), unsafe_no_sandbox=True)
+    ok = run_program("print(1)", Limits(wall_seconds=5), unsafe_no_sandbox=True)
+    failed, passed = _by_name(spans, "tts.sandbox")
+    assert dict(failed.attributes) == {
+        "tts.sandbox.wall_limit_s": 7, "tts.sandbox.isolated": False, "tts.sandbox.status": "error",
+        "tts.sandbox.error": "the reason", "tts.sandbox.exit_code": 1, "tts.sandbox.wall_seconds": run.wall_seconds}
+    # An empty error and no exit code are left out, not recorded as "" or None.
+    assert dict(passed.attributes) == {
+        "tts.sandbox.wall_limit_s": 5, "tts.sandbox.isolated": False, "tts.sandbox.status": "ok",
+        "tts.sandbox.exit_code": 0, "tts.sandbox.wall_seconds": ok.wall_seconds}
+
+
 def test_an_eval_batch_is_a_solve_span_with_an_event_per_problem(spans, tmp_path):
     from tts.config import EvalConfig
     from tts.eval.runner import run_eval

@@ -428,3 +428,135 @@ def test_the_sandboxs_first_process_is_held_while_bubblewrap_runs(monkeypatch):
     monkeypatch.setattr(sandbox, "BwrapStatus", Recording)
     r = run_program("print('hi')", LIMITS)
     assert (r.status, r.stdout, seen) == ("ok", "hi\n", [True])
+
+
+# --- what an unsandboxed run still keeps from the host ------------------------------------------------
+
+def test_unsandboxed_a_program_sees_only_path_in_its_environment_and_no_site_packages(monkeypatch):
+    monkeypatch.setenv("TTS_HOST_SECRET", "do-not-show")
+    source = ("import json, os, sys\n"
+              "print(json.dumps([dict(os.environ), sys.flags.isolated, sys.flags.no_site, sys.dont_write_bytecode,\n"
+              "                  'site' in sys.modules, os.path.basename(os.getcwd())]))\n")
+    r = run_program(source, LIMITS, unsafe_no_sandbox=True)
+    env, isolated, no_site, no_bytecode, site, cwd = json.loads(r.stdout)
+    env.pop("LC_CTYPE", None)  # set by Python itself at start-up under the C locale (PEP 538)
+    assert env == {"PATH": "/usr/bin:/bin"}
+    assert (isolated, no_site, no_bytecode, site) == (1, 1, True, False)
+    assert cwd.startswith("tts-sandbox-")  # the program's folder, findable if a crash left it behind
+
+
+def test_unsandboxed_a_program_inherits_no_descriptor_of_the_caller():
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)  # what a careless caller might leave open to children
+    try:
+        source = f"import os\ntry:\n    os.fstat({write_end})\n    print('open')\nexcept OSError:\n    print('closed')\n"
+        r = run_program(source, LIMITS, unsafe_no_sandbox=True)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (r.status, r.stdout) == ("ok", "closed\n")
+
+
+# --- a program that closes its output and keeps running ---------------------------------------------
+
+def _running(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (bubblewrap's carry its bound files' names)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_program_that_closes_its_output_and_sleeps_is_a_timeout_and_is_ended(unsafe):
+    if not unsafe and bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed")
+    marker = f"closes-its-output-{os.getpid()}-{unsafe}"
+    source = (f"import os, sys, time  # {marker}\nsys.stderr.write('bye\\n')\nsys.stderr.flush()\n"
+              "os.close(1)\nos.close(2)\ntime.sleep(60)\n")
+    r = run_program(Program(source, files={f"{marker}.txt": ""}), dataclasses.replace(LIMITS, wall_seconds=1),
+                    unsafe_no_sandbox=unsafe)
+    assert (r.status, r.exit_code, r.stderr, r.error, r.sandboxed) == ("timeout", None, "bye\n", "ran past 1 s", not unsafe)
+    assert 1 <= r.wall_seconds < 3
+    assert _running(marker) == []  # nothing of it is left running
+
+
+def test_output_past_the_cap_records_the_time_and_whether_it_was_sandboxed():
+    r = run_program("import sys, time\nsys.stdout.write('x' * 1001)\nsys.stdout.flush()\ntime.sleep(5)", LIMITS,
+                    unsafe_no_sandbox=True)
+    assert (r.status, r.sandboxed) == ("output_limit", False) and 0 < r.wall_seconds < 3
+
+
+def test_output_that_is_not_utf8_is_replaced_not_refused():
+    r = run_program("import sys\nsys.stdout.buffer.write(b'a\\xffb')\nsys.stderr.buffer.write(b'\\xfe')", LIMITS,
+                    unsafe_no_sandbox=True)
+    assert (r.status, r.stdout, r.stderr) == ("ok", "a\ufffdb", "\ufffd")
+
+
+# --- why a sandbox did not start ------------------------------------------------------------------------
+
+def _fake_bwrap(tmp_path, body: str) -> str:
+    path = tmp_path / "bwrap"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("echo 'some warning' >&2; echo 'bwrap: first' >&2; echo 'bwrap: Creating new namespace failed' >&2; exit 1",
+     "bwrap: Creating new namespace failed"),
+    ("echo 'not a bwrap line' >&2; exit 3", "bubblewrap exited with 3 before starting the program"),
+    ("exec sleep 30", "bubblewrap did not start the program within 0.5 s"),
+])
+def test_a_bubblewrap_that_never_starts_the_program_says_why_in_one_line(tmp_path, body, why):
+    fake = _fake_bwrap(tmp_path, body)
+    with pytest.raises(sandbox._NotStarted) as caught:
+        sandbox._run_once(Program("print(1)"), dataclasses.replace(LIMITS, wall_seconds=0.5), fake, None, own_uid=False)
+    assert str(caught.value) == why
+
+
+@pytest.mark.parametrize(("unsafe", "what"), [(False, "bubblewrap"), (True, "python")])
+def test_a_launcher_that_cannot_be_started_is_named(monkeypatch, unsafe, what):
+    def no_fork(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    monkeypatch.setattr(sandbox.subprocess, "Popen", no_fork)
+    with pytest.raises(sandbox._NotStarted) as caught:
+        sandbox._run_once(Program("print(1)"), LIMITS, None if unsafe else "/usr/bin/bwrap", None, own_uid=False)
+    assert str(caught.value) == f"could not start {what}: [Errno 11] Resource temporarily unavailable"
+
+
+def test_without_bubblewrap_the_refusal_says_what_to_install_or_pass(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
+    with pytest.raises(sandbox.SandboxUnavailableError) as caught:
+        run_program("print(1)", LIMITS)
+    assert str(caught.value) == (
+        "Running model-written code needs the bubblewrap sandbox, which is not installed: "
+        "`apt-get install bubblewrap` (Debian/Ubuntu; `make install` does it as root), or pass "
+        "unsafe_no_sandbox=True to run it without isolation at your own risk.")
+
+
+def test_each_retry_is_logged_with_its_reason_and_jittered_delay(monkeypatch, delays, caplog):
+    monkeypatch.setattr(sandbox.random, "uniform", lambda a, b: a)  # the shortest jitter: half the base delay
+    fake = _FakeRuns(fails=99)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    with caplog.at_level("INFO", logger=sandbox.__name__):
+        run_program("print(1)", LIMITS)
+    assert delays == pytest.approx([0.05, 0.15, 0.45])
+    assert [r.getMessage() for r in caplog.records] == [
+        "sandbox did not start (bwrap: Can't fork); trying again in 0.05 s",
+        "sandbox did not start (bwrap: Can't fork); trying again in 0.15 s",
+        "sandbox did not start (bwrap: Can't fork); trying again in 0.45 s",
+        "sandbox could not run a program after 4 tries: bwrap: Can't fork"]
+
+
+def test_a_program_run_where_tts_is_not_root_gets_its_limits(monkeypatch, delays):
+    fake = _FakeRuns(fails=0)
+    monkeypatch.setattr(sandbox, "_run_once", fake)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    run_program("a", LIMITS)
+    assert fake.calls == [(Program("a"), LIMITS, "/bin/bwrap", None, False)]
