@@ -88,12 +88,13 @@ MODULES: dict[str, list[str]] = {
                     "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
                     "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",
                     "tests/parity/test_voting_and_answers.py"],
+    # The per-request stops (stop_judge, settled_scores) are tests/search/test_request_stop.py's.
     "search/sampling/best_of_n": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
-                                  "tests/parity/test_prm_and_aggregation.py"],
+                                  "tests/parity/test_prm_and_aggregation.py", "tests/search/test_request_stop.py"],
     "search/sampling/self_consistency": ["tests/search/sampling/test_aggregation.py",
-                                         "tests/search/test_strategies.py"],
+                                         "tests/search/test_strategies.py", "tests/search/test_request_stop.py"],
     "search/sampling/weighted_vote": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
-                                      "tests/parity/test_prm_and_aggregation.py"],
+                                      "tests/parity/test_prm_and_aggregation.py", "tests/search/test_request_stop.py"],
     "verifiers/base": ["tests/verifiers/test_base.py", "tests/parity/test_prm_and_aggregation.py",
                        "tests/verifiers/test_chain_check.py"],
     "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/cost/test_cost_reference.py", "tests/parity/test_estimators_and_cost.py",
@@ -366,7 +367,7 @@ MODULES: dict[str, list[str]] = {
         "the_rate_limit_is_per_server_without_a_key_and_refills_with_time")],
     # The replies built from solutions called directly (milliseconds), and finish_reason over HTTP.
     "serve/replies": ["tests/serve/test_replies.py", "tests/serve/test_finish_reasons.py"],
-    "serve/routing": ["tests/serve/test_routing.py"],
+    "serve/routing": ["tests/serve/test_routing.py", "tests/serve/test_request_stop.py"],
     "execution/behaviour": ["tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     "execution/programs": ["tests/execution/test_program_parts.py", "tests/execution/test_programs.py", "tests/parity/test_execution_votes.py"],
     # Its parts exactly (a second in all), then the hostile programs that end within a second or so
