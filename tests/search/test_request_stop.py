@@ -355,3 +355,91 @@ def test_the_reason_says_which_rule_settled_it():
     (0.969): the rule again, though the lead equals the samples left."""
     assert VoteStop(StopConfig(), 8).check(["4"] * 4 + ["5"]) == "horizon rule settled at confidence 0.95 (4 vs 1 of 5)"
     assert VoteStop(StopConfig(rule="beta"), 8).check(["4"] * 4) == "beta rule settled at confidence 0.95 (4 vs 0 of 4)"
+
+
+# --- best_of_n's score stop: what the verifier is asked, what it costs, what went wrong -------------
+
+class _Recording:
+    """A verifier scoring each text by a table, recording what it was asked; ``fail_calls``: the
+    calls (1-based) that raise; ``invalid``: texts that come back with that many invalid values."""
+
+    name = "recording"
+
+    def __init__(self, table, fail_calls=(), invalid=None) -> None:
+        self.table, self.fail_calls, self.invalid = table, set(fail_calls), invalid or {}
+        self.calls: list[list] = []
+
+    def score(self, items):
+        from tts.types import Usage
+        from tts.verifiers.base import VerifierScore
+
+        self.calls.append(list(items))
+        if len(self.calls) in self.fail_calls:
+            raise RuntimeError("the judge is down")
+        return [VerifierScore((), self.table.get(it.steps[0], 0.0), Usage(prompt_tokens=7),
+                              self.invalid.get(it.steps[0], 0)) for it in items]
+
+
+def _text(answer):
+    return f"so the answer is \\boxed{{{answer}}}"
+
+
+def test_best_of_n_refuses_a_vote_rule_naming_the_rule_it_got():
+    with pytest.raises(StrategyInputError) as err:
+        solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="window")), Scripted(UNANIMOUS))
+    assert str(err.value) == ("best_of_n stops on a score: stop: {rule: score, threshold: ...} (the selection score "
+                              "at which to stop), got rule 'window'")
+
+
+def test_best_of_n_without_a_verifier_or_logprobs_says_which_problem_lacked_them():
+    from tts.search.base import MissingLogprobsError
+
+    gen = Scripted(["1", "2", "3", "4"])
+    gen.logprobs = [None] * 4
+    with pytest.raises(MissingLogprobsError) as err:
+        solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=-0.5, wave=2)), gen)
+    assert str(err.value).startswith("best_of_n ranks samples by token log-probabilities, but 2 of 2 samples of "
+                                     "problem 'p' came back without them (first: sample 0).")
+
+
+def test_best_of_n_asks_the_verifier_of_each_new_sample_once_with_its_problem_and_logprobs():
+    verifier = _Recording({_text("3"): 0.95})
+    gen = Scripted(["1", "2", "3", "4"], logprobs=[-0.5, -0.4, -0.3, -0.2])
+    sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=0.9, wave=2)), gen, verifier=verifier)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"], sol.trace.scores) == ("3", 4, (0.0, 0.0, 0.95, 0.0))
+    assert [[it.steps for it in call] for call in verifier.calls] == [[(_text("1"),), (_text("2"),)],
+                                                                      [(_text("3"),), (_text("4"),)]]
+    items = [it for call in verifier.calls for it in call]
+    assert all(it.problem == PROBLEM and it.finished for it in items)
+    assert [it.logprobs for it in items] == [(-0.5,), (-0.4,), (-0.3,), (-0.2,)]
+    assert sol.usage.prompt_tokens == 20 * 2 + 7 * 4  # two requests' prompts and four scorings, each once
+    assert sol.trace.events == {}
+
+
+def test_best_of_n_counts_each_failed_verifier_call_once_as_without_a_stop(caplog):
+    verifier = _Recording({_text("1"): 0.3, _text("2"): 0.4}, fail_calls={2, 3})
+    gen = Scripted(["1", "2", "3", "4", "5", "6", "7", "8"])
+    config = BestOfNConfig(n=8, stop=StopConfig(rule="score", threshold=0.9, wave=2))
+    sol = solve(BestOfN, config, gen, verifier=verifier)
+    # Calls 2 and 3 (samples 3-6) failed: their samples score 0, the lowest; two errors, not four.
+    assert sol.trace.scores == (0.3, 0.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert sol.trace.events == {"verifier_error": 2} and sol.answer == "2"
+    assert "verifier recording failed on 2 samples (the judge is down); each scores 0" in caplog.text
+    # The same draw scored at once without a stop: one failed call, one error.
+    unstopped = solve(BestOfN, BestOfNConfig(n=8), Scripted(["1"] * 8), verifier=_Recording({}, fail_calls={1}))
+    assert unstopped.trace.events == {"verifier_error": 1}
+
+
+def test_best_of_n_sums_the_invalid_values_of_the_samples_it_kept():
+    verifier = _Recording({_text("1"): float("nan"), _text("2"): 0.95}, invalid={_text("1"): 3})
+    sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=0.9, wave=1)),
+                Scripted(["1", "2", "3", "4"]), verifier=verifier)
+    assert (sol.answer, sol.trace.scores, sol.trace.events) == ("2", (0.0, 0.95), {"invalid_score": 3})
+
+
+def test_best_of_n_does_not_stop_on_a_high_score_without_an_answer():
+    texts = ["I am sure but give no answer", _text("2"), _text("3")]
+    verifier = _Recording({texts[0]: 0.99, texts[2]: 0.95})
+    gen = Scripted(["x", "2", "3", "4"], texts=texts + [_text("4")])
+    sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=0.9, wave=1)), gen, verifier=verifier)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("3", 3)

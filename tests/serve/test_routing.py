@@ -87,3 +87,19 @@ def _head(name):
     short = {v: k for k, v in ALIASES.items()}.get(name, name)
     return short + ("-4x8" if name in ("beam", "dvts") else "-8" if name in ("self_consistency", "best_of_n",
                                                                               "weighted_vote") else "")
+
+
+def test_a_stop_in_the_model_name_is_refused_in_one_line_with_404_where_it_cannot_apply():
+    from tts.config import stopping_strategies
+    from tts.serve.routing import RoutingError, strategy_spec
+
+    assert strategy_spec("sc-64+horizon") == {"kind": "self_consistency", "n": 64, "stop": {"rule": "horizon"}}
+    with pytest.raises(RoutingError) as err:
+        strategy_spec("beam-4x8+horizon")
+    assert err.value.status == 404 and str(err.value) == (
+        "'beam-4x8+horizon': strategy beam cannot stop a request early (it does more than vote over independent "
+        f"samples); leave the stop out, or use one that can: {', '.join(stopping_strategies())}")
+    with pytest.raises(RoutingError) as err:
+        strategy_spec("sc-64+score")
+    assert err.value.status == 404 and str(err.value) == (
+        "'sc-64+score': unknown stop rule 'score'; use one of horizon, beta, dirichlet, exact, window (e.g. sc-64+horizon)")

@@ -83,23 +83,25 @@ class BestOfN(SamplingStrategy):
             raise StrategyInputError(f"best_of_n stops on a score: stop: {{rule: score, threshold: ...}} (the selection "
                                      f"score at which to stop), got rule {getattr(stop, 'rule', None)!r}")
         rules = [ScoreStop(stop, n) for n in ns]
-        self._stop_scores: dict[int, list[tuple[float | None, Usage, dict[str, int]]]] = {i: [] for i in range(len(ns))}
+        # Per problem: (score, scoring usage, invalid values) of each sample as it was judged, and
+        # the verifier calls that failed, counted as score_samples counts them without a stop.
+        self._stop_scores: dict[int, list[tuple[float | None, Usage, int]]] = {i: [] for i in range(len(ns))}
+        self._stop_failures: dict[int, int] = {i: 0 for i in range(len(ns))}
 
         def judge(i: int, completions: Sequence[Completion]) -> str | None:
             kept = self._stop_scores[i]
             new = list(completions[len(kept):])
             verifier = self.verifier
             if verifier is None:
-                scored = [(c.mean_logprob, Usage(), {}) for c in new]
+                scored = [(c.mean_logprob, Usage(), 0) for c in new]
                 if any(c.mean_logprob is None for c in new):
                     require_logprobs(self.name, problems[i].id, [to_sample(c, self.extract) for c in new])
             else:
                 items = [solution_item(problems[i], c.text, verifier, mean_logprob=c.mean_logprob,
                                        token_top_logprobs=c.token_top_logprobs) for c in new]
                 values, failed = score_or_fallback(verifier, items, VerifierScore((), 0.0), "samples")
-                events = {"verifier_error": 1} if failed else {}
-                scored = [(clean_score(v.score)[0], v.usage, {**events, **({"invalid_score": 1} if v.invalid else {})})
-                          for v in values]
+                self._stop_failures[i] += failed
+                scored = [(clean_score(v.score)[0], v.usage, v.invalid) for v in values]
             kept.extend(scored)
             answered = [score if to_sample(c, self.extract).answer is not None else None
                         for c, (score, _, _) in zip(completions, kept, strict=True)]
@@ -115,9 +117,8 @@ class BestOfN(SamplingStrategy):
         out: list[ScoredDraw | None] = []
         for i, result in enumerate(results):
             kept = self._stop_scores[i][:len(result.completions)]
-            events: dict[str, int] = {}
-            for _, _, ev in kept:
-                for k, v in ev.items():
-                    events[k] = events.get(k, 0) + v
+            invalid = sum(bad for _, _, bad in kept)
+            events = {**({"verifier_error": self._stop_failures[i]} if self._stop_failures[i] else {}),
+                      **({"invalid_score": invalid} if invalid else {})}
             out.append(ScoredDraw(tuple(float(sc or 0.0) for sc, _, _ in kept), tuple(u for _, u, _ in kept), events))
         return out
