@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from tts.budgets.pricing import FORMS, BudgetError, ComputeBudget, Pricer, make_pricer
+from tts.cost.token_prices import TokenPrice
 from tts.types import RequestShape, Usage
 
 
@@ -282,3 +283,64 @@ def test_a_model_that_cannot_be_priced_is_logged_with_the_reason(caplog):
     with caplog.at_level("INFO", logger="tts.budgets.pricing"):
         pricer = Pricer.for_model("no-such-model", "h100")
     assert [r.getMessage() for r in caplog.records if r.name == "tts.budgets.pricing"] == [pricer.why_unpriced]
+
+
+# --- a hosted model, priced per token from its provider's table ------------------------------------
+
+# Binary fractions, so that every sum below is exact: a prompt token 2^-20 dollars, a cached one
+# 2^-22, a generated one 2^-16. One sample of 64 tokens after a 1024-token prompt costs 2^-10 + 2^-10.
+_PRICE = TokenPrice(2.0 ** -20, 2.0 ** -22, 2.0 ** -16, "a provider's table")
+_ONE = 2.0 ** -9
+
+
+def _hosted(price=_PRICE):
+    return Pricer("tokens", model="provider/model", token_price=price)
+
+
+def test_a_hosted_models_usage_is_priced_per_token_with_its_cached_prompt_tokens_cheaper():
+    usage = Usage(prompt_tokens=1024, cached_prompt_tokens=256, completion_tokens=64, calls=1)
+    out = _hosted().cost(usage)
+    assert out == {"tokens": 1088, "prompt_tokens": 1024, "completion_tokens": 64, "calls": 1, "wall_seconds": 0.0,
+                   "dollars": 768 * 2.0 ** -20 + 256 * 2.0 ** -22 + 64 * 2.0 ** -16,
+                   "priced_as": "provider/model per token (a provider's table)"}
+    # A cost model (the model's architecture on a GPU) prices it instead when there is one.
+    both = Pricer.for_model("smollm2-135m", "h100")
+    both = Pricer(both.unit, both.cost_model, model="smollm2-135m", token_price=_PRICE)
+    assert both.cost(usage)["priced_as"] == "smollm2-135m" and "gpu_seconds" in both.cost(usage)
+
+
+def test_a_dollar_budget_on_a_hosted_model_buys_whole_samples_each_billing_its_whole_prompt():
+    pricer = _hosted()
+    assert pricer.allowance(ComputeBudget(_ONE, "dollars"), 1024, 64) == 64  # exactly one sample's price
+    assert pricer.allowance(ComputeBudget(5 * _ONE + 2.0 ** -30, "dollars"), 1024, 64) == 5 * 64
+    # Just short of two: one (a cached prompt token would have made the second fit).
+    assert pricer.allowance(ComputeBudget(2 * _ONE - 2.0 ** -22, "dollars"), 1024, 64) == 64
+    with pytest.raises(BudgetError) as err:
+        pricer.allowance(ComputeBudget(_ONE - 2.0 ** -22, "dollars"), 1024, 64)
+    assert str(err.value) == ("a budget of 0.00195289 dollars does not cover one sample of up to 64 tokens "
+                              "($0.00195 for provider/model); raise the budget or lower max_tokens")
+    free = _hosted(TokenPrice(0.0, 0.0, 0.0, "free"))
+    assert free.allowance(ComputeBudget(0.01, "dollars"), 1024, 64) == 65536 * 64  # the cap of every search
+    # The table prices dollars only: another unit still needs the model's architecture.
+    with pytest.raises(BudgetError, match="^a budget in gpu_seconds needs a cost model, but no model to price with"):
+        pricer.allowance(ComputeBudget(1.0, "gpu_seconds"), 1024, 64)
+
+
+def test_the_deployment_reaches_the_cost_model_from_for_model_and_make_pricer():
+    tp2 = {"tensor_parallel": 2}
+    assert Pricer.for_model("smollm2-135m", "h100", deployment=tp2).cost_model.tensor_parallel == 2
+    assert make_pricer("gpu_seconds", "smollm2-135m", "h100", deployment=tp2).cost_model.tensor_parallel == 2
+    assert make_pricer("gpu_seconds", "smollm2-135m", "h100").cost_model.tensor_parallel == 1
+
+
+def test_a_dollar_budget_of_exactly_k_samples_price_buys_k_samples():
+    # $3 per million prompt tokens and $15 per million generated: a sample of 1000 tokens after a
+    # 500-token prompt costs $0.0165. Floor division of k such prices by one price gives k - 1 for
+    # k = 11, 15, 19, ... (the quotient rounds below k), and of $0.018 by $0.001 gives 17.
+    pricer = _hosted(TokenPrice(3e-6, 3e-7, 1.5e-5, "sonnet-like"))
+    one = 500 * 3e-6 + 1000 * 1.5e-5
+    for k in range(1, 101):
+        for budget in (k * one, round(k * one, 6), (k + 1) * one * (1 - 1e-6)):
+            assert pricer.allowance(ComputeBudget(budget, "dollars"), 500, 1000) == 1000 * k, budget
+    per_mille = _hosted(TokenPrice(0.0, 0.0, 1e-5, "flat"))  # $0.001 for a sample of 100 tokens
+    assert [per_mille.allowance(ComputeBudget(k / 1000, "dollars"), 0, 100) for k in (13, 18, 26)] == [1300, 1800, 2600]

@@ -443,3 +443,34 @@ def test_best_of_n_does_not_stop_on_a_high_score_without_an_answer():
     gen = Scripted(["x", "2", "3", "4"], texts=texts + [_text("4")])
     sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=0.9, wave=1)), gen, verifier=verifier)
     assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("3", 3)
+
+
+def test_best_of_n_stop_judge_without_a_stop_is_refused_saying_it_got_none():
+    strategy = BestOfN(BestOfNConfig(n=4), Scripted(UNANIMOUS), prompt, seed=0)
+    with pytest.raises(StrategyInputError) as err:
+        strategy.stop_judge([PROBLEM], [4])
+    assert str(err.value).endswith("got rule None")
+
+
+class _StepRecording(_Recording):
+    """A step verifier (a PRM's kind): it gets each solution cut into steps."""
+
+    step_verifier = True
+
+
+def test_best_of_n_stop_gives_a_step_verifier_the_steps_and_every_verifier_the_token_top_logprobs():
+    import dataclasses
+
+    class WithTopLogprobs(Scripted):
+        def generate(self, requests):
+            return [GenerationResult(tuple(dataclasses.replace(c, token_top_logprobs=((-0.1, -2.0),) * 2)
+                                           for c in r.completions), r.usage) for r in super().generate(requests)]
+
+    texts = [f"First step.\n\nSo \\boxed{{{a}}}" for a in "1234"]
+    verifier = _StepRecording({"First step.": 0.95})
+    sol = solve(BestOfN, BestOfNConfig(n=4, stop=StopConfig(rule="score", threshold=0.9, wave=2)),
+                WithTopLogprobs(["1", "2", "3", "4"], texts=texts), verifier=verifier)
+    items = [it for call in verifier.calls for it in call]
+    assert [it.steps for it in items] == [("First step.", "So \\boxed{1}"), ("First step.", "So \\boxed{2}")]
+    assert all(it.token_top_logprobs == ((-0.1, -2.0),) * 2 for it in items)
+    assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("1", 2)

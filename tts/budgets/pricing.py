@@ -277,7 +277,11 @@ class Pricer:
             if one > budget.amount:
                 raise BudgetError(f"a budget of {budget} does not cover one sample of up to {max_tokens} tokens "
                                   f"(${one:.3g} for {self.model}); raise the budget or lower max_tokens")
-            return int(budget.amount // one) * max_tokens
+            # Whole samples, the quotient read to one part in 10^9 of the budget: floor division alone
+            # is one short wherever the quotient of a round budget rounds below a whole number (11
+            # samples' price bought 10 at $0.0165 a sample; $0.018 bought 17 at $0.001).
+            k = math.floor(budget.amount / one * (1 + 1e-9))
+            return k * max_tokens
         if self.cost_model is None:
             raise BudgetError(f"a budget in {budget.unit} needs a cost model, but {self.why_unpriced}; "
                               "give a budget in tokens, or open the session with price_as=<model alias or config.json> "
