@@ -486,6 +486,23 @@ def test_a_program_that_closes_its_output_and_sleeps_is_a_timeout_and_is_ended(u
     assert _running(marker) == []  # nothing of it is left running
 
 
+def test_after_its_output_closes_a_program_is_waited_for_only_until_the_deadline(monkeypatch):
+    """Both pipes closed, the program still running: the wait is what is left of the wall time,
+    never more (a wait of at least a second would report a 0.5 s limit a second late)."""
+    waits = []
+
+    class Recording(sandbox.subprocess.Popen):
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            return super().wait(timeout=timeout)
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", Recording)
+    source = "import os, time\nos.close(1)\nos.close(2)\ntime.sleep(30)\n"
+    r = run_program(source, dataclasses.replace(LIMITS, wall_seconds=0.5), unsafe_no_sandbox=True)
+    assert (r.status, r.error) == ("timeout", "ran past 0.5 s")
+    assert waits and waits[0] is not None and 0.0 <= waits[0] <= 0.5  # the first: the one before the deadline
+
+
 def test_output_past_the_cap_records_the_time_and_whether_it_was_sandboxed():
     r = run_program("import sys, time\nsys.stdout.write('x' * 1001)\nsys.stdout.flush()\ntime.sleep(5)", LIMITS,
                     unsafe_no_sandbox=True)
