@@ -116,3 +116,14 @@ def test_each_failed_call_counts_once_per_tree_it_touched():
     score_nodes(Raises(), [(first, nodes[0])])
     assert first.events == {"verifier_error": 2} and second.events == {"verifier_error": 1}
     assert [node.score for node in nodes] == [PENALTY] * 3
+
+
+def test_a_finished_trees_result_carries_its_nodes_leaves_events_and_notes():
+    tree = SearchTree("root")
+    leaf = tree.add(None, "s0", True)
+    tree.take(leaf)
+    tree.events["invalid_score"] = 1
+    tree.notes["particles"] = [{"step": 1}]
+    result = tree.result()
+    assert (result.nodes, result.leaves, result.events, result.notes) == (
+        (leaf,), (leaf.id,), {"invalid_score": 1}, {"particles": [{"step": 1}]})
