@@ -658,7 +658,8 @@ def _load() -> dict[str, Result]:
 
 def stale_rows(modules: list[str], root: Path = ROOT, doc: Path = TABLE_DOC) -> dict[str, str]:
     """Module -> the newest commit (``hash date subject``) that changed ``tts/<module>.py`` after the
-    commit that last wrote the module's row in ``doc`` (its last ``| module |`` line, by git blame).
+    commit that last wrote the module's row in ``doc`` (its first ``| module |`` line, by git blame:
+    the doc's passes run newest first, so an older pass's row further down says nothing of today).
     A module without a row counts as stale too ("no row"); uncommitted edits are not seen."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
@@ -675,7 +676,7 @@ def stale_rows(modules: list[str], root: Path = ROOT, doc: Path = TABLE_DOC) -> 
         elif line.startswith("\t"):
             cell = re.match(r"\| ([\w/]+) \|", line[1:])
             if cell:
-                row_commit[cell.group(1)] = commit
+                row_commit.setdefault(cell.group(1), commit)
     stale = {}
     for module in modules:
         if module not in row_commit:

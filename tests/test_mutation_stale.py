@@ -62,3 +62,20 @@ def test_a_row_is_stale_once_its_module_changes_after_it_and_fresh_when_rewritte
 
 def test_every_module_the_tool_measures_has_a_row_in_the_table():
     assert "no row" not in mutation.stale_rows(list(mutation.MODULES)).values()
+
+
+def test_the_row_that_counts_is_the_newest_pass_the_first_in_the_doc(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    older = TABLE.replace("# Mutation", "## An older pass")
+    _commit(tmp_path, "start", **{"docs/mutation.md": TABLE + "\n" + older, "tts/answers/keys.py": "A = 1\n",
+                                  "tts/eval/report.py": "B = 1\n"})
+    _commit(tmp_path, "keys: changed", **{"tts/answers/keys.py": "A = 2\n"})
+    # The newest pass (first) re-measures keys; the older pass's row below it is left as it was.
+    _commit(tmp_path, "table: keys re-run",
+            **{"docs/mutation.md": TABLE.replace("| 0.0 | 1.0 |", "| 0.0 | 1.5 |") + "\n" + older})
+    assert mutation.stale_rows(["answers/keys", "eval/report"], root=tmp_path) == {}
+    # An edit of only the older pass's row does not make a changed module fresh.
+    _commit(tmp_path, "report: changed", **{"tts/eval/report.py": "B = 2\n"})
+    _commit(tmp_path, "old table touched", **{"docs/mutation.md": TABLE.replace("| 0.0 | 1.0 |", "| 0.0 | 1.5 |")
+                                              + "\n" + older.replace("| 5.0 | 2.0 |", "| 5.0 | 2.5 |")})
+    assert set(mutation.stale_rows(["answers/keys", "eval/report"], root=tmp_path)) == {"eval/report"}
