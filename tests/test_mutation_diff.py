@@ -200,3 +200,39 @@ def test_an_equivalent_names_a_deleting_mutants_deleted_line():
     spec.loader.exec_module(mutation)
     assert mutation._changed_lines("--- a\n+++ b\n-    x = 1\n+    x = 2\n") == ["x = 2"]
     assert mutation._changed_lines("--- a\n+++ b\n     f(\n-        n=1,\n     )\n") == ["n=1,"]
+
+
+def test_equivalents_listed_under_old_numbers_match_the_same_changes_after_a_renumbering(tmp_path, monkeypatch, capsys):
+    """An edit to a function renumbers its mutants: entries listed under the old numbers still
+    explain the survivors making their changes while the function has exactly as many such
+    mutants as entries; a change made by more mutants than are listed stays a survivor."""
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "benchmarks" / "mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mutation", mutation)
+    spec.loader.exec_module(mutation)
+    # After the edit: 5 and 9 set the reason to None (listed as 3 and 7), 6 drops strict (listed as
+    # 4), 8 makes a change listed once but now made twice (by 2 and 8), 10 was never listed.
+    new = {1: "x = 1", 2: "y = None", 5: "reason = None", 6: "zip(a, b)", 8: "y = None", 9: "reason = None",
+           10: "z = 0"}
+    diffs = {f"tts.a.x_f__mutmut_{k}": f"-    old\n+    {change}\n" for k, change in new.items()}
+    listing = "".join(f"    {name}: {'killed' if name.endswith('_1') else 'survived'}\n" for name in diffs)
+
+    def fake_mutmut(work, *args, timeout=None):
+        return subprocess.CompletedProcess(args, 0, stdout=listing if args[0] == "results" else "", stderr="")
+
+    monkeypatch.setattr(mutation, "_mutmut", fake_mutmut)
+    monkeypatch.setattr(mutation, "_diffs", lambda work, files: diffs)
+    known = {f"tts.a.x_f__mutmut_{k}": [{"change": change, "reason": "r"}]
+             for k, change in {3: "reason = None", 7: "reason = None", 4: "zip(a, b)", 2: "y = None"}.items()}
+    known["tts.a.x_g__mutmut_10"] = [{"change": "z = 0", "reason": "another function's"}]
+    result = mutation.run_mutants(tmp_path, mutation.Result("a"), 60, known, files=["tts/a.py"])
+    assert sorted(result.equivalent) == ["tts.a.x_f__mutmut_2", "tts.a.x_f__mutmut_5", "tts.a.x_f__mutmut_6",
+                                         "tts.a.x_f__mutmut_9"]
+    assert result.renumbered == ["tts.a.x_f__mutmut_5", "tts.a.x_f__mutmut_6", "tts.a.x_f__mutmut_9"]
+    assert result.survived == ["tts.a.x_f__mutmut_8", "tts.a.x_f__mutmut_10"]
+    mutation._say_timeouts(result, sys.stdout)
+    assert capsys.readouterr().out == (
+        "# 3 matched listed equivalents under other numbers of the same function (rename those entries): "
+        "tts.a.x_f__mutmut_5 tts.a.x_f__mutmut_6 tts.a.x_f__mutmut_9\n")
+    # With `only` (a --diff run: the diffs of the changed lines' mutants only) nothing is matched so.
+    assert mutation.run_mutants(tmp_path, mutation.Result("a"), 60, known, only=diffs).renumbered == []

@@ -75,6 +75,11 @@ def test_a_vote_records_its_shares_and_the_per_request_stop(spans):
     streams = _by_name(spans, "tts.generate.stream")
     assert streams and all(s.parent.span_id == solve.context.span_id for s in streams)
     assert sum(s.attributes["tts.samples"] for s in streams) == len(sol.trace.samples)
+    # Each wave is one span: one request of this one question, the stop's wave and rule, whether it streamed.
+    assert len(streams) == sol.trace.notes["stop"]["waves"]
+    streamed = sol.trace.notes["stop"]["streamed"]
+    assert all((s.attributes["tts.requests"], s.attributes["tts.wave"], s.attributes["tts.stop.rule"],
+                s.attributes["tts.streamed"]) == (1, 4, "horizon", streamed) for s in streams)
 
 
 def test_a_served_request_continues_the_callers_trace(spans):
