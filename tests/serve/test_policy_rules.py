@@ -519,3 +519,26 @@ def test_a_refusal_already_naming_its_strategy_is_not_prefixed_twice(session):
     assert err.args[0] == "strategy 'self_consistency': n=0 is refused; change n"
     assert _refused(_policy(session).strategy_config, session, {"kind": "nope"}, None, None).args[0].startswith(
         "strategy 'nope': Unknown strategy 'nope'.")
+
+
+def test_a_requests_stop_is_a_rule_name_or_its_settings_each_checked_like_a_strategys(session):
+    policy = _policy(session, max_samples=16)
+    sc = {"kind": "self_consistency"}
+    assert policy.resolve({**sc, "stop": "window"}) == {**sc, "stop": {"rule": "window"}}
+    assert policy.resolve({**sc, "stop": {"rule": "beta", "confidence": 0.9, "wave": 4}}) == {
+        **sc, "stop": {"rule": "beta", "confidence": 0.9, "wave": 4}}
+    assert policy.resolve({**sc, "stop": None}) == {**sc, "stop": None}  # no stop: left to the strategy
+    for bad in (3, ["window"]):
+        err = _refused(policy.resolve, {**sc, "stop": bad})
+        assert (err.args[0], err.param) == ('tts.strategy.stop: give a rule name (horizon, beta, dirichlet, exact, '
+                                            'window) or {"rule": ..., numbers}', "tts.strategy.stop")
+    err = _refused(policy.resolve, {**sc, "stop": {"rule": "window", "confidence": "high"}})
+    assert (err.args[0], err.param) == ("tts.strategy.stop.confidence: confidence must be a number, got text",
+                                        "tts.strategy.stop.confidence")
+    err = _refused(policy.resolve, {**sc, "stop": {"rule": 5}})
+    assert (err.args[0], err.param) == ("tts.strategy.stop.rule: rule must be one of 'horizon', 'beta', 'dirichlet', "
+                                        "'exact', 'window', 'score', got int", "tts.strategy.stop.rule")
+    err = _refused(policy.resolve, {**sc, "stop": {"rule": "window", "patience": 2}})
+    assert (err.args[0], err.param) == ("tts.strategy.stop.patience: 'stop' has no setting 'patience'; its settings "
+                                        "are rule, confidence, wave, prior, window, top_k, threshold",
+                                        "tts.strategy.stop.patience")
