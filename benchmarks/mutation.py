@@ -87,7 +87,11 @@ MODULES: dict[str, list[str]] = {
                     "tests/search/test_strategies.py", "tests/search/test_vote_properties.py",
                     "tests/search/sampling/test_aggregation.py", "tests/search/sampling/test_tool_vote.py",
                     "tests/answers/test_free_text.py", "tests/search/sequential/test_revision.py",
-                    "tests/parity/test_voting_and_answers.py"],
+                    "tests/parity/test_voting_and_answers.py",
+                    # the per-request stop, logprobs refusals, how each strategy spends a budget, tools
+                    "tests/search/test_request_stop.py", "tests/search/test_logprobs_refusal.py",
+                    "tests/session/test_budget_use.py", "tests/test_where_to_add.py", "tests/session/test_inputs.py",
+                    "tests/serve/test_planning.py", "tests/serve/test_agent_strategies.py"],
     # The per-request stops (stop_judge, settled_scores) are tests/search/test_request_stop.py's.
     "search/sampling/best_of_n": ["tests/search/sampling/test_aggregation.py", "tests/search/test_strategies.py",
                                   "tests/parity/test_prm_and_aggregation.py", "tests/search/test_request_stop.py"],
@@ -100,7 +104,8 @@ MODULES: dict[str, list[str]] = {
                        # build_verifier names the verifier's span by its kind (about 1 s).
                        "tests/test_tracing.py::test_a_beam_search_is_one_solve_span_over_its_engine_and_verifier_calls"],
     "cost/cost_model": ["tests/cost/test_cost_model.py", "tests/cost/test_cost_reference.py", "tests/parity/test_estimators_and_cost.py",
-                        "tests/parity/test_kinetics_sparse.py"],
+                        "tests/parity/test_kinetics_sparse.py",
+                        "tests/cost/test_deployment.py"],  # tensor parallelism, quantized weights, speculation
     "budgets/online": ["tests/budgets/test_online_rule.py", "tests/budgets/test_online.py", "tests/budgets/replay",
                        "tests/budgets/test_horizon_rule.py", "tests/budgets/test_window_and_length_rules.py",
                        "tests/budgets/test_dirichlet_rule.py", "tests/budgets/test_plan_round_settings.py"],
@@ -143,7 +148,11 @@ MODULES: dict[str, list[str]] = {
                                      "tests/parity/test_program_of_thoughts.py"],
     "search/sampling/tool_vote": ["tests/search/sampling/test_tool_vote.py", "tests/search/sampling/test_tool_vote_rules.py",
                                   "tests/search/sampling/test_repeated_calls.py", "tests/search/test_request_stop.py",
-                                  "tests/parity/test_voting_and_answers.py"],
+                                  "tests/parity/test_voting_and_answers.py",
+                    # the per-request stop, logprobs refusals, how each strategy spends a budget, tools
+                    "tests/search/test_request_stop.py", "tests/search/test_logprobs_refusal.py",
+                    "tests/session/test_budget_use.py", "tests/test_where_to_add.py", "tests/session/test_inputs.py",
+                    "tests/serve/test_planning.py", "tests/serve/test_agent_strategies.py"],
     "search/sampling/usc": ["tests/search/sampling/test_usc.py", "tests/search/sampling/test_usc_requests.py",
                             "tests/parity/test_free_text.py"],
     "search/sequential/budget_forcing": ["tests/search/sequential/test_budget_forcing.py",
