@@ -474,3 +474,72 @@ def test_best_of_n_stop_gives_a_step_verifier_the_steps_and_every_verifier_the_t
     assert [it.steps for it in items] == [("First step.", "So \\boxed{1}"), ("First step.", "So \\boxed{2}")]
     assert all(it.token_top_logprobs == ((-0.1, -2.0),) * 2 for it in items)
     assert (sol.answer, sol.trace.notes["stop"]["drawn"]) == ("1", 2)
+
+
+# --- the vote a stop counts (SamplingStrategy.stop_judge, sample_keys, solve_until_settled) ---------
+
+_TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_a_stop_on_free_text_answers_is_refused_saying_what_to_change():
+    from tts.answers.kinds import TEXT
+
+    with pytest.raises(StrategyInputError) as err:
+        SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig()), Scripted(UNANIMOUS), prompt, seed=0,
+                        extract=TEXT).solve([PROBLEM])
+    assert str(err.value) == (
+        "self_consistency: a stop counts votes, but these answers are free text (the plain prompt), chosen by "
+        "similarity rather than counted, so no vote could settle; ask for answers that can be counted (the math "
+        'prompt: tts.prompt "math", prompt="math"), or leave the stop out')
+
+
+def test_free_text_replies_beside_tools_never_settle_a_vote_and_all_n_are_drawn():
+    from tts.answers.kinds import TEXT
+
+    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS})
+    gen = Scripted(["sunny"] * 8, texts=["It is sunny."])
+    sol = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(wave=2)), gen, prompt, seed=0,
+                          extract=TEXT).solve([problem])[0]
+    assert sol.trace.notes["stop"]["drawn"] == 8
+
+
+def test_a_free_text_vote_has_no_keys_to_count():
+    from tts.search.base import vote_keys
+    from tts.types import Sample
+
+    with pytest.raises(StrategyInputError) as err:
+        vote_keys([Sample("It is sunny.", "It is sunny.")], free_text=True)
+    assert str(err.value) == ("a stop rule counts votes, but these answers are free text, chosen by minimum Bayes "
+                              "risk rather than counted; leave the stop out for free-text answers")
+
+
+class _Spelled:
+    """Reads the last word as the answer; its vote keys count "four" as "4"."""
+
+    def __call__(self, text):
+        return text.rsplit(" ", 1)[-1]
+
+    @staticmethod
+    def answer_keys(answers):
+        return [{"four": "4"}.get(a, a) for a in answers]
+
+
+def test_a_stop_counts_the_keys_of_the_strategys_own_extraction():
+    gen = Scripted(["4", "four"] * 4, texts=["it is 4", "it is four"])
+    sol = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(rule="window", window=4, wave=1)), gen, prompt,
+                          seed=0, extract=_Spelled()).solve([PROBLEM])[0]
+    assert sol.trace.notes["stop"]["drawn"] == 4  # "4", "four", "4", "four": one key, four in a row
+
+
+def test_a_stopped_vote_reads_calls_the_backend_left_as_text_and_skips_a_call_already_answered():
+    answered = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    gen = Scripted(["Paris", "Paris", "Paris", "Rome", "Rome", "Paris", "Paris", "Paris"], calls=True)
+    sol = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(wave=8)), gen, prompt, seed=0).solve([problem])[0]
+    assert sol.problem_id == "t" and sol.trace.notes["stop"]["drawn"] == 8
+    # Paris leads 6 to 2, but that call was answered already: the vote goes to the call not yet made.
+    assert json.loads(sol.answer) == [{"name": "lookup", "arguments": {"city": "Rome"}}]

@@ -116,6 +116,31 @@ def test_every_built_in_strategy_declares_how_it_takes_a_budget():
     }
 
 
+def test_a_strategy_that_refuses_a_budget_names_every_strategy_that_takes_one(plugins):
+    """The list skips strategies that refuse a budget or declare nothing, and a plugin whose class
+    cannot be imported here (it takes nothing), and goes on past it."""
+    from tts.search.base import budget_refusal, budgeted_strategies
+
+    STRATEGIES.register("a_broken_plugin", "no_such_module_for_tts_tests:Strategy")
+    try:
+        takes = budgeted_strategies()
+    finally:
+        STRATEGIES.unregister("a_broken_plugin")
+    assert takes == sorted({"ab_mcts", "auto", "beam", "best_of_n", "budget_forcing", "certainty_probe", "codet",
+                            "deepconf", "dvts", "ets", "exec_vote", "generative_verification", "lookahead", "mcts",
+                            "particle_filtering", "particle_gibbs", "plugin_vote", "program_vote", "public_tests",
+                            "rebase", "revision", "self_consistency", "text_declared", "tir", "tool_vote", "usc",
+                            "weighted_vote"})
+    assert budget_refusal("genselect", "300 tokens") == (
+        "genselect runs a fixed amount of work and cannot be capped by a budget of 300 tokens; leave the budget out "
+        f"(lower n instead), or use a strategy that takes one: {', '.join(takes)}")
+    assert budget_refusal("undeclared_vote", "300 tokens") == (
+        "strategy undeclared_vote declares no budget_use, so a budget of 300 tokens cannot hold it; declare how it "
+        "takes one on its class (budget_use = BudgetUse.WHOLE_SAMPLES, SPENDS_ITSELF or REFUSES, tts.search.base) "
+        "or leave the budget out")
+    assert budget_refusal("self_consistency", "300 tokens") is None
+
+
 @pytest.mark.reads_source
 def test_the_session_names_no_strategy():
     """session.py reads ``budget_use``: no strategy name in its code (its default strategy aside), no
