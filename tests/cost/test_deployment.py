@@ -50,6 +50,40 @@ def test_tensor_parallel_divides_the_work_per_gpu_adds_the_all_reduces_and_rents
     assert _one_token().seconds / c.seconds == pytest.approx(1.9994, abs=1e-4)
 
 
+@pytest.mark.parametrize(("prompt", "lengths", "cached"), [(1000, [10], 0), (1000, [10, 10], 0), (1000, [10], 1000),
+                                                     (500, [3, 7], 200)])
+def test_the_all_reduces_cost_one_activation_per_position_computed(prompt, lengths, cached):
+    """On a GPU whose compute and memory are free, only the all-reduces take time: one token's two
+    per layer for every position a forward computes, the uncached prompt's and each generated
+    token's; under speculation (k = 4 drafts, acceptance 0.8) every target forward verifies k + 1
+    positions and yields E = (1 - 0.8^5) / 0.2 tokens."""
+    import dataclasses
+
+    free = dataclasses.replace(H100, peak_flops=1e40, bandwidth=1e40)
+    per_position = 2 * 80 * (2 * 1 / 2) * 8192 * 2 / 450e9
+    computed = prompt - cached + sum(lengths)
+    c = CostModel(ARCH, free, tensor_parallel=2).cost_request(prompt, lengths, cached_prompt_tokens=cached)
+    assert c.seconds == pytest.approx(per_position * computed, rel=1e-9)
+    e = (1 - 0.8 ** 5) / 0.2
+    s = CostModel(ARCH, free, tensor_parallel=2, speculation=Speculation(0.8, 4)).cost_request(
+        prompt, lengths, cached_prompt_tokens=cached)
+    assert s.seconds == pytest.approx(per_position * (prompt - cached + sum(lengths) * 5 / e), rel=1e-9)
+
+
+def test_tensor_parallelism_and_quantization_are_kept_and_refused_in_one_line():
+    assert (CostModel(ARCH, H100, tensor_parallel=2, quantization="fp8").tensor_parallel,
+            CostModel(ARCH, H100, tensor_parallel=2, quantization="fp8").quantization) == (2, "fp8")
+    with pytest.raises(ValueError) as err:
+        CostModel(ARCH, H100, tensor_parallel=0)
+    assert str(err.value) == "tensor_parallel is a number of GPUs >= 1, got 0"
+    import dataclasses
+
+    with pytest.raises(ValueError) as err:
+        CostModel(ARCH, dataclasses.replace(H100, interconnect=None), tensor_parallel=2)
+    assert str(err.value) == (f"{H100.name} has no interconnect bandwidth in the hardware table, so tensor "
+                              "parallelism over it cannot be priced; use --tp 1 or a GPU of the table")
+
+
 def test_kv_heads_fewer_than_the_gpus_are_repeated_not_split():
     c = _one_token(tensor_parallel=16)
     allreduce = 2 * 80 * (2 * 15 / 16) * 8192 * 2 / 450e9
