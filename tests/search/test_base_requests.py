@@ -474,3 +474,50 @@ def test_votes_of_one_written_answer_under_two_keys_are_summed_in_what_is_shown(
     samples = [Sample("x", "x"), Sample("x", "x"), Sample("y", "y"), Sample("x", "x")]
     answer, share, votes, idx = vote(samples, keys=lambda answers: ["k1", "k2", "k3", "k1"])
     assert (answer, share, idx) == ("x", 0.5, 0) and votes == {"x": 3.0, "y": 1.0}
+
+
+# --- the small helpers the pipeline reads: calls from text, tools, stops, n under a budget ----------
+
+def test_calls_are_read_from_a_replys_text_only_where_tools_were_offered_and_a_cut_call_is_none():
+    import json as _json
+
+    from tts.backends.base import Completion, GenerationRequest, Message
+    from tts.search.base import completion_calls
+
+    tools = _json.dumps([{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}])
+    text = '{"name": "lookup", "arguments": {"city": "Paris"}}'
+    offered = GenerationRequest((Message("user", "x"),), n=1, max_tokens=10, tools=tools)
+    plain = Completion(text, 12, None, "stop")
+    assert completion_calls(GenerationRequest((Message("user", "x"),), n=1, max_tokens=10), plain) is plain
+    read = Completion(text, 12, None, "stop", tool_calls=())
+    assert completion_calls(offered, read) is read  # the backend read them already
+    [call] = completion_calls(offered, plain).tool_calls
+    assert (call.name, _json.loads(call.arguments)) == ("lookup", {"city": "Paris"})
+    cut = completion_calls(offered, Completion(text, 12, None, "length"))
+    assert (cut.tool_calls, cut.tool_call_error) == ((), "malformed_tool_call")  # max_tokens cut it: no call
+
+
+def test_a_strategy_that_declares_nothing_takes_no_tools_and_no_budget():
+    from tts.registry import STRATEGIES
+    from tts.search.base import Strategy, budget_use, stop_of, takes_tools, tools_refusal
+
+    class Bare(Strategy):
+        """A plugin strategy that says nothing of tools or budgets (Strategy's defaults)."""
+
+    STRATEGIES.register("a_bare_plugin", Bare)
+    try:
+        assert takes_tools("a_bare_plugin") is False and budget_use("a_bare_plugin") is None
+        assert tools_refusal("a_bare_plugin", allowed=lambda kind: False) == (
+            "strategy a_bare_plugin cannot show the model tools, so it would answer without them; use one that can "
+            "(none is offered here) or leave the tools out")
+        assert tools_refusal("a_bare_plugin", allowed=lambda kind: kind in ("tool_vote", "self_consistency")) == (
+            "strategy a_bare_plugin cannot show the model tools, so it would answer without them; use one that can "
+            "(self_consistency, tool_vote) or leave the tools out")
+    finally:
+        STRATEGIES.unregister("a_bare_plugin")
+
+    class NoStop:
+        config = object()  # a config without a stop field
+
+    assert stop_of(NoStop()) is None

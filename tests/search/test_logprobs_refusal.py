@@ -55,3 +55,31 @@ def test_a_backend_that_returns_logprobs_runs_them():
     gen = ScriptedGenerator(default={"5": 0.9, "4": 0.1}, seed=0)
     sol = tts.solve(Problem("p", "What is 2+3?", answer="5"), strategy="deepconf", n=4, generator=gen)
     assert sol.usage.calls >= 1
+
+
+def test_the_refusal_names_the_strategy_why_and_the_three_ways_out():
+    with pytest.raises(MissingLogprobsError) as err:
+        tts.solve(Problem("p", "What is 2+3?", answer="5"), strategy="best_of_n", n=4, generator=NoLogprobs())
+    assert str(err.value) == (
+        "best_of_n ranks samples by their token log-probabilities, but provider/no-logprobs returns none; use "
+        "self_consistency (or a verifier that does not read them), or a model whose provider returns logprobs")
+
+
+def test_a_plugin_strategy_without_a_name_is_named_by_its_class_in_the_refusal():
+    from tts.config import SamplingStrategyConfig
+    from tts.search.base import Strategy
+
+    class Unnamed(Strategy):
+        config_class = SamplingStrategyConfig
+
+        def logprobs_use(self):
+            return "reads token log-probabilities"
+
+        def solve(self, problems, budgets=None):
+            return []
+
+    with pytest.raises(MissingLogprobsError) as err:
+        Unnamed(SamplingStrategyConfig.model_construct(), NoLogprobs(), lambda p: ())
+    assert str(err.value) == (
+        "Unnamed reads token log-probabilities, but provider/no-logprobs returns none; use self_consistency (or a "
+        "verifier that does not read them), or a model whose provider returns logprobs")

@@ -543,3 +543,30 @@ def test_a_stopped_vote_reads_calls_the_backend_left_as_text_and_skips_a_call_al
     assert sol.problem_id == "t" and sol.trace.notes["stop"]["drawn"] == 8
     # Paris leads 6 to 2, but that call was answered already: the vote goes to the call not yet made.
     assert json.loads(sol.answer) == [{"name": "lookup", "arguments": {"city": "Rome"}}]
+
+
+def test_a_scored_vote_also_skips_a_call_already_answered():
+    answered = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    gen = Scripted(["Paris", "Paris", "Paris", "Rome"], calls=True)
+    sol = WeightedVote(WeightedVoteConfig(n=4), gen, prompt, seed=0,
+                       verifier=FunctionVerifier(lambda problem, text: 0.5)).solve([problem])[0]
+    assert json.loads(sol.answer) == [{"name": "lookup", "arguments": {"city": "Rome"}}]
+
+
+def test_configs_sharing_one_draw_each_skip_a_call_already_answered():
+    answered = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    gen = Scripted(["Paris", "Paris", "Rome", "Paris"], calls=True)
+    two, four = SelfConsistency.solve_together([SelfConsistency(SelfConsistencyConfig(n=n), gen, prompt, seed=0)
+                                                for n in (2, 4)], [problem])
+    assert len(gen.requests) == 1  # one draw of 4, the first 2 for n = 2
+    # n = 2: both samples repeat the answered call, and the trace says so; n = 4: the call not yet made.
+    assert two[0].trace.events == {"repeated_tool_call": 2, "only_repeated_tool_calls": 1}
+    assert json.loads(four[0].answer) == [{"name": "lookup", "arguments": {"city": "Rome"}}]

@@ -141,6 +141,18 @@ def test_a_strategy_that_refuses_a_budget_names_every_strategy_that_takes_one(pl
     assert budget_refusal("self_consistency", "300 tokens") is None
 
 
+def test_n_under_a_budget_is_reported_only_by_a_strategy_that_draws_whole_samples():
+    from tts.backends.scripted import ScriptedGenerator
+    from tts.config import SamplingConfig
+
+    class Spender(PluginVote):
+        budget_use = BudgetUse.SPENDS_ITSELF
+
+    gen, sampling = ScriptedGenerator(default={"5": 1.0}), SamplingConfig(max_tokens=100)
+    assert PluginVote(PluginVoteConfig(n=16), gen, lambda p: (), sampling).n_within(Budget(tokens=300)) == 3
+    assert Spender(PluginVoteConfig(n=16), gen, lambda p: (), sampling).n_within(Budget(tokens=300)) is None
+
+
 @pytest.mark.reads_source
 def test_the_session_names_no_strategy():
     """session.py reads ``budget_use``: no strategy name in its code (its default strategy aside), no
