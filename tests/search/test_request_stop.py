@@ -570,3 +570,10 @@ def test_configs_sharing_one_draw_each_skip_a_call_already_answered():
     # n = 2: both samples repeat the answered call, and the trace says so; n = 4: the call not yet made.
     assert two[0].trace.events == {"repeated_tool_call": 2, "only_repeated_tool_calls": 1}
     assert json.loads(four[0].answer) == [{"name": "lookup", "arguments": {"city": "Rome"}}]
+
+
+def test_a_stopped_weighted_vote_weighs_the_kept_samples_by_the_verifiers_scores():
+    verifier = FunctionVerifier(lambda problem, text: 0.9 if text == _text("4") else 0.1)
+    sol = solve(WeightedVote, WeightedVoteConfig(n=4, stop=StopConfig(wave=4)), Scripted(["5", "5", "4", "4"]),
+                verifier=verifier)
+    assert (sol.answer, sol.trace.scores, sol.trace.notes["stop"]["drawn"]) == ("4", (0.1, 0.1, 0.9, 0.9), 4)
