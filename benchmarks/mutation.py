@@ -80,7 +80,12 @@ MODULES: dict[str, list[str]] = {
                       "tests/answers/test_free_text.py"],
     # Forked workers and checks of milliseconds (test_grading.py's spawned workers and math-verify
     # take seconds per test: 386 mutants did not fit in 10 minutes).
-    "benchmarks/grading": ["tests/benchmarks/test_grading_paths.py"],
+    "benchmarks/grading": ["tests/benchmarks/test_grading_paths.py"] + [
+        # the notes a row records (why a check gave no verdict, its seconds): under 3 s each
+        f"tests/benchmarks/test_grading.py::test_{name}" for name in (
+            "each_check_is_timed_and_a_verdict_needs_no_reason", "a_check_that_raises_is_ungraded_with_the_exception_as_its_reason",
+            "a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded",
+            "b_check_that_kills_its_worker_is_retried_once_then_ungraded")],
     "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
     "eval/report": ["tests/eval/test_report.py"],
     "search/base": ["tests/search/test_base_requests.py", "tests/search/test_select_text.py", "tests/search/test_samples.py",

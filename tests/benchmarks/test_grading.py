@@ -43,6 +43,13 @@ def _dies_on_marker(gold: str, answer: str, timeout: int) -> bool:
     return _verify_in_worker(gold, answer, timeout)
 
 
+def _raises_on_marker(gold: str, answer: str, timeout: int) -> bool:
+    """Raises on the answer "raise"; math-verify otherwise."""
+    if answer == "raise":
+        raise ValueError("cannot compare")
+    return _verify_in_worker(gold, answer, timeout)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -91,9 +98,19 @@ def test_each_check_is_timed_and_a_verdict_needs_no_reason():
         [out] = g.grade_problems([(half, ["0.5", "3", "\\frac{1}{2}", None])])
         assert out == [C, W, C, Outcome.NO_ANSWER]
         checked, wrong, matched, missing = (g.note(half, a) for a in ("0.5", "3", "\\frac{1}{2}", None))
-    assert checked.reason is None and 0 < checked.seconds < 20  # math-verify in a worker
-    assert wrong.reason is None and wrong.seconds > 0  # "not equal" is its own reason
+    # math-verify in a worker; a time to the microsecond (a wrong answer's check can take under 0.5 ms,
+    # which three decimals recorded as 0.0)
+    assert checked.reason is None and 0 < checked.seconds < 20
+    assert wrong.reason is None and 0 < wrong.seconds < 20  # "not equal" is its own reason
     assert matched == GradeNote(None, 0.0) and missing is None  # a string match runs no check
+
+
+def test_a_check_that_raises_is_ungraded_with_the_exception_as_its_reason(caplog):
+    with Grader(timeout=5, check=_raises_on_marker) as g:
+        assert g.grade_many([("raise", GOLD), ("3", "4")]) == [U, W]
+        note = g.note(Problem("p", "?", GOLD), "raise")
+    assert note.reason == "the check raised ValueError: cannot compare" and 0 < note.seconds < 20
+    assert "raised ValueError: cannot compare; recorded as ungraded" in caplog.text
 
 
 def test_unparseable_answer_is_wrong_not_an_error():

@@ -325,7 +325,7 @@ class Grader:
             w.ready, w.deadline, self._startup_failures = True, float("inf"), 0
         elif kind in ("ok", "error"):
             w.key, w.deadline = None, float("inf")
-            seconds = round(time.monotonic() - w.started, 3)
+            seconds = round(time.monotonic() - w.started, 6)
             if kind == "error":
                 logger.warning("grading %r vs %r raised %s; recorded as ungraded", *key, value)
             self._notes[key] = GradeNote(None if kind == "ok" else f"the check raised {value}", seconds)
@@ -342,7 +342,7 @@ class Grader:
         elif key is None:
             self._drop(w, "died while idle")
         elif kind == "late":
-            seconds = round(time.monotonic() - w.started, 3)
+            seconds = round(time.monotonic() - w.started, 6)
             self._drop(w, f"killed after {self.deadline:g}s on {key!r}")
             logger.warning("grading %r vs %r did not finish within %gs; its worker was killed and "
                            "the answer is recorded as ungraded", *key, self.deadline)
