@@ -247,3 +247,29 @@ def test_an_allocators_pricer_prices_the_deployment_it_is_given():
     assert _pricer(alloc, "smollm2-135m", {"tensor_parallel": 2, "quantization": "fp8"})(usage) == pytest.approx(
         want, rel=1e-12)
     assert _pricer(alloc, "smollm2-135m")(usage) == pytest.approx(_priced(usage).gpu_seconds, rel=1e-12)
+
+
+def test_a_cost_scaled_is_every_quantity_times_the_factor_its_tokens_rounded():
+    c = CostModel(ARCH, H100).cost_request(P, [10, 7])
+    s = c.scaled(2.5)
+    assert s.generated_tokens == 42 and (s.flops, s.seconds, s.weight_bytes) == pytest.approx(
+        (2.5 * c.flops, 2.5 * c.seconds, 2.5 * c.weight_bytes), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("concurrency", [None, 8])
+def test_a_draft_prefills_the_prompt_once_and_decodes_k_per_target_forward_on_the_same_gpus(tp, concurrency):
+    """Fifty tokens after an uncached prompt: the draft adds its own prefill once and its decode
+    (the whole request less that prefill) k / E times, split over the target's GPUs and at the
+    request's concurrency."""
+    draft = load_architecture("meta-llama/Llama-3.2-1B-Instruct")
+    e = (1 - 0.8 ** 5) / 0.2
+
+    def cost(arch, **kw):
+        return CostModel(arch, H100, tensor_parallel=tp, **kw).cost_request(P, [50], concurrency=concurrency)
+
+    alone, with_draft = cost(ARCH, speculation=Speculation(0.8, 4)), cost(ARCH, speculation=Speculation(0.8, 4, draft))
+    draft_prefill = CostModel(draft, H100, tensor_parallel=tp).cost_request(P, [0], concurrency=concurrency)
+    draft_decode = cost(draft).seconds - draft_prefill.seconds
+    assert with_draft.seconds - alone.seconds == pytest.approx(draft_prefill.seconds + draft_decode * 4 / e, rel=1e-9)
+    assert with_draft.generated_tokens == 50
