@@ -273,3 +273,17 @@ def test_a_draft_prefills_the_prompt_once_and_decodes_k_per_target_forward_on_th
     draft_decode = cost(draft).seconds - draft_prefill.seconds
     assert with_draft.seconds - alone.seconds == pytest.approx(draft_prefill.seconds + draft_decode * 4 / e, rel=1e-9)
     assert with_draft.generated_tokens == 50
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("spec", [None, Speculation(0.8, 4)])
+def test_on_a_gpu_whose_memory_is_free_the_time_is_the_flops_reported(tp, spec):
+    """Compute-bound, the seconds are the FLOPs over the GPUs' peak, the same FLOPs the cost
+    reports: under speculation each of a verification forward's k + 1 positions attends to the
+    context (its attention FLOPs were once left out of the time, 1.5% of it here)."""
+    import dataclasses
+
+    compute_only = dataclasses.replace(H100, bandwidth=1e40, interconnect=1e40)
+    c = CostModel(ARCH, compute_only, tensor_parallel=tp, speculation=spec).cost_request(
+        P, [50, 30], cached_prompt_tokens=200)
+    assert c.seconds == pytest.approx(c.flops / tp / H100.peak_flops, rel=1e-12)

@@ -527,15 +527,17 @@ class CostModel:
         per_forward = 1 if spec is None else spec.positions_per_forward  # positions computed per step
         flops = active * 2.0 * float(a.flop_params) * per_forward
         kv_bytes = active * (float(a.kv_bytes_per_token) + 2.0 * a.state_bytes_per_sequence) * per_forward
+        # Each of a step's positions attends to the context (a verification forward's k + 1 too);
+        # the KV is read once per step however many positions read it.
         for per_pos, group_kvb, cap, _ in self._groups():
             if cap is None:
-                flops += active * per_pos * ctx
+                flops += active * per_pos * ctx * per_forward
                 kv_bytes += group_kvb * dense_read
             else:
-                flops += active * per_pos * np.minimum(cap, ctx)
+                flops += active * per_pos * np.minimum(cap, ctx) * per_forward
                 kv_bytes += group_kvb * active * np.minimum(cap, ctx)
         if block is not None:
-            flops += active * 2.0 * a.full_layers * a.heads * a.head_dim * ctx / block
+            flops += active * 2.0 * a.full_layers * a.heads * a.head_dim * ctx / block * per_forward
             kv_bytes += self._full_kvb() / 2 * dense_read / block
         if concurrency is None:
             weight = a.weight_bytes_per_step(active) * self._weight_scale
