@@ -504,10 +504,11 @@ def test_free_text_replies_beside_tools_never_settle_a_vote_and_all_n_are_drawn(
     assert sol.trace.notes["stop"]["drawn"] == 8
 
 
-def test_a_free_text_vote_has_no_keys_to_count():
+def test_vote_keys_count_equal_answers_alike_and_free_text_has_none():
     from tts.search.base import vote_keys
     from tts.types import Sample
 
+    assert vote_keys([Sample("so 4", "4"), Sample("so 2+2", "2+2"), Sample("none", None)]) == ["4", "4", None]
     with pytest.raises(StrategyInputError) as err:
         vote_keys([Sample("It is sunny.", "It is sunny.")], free_text=True)
     assert str(err.value) == ("a stop rule counts votes, but these answers are free text, chosen by minimum Bayes "
