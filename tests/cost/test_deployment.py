@@ -277,13 +277,39 @@ def test_a_draft_prefills_the_prompt_once_and_decodes_k_per_target_forward_on_th
 
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("spec", [None, Speculation(0.8, 4)])
-def test_on_a_gpu_whose_memory_is_free_the_time_is_the_flops_reported(tp, spec):
+@pytest.mark.parametrize("sparse", [{}, {"sparse_kv_budget": 256}, {"sparse_kv_budget": 256, "sparse_block": 16}])
+def test_on_a_gpu_whose_memory_is_free_the_time_is_the_flops_reported(tp, spec, sparse):
     """Compute-bound, the seconds are the FLOPs over the GPUs' peak, the same FLOPs the cost
     reports: under speculation each of a verification forward's k + 1 positions attends to the
-    context (its attention FLOPs were once left out of the time, 1.5% of it here)."""
+    context (its attention FLOPs were once left out of the time, 1.5% of it here), dense or sparse
+    (a KV budget per query, and block top-k's summary scores)."""
     import dataclasses
 
     compute_only = dataclasses.replace(H100, bandwidth=1e40, interconnect=1e40)
-    c = CostModel(ARCH, compute_only, tensor_parallel=tp, speculation=spec).cost_request(
+    c = CostModel(ARCH, compute_only, tensor_parallel=tp, speculation=spec, **sparse).cost_request(
         P, [50, 30], cached_prompt_tokens=200)
     assert c.seconds == pytest.approx(c.flops / tp / H100.peak_flops, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 16])
+def test_on_a_gpu_whose_compute_is_free_the_time_is_the_bytes_reported_each_split_its_own_way(tp):
+    """Memory-bound, the seconds are the weights split over every GPU plus the KV split over the
+    GPUs that hold distinct KV heads (at most the model's 8), prompt and decode alike."""
+    import dataclasses
+
+    memory_only = dataclasses.replace(H100, peak_flops=1e40, interconnect=1e40)
+    c = CostModel(ARCH, memory_only, tensor_parallel=tp).cost_request(P, [50, 30], cached_prompt_tokens=200)
+    kv_shards = min(tp, 8)
+    assert c.seconds == pytest.approx((c.weight_bytes / tp + c.kv_bytes / kv_shards) / H100.bandwidth, rel=1e-12)
+
+
+def test_a_model_with_sliding_window_layers_reads_each_groups_kv_in_time_and_bytes_alike():
+    """gpt-oss-20b: 12 of its 24 attention layers read at most 128 positions; memory-bound, the
+    time is still the bytes reported (both kinds of layer counted, not only the last group's)."""
+    import dataclasses
+
+    oss = load_architecture("openai/gpt-oss-20b")
+    assert (oss.window_layers, oss.kv_layers, oss.sliding_window) == (12, 24, 128)
+    memory_only = dataclasses.replace(H100, peak_flops=1e40, interconnect=1e40)
+    c = CostModel(oss, memory_only).cost_request(P, [50, 30], cached_prompt_tokens=200)
+    assert c.seconds == pytest.approx((c.weight_bytes + c.kv_bytes) / H100.bandwidth, rel=1e-12)
