@@ -84,6 +84,7 @@ MODULES: dict[str, list[str]] = {
         # the notes a row records (why a check gave no verdict, its seconds): under 3 s each
         f"tests/benchmarks/test_grading.py::test_{name}" for name in (
             "each_check_is_timed_and_a_verdict_needs_no_reason", "a_check_that_raises_is_ungraded_with_the_exception_as_its_reason",
+            "a_problem_without_a_gold_answer_has_its_checks_noted_against_the_empty_gold",
             "a_check_that_hangs_is_ungraded_its_worker_killed_and_the_others_graded",
             "b_check_that_kills_its_worker_is_retried_once_then_ungraded")],
     "eval/estimators": ["tests/eval/test_estimators.py", "tests/parity/test_estimators_and_cost.py"],
