@@ -450,7 +450,8 @@ MODULES: dict[str, list[str]] = {
         "a_small_space_is_exhausted_without_spending_more", "token_budget_stops_before_it_is_crossed",
         "cost_penalty_picks_the_best_reward_graph", "cost_penalty_changes_the_chosen_graph",
         "a_space_naming_an_unconfigured_model_is_refused", "a_token_budget_too_small_for_any_graph_stops_after_the_first",
-        "the_shipped_search_space_loads_and_builds_graphs", "output_models_limit_only_the_output_node")],
+        "the_shipped_search_space_loads_and_builds_graphs", "output_models_limit_only_the_output_node",
+        "a_search_is_reproducible_from_its_seed")],
     # The evaluator's own tests, then the three of test_graph_search.py that run it (the file's 22 s,
     # mostly searches over a fake evaluator, never reach it).
     "graphs/search_eval": ["tests/graphs/test_search_eval.py"] + [f"tests/graphs/test_graph_search.py::test_{name}" for name in (
