@@ -533,12 +533,17 @@ def test_a_stop_counts_the_keys_of_the_strategys_own_extraction():
     assert sol.trace.notes["stop"]["drawn"] == 4  # "4", "four", "4", "four": one key, four in a row
 
 
-def test_a_stopped_vote_reads_calls_the_backend_left_as_text_and_skips_a_call_already_answered():
+def _paris_answered():
+    """A question with tools whose conversation already called lookup(Paris) and got its result."""
     answered = [{"role": "user", "content": "Weather in Paris?"},
                 {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
                     "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
-    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    return Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+
+
+def test_a_stopped_vote_reads_calls_the_backend_left_as_text_and_skips_a_call_already_answered():
+    problem = _paris_answered()
     gen = Scripted(["Paris", "Paris", "Paris", "Rome", "Rome", "Paris", "Paris", "Paris"], calls=True)
     sol = SelfConsistency(SelfConsistencyConfig(n=8, stop=StopConfig(wave=8)), gen, prompt, seed=0).solve([problem])[0]
     assert sol.problem_id == "t" and sol.trace.notes["stop"]["drawn"] == 8
@@ -547,11 +552,7 @@ def test_a_stopped_vote_reads_calls_the_backend_left_as_text_and_skips_a_call_al
 
 
 def test_a_scored_vote_also_skips_a_call_already_answered():
-    answered = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                    "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
-    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    problem = _paris_answered()
     gen = Scripted(["Paris", "Paris", "Paris", "Rome"], calls=True)
     sol = WeightedVote(WeightedVoteConfig(n=4), gen, prompt, seed=0,
                        verifier=FunctionVerifier(lambda problem, text: 0.5)).solve([problem])[0]
@@ -559,11 +560,7 @@ def test_a_scored_vote_also_skips_a_call_already_answered():
 
 
 def test_configs_sharing_one_draw_each_skip_a_call_already_answered():
-    answered = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                    "name": "lookup", "arguments": '{"city": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
-    problem = Problem("t", "Weather in Paris?", None, metadata={"tools": _TOOLS, "messages": answered})
+    problem = _paris_answered()
     gen = Scripted(["Paris", "Paris", "Rome", "Paris"], calls=True)
     two, four = SelfConsistency.solve_together([SelfConsistency(SelfConsistencyConfig(n=n), gen, prompt, seed=0)
                                                 for n in (2, 4)], [problem])
