@@ -280,8 +280,7 @@ class Pricer:
             # Whole samples, the quotient read to one part in 10^9 of the budget: floor division alone
             # is one short wherever the quotient of a round budget rounds below a whole number (11
             # samples' price bought 10 at $0.0165 a sample; $0.018 bought 17 at $0.001).
-            k = math.floor(budget.amount / one * (1 + 1e-9))
-            return k * max_tokens
+            return math.floor(budget.amount / one * (1 + 1e-9)) * max_tokens
         if self.cost_model is None:
             raise BudgetError(f"a budget in {budget.unit} needs a cost model, but {self.why_unpriced}; "
                               "give a budget in tokens, or open the session with price_as=<model alias or config.json> "
